@@ -1,0 +1,69 @@
+"""attnlab: self-attention over any vector set, every part interchangeable and checked.
+
+The public API::
+
+    attnlab.attend(q, k, v, score=..., normalize=..., mask=..., bias=...)  -> AttentionResult
+    attnlab.MultiHeadAttention(embed_dim, num_heads, score=..., normalize=..., head_mode=...)
+    attnlab.masks.causal / window / padding / graph / no_self / and_masks / or_masks
+    attnlab.dot / scaled_dot / cosine, attnlab.Additive / Bilinear / Cosine (scores)
+    attnlab.softmax / relu / sigmoid (normalisers)
+    attnlab.reference_attention (the float64 textbook steps)
+
+Shapes follow the legend in :mod:`attnlab.core`.
+"""
+
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from . import masks
+from .core import (
+    Additive,
+    AttentionResult,
+    Bilinear,
+    Cosine,
+    Dot,
+    ScaledDot,
+    Score,
+    attend,
+    cosine,
+    create_score,
+    dot,
+    list_normalizers,
+    list_scores,
+    plan,
+    reference_attention,
+    relu,
+    scaled_dot,
+    sigmoid,
+    softmax,
+)
+from .layers.multihead import MultiHeadAttention
+
+try:
+    __version__ = _version("attnlab")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "__version__",
+    "masks",
+    "attend",
+    "plan",
+    "AttentionResult",
+    "MultiHeadAttention",
+    "reference_attention",
+    "Score",
+    "Dot",
+    "ScaledDot",
+    "Cosine",
+    "Additive",
+    "Bilinear",
+    "dot",
+    "scaled_dot",
+    "cosine",
+    "create_score",
+    "list_scores",
+    "softmax",
+    "relu",
+    "sigmoid",
+    "list_normalizers",
+]

@@ -1,0 +1,58 @@
+"""attnlab's functional core: masks, scores, normalisers, ``attend`` and the float64 reference.
+
+Shape legend, used in every docstring of attnlab:
+
+====  =========================================================
+B     batch size
+H     number of heads
+N     number of queries (the length of the query sequence / set)
+M     number of keys and values
+D     width of one head's queries and keys (head dim)
+Dv    width of one head's values
+E     model width (embed_dim) = H x D in the split head form
+====  =========================================================
+
+A mask is a bool tensor broadcastable to ``(B, H, N, M)`` with True = this query may attend
+to this key (see :mod:`attnlab.core.masks`).
+"""
+
+from . import masks
+from .attend import AttentionResult, attend, plan
+from .normalize import list_normalizers, relu, sigmoid, softmax
+from .reference import reference_attention
+from .scores import (
+    Additive,
+    Bilinear,
+    Cosine,
+    Dot,
+    Score,
+    ScaledDot,
+    cosine,
+    create_score,
+    dot,
+    list_scores,
+    scaled_dot,
+)
+
+__all__ = [
+    "masks",
+    "attend",
+    "plan",
+    "AttentionResult",
+    "reference_attention",
+    "softmax",
+    "relu",
+    "sigmoid",
+    "list_normalizers",
+    "dot",
+    "scaled_dot",
+    "cosine",
+    "Score",
+    "Dot",
+    "ScaledDot",
+    "Cosine",
+    "Additive",
+    "Bilinear",
+    "create_score",
+    "list_scores",
+]

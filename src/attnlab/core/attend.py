@@ -1,0 +1,252 @@
+"""``attend(q, k, v)``: the attention core — validation, then dispatch to one of two backends.
+
+* ``"sdpa"``: softmax over a dot-product score (dot, scaled dot, cosine, bilinear — all are a
+  scaled dot product after :meth:`Score.prepare`) with no weights requested goes to
+  :func:`torch.nn.functional.scaled_dot_product_attention`, PyTorch's fused kernel, which never
+  builds the N x M matrix.
+* ``"chunked"``: every other combination processes the queries in blocks of ``block_size``
+  rows, so the forward pass holds O(block x M) scores, not O(N x M); when gradients are needed
+  each block is checkpointed (recomputed in the backward pass), so training holds O(block x M)
+  too. Only ``return_weights=True`` materialises the full ``(B, H, N, M)`` weights, because the
+  caller asked for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from .normalize import resolve_normalizer, softmax
+from .scores import Score, resolve_score
+
+__all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "plan"]
+
+DEFAULT_BLOCK_ELEMENTS = 1 << 22
+"""Elements of the score block (B x H x block x M x pair_cost) the chunked path aims for: 16 MiB in fp32."""
+
+Backend = Literal["auto", "sdpa", "chunked"]
+
+
+@dataclass
+class AttentionResult:
+    """What attention returns, whatever the flags.
+
+    Attributes:
+        output: ``(B, H, N, Dv)`` from :func:`attend`, ``(B, N, E)`` from ``MultiHeadAttention``.
+        weights: ``(B, H, N, M)`` normalised attention weights (before dropout) when
+            ``return_weights=True`` was asked, else ``None``.
+    """
+
+    output: torch.Tensor
+    weights: torch.Tensor | None = None
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return type(x).__name__
+
+
+def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, N|M, D), got {_describe(t)}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4, shape (B, H, N|M, D); got rank {t.dim()}, shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    b, h, n, _ = q.shape
+    m = k.shape[2]
+    if k.shape[:2] != (b, h) or v.shape[:2] != (b, h):
+        raise ValueError(
+            f"q, k and v must agree on (B, H): got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if v.shape[2] != m:
+        raise ValueError(f"k and v must have the same number of keys M: got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    target = (b, h, n, m)
+    for name, t, kind in (("mask", mask, "bool"), ("bias", bias, "float")):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
+        if kind == "bool" and t.dtype != torch.bool:
+            raise TypeError(
+                f"mask must have dtype torch.bool (True = this query may attend to this key), got {t.dtype}; "
+                "pass additive float terms as bias="
+            )
+        if kind == "float" and not t.is_floating_point():
+            raise TypeError(f"bias must be a floating-point tensor (added to the scores), got dtype {t.dtype}")
+        try:
+            ok = t.dim() <= 4 and torch.broadcast_shapes(t.shape, target) == target
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, N, M) = {target}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    return b, h, n, m, v.shape[3]
+
+
+def plan(score="scaled_dot", normalize="softmax", *, head_dim: int, return_weights: bool = False) -> str:
+    """The backend ``attend`` picks under ``backend="auto"``: ``"sdpa"`` or ``"chunked"``."""
+    s = resolve_score(score)
+    return "sdpa" if _sdpa_scale(s, resolve_normalizer(normalize), head_dim, return_weights) is not None else "chunked"
+
+
+def _sdpa_scale(score: Score, norm: Callable, head_dim: int, return_weights: bool) -> float | None:
+    if return_weights or norm is not softmax:
+        return None
+    return score.dot_scale(head_dim)
+
+
+def _rows(t: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+    """Rows ``start:stop`` of a mask or bias broadcastable to (B, H, N, M) (dim -2 may be 1)."""
+    if t is None or t.dim() < 2 or t.shape[-2] == 1:
+        return t
+    return t[..., start:stop, :]
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    score: str | Score | Callable = "scaled_dot",
+    normalize: str | Callable = "softmax",
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+    backend: Backend = "auto",
+    block_size: int | None = None,
+) -> AttentionResult:
+    """Attention ``b_i = sum_j norm_j(score(q_i, k_j) + bias_ij) v_j`` over the allowed keys.
+
+    The textbook steps (Vaswani et al. 2017, https://arxiv.org/abs/1706.03762, eq. 1 in its
+    scaled-dot/softmax form): scores ``alpha_ij = score(q_i, k_j)``, plus ``bias``; pairs the
+    mask forbids removed; ``alpha'_i. = norm(alpha_i.)``; output ``b_i = sum_j alpha'_ij v_j``.
+    A query with no allowed key gets a zero output and zero gradients; keys and values that no
+    query may see (padding) never reach the output, even if they hold NaN.
+
+    Args:
+        q: ``(B, H, N, D)`` queries.
+        k: ``(B, H, M, D)`` keys.
+        v: ``(B, H, M, Dv)`` values.
+        score: a name from :func:`attnlab.list_scores` with no weights (``"dot"``,
+            ``"scaled_dot"``, ``"cosine"``), a :class:`attnlab.Score` module (``Additive``,
+            ``Bilinear``, ...) or a callable ``(q, k) -> (B, H, N, M)``.
+        normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` (see :mod:`attnlab.core.normalize`)
+            or a callable ``(scores, mask) -> weights``.
+        mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (see :mod:`attnlab.masks`).
+        bias: float, broadcastable to ``(B, H, N, M)``, added to the scores (ALiBi, relative positions).
+        dropout_p: dropout on the weights (apply only in training; ``MultiHeadAttention`` does).
+        return_weights: also return the ``(B, H, N, M)`` weights (this materialises them).
+        backend: ``"auto"`` (default), or force ``"sdpa"`` / ``"chunked"``.
+        block_size: query rows per block on the chunked path (default: about
+            :data:`DEFAULT_BLOCK_ELEMENTS` score elements per block).
+
+    Returns:
+        :class:`AttentionResult` with ``output`` ``(B, H, N, Dv)`` and ``weights`` or None.
+    """
+    b, h, n, m, dv = _validate(q, k, v, mask, bias, dropout_p)
+    score_fn = resolve_score(score)
+    norm_fn = resolve_normalizer(normalize)
+    check = getattr(score_fn, "check", None)
+    if check is not None:
+        check(q, k)
+    if backend not in ("auto", "sdpa", "chunked"):
+        raise ValueError(f"backend must be 'auto', 'sdpa' or 'chunked', got {backend!r}")
+    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+
+    if n == 0 or m == 0 or b * h == 0:
+        weights = q.new_zeros(b, h, n, m)
+        return AttentionResult(weights @ v, weights if return_weights else None)
+
+    qp, kp = score_fn.prepare(q, k)  # per-vector work, once: (B, H, N, D'), (B, H, M, D')
+    if mask is not None:
+        # keys no query may see (padding): zero them so that NaN or inf there cannot leak
+        col_ok = mask.any(-2).unsqueeze(-1)  # (…, M, 1)
+        if not bool(col_ok.all()):
+            zero = torch.zeros((), dtype=v.dtype, device=v.device)
+            kp, v = torch.where(col_ok, kp, zero), torch.where(col_ok, v, zero)
+
+    scale = _sdpa_scale(score_fn, norm_fn, qp.shape[-1], return_weights)
+    if backend == "sdpa" and scale is None:
+        raise ValueError(
+            "backend='sdpa' needs softmax over a dot-product score (dot, scaled_dot, cosine, bilinear) "
+            "and return_weights=False"
+        )
+    if backend != "chunked" and scale is not None:
+        return AttentionResult(_sdpa(qp, kp, v, mask, bias, dropout_p, scale), None)
+    return _chunked(qp, kp, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, block_size)
+
+
+def _sdpa(q, k, v, mask, bias, dropout_p, scale) -> torch.Tensor:
+    row_ok = None
+    if mask is not None:
+        row_ok = mask.any(-1, keepdim=True)  # (…, N, 1)
+        if bool(row_ok.all()):
+            row_ok = None
+        else:
+            # a row with no allowed key attends everywhere, then is zeroed: no NaN, zero gradients
+            mask = mask | ~row_ok
+    attn_mask = mask
+    if bias is not None:
+        attn_mask = bias.to(q.dtype)
+        if mask is not None:
+            attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    if row_ok is not None:
+        out = out.masked_fill(~row_ok, 0.0)
+    return out
+
+
+def _chunked(q, k, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, block_size):
+    b, h, n, _ = q.shape
+    m = k.shape[2]
+    if block_size is None:
+        per_row = b * h * m * max(int(getattr(score_fn, "pair_cost", 1)), 1)
+        block_size = max(1, DEFAULT_BLOCK_ELEMENTS // per_row)
+    block_size = min(block_size, n)
+
+    def block(qb, kb, vb, mb, bb):
+        s = score_fn.pairwise(qb, kb)  # (B, H, b, M)
+        if bias is not None:
+            s = s + bb
+        w = norm_fn(s, mb)
+        wd = F.dropout(w, dropout_p) if dropout_p > 0 else w
+        return wd @ vb, w  # (B, H, b, Dv), (B, H, b, M)
+
+    recompute = (
+        not return_weights
+        and n > block_size
+        and torch.is_grad_enabled()
+        and any(t.requires_grad for t in (q, k, v, bias) if t is not None)
+    )
+    outs, weights = [], []
+    for start in range(0, n, block_size):
+        stop = min(start + block_size, n)
+        args = (q[:, :, start:stop], k, v, _rows(mask, start, stop), _rows(bias, start, stop))
+        if recompute:
+            out = checkpoint(lambda *a: block(*a)[0], *args, use_reentrant=False)
+        else:
+            out, w = block(*args)
+            if return_weights:
+                weights.append(w)
+        outs.append(out)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+    if not return_weights:
+        return AttentionResult(out, None)
+    w = weights[0] if len(weights) == 1 else torch.cat(weights, dim=-2)
+    return AttentionResult(out, w.expand(b, h, n, m))

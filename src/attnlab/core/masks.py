@@ -1,0 +1,221 @@
+"""Boolean attention masks: ``True`` = this query may attend to this key.
+
+One convention everywhere in attnlab (the one of
+:func:`torch.nn.functional.scaled_dot_product_attention` and FlexAttention's ``mask_mod``):
+a mask is a ``torch.bool`` tensor broadcastable to ``(B, H, N, M)`` whose entry ``[..., i, j]``
+is ``True`` when query ``i`` may attend to key ``j``. Additive float terms (ALiBi, relative
+biases) never travel as masks; they go to ``attend(..., bias=...)``.
+
+Alignment when the number of queries ``n`` differs from the number of keys ``m``: the
+builders that depend on positions (:func:`causal`, :func:`window`) align the *last* query with
+the *last* key ("bottom-right" alignment, as in FlashAttention >= 2.1 and KV-cache decoding):
+query ``i`` sits at key position ``i + (m - n)``. With ``n == m`` this is the usual diagonal.
+Pass ``align="top_left"`` for the alignment of ``scaled_dot_product_attention(is_causal=True)``
+(query ``i`` sits at key position ``i``).
+
+A query row with no allowed key is legal: :func:`attnlab.attend` returns zeros (and zero
+gradients) for it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "causal",
+    "window",
+    "padding",
+    "graph",
+    "no_self",
+    "and_masks",
+    "or_masks",
+    "full",
+]
+
+Align = Literal["bottom_right", "top_left"]
+
+
+def _check_size(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _offsets(n: int, m: int | None, align: str, device) -> tuple[torch.Tensor, int]:
+    """Return ``(j - i_aligned)`` as an ``(n, m)`` tensor, and ``m``."""
+    n = _check_size("n", n)
+    m = n if m is None else _check_size("m", m)
+    if align == "bottom_right":
+        shift = m - n
+    elif align == "top_left":
+        shift = 0
+    else:
+        raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
+    i = torch.arange(n, device=device).unsqueeze(1) + shift  # (n, 1) key position of query i
+    j = torch.arange(m, device=device).unsqueeze(0)  # (1, m)
+    return j - i, m
+
+
+def full(n: int, m: int | None = None, *, device=None) -> torch.Tensor:
+    """All-True ``(n, m)`` mask: every query may attend to every key."""
+    n = _check_size("n", n)
+    m = n if m is None else _check_size("m", m)
+    return torch.ones(n, m, dtype=torch.bool, device=device)
+
+
+def causal(n: int, m: int | None = None, *, align: Align = "bottom_right", device=None) -> torch.Tensor:
+    """Causal mask of shape ``(n, m)``: query ``i`` attends to keys ``j <= i + (m - n)``.
+
+    The default ``align="bottom_right"`` puts the last query on the last key (decoding with a
+    cache of ``m - n`` earlier keys); ``align="top_left"`` gives ``j <= i``, the alignment of
+    ``scaled_dot_product_attention(is_causal=True)``. With ``n > m`` and bottom-right alignment
+    the first ``n - m`` queries see no key (their output is zero).
+
+    Args:
+        n: number of queries N.
+        m: number of keys M (default ``n``).
+    """
+    off, _ = _offsets(n, m, align, device)
+    return off <= 0
+
+
+def window(
+    n: int,
+    w: int,
+    m: int | None = None,
+    *,
+    causal: bool = False,
+    align: Align = "bottom_right",
+    device=None,
+) -> torch.Tensor:
+    """Truncated (windowed) attention mask of shape ``(n, m)``.
+
+    Two-sided (default): query ``i`` attends to keys with ``|i - j| <= w`` — the truncated
+    self-attention of speech models, where a frame only looks at its neighbours.
+    One-sided (``causal=True``): ``0 <= i - j <= w``, the streaming form that looks back ``w``
+    steps and never ahead. ``w = 0`` lets each query see only its own position. Positions are
+    aligned as in :func:`causal` when ``n != m``.
+
+    Args:
+        n: number of queries N.
+        w: half-width of the window (>= 0).
+        m: number of keys M (default ``n``).
+        causal: one-sided (look-back) window.
+    """
+    w = _check_size("w (window half-width)", w)
+    off, _ = _offsets(n, m, align, device)
+    if causal:
+        return (off <= 0) & (off >= -w)
+    return off.abs() <= w
+
+
+def padding(lengths, m: int | None = None, *, device=None) -> torch.Tensor:
+    """Key-padding mask of shape ``(B, 1, 1, m)`` from the true lengths of a padded batch.
+
+    Entry ``[b, 0, 0, j]`` is True when ``j < lengths[b]``; it broadcasts over heads and
+    queries. Combine it with a causal or window mask through :func:`and_masks`.
+
+    Args:
+        lengths: ``(B,)`` integer tensor or sequence of ints, each in ``[0, m]``.
+        m: padded length M (default ``max(lengths)``).
+    """
+    if not isinstance(lengths, torch.Tensor):
+        try:
+            lengths = torch.as_tensor(list(lengths), dtype=torch.long, device=device)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"lengths must be a 1-D integer tensor or a sequence of ints, got {lengths!r}") from e
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+        raise TypeError(f"lengths must have an integer dtype, got {lengths.dtype}")
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be 1-D of shape (B,), got shape {tuple(lengths.shape)}")
+    if device is not None:
+        lengths = lengths.to(device)
+    if m is None:
+        m = int(lengths.max()) if lengths.numel() else 0
+    m = _check_size("m", m)
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > m):
+        raise ValueError(
+            f"lengths must lie in [0, m={m}], got min {int(lengths.min())} and max {int(lengths.max())}"
+        )
+    j = torch.arange(m, device=lengths.device)
+    return (j.unsqueeze(0) < lengths.unsqueeze(1))[:, None, None, :]  # (B, 1, 1, m)
+
+
+def graph(edge_index: torch.Tensor, num_nodes: int, *, add_self_loops: bool = False) -> torch.Tensor:
+    """Mask of shape ``(num_nodes, num_nodes)`` that restricts attention to the graph's edges.
+
+    ``edge_index`` has shape ``(2, E)``; column ``(j, i) = edge_index[:, e]`` is an edge
+    ``j -> i`` (source first, target second, as in PyTorch Geometric's ``source_to_target``
+    flow): it means **node i attends to node j**, so ``mask[i, j] = True``. For an undirected
+    graph list both directions. Self-attention restricted this way is a graph neural network.
+
+    Args:
+        edge_index: ``(2, E)`` integer tensor of node indices in ``[0, num_nodes)``.
+        num_nodes: number of nodes.
+        add_self_loops: also let every node attend to itself.
+    """
+    num_nodes = _check_size("num_nodes", num_nodes)
+    if not isinstance(edge_index, torch.Tensor):
+        raise TypeError(f"edge_index must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool or edge_index.is_complex():
+        raise TypeError(f"edge_index must have an integer dtype, got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+    if edge_index.numel():
+        lo, hi = int(edge_index.min()), int(edge_index.max())
+        if lo < 0 or hi >= num_nodes:
+            raise ValueError(
+                f"edge_index holds node indices in [{lo}, {hi}], expected them in [0, {num_nodes - 1}] "
+                f"(num_nodes={num_nodes})"
+            )
+    mask = torch.zeros(num_nodes, num_nodes, dtype=torch.bool, device=edge_index.device)
+    mask[edge_index[1], edge_index[0]] = True  # target i attends to source j
+    if add_self_loops:
+        mask.fill_diagonal_(True)
+    return mask
+
+
+def no_self(n: int, m: int | None = None, *, align: Align = "bottom_right", device=None) -> torch.Tensor:
+    """Mask of shape ``(n, m)`` that forbids each query to attend to its own position.
+
+    In the lecture notes attention of a vector to itself is optional; combine this with other
+    masks through :func:`and_masks`. Positions are aligned as in :func:`causal`.
+    """
+    off, _ = _offsets(n, m, align, device)
+    return off != 0
+
+
+def _combine(masks, op, name: str) -> torch.Tensor | None:
+    present = [m for m in masks if m is not None]
+    for idx, m in enumerate(present):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
+            raise TypeError(f"{name}: every mask must be a torch.bool tensor (True = may attend), got {got}")
+    if not present:
+        return None
+    out = present[0]
+    for m in present[1:]:
+        try:
+            out = op(out, m)
+        except RuntimeError as e:
+            raise ValueError(
+                f"{name}: masks of shapes {tuple(out.shape)} and {tuple(m.shape)} do not broadcast"
+            ) from e
+    return out
+
+
+def and_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Intersection of masks (a pair is allowed only if every mask allows it); ``None`` = no
+    constraint. Shapes broadcast."""
+    return _combine(masks, torch.logical_and, "and_masks")
+
+
+def or_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Union of masks (a pair is allowed if any mask allows it). Shapes broadcast; a ``None``
+    argument means "everything allowed", so it makes the union ``None`` too."""
+    out = _combine(masks, torch.logical_or, "or_masks")
+    return None if any(m is None for m in masks) else out

@@ -1,0 +1,251 @@
+"""Multi-head attention with interchangeable scores and normalisers, in both head formulations."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Literal
+
+import torch
+from torch import nn
+
+from ..core.attend import AttentionResult, attend
+from ..core.normalize import resolve_normalizer, softmax
+from ..core.scores import ScaledDot, Score, create_score, resolve_score
+
+__all__ = ["MultiHeadAttention"]
+
+HeadMode = Literal["split", "project"]
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention ``concat(head_1, ..., head_H) W^o``, ``head_h = attend(Q_h, K_h, V_h)``.
+
+    Vaswani et al. 2017 (https://arxiv.org/abs/1706.03762), section 3.2.2, with any score and
+    normaliser of :func:`attnlab.attend`. Two formulations of the heads:
+
+    * ``head_mode="split"`` (the common form, ``torch.nn.MultiheadAttention``'s): one projection
+      ``Q = X W^q`` of width E, split into H heads of width D = E / H.
+    * ``head_mode="project"`` (the lecture notes' form): ``q^i = W^q a^i`` of width E, then a
+      second projection per head, ``q^{i,h} = W^{q,h} q^i`` of width D; likewise for k and v.
+
+    Both end with the output transform ``W^o``.
+
+    Args:
+        embed_dim: E, the width of the queries and of the output.
+        num_heads: H; must divide E.
+        kdim: width of the keys' input (default E); vdim: of the values' input (default E).
+        bias: learn additive biases in the input and output projections.
+        score: a name from :func:`attnlab.list_scores` (learnable scores get one set of weights
+            per head), a :class:`attnlab.Score` module or a callable ``(q, k) -> scores``.
+        score_options: keyword options for a score built by name (``temperature=``, ``learnable=``,
+            ``hidden_dim=``).
+        normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` or a callable ``(scores, mask) -> weights``.
+        head_mode: ``"split"`` or ``"project"``.
+        dropout: dropout on the attention weights, in training mode only.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        bias: bool = True,
+        score: str | Score | Callable = "scaled_dot",
+        score_options: dict | None = None,
+        normalize: str | Callable = "softmax",
+        head_mode: HeadMode = "split",
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        e = _positive_int("embed_dim", embed_dim)
+        h = _positive_int("num_heads", num_heads)
+        if e % h:
+            raise ValueError(f"embed_dim must be divisible by num_heads, got embed_dim={e} and num_heads={h}")
+        if head_mode not in ("split", "project"):
+            raise ValueError(f"head_mode must be 'split' or 'project', got {head_mode!r}")
+        if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        self.embed_dim, self.num_heads, self.head_dim = e, h, e // h
+        self.kdim = e if kdim is None else _positive_int("kdim", kdim)
+        self.vdim = e if vdim is None else _positive_int("vdim", vdim)
+        self.head_mode = head_mode
+        self.dropout = float(dropout)
+        self.normalize = normalize
+        resolve_normalizer(normalize)  # fail early on an unknown name
+        if isinstance(score, str):
+            self.score = create_score(score, head_dim=self.head_dim, num_heads=h, **(score_options or {}))
+        else:
+            if score_options:
+                raise TypeError("score_options apply only to a score given by name")
+            self.score = resolve_score(score)
+        self.score_name = score if isinstance(score, str) else type(self.score).__name__
+        self.q_proj = nn.Linear(e, e, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, e, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, e, bias=bias)
+        self.out_proj = nn.Linear(e, e, bias=bias)
+        if head_mode == "project":
+            # W^{q,h}: (H, D, E), the second, per-head projection of the lecture notes
+            self.head_q = nn.Parameter(torch.empty(h, self.head_dim, e))
+            self.head_k = nn.Parameter(torch.empty(h, self.head_dim, e))
+            self.head_v = nn.Parameter(torch.empty(h, self.head_dim, e))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
+        for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(lin.weight)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+        if self.head_mode == "project":
+            bound = 1.0 / math.sqrt(self.embed_dim)
+            for w in (self.head_q, self.head_k, self.head_v):
+                nn.init.uniform_(w, -bound, bound)
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, score={self.score_name!r}, "
+            f"normalize={self.normalize!r}, head_mode={self.head_mode!r}, dropout={self.dropout}"
+        )
+
+    def _check_input(self, name: str, x, width: int, batch: int | None) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (B, N, {width}), got {type(x).__name__}")
+        if x.dim() != 3:
+            raise ValueError(f"{name} must have rank 3, shape (B, N, {width}); got shape {tuple(x.shape)}")
+        if x.shape[-1] != width:
+            raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(x.shape)}")
+        if batch is not None and x.shape[0] != batch:
+            raise ValueError(f"{name} has batch size {x.shape[0]}, but query has {batch}")
+
+    def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None) -> torch.Tensor:
+        b, n, _ = x.shape
+        x = proj(x)  # (B, N, E)
+        if head_w is None:
+            return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, D)
+        return torch.einsum("bne,hde->bhnd", x, head_w)  # q^{i,h} = W^{q,h} q^i: (B, H, N, D)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        return_weights: bool = False,
+    ) -> AttentionResult:
+        """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
+
+        Args:
+            query: ``(B, N, E)``.
+            key: ``(B, M, kdim)``, default ``query``.
+            value: ``(B, M, vdim)``, default ``key``.
+            mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (:mod:`attnlab.masks`).
+            bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
+            return_weights: also return the ``(B, H, N, M)`` attention weights.
+
+        Returns:
+            :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
+        """
+        self._check_input("query", query, self.embed_dim, None)
+        key = query if key is None else key
+        value = key if value is None else value
+        self._check_input("key", key, self.kdim, query.shape[0])
+        self._check_input("value", value, self.vdim, query.shape[0])
+        if key.shape[1] != value.shape[1]:
+            raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and {tuple(value.shape)}")
+        project = self.head_mode == "project"
+        q = self._heads(query, self.q_proj, self.head_q if project else None)
+        k = self._heads(key, self.k_proj, self.head_k if project else None)
+        v = self._heads(value, self.v_proj, self.head_v if project else None)
+        res = attend(
+            q,
+            k,
+            v,
+            score=self.score,
+            normalize=self.normalize,
+            mask=mask,
+            bias=bias,
+            dropout_p=self.dropout if self.training else 0.0,
+            return_weights=return_weights,
+        )
+        b, _, n, _ = res.output.shape
+        out = res.output.transpose(1, 2).reshape(b, n, self.embed_dim)  # concat heads: (B, N, E)
+        return AttentionResult(self.out_proj(out), res.weights)
+
+    # ---------------------------------------------------------------- torch interop
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """A ``MultiHeadAttention`` with the weights of a ``torch.nn.MultiheadAttention``.
+
+        The result computes what ``m(x, x, x)`` computes, batch first (attnlab is always batch
+        first; ``m.batch_first`` only changes the layout of ``m``'s own inputs). Mind the masks:
+        torch's bool ``attn_mask`` / ``key_padding_mask`` mean True = *not* allowed, attnlab's
+        True = allowed.
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"from_torch expects a torch.nn.MultiheadAttention, got {type(m).__name__}")
+        if m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("from_torch does not support add_bias_kv=True or add_zero_attn=True")
+        has_bias = m.in_proj_bias is not None
+        new = cls(m.embed_dim, m.num_heads, kdim=m.kdim, vdim=m.vdim, bias=has_bias, dropout=m.dropout)
+        new = new.to(device=m.out_proj.weight.device, dtype=m.out_proj.weight.dtype)
+        e = m.embed_dim
+        with torch.no_grad():
+            if m._qkv_same_embed_dim:
+                wq, wk, wv = m.in_proj_weight.split(e, dim=0)
+            else:
+                wq, wk, wv = m.q_proj_weight, m.k_proj_weight, m.v_proj_weight
+            for lin, w in ((new.q_proj, wq), (new.k_proj, wk), (new.v_proj, wv)):
+                lin.weight.copy_(w)
+            new.out_proj.weight.copy_(m.out_proj.weight)
+            if has_bias:
+                for lin, b in zip((new.q_proj, new.k_proj, new.v_proj), m.in_proj_bias.split(e)):
+                    lin.bias.copy_(b)
+                new.out_proj.bias.copy_(m.out_proj.bias)
+        return new
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """The equivalent ``torch.nn.MultiheadAttention`` (``batch_first=True``).
+
+        Only the form torch has: ``head_mode="split"``, scaled-dot score, softmax.
+        """
+        same_math = type(self.score) is ScaledDot and resolve_normalizer(self.normalize) is softmax
+        if self.head_mode != "split" or not same_math:
+            raise ValueError(
+                "to_torch needs head_mode='split', score='scaled_dot' and normalize='softmax', got "
+                f"head_mode={self.head_mode!r}, score={self.score_name!r}, normalize={self.normalize!r}"
+            )
+        has_bias = self.q_proj.bias is not None
+        ref = self.out_proj.weight
+        m = nn.MultiheadAttention(
+            self.embed_dim,
+            self.num_heads,
+            dropout=self.dropout,
+            bias=has_bias,
+            kdim=self.kdim,
+            vdim=self.vdim,
+            batch_first=True,
+            device=ref.device,
+            dtype=ref.dtype,
+        )
+        with torch.no_grad():
+            ws = (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
+            if m._qkv_same_embed_dim:
+                m.in_proj_weight.copy_(torch.cat(ws, dim=0))
+            else:
+                for dst, w in zip((m.q_proj_weight, m.k_proj_weight, m.v_proj_weight), ws):
+                    dst.copy_(w)
+            m.out_proj.weight.copy_(self.out_proj.weight)
+            if has_bias:
+                m.in_proj_bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
+                m.out_proj.bias.copy_(self.out_proj.bias)
+        return m
