@@ -41,13 +41,17 @@ def _allowed_count(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax over the allowed keys of each row; an all-masked row gives zeros."""
     s = _upcast(scores)
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    row_max = s.amax(-1, keepdim=True).detach()
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = torch.exp(s - row_max)  # masked entries: exp(-inf) = 0
-    denom = e.sum(-1, keepdim=True)
-    w = e / torch.where(denom > 0, denom, torch.ones_like(denom))
+    if mask is None:
+        return torch.softmax(s, dim=-1).to(scores.dtype)
+    row_ok = mask.any(-1, keepdim=True)  # (…, N, 1)
+    s = s.masked_fill(~mask, float("-inf"))
+    all_ok = bool(row_ok.all())
+    if not all_ok:
+        # a row with no allowed key: finite zeros in, zeros out, so no NaN forward or backward
+        s = s.masked_fill(~row_ok, 0.0)
+    w = torch.softmax(s, dim=-1)
+    if not all_ok:
+        w = w.masked_fill(~row_ok, 0.0)
     return w.to(scores.dtype)
 
 

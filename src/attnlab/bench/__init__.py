@@ -1,0 +1,2 @@
+"""Benchmarks that attnlab can run on the user's machine (``attnlab bench ...``)."""
+

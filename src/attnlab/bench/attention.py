@@ -1,0 +1,287 @@
+"""Benchmark of ``attend`` against PyTorch's fused kernel and a naive materialised implementation.
+
+For every configuration (score + normaliser), every sequence length N and both modes (``fwd``:
+forward only, under ``torch.no_grad``; ``fwd_bwd``: forward and backward to q, k, v), each
+implementation is timed **round-robin in one process**, so machine noise hits them alike, and
+its peak memory is read once from PyTorch's profiler: the largest total of tensor bytes alive
+at once during the call, on top of the inputs (every allocation of PyTorch's CPU or CUDA
+allocator counts, kernels' scratch buffers included).
+
+Implementations:
+
+* ``attend`` — :func:`attnlab.attend` with its automatic dispatch (``backend`` says which path ran);
+* ``attend_chunked`` — :func:`attnlab.attend` forced onto the chunked path;
+* ``sdpa`` — :func:`torch.nn.functional.scaled_dot_product_attention` (scaled dot + softmax only);
+* ``naive`` — the full ``(B, H, N, M)`` score matrix built, normalised and multiplied by V.
+
+A naive run whose score tensors would not fit in memory is skipped and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import sys
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from ..core.attend import attend, plan
+from ..core.scores import Additive
+
+__all__ = ["CONFIGS", "Record", "run", "peak_bytes", "naive_attention"]
+
+CONFIGS: dict[str, dict] = {
+    "scaled_dot+softmax": {"score": "scaled_dot", "normalize": "softmax", "impls": ["attend", "sdpa", "naive", "attend_chunked"]},
+    "cosine+softmax": {"score": "cosine", "normalize": "softmax", "impls": ["attend", "attend_chunked", "naive"]},
+    "scaled_dot+relu": {"score": "scaled_dot", "normalize": "relu", "impls": ["attend", "naive"]},
+    "additive+softmax": {"score": "additive", "normalize": "softmax", "impls": ["attend", "naive"]},
+}
+"""Score + normaliser configurations and the implementations measured for each."""
+
+
+@dataclass
+class Record:
+    """One measurement: ``seconds`` is the median over the timed repetitions; ``peak_bytes`` the
+    profiler's peak of live tensor bytes during one call. Both None when ``skipped`` says why."""
+
+    impl: str
+    path: str
+    backend: str
+    n: int
+    mode: str
+    seconds: float | None
+    peak_bytes: int | None
+    repeats: int
+    skipped: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def naive_attention(q, k, v, score, normalize: str) -> torch.Tensor:
+    """The textbook computation with every ``(B, H, N, M)`` tensor materialised (plain torch ops)."""
+    if isinstance(score, Additive):
+        qa, ka = q @ score.w_q, k @ score.w_k  # (B, H, N, A), (B, H, M, A)
+        s = (torch.tanh(qa.unsqueeze(-2) + ka.unsqueeze(-3)) @ score.v.unsqueeze(-3)).squeeze(-1)
+    elif score == "cosine":
+        s = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1) / 0.1
+    else:
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if normalize == "softmax":
+        w = torch.softmax(s, dim=-1)
+    elif normalize == "relu":
+        w = torch.relu(s) / s.shape[-1]
+    else:
+        raise ValueError(f"naive_attention knows softmax and relu, got {normalize!r}")
+    return w @ v
+
+
+def peak_bytes(fn: Callable[[], object]) -> int | None:
+    """Peak of tensor bytes alive at once while ``fn()`` runs, above what was alive before.
+
+    Read from :mod:`torch.profiler`'s allocation events (``profile_memory=True``); None if this
+    PyTorch does not expose them.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        nodes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            if "Allocation" in str(node.tag):
+                nodes.append(node)
+    except (AttributeError, RuntimeError):  # pragma: no cover - depends on the torch build
+        return None
+    nodes.sort(key=lambda nd: nd.start_time_ns)
+    live = peak = 0
+    for nd in nodes:
+        live += nd.extra_fields.alloc_size
+        peak = max(peak, live)
+    return peak
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence the profiler's C++ log lines (written to file descriptor 2) while it runs."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real file descriptor (e.g. captured by a test runner)
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _estimate_naive_bytes(b, h, n, pair_cost, itemsize, mode) -> int:
+    tensors = 3 if mode == "fwd" else 6  # scores, weights (+ their gradients and saved copies)
+    return b * h * n * n * pair_cost * itemsize * tensors
+
+
+def _available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def run(
+    sizes: Iterable[int] = (1024, 4096, 8192),
+    configs: Iterable[str] | None = None,
+    modes: Iterable[str] = ("fwd", "fwd_bwd"),
+    *,
+    batch: int = 1,
+    heads: int = 4,
+    head_dim: int = 64,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    min_repeats: int = 3,
+    target_seconds: float = 2.0,
+    seed: int = 0,
+    on_record: Callable[[Record], None] | None = None,
+) -> list[Record]:
+    """Measure every implementation of every configuration at every size and mode.
+
+    Args:
+        sizes: sequence lengths N (= M).
+        configs: keys of :data:`CONFIGS` (default: all).
+        modes: ``"fwd"`` and/or ``"fwd_bwd"``.
+        min_repeats: timed repetitions at least; more (up to 20) while they fit ``target_seconds``.
+        on_record: called with each :class:`Record` as soon as it is measured (progress display).
+    """
+    configs = list(CONFIGS) if configs is None else list(configs)
+    for c in configs:
+        if c not in CONFIGS:
+            raise ValueError(f"unknown benchmark configuration {c!r}; expected some of {list(CONFIGS)}")
+    for mode in modes:
+        if mode not in ("fwd", "fwd_bwd"):
+            raise ValueError(f"mode must be 'fwd' or 'fwd_bwd', got {mode!r}")
+    device = torch.device(device)
+    records: list[Record] = []
+    budget = _available_bytes() // 2
+    for cfg_name in configs:
+        cfg = CONFIGS[cfg_name]
+        torch.manual_seed(seed)
+        score = Additive(head_dim, num_heads=heads).to(device, dtype) if cfg["score"] == "additive" else cfg["score"]
+        norm = cfg["normalize"]
+        pair_cost = head_dim if cfg["score"] == "additive" else 1
+        for n in sizes:
+            g = torch.Generator(device="cpu").manual_seed(seed + n)
+            base = [torch.randn(batch, heads, n, head_dim, generator=g, dtype=dtype).to(device) for _ in range(3)]
+            for mode in modes:
+                calls: dict[str, Callable[[], object]] = {}
+                backends: dict[str, str] = {}
+                skipped: dict[str, str] = {}
+                grad = mode == "fwd_bwd"
+                qkv = [t.clone().requires_grad_(grad) for t in base]
+
+                def make(fwd: Callable[[], torch.Tensor]) -> Callable[[], object]:
+                    def call():
+                        if grad:
+                            for t in qkv:
+                                t.grad = None
+                            fwd().sum().backward()
+                        else:
+                            with torch.no_grad():
+                                fwd()
+
+                    return call
+
+                q, k, v = qkv
+                for impl in cfg["impls"]:
+                    if impl == "attend":
+                        calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm).output)
+                        backends[impl] = plan(score, norm, head_dim=head_dim)
+                    elif impl == "attend_chunked":
+                        calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm, backend="chunked").output)
+                        backends[impl] = "chunked"
+                    elif impl == "sdpa":
+                        calls[impl] = make(lambda: F.scaled_dot_product_attention(q, k, v))
+                        backends[impl] = "sdpa"
+                    else:
+                        backends[impl] = "naive"
+                        need = _estimate_naive_bytes(batch, heads, n, pair_cost, base[0].element_size(), mode)
+                        if need > budget:
+                            skipped[impl] = f"needs about {need / 2**30:.0f} GiB, over half the available memory"
+                        else:
+                            calls[impl] = make(lambda: naive_attention(q, k, v, score, norm))
+                peaks, first = {}, {}
+                for impl, call in calls.items():  # warm-up call, which also measures memory
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    call()
+                    first[impl] = time.perf_counter() - t0
+                    for t in qkv:
+                        t.grad = None  # freed before profiling, so it sees only this call's tensors
+                    gc.collect()
+                    peaks[impl] = peak_bytes(call)
+                slowest = max(first.values(), default=0.0) * max(len(calls), 1)
+                repeats = max(min_repeats, min(20, int(target_seconds / max(slowest, 1e-9))))
+                times: dict[str, list[float]] = {impl: [] for impl in calls}
+                for _ in range(repeats):
+                    for impl, call in calls.items():
+                        t0 = time.perf_counter()
+                        call()
+                        times[impl].append(time.perf_counter() - t0)
+                for impl in cfg["impls"]:
+                    if impl in skipped:
+                        rec = Record(impl, cfg_name, backends[impl], n, mode, None, None, 0, skipped[impl])
+                    else:
+                        rec = Record(impl, cfg_name, backends[impl], n, mode, statistics.median(times[impl]), peaks[impl], repeats)
+                    records.append(rec)
+                    if on_record is not None:
+                        on_record(rec)
+                del calls, qkv, q, k, v
+                gc.collect()
+    return records
+
+
+def ratios(records: list[Record]) -> list[dict]:
+    """For each (path, n, mode): each implementation's time and peak memory relative to the
+    reference implementation of that path (``sdpa`` where measured, else ``naive``)."""
+    out = []
+    keyed: dict[tuple, dict[str, Record]] = {}
+    for r in records:
+        keyed.setdefault((r.path, r.n, r.mode), {})[r.impl] = r
+    for (path, n, mode), group in keyed.items():
+        for base_name in ("sdpa", "naive"):
+            base = group.get(base_name)
+            if base is None or base.seconds is None:
+                continue
+            for impl, r in group.items():
+                if impl == base_name or r.seconds is None:
+                    continue
+                out.append(
+                    {
+                        "path": path,
+                        "n": n,
+                        "mode": mode,
+                        "impl": impl,
+                        "vs": base_name,
+                        "time_ratio": r.seconds / base.seconds,
+                        "memory_ratio": (r.peak_bytes / base.peak_bytes)
+                        if r.peak_bytes is not None and base.peak_bytes
+                        else None,
+                    }
+                )
+    return out

@@ -1,0 +1,129 @@
+"""Self-attention on a sentence, step by step, for learners (``attnlab explain``).
+
+Each token becomes a small seeded embedding ``a^i`` (the same word always gets the same
+vector, so without positional information both "saw"s of "I saw a saw" end with the same
+output — the reason self-attention needs positions). Then the lecture's steps, computed by
+:mod:`attnlab.core.reference` in float64:
+
+    Q = W^q I,  K = W^k I,  V = W^v I           (one column per token in the notes; rows here)
+    A = score(Q, K)                              (A[i, j] = alpha_{i,j}; masked pairs removed)
+    A' = normalise(A) row by row
+    O = A' V                                     (with several heads: concat(O^h) W^o)
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from .core import masks as masks_mod
+from .core.normalize import list_normalizers
+from .core.reference import F64, normalize_row, project, score_row
+from .core.scores import create_score, list_scores
+
+__all__ = ["Explanation", "explain"]
+
+
+@dataclass
+class Explanation:
+    """Every intermediate of one self-attention pass; per-head lists have one entry per head.
+
+    Attributes:
+        tokens: the N tokens.
+        inputs: ``(N, d)`` embeddings ``I``.
+        q, k, v: per head ``(N, d / heads)``.
+        scores: per head ``(N, N)``; None where the mask forbids the pair.
+        weights: per head ``(N, N)`` normalised weights ``A'``.
+        head_outputs: per head ``(N, d / heads)``, ``A' V``.
+        output: ``(N, d)``; equal to ``head_outputs[0]`` with one head, else ``concat W^o``.
+    """
+
+    tokens: list[str]
+    score: str
+    normalize: str
+    heads: int
+    inputs: list
+    q: list
+    k: list
+    v: list
+    scores: list
+    weights: list
+    head_outputs: list
+    output: list
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _embedding(token: str, dim: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(zlib.crc32(token.encode()) + seed)
+    return torch.randn(dim, generator=g, dtype=F64)
+
+
+def explain(
+    sentence: str,
+    *,
+    score: str = "scaled_dot",
+    normalize: str = "softmax",
+    no_self: bool = False,
+    heads: int = 1,
+    dim: int = 4,
+    seed: int = 0,
+) -> Explanation:
+    """Run self-attention on ``sentence`` (split on whitespace) and return every step.
+
+    Args:
+        score: a name from :func:`attnlab.list_scores`; learnable scores get seeded weights.
+        normalize: a name from :func:`attnlab.list_normalizers`.
+        no_self: forbid each token to attend to itself (:func:`attnlab.masks.no_self`).
+        heads: number of heads; must divide ``dim``.
+        dim: embedding width d.
+        seed: seed of the projection matrices (and of the embeddings, with the token).
+    """
+    tokens = sentence.split()
+    if not tokens:
+        raise ValueError("the sentence has no tokens; give some words, e.g. \"I saw a saw\"")
+    if score not in list_scores():
+        raise ValueError(f"unknown score {score!r}; expected one of {list_scores()}")
+    if normalize not in list_normalizers():
+        raise ValueError(f"unknown normaliser {normalize!r}; expected one of {list_normalizers()}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"dim must be a positive int, got {dim!r}")
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or dim % heads:
+        raise ValueError(f"heads must be a positive divisor of dim={dim}, got {heads!r}")
+    n, dh = len(tokens), dim // heads
+    a = torch.stack([_embedding(t, dim, seed) for t in tokens])  # I: (N, d)
+    g = torch.Generator().manual_seed(seed)
+    w_q, w_k, w_v, w_o = (torch.randn(dim, dim, generator=g, dtype=F64) / dim**0.5 for _ in range(4))
+    torch.manual_seed(seed)
+    score_fn = create_score(score, head_dim=dh, num_heads=heads).to(F64)
+    allowed = masks_mod.no_self(n) if no_self else masks_mod.full(n)
+
+    q_all, k_all, v_all = project(a, w_q), project(a, w_k), project(a, w_v)  # (N, d) each
+    out = {"q": [], "k": [], "v": [], "scores": [], "weights": [], "head_outputs": []}
+    for h in range(heads):
+        cols = slice(h * dh, (h + 1) * dh)
+        q, k, v = q_all[:, cols], k_all[:, cols], v_all[:, cols]
+        with torch.no_grad():
+            rows = [score_row(score_fn, q[i], k, head=h) for i in range(n)]
+            weights = torch.stack([normalize_row(normalize, rows[i], allowed[i]) for i in range(n)])
+        scores = [[float(rows[i][j]) if allowed[i, j] else None for j in range(n)] for i in range(n)]
+        out["q"].append(q.tolist())
+        out["k"].append(k.tolist())
+        out["v"].append(v.tolist())
+        out["scores"].append(scores)
+        out["weights"].append(weights.tolist())
+        out["head_outputs"].append((weights @ v).tolist())
+    concat = torch.tensor([sum((out["head_outputs"][h][i] for h in range(heads)), []) for i in range(n)], dtype=F64)
+    output = concat if heads == 1 else concat @ w_o.T
+    return Explanation(
+        tokens=tokens,
+        score=score,
+        normalize=normalize,
+        heads=heads,
+        inputs=a.tolist(),
+        output=output.tolist(),
+        **out,
+    )
