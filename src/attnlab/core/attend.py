@@ -5,9 +5,8 @@
   :func:`torch.nn.functional.scaled_dot_product_attention`, PyTorch's fused kernel, which never
   builds the N x M matrix.
 * ``"chunked"``: every other combination processes the queries in blocks of ``block_size``
-  rows, so the forward pass holds O(block x M) scores, not O(N x M); when gradients are needed
-  each block is checkpointed (recomputed in the backward pass), so training holds O(block x M)
-  too. Only ``return_weights=True`` materialises the full ``(B, H, N, M)`` weights, because the
+  rows, so the forward pass holds O(block x M) scores, not O(N x M); its backward pass
+  recomputes one block at a time (as FlashAttention does), so training holds O(block x M) too. Only ``return_weights=True`` materialises the full ``(B, H, N, M)`` weights, because the
   caller asked for them.
 """
 
@@ -18,7 +17,6 @@ from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from .normalize import resolve_normalizer, softmax
 from .scores import Score, resolve_score
@@ -173,13 +171,13 @@ def attend(
         weights = q.new_zeros(b, h, n, m)
         return AttentionResult(weights @ v, weights if return_weights else None)
 
-    qp, kp = score_fn.prepare(q, k)  # per-vector work, once: (B, H, N, D'), (B, H, M, D')
     if mask is not None:
         # keys no query may see (padding): zero them so that NaN or inf there cannot leak
         col_ok = mask.any(-2).unsqueeze(-1)  # (…, M, 1)
         if not bool(col_ok.all()):
             zero = torch.zeros((), dtype=v.dtype, device=v.device)
-            kp, v = torch.where(col_ok, kp, zero), torch.where(col_ok, v, zero)
+            k, v = torch.where(col_ok, k, zero), torch.where(col_ok, v, zero)
+    qp, kp = score_fn.prepare(q, k)  # per-vector work, once: (B, H, N, D'), (B, H, M, D')
 
     scale = _sdpa_scale(score_fn, norm_fn, qp.shape[-1], return_weights)
     if backend == "sdpa" and scale is None:
@@ -212,41 +210,113 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale) -> torch.Tensor:
     return out
 
 
+class _Blocks:
+    """What one chunked call needs besides its tensors: the score, normaliser, mask, dropout
+    seed and the block layout."""
+
+    def __init__(self, score_fn, norm_fn, mask, has_bias, dropout_p, n, block_size, device):
+        self.score_fn, self.norm_fn, self.mask, self.has_bias = score_fn, norm_fn, mask, has_bias
+        self.dropout_p, self.device = dropout_p, device
+        # one seed per call, drawn from torch's global generator (so torch.manual_seed rules);
+        # block i's dropout mask comes from seed + i, so the backward pass can replay it
+        self.seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
+        self.spans = [(a, min(a + block_size, n)) for a in range(0, n, block_size)]
+
+    def run(self, index, qb, k, v, bias_rows):
+        """Output ``(B, H, b, Dv)`` and weights ``(B, H, b, M)`` of block ``index`` (weights before dropout)."""
+        start, stop = self.spans[index]
+        s = self.score_fn.pairwise(qb, k)  # (B, H, b, M)
+        if bias_rows is not None:
+            s = s + bias_rows
+        w = self.norm_fn(s, _rows(self.mask, start, stop))
+        wd = w
+        if self.dropout_p > 0:
+            g = torch.Generator(device=self.device).manual_seed(self.seed + index)
+            keep = torch.rand(w.shape, generator=g, device=w.device) >= self.dropout_p
+            wd = w * keep / (1.0 - self.dropout_p)
+        return wd @ v, w
+
+
+class _ChunkedAttention(torch.autograd.Function):
+    """Query-blocked attention whose backward pass recomputes one block at a time.
+
+    Forward: each block's output is written into one preallocated ``(B, H, N, Dv)`` tensor and
+    nothing else is kept, so memory stays O(block x M). Backward: each block is recomputed
+    under autograd and its gradients accumulated in place into dq, dk, dv (and the bias and
+    score weights). Preallocating instead of keeping per-block autograd graphs also keeps the
+    process's heap from fragmenting over thousands of blocks.
+    """
+
+    @staticmethod
+    def forward(ctx, blocks: _Blocks, q, k, v, bias, *params):
+        b, h, n, _ = q.shape
+        out = torch.empty(b, h, n, v.shape[-1], dtype=v.dtype, device=v.device)
+        for i, (start, stop) in enumerate(blocks.spans):
+            out[:, :, start:stop] = blocks.run(i, q[:, :, start:stop], k, v, _rows(bias, start, stop))[0]
+        ctx.blocks = blocks
+        ctx.save_for_backward(q, k, v, bias, *params)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, bias, *params = ctx.saved_tensors
+        blocks: _Blocks = ctx.blocks
+        need_q, need_k, need_v, need_bias = ctx.needs_input_grad[1:5]
+        need_params = ctx.needs_input_grad[5:]
+        dq = torch.zeros_like(q) if need_q else None
+        dk = torch.zeros_like(k) if need_k else None
+        dv = torch.zeros_like(v) if need_v else None
+        dbias = torch.zeros_like(bias) if need_bias else None
+        dparams: list[torch.Tensor | None] = [None] * len(params)
+        kd = k.detach().requires_grad_(need_k)
+        vd = v.detach().requires_grad_(need_v)
+        for i, (start, stop) in enumerate(blocks.spans):
+            with torch.enable_grad():
+                qb = q[:, :, start:stop].detach().requires_grad_(need_q)
+                bb = _rows(bias, start, stop)
+                bb = None if bb is None else bb.detach().requires_grad_(need_bias)
+                out_b = blocks.run(i, qb, kd, vd, bb)[0]
+                wrt = [(name, t) for name, t in (("q", qb), ("k", kd), ("v", vd), ("bias", bb)) if t is not None and t.requires_grad]
+                wrt += [(j, p) for j, p in enumerate(params) if need_params[j]]
+                if not wrt:
+                    continue
+                grads = torch.autograd.grad(out_b, [t for _, t in wrt], grad_out[:, :, start:stop], allow_unused=True)
+            for (name, _), g in zip(wrt, grads):
+                if g is None:
+                    continue
+                if name == "q":
+                    dq[:, :, start:stop] = g
+                elif name == "k":
+                    dk += g
+                elif name == "v":
+                    dv += g
+                elif name == "bias":
+                    if bias.dim() >= 2 and bias.shape[-2] != 1:
+                        dbias[..., start:stop, :] += g
+                    else:
+                        dbias += g
+                else:
+                    dparams[name] = g if dparams[name] is None else dparams[name] + g
+        return (None, dq, dk, dv, dbias, *dparams)
+
+
 def _chunked(q, k, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, block_size):
     b, h, n, _ = q.shape
     m = k.shape[2]
     if block_size is None:
         per_row = b * h * m * max(int(getattr(score_fn, "pair_cost", 1)), 1)
         block_size = max(1, DEFAULT_BLOCK_ELEMENTS // per_row)
-    block_size = min(block_size, n)
-
-    def block(qb, kb, vb, mb, bb):
-        s = score_fn.pairwise(qb, kb)  # (B, H, b, M)
-        if bias is not None:
-            s = s + bb
-        w = norm_fn(s, mb)
-        wd = F.dropout(w, dropout_p) if dropout_p > 0 else w
-        return wd @ vb, w  # (B, H, b, Dv), (B, H, b, M)
-
-    recompute = (
-        not return_weights
-        and n > block_size
-        and torch.is_grad_enabled()
-        and any(t.requires_grad for t in (q, k, v, bias) if t is not None)
-    )
-    outs, weights = [], []
-    for start in range(0, n, block_size):
-        stop = min(start + block_size, n)
-        args = (q[:, :, start:stop], k, v, _rows(mask, start, stop), _rows(bias, start, stop))
-        if recompute:
-            out = checkpoint(lambda *a: block(*a)[0], *args, use_reentrant=False)
-        else:
-            out, w = block(*args)
-            if return_weights:
-                weights.append(w)
-        outs.append(out)
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+    blocks = _Blocks(score_fn, norm_fn, mask, bias is not None, dropout_p, n, min(block_size, n), q.device)
     if not return_weights:
-        return AttentionResult(out, None)
+        params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
+        return AttentionResult(_ChunkedAttention.apply(blocks, q, k, v, bias, *params), None)
+    # weights asked for: they are materialised anyway, so plain autograd through every block
+    outs, weights = [], []
+    for i, (start, stop) in enumerate(blocks.spans):
+        out, w = blocks.run(i, q[:, :, start:stop], k, v, _rows(bias, start, stop))
+        outs.append(out)
+        weights.append(w)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
     w = weights[0] if len(weights) == 1 else torch.cat(weights, dim=-2)
     return AttentionResult(out, w.expand(b, h, n, m))

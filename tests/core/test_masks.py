@@ -1,0 +1,95 @@
+"""Mask builders against their definitions, written out element by element."""
+
+import pytest
+import torch
+
+from attnlab import masks
+
+
+def by_rule(n, m, rule):
+    return torch.tensor([[rule(i, j) for j in range(m)] for i in range(n)], dtype=torch.bool).reshape(n, m)
+
+
+@pytest.mark.parametrize("n,m", [(5, 5), (3, 6), (6, 3), (1, 1), (0, 4), (4, 0)])
+def test_causal_bottom_right_alignment(n, m):
+    assert torch.equal(masks.causal(n, m), by_rule(n, m, lambda i, j: j <= i + (m - n)))
+
+
+@pytest.mark.parametrize("n,m", [(5, 5), (3, 6), (6, 3)])
+def test_causal_top_left_alignment_matches_sdpa_is_causal(n, m):
+    assert torch.equal(masks.causal(n, m, align="top_left"), by_rule(n, m, lambda i, j: j <= i))
+    # and it is what scaled_dot_product_attention(is_causal=True) computes
+    q, k, v = torch.randn(1, 1, n, 4), torch.randn(1, 1, m, 4), torch.randn(1, 1, m, 4)
+    if n <= m:  # SDPA gives NaN for rows with no key; compare where defined
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        b = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=masks.causal(n, m, align="top_left"))
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("w", [0, 1, 3, 10])
+@pytest.mark.parametrize("n,m", [(7, 7), (4, 7)])
+def test_window_two_sided_and_one_sided(n, m, w):
+    s = m - n
+    assert torch.equal(masks.window(n, w, m), by_rule(n, m, lambda i, j: abs(i + s - j) <= w))
+    assert torch.equal(masks.window(n, w, m, causal=True), by_rule(n, m, lambda i, j: 0 <= i + s - j <= w))
+
+
+def test_window_as_wide_as_the_sequence_allows_everything_and_causal_window_limit():
+    assert masks.window(6, 5).all()
+    assert torch.equal(masks.window(6, 5, causal=True), masks.causal(6))
+
+
+def test_padding_mask_shape_and_values():
+    mk = masks.padding([3, 0, 5], 5)
+    assert mk.shape == (3, 1, 1, 5)
+    assert torch.equal(mk[:, 0, 0], by_rule(3, 5, lambda b, j: j < [3, 0, 5][b]))
+    assert masks.padding(torch.tensor([2, 4])).shape == (2, 1, 1, 4)
+
+
+def test_graph_mask_edges_point_from_source_to_target():
+    edge_index = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])  # 0->1, 1->2, 2->0, 2->1
+    mk = masks.graph(edge_index, 4)
+    expected = torch.zeros(4, 4, dtype=torch.bool)
+    for j, i in edge_index.T.tolist():
+        expected[i, j] = True  # node i attends to node j
+    assert torch.equal(mk, expected)
+    assert not mk[3].any()  # an isolated node attends to nothing
+    assert torch.equal(masks.graph(edge_index, 4, add_self_loops=True), expected | torch.eye(4, dtype=torch.bool))
+
+
+def test_no_self_and_combinators():
+    assert torch.equal(masks.no_self(4), ~torch.eye(4, dtype=torch.bool))
+    c = masks.and_masks(masks.causal(4), masks.no_self(4))
+    assert torch.equal(c, by_rule(4, 4, lambda i, j: j < i))
+    assert not c[0].any()  # the first query has no allowed key left
+    o = masks.or_masks(masks.causal(4), masks.window(4, 1))
+    assert torch.equal(o, by_rule(4, 4, lambda i, j: j <= i + 1))
+    assert masks.and_masks(None, masks.causal(3)) is not None
+    assert masks.or_masks(None, masks.causal(3)) is None  # None = everything allowed
+    both = masks.and_masks(masks.padding([2, 3], 3), masks.causal(3))
+    assert both.shape == (2, 1, 3, 3)
+
+
+@pytest.mark.parametrize(
+    "call, exc, words",
+    [
+        (lambda: masks.window(4, -1), ValueError, "w (window half-width) must be >= 0"),
+        (lambda: masks.window(4, 1.5), TypeError, "must be an int"),
+        (lambda: masks.causal(-2), ValueError, "n must be >= 0"),
+        (lambda: masks.causal(3, align="middle"), ValueError, "align must be"),
+        (lambda: masks.graph(torch.tensor([[0, 5], [1, 2]]), 4), ValueError, "expected them in [0, 3]"),
+        (lambda: masks.graph(torch.tensor([[0, -1], [1, 2]]), 4), ValueError, "expected them in [0, 3]"),
+        (lambda: masks.graph(torch.tensor([0, 1, 2]), 4), ValueError, "shape (2, E)"),
+        (lambda: masks.graph(torch.tensor([[0.0], [1.0]]), 4), TypeError, "integer dtype"),
+        (lambda: masks.graph([[0], [1]], 4), TypeError, "torch.Tensor"),
+        (lambda: masks.padding([3, 7], 5), ValueError, "lengths must lie in [0, m=5]"),
+        (lambda: masks.padding(torch.tensor([1.0, 2.0]), 5), TypeError, "integer dtype"),
+        (lambda: masks.padding(torch.tensor([[1, 2]]), 5), ValueError, "1-D"),
+        (lambda: masks.and_masks(torch.ones(2, 2)), TypeError, "torch.bool"),
+        (lambda: masks.or_masks(masks.causal(3), masks.causal(4)), ValueError, "do not broadcast"),
+    ],
+)
+def test_bad_input_raises_clear_errors(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    assert words in str(info.value)

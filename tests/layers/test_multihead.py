@@ -1,0 +1,145 @@
+"""MultiHeadAttention against torch.nn.MultiheadAttention and the float64 reference."""
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab import MultiHeadAttention, masks, reference_attention
+from tests.helpers import assert_close_rel
+
+E, H = 16, 4
+
+
+def torch_mha(**kw):
+    torch.manual_seed(0)
+    m = nn.MultiheadAttention(E, H, batch_first=True, **kw)
+    with torch.no_grad():  # non-zero biases, so that copying them is tested too
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.normal_(0, 0.1)
+    return m.eval()
+
+
+@pytest.mark.parametrize("kw", [{}, {"bias": False}, {"kdim": 6, "vdim": 10}])
+@pytest.mark.parametrize("case", ["unmasked", "padding", "causal", "padding+causal"])
+def test_from_torch_reproduces_outputs_and_per_head_weights(kw, case):
+    m = torch_mha(**kw)
+    ours = MultiHeadAttention.from_torch(m).eval()
+    g = torch.Generator().manual_seed(1)
+    n = 7
+    x = torch.randn(3, n, E, generator=g)
+    key = torch.randn(3, n, m.kdim, generator=g)
+    value = torch.randn(3, n, m.vdim, generator=g)
+    lengths = torch.tensor([7, 4, 1])
+    torch_kw, our_mask = {}, None
+    if "padding" in case:
+        torch_kw["key_padding_mask"] = ~masks.padding(lengths, n)[:, 0, 0]  # torch: True = ignore
+        our_mask = masks.padding(lengths, n)
+    if "causal" in case:
+        torch_kw["attn_mask"] = ~masks.causal(n)  # torch: True = not allowed
+        our_mask = masks.and_masks(our_mask, masks.causal(n))
+    with torch.no_grad():
+        want, want_w = m(x, key, value, need_weights=True, average_attn_weights=False, **torch_kw)
+        got = ours(x, key, value, mask=our_mask, return_weights=True)
+    torch.testing.assert_close(got.output, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.weights, want_w, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the fast path (no weights asked) agrees too
+        torch.testing.assert_close(ours(x, key, value, mask=our_mask).output, want, rtol=1e-5, atol=1e-5)
+
+
+def test_self_attention_default_and_to_torch_round_trip():
+    m = torch_mha()
+    ours = MultiHeadAttention.from_torch(m)
+    back = ours.to_torch()
+    assert back.batch_first
+    for (name, p), (name2, p2) in zip(m.state_dict().items(), back.state_dict().items()):
+        assert name == name2 and torch.equal(p, p2), name
+    x = torch.randn(2, 5, E)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x).output, m(x, x, x, need_weights=False)[0], rtol=1e-5, atol=1e-5)
+    m2 = torch_mha(kdim=6, vdim=10)
+    back2 = MultiHeadAttention.from_torch(m2).to_torch()
+    for (name, p), (_, p2) in zip(m2.state_dict().items(), back2.state_dict().items()):
+        assert torch.equal(p, p2), name
+
+
+def head_inputs(mha, x):
+    """q, k, v per head computed by hand in float64 from the module's weights."""
+    x = x.double()
+    b, n, _ = x.shape
+    outs = []
+    for lin, head in ((mha.q_proj, "head_q"), (mha.k_proj, "head_k"), (mha.v_proj, "head_v")):
+        y = x @ lin.weight.double().T + lin.bias.double()  # q^i = W^q a^i (+ b)
+        if mha.head_mode == "project":
+            w = getattr(mha, head).double()  # (H, D, E): q^{i,h} = W^{q,h} q^i
+            outs.append(torch.stack([y @ w[h].T for h in range(mha.num_heads)], dim=1))
+        else:
+            outs.append(y.view(b, n, mha.num_heads, mha.head_dim).transpose(1, 2))
+    return outs
+
+
+@pytest.mark.parametrize("head_mode", ["split", "project"])
+@pytest.mark.parametrize("score", ["scaled_dot", "additive", "bilinear", "cosine"])
+@pytest.mark.parametrize("normalize", ["softmax", "relu"])
+def test_both_head_modes_equal_the_reference(head_mode, score, normalize):
+    torch.manual_seed(3)
+    mha = MultiHeadAttention(E, H, score=score, normalize=normalize, head_mode=head_mode)
+    x = torch.randn(2, 5, E)
+    mask = masks.padding([5, 3], 5)
+    q, k, v = head_inputs(mha, x)
+    ref, ref_w = reference_attention(q, k, v, score=mha.score, normalize=normalize, mask=mask)
+    concat = ref.transpose(1, 2).reshape(2, 5, E)
+    want = concat @ mha.out_proj.weight.double().T + mha.out_proj.bias.double()
+    got = mha(x, mask=mask, return_weights=True)
+    assert_close_rel(got.output, want, 1e-5, "output")
+    assert_close_rel(got.weights, ref_w, 1e-5, "weights")
+
+
+def test_learnable_scores_get_gradients_and_one_weight_set_per_head():
+    mha = MultiHeadAttention(E, H, score="additive", score_options={"hidden_dim": 3})
+    assert mha.score.w_q.shape == (H, E // H, 3)
+    mha(torch.randn(2, 4, E)).output.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mha.score.parameters())
+    cos = MultiHeadAttention(E, H, score="cosine", score_options={"learnable": True, "temperature": 0.3})
+    assert cos.score.log_temperature.shape == (H, 1, 1)
+    cos(torch.randn(1, 3, E)).output.sum().backward()
+    assert cos.score.log_temperature.grad is not None
+
+
+def test_cross_attention_lengths_and_dropout_only_in_training():
+    mha = MultiHeadAttention(E, H, dropout=0.5)
+    x, mem = torch.randn(2, 3, E), torch.randn(2, 9, E)
+    res = mha.eval()(x, mem, return_weights=True)
+    assert res.output.shape == (2, 3, E) and res.weights.shape == (2, H, 3, 9)
+    torch.testing.assert_close(mha(x, mem).output, mha(x, mem).output)  # eval: deterministic
+    mha.train()
+    assert not torch.equal(mha(x, mem).output, mha(x, mem).output)
+
+
+@pytest.mark.parametrize(
+    "build, exc, words",
+    [
+        (lambda: MultiHeadAttention(10, 3), ValueError, "embed_dim must be divisible by num_heads"),
+        (lambda: MultiHeadAttention(8, 0), ValueError, "num_heads must be a positive int"),
+        (lambda: MultiHeadAttention(8, 2, score="nope"), ValueError, "unknown score 'nope'"),
+        (lambda: MultiHeadAttention(8, 2, normalize="nope"), ValueError, "unknown normaliser 'nope'"),
+        (lambda: MultiHeadAttention(8, 2, head_mode="mixed"), ValueError, "head_mode"),
+        (lambda: MultiHeadAttention(8, 2, dropout=1.0), ValueError, "dropout"),
+        (lambda: MultiHeadAttention(8, 2, score="cosine").to_torch(), ValueError, "to_torch needs"),
+        (lambda: MultiHeadAttention(8, 2, head_mode="project").to_torch(), ValueError, "to_torch needs"),
+        (lambda: MultiHeadAttention.from_torch(nn.Linear(2, 2)), TypeError, "expects a torch.nn.MultiheadAttention"),
+        (lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True)), ValueError, "add_bias_kv"),
+        (lambda: MultiHeadAttention(8, 2)(torch.randn(2, 3, 7)), ValueError, "query must have last dimension 8"),
+        (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8)), ValueError, "query must have rank 3"),
+        (lambda: MultiHeadAttention(8, 2)(torch.randn(2, 3, 8), torch.randn(1, 4, 8)), ValueError, "batch size"),
+        (
+            lambda: MultiHeadAttention(8, 2)(torch.randn(2, 3, 8), mask=torch.ones(4, 4, dtype=torch.bool)),
+            ValueError,
+            "mask of shape (4, 4) does not broadcast",
+        ),
+    ],
+)
+def test_bad_input_raises_clear_errors(build, exc, words):
+    with pytest.raises(exc) as info:
+        build()
+    assert words in str(info.value)

@@ -1,0 +1,82 @@
+"""The attnlab command, run as a user would (typer's CliRunner), checked against the library."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import attnlab
+from attnlab.cli import app
+
+runner = CliRunner()
+
+
+def run_ok(*args):
+    res = runner.invoke(app, list(args))
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_version():
+    assert run_ok("--version").strip() == f"attnlab {attnlab.__version__}"
+
+
+@pytest.mark.parametrize("score", attnlab.list_scores())
+@pytest.mark.parametrize("normalize", attnlab.list_normalizers())
+def test_explain_json_steps_are_consistent_with_attend(score, normalize):
+    ex = json.loads(run_ok("explain", "I saw a saw", "--score", score, "--normalize", normalize, "--json"))
+    assert ex["tokens"] == ["I", "saw", "a", "saw"]
+    q, k, v = (torch.tensor(ex[name], dtype=torch.float64) for name in ("q", "k", "v"))  # (H, N, D)
+    weights = torch.tensor(ex["weights"], dtype=torch.float64)
+    torch.testing.assert_close(torch.tensor(ex["output"], dtype=torch.float64), (weights @ v)[0])
+    if normalize == "softmax":
+        torch.testing.assert_close(weights.sum(-1), torch.ones(1, 4, dtype=torch.float64))
+    # identical words, no positions: identical rows everywhere
+    for name in ("inputs", "output"):
+        assert ex[name][1] == ex[name][3]
+    if score in ("dot", "scaled_dot", "cosine"):  # plain scores: attend() on the printed Q, K, V agrees
+        res = attnlab.attend(q[None], k[None], v[None], score=score, normalize=normalize, return_weights=True)
+        torch.testing.assert_close(res.weights[0], weights)
+
+
+def test_explain_no_self_and_heads():
+    ex = json.loads(run_ok("explain", "a b c", "--no-self", "--heads", "2", "--json"))
+    assert len(ex["q"]) == 2 and len(ex["q"][0][0]) == 2
+    for h in range(2):
+        for i in range(3):
+            assert ex["scores"][h][i][i] is None and ex["weights"][h][i][i] == 0.0
+    assert len(ex["output"]) == 3 and len(ex["output"][0]) == 4
+    table = run_ok("explain", "I saw a saw")
+    for title in ("I — input vectors", "Q = W^q I", "A — scores", "A' — softmax", "O = A' V"):
+        assert title in table
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["explain", "x y", "--heads", "3"], "heads must be a positive divisor of dim=4"),
+        (["explain", "x y", "--score", "euclid"], "unknown score 'euclid'"),
+        (["explain", "x y", "--normalize", "max"], "unknown normaliser 'max'"),
+        (["explain", "   "], "no tokens"),
+        (["bench", "attention", "--sizes", "a,b"], "--sizes must be comma-separated integers"),
+        (["bench", "attention", "--configs", "dot+max"], "unknown --configs"),
+    ],
+)
+def test_bad_arguments_give_one_line_errors(args, words):
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2
+    assert words in res.output and "Traceback" not in res.output
+
+
+def test_bench_attention_json_records():
+    out = run_ok("bench", "attention", "--sizes", "16,24", "--configs", "scaled_dot+softmax,scaled_dot+relu", "--modes", "fwd_bwd", "--repeats", "1", "--json")
+    records = json.loads(out[out.index("["):])
+    assert {r["impl"] for r in records} == {"attend", "sdpa", "naive", "attend_chunked"}
+    assert len(records) == (4 + 2) * 2
+    for r in records:
+        assert set(r) >= {"impl", "path", "n", "mode", "seconds", "peak_bytes"}
+        assert r["mode"] == "fwd_bwd" and r["n"] in (16, 24) and r["seconds"] > 0
+    backend = {(r["path"], r["impl"]): r["backend"] for r in records}
+    assert backend[("scaled_dot+softmax", "attend")] == "sdpa"
+    assert backend[("scaled_dot+relu", "attend")] == "chunked"
