@@ -3,9 +3,9 @@
 For every configuration (score + normaliser), every sequence length N and both modes (``fwd``:
 forward only, under ``torch.no_grad``; ``fwd_bwd``: forward and backward to q, k, v), each
 implementation is timed **round-robin in one process**, so machine noise hits them alike, and
-its peak memory is read once from PyTorch's profiler: the largest total of tensor bytes alive
-at once during the call, on top of the inputs (every allocation of PyTorch's CPU or CUDA
-allocator counts, kernels' scratch buffers included).
+its peak memory is read once from PyTorch's profiler, in a fresh child process per cell: the
+largest total of tensor bytes alive at once during the call, on top of the inputs (every
+allocation of PyTorch's CPU allocator counts, kernels' scratch buffers included).
 
 Implementations:
 
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import math
 import os
+import subprocess
 import sys
 import statistics
 import time
@@ -145,6 +147,88 @@ def _available_bytes() -> int:
     return 8 << 30
 
 
+@dataclass(frozen=True)
+class _Case:
+    """One (configuration, size, mode) cell of the benchmark grid."""
+
+    config: str
+    n: int
+    mode: str
+    batch: int
+    heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+    seed: int
+    memory_budget: int
+
+
+def _build(case: _Case):
+    """The calls to measure for one cell: ``(calls, backends, skipped, inputs)``.
+
+    Built the same way (same seeds) in the timing process and in the memory process.
+    """
+    cfg = CONFIGS[case.config]
+    torch.manual_seed(case.seed)
+    is_additive = cfg["score"] == "additive"
+    score = Additive(case.head_dim, num_heads=case.heads).to(case.device, case.dtype) if is_additive else cfg["score"]
+    norm = cfg["normalize"]
+    g = torch.Generator(device="cpu").manual_seed(case.seed + case.n)
+    grad = case.mode == "fwd_bwd"
+    shape = (case.batch, case.heads, case.n, case.head_dim)
+    qkv = [torch.randn(*shape, generator=g, dtype=case.dtype).to(case.device).requires_grad_(grad) for _ in range(3)]
+    q, k, v = qkv
+
+    def make(fwd: Callable[[], torch.Tensor]) -> Callable[[], object]:
+        def call():
+            if grad:
+                for t in qkv:
+                    t.grad = None
+                fwd().sum().backward()
+            else:
+                with torch.no_grad():
+                    fwd()
+
+        return call
+
+    calls: dict[str, Callable[[], object]] = {}
+    backends: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for impl in cfg["impls"]:
+        if impl == "attend":
+            calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm).output)
+            backends[impl] = plan(score, norm, head_dim=case.head_dim)
+        elif impl == "attend_chunked":
+            calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm, backend="chunked").output)
+            backends[impl] = "chunked"
+        elif impl == "sdpa":
+            calls[impl] = make(lambda: F.scaled_dot_product_attention(q, k, v))
+            backends[impl] = "sdpa"
+        else:
+            backends[impl] = "naive"
+            pair_cost = case.head_dim if is_additive else 1
+            need = _estimate_naive_bytes(case.batch, case.heads, case.n, pair_cost, q.element_size(), case.mode)
+            if need > case.memory_budget:
+                skipped[impl] = f"need about {need / 2**30:.0f} GiB, over half the available memory"
+            else:
+                calls[impl] = make(lambda: naive_attention(q, k, v, score, norm))
+    return calls, backends, skipped, qkv
+
+
+def _measure_peaks(case: _Case) -> dict[str, int | None]:
+    """Peak tensor bytes of each call of one cell. Run in a fresh process: the profiler's own
+    records, interleaved with large tensors, fragment the heap of a long-lived process."""
+    calls, _, _, qkv = _build(case)
+    peaks = {}
+    for impl, call in calls.items():
+        call()  # warm-up: lazy initialisation stays out of the measurement
+        for t in qkv:
+            t.grad = None  # freed before profiling, so it sees only this call's tensors
+        gc.collect()
+        peaks[impl] = peak_bytes(call)
+    return peaks
+
+
 def run(
     sizes: Iterable[int] = (1024, 4096, 8192),
     configs: Iterable[str] | None = None,
@@ -158,9 +242,13 @@ def run(
     min_repeats: int = 3,
     target_seconds: float = 2.0,
     seed: int = 0,
+    memory_in_subprocess: bool = True,
     on_record: Callable[[Record], None] | None = None,
 ) -> list[Record]:
     """Measure every implementation of every configuration at every size and mode.
+
+    Times are taken round-robin in this process; peak memory is read with the profiler in a
+    fresh child process per cell (``memory_in_subprocess=False`` reads it here instead).
 
     Args:
         sizes: sequence lengths N (= M).
@@ -180,80 +268,53 @@ def run(
     records: list[Record] = []
     budget = _available_bytes() // 2
     for cfg_name in configs:
-        cfg = CONFIGS[cfg_name]
-        torch.manual_seed(seed)
-        score = Additive(head_dim, num_heads=heads).to(device, dtype) if cfg["score"] == "additive" else cfg["score"]
-        norm = cfg["normalize"]
-        pair_cost = head_dim if cfg["score"] == "additive" else 1
         for n in sizes:
-            g = torch.Generator(device="cpu").manual_seed(seed + n)
-            base = [torch.randn(batch, heads, n, head_dim, generator=g, dtype=dtype).to(device) for _ in range(3)]
             for mode in modes:
-                calls: dict[str, Callable[[], object]] = {}
-                backends: dict[str, str] = {}
-                skipped: dict[str, str] = {}
-                grad = mode == "fwd_bwd"
-                qkv = [t.clone().requires_grad_(grad) for t in base]
-
-                def make(fwd: Callable[[], torch.Tensor]) -> Callable[[], object]:
-                    def call():
-                        if grad:
-                            for t in qkv:
-                                t.grad = None
-                            fwd().sum().backward()
-                        else:
-                            with torch.no_grad():
-                                fwd()
-
-                    return call
-
-                q, k, v = qkv
-                for impl in cfg["impls"]:
-                    if impl == "attend":
-                        calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm).output)
-                        backends[impl] = plan(score, norm, head_dim=head_dim)
-                    elif impl == "attend_chunked":
-                        calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm, backend="chunked").output)
-                        backends[impl] = "chunked"
-                    elif impl == "sdpa":
-                        calls[impl] = make(lambda: F.scaled_dot_product_attention(q, k, v))
-                        backends[impl] = "sdpa"
-                    else:
-                        backends[impl] = "naive"
-                        need = _estimate_naive_bytes(batch, heads, n, pair_cost, base[0].element_size(), mode)
-                        if need > budget:
-                            skipped[impl] = f"needs about {need / 2**30:.0f} GiB, over half the available memory"
-                        else:
-                            calls[impl] = make(lambda: naive_attention(q, k, v, score, norm))
-                peaks, first = {}, {}
-                for impl, call in calls.items():  # warm-up call, which also measures memory
-                    gc.collect()
-                    t0 = time.perf_counter()
-                    call()
-                    first[impl] = time.perf_counter() - t0
-                    for t in qkv:
-                        t.grad = None  # freed before profiling, so it sees only this call's tensors
-                    gc.collect()
-                    peaks[impl] = peak_bytes(call)
-                slowest = max(first.values(), default=0.0) * max(len(calls), 1)
-                repeats = max(min_repeats, min(20, int(target_seconds / max(slowest, 1e-9))))
-                times: dict[str, list[float]] = {impl: [] for impl in calls}
-                for _ in range(repeats):
-                    for impl, call in calls.items():
-                        t0 = time.perf_counter()
-                        call()
-                        times[impl].append(time.perf_counter() - t0)
-                for impl in cfg["impls"]:
-                    if impl in skipped:
-                        rec = Record(impl, cfg_name, backends[impl], n, mode, None, None, 0, skipped[impl])
-                    else:
-                        rec = Record(impl, cfg_name, backends[impl], n, mode, statistics.median(times[impl]), peaks[impl], repeats)
-                    records.append(rec)
-                    if on_record is not None:
-                        on_record(rec)
-                del calls, qkv, q, k, v
-                gc.collect()
+                case = _Case(cfg_name, n, mode, batch, heads, head_dim, dtype, device, seed, budget)
+                peaks = _measure_peaks_in_child(case) if memory_in_subprocess else _measure_peaks(case)
+                records += _time_case(case, peaks, min_repeats, target_seconds, on_record)
     return records
+
+
+def _measure_peaks_in_child(case: _Case) -> dict[str, int | None]:
+    """:func:`_measure_peaks` in a fresh ``python -m attnlab.bench.attention`` process."""
+    spec = {**asdict(case), "dtype": str(case.dtype).removeprefix("torch."), "device": str(case.device)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.bench.attention"], input=json.dumps(spec), capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory measurement of {case.config} N={case.n} {case.mode} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _time_case(case: _Case, peaks, min_repeats, target_seconds, on_record) -> list[Record]:
+    calls, backends, skipped, _ = _build(case)
+    first = {}
+    for impl, call in calls.items():  # warm-up, which also sets the number of repetitions
+        gc.collect()
+        t0 = time.perf_counter()
+        call()
+        first[impl] = time.perf_counter() - t0
+    slowest = max(first.values(), default=0.0) * max(len(calls), 1)
+    repeats = max(min_repeats, min(20, int(target_seconds / max(slowest, 1e-9))))
+    times: dict[str, list[float]] = {impl: [] for impl in calls}
+    for _ in range(repeats):
+        for impl, call in calls.items():  # round-robin: noise hits every implementation alike
+            t0 = time.perf_counter()
+            call()
+            times[impl].append(time.perf_counter() - t0)
+    out = []
+    for impl in CONFIGS[case.config]["impls"]:
+        if impl in skipped:
+            rec = Record(impl, case.config, backends[impl], case.n, case.mode, None, None, 0, skipped[impl])
+        else:
+            rec = Record(
+                impl, case.config, backends[impl], case.n, case.mode, statistics.median(times[impl]), peaks[impl], repeats
+            )
+        out.append(rec)
+        if on_record is not None:
+            on_record(rec)
+    return out
 
 
 def ratios(records: list[Record]) -> list[dict]:
@@ -285,3 +346,10 @@ def ratios(records: list[Record]) -> list[dict]:
                     }
                 )
     return out
+
+
+if __name__ == "__main__":  # worker: one cell's memory, case as JSON on stdin, peaks as JSON on stdout
+    _spec = json.loads(sys.stdin.read())
+    _spec["dtype"] = getattr(torch, _spec["dtype"])
+    _spec["device"] = torch.device(_spec["device"])
+    print(json.dumps(_measure_peaks(_Case(**_spec))))
