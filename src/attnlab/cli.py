@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -144,14 +147,16 @@ def bench_attention(
     ) as progress:
         task = progress.add_task("benchmarking attention", total=total)
 
+        done: list = []
+
         def tick(rec):
             progress.update(task, advance=1, description=f"{rec.path} N={rec.n} {rec.mode}")
+            done.append(rec.to_dict())
+            if output:  # rewritten after every record, atomically: an interrupted run keeps what it measured
+                _write_json(output, done)
 
         records = run(size_list, cfg_list, mode_list, min_repeats=repeats, on_record=tick)
     data = [r.to_dict() for r in records]
-    if output:
-        with open(output, "w") as f:
-            json.dump(data, f, indent=1)
     if as_json:
         print(json.dumps(data))
         return
@@ -181,9 +186,17 @@ def bench_attention(
                 f"{vs_naive['memory_ratio']:.3f}" if vs_naive and vs_naive["memory_ratio"] is not None else "",
             )
         out.print(t)
-    skipped = {r.skipped for r in records if r.skipped}
-    for reason in sorted(skipped):
-        out.print(f"skipped: naive runs that {reason}")
+    for note in sorted({(r.impl, r.note) for r in records if r.note}):
+        out.print(f"{note[0]}: {note[1]}")
+
+
+def _write_json(path: str, data) -> None:
+    """Write JSON atomically: a temporary file beside the target, then a rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
+        json.dump(data, f, indent=1)
+    os.replace(f.name, target)
 
 
 def main() -> None:

@@ -228,6 +228,7 @@ def test_dropout_zeroes_some_weights_and_scales_the_rest():
         (dict(block_size=0), ValueError, "block_size"),
         (dict(score=Additive(4, num_heads=3)), ValueError, "built for 3 heads"),
         (dict(score=Additive(8)), ValueError, "built for q of last dimension 8"),
+        (dict(score=Cosine(learnable=True, num_heads=3)), ValueError, "built for 3 heads"),
     ],
 )
 def test_bad_input_raises_clear_errors(kwargs, exc, words):

@@ -28,8 +28,10 @@ def test_from_torch_reproduces_outputs_and_per_head_weights(kw, case):
     g = torch.Generator().manual_seed(1)
     n = 7
     x = torch.randn(3, n, E, generator=g)
-    key = torch.randn(3, n, m.kdim, generator=g)
-    value = torch.randn(3, n, m.vdim, generator=g)
+    if kw.get("kdim"):  # cross-attention from inputs of other widths
+        key, value = torch.randn(3, n, m.kdim, generator=g), torch.randn(3, n, m.vdim, generator=g)
+    else:  # self-attention, m(x, x, x)
+        key = value = x
     lengths = torch.tensor([7, 4, 1])
     torch_kw, our_mask = {}, None
     if "padding" in case:

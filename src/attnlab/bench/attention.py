@@ -50,8 +50,9 @@ CONFIGS: dict[str, dict] = {
 
 @dataclass
 class Record:
-    """One measurement: ``seconds`` is the median over the timed repetitions; ``peak_bytes`` the
-    profiler's peak of live tensor bytes during one call. Both None when ``skipped`` says why."""
+    """One measurement: ``seconds`` is the median over the timed repetitions (after a warm-up
+    call); ``peak_bytes`` the profiler's peak of live tensor bytes during one call. Where either
+    is None, ``note`` says why."""
 
     impl: str
     path: str
@@ -61,7 +62,7 @@ class Record:
     seconds: float | None
     peak_bytes: int | None
     repeats: int
-    skipped: str | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -209,19 +210,19 @@ def _build(case: _Case):
             pair_cost = case.head_dim if is_additive else 1
             need = _estimate_naive_bytes(case.batch, case.heads, case.n, pair_cost, q.element_size(), case.mode)
             if need > case.memory_budget:
-                skipped[impl] = f"need about {need / 2**30:.0f} GiB, over half the available memory"
+                skipped[impl] = f"skipped: would need about {need / 2**30:.0f} GiB, over half the available memory"
             else:
                 calls[impl] = make(lambda: naive_attention(q, k, v, score, norm))
     return calls, backends, skipped, qkv
 
 
-def _measure_peaks(case: _Case) -> dict[str, int | None]:
-    """Peak tensor bytes of each call of one cell. Run in a fresh process: the profiler's own
-    records, interleaved with large tensors, fragment the heap of a long-lived process."""
+def _measure_peaks(case: _Case, warmup: bool = True) -> dict[str, int | None]:
+    """Peak tensor bytes of each call of one cell (after a warm-up call if ``warmup``)."""
     calls, _, _, qkv = _build(case)
     peaks = {}
     for impl, call in calls.items():
-        call()  # warm-up: lazy initialisation stays out of the measurement
+        if warmup:
+            call()  # lazy initialisation stays out of the measurement
         for t in qkv:
             t.grad = None  # freed before profiling, so it sees only this call's tensors
         gc.collect()
@@ -271,50 +272,70 @@ def run(
         for n in sizes:
             for mode in modes:
                 case = _Case(cfg_name, n, mode, batch, heads, head_dim, dtype, device, seed, budget)
-                peaks = _measure_peaks_in_child(case) if memory_in_subprocess else _measure_peaks(case)
-                records += _time_case(case, peaks, min_repeats, target_seconds, on_record)
+                calls, backends, skipped, _ = _build(case)
+                times, repeats = _time_calls(calls, min_repeats, target_seconds)
+                del calls
+                gc.collect()
+                warmup = max((t[0] for t in times.values()), default=0.0) < 1.0
+                try:
+                    peaks = _measure_peaks_in_child(case, warmup) if memory_in_subprocess else _measure_peaks(case, warmup)
+                except RuntimeError as e:  # recorded, not fatal: the timings stand
+                    peaks, note = {}, f"memory not measured: {str(e).splitlines()[0]}"
+                else:
+                    note = None
+                for impl in CONFIGS[case.config]["impls"]:
+                    if impl in skipped:
+                        rec = Record(impl, case.config, backends[impl], case.n, case.mode, None, None, 0, skipped[impl])
+                    else:
+                        median = statistics.median(times[impl][1:] or times[impl])
+                        rec = Record(
+                            impl, case.config, backends[impl], case.n, case.mode, median, peaks.get(impl), repeats, note
+                        )
+                    records.append(rec)
+                    if on_record is not None:
+                        on_record(rec)
     return records
 
 
-def _measure_peaks_in_child(case: _Case) -> dict[str, int | None]:
-    """:func:`_measure_peaks` in a fresh ``python -m attnlab.bench.attention`` process."""
-    spec = {**asdict(case), "dtype": str(case.dtype).removeprefix("torch."), "device": str(case.device)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.bench.attention"], input=json.dumps(spec), capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"memory measurement of {case.config} N={case.n} {case.mode} failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _time_case(case: _Case, peaks, min_repeats, target_seconds, on_record) -> list[Record]:
-    calls, backends, skipped, _ = _build(case)
-    first = {}
+def _time_calls(calls, min_repeats, target_seconds) -> tuple[dict[str, list[float]], int]:
+    """Per implementation: the warm-up time first, then ``repeats`` round-robin timings."""
+    times: dict[str, list[float]] = {impl: [] for impl in calls}
     for impl, call in calls.items():  # warm-up, which also sets the number of repetitions
         gc.collect()
         t0 = time.perf_counter()
         call()
-        first[impl] = time.perf_counter() - t0
-    slowest = max(first.values(), default=0.0) * max(len(calls), 1)
-    repeats = max(min_repeats, min(20, int(target_seconds / max(slowest, 1e-9))))
-    times: dict[str, list[float]] = {impl: [] for impl in calls}
+        times[impl].append(time.perf_counter() - t0)
+    round_trip = sum(t[0] for t in times.values())
+    if round_trip > 30.0:
+        repeats = 1  # a slow cell: one timed round after the warm-up
+    else:
+        repeats = max(min_repeats, min(20, int(target_seconds / max(round_trip, 1e-9))))
     for _ in range(repeats):
         for impl, call in calls.items():  # round-robin: noise hits every implementation alike
             t0 = time.perf_counter()
             call()
             times[impl].append(time.perf_counter() - t0)
-    out = []
-    for impl in CONFIGS[case.config]["impls"]:
-        if impl in skipped:
-            rec = Record(impl, case.config, backends[impl], case.n, case.mode, None, None, 0, skipped[impl])
-        else:
-            rec = Record(
-                impl, case.config, backends[impl], case.n, case.mode, statistics.median(times[impl]), peaks[impl], repeats
-            )
-        out.append(rec)
-        if on_record is not None:
-            on_record(rec)
-    return out
+    return times, repeats
+
+
+def _measure_peaks_in_child(case: _Case, warmup: bool) -> dict[str, int | None]:
+    """:func:`_measure_peaks` in a fresh ``python -m attnlab.bench.attention`` process.
+
+    The profiler's own small records, interleaved with thousands of large block tensors,
+    fragment glibc's heap until its resident size reaches the naive implementation's (and more).
+    The child therefore runs with glibc's mmap threshold fixed at 128 KiB, so every large tensor
+    is mapped and returned on its own; this changes no tensor byte that is counted, and the
+    child does no timing.
+    """
+    spec = {**asdict(case), "dtype": str(case.dtype).removeprefix("torch."), "device": str(case.device), "warmup": warmup}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.bench.attention"], input=json.dumps(spec), capture_output=True, text=True, env=env
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise RuntimeError(f"the memory process of {case.config} N={case.n} {case.mode} failed ({tail[0]})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def ratios(records: list[Record]) -> list[dict]:
@@ -352,4 +373,5 @@ if __name__ == "__main__":  # worker: one cell's memory, case as JSON on stdin, 
     _spec = json.loads(sys.stdin.read())
     _spec["dtype"] = getattr(torch, _spec["dtype"])
     _spec["device"] = torch.device(_spec["device"])
-    print(json.dumps(_measure_peaks(_Case(**_spec))))
+    _warmup = _spec.pop("warmup")
+    print(json.dumps(_measure_peaks(_Case(**_spec), _warmup)))

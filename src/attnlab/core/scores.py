@@ -164,7 +164,11 @@ class Cosine(Score):
         else:
             self.register_buffer("log_temperature", log_t, persistent=False)
 
-    check = Dot.check
+    def check(self, q, k):
+        _check_same_width(self, q, k)
+        heads = self.log_temperature.shape[0]
+        if heads != 1 and (q.dim() < 3 or q.shape[-3] != heads):
+            raise ValueError(f"Cosine score was built for {heads} heads, got q of shape {tuple(q.shape)}")
 
     @property
     def temperature(self) -> torch.Tensor:
