@@ -161,11 +161,14 @@ def bench_attention(
         print(json.dumps(data))
         return
     rel = {(r["path"], r["n"], r["mode"], r["impl"], r["vs"]): r for r in ratios(records)}
-    out.print("attention benchmark: B=1, H=4, D=64, fp32; median time; peak = tensor bytes alive above the inputs")
+    out.print(
+        "attention benchmark: B=1, H=4, D=64, fp32. ms = median time; MiB = peak tensor memory above the inputs; "
+        "t/x and m/x = time and memory relative to x"
+    )
     for path in cfg_list:
         has_sdpa = "sdpa" in CONFIGS[path]["impls"]
         t = Table(title=path, title_justify="left", box=box.SIMPLE_HEAD)
-        cols = ["impl", "N", "mode", "ms", "peak MiB", "t/sdpa", "t/naive", "mem/naive"]
+        cols = ["impl", "N", "mode", "ms", "MiB", "t/sdpa", "t/naive", "m/naive"]
         for col in cols if has_sdpa else [c for c in cols if c != "t/sdpa"]:
             t.add_column(col, justify="left" if col in ("impl", "mode") else "right", no_wrap=True)
         for r in (r for r in records if r.path == path):
