@@ -24,7 +24,8 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Measure speed and memory, side by side in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
-out = Console()
+# a log file or pipe gets wide tables; a terminal gets its own width
+out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
 
