@@ -214,8 +214,8 @@ class _Blocks:
     """What one chunked call needs besides its tensors: the score, normaliser, mask, dropout
     seed and the block layout."""
 
-    def __init__(self, score_fn, norm_fn, mask, has_bias, dropout_p, n, block_size, device):
-        self.score_fn, self.norm_fn, self.mask, self.has_bias = score_fn, norm_fn, mask, has_bias
+    def __init__(self, score_fn, norm_fn, mask, dropout_p, n, block_size, device):
+        self.score_fn, self.norm_fn, self.mask = score_fn, norm_fn, mask
         self.dropout_p, self.device = dropout_p, device
         # one seed per call, drawn from torch's global generator (so torch.manual_seed rules);
         # block i's dropout mask comes from seed + i, so the backward pass can replay it
@@ -307,7 +307,7 @@ def _chunked(q, k, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, 
     if block_size is None:
         per_row = b * h * m * max(int(getattr(score_fn, "pair_cost", 1)), 1)
         block_size = max(1, DEFAULT_BLOCK_ELEMENTS // per_row)
-    blocks = _Blocks(score_fn, norm_fn, mask, bias is not None, dropout_p, n, min(block_size, n), q.device)
+    blocks = _Blocks(score_fn, norm_fn, mask, dropout_p, n, min(block_size, n), q.device)
     if not return_weights:
         params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
         return AttentionResult(_ChunkedAttention.apply(blocks, q, k, v, bias, *params), None)
