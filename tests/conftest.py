@@ -2,7 +2,6 @@
 
 import os
 
-import torch
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

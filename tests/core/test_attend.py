@@ -91,7 +91,7 @@ def test_sdpa_path_is_taken_and_equals_scaled_dot_product_attention():
     q, k, v = randn(2, 4, 33, 16, gen=gen), randn(2, 4, 40, 16, gen=gen), randn(2, 4, 40, 8, gen=gen)
     assert attnlab.plan("scaled_dot", "softmax", head_dim=16) == "sdpa"
     assert attnlab.plan("cosine", "softmax", head_dim=16) == "sdpa"
-    assert attnlab.plan("additive" if False else "scaled_dot", "relu", head_dim=16) == "chunked"
+    assert attnlab.plan("scaled_dot", "relu", head_dim=16) == "chunked"
     assert attnlab.plan("scaled_dot", "softmax", head_dim=16, return_weights=True) == "chunked"
     torch.testing.assert_close(attend(q, k, v).output, F.scaled_dot_product_attention(q, k, v), rtol=0, atol=0)
     mk = masks.padding([30, 40], 40)
@@ -248,3 +248,29 @@ def test_bilinear_starts_as_scaled_dot_and_cosine_is_scale_free():
     s = attnlab.cosine(q, k, temperature=0.5)
     assert s.abs().max() <= 2.0 + 1e-6
     torch.testing.assert_close(attnlab.scaled_dot(q, k), attnlab.dot(q, k) / math.sqrt(4))
+
+
+@pytest.mark.parametrize(
+    "build, exc, words",
+    [
+        (lambda: Additive(0), ValueError, "head_dim must be a positive int"),
+        (lambda: Additive(4, hidden_dim=-2), ValueError, "hidden_dim must be a positive int"),
+        (lambda: Bilinear(4, num_heads=0), ValueError, "num_heads must be a positive int"),
+        (lambda: Cosine(temperature=0.0), ValueError, "temperature must be a number > 0"),
+        (lambda: attnlab.create_score("dot", head_dim=4, scale=2), TypeError, "takes no options"),
+        (lambda: attnlab.create_score("euclid", head_dim=4), ValueError, "unknown score 'euclid'"),
+    ],
+)
+def test_bad_score_construction_raises_clear_errors(build, exc, words):
+    with pytest.raises(exc) as info:
+        build()
+    assert words in str(info.value)
+
+
+def test_create_score_builds_every_listed_score_with_per_head_weights():
+    assert attnlab.list_scores() == ["additive", "bilinear", "cosine", "dot", "scaled_dot"]
+    assert attnlab.list_normalizers() == ["relu", "sigmoid", "softmax"]
+    assert attnlab.create_score("additive", head_dim=4, num_heads=3, hidden_dim=5).w_q.shape == (3, 4, 5)
+    assert attnlab.create_score("bilinear", head_dim=4, num_heads=2).weight.shape == (2, 4, 4)
+    cos = attnlab.create_score("cosine", head_dim=4, temperature=0.5)
+    torch.testing.assert_close(cos.temperature.flatten(), torch.tensor([0.5]))

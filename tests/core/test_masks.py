@@ -57,6 +57,11 @@ def test_graph_mask_edges_point_from_source_to_target():
     assert torch.equal(masks.graph(edge_index, 4, add_self_loops=True), expected | torch.eye(4, dtype=torch.bool))
 
 
+def test_full_allows_every_pair():
+    assert torch.equal(masks.full(3, 5), by_rule(3, 5, lambda i, j: True))
+    assert masks.full(4).shape == (4, 4)
+
+
 def test_no_self_and_combinators():
     assert torch.equal(masks.no_self(4), ~torch.eye(4, dtype=torch.bool))
     c = masks.and_masks(masks.causal(4), masks.no_self(4))
@@ -86,6 +91,7 @@ def test_no_self_and_combinators():
         (lambda: masks.padding(torch.tensor([1.0, 2.0]), 5), TypeError, "integer dtype"),
         (lambda: masks.padding(torch.tensor([[1, 2]]), 5), ValueError, "1-D"),
         (lambda: masks.and_masks(torch.ones(2, 2)), TypeError, "torch.bool"),
+        (lambda: masks.full(3, -1), ValueError, "m must be >= 0"),
         (lambda: masks.or_masks(masks.causal(3), masks.causal(4)), ValueError, "do not broadcast"),
     ],
 )
