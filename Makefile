@@ -14,7 +14,7 @@ $(BIN)/attnlab: pyproject.toml constraints.txt
 
 demo: $(BIN)/attnlab
 	$(BIN)/attnlab explain "I saw a saw"
-	$(BIN)/attnlab bench attention
+	$(BIN)/attnlab bench attention -o bench-results/attention.json --plot bench-results/attention.png
 
 test: $(BIN)/attnlab
 	$(BIN)/python -m pytest

@@ -117,6 +117,7 @@ def bench_attention(
     repeats: int = typer.Option(3, min=1, help="Timed repetitions at least (more while they take under 2 s)."),
     as_json: bool = typer.Option(False, "--json", help="Print the records as a JSON list instead of a table."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON records to this file."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also draw time and memory against N to this PNG file."),
 ) -> None:
     """attend vs scaled_dot_product_attention vs a naive materialised implementation (B=1, H=4, D=64, fp32)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -158,6 +159,10 @@ def bench_attention(
 
         records = run(size_list, cfg_list, mode_list, min_repeats=repeats, on_record=tick)
     data = [r.to_dict() for r in records]
+    if plot:
+        from .viz.bench import plot_attention_benchmark
+
+        err.print(f"chart written to {plot_attention_benchmark(data, plot)}")
     if as_json:
         print(json.dumps(data))
         return

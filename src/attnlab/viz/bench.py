@@ -1,0 +1,71 @@
+"""Charts of ``attnlab bench attention`` records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["plot_attention_benchmark"]
+
+
+def plot_attention_benchmark(records: list[dict], path: str | Path) -> Path:
+    """Draw time and peak memory against N, one column per path, one line per implementation.
+
+    Both axes are logarithmic, so the N^2 growth of the naive implementation and the flat
+    memory of the fused and chunked paths read as slopes. Rows: fwd and fwd_bwd time, then
+    peak memory of fwd_bwd (of fwd if only that was measured).
+
+    Args:
+        records: dicts as produced by :meth:`attnlab.bench.attention.Record.to_dict`.
+        path: where to write the PNG (its folder is created).
+
+    Returns:
+        The path written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not records:
+        raise ValueError("no benchmark records to plot")
+    paths = list(dict.fromkeys(r["path"] for r in records))
+    modes = list(dict.fromkeys(r["mode"] for r in records))
+    mem_mode = "fwd_bwd" if "fwd_bwd" in modes else modes[0]
+    names = list(dict.fromkeys(_label(r) for r in records))
+    color = {name: f"C{i}" for i, name in enumerate(names)}  # one colour per implementation everywhere
+    rows = [("seconds", m, f"time, {m} (s)") for m in modes] + [("peak_bytes", mem_mode, f"peak memory, {mem_mode} (MiB)")]
+    fig, axes = plt.subplots(len(rows), len(paths), figsize=(4 * len(paths), 3 * len(rows)), squeeze=False)
+    for c, p in enumerate(paths):
+        for r, (field, mode, label) in enumerate(rows):
+            ax = axes[r][c]
+            by_impl: dict[str, list[tuple[int, float]]] = {}
+            for rec in records:
+                if rec["path"] == p and rec["mode"] == mode and rec[field] is not None:
+                    name = _label(rec)
+                    value = rec[field] / 2**20 if field == "peak_bytes" else rec[field]
+                    by_impl.setdefault(name, []).append((rec["n"], value))
+            for name, pts in by_impl.items():
+                pts.sort()
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=name, color=color[name])
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+            if r == 0:
+                ax.set_title(p)
+            if c == 0:
+                ax.set_ylabel(label)
+            if r == len(rows) - 1:
+                ax.set_xlabel("N (queries = keys)")
+            if by_impl:
+                ax.legend(fontsize=7)
+    fig.suptitle("attend vs scaled_dot_product_attention vs naive (B=1, H=4, D=64, fp32)")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _label(rec: dict) -> str:
+    return f"attend ({rec['backend']})" if rec["impl"].startswith("attend") else rec["impl"]
