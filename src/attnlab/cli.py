@@ -205,6 +205,9 @@ def _write_json(path: str, data) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
         json.dump(data, f, indent=1)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(f.name, 0o666 & ~umask)  # a temporary file is private; the result is an ordinary file
     os.replace(f.name, target)
 
 
