@@ -18,6 +18,7 @@ to this key (see :mod:`attnlab.core.masks`).
 
 from . import masks
 from .attend import AttentionResult, attend, plan
+from .bias import BlockBias
 from .normalize import list_normalizers, relu, sigmoid, softmax
 from .reference import reference_attention
 from .scores import (
@@ -39,6 +40,7 @@ __all__ = [
     "attend",
     "plan",
     "AttentionResult",
+    "BlockBias",
     "reference_attention",
     "softmax",
     "relu",

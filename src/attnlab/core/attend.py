@@ -18,6 +18,7 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 
+from .bias import BlockBias
 from .normalize import resolve_normalizer, softmax
 from .scores import Score, resolve_score
 
@@ -73,6 +74,10 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
     for name, t, kind in (("mask", mask, "bool"), ("bias", bias, "float")):
         if t is None:
             continue
+        if name == "bias" and isinstance(t, BlockBias):
+            if (t.n, t.m) != (n, m):
+                raise ValueError(f"bias is a BlockBias for {t.n} queries x {t.m} keys, but q, k give N={n}, M={m}")
+            continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
         if kind == "bool" and t.dtype != torch.bool:
@@ -107,8 +112,10 @@ def _sdpa_scale(score: Score, norm: Callable, head_dim: int, return_weights: boo
     return score.dot_scale(head_dim)
 
 
-def _rows(t: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+def _rows(t: torch.Tensor | BlockBias | None, start: int, stop: int) -> torch.Tensor | None:
     """Rows ``start:stop`` of a mask or bias broadcastable to (B, H, N, M) (dim -2 may be 1)."""
+    if isinstance(t, BlockBias):
+        return t.rows(start, stop)
     if t is None or t.dim() < 2 or t.shape[-2] == 1:
         return t
     return t[..., start:stop, :]
@@ -122,7 +129,7 @@ def attend(
     score: str | Score | Callable = "scaled_dot",
     normalize: str | Callable = "softmax",
     mask: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
+    bias: torch.Tensor | BlockBias | None = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
     backend: Backend = "auto",
@@ -146,7 +153,9 @@ def attend(
         normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` (see :mod:`attnlab.core.normalize`)
             or a callable ``(scores, mask) -> weights``.
         mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (see :mod:`attnlab.masks`).
-        bias: float, broadcastable to ``(B, H, N, M)``, added to the scores (ALiBi, relative positions).
+        bias: float, broadcastable to ``(B, H, N, M)``, added to the scores (ALiBi, relative
+            positions); or a :class:`attnlab.BlockBias`, which the chunked path asks for one
+            row block at a time and the SDPA path materialises.
         dropout_p: dropout on the weights (apply only in training; ``MultiHeadAttention`` does).
         return_weights: also return the ``(B, H, N, M)`` weights (this materialises them).
         backend: ``"auto"`` (default), or force ``"sdpa"`` / ``"chunked"``.
@@ -200,6 +209,8 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale) -> torch.Tensor:
             # a row with no allowed key attends everywhere, then is zeroed: no NaN, zero gradients
             mask = mask | ~row_ok
     attn_mask = mask
+    if isinstance(bias, BlockBias):
+        bias = bias.materialize()
     if bias is not None:
         attn_mask = bias.to(q.dtype)
         if mask is not None:
@@ -217,6 +228,7 @@ class _Blocks:
     def __init__(self, score_fn, norm_fn, mask, dropout_p, n, block_size, device):
         self.score_fn, self.norm_fn, self.mask = score_fn, norm_fn, mask
         self.dropout_p, self.device = dropout_p, device
+        self.block_bias: BlockBias | None = None  # a bias given rule-wise, asked for block by block
         # one seed per call, drawn from torch's global generator (so torch.manual_seed rules);
         # block i's dropout mask comes from seed + i, so the backward pass can replay it
         self.seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
@@ -251,8 +263,9 @@ class _ChunkedAttention(torch.autograd.Function):
     def forward(ctx, blocks: _Blocks, q, k, v, bias, *params):
         b, h, n, _ = q.shape
         out = torch.empty(b, h, n, v.shape[-1], dtype=v.dtype, device=v.device)
+        src = bias if bias is not None else blocks.block_bias
         for i, (start, stop) in enumerate(blocks.spans):
-            out[:, :, start:stop] = blocks.run(i, q[:, :, start:stop], k, v, _rows(bias, start, stop))[0]
+            out[:, :, start:stop] = blocks.run(i, q[:, :, start:stop], k, v, _rows(src, start, stop))[0]
         ctx.blocks = blocks
         ctx.save_for_backward(q, k, v, bias, *params)
         return out
@@ -274,10 +287,14 @@ class _ChunkedAttention(torch.autograd.Function):
         for i, (start, stop) in enumerate(blocks.spans):
             with torch.enable_grad():
                 qb = q[:, :, start:stop].detach().requires_grad_(need_q)
-                bb = _rows(bias, start, stop)
-                bb = None if bb is None else bb.detach().requires_grad_(need_bias)
+                if bias is not None:
+                    bb = _rows(bias, start, stop).detach().requires_grad_(need_bias)
+                else:  # a BlockBias (its parameters are among params) or none
+                    bb = _rows(blocks.block_bias, start, stop)
                 out_b = blocks.run(i, qb, kd, vd, bb)[0]
-                wrt = [(name, t) for name, t in (("q", qb), ("k", kd), ("v", vd), ("bias", bb)) if t is not None and t.requires_grad]
+                wrt = [(name, t) for name, t in (("q", qb), ("k", kd), ("v", vd)) if t.requires_grad]
+                if bias is not None and need_bias:
+                    wrt.append(("bias", bb))
                 wrt += [(j, p) for j, p in enumerate(params) if need_params[j]]
                 if not wrt:
                     continue
@@ -310,7 +327,13 @@ def _chunked(q, k, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, 
     blocks = _Blocks(score_fn, norm_fn, mask, dropout_p, n, min(block_size, n), q.device)
     if not return_weights:
         params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
-        return AttentionResult(_ChunkedAttention.apply(blocks, q, k, v, bias, *params), None)
+        bias_tensor = bias
+        if isinstance(bias, BlockBias):
+            # computed block by block from its parameters, which get their gradients that way too
+            params += [p for p in bias.params if p.requires_grad]
+            bias_tensor = None
+        blocks.block_bias = bias if isinstance(bias, BlockBias) else None
+        return AttentionResult(_ChunkedAttention.apply(blocks, q, k, v, bias_tensor, *params), None)
     # weights asked for: they are materialised anyway, so plain autograd through every block
     outs, weights = [], []
     for i, (start, stop) in enumerate(blocks.spans):
