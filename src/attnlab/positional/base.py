@@ -1,0 +1,236 @@
+"""The interface every positional encoding implements, and the registry that creates them by name.
+
+An encoding acts in one of three ways (its ``kind``), and a layer calls all three hooks, so
+any encoding plugs in anywhere:
+
+* ``"input"`` — a vector ``e^i`` added to the input vector ``a^i`` (sinusoidal, learned, rnn,
+  floater): :meth:`PositionalEncoding.add_to`;
+* ``"bias"`` — a term ``b_h(i, j)`` added to the scores of head ``h`` (relative, alibi):
+  :meth:`PositionalEncoding.score_bias`;
+* ``"rotation"`` — q and k rotated by angles proportional to their positions (rope):
+  :meth:`PositionalEncoding.rotate`;
+* ``"none"`` — nothing.
+
+Positions are integer tensors: ``(L,)`` shared by the batch. When the queries are fewer than
+the keys (N < M, cached decoding), the default query positions are ``M - N, ..., M - 1``:
+the last query sits at the last key, as in :mod:`attnlab.masks`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+from torch import nn
+
+from ..core.bias import BlockBias
+
+__all__ = ["PositionalEncoding", "NoPositional", "register", "create", "list_encodings", "kind_of", "positions_for"]
+
+Kind = Literal["input", "bias", "rotation", "none"]
+
+
+def positions_for(length: int, *, total: int | None = None, device=None) -> torch.Tensor:
+    """Default positions of ``length`` vectors that end at position ``total - 1`` (``total`` defaults to ``length``)."""
+    total = length if total is None else total
+    return torch.arange(total - length, total, device=device)
+
+
+def check_positions(positions, length: int, what: str) -> torch.Tensor:
+    """Validate user positions: a 1-D integer tensor of ``length`` non-negative entries."""
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"{what} must be a 1-D integer torch.Tensor of length {length}, got {type(positions).__name__}")
+    if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"{what} must have an integer dtype, got {positions.dtype}")
+    if positions.dim() != 1 or positions.shape[0] != length:
+        raise ValueError(f"{what} must have shape ({length},), got {tuple(positions.shape)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"{what} must be >= 0, got a minimum of {int(positions.min())}")
+    return positions
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: a positional encoding that acts on inputs, on scores or on q and k.
+
+    Subclasses set ``kind`` and override the hook of their kind; the other hooks pass their
+    arguments through unchanged.
+
+    Attributes:
+        kind: ``"input"``, ``"bias"``, ``"rotation"`` or ``"none"``.
+        name: the registry name.
+        max_len: the longest sequence it can encode, or None for any length.
+    """
+
+    kind: Kind = "none"
+    name: str = "none"
+    max_len: int | None = None
+
+    def add_to(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``a^i + e^i`` for inputs ``x`` ``(B, L, E)`` at ``positions`` ``(L,)`` (default 0..L-1)."""
+        return x
+
+    def score_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> BlockBias | None:
+        """The ``(H, N, M)`` bias on the scores as a :class:`attnlab.BlockBias`, or None."""
+        return None
+
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q`` ``(B, H, N, D)`` and ``k`` ``(B, H, M, D)`` rotated by their positions."""
+        return q, k
+
+    def table(self, length: int) -> torch.Tensor:
+        """What a plot draws for positions ``0..length-1``: ``(L, E)`` vectors for input
+        encodings, the ``(H, L, L)`` bias for bias encodings, ``(L, D/2)`` angles for rope."""
+        raise ValueError(f"the {self.name!r} encoding has nothing to draw")
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Same as :meth:`add_to` (the identity for encodings that do not act on inputs)."""
+        return self.add_to(x, positions)
+
+    def _check_length(self, positions: torch.Tensor) -> None:
+        if self.max_len is not None and positions.numel() and int(positions.max()) >= self.max_len:
+            raise ValueError(
+                f"the {self.name!r} encoding has positions 0..{self.max_len - 1} (max_len={self.max_len}), "
+                f"but position {int(positions.max())} was asked for; create it with a larger max_len "
+                "or use an encoding that extrapolates (sinusoidal, rnn, floater, relative, alibi, rope)"
+            )
+
+
+class NoPositional(PositionalEncoding):
+    """No positional information: self-attention stays permutation-equivariant."""
+
+    kind = "none"
+    name = "none"
+
+    def __init__(self, *, dim: int | None = None, num_heads: int | None = None, max_len: int | None = None):
+        super().__init__()
+
+
+class InputEncoding(PositionalEncoding):
+    """An encoding that adds a vector ``e^i`` to each input ``a^i``; subclasses define :meth:`encode`."""
+
+    kind = "input"
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = _positive("dim", dim)
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        """``(L, E)`` vectors ``e^i`` for integer ``positions`` ``(L,)``."""
+        raise NotImplementedError
+
+    def add_to(self, x, positions=None):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"the {self.name!r} encoding adds to inputs of shape (B, L, {self.dim}), got {got}")
+        length = x.shape[1]
+        positions = positions_for(length, device=x.device) if positions is None else check_positions(positions, length, "positions")
+        self._check_length(positions)
+        return x + self.encode(positions.to(x.device)).to(x.dtype)
+
+    def table(self, length):
+        with torch.no_grad():
+            return self.encode(torch.arange(length)).float()
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}" + (f", max_len={self.max_len}" if self.max_len is not None else "")
+
+
+class BiasEncoding(PositionalEncoding):
+    """An encoding that adds ``b_h(i, j)`` to the scores; subclasses define :meth:`bias_from_offsets`."""
+
+    kind = "bias"
+
+    def __init__(self, num_heads: int | None):
+        super().__init__()
+        if num_heads is None:
+            raise ValueError(f"the {self.name!r} encoding biases each head's scores: pass num_heads")
+        self.num_heads = _positive("num_heads", num_heads)
+
+    def bias_from_offsets(self, offsets: torch.Tensor) -> torch.Tensor:
+        """``(H, n, m)`` bias for integer offsets ``j - i`` ``(n, m)``."""
+        raise NotImplementedError
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for p in self.parameters()]
+
+    def score_bias(self, q_positions, k_positions):
+        qp, kp = q_positions, k_positions
+
+        def rows(start: int, stop: int) -> torch.Tensor:
+            offsets = kp[None, :] - qp[start:stop, None]  # (b, M): j - i
+            return self.bias_from_offsets(offsets)  # (H, b, M)
+
+        return BlockBias(qp.shape[0], kp.shape[0], rows, self._params())
+
+    def table(self, length):
+        pos = torch.arange(length)
+        with torch.no_grad():
+            return self.score_bias(pos, pos).materialize().float()
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}"
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------- registry
+_REGISTRY: dict[str, type[PositionalEncoding]] = {}
+
+
+def register(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
+    """Class decorator: make an encoding available as ``create(name, ...)``."""
+
+    def deco(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"a positional encoding named {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+register("none")(NoPositional)
+
+
+def list_encodings() -> list[str]:
+    """The names :func:`create` accepts, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _lookup(name: str) -> type[PositionalEncoding]:
+    if not isinstance(name, str):
+        raise TypeError(f"a positional encoding name must be a str, got {type(name).__name__}")
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown positional encoding {name!r}; choose one of {', '.join(list_encodings())}") from None
+
+
+def kind_of(name: str) -> Kind:
+    """How the encoding ``name`` acts: ``"input"``, ``"bias"``, ``"rotation"`` or ``"none"``."""
+    return _lookup(name).kind
+
+
+def create(
+    name: str, *, dim: int | None = None, num_heads: int | None = None, max_len: int | None = None, **options
+) -> PositionalEncoding:
+    """Create the positional encoding ``name`` (see :func:`list_encodings`).
+
+    Args:
+        name: ``"sinusoidal"``, ``"learned"``, ``"rnn"``, ``"floater"``, ``"relative"``,
+            ``"alibi"``, ``"rope"`` or ``"none"``.
+        dim: the width the encoding acts on: the model width E for input encodings, the head
+            width D for ``rope``; bias encodings ignore it.
+        num_heads: H; bias encodings give each head its own bias; the others ignore it.
+        max_len: the longest sequence; only ``learned`` is bounded by it (default 512 there).
+        **options: the encoding's own keyword options (see its class).
+    """
+    cls = _lookup(name)
+    return cls(dim=dim, num_heads=num_heads, max_len=max_len, **options)
