@@ -8,17 +8,21 @@ The public API::
     attnlab.dot / scaled_dot / cosine, attnlab.Additive / Bilinear / Cosine (scores)
     attnlab.softmax / relu / sigmoid (normalisers)
     attnlab.reference_attention (the float64 textbook steps)
+    attnlab.positional.create / list / sinusoidal_table (positional encodings by name)
+    attnlab.BlockBias (a score bias handed over block by block)
+    attnlab.models.Encoder (the Transformer encoder, any encoding and score)
 
 Shapes follow the legend in :mod:`attnlab.core`.
 """
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import masks
+from . import masks, models, positional
 from .core import (
     Additive,
     AttentionResult,
     Bilinear,
+    BlockBias,
     Cosine,
     Dot,
     ScaledDot,
@@ -46,7 +50,10 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "__version__",
     "masks",
+    "positional",
+    "models",
     "attend",
+    "BlockBias",
     "plan",
     "AttentionResult",
     "MultiHeadAttention",

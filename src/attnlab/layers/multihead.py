@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..core.attend import AttentionResult, attend
+from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import ScaledDot, Score, create_score, resolve_score
 
@@ -21,6 +22,17 @@ def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def _check_bias(bias, target: tuple[int, int, int, int]) -> None:
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        raise TypeError(f"bias must be a floating-point torch.Tensor broadcastable to (B, H, N, M) = {target}")
+    try:
+        ok = bias.dim() <= 4 and torch.broadcast_shapes(bias.shape, target) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to (B, H, N, M) = {target}")
 
 
 class MultiHeadAttention(nn.Module):
@@ -48,6 +60,13 @@ class MultiHeadAttention(nn.Module):
         normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` or a callable ``(scores, mask) -> weights``.
         head_mode: ``"split"`` or ``"project"``.
         dropout: dropout on the attention weights, in training mode only.
+        positional: a name from :func:`attnlab.positional.list` or a
+            :class:`attnlab.positional.PositionalEncoding`, applied the way it acts: input
+            encodings are added to the query, key and value inputs before the projections, bias
+            encodings are added to every head's scores, ``rope`` rotates each head's q and k.
+            ``None`` (default) or ``"none"``: no positional information.
+        positional_options: keyword options for an encoding given by name.
+        max_len: the longest sequence, for encodings bounded by it (``learned``).
     """
 
     def __init__(
@@ -63,6 +82,9 @@ class MultiHeadAttention(nn.Module):
         normalize: str | Callable = "softmax",
         head_mode: HeadMode = "split",
         dropout: float = 0.0,
+        positional: str | PositionalEncoding | None = None,
+        positional_options: dict | None = None,
+        max_len: int | None = None,
     ):
         super().__init__()
         e = _positive_int("embed_dim", embed_dim)
@@ -87,6 +109,7 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError("score_options apply only to a score given by name")
             self.score = resolve_score(score)
         self.score_name = score if isinstance(score, str) else type(self.score).__name__
+        self.positional = self._make_positional(positional, positional_options, max_len)
         self.q_proj = nn.Linear(e, e, bias=bias)
         self.k_proj = nn.Linear(self.kdim, e, bias=bias)
         self.v_proj = nn.Linear(self.vdim, e, bias=bias)
@@ -97,6 +120,34 @@ class MultiHeadAttention(nn.Module):
             self.head_k = nn.Parameter(torch.empty(h, self.head_dim, e))
             self.head_v = nn.Parameter(torch.empty(h, self.head_dim, e))
         self.reset_parameters()
+
+    def _make_positional(self, positional, options, max_len) -> PositionalEncoding | None:
+        if positional is None:
+            if options:
+                raise TypeError("positional_options given without a positional encoding")
+            return None
+        if isinstance(positional, str):
+            kind = kind_of(positional)
+            dim = self.head_dim if kind == "rotation" else self.embed_dim
+            pe = create_positional(positional, dim=dim, num_heads=self.num_heads, max_len=max_len, **(options or {}))
+        elif isinstance(positional, PositionalEncoding):
+            if options:
+                raise TypeError("positional_options apply only to an encoding given by name")
+            pe = positional
+        else:
+            raise TypeError(f"positional must be a name or a PositionalEncoding, got {type(positional).__name__}")
+        if pe.kind == "none":
+            return None
+        if pe.kind == "input" and (pe.dim != self.embed_dim or self.kdim != self.embed_dim or self.vdim != self.embed_dim):
+            raise ValueError(
+                f"the {pe.name!r} encoding adds width-{pe.dim} vectors to the inputs, but the inputs have widths "
+                f"query {self.embed_dim}, key {self.kdim}, value {self.vdim}"
+            )
+        if pe.kind == "rotation" and pe.dim != self.head_dim:
+            raise ValueError(f"the {pe.name!r} encoding rotates width-{pe.dim} vectors, but the head width is {self.head_dim}")
+        if pe.kind == "bias" and pe.num_heads != self.num_heads:
+            raise ValueError(f"the {pe.name!r} encoding has {pe.num_heads} heads, this layer {self.num_heads}")
+        return pe
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
@@ -113,7 +164,18 @@ class MultiHeadAttention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, score={self.score_name!r}, "
             f"normalize={self.normalize!r}, head_mode={self.head_mode!r}, dropout={self.dropout}"
+            + ("" if self.positional is None else f", positional={self.positional.name!r}")
         )
+
+    def positions(self, n: int, m: int, positions=None, key_positions=None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The query and key positions a forward pass uses: given, or by default keys at
+        ``0..M-1`` and queries ending at the last key (``M-N..M-1``; ``0..N-1`` when N > M)."""
+        kp = torch.arange(m, device=device) if key_positions is None else check_positions(key_positions, m, "key_positions").to(device)
+        if positions is None:
+            qp = torch.arange(max(m - n, 0), max(m - n, 0) + n, device=device)
+        else:
+            qp = check_positions(positions, n, "positions").to(device)
+        return qp, kp
 
     def _check_input(self, name: str, x, width: int, batch: int | None) -> None:
         if not isinstance(x, torch.Tensor):
@@ -141,6 +203,8 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
         return_weights: bool = False,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
     ) -> AttentionResult:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
 
@@ -151,6 +215,9 @@ class MultiHeadAttention(nn.Module):
             mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (:mod:`attnlab.masks`).
             bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
             return_weights: also return the ``(B, H, N, M)`` attention weights.
+            positions: integer ``(N,)`` positions of the queries, for the positional encoding
+                (default: see :meth:`positions`).
+            key_positions: integer ``(M,)`` positions of the keys (default ``0..M-1``).
 
         Returns:
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
@@ -162,10 +229,26 @@ class MultiHeadAttention(nn.Module):
         self._check_input("value", value, self.vdim, query.shape[0])
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and {tuple(value.shape)}")
+        pe = self.positional
+        if pe is not None or positions is not None or key_positions is not None:
+            qpos, kpos = self.positions(query.shape[1], key.shape[1], positions, key_positions, query.device)
+        if pe is not None and pe.kind == "input":
+            # a^i + e^i before the projections; inputs that are one tensor stay one tensor
+            new_query = pe.add_to(query, qpos)
+            new_key = new_query if key is query and qpos.equal(kpos) else pe.add_to(key, kpos)
+            value = new_key if value is key else pe.add_to(value, kpos)
+            query, key = new_query, new_key
+        if pe is not None and pe.kind == "bias":
+            pos_bias = pe.score_bias(qpos, kpos)
+            if bias is not None:
+                _check_bias(bias, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
+            bias = pos_bias if bias is None else pos_bias + bias
         project = self.head_mode == "project"
         q = self._heads(query, self.q_proj, self.head_q if project else None)
         k = self._heads(key, self.k_proj, self.head_k if project else None)
         v = self._heads(value, self.v_proj, self.head_v if project else None)
+        if pe is not None and pe.kind == "rotation":
+            q, k = pe.rotate(q, k, qpos, kpos)
         res = attend(
             q,
             k,
@@ -219,10 +302,11 @@ class MultiHeadAttention(nn.Module):
         Only the form torch has: ``head_mode="split"``, scaled-dot score, softmax.
         """
         same_math = type(self.score) is ScaledDot and resolve_normalizer(self.normalize) is softmax
-        if self.head_mode != "split" or not same_math:
+        if self.head_mode != "split" or not same_math or self.positional is not None:
             raise ValueError(
-                "to_torch needs head_mode='split', score='scaled_dot' and normalize='softmax', got "
-                f"head_mode={self.head_mode!r}, score={self.score_name!r}, normalize={self.normalize!r}"
+                "to_torch needs head_mode='split', score='scaled_dot', normalize='softmax' and no positional "
+                f"encoding, got head_mode={self.head_mode!r}, score={self.score_name!r}, normalize={self.normalize!r}, "
+                f"positional={None if self.positional is None else self.positional.name!r}"
             )
         has_bias = self.q_proj.bias is not None
         ref = self.out_proj.weight

@@ -1,0 +1,180 @@
+"""The Transformer encoder: self-attention and a feed-forward network, alternating, with residuals."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..core.attend import AttentionResult
+from ..layers.feedforward import ACTIVATIONS, FeedForward
+from ..layers.multihead import MultiHeadAttention
+from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
+
+__all__ = ["Encoder", "EncoderConfig", "EncoderLayer", "EncoderOutput"]
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Everything that defines an :class:`Encoder`, serialisable with ``dataclasses.asdict``.
+
+    Attributes:
+        embed_dim: E. num_heads: H. num_layers: the number of blocks.
+        ff_dim: the feed-forward hidden width (default 4 E).
+        dropout: on attention weights, the feed-forward hidden layer and each residual branch.
+        norm_first: pre-norm (LayerNorm before each sub-layer, and a final LayerNorm) or
+            post-norm (after each residual sum, as in the 2017 paper).
+        activation: ``"gelu"`` or ``"relu"``.
+        score, score_options, normalize, head_mode: as for :class:`attnlab.MultiHeadAttention`.
+        positional, positional_options, max_len: the positional encoding by name (see
+            :func:`attnlab.positional.create`); one encoding shared by all blocks.
+        layer_norm_eps: LayerNorm's epsilon.
+    """
+
+    embed_dim: int
+    num_heads: int
+    num_layers: int
+    ff_dim: int | None = None
+    dropout: float = 0.0
+    norm_first: bool = True
+    activation: str = "gelu"
+    score: str = "scaled_dot"
+    score_options: dict | None = None
+    normalize: str = "softmax"
+    head_mode: str = "split"
+    positional: str = "none"
+    positional_options: dict | None = None
+    max_len: int | None = None
+    layer_norm_eps: float = 1e-5
+
+
+@dataclass
+class EncoderOutput:
+    """What an :class:`Encoder` returns whatever the flags.
+
+    Attributes:
+        output: ``(B, N, E)``.
+        weights: one ``(B, H, N, N)`` attention-weight tensor per block when asked, else None.
+    """
+
+    output: torch.Tensor
+    weights: list[torch.Tensor] | None = None
+
+
+class EncoderLayer(nn.Module):
+    """One block: ``x + SelfAttention(x)`` then ``x + FFN(x)``, each with LayerNorm and dropout.
+
+    Pre-norm: ``x = x + drop(SA(LN(x)))``; post-norm: ``x = LN(x + drop(SA(x)))`` (likewise for
+    the FFN). Input and output ``(B, N, E)``.
+    """
+
+    def __init__(self, cfg: EncoderConfig, positional: PositionalEncoding | None):
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.attn = MultiHeadAttention(
+            cfg.embed_dim,
+            cfg.num_heads,
+            score=cfg.score,
+            score_options=cfg.score_options,
+            normalize=cfg.normalize,
+            head_mode=cfg.head_mode,
+            dropout=cfg.dropout,
+            positional=positional,
+        )
+        self.ff = FeedForward(cfg.embed_dim, cfg.ff_dim or 4 * cfg.embed_dim, activation=cfg.activation, dropout=cfg.dropout)
+        self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
+        self.drop1 = nn.Dropout(cfg.dropout)
+        self.drop2 = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, *, mask=None, positions=None, return_weights=False) -> AttentionResult:
+        """``(B, N, E)`` -> :class:`attnlab.AttentionResult` (output ``(B, N, E)``, weights or None)."""
+        if self.norm_first:
+            res = self.attn(self.norm1(x), mask=mask, positions=positions, key_positions=positions, return_weights=return_weights)
+            x = x + self.drop1(res.output)
+            x = x + self.drop2(self.ff(self.norm2(x)))
+        else:
+            res = self.attn(x, mask=mask, positions=positions, key_positions=positions, return_weights=return_weights)
+            x = self.norm1(x + self.drop1(res.output))
+            x = self.norm2(x + self.drop2(self.ff(x)))
+        return AttentionResult(x, res.weights)
+
+
+class Encoder(nn.Module):
+    """A stack of :class:`EncoderLayer` blocks over a set of vectors, with any positional encoding.
+
+    The encoder of Vaswani et al. 2017 (section 3.1) with every part of attnlab selectable
+    by name. An input encoding (sinusoidal, learned, rnn, floater) is added once to the input
+    vectors; a bias or rotation encoding (relative, alibi, rope) acts inside every block's
+    attention, one instance shared by all blocks. Without one (``positional="none"``) the
+    encoder is permutation-equivariant: permuting the input vectors permutes the outputs.
+
+    Args:
+        embed_dim, num_heads, num_layers, and keyword options: see :class:`EncoderConfig`.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_layers: int, **options):
+        super().__init__()
+        unknown = set(options) - {f.name for f in dataclasses.fields(EncoderConfig)}
+        if unknown:
+            raise TypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}")
+        cfg = EncoderConfig(embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, **options)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        if cfg.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}")
+        if not isinstance(cfg.positional, str):
+            raise TypeError(f"positional must be a name (see attnlab.positional.list()), got {type(cfg.positional).__name__}")
+        self.config = cfg
+        kind = kind_of(cfg.positional)
+        head_dim = embed_dim // num_heads if isinstance(num_heads, int) and num_heads > 0 else embed_dim
+        pe = create_positional(
+            cfg.positional,
+            dim=head_dim if kind == "rotation" else embed_dim,
+            num_heads=num_heads,
+            max_len=cfg.max_len,
+            **(cfg.positional_options or {}),
+        )
+        self.positional = pe
+        shared = pe if kind in ("bias", "rotation") else None
+        self.layers = nn.ModuleList(EncoderLayer(cfg, shared) for _ in range(num_layers))
+        self.input_dropout = nn.Dropout(cfg.dropout)
+        self.final_norm = nn.LayerNorm(embed_dim, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+
+    @classmethod
+    def from_config(cls, cfg: EncoderConfig) -> "Encoder":
+        """An encoder built from a config (as stored with a checkpoint)."""
+        d = dataclasses.asdict(cfg)
+        return cls(d.pop("embed_dim"), d.pop("num_heads"), d.pop("num_layers"), **d)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        return_weights: bool = False,
+    ) -> EncoderOutput:
+        """Encode ``x`` ``(B, N, E)``.
+
+        Args:
+            x: the input vectors ``(B, N, E)``.
+            mask: bool, broadcastable to ``(B, H, N, N)``, True = may attend (padding, causal, ...).
+            positions: integer ``(N,)`` positions (default ``0..N-1``).
+            return_weights: also return each block's ``(B, H, N, N)`` weights.
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.config.embed_dim:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"Encoder expects inputs of shape (B, N, {self.config.embed_dim}), got {got}")
+        n = x.shape[1]
+        positions = positions_for(n, device=x.device) if positions is None else check_positions(positions, n, "positions").to(x.device)
+        x = self.input_dropout(self.positional.add_to(x, positions))
+        weights = [] if return_weights else None
+        for layer in self.layers:
+            res = layer(x, mask=mask, positions=positions, return_weights=return_weights)
+            x = res.output
+            if weights is not None:
+                weights.append(res.weights)
+        return EncoderOutput(self.final_norm(x), weights)

@@ -1,0 +1,170 @@
+"""Positional encodings inside attend, MultiHeadAttention and the Encoder."""
+
+import pytest
+import torch
+
+from attnlab import BlockBias, MultiHeadAttention, attend, masks, positional as P, reference_attention
+from attnlab.models import Encoder
+from attnlab.positional import sinusoidal_table
+from tests.helpers import assert_close_rel
+
+ALL = P.list()
+WITH_ORDER = [n for n in ALL if n != "none"]
+
+
+def rel_bias(h=3, **kw):
+    torch.manual_seed(0)
+    pe = P.create("relative", num_heads=h, init_std=1.0, **kw)
+    return pe
+
+
+@pytest.mark.parametrize("backend,normalize", [("sdpa", "softmax"), ("chunked", "softmax"), ("chunked", "relu")])
+def test_block_bias_equals_the_reference_with_gradients(backend, normalize):
+    g = torch.Generator().manual_seed(0)
+    b, h, n, m, d = 2, 3, 9, 9, 4
+    q, k, v = (torch.randn(b, h, x, d, generator=g, dtype=torch.float64, requires_grad=True) for x in (n, m, m))
+    pe = rel_bias(h, mode="clip", max_distance=3).double()
+    pos = torch.arange(n)
+    mask = masks.causal(n)
+    out = attend(q, k, v, normalize=normalize, mask=mask, bias=pe.score_bias(pos, pos), backend=backend, block_size=2).output
+    grads = torch.autograd.grad(out.square().sum(), [q, k, v, pe.weight])
+    pe.weight.grad = None
+    table = pe.score_bias(pos, pos).materialize()  # (H, N, M), with autograd to the weight
+    ref, _ = reference_attention(q, k, v, normalize=normalize, mask=mask, bias=table)
+    ref_grads = torch.autograd.grad(ref.square().sum(), [q, k, v, pe.weight])
+    assert_close_rel(out, ref, 1e-12, "output")
+    for name, a, r in zip("qkvw", grads, ref_grads):
+        assert_close_rel(a, r, 1e-10, f"grad {name}")
+    assert grads[3].abs().sum() > 0
+
+
+def test_chunked_path_never_materialises_the_block_bias():
+    calls = []
+    pe = P.create("alibi", num_heads=2)
+    pos = torch.arange(12)
+    inner = pe.score_bias(pos, pos)
+    spy = BlockBias(12, 12, lambda a, b: calls.append((a, b)) or inner.rows(a, b))
+    q = torch.randn(1, 2, 12, 4)
+    out = attend(q, q, q, normalize="relu", bias=spy, block_size=5).output
+    assert calls == [(0, 5), (5, 10), (10, 12)]
+    ref = attend(q, q, q, normalize="relu", bias=inner.materialize()).output
+    assert torch.allclose(out, ref, atol=1e-6)
+
+
+def test_block_bias_plus_tensor_and_shape_errors():
+    pe = P.create("alibi", num_heads=2)
+    pos = torch.arange(4)
+    extra = torch.randn(1, 2, 4, 4, requires_grad=True)
+    total = pe.score_bias(pos, pos) + extra
+    assert torch.allclose(total.materialize(), pe.table(4) + extra)
+    assert extra in total.params
+    q = torch.randn(1, 2, 5, 4)
+    with pytest.raises(ValueError, match="BlockBias for 4 queries x 4 keys.*N=5, M=5"):
+        attend(q, q, q, bias=total)
+
+
+def make_mha(name, e=16, h=4, **kw):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(e, h, positional=name, max_len=32, **kw).double().eval()
+    if name == "relative":
+        with torch.no_grad():
+            mha.positional.weight.normal_()
+    return mha
+
+
+def same_projections(mha):
+    plain = make_mha(None)
+    plain.load_state_dict({k: v for k, v in mha.state_dict().items() if not k.startswith("positional.")})
+    return plain
+
+
+def test_mha_input_encodings_add_to_the_inputs():
+    mha = make_mha("sinusoidal")
+    plain = same_projections(mha)
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    assert torch.allclose(mha(x).output, plain(x + sinusoidal_table(7, 16).double()).output, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["alibi", "relative"])
+def test_mha_bias_encodings_equal_an_explicit_bias(name):
+    mha = make_mha(name)
+    plain = same_projections(mha)
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    bias = mha.positional.table(7).double()
+    user = torch.randn(2, 1, 7, 7, dtype=torch.float64)  # the caller's own bias adds to it
+    assert torch.allclose(mha(x, bias=user).output, plain(x, bias=bias + user).output, atol=1e-12)
+
+
+def test_mha_rope_equals_the_reference_on_rotated_heads():
+    mha = make_mha("rope", score="scaled_dot")
+    x = torch.randn(1, 6, 16, dtype=torch.float64)
+    res = mha(x, return_weights=True)  # the chunked path, weights asked for
+    q = mha.q_proj(x).view(1, 6, 4, 4).transpose(1, 2)
+    k = mha.k_proj(x).view(1, 6, 4, 4).transpose(1, 2)
+    v = mha.v_proj(x).view(1, 6, 4, 4).transpose(1, 2)
+    from tests.positional.test_encodings import rotation_matrix
+
+    rq = torch.stack([q[:, :, i] @ rotation_matrix(i, 4).T for i in range(6)], dim=2)
+    rk = torch.stack([k[:, :, i] @ rotation_matrix(i, 4).T for i in range(6)], dim=2)
+    ref_out, ref_w = reference_attention(rq, rk, v)
+    assert_close_rel(res.weights, ref_w, 1e-12, "weights")
+    assert_close_rel(mha(x).output, mha.out_proj(ref_out.transpose(1, 2).reshape(1, 6, 16)), 1e-12, "sdpa output")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_decoding_the_last_queries_matches_full_causal_attention(name):
+    """Queries fewer than keys sit at the last positions, as the masks align them."""
+    mha = make_mha(name)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    full = mha(x, mask=masks.causal(9)).output
+    last = mha(x[:, -3:], x, x, mask=masks.causal(3, 9)).output
+    assert torch.allclose(last, full[:, -3:], atol=1e-12)
+    explicit = mha(x[:, -3:], x, x, mask=masks.causal(3, 9), positions=torch.tensor([6, 7, 8])).output
+    assert torch.allclose(explicit, last, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_encoder_is_permutation_equivariant_only_without_an_encoding(name):
+    torch.manual_seed(0)
+    enc = Encoder(16, 4, 2, positional=name, max_len=32).double().eval()
+    if name == "relative":  # T5 initialises its bias small; any non-zero bias breaks equivariance
+        assert enc.positional.weight.abs().sum() > 0
+    x = torch.randn(3, 11, 16, dtype=torch.float64)
+    perm = torch.randperm(11, generator=torch.Generator().manual_seed(1))
+    diff = (enc(x).output[:, perm] - enc(x[:, perm]).output).abs().max().item()
+    if name == "none":
+        assert diff < 1e-12
+    else:
+        assert diff > 1e-4, f"{name}: permuting the inputs only permuted the outputs (max diff {diff:.2g})"
+
+
+@pytest.mark.parametrize("name", WITH_ORDER)
+def test_gradients_reach_the_encoding_parameters_through_the_encoder(name):
+    torch.manual_seed(0)
+    enc = Encoder(16, 4, 2, positional=name, max_len=32)
+    x = torch.randn(2, 10, 16)
+    enc(x, mask=masks.causal(10)).output.square().mean().backward()
+    for pname, p in enc.positional.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, f"{name}.{pname} got no gradient"
+
+
+def test_mha_positional_errors():
+    with pytest.raises(ValueError, match="unknown positional encoding"):
+        MultiHeadAttention(16, 4, positional="sine")
+    with pytest.raises(ValueError, match="head width is 4"):
+        MultiHeadAttention(16, 4, positional=P.create("rope", dim=8))
+    with pytest.raises(ValueError, match="has 2 heads, this layer 4"):
+        MultiHeadAttention(16, 4, positional=P.create("alibi", num_heads=2))
+    with pytest.raises(ValueError, match="key 6"):
+        MultiHeadAttention(16, 4, kdim=6, positional="sinusoidal")
+    with pytest.raises(TypeError, match="positional_options"):
+        MultiHeadAttention(16, 4, positional_options={"base": 2})
+    with pytest.raises(ValueError, match="max_len=8"):
+        MultiHeadAttention(16, 4, positional="learned", max_len=8)(torch.randn(1, 9, 16))
+    with pytest.raises(ValueError, match=r"bias of shape \(5, 5\)"):
+        MultiHeadAttention(16, 4, positional="alibi")(torch.randn(1, 6, 16), bias=torch.zeros(5, 5))
+    with pytest.raises(ValueError, match="no positional"):
+        MultiHeadAttention(16, 4, positional="rope").to_torch()
+    m = MultiHeadAttention(16, 4, positional="rope", positional_options={"base": 500.0})
+    assert m.positional.base == 500.0 and "positional='rope'" in repr(m)
+    assert MultiHeadAttention(16, 4, positional="none").positional is None
