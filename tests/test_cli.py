@@ -96,3 +96,23 @@ def test_chart_of_no_records_is_an_error(tmp_path):
 
     with pytest.raises(ValueError, match="no benchmark records"):
         plot_attention_benchmark([], tmp_path / "x.png")
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "learned", "rnn", "floater", "relative", "alibi", "rope"])
+def test_plot_positional_writes_a_png(name, tmp_path):
+    path = tmp_path / f"{name}.png"
+    run_ok("plot", "positional", name, "--length", "40", "--dim", "16", "--heads", "3", "-o", str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["plot", "positional", "sine"], "unknown positional encoding 'sine'"),
+        (["plot", "positional", "none"], "nothing to draw"),
+        (["plot", "positional", "rope", "--dim", "7"], "even"),
+    ],
+)
+def test_plot_positional_errors(args, words):
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and words in " ".join(res.output.split())

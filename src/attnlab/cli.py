@@ -21,8 +21,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-bench_app = typer.Typer(help="Measure speed and memory, side by side in one run.", no_args_is_help=True)
+bench_app = typer.Typer(help="Measure speed, memory and accuracy, side by side in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+plot_app = typer.Typer(help="Draw attnlab's parts to PNG files.", no_args_is_help=True)
+app.add_typer(plot_app, name="plot")
 
 # a log file or pipe gets wide tables; a terminal gets its own width
 out = Console(width=None if sys.stdout.isatty() else 120)
@@ -197,6 +199,156 @@ def bench_attention(
         out.print(t)
     for note in sorted({(r.impl, r.note) for r in records if r.note}):
         out.print(f"{note[0]}: {note[1]}")
+
+
+def _int_list(option: str, text: str, minimum: int = 0) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"{option} must be comma-separated integers, got {text!r}")
+    if not values or min(values) < minimum:
+        _fail(f"{option} must be integers >= {minimum}, got {text!r}")
+    return values
+
+
+@plot_app.command("positional")
+def plot_positional_cmd(
+    name: str = typer.Argument(..., help="The encoding: sinusoidal, learned, rnn, floater, relative, alibi, rope."),
+    length: int = typer.Option(128, min=1, help="Number of positions drawn."),
+    dim: int = typer.Option(64, min=1, help="Width E of the vectors (for rope: the head width D)."),
+    heads: int = typer.Option(8, min=1, help="Heads of a bias encoding."),
+    seed: int = typer.Option(0, help="Seed of a trainable encoding's initialisation."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="The PNG file (default positional-NAME.png)."),
+) -> None:
+    """Draw a positional encoding: vectors (one column per position), per-head biases, or RoPE's angles."""
+    import torch
+
+    from . import positional as P
+    from .viz.positional import plot_positional
+
+    if name not in P.list():
+        _fail(f"unknown positional encoding {name!r}; choose one of {', '.join(P.list())}")
+    if name == "none":
+        _fail("the 'none' encoding adds no positional information: there is nothing to draw")
+    torch.manual_seed(seed)
+    try:
+        pe = P.create(name, dim=dim, num_heads=heads, max_len=length)
+    except ValueError as e:
+        _fail(str(e))
+    trained = any(True for _ in pe.parameters())
+    title = None
+    if trained:
+        title = f"{name} at initialisation (seed {seed}): " + {
+            "input": "positional vectors e^i, one column per position",
+            "bias": "bias b_h(i, j) per head",
+        }.get(pe.kind, "")
+    path = plot_positional(pe, length, output or f"positional-{name}.png", title=title)
+    err.print(f"written to {path}")
+
+
+@bench_app.command("positional")
+def bench_positional(
+    encodings: str = typer.Option(
+        "none,sinusoidal,learned,rnn,floater,relative,alibi,rope", help="Comma-separated positional encodings."
+    ),
+    train_length: int = typer.Option(64, min=2, help="Sequence length during training (and learned's max_len)."),
+    test_lengths: str = typer.Option("64,128,256", help="Comma-separated test lengths."),
+    steps: int = typer.Option(1500, min=1, help="Training steps per run."),
+    seeds: str = typer.Option("0,1,2", help="Comma-separated seeds: one training run per encoding and seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print the runs and the summary as JSON instead of a table."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON to this file (after every run)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also draw accuracy against test length to this PNG."),
+) -> None:
+    """Length extrapolation: train on the delayed-copy task at one length, test at longer ones."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from .bench.positional import DEFAULT_ENCODINGS, Settings, run, summarize
+
+    from . import positional as P
+
+    names = [e.strip() for e in encodings.split(",") if e.strip()]
+    bad = [e for e in names if e not in P.list()]
+    if bad or not names:
+        _fail(f"unknown --encodings {bad}; choose from {', '.join(P.list())}")
+    lengths = _int_list("--test-lengths", test_lengths, minimum=1)
+    seed_list = _int_list("--seeds", seeds)
+    settings = Settings(train_length=train_length, test_lengths=tuple(lengths), steps=steps, seeds=tuple(seed_list))
+    if min(lengths + [train_length]) <= settings.delay:
+        _fail(f"every length must exceed the copy delay {settings.delay}")
+    chosen = {n: DEFAULT_ENCODINGS.get(n, {}) for n in names}
+    done: list = []
+
+    def payload() -> dict:
+        return {"settings": _settings_dict(settings), "runs": [r.to_dict() for r in done], "summary": _jsonable(summarize(done))}
+
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("training", total=len(names) * len(seed_list) * steps)
+
+        def on_step(name, seed, step, loss):
+            progress.update(task, advance=1, description=f"{name} seed {seed} loss {loss:.3f}")
+
+        def on_result(res):
+            done.append(res)
+            if output:  # rewritten after every run, atomically: an interrupted run keeps what it measured
+                _write_json(output, payload())
+
+        run(chosen, settings, on_result=on_result, on_step=on_step)
+    summary = summarize(done)
+    if plot:
+        from .viz.positional import plot_extrapolation
+
+        err.print(f"chart written to {plot_extrapolation(_jsonable(summary), plot, train_length=train_length)}")
+    if as_json:
+        print(json.dumps(payload()))
+        return
+    out.print(
+        f"length extrapolation, delayed copy (y_i = x_(i-{settings.delay}), vocab {settings.vocab}, chance "
+        f"{1 / settings.vocab:.3f}); causal encoder E={settings.embed_dim} H={settings.num_heads} "
+        f"layers={settings.num_layers}; trained at length {train_length} for {steps} steps; token accuracy, "
+        f"mean \\[min-max] over seeds {','.join(map(str, seed_list))}"
+    )
+    t = Table(box=box.SIMPLE_HEAD)
+    t.add_column("encoding", no_wrap=True)
+    for n in lengths:
+        t.add_column(f"acc @ {n}", justify="right", no_wrap=True)
+    t.add_column("train loss", justify="right")
+    t.add_column("train s/run", justify="right")
+    for row in summary:
+        cells = []
+        for n in lengths:
+            a = row["accuracy"][n]
+            if a is None:
+                cells.append("error")
+            else:
+                cells.append(f"{a:.3f} [{row['accuracy_min'][n]:.2f}-{row['accuracy_max'][n]:.2f}]")
+        opts = ",".join(f"{k}={v}" for k, v in row["options"].items())
+        label = row["encoding"] + (f" ({opts})" if opts else "")
+        t.add_row(label, *cells, f"{row['train_loss']:.3f}", f"{row['train_seconds']:.1f}")
+    out.print(t)
+    for row in summary:
+        for n, e in row["errors"].items():
+            out.print(f"{row['encoding']} @ {n}: {e}")
+
+
+def _settings_dict(settings) -> dict:
+    from dataclasses import asdict
+
+    d = asdict(settings)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _jsonable(summary: list[dict]) -> list[dict]:
+    """Summary rows with string keys (JSON object keys), as they come back from a file."""
+    conv = ("accuracy", "accuracy_min", "accuracy_max", "errors")
+    return [{k: ({str(n): x for n, x in v.items()} if k in conv else v) for k, v in row.items()} for row in summary]
 
 
 def _write_json(path: str, data) -> None:
