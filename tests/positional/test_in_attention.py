@@ -168,3 +168,17 @@ def test_mha_positional_errors():
     m = MultiHeadAttention(16, 4, positional="rope", positional_options={"base": 500.0})
     assert m.positional.base == 500.0 and "positional='rope'" in repr(m)
     assert MultiHeadAttention(16, 4, positional="none").positional is None
+
+
+@pytest.mark.parametrize("name", WITH_ORDER)
+@pytest.mark.parametrize("normalize", ["softmax", "relu"])
+def test_half_precision_follows_float32(name, normalize):
+    torch.manual_seed(0)
+    m32 = MultiHeadAttention(16, 4, positional=name, normalize=normalize, max_len=32).eval()
+    m16 = MultiHeadAttention(16, 4, positional=name, normalize=normalize, max_len=32).eval()
+    m16.load_state_dict(m32.state_dict())
+    m16 = m16.to(torch.bfloat16)
+    x = torch.randn(2, 20, 16)
+    out16 = m16(x.to(torch.bfloat16)).output
+    assert out16.dtype == torch.bfloat16
+    assert_close_rel(out16.float(), m32(x).output, 0.05, f"{name} bf16")
