@@ -51,6 +51,21 @@ def _root(
     """attnlab: self-attention over any vector set."""
 
 
+def _progress():
+    """A progress bar on stderr (description, bar, done/total, elapsed, remaining), gone when done."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+
+
 def _fmt(x) -> str:
     return "·" if x is None else f"{x:.3f}"
 
@@ -122,8 +137,6 @@ def bench_attention(
     plot: Optional[str] = typer.Option(None, "--plot", help="Also draw time and memory against N to this PNG file."),
 ) -> None:
     """attend vs scaled_dot_product_attention vs a naive materialised implementation (B=1, H=4, D=64, fp32)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from .bench.attention import CONFIGS, ratios, run
 
     try:
@@ -141,14 +154,7 @@ def bench_attention(
     if bad:
         _fail(f"unknown --modes {bad}; expected fwd and/or fwd_bwd")
     total = sum(len(CONFIGS[c]["impls"]) for c in cfg_list) * len(size_list) * len(mode_list)
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
+    with _progress() as progress:
         task = progress.add_task("benchmarking attention", total=total)
 
         done: list = []
@@ -260,8 +266,6 @@ def bench_positional(
     plot: Optional[str] = typer.Option(None, "--plot", help="Also draw accuracy against test length to this PNG."),
 ) -> None:
     """Length extrapolation: train on the delayed-copy task at one length, test at longer ones."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     from .bench.positional import DEFAULT_ENCODINGS, Settings, run, summarize
 
     from . import positional as P
@@ -281,15 +285,7 @@ def bench_positional(
     def payload() -> dict:
         return {"settings": _settings_dict(settings), "runs": [r.to_dict() for r in done], "summary": _jsonable(summarize(done))}
 
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
+    with _progress() as progress:
         task = progress.add_task("training", total=len(names) * len(seed_list) * steps)
 
         def on_step(name, seed, step, loss):

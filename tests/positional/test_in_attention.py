@@ -61,6 +61,10 @@ def test_block_bias_plus_tensor_and_shape_errors():
     q = torch.randn(1, 2, 5, 4)
     with pytest.raises(ValueError, match="BlockBias for 4 queries x 4 keys.*N=5, M=5"):
         attend(q, q, q, bias=total)
+    with pytest.raises(ValueError, match="cannot add a 5 x 5 BlockBias to a 4 x 4 one"):
+        total + pe.score_bias(torch.arange(5), torch.arange(5))
+    both = total + pe.score_bias(pos, pos)
+    assert torch.allclose(both.materialize(), 2 * pe.table(4) + extra)
 
 
 def make_mha(name, e=16, h=4, **kw):
@@ -182,3 +186,28 @@ def test_half_precision_follows_float32(name, normalize):
     out16 = m16(x.to(torch.bfloat16)).output
     assert out16.dtype == torch.bfloat16
     assert_close_rel(out16.float(), m32(x).output, 0.05, f"{name} bf16")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_padding_keeps_nan_out_and_positions_of_valid_rows_unchanged(name):
+    """Padded vectors holding NaN never reach the valid rows, whichever way the encoding acts."""
+    from hypothesis import given, settings, strategies as st
+
+    mha = make_mha(name)
+
+    @settings(deadline=None, max_examples=15)
+    @given(n=st.integers(1, 12), data=st.data())
+    def check(n, data):
+        lengths = data.draw(st.lists(st.integers(1, n), min_size=2, max_size=2))
+        x = torch.randn(2, n, 16, dtype=torch.float64)
+        mask = masks.padding(torch.tensor(lengths), n)
+        poisoned = x.clone()
+        for b, length in enumerate(lengths):
+            poisoned[b, length:] = float("nan")
+        out = mha(poisoned, mask=mask).output
+        for b, length in enumerate(lengths):
+            alone = mha(x[b : b + 1, :length]).output[0]  # the valid prefix on its own
+            assert torch.isfinite(out[b, :length]).all()
+            assert torch.allclose(out[b, :length], alone, atol=1e-12)
+
+    check()

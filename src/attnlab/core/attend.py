@@ -50,6 +50,33 @@ def _describe(x) -> str:
     return type(x).__name__
 
 
+def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) -> None:
+    """Raise unless ``t`` is a valid ``mask`` (bool) or ``bias`` (float tensor or BlockBias) for
+    scores of shape ``target`` = (B, H, N, M) on ``device``."""
+    b, h, n, m = target
+    if name == "bias" and isinstance(t, BlockBias):
+        if (t.n, t.m) != (n, m):
+            raise ValueError(f"bias is a BlockBias for {t.n} queries x {t.m} keys, but q, k give N={n}, M={m}")
+        return
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
+    if name == "mask" and t.dtype != torch.bool:
+        raise TypeError(
+            f"mask must have dtype torch.bool (True = this query may attend to this key), got {t.dtype}; "
+            "pass additive float terms as bias="
+        )
+    if name == "bias" and not t.is_floating_point():
+        raise TypeError(f"bias must be a floating-point tensor (added to the scores), got dtype {t.dtype}")
+    try:
+        ok = t.dim() <= 4 and torch.broadcast_shapes(t.shape, target) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, N, M) = {target}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}")
+
+
 def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -70,31 +97,9 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
         )
     if v.shape[2] != m:
         raise ValueError(f"k and v must have the same number of keys M: got k {tuple(k.shape)}, v {tuple(v.shape)}")
-    target = (b, h, n, m)
-    for name, t, kind in (("mask", mask, "bool"), ("bias", bias, "float")):
-        if t is None:
-            continue
-        if name == "bias" and isinstance(t, BlockBias):
-            if (t.n, t.m) != (n, m):
-                raise ValueError(f"bias is a BlockBias for {t.n} queries x {t.m} keys, but q, k give N={n}, M={m}")
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
-        if kind == "bool" and t.dtype != torch.bool:
-            raise TypeError(
-                f"mask must have dtype torch.bool (True = this query may attend to this key), got {t.dtype}; "
-                "pass additive float terms as bias="
-            )
-        if kind == "float" and not t.is_floating_point():
-            raise TypeError(f"bias must be a floating-point tensor (added to the scores), got dtype {t.dtype}")
-        try:
-            ok = t.dim() <= 4 and torch.broadcast_shapes(t.shape, target) == target
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, N, M) = {target}")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    for name, t in (("mask", mask), ("bias", bias)):
+        if t is not None:
+            check_mask_or_bias(name, t, (b, h, n, m), q.device)
     if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     return b, h, n, m, v.shape[3]

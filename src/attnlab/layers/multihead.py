@@ -8,10 +8,10 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from ..core.attend import AttentionResult, attend
-from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
+from ..core.attend import AttentionResult, attend, check_mask_or_bias
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import ScaledDot, Score, create_score, resolve_score
+from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
 
 __all__ = ["MultiHeadAttention"]
 
@@ -22,17 +22,6 @@ def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def _check_bias(bias, target: tuple[int, int, int, int]) -> None:
-    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
-        raise TypeError(f"bias must be a floating-point torch.Tensor broadcastable to (B, H, N, M) = {target}")
-    try:
-        ok = bias.dim() <= 4 and torch.broadcast_shapes(bias.shape, target) == target
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to (B, H, N, M) = {target}")
 
 
 class MultiHeadAttention(nn.Module):
@@ -241,7 +230,8 @@ class MultiHeadAttention(nn.Module):
         if pe is not None and pe.kind == "bias":
             pos_bias = pe.score_bias(qpos, kpos)
             if bias is not None:
-                _check_bias(bias, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
+                target = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
+                check_mask_or_bias("bias", bias, target, query.device)
             bias = pos_bias if bias is None else pos_bias + bias
         project = self.head_mode == "project"
         q = self._heads(query, self.q_proj, self.head_q if project else None)

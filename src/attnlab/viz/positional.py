@@ -104,7 +104,9 @@ def plot_extrapolation(results: list[dict], path: str | Path, *, train_length: i
         if not pts:
             continue
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker="o", color=f"C{i}", label=r["encoding"])
+        missing = sorted(int(k) for k, v in r["accuracy"].items() if v is None)
+        label = r["encoding"] + (f" (no result at {', '.join(map(str, missing))})" if missing else "")
+        ax.plot(xs, ys, marker="o", color=f"C{i}", label=label)
         lo, hi = r.get("accuracy_min"), r.get("accuracy_max")
         if lo and hi:
             lows = [lo[str(x)] if str(x) in lo else lo[x] for x in xs]
@@ -113,6 +115,8 @@ def plot_extrapolation(results: list[dict], path: str | Path, *, train_length: i
     if train_length:
         ax.axvline(train_length, color="grey", linestyle=":", label=f"training length {train_length}")
     ax.set_xscale("log", base=2)
+    lengths = sorted({int(k) for r in results for k in r["accuracy"]})
+    ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.set_xlabel("test sequence length")
     ax.set_ylabel("token accuracy")
     ax.set_ylim(0, 1.02)
