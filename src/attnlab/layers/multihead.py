@@ -239,7 +239,19 @@ class MultiHeadAttention(nn.Module):
         v = self._heads(value, self.v_proj, self.head_v if project else None)
         if pe is not None and pe.kind == "rotation":
             q, k = pe.rotate(q, k, qpos, kpos)
-        res = attend(
+        res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
+        b, _, n, _ = res.output.shape
+        out = res.output.transpose(1, 2).reshape(b, n, self.embed_dim)  # concat heads: (B, N, E)
+        return AttentionResult(self.out_proj(out), res.weights)
+
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+        """The attention step on projected heads: q ``(B, H, N, D)``, k ``(B, H, M, D)``, v
+        ``(B, H, M, D)`` -> :class:`attnlab.AttentionResult` with output ``(B, H, N, D)``.
+
+        Exact attention here (:func:`attnlab.attend`); the efficient variants of
+        :mod:`attnlab.efficient` override this step and keep the projections around it.
+        """
+        return attend(
             q,
             k,
             v,
@@ -250,9 +262,6 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             return_weights=return_weights,
         )
-        b, _, n, _ = res.output.shape
-        out = res.output.transpose(1, 2).reshape(b, n, self.embed_dim)  # concat heads: (B, N, E)
-        return AttentionResult(self.out_proj(out), res.weights)
 
     # ---------------------------------------------------------------- torch interop
     @classmethod
