@@ -11,13 +11,14 @@ The public API::
     attnlab.positional.create / list / sinusoidal_table (positional encodings by name)
     attnlab.BlockBias (a score bias handed over block by block)
     attnlab.models.Encoder (the Transformer encoder, any encoding and score)
+    attnlab.create_attention / list_attention (dense and efficient variants by name)
 
 Shapes follow the legend in :mod:`attnlab.core`.
 """
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import masks, models, positional
+from . import efficient, masks, models, positional
 from .core import (
     Additive,
     AttentionResult,
@@ -40,6 +41,7 @@ from .core import (
     sigmoid,
     softmax,
 )
+from .efficient import create_attention, list_attention
 from .layers.multihead import MultiHeadAttention
 
 try:
@@ -52,6 +54,9 @@ __all__ = [
     "masks",
     "positional",
     "models",
+    "efficient",
+    "create_attention",
+    "list_attention",
     "attend",
     "BlockBias",
     "plan",

@@ -1,0 +1,51 @@
+"""Efficient attention: variants that avoid the N x N matrix, behind one interface.
+
+``create_attention(name, embed_dim=..., num_heads=..., **options)`` returns a module with
+:class:`attnlab.MultiHeadAttention`'s call signature and output; ``list_attention()`` names
+them. ``"dense"`` is the exact layer.
+"""
+
+from . import linear as _linear  # noqa: F401  (each import registers its variant)
+from . import linformer as _linformer  # noqa: F401
+from . import local as _local  # noqa: F401
+from . import longformer as _longformer  # noqa: F401
+from . import nystrom as _nystrom  # noqa: F401
+from . import performer as _performer  # noqa: F401
+from . import reformer as _reformer  # noqa: F401
+from .base import EfficientAttention, create_attention, key_padding, list_attention, register_attention
+from .kernel import kernel_attention
+from .linear import LinearAttention, LinearState, elu_feature_map
+from .linformer import LinformerAttention
+from .local import LocalAttention, banded_attention
+from .longformer import BigBirdAttention, LongformerAttention
+from .reformer import ReformerAttention, lsh_buckets
+from .sparse import block_sparse_attention, pattern
+from .nystrom import NystromAttention, iterative_pinv, segment_means
+from .performer import PerformerAttention, favor_features, orthogonal_gaussian
+
+__all__ = [
+    "create_attention",
+    "list_attention",
+    "register_attention",
+    "EfficientAttention",
+    "key_padding",
+    "LocalAttention",
+    "LongformerAttention",
+    "BigBirdAttention",
+    "block_sparse_attention",
+    "pattern",
+    "LinearAttention",
+    "LinearState",
+    "elu_feature_map",
+    "kernel_attention",
+    "LinformerAttention",
+    "NystromAttention",
+    "iterative_pinv",
+    "segment_means",
+    "ReformerAttention",
+    "lsh_buckets",
+    "PerformerAttention",
+    "favor_features",
+    "orthogonal_gaussian",
+    "banded_attention",
+]

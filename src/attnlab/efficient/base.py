@@ -1,0 +1,167 @@
+"""The interface of the efficient (approximate or sparse) attention variants, and their registry.
+
+Every variant is a :class:`attnlab.MultiHeadAttention` whose attention step is replaced: the
+same projections ``W^q, W^k, W^v, W^o`` (so weights load from a dense layer, and the exact
+limits can be tested with identical weights), the same call signature and the same
+:class:`attnlab.AttentionResult` output. What a variant cannot do it refuses with a clear error
+instead of silently computing something else:
+
+* masks: a key-padding mask (``(B, 1, 1, M)``, :func:`attnlab.masks.padding`) is accepted by
+  every variant; causal attention is a constructor option (``causal=True``) for the variants
+  whose method allows it; any other mask needs the dense layer;
+* a score bias (ALiBi, relative): refused — rotation (``rope``) and input encodings work;
+* ``return_weights=True``: refused — these variants never build the ``N x M`` weights.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..core.attend import AttentionResult
+from ..layers.multihead import MultiHeadAttention
+
+__all__ = ["EfficientAttention", "register_attention", "create_attention", "list_attention", "key_padding"]
+
+
+def key_padding(mask: torch.Tensor | None, b: int, m: int, name: str, device) -> torch.Tensor | None:
+    """The ``(B, M)`` bool "key is real" tensor of a key-padding mask, or None for no mask.
+
+    Raises ``ValueError`` for a mask that depends on the query (causal, window, graph): the
+    variant ``name`` cannot apply it.
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+    shape = tuple(mask.shape)
+    ok = mask.dim() == 4 and shape[1] == 1 and shape[2] == 1 and shape[0] in (1, b) and shape[3] == m
+    ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == m)
+    if not ok:
+        raise ValueError(
+            f"the {name!r} attention takes key-padding masks only, shape (B, 1, 1, M) = ({b}, 1, 1, {m}) as "
+            f"attnlab.masks.padding makes them, got shape {shape}; for causal attention create it with causal=True, "
+            "for any other mask use the 'dense' attention"
+        )
+    return mask.reshape(mask.shape[0], m).expand(b, m).to(device)
+
+
+class EfficientAttention(MultiHeadAttention):
+    """Base class: multi-head attention whose attention step is an efficient variant.
+
+    Subclasses implement :meth:`efficient` on projected heads and set ``supports_causal``.
+
+    Args:
+        embed_dim, num_heads, kdim, vdim, bias, head_mode, positional, positional_options,
+            max_len: as for :class:`attnlab.MultiHeadAttention` (the score is the scaled dot
+            product and the normaliser softmax, which the variants approximate).
+        causal: each query attends only to keys at or before its position.
+    """
+
+    name: str = "efficient"
+    supports_causal: bool = True
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        causal: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        bias: bool = True,
+        head_mode: str = "split",
+        positional=None,
+        positional_options: dict | None = None,
+        max_len: int | None = None,
+    ):
+        super().__init__(
+            embed_dim,
+            num_heads,
+            kdim=kdim,
+            vdim=vdim,
+            bias=bias,
+            head_mode=head_mode,
+            positional=positional,
+            positional_options=positional_options,
+            max_len=max_len,
+        )
+        if causal and not self.supports_causal:
+            raise ValueError(f"the {self.name!r} attention cannot be causal: its method mixes every key into every query")
+        self.causal = bool(causal)
+        if self.positional is not None and self.positional.kind == "bias":
+            raise ValueError(
+                f"the {self.name!r} attention never forms the scores a bias encoding would add to; "
+                f"use rope or an input encoding, or the 'dense' attention for {self.positional.name!r}"
+            )
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, causal={self.causal}"
+
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+        if return_weights:
+            raise ValueError(f"the {self.name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
+        if bias is not None:
+            raise ValueError(f"the {self.name!r} attention cannot add a score bias; use the 'dense' attention")
+        b, _, n, _ = q.shape
+        m = k.shape[2]
+        if self.causal and n != m:
+            raise ValueError(f"causal {self.name!r} attention needs as many queries as keys, got N={n}, M={m}")
+        valid = key_padding(mask, b, m, self.name, q.device)
+        if n == 0 or m == 0:
+            return AttentionResult(q.new_zeros(b, q.shape[1], n, v.shape[-1]))
+        if valid is not None:  # padded keys and values: zeroed, so that NaN there cannot leak
+            keep = valid[:, None, :, None]
+            zero = torch.zeros((), dtype=k.dtype, device=k.device)
+            k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
+        out = self.efficient(q, k, v, valid)
+        if valid is not None:  # a set with no real key: zeros, as everywhere in attnlab
+            out = out.masked_fill(~valid.any(-1)[:, None, None, None], 0.0)
+        return AttentionResult(out)
+
+    def efficient(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """The variant's attention: q ``(B, H, N, D)``, k ``(B, H, M, D)``, v ``(B, H, M, Dv)``,
+        ``valid`` ``(B, M)`` bool or None -> ``(B, H, N, Dv)``. ``self.causal`` says whether
+        query ``i`` may see only keys ``j <= i``."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------- registry
+_REGISTRY: dict[str, Callable[..., MultiHeadAttention]] = {"dense": MultiHeadAttention}
+
+
+def register_attention(name: str):
+    """Class decorator: make a variant available as ``create_attention(name, ...)``."""
+
+    def deco(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"an attention named {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def list_attention() -> list[str]:
+    """The names :func:`create_attention` accepts, sorted (``"dense"`` is the exact layer)."""
+    return sorted(_REGISTRY)
+
+
+def create_attention(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention:
+    """Create the attention ``name`` (see :func:`list_attention`).
+
+    ``"dense"`` is :class:`attnlab.MultiHeadAttention` (its options apply; ``causal=True`` is
+    not one: give it a causal mask). Every other name is an :class:`EfficientAttention` with
+    the same call signature and output.
+
+    Args:
+        name: the variant.
+        embed_dim: E. num_heads: H.
+        **options: the variant's keyword options (``causal=``, ``window=``, ``num_features=``, ...).
+    """
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"unknown attention {name!r}; choose one of {', '.join(list_attention())}")
+    return _REGISTRY[name](embed_dim, num_heads, **options)

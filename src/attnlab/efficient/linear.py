@@ -1,0 +1,101 @@
+"""Linear attention ("Transformers are RNNs", Katharopoulos et al. 2020), with its recurrent form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .base import EfficientAttention, register_attention
+from .kernel import kernel_attention
+
+__all__ = ["LinearAttention", "LinearState", "elu_feature_map"]
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """``phi(x) = elu(x) + 1``: positive, so the normaliser never vanishes."""
+    return F.elu(x) + 1.0
+
+
+@dataclass
+class LinearState:
+    """The recurrent state of causal linear attention after ``t`` tokens.
+
+    Attributes:
+        s: ``(B, H, D, Dv)`` the running ``sum_j phi(k_j) v_j^T``.
+        z: ``(B, H, D)`` the running ``sum_j phi(k_j)``.
+        t: the number of tokens seen (the position of the next one).
+    """
+
+    s: torch.Tensor
+    z: torch.Tensor
+    t: int = 0
+
+
+@register_attention("linear")
+class LinearAttention(EfficientAttention):
+    """``b_i = phi(q_i)^T sum_j phi(k_j) v_j^T / phi(q_i)^T sum_j phi(k_j)``, ``phi = elu + 1``.
+
+    Katharopoulos et al. 2020 (https://arxiv.org/abs/2006.16236): replacing
+    ``exp(q . k)`` by ``phi(q) . phi(k)`` lets the key-value products be summed once, O(N)
+    instead of O(N^2). Causal, the sums run over ``j <= i`` and the layer is an RNN whose
+    state is ``(S, z)``: :meth:`step` decodes one token at constant cost.
+
+    Args:
+        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        eps: added to the normaliser.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, eps: float = 1e-6, **options):
+        super().__init__(embed_dim, num_heads, **options)
+        self.eps = float(eps)
+
+    def efficient(self, q, k, v, valid):
+        phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+        if valid is not None:
+            phi_k = phi_k * valid[:, None, :, None]
+        return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=self.eps)
+
+    def initial_state(self, batch: int, *, device=None, dtype=None) -> LinearState:
+        """The empty state: no token seen."""
+        w = self.q_proj.weight
+        device, dtype = device or w.device, dtype or w.dtype
+        return LinearState(
+            torch.zeros(batch, self.num_heads, self.head_dim, self.head_dim, device=device, dtype=dtype),
+            torch.zeros(batch, self.num_heads, self.head_dim, device=device, dtype=dtype),
+            0,
+        )
+
+    def step(self, state: LinearState, x_t: torch.Tensor) -> tuple[torch.Tensor, LinearState]:
+        """One token of causal self-attention as an RNN step: ``x_t`` ``(B, E)`` -> ``(B, E)``.
+
+        ``S_t = S_{t-1} + phi(k_t) v_t^T``, ``z_t = z_{t-1} + phi(k_t)``,
+        ``b_t = phi(q_t)^T S_t / (phi(q_t)^T z_t)``, then ``W^o``. Returns the output and the
+        new state (the old one is not modified). Equals the parallel causal computation.
+        """
+        if not self.causal:
+            raise ValueError("step() is the recurrent form of causal linear attention: create it with causal=True")
+        if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2 or x_t.shape[-1] != self.embed_dim:
+            got = tuple(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
+            raise ValueError(f"x_t must have shape (B, {self.embed_dim}), got {got}")
+        if state.s.shape[0] != x_t.shape[0]:
+            raise ValueError(f"the state holds {state.s.shape[0]} sequences, x_t {x_t.shape[0]}")
+        x = x_t[:, None, :]  # (B, 1, E)
+        pe = self.positional
+        pos = torch.tensor([state.t], device=x.device)
+        if pe is not None and pe.kind == "input":
+            x = pe.add_to(x, pos)
+        project = self.head_mode == "project"
+        q = self._heads(x, self.q_proj, self.head_q if project else None)  # (B, H, 1, D)
+        k = self._heads(x, self.k_proj, self.head_k if project else None)
+        v = self._heads(x, self.v_proj, self.head_v if project else None)
+        if pe is not None and pe.kind == "rotation":
+            q, k = pe.rotate(q, k, pos, pos)
+        phi_q, phi_k = elu_feature_map(q)[:, :, 0], elu_feature_map(k)[:, :, 0]  # (B, H, D)
+        s = state.s + phi_k[..., :, None] * v[:, :, 0, None, :]  # (B, H, D, Dv)
+        z = state.z + phi_k
+        num = (phi_q[..., None, :] @ s)[..., 0, :]  # (B, H, Dv)
+        den = (phi_q * z).sum(-1, keepdim=True)
+        out = (num / (den + self.eps)).reshape(x.shape[0], self.embed_dim)  # concat heads
+        return self.out_proj(out), LinearState(s, z, state.t + 1)

@@ -1,0 +1,71 @@
+"""Local (truncated, sliding-window) attention, computed block by block."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import EfficientAttention, register_attention
+from .sparse import block_sparse_attention
+
+__all__ = ["LocalAttention", "banded_attention"]
+
+
+def banded_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    *,
+    causal: bool = False,
+    valid: torch.Tensor | None = None,
+    block: int | None = None,
+) -> torch.Tensor:
+    """Softmax attention of each query ``i`` over the keys ``j`` with ``|i - j| <= window``
+    (``0 <= i - j <= window`` when causal), exactly, in O(N x window) time and memory.
+
+    Query block ``t`` (of ``block >= window`` positions) can only reach key blocks
+    ``t - 1 .. t + 1`` (``t - 1, t`` when causal); each block runs PyTorch's fused
+    ``scaled_dot_product_attention`` over those keys with the band mask
+    (:func:`attnlab.efficient.sparse.block_sparse_attention` without global or random keys).
+
+    Args:
+        q, k: ``(B, H, N, D)`` (self-attention positions: as many keys as queries).
+        v: ``(B, H, N, Dv)``.
+        window: w >= 0.
+        causal: the one-sided (look-back) window.
+        valid: ``(B, N)`` bool, False for padded keys.
+        block: block length (default ``max(window, 64)``, at most N).
+    """
+    return block_sparse_attention(q, k, v, window, causal=causal, valid=valid, block=block)
+
+
+@register_attention("local")
+class LocalAttention(EfficientAttention):
+    """Truncated self-attention: each query sees the keys within ``window`` positions.
+
+    ``b_i = sum_{|i - j| <= w} softmax_j(q_i . k_j / sqrt(D)) v_j`` — the lecture's truncated
+    self-attention for long audio, where a frame only needs its neighbourhood; with
+    ``causal=True``, ``0 <= i - j <= w`` (streaming: look back w frames). Exact, not an
+    approximation: it equals dense attention under :func:`attnlab.masks.window`, and dense
+    attention itself once ``w >= N - 1``. Linear in N in time and memory, forward and
+    backward (:func:`banded_attention`).
+
+    Args:
+        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        window: w, the half-width (default 256).
+        block: the block length of the computation (default ``max(w, 64)``).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, block: int | None = None, **options):
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValueError(f"window must be an int >= 0, got {window!r}")
+        if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
+            raise ValueError(f"block must be a positive int, got {block!r}")
+        super().__init__(embed_dim, num_heads, **options)
+        self.window, self.block = window, block
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, window={self.window}"
+
+    def efficient(self, q, k, v, valid):
+        return banded_attention(q, k, v, self.window, causal=self.causal, valid=valid, block=self.block)

@@ -1,0 +1,119 @@
+"""Longformer (local + global) and BigBird (local + global + random) attention."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import EfficientAttention, register_attention
+from .sparse import block_layout, block_sparse_attention, pattern
+
+__all__ = ["LongformerAttention", "BigBirdAttention"]
+
+
+def _global_index(global_tokens, n: int, device) -> torch.Tensor:
+    if isinstance(global_tokens, int):
+        return torch.arange(min(global_tokens, n), device=device)
+    idx = torch.as_tensor(list(global_tokens), dtype=torch.long, device=device)
+    return idx[idx < n]
+
+
+def _check_global(global_tokens):
+    if isinstance(global_tokens, bool):
+        raise TypeError("global_tokens must be a count or a list of positions, got a bool")
+    if isinstance(global_tokens, int):
+        if global_tokens < 0:
+            raise ValueError(f"global_tokens must be >= 0, got {global_tokens}")
+        return global_tokens
+    try:
+        idx = sorted({int(i) for i in global_tokens})
+    except TypeError:
+        raise TypeError(f"global_tokens must be a count or a list of positions, got {type(global_tokens).__name__}") from None
+    if idx and idx[0] < 0:
+        raise ValueError(f"global token positions must be >= 0, got {idx[0]}")
+    return tuple(idx)
+
+
+@register_attention("longformer")
+class LongformerAttention(EfficientAttention):
+    """A sliding window plus global tokens (Beltagy et al. 2020, https://arxiv.org/abs/2004.05150).
+
+    Each query sees the keys within ``window`` positions and every global token; each global
+    token sees every key. Exact softmax over that pattern, O(N (w + G)). With every token
+    global it is dense attention.
+
+    Args:
+        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        window: the half-width w (default 256).
+        global_tokens: a count g (the first g positions, e.g. a CLS token) or a list of positions.
+        block: block length of the computation.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, global_tokens=1, block: int | None = None, **options):
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValueError(f"window must be an int >= 0, got {window!r}")
+        super().__init__(embed_dim, num_heads, **options)
+        self.window, self.block = window, block
+        self.global_tokens = _check_global(global_tokens)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, window={self.window}, global_tokens={self.global_tokens}"
+
+    def random_blocks(self, n: int, device=None) -> torch.Tensor | None:
+        return None
+
+    def pattern(self, n: int) -> torch.Tensor:
+        """The ``(n, n)`` bool mask of who attends to whom at length n."""
+        return pattern(
+            n, self.window, causal=self.causal, block=self.block,
+            global_index=_global_index(self.global_tokens, n, None), random_blocks=self.random_blocks(n),
+        )
+
+    def efficient(self, q, k, v, valid):
+        n = q.shape[2]
+        return block_sparse_attention(
+            q, k, v, self.window, causal=self.causal, valid=valid, block=self.block,
+            global_index=_global_index(self.global_tokens, n, q.device), random_blocks=self.random_blocks(n, q.device),
+        )
+
+
+@register_attention("bigbird")
+class BigBirdAttention(LongformerAttention):
+    """A sliding window, global tokens and random key blocks (Zaheer et al. 2020, https://arxiv.org/abs/2007.14062).
+
+    As :class:`LongformerAttention`, and each query block also sees ``random_blocks`` key
+    blocks outside its window (earlier ones when causal), drawn from ``seed`` and the number of
+    blocks, so the pattern is fixed for a given length (:meth:`pattern` shows it). Exact
+    softmax over that pattern.
+
+    Args:
+        window, global_tokens, block: as for :class:`LongformerAttention` (BigBird's defaults:
+            window 64 with block 64, i.e. 3 blocks; 2 global tokens).
+        random_blocks: R, random key blocks per query block (default 3).
+        seed: the seed of the random pattern.
+    """
+
+    def __init__(
+        self, embed_dim: int, num_heads: int, *, window: int = 64, global_tokens=2, random_blocks: int = 3, seed: int = 0, **options
+    ):
+        if isinstance(random_blocks, bool) or not isinstance(random_blocks, int) or random_blocks < 0:
+            raise ValueError(f"random_blocks must be an int >= 0, got {random_blocks!r}")
+        super().__init__(embed_dim, num_heads, window=window, global_tokens=global_tokens, **options)
+        self.num_random, self.seed = random_blocks, int(seed)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, random_blocks={self.num_random}"
+
+    def random_blocks(self, n: int, device=None) -> torch.Tensor | None:
+        """``(nb, R)`` block numbers (-1 = none) of each query block's random key blocks at length n."""
+        if self.num_random == 0:
+            return None
+        blk, nb = block_layout(n, self.window, self.block)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + nb)
+        out = torch.full((nb, self.num_random), -1, dtype=torch.long)
+        for t in range(nb):
+            near = {t - 1, t, t + 1}
+            pool = [s for s in range(nb) if s not in near and (not self.causal or s < t)]
+            if pool:
+                pick = torch.randperm(len(pool), generator=g)[: self.num_random]
+                out[t, : pick.numel()] = torch.tensor(pool)[pick]
+        return out.to(device) if device is not None else out

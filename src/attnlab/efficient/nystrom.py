@@ -1,0 +1,92 @@
+"""Nystromformer: softmax attention through a Nystrom approximation with landmarks (Xiong et al. 2021)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import EfficientAttention, register_attention
+
+__all__ = ["NystromAttention", "iterative_pinv", "segment_means"]
+
+
+def iterative_pinv(a: torch.Tensor, iters: int = 6) -> torch.Tensor:
+    """Moore-Penrose pseudo-inverse of ``a`` ``(..., m, m)`` by the iteration of Razavi et al. (2014), as in the paper.
+
+    ``Z_0 = A^T / (max row sum x max column sum)``,
+    ``Z_{j+1} = 1/4 Z_j (13 I - A Z_j (15 I - A Z_j (7 I - A Z_j)))``.
+    """
+    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+    absa = a.abs()
+    z = a.transpose(-2, -1) / (absa.sum(-1).amax(-1) * absa.sum(-2).amax(-1))[..., None, None]
+    for _ in range(iters):
+        az = a @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    return z
+
+
+def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Landmarks: the means of ``m`` consecutive segments of ``x`` ``(B, H, L, D)``, over real
+    (non-padded) positions only. Returns ``(B, H, m, D)`` and ``(B, m)`` "segment has a real
+    position". Segment ``s`` holds positions ``floor(s L / m) .. floor((s + 1) L / m) - 1``."""
+    b, h, length, d = x.shape
+    seg = torch.arange(length, device=x.device) * m // length  # (L,): the segment of each position
+    onehot = F.one_hot(seg, m).to(x.dtype)  # (L, m)
+    w = onehot[None].expand(b, length, m) if valid is None else onehot[None] * valid[:, :, None].to(x.dtype)  # (B, L, m)
+    if valid is not None:  # 0 x NaN is NaN: padded positions are zeroed, not just given weight 0
+        x = torch.where(valid[:, None, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+    count = w.sum(1)  # (B, m)
+    sums = torch.einsum("blm,bhld->bhmd", w, x)
+    return sums / count.clamp_min(1)[:, None, :, None], count > 0
+
+
+@register_attention("nystrom")
+class NystromAttention(EfficientAttention):
+    """``softmax(Q K~^T) pinv(softmax(Q~ K~^T)) softmax(Q~ K^T) V`` with ``m`` landmarks, O(N m).
+
+    Xiong et al. 2021, "Nystromformer" (https://arxiv.org/abs/2102.03902): landmarks ``Q~, K~``
+    are segment means of the queries and keys (:func:`segment_means`, taken over real
+    positions only: the padding mask is applied before pooling, and padded keys are masked in
+    the third factor). With ``landmarks = N`` and an exact pseudo-inverse it is exact
+    attention (``A pinv(A) A = A``). Not causal.
+
+    Args:
+        embed_dim, num_heads, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        landmarks: m (default 64; at most the sequence length is used).
+        pinv: ``"iterative"`` (the paper's, ``pinv_iters`` steps) or ``"exact"`` (``torch.linalg.pinv``).
+        pinv_iters: iterations of :func:`iterative_pinv`.
+    """
+
+    supports_causal = False
+
+    def __init__(self, embed_dim: int, num_heads: int, *, landmarks: int = 64, pinv: str = "iterative", pinv_iters: int = 6, **options):
+        if isinstance(landmarks, bool) or not isinstance(landmarks, int) or landmarks < 1:
+            raise ValueError(f"landmarks must be a positive int, got {landmarks!r}")
+        if pinv not in ("iterative", "exact"):
+            raise ValueError(f"pinv must be 'iterative' or 'exact', got {pinv!r}")
+        super().__init__(embed_dim, num_heads, **options)
+        self.landmarks, self.pinv, self.pinv_iters = landmarks, pinv, int(pinv_iters)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, landmarks={self.landmarks}, pinv={self.pinv!r}"
+
+    def efficient(self, q, k, v, valid):
+        n, mk = q.shape[2], k.shape[2]
+        m = min(self.landmarks, n, mk)
+        work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        q, k, v = q.to(work), k.to(work), v.to(work)
+        scale = q.shape[-1] ** -0.5
+        # query landmarks over real positions too when queries and keys are the same positions
+        ql, _ = segment_means(q, m, valid if n == mk else None)  # (B, H, m, D)
+        kl, kl_ok = segment_means(k, m, valid)  # (B, H, m, D), (B, m)
+        kl_mask = kl_ok[:, None, None, :]  # (B, 1, 1, m)
+        f1 = (q @ kl.transpose(-2, -1) * scale).masked_fill(~kl_mask, float("-inf")).softmax(-1)  # (B, H, N, m)
+        f2 = (ql @ kl.transpose(-2, -1) * scale).masked_fill(~kl_mask, float("-inf")).softmax(-1)  # (B, H, m, m)
+        s3 = ql @ k.transpose(-2, -1) * scale  # (B, H, m, M)
+        if valid is not None:
+            s3 = s3.masked_fill(~valid[:, None, None, :], float("-inf"))
+        f3 = torch.nan_to_num(s3.softmax(-1))  # a set with no real key: zeros (the caller zeroes its output)
+        f1, f2 = torch.nan_to_num(f1), torch.nan_to_num(f2)
+        inv = torch.linalg.pinv(f2) if self.pinv == "exact" else iterative_pinv(f2, self.pinv_iters)
+        out = f1 @ (inv @ (f3 @ v))  # right to left: never an N x N product
+        return out.to(v.dtype) if out.dtype != v.dtype else out

@@ -1,0 +1,115 @@
+"""Performer: FAVOR+ positive orthogonal random features (Choromanski et al. 2021)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import EfficientAttention, register_attention
+from .kernel import kernel_attention
+
+__all__ = ["PerformerAttention", "orthogonal_gaussian", "favor_features"]
+
+
+def orthogonal_gaussian(num_features: int, dim: int, *, generator=None, device=None, dtype=torch.float32) -> torch.Tensor:
+    """``(num_features, dim)`` random rows, orthogonal within each block of ``dim`` rows, with the
+    norms of Gaussian vectors (chi-distributed with ``dim`` degrees of freedom): the "ORF" of
+    the paper, section 3.3, an unbiased and lower-variance replacement for i.i.d. Gaussian rows."""
+    blocks = []
+    for start in range(0, num_features, dim):
+        g = torch.randn(dim, dim, generator=generator, dtype=torch.float64)
+        qmat, r = torch.linalg.qr(g)  # orthonormal columns
+        qmat = qmat * torch.sign(torch.diagonal(r))  # the sign fix that makes Q uniform (Haar) over rotations
+        blocks.append(qmat.T[: min(dim, num_features - start)])
+    w = torch.cat(blocks, dim=0)  # (F, D) orthonormal rows per block
+    norms = torch.randn(num_features, dim, generator=generator, dtype=torch.float64).norm(dim=-1, keepdim=True)
+    return (w * norms).to(device=device, dtype=dtype)
+
+
+def favor_features(x: torch.Tensor, w: torch.Tensor, *, is_query: bool, eps: float = 1e-6) -> torch.Tensor:
+    """Positive random features with ``phi(q) . phi(k)`` an unbiased estimate of ``exp(q . k / sqrt(D))``.
+
+    ``phi(x) = exp(w_r . x' - |x'|^2 / 2) / sqrt(F)`` with ``x' = x / D^(1/4)`` (Choromanski et
+    al. 2021, lemma 1). For numerical safety a constant is subtracted inside the exponent —
+    per query row for queries, one per head for keys — which cancels in the attention's
+    normalisation. Computed in float32 for half-precision inputs.
+
+    Args:
+        x: ``(B, H, L, D)``.
+        w: ``(F, D)`` random projections.
+        is_query: which stabiliser to use.
+    """
+    dtype = x.dtype
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    xs = x.to(work) * x.shape[-1] ** -0.25
+    proj = xs @ w.to(work).T  # (B, H, L, F)
+    sq = 0.5 * (xs * xs).sum(-1, keepdim=True)  # (B, H, L, 1)
+    if is_query:
+        stab = proj.amax(-1, keepdim=True)
+    else:
+        stab = proj.amax(dim=(-2, -1), keepdim=True)
+    return ((torch.exp(proj - sq - stab.detach()) + eps) / math.sqrt(w.shape[0])).to(dtype)
+
+
+@register_attention("performer")
+class PerformerAttention(EfficientAttention):
+    """Softmax attention estimated with FAVOR+ random features, in O(N F D).
+
+    Choromanski et al. 2021, "Rethinking Attention with Performers"
+    (https://arxiv.org/abs/2009.14794): ``exp(q . k / sqrt(D)) ~ phi(q) . phi(k)`` with positive
+    orthogonal random features (:func:`favor_features`), then kernelised attention
+    (:func:`attnlab.efficient.kernel.kernel_attention`); causal by running prefix sums.
+    The error of the estimate shrinks as ``num_features`` grows.
+
+    Args:
+        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        num_features: F, random features per head dimension set (default ``int(D log D)``, the
+            paper's choice).
+        redraw_interval: in training mode, draw new features every this many forward calls
+            (the paper's feature redrawing); 0 = never. :meth:`redraw` draws new ones now.
+        seed: the seed of the first draw (None: from torch's global generator).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        num_features: int | None = None,
+        redraw_interval: int = 1000,
+        seed: int | None = None,
+        **options,
+    ):
+        super().__init__(embed_dim, num_heads, **options)
+        d = self.head_dim
+        nf = max(1, int(d * math.log(d))) if num_features is None else num_features
+        if isinstance(nf, bool) or not isinstance(nf, int) or nf < 1:
+            raise ValueError(f"num_features must be a positive int, got {num_features!r}")
+        if isinstance(redraw_interval, bool) or not isinstance(redraw_interval, int) or redraw_interval < 0:
+            raise ValueError(f"redraw_interval must be an int >= 0, got {redraw_interval!r}")
+        self.num_features, self.redraw_interval = nf, redraw_interval
+        self._generator = None if seed is None else torch.Generator().manual_seed(seed)
+        self.register_buffer("features", torch.empty(nf, d))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw new random features (kept in the ``features`` buffer, saved with the weights)."""
+        w = orthogonal_gaussian(self.num_features, self.head_dim, generator=self._generator)
+        with torch.no_grad():
+            self.features.copy_(w.to(self.features))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, num_features={self.num_features}, redraw_interval={self.redraw_interval}"
+
+    def efficient(self, q, k, v, valid):
+        if self.training and self.redraw_interval:
+            if int(self.calls) and int(self.calls) % self.redraw_interval == 0:
+                self.redraw()
+            self.calls += 1
+        phi_q = favor_features(q, self.features, is_query=True)
+        phi_k = favor_features(k, self.features, is_query=False)
+        if valid is not None:
+            phi_k = phi_k * valid[:, None, :, None]
+        return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=0.0)

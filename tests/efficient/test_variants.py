@@ -1,0 +1,283 @@
+"""Every efficient variant: exact in its limit, approximate with a budget, refusing what it cannot do."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab import masks
+from attnlab.efficient import (
+    EfficientAttention,
+    create_attention,
+    favor_features,
+    iterative_pinv,
+    kernel_attention,
+    list_attention,
+    orthogonal_gaussian,
+)
+from attnlab.efficient.reformer import SELF_LOGIT
+from tests.helpers import assert_close_rel
+
+E, H = 16, 4
+VARIANTS = [n for n in list_attention() if n != "dense"]
+
+
+def dense_layer():
+    torch.manual_seed(0)
+    return create_attention("dense", embed_dim=E, num_heads=H).double()
+
+
+def like(dense, name, **options):
+    m = create_attention(name, embed_dim=E, num_heads=H, **options).double()
+    missing, unexpected = m.load_state_dict(dense.state_dict(), strict=False)
+    assert not unexpected
+    return m
+
+
+def grads(module, x, mask=None):
+    x = x.clone().requires_grad_(True)
+    out = module(x, mask=mask).output
+    g = torch.autograd.grad(out.square().sum(), [x, *[p for n, p in module.named_parameters() if n.startswith(("q_", "v_", "out_"))]])
+    return out, g
+
+
+def test_registry():
+    assert list_attention() == ["bigbird", "dense", "linear", "linformer", "local", "longformer", "nystrom", "performer", "reformer"]
+    for name in VARIANTS:
+        assert isinstance(create_attention(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})), EfficientAttention)
+    with pytest.raises(ValueError, match="unknown attention 'flash'"):
+        create_attention("flash", embed_dim=E, num_heads=H)
+
+
+def exact_cases(n):
+    eye = torch.eye(n, dtype=torch.float64)
+    return {
+        "local": ({"window": n - 1}, {}),
+        "longformer": ({"window": 1, "global_tokens": n}, {}),
+        "bigbird": ({"window": 1, "global_tokens": n, "random_blocks": 1}, {}),
+        "nystrom": ({"landmarks": n, "pinv": "exact"}, {}),
+        "linformer": ({"max_len": n, "k": n}, {"proj_k": eye, "proj_v": eye}),
+    }
+
+
+@pytest.mark.parametrize("name", ["local", "longformer", "bigbird", "nystrom", "linformer"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_exact_limits_equal_dense_attention_with_gradients(name, padded):
+    n = 19
+    dense = dense_layer()
+    options, weights = exact_cases(n)[name]
+    m = like(dense, name, **options)
+    if weights:
+        m.load_state_dict({**m.state_dict(), **weights})
+    x = torch.randn(3, n, E, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    mask = masks.padding(torch.tensor([n, 11, 1]), n) if padded else None
+    out, g = grads(m, x, mask)
+    ref, g_ref = grads(dense, x, mask)
+    assert_close_rel(out, ref, 1e-10, f"{name} output")
+    # Nystrom's gradient passes through pinv(softmax(Q K^T)), whose derivative grows with that
+    # matrix's condition number: float64 keeps it to ~1e-7 here, not 1e-12
+    tol = 1e-5 if name == "nystrom" else 1e-9
+    for a, r in zip(g, g_ref):
+        assert_close_rel(a, r, tol, f"{name} gradient")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reformer_with_one_bucket_and_one_chunk_is_dense_shared_qk_attention(causal):
+    n = 13
+    dense = dense_layer()
+    m = like(dense, "reformer", num_buckets=1, num_hashes=1, chunk_size=n, causal=causal)
+    x = torch.randn(2, n, E, dtype=torch.float64)
+    lengths = torch.tensor([n, 6])
+    q = m.q_proj(x).view(2, n, H, E // H).transpose(1, 2)
+    v = m.v_proj(x).view(2, n, H, E // H).transpose(1, 2)
+    # the textbook steps of the paper: keys = normalised queries, self only as a last resort
+    scores = q @ F.normalize(q, dim=-1).transpose(-2, -1) / math.sqrt(E // H)
+    allowed = masks.padding(lengths, n).expand(2, H, n, n)
+    if causal:
+        allowed = allowed & masks.causal(n)
+    scores = torch.where(torch.eye(n, dtype=torch.bool) & allowed, torch.full_like(scores, SELF_LOGIT), scores)
+    w = torch.nan_to_num(scores.masked_fill(~allowed, float("-inf")).softmax(-1))
+    ref = m.out_proj((w @ v).transpose(1, 2).reshape(2, n, E))
+    assert_close_rel(m(x, mask=masks.padding(lengths, n)).output, ref, 1e-12, "reformer")
+
+
+def test_reformer_error_shrinks_with_more_hash_rounds():
+    dense = dense_layer()
+    x = 4 * torch.randn(1, 256, E, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    exact = like(dense, "reformer", num_buckets=1, num_hashes=1, chunk_size=256)(x).output
+    errs = []
+    for rounds in (1, 4, 8):
+        out = like(dense, "reformer", num_buckets=4, num_hashes=rounds, chunk_size=32, seed=0)(x).output
+        errs.append(((out - exact).norm() / exact.norm()).item())
+    assert errs[0] > errs[1] > errs[2]
+
+
+@pytest.mark.parametrize("name", ["local", "longformer", "bigbird"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sparse_patterns_equal_dense_attention_under_the_same_mask(name, causal):
+    dense = dense_layer()
+    opts = {"window": 3, "block": 4}
+    if name != "local":
+        opts["global_tokens"] = [0, 9, 30]
+    if name == "bigbird":
+        opts["random_blocks"] = 2
+    m = like(dense, name, causal=causal, **opts)
+    n = 37
+    pattern = m.pattern(n) if name != "local" else masks.window(n, 3, causal=causal)
+    if name == "bigbird":  # the random blocks do add pairs beyond window and globals
+        assert pattern.sum() > like(dense, "longformer", causal=causal, window=3, block=4, global_tokens=[0, 9, 30]).pattern(n).sum()
+    x = torch.randn(2, n, E, dtype=torch.float64)
+    pad = masks.padding(torch.tensor([n, 20]), n)
+    out, g = grads(m, x, pad)
+    ref, g_ref = grads(dense, x, masks.and_masks(pattern, pad))
+    assert_close_rel(out, ref, 1e-10, name)
+    for a, r in zip(g, g_ref):
+        assert_close_rel(a, r, 1e-9, f"{name} gradient")
+
+
+def test_linear_attention_equals_its_formula_and_its_rnn_form():
+    dense = dense_layer()
+    m = like(dense, "linear", eps=0.0)
+    x = torch.randn(2, 30, E, dtype=torch.float64)
+    q = m.q_proj(x).view(2, 30, H, 4).transpose(1, 2)
+    k = m.k_proj(x).view(2, 30, H, 4).transpose(1, 2)
+    v = m.v_proj(x).view(2, 30, H, 4).transpose(1, 2)
+    a = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
+    for causal in (False, True):
+        aa = a.tril() if causal else a
+        ref = m.out_proj(((aa / aa.sum(-1, keepdim=True)) @ v).transpose(1, 2).reshape(2, 30, E))
+        m.causal = causal
+        assert_close_rel(m(x).output, ref, 1e-12, f"linear causal={causal}")
+
+
+def test_linear_recurrent_mode_equals_the_parallel_causal_mode_over_512_steps():
+    torch.manual_seed(0)
+    m = create_attention("linear", embed_dim=32, num_heads=4, causal=True, positional="rope")
+    x = torch.randn(2, 512, 32)
+    parallel = m(x).output
+    state = m.initial_state(2)
+    outs = []
+    for t in range(512):
+        o, state = m.step(state, x[:, t])
+        outs.append(o)
+    assert state.t == 512
+    assert (torch.stack(outs, 1) - parallel).abs().max().item() <= 1e-5
+    with pytest.raises(ValueError, match="causal=True"):
+        create_attention("linear", embed_dim=32, num_heads=4).step(state, x[:, 0])
+    with pytest.raises(ValueError, match=r"\(B, 32\)"):
+        m.step(m.initial_state(2), x)
+
+
+def test_kernel_attention_causal_chunks_equal_the_quadratic_form():
+    g = torch.Generator().manual_seed(0)
+    pq, pk = torch.rand(1, 2, 300, 5, generator=g, dtype=torch.float64), torch.rand(1, 2, 300, 5, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 2, 300, 3, generator=g, dtype=torch.float64)
+    a = (pq @ pk.transpose(-2, -1)).tril()
+    ref = (a / a.sum(-1, keepdim=True)) @ v
+    for chunk in (1, 7, 128, 512):
+        assert_close_rel(kernel_attention(pq, pk, v, causal=True, eps=0.0, chunk=chunk), ref, 1e-12, f"chunk {chunk}")
+
+
+def test_performer_kernel_estimate_error_shrinks_with_more_features():
+    g = torch.Generator().manual_seed(0)
+    d = 16
+    q = 0.5 * torch.randn(1, 1, 64, d, generator=g, dtype=torch.float64)
+    k = 0.5 * torch.randn(1, 1, 64, d, generator=g, dtype=torch.float64)
+    exact = (q @ k.transpose(-2, -1) / math.sqrt(d)).softmax(-1)
+    errs = []
+    for nf in (16, 64, 256, 1024, 4096):
+        e = 0.0
+        for seed in range(5):
+            w = orthogonal_gaussian(nf, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+            a = favor_features(q, w, is_query=True) @ favor_features(k, w, is_query=False).transpose(-2, -1)
+            e += ((a / a.sum(-1, keepdim=True) - exact).norm() / exact.norm()).item() / 5
+        errs.append(e)
+    assert all(a > b for a, b in zip(errs, errs[1:])), errs
+    assert errs[-1] < 0.35 * errs[1]  # Monte Carlo: ~1/sqrt(F), 64x the features -> ~1/8 the error
+
+
+def test_orthogonal_features_are_orthogonal_within_blocks_with_gaussian_norms():
+    w = orthogonal_gaussian(40, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    blk = w[:16] / w[:16].norm(dim=-1, keepdim=True)
+    assert torch.allclose(blk @ blk.T, torch.eye(16, dtype=torch.float64), atol=1e-12)
+    norms = orthogonal_gaussian(4096, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64).norm(dim=-1)
+    assert abs(norms.square().mean().item() - 16) < 0.6  # E|g|^2 = D for Gaussian rows
+
+
+def test_performer_redraws_features_in_training_only():
+    m = create_attention("performer", embed_dim=E, num_heads=H, redraw_interval=2, seed=0)
+    x = torch.randn(1, 5, E)
+    first = m.features.clone()
+    m.eval()
+    for _ in range(3):
+        m(x)
+    assert torch.equal(m.features, first)
+    m.train()
+    m(x)
+    m(x)
+    assert torch.equal(m.features, first)
+    m(x)  # the third training call redraws
+    assert not torch.equal(m.features, first)
+
+
+def test_iterative_pinv_converges_to_the_pseudo_inverse():
+    a = torch.randn(3, 8, 8, dtype=torch.float64).softmax(-1)
+    exact = torch.linalg.pinv(a)
+    e6 = (iterative_pinv(a, 6) - exact).norm() / exact.norm()
+    e20 = (iterative_pinv(a, 20) - exact).norm() / exact.norm()
+    assert e20 < 1e-8 and e20 < e6
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_padding_with_nan_does_not_leak(name):
+    opts = {"max_len": 32} if name == "linformer" else {}
+    torch.manual_seed(0)
+    m = create_attention(name, embed_dim=E, num_heads=H, **opts).double()
+    if name in ("performer", "reformer"):
+        m.seed = 0
+    x = torch.randn(2, 20, E, dtype=torch.float64)
+    x[1, 12:] = float("nan")
+    out = m(x, mask=masks.padding(torch.tensor([20, 12]), 20)).output
+    assert torch.isfinite(out[:, :12]).all() and torch.isfinite(out[0]).all()
+    empty = m(x[:, :0]).output
+    assert empty.shape == (2, 0, E)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_what_a_variant_cannot_do_raises(name):
+    opts = {"max_len": 32} if name == "linformer" else {}
+    m = create_attention(name, embed_dim=E, num_heads=H, **opts)
+    x = torch.randn(1, 10, E)
+    with pytest.raises(ValueError, match="key-padding masks only.*causal=True"):
+        m(x, mask=masks.causal(10))
+    with pytest.raises(ValueError, match="never builds the N x M weights"):
+        m(x, return_weights=True)
+    with pytest.raises(ValueError, match="cannot add a score bias"):
+        m(x, bias=torch.zeros(10, 10))
+    with pytest.raises(ValueError, match="rope or an input encoding"):
+        create_attention(name, embed_dim=E, num_heads=H, positional="alibi", **opts)
+    if name in ("linformer", "nystrom"):
+        with pytest.raises(ValueError, match="cannot be causal"):
+            create_attention(name, embed_dim=E, num_heads=H, causal=True, **opts)
+    else:
+        create_attention(name, embed_dim=E, num_heads=H, causal=True, **opts)(x)
+
+
+def test_variant_specific_errors():
+    with pytest.raises(ValueError, match="pass max_len"):
+        create_attention("linformer", embed_dim=E, num_heads=H)
+    lf = create_attention("linformer", embed_dim=E, num_heads=H, max_len=8, k=4)
+    lf(torch.randn(1, 5, E))  # shorter than max_len: fine
+    with pytest.raises(ValueError, match="max_len=8, got 9 keys"):
+        lf(torch.randn(1, 9, E))
+    with pytest.raises(ValueError, match="window must be an int >= 0"):
+        create_attention("local", embed_dim=E, num_heads=H, window=-1)
+    with pytest.raises(ValueError, match="num_buckets must be 1 or even"):
+        create_attention("reformer", embed_dim=E, num_heads=H, num_buckets=3)
+    with pytest.raises(ValueError, match="landmarks"):
+        create_attention("nystrom", embed_dim=E, num_heads=H, landmarks=0)
+    with pytest.raises(ValueError, match="global token positions must be >= 0"):
+        create_attention("longformer", embed_dim=E, num_heads=H, global_tokens=[-1])
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        create_attention("local", embed_dim=E, num_heads=H)(torch.randn(1, 4, E), torch.randn(1, 6, E))
