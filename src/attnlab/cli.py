@@ -334,6 +334,144 @@ def bench_positional(
             out.print(f"{row['encoding']} @ {n}: {e}")
 
 
+@bench_app.command("scaling")
+def bench_scaling(
+    sizes: str = typer.Option("1024,2048,4096,8192,16384,32768", help="Comma-separated sequence lengths N."),
+    variants: str = typer.Option(
+        "dense,local,longformer,bigbird,linformer,performer,linear,reformer,nystrom", help="Comma-separated variants."
+    ),
+    repeats: int = typer.Option(3, min=1, help="Timed repetitions at least."),
+    memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory (a child process per cell)."),
+    flex: bool = typer.Option(True, "--flex/--no-flex", help="At N=16384: local vs compiled FlexAttention, forward."),
+    peers: bool = typer.Option(False, "--peers", help="Also time lucidrains' implementations at 16384 (pip install -e '.[bench]')."),
+    as_json: bool = typer.Option(False, "--json", help="Print the records, slopes and ratios as JSON instead of tables."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON to this file (after every record)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also draw time and memory against N to this PNG (scaling.png)."),
+) -> None:
+    """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
+    from .bench.scaling import SETTINGS, relative, run, slopes
+
+    size_list = _int_list("--sizes", sizes, minimum=1)
+    names = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in names if v not in SETTINGS]
+    if bad or not names:
+        _fail(f"unknown --variants {bad}; expected some of {', '.join(SETTINGS)}")
+    done: list = []
+    peer_done: list = []
+
+    def payload() -> dict:
+        return {
+            "records": [r.to_dict() for r in done],
+            "slopes": slopes(done),
+            "relative": relative(done),
+            "peers": [p.to_dict() for p in peer_done],
+        }
+
+    with _progress() as progress:
+        task = progress.add_task("measuring", total=len(size_list) * len(names) + (5 if peers else 0))
+
+        def tick(rec):
+            progress.update(task, advance=1 if rec.mode == "fwd_bwd" else 0, description=f"{rec.variant} N={rec.n}")
+            done.append(rec)
+            if output:
+                _write_json(output, payload())
+
+        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, on_record=tick)
+        if peers:
+            from .bench.peers import run_peers
+
+            def ptick(rec):
+                progress.update(task, advance=1, description=f"peer {rec.method}")
+                peer_done.append(rec)
+                if output:
+                    _write_json(output, payload())
+
+            run_peers(16384, min_repeats=repeats, on_record=ptick)
+    data = payload()
+    if plot:
+        from .viz.bench import plot_scaling
+
+        err.print(f"chart written to {plot_scaling(data['records'], plot, slopes=data['slopes'])}")
+    if as_json:
+        print(json.dumps(data))
+        return
+    rel = {(r["variant"], r["n"]): r for r in data["relative"]}
+    t = Table(title="forward + backward: seconds / peak MiB / speed-up over dense / memory relative to dense", box=box.SIMPLE_HEAD)
+    t.add_column("variant", no_wrap=True)
+    for n in size_list:
+        t.add_column(f"N={n}", justify="right", no_wrap=True)
+    t.add_column("time slope", justify="right")
+    t.add_column("mem slope", justify="right")
+    for v in names:
+        cells = []
+        for n in size_list:
+            r = next((r for r in done if r.variant == v and r.n == n and r.mode == "fwd_bwd"), None)
+            if r is None or r.seconds is None:
+                cells.append("")
+                continue
+            mib = "" if r.peak_bytes is None else f" / {r.peak_bytes / 2**20:.0f}"
+            x = rel.get((v, n))
+            ratio = "" if x is None else f" / {x['speedup']:.2f}x" + ("" if x["memory_ratio"] is None else f" / {x['memory_ratio']:.2f}")
+            cells.append(f"{r.seconds:.3f}{mib}{ratio}")
+        s = data["slopes"].get(v, {})
+        fmt = lambda x: "" if x is None else f"{x:.2f}"  # noqa: E731
+        t.add_row(v, *cells, fmt(s.get("time_slope")), fmt(s.get("memory_slope")))
+    out.print(t)
+    fwd = [r for r in done if r.mode == "fwd"]
+    if fwd:
+        out.print("forward only, N=16384: " + ", ".join(f"{r.variant} {r.seconds:.3f} s" for r in fwd))
+    for p in peer_done:
+        if p.ours_seconds is None:
+            out.print(f"{p.method}: {p.note}")
+        else:
+            out.print(
+                f"{p.method} N={p.n}: ours {p.ours_seconds:.3f} s, {p.peer} {p.peer_seconds:.3f} s "
+                f"(ours / theirs = {p.ours_seconds / p.peer_seconds:.2f})"
+            )
+
+
+@bench_app.command("approximation")
+def bench_approximation(
+    n: int = typer.Option(1024, min=2, help="Sequence length N."),
+    variants: str = typer.Option(
+        "local,longformer,bigbird,linformer,performer,linear,reformer,nystrom", help="Comma-separated variants."
+    ),
+    temperature: float = typer.Option(1.0, min=0.0, help="Scale of q.k (1: diffuse attention; larger: peaked)."),
+    seeds: int = typer.Option(3, min=1, help="Draws averaged per budget."),
+    as_json: bool = typer.Option(False, "--json", help="Print the records as JSON instead of a table."),
+) -> None:
+    """Relative Frobenius error of each variant against exact softmax attention, across its budget."""
+    from .bench.approximation import BUDGETS, run_approximation
+
+    names = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in names if v not in BUDGETS]
+    if bad or not names:
+        _fail(f"unknown --variants {bad}; expected some of {', '.join(BUDGETS)}")
+    done: list = []
+    with _progress() as progress:
+        task = progress.add_task("measuring", total=sum(len(BUDGETS[v][1]) for v in names))
+
+        def tick(rec):
+            progress.update(task, advance=1, description=f"{rec.variant} {rec.budget}")
+            done.append(rec)
+
+        run_approximation(n, names, temperature=temperature, seeds=seeds, on_record=tick)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in done]))
+        return
+    t = Table(
+        title=f"relative Frobenius error vs exact softmax attention, N={n}, H=4, D=64, temperature {temperature}, "
+        f"mean of {seeds} draws",
+        box=box.SIMPLE_HEAD,
+    )
+    for col in ("variant", "budget", "values: error"):
+        t.add_column(col)
+    for v in names:
+        rows = [r for r in done if r.variant == v]
+        t.add_row(v, BUDGETS[v][0], "   ".join(f"{r.budget}: {r.error:.3f}" for r in rows))
+    out.print(t)
+
+
 def _settings_dict(settings) -> dict:
     from dataclasses import asdict
 

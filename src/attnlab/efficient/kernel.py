@@ -39,11 +39,11 @@ def kernel_attention(
         chunk: positions per chunk of the causal computation.
     """
     if not causal:
-        kv = phi_k.transpose(-2, -1) @ v  # (B, H, F, Dv)
-        z = phi_k.sum(-2)  # (B, H, F)
-        num = phi_q @ kv  # (B, H, N, Dv)
-        den = (phi_q * z[..., None, :]).sum(-1, keepdim=True)  # (B, H, N, 1)
-        return num / (den + eps)
+        # S and z in one product: phi(K)^T [V, 1]; then numerator and denominator in one more
+        v1 = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)  # (B, H, M, Dv + 1)
+        kvz = phi_k.transpose(-2, -1) @ v1  # (B, H, F, Dv + 1): [S, z]
+        out = phi_q @ kvz  # (B, H, N, Dv + 1)
+        return out[..., :-1] / (out[..., -1:] + eps)
     b, h, n, f = phi_q.shape
     kv = phi_q.new_zeros(b, h, f, v.shape[-1])  # the running S
     z = phi_q.new_zeros(b, h, f)  # the running z

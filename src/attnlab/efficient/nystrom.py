@@ -30,6 +30,8 @@ def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None) -> tuple[
     (non-padded) positions only. Returns ``(B, H, m, D)`` and ``(B, m)`` "segment has a real
     position". Segment ``s`` holds positions ``floor(s L / m) .. floor((s + 1) L / m) - 1``."""
     b, h, length, d = x.shape
+    if valid is None and length % m == 0:  # equal segments, nothing padded: a plain mean
+        return x.view(b, h, m, length // m, d).mean(-2), torch.ones(b, m, dtype=torch.bool, device=x.device)
     seg = torch.arange(length, device=x.device) * m // length  # (L,): the segment of each position
     onehot = F.one_hot(seg, m).to(x.dtype)  # (L, m)
     w = onehot[None].expand(b, length, m) if valid is None else onehot[None] * valid[:, :, None].to(x.dtype)  # (B, L, m)
@@ -79,14 +81,19 @@ class NystromAttention(EfficientAttention):
         # query landmarks over real positions too when queries and keys are the same positions
         ql, _ = segment_means(q, m, valid if n == mk else None)  # (B, H, m, D)
         kl, kl_ok = segment_means(k, m, valid)  # (B, H, m, D), (B, m)
-        kl_mask = kl_ok[:, None, None, :]  # (B, 1, 1, m)
-        f1 = (q @ kl.transpose(-2, -1) * scale).masked_fill(~kl_mask, float("-inf")).softmax(-1)  # (B, H, N, m)
-        f2 = (ql @ kl.transpose(-2, -1) * scale).masked_fill(~kl_mask, float("-inf")).softmax(-1)  # (B, H, m, m)
-        s3 = ql @ k.transpose(-2, -1) * scale  # (B, H, m, M)
-        if valid is not None:
-            s3 = s3.masked_fill(~valid[:, None, None, :], float("-inf"))
-        f3 = torch.nan_to_num(s3.softmax(-1))  # a set with no real key: zeros (the caller zeroes its output)
-        f1, f2 = torch.nan_to_num(f1), torch.nan_to_num(f2)
+        if valid is None and bool(kl_ok.all()):  # nothing to mask
+            f1 = (q @ (kl.transpose(-2, -1) * scale)).softmax(-1)  # (B, H, N, m)
+            f2 = (ql @ (kl.transpose(-2, -1) * scale)).softmax(-1)  # (B, H, m, m)
+            f3 = ((ql * scale) @ k.transpose(-2, -1)).softmax(-1)  # (B, H, m, M)
+        else:
+            kl_mask = kl_ok[:, None, None, :]  # (B, 1, 1, m)
+            f1 = (q @ kl.transpose(-2, -1) * scale).masked_fill(~kl_mask, float("-inf")).softmax(-1)
+            f2 = (ql @ kl.transpose(-2, -1) * scale).masked_fill(~kl_mask, float("-inf")).softmax(-1)
+            s3 = ql @ k.transpose(-2, -1) * scale
+            if valid is not None:
+                s3 = s3.masked_fill(~valid[:, None, None, :], float("-inf"))
+            # a set with no real key: zeros (the caller zeroes its output)
+            f1, f2, f3 = torch.nan_to_num(f1), torch.nan_to_num(f2), torch.nan_to_num(s3.softmax(-1))
         inv = torch.linalg.pinv(f2) if self.pinv == "exact" else iterative_pinv(f2, self.pinv_iters)
         out = f1 @ (inv @ (f3 @ v))  # right to left: never an N x N product
         return out.to(v.dtype) if out.dtype != v.dtype else out

@@ -41,6 +41,8 @@ class ReformerAttention(EfficientAttention):
         seed: seed of the rotations (None: drawn from torch's global generator at every call).
     """
 
+    uses_keys = False  # shared QK: the key projection is never computed
+
     def __init__(
         self,
         embed_dim: int,
@@ -68,58 +70,69 @@ class ReformerAttention(EfficientAttention):
         if k.shape[2] != n:
             raise ValueError(f"reformer attention shares queries and keys: it needs N = M, got N={n}, M={k.shape[2]}")
         dev = q.device
-        keys = F.normalize(q, dim=-1)  # shared QK
-        gen = None if self.seed is None else torch.Generator().manual_seed(self.seed)
-        c = min(self.chunk_size, n)
-        nc = -(-n // c)
-        pad = nc * c - n
-        outs, lses = [], []
-        for _ in range(self.num_hashes):
-            if self.num_buckets == 1:
-                buckets = torch.zeros(b, h, n, dtype=torch.long, device=dev)
-            else:
-                rot = torch.randn(d, self.num_buckets // 2, generator=gen).to(dev)
-                buckets = lsh_buckets(keys.detach(), rot)  # (B, H, N)
-            pos = torch.arange(n, device=dev).expand(b, h, n)
-            order = torch.argsort(buckets * n + pos, dim=-1)  # sort by (bucket, position)
-            if pad:  # padding slots at the end: bucket -1 (matches nothing), position n (after all)
-                order = torch.cat([order, order.new_full((b, h, pad), n)], dim=-1)
-            qx, kx, vx = (F.pad(t, (0, 0, 0, 1)) for t in (q, keys, v))  # index n = a zero row
-            bx = F.pad(buckets, (0, 1), value=-1)
-            okx = F.pad(valid if valid is not None else torch.ones(b, n, dtype=torch.bool, device=dev), (0, 1), value=False)
-            gather = lambda t: torch.gather(t, 2, order[..., None].expand(-1, -1, -1, t.shape[-1]))  # noqa: E731
-            sq, sk, sv = gather(qx), gather(kx), gather(vx)  # (B, H, nc c, D)
-            sb = torch.gather(bx, 2, order)  # (B, H, nc c)
-            sok = torch.gather(okx[:, None].expand(b, h, n + 1), 2, order)
-            sq = sq.view(b, h, nc, c, d)
+        rounds = self.num_hashes
+        # all hash rounds in one sequence of R x N slots: bucket ids are offset by round, so
+        # sorting by (round, bucket, position) keeps rounds apart and one pass serves them all
+        if self.num_buckets == 1:
+            buckets = torch.arange(rounds, device=dev).repeat_interleave(n).expand(b, h, rounds * n)
+        else:
+            gen = None if self.seed is None else torch.Generator().manual_seed(self.seed)
+            rot = torch.randn(rounds, d, self.num_buckets // 2, generator=gen).to(device=dev, dtype=q.dtype)
+            proj = torch.einsum("bhnd,rdk->bhrnk", q.detach(), rot)  # the hash of q / |q| is the hash of q
+            buckets = torch.cat([proj, -proj], dim=-1).argmax(-1)  # (B, H, R, N)
+            buckets = (buckets + torch.arange(rounds, device=dev)[:, None] * self.num_buckets).flatten(2)  # (B, H, R N)
+        total = rounds * n
+        c = min(self.chunk_size, total)
+        nc = -(-total // c)
+        pad = nc * c - total
+        slot = torch.arange(total, device=dev)
+        order = torch.argsort(buckets * total + slot, dim=-1)  # (B, H, R N): slots sorted by (round, bucket, position)
+        if pad:  # padding slots at the end: index R N, in no bucket, never valid
+            order = torch.cat([order, order.new_full((b, h, pad), total)], dim=-1)
+            buckets = F.pad(buckets, (0, 1), value=-1)
+        pos = torch.where(order < total, order % n, n)  # (B, H, nc c): the position of each sorted slot
+        qx, vx = (F.pad(q, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))) if pad else (q, v)
+        sq = torch.gather(qx, 2, pos[..., None].expand(-1, -1, -1, d))  # (B, H, nc c, D)
+        sv = torch.gather(vx, 2, pos[..., None].expand(-1, -1, -1, vx.shape[-1]))
+        sb = torch.gather(buckets, 2, order)  # (B, H, nc c)
+        sk = F.normalize(sq, dim=-1)  # shared QK: the keys are the normalised queries
 
-            def with_prev(t):  # each chunk with the chunk before it (none when there is one chunk)
-                t = t.view(b, h, nc, c, *t.shape[3:])
-                return t if nc == 1 else torch.cat([t, t.roll(1, dims=2)], dim=3)
+        def with_prev(t):  # each chunk with the chunk before it (none when there is one chunk)
+            t = t.view(b, h, nc, c, *t.shape[3:])
+            return t if nc == 1 else torch.cat([t, t.roll(1, dims=2)], dim=3)  # (B, H, nc, 2c, ...)
 
-            ck, cv, cb, cpos, cok = with_prev(sk), with_prev(sv), with_prev(sb), with_prev(order), with_prev(sok)
-            qb_, qpos = sb.view(b, h, nc, c), order.view(b, h, nc, c)
-            s = (sq @ ck.transpose(-2, -1)) * d**-0.5  # (B, H, nc, c, c')
-            allowed = (qb_[..., :, None] == cb[..., None, :]) & cok[..., None, :]
-            if self.causal:
-                allowed &= cpos[..., None, :] <= qpos[..., :, None]
-            s = s.masked_fill(~allowed, float("-inf"))
-            s = torch.where(cpos[..., None, :] == qpos[..., :, None], torch.where(allowed, SELF_LOGIT, s), s)
-            s = s.float() if s.dtype in (torch.float16, torch.bfloat16) else s  # normalised in float32 at least
-            lse = torch.logsumexp(s, dim=-1, keepdim=True)  # (B, H, nc, c, 1)
-            w = torch.exp(s - lse.masked_fill(~torch.isfinite(lse), 0.0)).to(v.dtype)
-            o = (w @ cv).view(b, h, nc * c, -1)
-            # back to the original order (padding slots dropped)
-            back = torch.zeros(b, h, n + 1, o.shape[-1], dtype=o.dtype, device=dev).scatter(
-                2, order[..., None].expand(-1, -1, -1, o.shape[-1]), o
-            )[:, :, :n]
-            l_back = torch.full((b, h, n + 1), float("-inf"), dtype=lse.dtype, device=dev).scatter(
-                2, order, lse.view(b, h, nc * c)
-            )[:, :, :n]
-            outs.append(back)
-            lses.append(l_back)
-        if len(outs) == 1:
-            return outs[0]
-        lse = torch.stack(lses)  # (R, B, H, N)
-        wts = torch.nan_to_num(torch.softmax(lse, dim=0))  # a query with no key in any round: zeros
-        return (torch.stack(outs) * wts[..., None].to(outs[0].dtype)).sum(0)
+        ck, cv, cb, cpos = with_prev(sk), with_prev(sv), with_prev(sb), with_prev(pos)
+        s = (sq * d**-0.5).view(b, h, nc, c, d) @ ck.transpose(-2, -1)  # (B, H, nc, c, c')
+        qpos = pos.view(b, h, nc, c, 1)
+        forbidden = sb.view(b, h, nc, c, 1) != cb[..., None, :]  # another bucket (or round)
+        slot_ok = None
+        if valid is not None or pad:
+            ok = valid if valid is not None else torch.ones(b, n, dtype=torch.bool, device=dev)
+            ok = F.pad(ok, (0, 1), value=False)[:, None].expand(b, h, n + 1)
+            slot_ok = torch.gather(ok, 2, pos)  # (B, H, nc c): the key in this slot is real
+            forbidden = forbidden | ~with_prev(slot_ok)[..., None, :]
+        if self.causal:
+            forbidden = forbidden | (cpos[..., None, :] > qpos)
+        s = s.masked_fill(forbidden, float("-inf"))
+        # a query's own key is the same sorted slot: the diagonal of the chunk's own block
+        own = torch.full((b, h, nc, c), SELF_LOGIT, dtype=s.dtype, device=dev)
+        if slot_ok is not None:
+            own = own.masked_fill(~slot_ok.view(b, h, nc, c), float("-inf"))
+        s[..., :c].diagonal(dim1=-2, dim2=-1).copy_(own)
+        s = s.float() if s.dtype in (torch.float16, torch.bfloat16) else s  # normalised in float32 at least
+        lse = torch.logsumexp(s, dim=-1)  # (B, H, nc, c)
+        w = torch.softmax(s, dim=-1)
+        if valid is not None or pad or self.causal:  # a row with no allowed key: zeros, not NaN
+            w = torch.nan_to_num(w)
+        o = (w.to(v.dtype) @ cv).view(b, h, nc * c, -1)
+        # back to slot order (padding slots dropped), then the rounds combined
+        idx = order[..., None].expand(-1, -1, -1, o.shape[-1])
+        back = (o.new_zeros(b, h, total + 1, o.shape[-1]) if pad else torch.empty_like(o)).scatter(2, idx, o)[:, :, :total]
+        l_back = (lse.new_full((b, h, total + 1), float("-inf")) if pad else lse.new_empty(b, h, total)).scatter(
+            2, order, lse.view(b, h, nc * c)
+        )[:, :, :total]
+        back = back.view(b, h, rounds, n, -1)
+        if rounds == 1:
+            return back[:, :, 0]
+        wts = torch.nan_to_num(torch.softmax(l_back.view(b, h, rounds, n), dim=2))  # (B, H, R, N); no key anywhere: 0
+        return (back * wts[..., None].to(back.dtype)).sum(2)

@@ -6,6 +6,7 @@ import math
 from typing import Callable, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..core.attend import AttentionResult, attend, check_mask_or_bias
@@ -57,6 +58,9 @@ class MultiHeadAttention(nn.Module):
         positional_options: keyword options for an encoding given by name.
         max_len: the longest sequence, for encodings bounded by it (``learned``).
     """
+
+    uses_keys: bool = True
+    """False for a variant whose keys come from the queries (Reformer): no key projection is computed."""
 
     def __init__(
         self,
@@ -183,6 +187,18 @@ class MultiHeadAttention(nn.Module):
             return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, D)
         return torch.einsum("bne,hde->bhnd", x, head_w)  # q^{i,h} = W^{q,h} q^i: (B, H, N, D)
 
+    def _self_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention's Q, K, V in one product ``x [W^q; W^k; W^v]^T``, each ``(B, H, N, D)``."""
+        b, n, _ = x.shape
+        projs = [self.q_proj, self.k_proj, self.v_proj] if self.uses_keys else [self.q_proj, self.v_proj]
+        w = torch.cat([p.weight for p in projs])  # (3E, E), or (2E, E) without keys
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+        out = F.linear(x, w, bias).view(b, n, len(projs), self.num_heads, self.head_dim)  # (B, N, 3|2, H, D)
+        heads = out.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) each
+        if not self.uses_keys:  # a variant that derives its keys from the queries
+            return heads[0], heads[0], heads[1]
+        return heads
+
     def forward(
         self,
         query: torch.Tensor,
@@ -234,9 +250,12 @@ class MultiHeadAttention(nn.Module):
                 check_mask_or_bias("bias", bias, target, query.device)
             bias = pos_bias if bias is None else pos_bias + bias
         project = self.head_mode == "project"
-        q = self._heads(query, self.q_proj, self.head_q if project else None)
-        k = self._heads(key, self.k_proj, self.head_k if project else None)
-        v = self._heads(value, self.v_proj, self.head_v if project else None)
+        if not project and key is query and value is query:
+            q, k, v = self._self_heads(query)
+        else:
+            q = self._heads(query, self.q_proj, self.head_q if project else None)
+            k = self._heads(key, self.k_proj, self.head_k if project else None)
+            v = self._heads(value, self.v_proj, self.head_v if project else None)
         if pe is not None and pe.kind == "rotation":
             q, k = pe.rotate(q, k, qpos, kpos)
         res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)

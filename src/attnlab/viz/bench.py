@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_attention_benchmark"]
+__all__ = ["plot_attention_benchmark", "plot_scaling"]
 
 
 def plot_attention_benchmark(records: list[dict], path: str | Path) -> Path:
@@ -69,3 +69,45 @@ def plot_attention_benchmark(records: list[dict], path: str | Path) -> Path:
 
 def _label(rec: dict) -> str:
     return f"attend ({rec['backend']})" if rec["impl"].startswith("attend") else rec["impl"]
+
+
+def plot_scaling(records: list[dict], path: str | Path, *, slopes: dict | None = None) -> Path:
+    """Forward+backward time and peak memory against N, one line per variant, log-log.
+
+    Args:
+        records: dicts of :meth:`attnlab.bench.scaling.Record.to_dict` (``fwd_bwd`` ones are drawn).
+        path: the PNG to write.
+        slopes: ``{variant: {"time_slope": s, "memory_slope": s}}`` shown in the legend.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in records if r["mode"] == "fwd_bwd"]
+    if not rows:
+        raise ValueError("no forward+backward records to plot")
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for i, v in enumerate(variants):
+        pts = sorted((r["n"], r["seconds"], r["peak_bytes"]) for r in rows if r["variant"] == v)
+        s = (slopes or {}).get(v, {})
+        for ax, idx, key, scale in ((axes[0], 1, "time_slope", 1.0), (axes[1], 2, "memory_slope", 2.0**-20)):
+            xy = [(n, y * scale) for n, *rest in pts for y in [rest[idx - 1]] if y]
+            if not xy:
+                continue
+            label = v + (f" (slope {s[key]:.2f})" if s.get(key) is not None else "")
+            ax.plot(*zip(*xy), marker="o", color=f"C{i}", label=label, linestyle="--" if v == "dense" else "-")
+    for ax, title in ((axes[0], "forward + backward time (s)"), (axes[1], "peak memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length N")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("attention variants: B=1, H=4, D=64, fp32 (slopes fitted over N >= 4096)")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,265 @@
+"""How every attention variant scales with N: time and peak memory, forward + backward, side by side.
+
+The Long Range Arena measurement (Tay et al. 2021, Table 2: speed and memory relative to the
+vanilla Transformer at each length), made here on the attention step itself: for each N,
+q, k, v of shape ``(B, H, N, D)`` (B = 1, H = 4, D = 64, fp32) go through each variant's
+attention step (:meth:`attnlab.MultiHeadAttention.attend_heads`, the projections left out
+because they cost the same for every variant) and the sum of the output is backpropagated to
+q, k, v. Times are medians of round-robin repetitions at each N (machine noise hits every
+variant alike); peak memory (tensor bytes alive at once above the inputs, from PyTorch's
+profiler) is measured in a fresh child process per (variant, N). ``dense`` is exact attention
+on PyTorch's fused ``scaled_dot_product_attention``.
+
+Slopes are least-squares fits of log(time) and log(memory) against log(N) over N >= 4096: 1
+means linear, 2 quadratic.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable
+
+import torch
+
+from ..efficient import create_attention
+from .attention import _quiet_stderr, peak_bytes
+
+__all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward"]
+
+HEADS, HEAD_DIM = 4, 64
+
+SETTINGS: dict[str, dict] = {
+    "dense": {},
+    "local": {"window": 256},
+    "longformer": {"window": 256, "global_tokens": 16},
+    "bigbird": {"window": 64, "global_tokens": 2, "random_blocks": 3},
+    "linformer": {"k": 256},
+    "performer": {"num_features": 256, "seed": 0},
+    "linear": {},
+    "reformer": {"num_buckets": 64, "num_hashes": 2, "chunk_size": 64, "seed": 0},
+    "nystrom": {"landmarks": 64},
+}
+"""Each variant's budget in this benchmark (linformer's ``max_len`` is set to the largest N)."""
+
+
+@dataclass
+class Record:
+    """One (variant, N): median forward+backward seconds and peak tensor bytes (None with a
+    ``note`` where not measured). ``mode`` is ``"fwd_bwd"``, or ``"fwd"`` for the forward-only
+    comparison with FlexAttention."""
+
+    variant: str
+    n: int
+    mode: str
+    seconds: float | None
+    peak_bytes: int | None
+    repeats: int
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _module(variant: str, max_n: int):
+    options = dict(SETTINGS.get(variant, {}))
+    if variant == "linformer":
+        options["max_len"] = max_n
+    torch.manual_seed(0)
+    return create_attention(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options)
+
+
+def _inputs(n: int, grad: bool) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(n)
+    return [torch.randn(1, HEADS, n, HEAD_DIM, generator=g).requires_grad_(grad) for _ in range(3)]
+
+
+def _call(module, qkv) -> Callable[[], None]:
+    def call():
+        for t in qkv:
+            t.grad = None
+        module.attend_heads(*qkv).output.sum().backward()
+
+    return call
+
+
+def _peak_in_child(variant: str, n: int, max_n: int) -> int | None:
+    """Peak tensor bytes of one forward+backward in a fresh process (see ``attnlab.bench.attention``)."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+    spec = json.dumps({"variant": variant, "n": n, "max_n": max_n})
+    proc = subprocess.run([sys.executable, "-m", "attnlab.bench.scaling"], input=spec, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise RuntimeError(f"the memory process of {variant} N={n} failed ({tail[0]})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _peak_here(variant: str, n: int, max_n: int) -> int | None:
+    module = _module(variant, max_n)
+    qkv = _inputs(n, True)
+    call = _call(module, qkv)
+    call()  # warm-up: lazy initialisation stays out of the measurement
+    for t in qkv:
+        t.grad = None
+    gc.collect()
+    return peak_bytes(call)
+
+
+def run(
+    sizes: Iterable[int] = (1024, 2048, 4096, 8192, 16384, 32768),
+    variants: Iterable[str] | None = None,
+    *,
+    min_repeats: int = 3,
+    target_seconds: float = 3.0,
+    memory: bool = True,
+    flex: bool = True,
+    on_record: Callable[[Record], None] | None = None,
+) -> list[Record]:
+    """Measure every variant at every N (and, at N = 16384, local vs FlexAttention forward).
+
+    Args:
+        sizes: sequence lengths N.
+        variants: names from :data:`SETTINGS` (default: all).
+        min_repeats: timed repetitions at least (more while a round fits ``target_seconds``).
+        memory: also measure peak memory (a child process per cell).
+        flex: at N = 16384, time the forward pass of ``local`` and of compiled FlexAttention
+            with the same sliding-window block mask.
+        on_record: called with each :class:`Record` as soon as it is measured.
+    """
+    sizes = sorted(set(sizes))
+    variants = list(SETTINGS) if variants is None else list(variants)
+    for v in variants:
+        if v not in SETTINGS:
+            raise ValueError(f"unknown variant {v!r}; expected some of {list(SETTINGS)}")
+    max_n = max(sizes)
+    records: list[Record] = []
+
+    def emit(rec: Record) -> None:
+        records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+
+    for n in sizes:
+        modules = {v: _module(v, max_n) for v in variants}
+        qkv = _inputs(n, True)
+        calls = {v: _call(m, qkv) for v, m in modules.items()}
+        times = _round_robin(calls, min_repeats, target_seconds)
+        del calls, modules
+        gc.collect()
+        for v in variants:
+            peak, note = None, None
+            if memory:
+                try:
+                    peak = _peak_in_child(v, n, max_n)
+                except RuntimeError as e:
+                    note = str(e)
+            ts = times[v]
+            emit(Record(v, n, "fwd_bwd", statistics.median(ts[1:] or ts), peak, len(ts) - 1, note))
+        if flex and n == 16384 and "local" in variants:
+            for rec in flex_local_forward(n, SETTINGS["local"]["window"], min_repeats=min_repeats):
+                emit(rec)
+    return records
+
+
+def _round_robin(calls: dict[str, Callable[[], None]], min_repeats: int, target_seconds: float) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for k, call in calls.items():  # warm-up (first entry), which also sets the repetitions
+        t0 = time.perf_counter()
+        call()
+        times[k].append(time.perf_counter() - t0)
+    round_trip = sum(t[0] for t in times.values())
+    repeats = 1 if round_trip > 60 else max(min_repeats, min(10, int(target_seconds / max(round_trip, 1e-9))))
+    for _ in range(repeats):
+        for k, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Record]:
+    """Forward time of attnlab's ``local`` and of ``torch.compile``-d FlexAttention with the same
+    sliding-window block mask (FlexAttention has no CPU backward, so forward only)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    module = _module("local", n)
+    q, k, v = _inputs(n, False)
+
+    def sliding(b, h, qi, kj):
+        return (qi - kj <= window) & (kj - qi <= window)
+
+    with _quiet_stderr():
+        block_mask = create_block_mask(sliding, None, None, n, n, device="cpu")
+        compiled = torch.compile(flex_attention)
+
+    def ours():
+        with torch.no_grad():
+            module.attend_heads(q, k, v)
+
+    def flex():
+        with torch.no_grad():
+            compiled(q, k, v, block_mask=block_mask)
+
+    with _quiet_stderr():
+        flex()  # compile
+    times = _round_robin({"local": ours, "flex_local": flex}, min_repeats, 3.0)
+    return [Record(name, n, "fwd", statistics.median(ts[1:]), None, len(ts) - 1) for name, ts in times.items()]
+
+
+def slopes(records: list[Record], min_n: int = 4096) -> dict[str, dict[str, float | None]]:
+    """Per variant: the least-squares slope of log(time) and of log(memory) against log(N), over
+    N >= ``min_n`` (over every N measured when fewer than two lengths reach ``min_n``)."""
+    out: dict[str, dict[str, float | None]] = {}
+    by_variant: dict[str, list[Record]] = {}
+    long_enough = len({r.n for r in records if r.n >= min_n}) >= 2
+    for r in records:
+        if r.mode == "fwd_bwd" and (r.n >= min_n or not long_enough):
+            by_variant.setdefault(r.variant, []).append(r)
+    for v, rs in by_variant.items():
+        out[v] = {
+            "time_slope": _fit([(r.n, r.seconds) for r in rs]),
+            "memory_slope": _fit([(r.n, r.peak_bytes) for r in rs]),
+        }
+    return out
+
+
+def _fit(points: list[tuple[int, float | None]]) -> float | None:
+    pts = [(math.log(n), math.log(y)) for n, y in points if y]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
+
+
+def relative(records: list[Record]) -> list[dict]:
+    """Long Range Arena's Table 2: each variant's speed-up over dense (dense time / its time)
+    and memory relative to dense (its peak / dense peak) at every N."""
+    dense = {r.n: r for r in records if r.variant == "dense" and r.mode == "fwd_bwd"}
+    out = []
+    for r in records:
+        d = dense.get(r.n)
+        if r.mode != "fwd_bwd" or r.variant == "dense" or d is None or not r.seconds:
+            continue
+        out.append(
+            {
+                "variant": r.variant,
+                "n": r.n,
+                "speedup": d.seconds / r.seconds if d.seconds else None,
+                "memory_ratio": r.peak_bytes / d.peak_bytes if r.peak_bytes and d.peak_bytes else None,
+            }
+        )
+    return out
+
+
+if __name__ == "__main__":  # worker: one cell's peak memory; spec as JSON on stdin
+    _spec = json.loads(sys.stdin.read())
+    print(json.dumps(_peak_here(_spec["variant"], _spec["n"], _spec["max_n"])))

@@ -1,0 +1,50 @@
+"""The scaling benchmark's bookkeeping (fits, ratios) and its command on tiny sizes."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from attnlab.bench.scaling import Record, relative, run, slopes
+from attnlab.cli import app
+
+runner = CliRunner()
+
+
+def test_slopes_fit_power_laws_exactly():
+    recs = [Record("a", n, "fwd_bwd", 1e-9 * n**2, 100 * n, 1) for n in (1024, 4096, 8192, 16384)]
+    recs += [Record("b", n, "fwd_bwd", 3e-6 * n, None, 1) for n in (4096, 8192)]
+    s = slopes(recs)
+    assert s["a"]["time_slope"] == pytest.approx(2.0) and s["a"]["memory_slope"] == pytest.approx(1.0)
+    assert s["b"]["time_slope"] == pytest.approx(1.0) and s["b"]["memory_slope"] is None
+
+
+def test_relative_is_long_range_arena_speed_and_memory():
+    recs = [Record("dense", 4096, "fwd_bwd", 2.0, 400, 1), Record("x", 4096, "fwd_bwd", 0.5, 100, 1)]
+    assert relative(recs) == [{"variant": "x", "n": 4096, "speedup": 4.0, "memory_ratio": 0.25}]
+
+
+def test_run_measures_every_variant_and_refuses_unknown_ones():
+    recs = run([64, 128], ["dense", "local", "linformer"], min_repeats=1, target_seconds=0.0, memory=False, flex=False)
+    assert [(r.variant, r.n) for r in recs] == [(v, n) for n in (64, 128) for v in ("dense", "local", "linformer")]
+    assert all(r.seconds > 0 and r.mode == "fwd_bwd" for r in recs)
+    with pytest.raises(ValueError, match="unknown variant 'flash'"):
+        run([64], ["flash"])
+
+
+def test_bench_scaling_command(tmp_path):
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    res = runner.invoke(
+        app,
+        ["bench", "scaling", "--sizes", "64,128", "--variants", "dense,performer", "--repeats", "1", "--no-flex",
+         "-o", str(out), "--plot", str(png), "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data == json.loads(out.read_text())
+    assert {(r["variant"], r["n"]) for r in data["records"]} == {("dense", 64), ("dense", 128), ("performer", 64), ("performer", 128)}
+    assert all(r["peak_bytes"] > 0 for r in data["records"])  # measured in a child process
+    assert set(data["slopes"]) == {"dense", "performer"} and data["relative"][0]["variant"] == "performer"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    bad = runner.invoke(app, ["bench", "scaling", "--variants", "flash"])
+    assert bad.exit_code == 2 and "unknown --variants" in bad.output
