@@ -347,9 +347,23 @@ def bench_scaling(
     as_json: bool = typer.Option(False, "--json", help="Print the records, slopes and ratios as JSON instead of tables."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON to this file (after every record)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Also draw time and memory against N to this PNG (scaling.png)."),
+    report: Optional[str] = typer.Option(None, "--from", help="Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
     from .bench.scaling import SETTINGS, relative, run, slopes
+
+    if report:
+        try:
+            data = json.loads(Path(report).read_text())
+            recs = data["records"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            _fail(f"--from {report}: not a records file written by 'attnlab bench scaling -o' ({e})")
+        if plot:
+            from .viz.bench import plot_scaling
+
+            err.print(f"chart written to {plot_scaling(recs, plot, slopes=data.get('slopes'))}")
+        _scaling_tables(data, sorted({r["n"] for r in recs}), list(dict.fromkeys(r["variant"] for r in recs if r["mode"] == "fwd_bwd")))
+        return
 
     size_list = _int_list("--sizes", sizes, minimum=1)
     names = [v.strip() for v in variants.split(",") if v.strip()]
@@ -395,38 +409,48 @@ def bench_scaling(
     if as_json:
         print(json.dumps(data))
         return
+    _scaling_tables(data, size_list, names)
+
+
+def _scaling_tables(data: dict, size_list: list[int], names: list[str]) -> None:
+    """Print the scaling records: one row per (variant, N), then slopes, FlexAttention and peers."""
     rel = {(r["variant"], r["n"]): r for r in data["relative"]}
-    t = Table(title="forward + backward: seconds / peak MiB / speed-up over dense / memory relative to dense", box=box.SIMPLE_HEAD)
-    t.add_column("variant", no_wrap=True)
-    for n in size_list:
-        t.add_column(f"N={n}", justify="right", no_wrap=True)
-    t.add_column("time slope", justify="right")
-    t.add_column("mem slope", justify="right")
+    t = Table(title="forward + backward, B=1, H=4, D=64, fp32 (speed-up and memory relative to dense SDPA)", box=box.SIMPLE_HEAD)
+    for col in ("variant", "N", "seconds", "peak MiB", "speed-up", "memory"):
+        t.add_column(col, justify="left" if col == "variant" else "right", no_wrap=True)
     for v in names:
-        cells = []
         for n in size_list:
-            r = next((r for r in done if r.variant == v and r.n == n and r.mode == "fwd_bwd"), None)
-            if r is None or r.seconds is None:
-                cells.append("")
+            r = next((r for r in data["records"] if r["variant"] == v and r["n"] == n and r["mode"] == "fwd_bwd"), None)
+            if r is None or r["seconds"] is None:
                 continue
-            mib = "" if r.peak_bytes is None else f" / {r.peak_bytes / 2**20:.0f}"
-            x = rel.get((v, n))
-            ratio = "" if x is None else f" / {x['speedup']:.2f}x" + ("" if x["memory_ratio"] is None else f" / {x['memory_ratio']:.2f}")
-            cells.append(f"{r.seconds:.3f}{mib}{ratio}")
-        s = data["slopes"].get(v, {})
-        fmt = lambda x: "" if x is None else f"{x:.2f}"  # noqa: E731
-        t.add_row(v, *cells, fmt(s.get("time_slope")), fmt(s.get("memory_slope")))
+            x = rel.get((v, n), {})
+            t.add_row(
+                v,
+                str(n),
+                f"{r['seconds']:.3f}",
+                "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}",
+                "" if x.get("speedup") is None else f"{x['speedup']:.2f}x",
+                "" if x.get("memory_ratio") is None else f"{x['memory_ratio']:.2f}",
+            )
     out.print(t)
-    fwd = [r for r in done if r.mode == "fwd"]
+    st = Table(title="log-log slopes against N (over N >= 4096 when measured)", box=box.SIMPLE_HEAD)
+    for col in ("variant", "time slope", "memory slope"):
+        st.add_column(col, justify="left" if col == "variant" else "right")
+    fmt = lambda x: "" if x is None else f"{x:.2f}"  # noqa: E731
+    for v in names:
+        sl = data["slopes"].get(v, {})
+        st.add_row(v, fmt(sl.get("time_slope")), fmt(sl.get("memory_slope")))
+    out.print(st)
+    fwd = [r for r in data["records"] if r["mode"] == "fwd"]
     if fwd:
-        out.print("forward only, N=16384: " + ", ".join(f"{r.variant} {r.seconds:.3f} s" for r in fwd))
-    for p in peer_done:
-        if p.ours_seconds is None:
-            out.print(f"{p.method}: {p.note}")
+        out.print("forward only, N=16384: " + ", ".join(f"{r['variant']} {r['seconds']:.3f} s" for r in fwd))
+    for p in data.get("peers", []):
+        if p["ours_seconds"] is None:
+            out.print(f"{p['method']}: {p['note']}")
         else:
             out.print(
-                f"{p.method} N={p.n}: ours {p.ours_seconds:.3f} s, {p.peer} {p.peer_seconds:.3f} s "
-                f"(ours / theirs = {p.ours_seconds / p.peer_seconds:.2f})"
+                f"{p['method']} N={p['n']}: ours {p['ours_seconds']:.3f} s, {p['peer']} {p['peer_seconds']:.3f} s "
+                f"(ours / theirs = {p['ours_seconds'] / p['peer_seconds']:.2f})"
             )
 
 

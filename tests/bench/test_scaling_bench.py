@@ -48,3 +48,14 @@ def test_bench_scaling_command(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
     bad = runner.invoke(app, ["bench", "scaling", "--variants", "flash"])
     assert bad.exit_code == 2 and "unknown --variants" in bad.output
+
+
+def test_bench_scaling_from_a_records_file(tmp_path):
+    recs = [Record(v, n, "fwd_bwd", t, 1 << 20, 1).to_dict() for v, t in (("dense", 2.0), ("linear", 0.5)) for n in (4096, 8192)]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"records": recs, "slopes": {}, "relative": [], "peers": []}))
+    res = runner.invoke(app, ["bench", "scaling", "--from", str(path), "--plot", str(tmp_path / "c.png")])
+    assert res.exit_code == 0, res.output
+    assert "linear" in res.stdout and (tmp_path / "c.png").exists()
+    bad = runner.invoke(app, ["bench", "scaling", "--from", str(tmp_path / "missing.json")])
+    assert bad.exit_code == 2 and "not a records file" in " ".join(bad.output.split())

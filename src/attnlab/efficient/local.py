@@ -23,8 +23,8 @@ def banded_attention(
     """Softmax attention of each query ``i`` over the keys ``j`` with ``|i - j| <= window``
     (``0 <= i - j <= window`` when causal), exactly, in O(N x window) time and memory.
 
-    Query block ``t`` (of ``block >= window`` positions) can only reach key blocks
-    ``t - 1 .. t + 1`` (``t - 1, t`` when causal); each block runs PyTorch's fused
+    Query block ``t`` (of ``block`` positions) can only reach key blocks ``t - r .. t + r``,
+    ``r = ceil(window / block)`` (``t - r .. t`` when causal); each block runs PyTorch's fused
     ``scaled_dot_product_attention`` over those keys with the band mask
     (:func:`attnlab.efficient.sparse.block_sparse_attention` without global or random keys).
 
@@ -34,7 +34,7 @@ def banded_attention(
         window: w >= 0.
         causal: the one-sided (look-back) window.
         valid: ``(B, N)`` bool, False for padded keys.
-        block: block length (default ``max(window, 64)``, at most N).
+        block: block length (default ``min(max(window, 64), 128)``, at most N).
     """
     return block_sparse_attention(q, k, v, window, causal=causal, valid=valid, block=block)
 
@@ -53,7 +53,7 @@ class LocalAttention(EfficientAttention):
     Args:
         embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
         window: w, the half-width (default 256).
-        block: the block length of the computation (default ``max(w, 64)``).
+        block: the block length of the computation (default ``min(max(w, 64), 128)``).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, block: int | None = None, **options):

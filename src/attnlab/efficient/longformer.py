@@ -87,7 +87,7 @@ class BigBirdAttention(LongformerAttention):
 
     Args:
         window, global_tokens, block: as for :class:`LongformerAttention` (BigBird's defaults:
-            window 64 with block 64, i.e. 3 blocks; 2 global tokens).
+            window 64 with blocks of 64, i.e. 3 window blocks; 2 global tokens).
         random_blocks: R, random key blocks per query block (default 3).
         seed: the seed of the random pattern.
     """
@@ -110,8 +110,9 @@ class BigBirdAttention(LongformerAttention):
         blk, nb = block_layout(n, self.window, self.block)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + nb)
         out = torch.full((nb, self.num_random), -1, dtype=torch.long)
+        reach = -(-self.window // blk)  # window blocks on each side, never drawn again
         for t in range(nb):
-            near = {t - 1, t, t + 1}
+            near = set(range(t - reach, t + reach + 1))
             pool = [s for s in range(nb) if s not in near and (not self.causal or s < t)]
             if pool:
                 pick = torch.randperm(len(pool), generator=g)[: self.num_random]

@@ -1,9 +1,9 @@
 """Block-sparse softmax attention: a sliding window, global tokens and random blocks, computed exactly.
 
 The engine behind ``local``, ``longformer`` and ``bigbird``. The sequence is cut into blocks
-of ``block >= window`` positions; query block ``t`` attends to
+of ``block`` positions; with ``r = ceil(window / block)``, query block ``t`` attends to
 
-* its window: key blocks ``t - 1, t, t + 1`` (``t - 1, t`` when causal), masked to the band
+* its window: key blocks ``t - r .. t + r`` (``t - r .. t`` when causal), masked to the band
   ``|i - j| <= window`` (``0 <= i - j <= window``);
 * ``random`` further key blocks chosen per query block (BigBird);
 * the global keys (Longformer, BigBird), each counted once even where the window or a random
@@ -11,7 +11,7 @@ of ``block >= window`` positions; query block ``t`` attends to
 
 and each global query attends to every key (its row is computed densely). Every query block
 runs PyTorch's fused ``scaled_dot_product_attention`` over its gathered keys with a boolean
-mask, so forward and backward hold O(N x (3 block + random x block + globals)) mask bits and
+mask, so forward and backward hold O(N x (window + random x block + globals)) mask bits and
 no N x N tensor.
 """
 
@@ -24,18 +24,19 @@ __all__ = ["block_sparse_attention", "block_layout", "pattern"]
 
 
 def block_layout(n: int, window: int, block: int | None) -> tuple[int, int]:
-    """``(block, number of blocks)`` for a sequence of ``n``: block = ``max(window, 64)`` by
-    default, at least ``window``, at most ``n``."""
-    blk = min(max(window, 64) if block is None else max(block, window, 1), max(n, 1))
+    """``(block, number of blocks)`` for a sequence of ``n``: block = ``min(max(window, 64), 128)``
+    by default (a query block then reaches ``2 ceil(window / block) + 1`` key blocks), at most ``n``."""
+    blk = min(min(max(window, 64), 128) if block is None else block, max(n, 1))
     return blk, -(-n // blk)
 
 
 def _gather_blocks(x: torch.Tensor, blk: int, nb: int, index: torch.Tensor) -> torch.Tensor:
     """``(B, H, L, D)`` -> ``(B, nb, H, R x blk, D)``: for each query block, the key blocks in
-    ``index`` ``(nb, R)`` (block numbers; -1 = an empty, masked block)."""
+    ``index`` ``(nb, R)`` (block numbers; outside ``0 .. nb-1``: an empty block, to be masked)."""
     b, h, length, d = x.shape
-    x = F.pad(x, (0, 0, blk, (nb + 1) * blk - length)).view(b, h, nb + 2, blk, d)  # slot s = block s - 1
-    g = x[:, :, index + 1]  # (B, H, nb, R, blk, D)
+    x = F.pad(x, (0, 0, blk, (nb + 1) * blk - length - blk)).view(b, h, nb + 1, blk, d)  # slot 0: empty
+    slot = torch.where((index >= 0) & (index < nb), index + 1, 0)
+    g = x[:, :, slot]  # (B, H, nb, R, blk, D)
     return g.permute(0, 2, 1, 3, 4, 5).reshape(b, nb, h, index.shape[1] * blk, d)
 
 
@@ -71,8 +72,9 @@ def block_sparse_attention(
         raise ValueError(f"this attention relates positions: it needs as many keys as queries, got N={n}, M={k.shape[2]}")
     dev = q.device
     blk, nb = block_layout(n, window, block)
-    count = 2 if causal else 3
-    win_index = torch.arange(nb, device=dev)[:, None] + torch.arange(count, device=dev)[None, :] - 1  # (nb, count)
+    reach = -(-window // blk)  # key blocks on each side that the window touches
+    count = reach + 1 if causal else 2 * reach + 1
+    win_index = torch.arange(nb, device=dev)[:, None] + torch.arange(count, device=dev)[None, :] - reach  # (nb, count)
     index = win_index if random_blocks is None else torch.cat([win_index, random_blocks.to(dev)], dim=1)
     qb = F.pad(q, (0, 0, 0, nb * blk - n)).view(b, h, nb, blk, d).transpose(1, 2)  # (B, nb, H, blk, D)
     kk, vv = _gather_blocks(k, blk, nb, index), _gather_blocks(v, blk, nb, index)  # (B, nb, H, R' blk, D)
@@ -80,7 +82,7 @@ def block_sparse_attention(
     # positions of queries and gathered keys, and which keys exist
     qpos = torch.arange(nb * blk, device=dev).view(nb, blk)  # (nb, blk)
     kpos = (index[:, :, None] * blk + torch.arange(blk, device=dev)).reshape(nb, -1)  # (nb, R' blk)
-    exists = (index[:, :, None] >= 0).expand(-1, -1, blk).reshape(nb, -1) & (kpos >= 0) & (kpos < n)
+    exists = ((index[:, :, None] >= 0) & (index[:, :, None] < nb)).expand(-1, -1, blk).reshape(nb, -1) & (kpos >= 0) & (kpos < n)
     key_ok = exists[None].expand(b, -1, -1)
     if valid is not None:
         key_ok = key_ok & valid[:, kpos.clamp(0, n - 1)]  # (B, nb, R' blk)
