@@ -21,6 +21,7 @@ import torch
 
 from ..core.attend import AttentionResult
 from ..layers.multihead import MultiHeadAttention
+from ..registry import Registry
 
 __all__ = ["EfficientAttention", "register_attention", "create_attention", "list_attention", "key_padding"]
 
@@ -129,25 +130,18 @@ class EfficientAttention(MultiHeadAttention):
 
 
 # ---------------------------------------------------------------------------- registry
-_REGISTRY: dict[str, Callable[..., MultiHeadAttention]] = {"dense": MultiHeadAttention}
+_REGISTRY: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
+_REGISTRY.add("dense", MultiHeadAttention)
 
 
 def register_attention(name: str):
     """Class decorator: make a variant available as ``create_attention(name, ...)``."""
-
-    def deco(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"an attention named {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
+    return _REGISTRY.register(name)
 
 
 def list_attention() -> list[str]:
     """The names :func:`create_attention` accepts, sorted (``"dense"`` is the exact layer)."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def create_attention(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention:
@@ -162,6 +156,4 @@ def create_attention(name: str, *, embed_dim: int, num_heads: int, **options) ->
         embed_dim: E. num_heads: H.
         **options: the variant's keyword options (``causal=``, ``window=``, ``num_features=``, ...).
     """
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"unknown attention {name!r}; choose one of {', '.join(list_attention())}")
-    return _REGISTRY[name](embed_dim, num_heads, **options)
+    return _REGISTRY.get(name)(embed_dim, num_heads, **options)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..core.bias import BlockBias
+from ..registry import Registry
 
 __all__ = ["PositionalEncoding", "NoPositional", "register", "create", "list_encodings", "kind_of", "positions_for"]
 
@@ -180,20 +181,12 @@ def _positive(name: str, value) -> int:
 
 
 # ---------------------------------------------------------------------------- registry
-_REGISTRY: dict[str, type[PositionalEncoding]] = {}
+_REGISTRY: Registry[type[PositionalEncoding]] = Registry("positional encoding")
 
 
 def register(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
     """Class decorator: make an encoding available as ``create(name, ...)``."""
-
-    def deco(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"a positional encoding named {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
+    return _REGISTRY.register(name)
 
 
 register("none")(NoPositional)
@@ -201,16 +194,11 @@ register("none")(NoPositional)
 
 def list_encodings() -> list[str]:
     """The names :func:`create` accepts, sorted."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def _lookup(name: str) -> type[PositionalEncoding]:
-    if not isinstance(name, str):
-        raise TypeError(f"a positional encoding name must be a str, got {type(name).__name__}")
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown positional encoding {name!r}; choose one of {', '.join(list_encodings())}") from None
+    return _REGISTRY.get(name)
 
 
 def kind_of(name: str) -> Kind:
