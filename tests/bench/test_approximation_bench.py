@@ -16,3 +16,22 @@ def test_errors_shrink_with_budget_and_vanish_where_exact():
     assert by["performer"][0] > by["performer"][-1]
     with pytest.raises(ValueError, match="unknown variant 'flash'"):
         run_approximation(64, ["flash"])
+
+
+def test_bench_approximation_command():
+    import json
+
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "approximation", "--n", "64", "--variants", "local,linear", "--seeds", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    recs = json.loads(res.stdout)
+    assert [(r["variant"], r["budget"]) for r in recs] == [("local", 16), ("local", 64), ("linear", 0)]
+    assert recs[1]["error"] < 1e-12  # window 64 >= N - 1: exact
+    table = runner.invoke(app, ["bench", "approximation", "--n", "64", "--variants", "local", "--seeds", "1"])
+    assert table.exit_code == 0 and "16:" in table.stdout
+    bad = runner.invoke(app, ["bench", "approximation", "--variants", "flash"])
+    assert bad.exit_code == 2 and "unknown --variants" in bad.output

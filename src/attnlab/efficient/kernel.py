@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["kernel_attention", "CAUSAL_CHUNK"]
+__all__ = ["kernel_attention", "chunked_kernel_attention", "FeatureMap", "CAUSAL_CHUNK"]
 
 CAUSAL_CHUNK = 128
 """Positions per chunk of the causal running sum."""
@@ -59,3 +59,123 @@ def kernel_attention(
         kv = kv + kc.transpose(-2, -1) @ vc
         z = z + kc.sum(-2)
     return torch.cat(outs, dim=-2)
+
+
+class FeatureMap:
+    """A feature map for :func:`chunked_kernel_attention`.
+
+    ``query(x)`` gives the features of a chunk of queries. Keys: a map whose features are
+    ``exp(logits)`` (FAVOR+) defines ``key_logits(x)``; the keys' features are then
+    ``exp(logits - shift)`` with one shift per head, kept at the running maximum so nothing
+    overflows (it cancels in the normalisation); a direct map (elu + 1) defines ``key(x)``.
+    """
+
+    exponential: bool = False
+
+    def query(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def key(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def key_logits(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _key_features(fmap: FeatureMap, kc, shift):
+    return torch.exp(fmap.key_logits(kc) - shift).to(kc.dtype) if fmap.exponential else fmap.key(kc)
+
+
+class _ChunkedKernel(torch.autograd.Function):
+    """Non-causal kernel attention over chunks of ``chunk`` rows, forward and backward.
+
+    Only the ``(F, Dv + 1)`` summary ``[S, z]`` and the output are kept; the ``(N, F)``
+    features are recomputed chunk by chunk in the backward pass, so the working set stays
+    cache-sized however long the sequence.
+    """
+
+    @staticmethod
+    def forward(ctx, fmap, chunk, eps, valid, q, k, v):
+        b, h, m, dv = v.shape
+        kvz, shift = None, None
+        with torch.no_grad():
+            for a in range(0, m, chunk):
+                kc = k[:, :, a : a + chunk]
+                v1 = torch.cat([v[:, :, a : a + chunk], v.new_ones(b, h, kc.shape[2], 1)], dim=-1)
+                if fmap.exponential:  # running max of the logits, as online softmax does
+                    logits = fmap.key_logits(kc)
+                    new = logits.amax(dim=(-2, -1), keepdim=True)
+                    new = new if shift is None else torch.maximum(shift, new)
+                    pk = torch.exp(logits - new).to(v.dtype)
+                    if kvz is not None:
+                        kvz = kvz * torch.exp(shift - new)
+                    shift = new
+                else:
+                    pk = fmap.key(kc)
+                if valid is not None:
+                    pk = pk * valid[:, None, a : a + chunk, None].to(pk.dtype)
+                part = pk.transpose(-2, -1) @ v1  # (B, H, F, Dv + 1)
+                kvz = part if kvz is None else kvz + part
+            out = torch.empty(*q.shape[:-1], dv, dtype=v.dtype, device=v.device)
+            for a in range(0, q.shape[2], chunk):
+                o = fmap.query(q[:, :, a : a + chunk]) @ kvz
+                out[:, :, a : a + chunk] = o[..., :-1] / (o[..., -1:] + eps)
+        ctx.fmap, ctx.chunk, ctx.eps, ctx.valid, ctx.shift = fmap, chunk, eps, valid, shift
+        ctx.save_for_backward(q, k, v, kvz, out)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, kvz, out = ctx.saved_tensors
+        fmap, chunk, eps, valid, shift = ctx.fmap, ctx.chunk, ctx.eps, ctx.valid, ctx.shift
+        b, h, m, dv = v.shape
+        dq = torch.empty_like(q)
+        dkvz = torch.zeros_like(kvz)
+        for a in range(0, q.shape[2], chunk):
+            with torch.enable_grad():
+                qc = q[:, :, a : a + chunk].detach().requires_grad_(True)
+                pq = fmap.query(qc)
+                den = pq.detach() @ kvz[..., -1:] + eps  # (B, H, c, 1)
+                g_num = grad_out[:, :, a : a + chunk] / den
+                g_den = -(g_num * out[:, :, a : a + chunk]).sum(-1, keepdim=True)
+                g_o = torch.cat([g_num, g_den], dim=-1)  # d loss / d [num, den]: (B, H, c, Dv + 1)
+                dkvz += pq.detach().transpose(-2, -1) @ g_o
+                dq[:, :, a : a + chunk] = torch.autograd.grad(pq, qc, g_o @ kvz.transpose(-2, -1))[0]
+        dk, dv_ = torch.empty_like(k), torch.empty_like(v)
+        for a in range(0, m, chunk):
+            with torch.enable_grad():
+                kc = k[:, :, a : a + chunk].detach().requires_grad_(True)
+                pk = _key_features(fmap, kc, shift)
+                if valid is not None:
+                    pk = pk * valid[:, None, a : a + chunk, None].to(pk.dtype)
+                v1 = torch.cat([v[:, :, a : a + chunk], v.new_ones(b, h, kc.shape[2], 1)], dim=-1)
+                dv_[:, :, a : a + chunk] = pk.detach() @ dkvz[..., :-1]
+                dk[:, :, a : a + chunk] = torch.autograd.grad(pk, kc, v1 @ dkvz.transpose(-2, -1))[0]
+        return None, None, None, None, dq, dk, dv_
+
+
+def chunked_kernel_attention(
+    fmap: FeatureMap,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    valid: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Non-causal :func:`kernel_attention` with the feature map applied chunk by chunk.
+
+    Same result, forward and backward, as materialising ``phi(Q)`` and ``phi(K)``; but no
+    ``(N, F)`` feature tensor is ever whole, so time stays linear in N once the features no
+    longer fit in the cache.
+
+    Args:
+        fmap: the :class:`FeatureMap`.
+        q: ``(B, H, N, D)``; k: ``(B, H, M, D)``; v: ``(B, H, M, Dv)``.
+        valid: ``(B, M)`` bool, False for padded keys (their features are zeroed).
+        eps: added to the normaliser.
+        chunk: rows per chunk.
+    """
+    return _ChunkedKernel.apply(fmap, chunk, eps, valid, q, k, v)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import EfficientAttention, register_attention
-from .kernel import kernel_attention
+from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["LinearAttention", "LinearState", "elu_feature_map"]
 
@@ -16,6 +16,13 @@ __all__ = ["LinearAttention", "LinearState", "elu_feature_map"]
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """``phi(x) = elu(x) + 1``: positive, so the normaliser never vanishes."""
     return F.elu(x) + 1.0
+
+
+class _EluMap(FeatureMap):
+    def query(self, x):
+        return elu_feature_map(x)
+
+    key = query
 
 
 @dataclass
@@ -52,6 +59,8 @@ class LinearAttention(EfficientAttention):
         self.eps = float(eps)
 
     def efficient(self, q, k, v, valid):
+        if not self.causal:
+            return chunked_kernel_attention(_EluMap(), q, k, v, valid=valid, eps=self.eps)
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
         if valid is not None:
             phi_k = phi_k * valid[:, None, :, None]

@@ -7,7 +7,7 @@ import math
 import torch
 
 from .base import EfficientAttention, register_attention
-from .kernel import kernel_attention
+from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian", "favor_features"]
 
@@ -49,6 +49,25 @@ def favor_features(x: torch.Tensor, w: torch.Tensor, *, is_query: bool) -> torch
     sq = x.square().sum(-1, keepdim=True) * (0.5 * scale * scale)  # (B, H, L, 1): |x'|^2 / 2
     stab = proj.detach().amax(-1, keepdim=True) if is_query else proj.detach().amax(dim=(-2, -1), keepdim=True)
     return torch.exp(proj - (sq + stab + 0.5 * math.log(w.shape[0]))).to(dtype)
+
+
+class _FavorMap(FeatureMap):
+    """FAVOR+ for :func:`chunked_kernel_attention`: queries stabilised per row, keys by a running shift."""
+
+    exponential = True
+
+    def __init__(self, w: torch.Tensor):
+        self.w = w
+
+    def query(self, x):
+        return favor_features(x, self.w, is_query=True)
+
+    def key_logits(self, x):
+        work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+        x = x.to(work)
+        scale = x.shape[-1] ** -0.25
+        proj = x @ (self.w.to(work).T * scale)  # (B, H, c, F)
+        return proj - (x.square().sum(-1, keepdim=True) * (0.5 * scale * scale) + 0.5 * math.log(self.w.shape[0]))
 
 
 @register_attention("performer")
@@ -107,6 +126,8 @@ class PerformerAttention(EfficientAttention):
             if int(self.calls) and int(self.calls) % self.redraw_interval == 0:
                 self.redraw()
             self.calls += 1
+        if not self.causal:
+            return chunked_kernel_attention(_FavorMap(self.features), q, k, v, valid=valid, eps=1e-12)
         phi_q = favor_features(q, self.features, is_query=True)
         phi_k = favor_features(k, self.features, is_query=False)
         if valid is not None:
