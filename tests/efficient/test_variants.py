@@ -309,3 +309,14 @@ def test_chunked_kernel_attention_equals_the_whole_computation(name, chunk):
     assert_close_rel(out, ref, 1e-10, f"{name} chunk {chunk}")
     for a, r in zip(grads, ref_grads):
         assert_close_rel(a, r, 1e-9, f"{name} chunk {chunk} gradient")
+
+
+def test_lsh_buckets_hash_by_the_nearest_rotated_axis():
+    from attnlab.efficient import lsh_buckets
+
+    rot = torch.eye(2, dtype=torch.float64)[None]  # one round, 4 buckets: +x, +y, -x, -y
+    x = torch.tensor([[3.0, 1.0], [0.2, 2.0], [-5.0, 1.0], [0.1, -0.4]], dtype=torch.float64)[None, None]
+    assert lsh_buckets(x, rot).tolist() == [[[[0, 1, 2, 3]]]]
+    assert torch.equal(lsh_buckets(7 * x, rot), lsh_buckets(x, rot))  # angular: scale does not matter
+    with pytest.raises(ValueError, match=r"rotations must have shape \(R, 2, buckets/2\)"):
+        lsh_buckets(x, torch.eye(2))

@@ -14,8 +14,11 @@ SELF_LOGIT = -1e5
 
 
 def lsh_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
-    """Angular LSH: ``h(x) = argmax([x R ; -x R])`` for ``x`` ``(B, H, N, D)`` and ``R`` ``(D, nb/2)`` -> ``(B, H, N)``."""
-    proj = x @ rotations.to(x.dtype)
+    """Angular LSH: ``h_r(x) = argmax([x R_r ; -x R_r])`` for ``x`` ``(B, H, N, D)`` and one
+    random rotation per hash round, ``rotations`` ``(R, D, nb/2)`` -> buckets ``(B, H, R, N)``."""
+    if rotations.dim() != 3 or rotations.shape[1] != x.shape[-1]:
+        raise ValueError(f"rotations must have shape (R, {x.shape[-1]}, buckets/2), got {tuple(rotations.shape)}")
+    proj = torch.einsum("bhnd,rdk->bhrnk", x, rotations.to(x.dtype))
     return torch.cat([proj, -proj], dim=-1).argmax(-1)
 
 
@@ -78,8 +81,7 @@ class ReformerAttention(EfficientAttention):
         else:
             gen = None if self.seed is None else torch.Generator().manual_seed(self.seed)
             rot = torch.randn(rounds, d, self.num_buckets // 2, generator=gen).to(device=dev, dtype=q.dtype)
-            proj = torch.einsum("bhnd,rdk->bhrnk", q.detach(), rot)  # the hash of q / |q| is the hash of q
-            buckets = torch.cat([proj, -proj], dim=-1).argmax(-1)  # (B, H, R, N)
+            buckets = lsh_buckets(q.detach(), rot)  # (B, H, R, N); the hash of q / |q| is the hash of q
             buckets = (buckets + torch.arange(rounds, device=dev)[:, None] * self.num_buckets).flatten(2)  # (B, H, R N)
         total = rounds * n
         c = min(self.chunk_size, total)

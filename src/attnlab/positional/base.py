@@ -127,7 +127,6 @@ class InputEncoding(PositionalEncoding):
             raise ValueError(f"the {self.name!r} encoding adds to inputs of shape (B, L, {self.dim}), got {got}")
         length = x.shape[1]
         positions = positions_for(length, device=x.device) if positions is None else check_positions(positions, length, "positions")
-        self._check_length(positions)
         return x + self.encode(positions.to(x.device)).to(x.dtype)
 
     def table(self, length):
