@@ -6,8 +6,8 @@ round-robin with ours in one process, forward + backward, B = 1, H = 4, D = 64, 
 matched settings:
 
 * performer: 256 random features, the attention step on (q, k, v) (``FastAttention``);
-* local: window 256 (theirs: buckets of 256 looking one bucket back and one forward; ours:
-  blocks of 256, keys within +-256), the attention step on (q, k, v);
+* local: window 256 (theirs: buckets of 256 looking one bucket back and one forward, so a query
+  sees 512 to 768 keys; ours: keys within +-256 exactly, 513), the attention step on (q, k, v);
 * nystrom: 64 landmarks, 6 pseudo-inverse iterations, no convolution residual, whole layer
   (projections included, both sides);
 * linformer: k = 256, separate key and value projections, whole layer;
@@ -67,7 +67,7 @@ def _pair(method: str, n: int) -> tuple[Callable[[], None], Callable[[], None], 
             from local_attention import LocalAttention
 
             peer = LocalAttention(window_size=256, causal=False, look_backward=1, look_forward=1, dim=HEAD_DIM, autopad=True)
-            ours = create_attention("local", embed_dim=e, num_heads=HEADS, window=256, block=256)
+            ours = create_attention("local", embed_dim=e, num_heads=HEADS, window=256)
             name = "local_attention.LocalAttention"
 
         def step(fn):

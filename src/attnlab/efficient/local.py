@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import EfficientAttention, register_attention
+from .banded import banded_flash_attention
 from .sparse import block_sparse_attention
 
 __all__ = ["LocalAttention", "banded_attention"]
@@ -24,8 +25,10 @@ def banded_attention(
     (``0 <= i - j <= window`` when causal), exactly, in O(N x window) time and memory.
 
     Query block ``t`` (of ``block`` positions) can only reach key blocks ``t - r .. t + r``,
-    ``r = ceil(window / block)`` (``t - r .. t`` when causal); each block runs PyTorch's fused
-    ``scaled_dot_product_attention`` over those keys with the band mask
+    ``r = ceil(window / block)`` (``t - r .. t`` when causal). On CPU every block runs PyTorch's
+    fused flash kernel over a strided view of its keys with one shared band mask
+    (:func:`attnlab.efficient.banded.banded_flash_attention`); elsewhere each block's keys are
+    gathered and run through ``scaled_dot_product_attention``
     (:func:`attnlab.efficient.sparse.block_sparse_attention` without global or random keys).
 
     Args:
@@ -34,9 +37,13 @@ def banded_attention(
         window: w >= 0.
         causal: the one-sided (look-back) window.
         valid: ``(B, N)`` bool, False for padded keys.
-        block: block length (default ``min(max(window, 64), 128)``, at most N).
+        block: query block length (default: :func:`attnlab.efficient.banded.default_block` on
+            CPU, ``min(max(window, 64), 128)`` on the fallback path; at most N).
     """
-    return block_sparse_attention(q, k, v, window, causal=causal, valid=valid, block=block)
+    out = banded_flash_attention(q, k, v, window, causal=causal, valid=valid, block=block)
+    if out is None:
+        out = block_sparse_attention(q, k, v, window, causal=causal, valid=valid, block=block)
+    return out
 
 
 @register_attention("local")
@@ -53,7 +60,7 @@ class LocalAttention(EfficientAttention):
     Args:
         embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
         window: w, the half-width (default 256).
-        block: the block length of the computation (default ``min(max(w, 64), 128)``).
+        block: the query block length of the computation (default: see :func:`banded_attention`).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, block: int | None = None, **options):
