@@ -496,6 +496,154 @@ def bench_approximation(
     out.print(t)
 
 
+@app.command()
+def complexity(
+    sizes: str = typer.Option("64,128,256,512,1024,2048,4096,8192", help="Comma-separated lengths n for the timing."),
+    layers: str = typer.Option("cnn,rnn,lstm,self_attention,attention_rnn,lstmn", help="Comma-separated layer types."),
+    path_sizes: str = typer.Option("16,64,256", "--path-sizes", help="Lengths n at which the path length is measured."),
+    dim: int = typer.Option(64, min=1, help="Layer width d."),
+    repeats: int = typer.Option(3, min=1, help="Timed repetitions at least."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON record per (layer, n) and per layer instead of tables."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Folder for complexity.json (after every record) and complexity.png."),
+) -> None:
+    """CNN / RNN / self-attention, measured: time against n, sequential steps, path length.
+
+    Beside the textbook table (cost O(k n d^2) / O(n d^2) / O(n^2 d); sequential steps O(1) /
+    O(n) / O(1); path length O(n/k) / O(n) / O(1)), for each layer at width d (CNN kernel 3):
+    forward time and its fitted exponent over n >= 1024; the longest chain of dependent
+    operations of one forward pass; and the layers or recurrent steps between input 0 and
+    output n - 1, found where d out_{n-1} / d x_0 first becomes non-zero.
+    """
+    from .bench.complexity import LAYERS, TEXTBOOK, exponents, run
+
+    size_list = _int_list("--sizes", sizes, minimum=1)
+    path_list = _int_list("--path-sizes", path_sizes, minimum=2) if path_sizes.strip() else []
+    names = [v.strip() for v in layers.split(",") if v.strip()]
+    bad = [v for v in names if v not in LAYERS]
+    if bad or not names:
+        _fail(f"unknown --layers {bad}; expected some of {', '.join(LAYERS)}")
+    done: list = []
+    folder = Path(output) if output else None
+
+    def payload() -> dict:
+        recs = [r.to_dict() for r in done]
+        return {"records": recs, "exponents": exponents(done)}
+
+    total = len(set(size_list) | set(path_list)) * len(names)
+    with _progress() as progress:
+        task = progress.add_task("measuring", total=total)
+
+        def tick(rec):
+            progress.update(task, advance=1, description=f"{rec.layer} n={rec.n}")
+            done.append(rec)
+            if folder:
+                _write_json(str(folder / "complexity.json"), payload())
+
+        run(size_list, names, dim=dim, path_sizes=tuple(path_list), min_repeats=repeats, on_record=tick)
+    data = payload()
+    if folder:
+        from .viz.complexity import plot_complexity
+
+        err.print(f"chart written to {plot_complexity(data['records'], folder / 'complexity.png', exponents=data['exponents'])}")
+    if as_json:
+        for r in data["records"]:
+            print(json.dumps(r))
+        for name, e in data["exponents"].items():
+            print(json.dumps({"layer": name, "exponent": e}))
+        return
+    recs = data["records"]
+    t = Table(title=f"forward time (s), B=1, d={dim}, fp32", box=box.SIMPLE_HEAD)
+    t.add_column("n", justify="right")
+    for name in names:
+        t.add_column(name, justify="right")
+    for n in sorted({r["n"] for r in recs if r["seconds"] is not None}):
+        by = {r["layer"]: r for r in recs if r["n"] == n}
+        t.add_row(str(n), *[_fmt(by[name]["seconds"]) if name in by else "·" for name in names])
+    out.print(t)
+
+    lo, hi = min(r["n"] for r in recs), max(r["n"] for r in recs)
+    c = Table(title="textbook ('book') vs measured", box=box.SIMPLE_HEAD)
+    for col in ("layer", "book cost", "time exp", "book seq", f"steps {lo}->{hi}", "book path"):
+        c.add_column(col, justify="left" if col.startswith("book") or col == "layer" else "right", no_wrap=True)
+    for n in path_list:
+        c.add_column(f"path@{n}", justify="right", no_wrap=True)
+    for name in names:
+        mine = {r["n"]: r for r in recs if r["layer"] == name}
+        e = data["exponents"].get(name)
+        cost, seq, path = TEXTBOOK[name]
+        steps = f"{mine[lo]['sequential_steps']} -> {mine[hi]['sequential_steps']}"
+        paths = [("·" if mine[n]["path_length"] is None else str(mine[n]["path_length"])) for n in path_list]
+        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", seq, steps, path, *paths)
+    out.print(c)
+    out.print(
+        "time exponent: log-log fit over n >= 1024; steps: longest chain of dependent operations in one forward pass; "
+        "path: layers (stacks) or recurrent hand-overs from input 0 to output n-1; CNN: causal, kernel 3"
+    )
+
+
+@bench_app.command("distance")
+def bench_distance(
+    distances: str = typer.Option("5,10,20,40,80", help="Comma-separated distances from the trigger to the query."),
+    layers: str = typer.Option("rnn,lstm,attention_rnn,lstmn,self_attention", help="Comma-separated layer types."),
+    steps: int = typer.Option(400, min=1, help="Adam steps per (layer, distance, seed)."),
+    seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (weights and data); the table shows mean and min."),
+    as_json: bool = typer.Option(False, "--json", help="Print the records as JSON instead of a table."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON here (after every record)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also draw accuracy against distance to this PNG."),
+) -> None:
+    """Train each layer type to label a query by a trigger token far back; accuracy per distance.
+
+    The sequence-labelling task of :mod:`attnlab.bench.distance`: a trigger of 4 kinds, noise,
+    then a query labelled with the trigger's kind (chance 25%). Every run trains on fresh
+    generated batches (B=32, d=32) and is scored on 512 held-out sequences.
+    """
+    from .bench.distance import run
+    from .recurrent import list_layers
+
+    dist = _int_list("--distances", distances, minimum=1)
+    seed_list = _int_list("--seeds", seeds, minimum=0)
+    names = [v.strip() for v in layers.split(",") if v.strip()]
+    bad = [v for v in names if v not in list_layers()]
+    if bad or not names:
+        _fail(f"unknown --layers {bad}; expected some of {', '.join(list_layers())}")
+    done: list = []
+    with _progress() as progress:
+        task = progress.add_task("training", total=len(dist) * len(names) * steps * len(seed_list))
+
+        def on_step(name, d, s, loss):
+            progress.update(task, advance=1, description=f"{name} distance={d} loss={loss:.3f}")
+
+        def tick(rec):
+            done.append(rec)
+            if output:
+                _write_json(output, {"records": [r.to_dict() for r in done]})
+
+        run(dist, names, steps=steps, seeds=seed_list, on_record=tick, on_step=on_step)
+    recs = [r.to_dict() for r in done]
+    if plot:
+        from .viz.complexity import plot_distance
+
+        err.print(f"chart written to {plot_distance(recs, plot)}")
+    if as_json:
+        print(json.dumps({"records": recs}))
+        return
+    t = Table(
+        title=f"held-out accuracy at the query, mean (min) over seeds {seed_list}; {steps} steps each; chance 0.25",
+        box=box.SIMPLE_HEAD,
+    )
+    t.add_column("layer", no_wrap=True)
+    for d in dist:
+        t.add_column(f"distance {d}", justify="right", no_wrap=True)
+    t.add_column("train s", justify="right")
+    for name in names:
+        cells = []
+        for d in dist:
+            accs = [r["accuracy"] for r in recs if r["layer"] == name and r["distance"] == d]
+            cells.append(f"{sum(accs) / len(accs):.3f} ({min(accs):.2f})")
+        t.add_row(name, *cells, f"{sum(r['seconds'] for r in recs if r['layer'] == name):.0f}")
+    out.print(t)
+
+
 def _settings_dict(settings) -> dict:
     from dataclasses import asdict
 

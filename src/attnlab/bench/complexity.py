@@ -1,0 +1,228 @@
+"""The CNN / RNN / self-attention comparison, measured: time against n, sequential steps, path length.
+
+The textbook table (Vaswani et al. 2017, Table 1; the lecture's comparison) says, per layer of
+width d over n positions:
+
+=================  ==============  ===================  ==================
+layer              cost            sequential steps     max path length
+=================  ==============  ===================  ==================
+self-attention     O(n^2 d)        O(1)                 O(1)
+RNN                O(n d^2)        O(n)                 O(n)
+CNN (kernel k)     O(k n d^2)      O(1)                 O(n / k)
+=================  ==============  ===================  ==================
+
+Here each column is measured on attnlab's layers (:mod:`attnlab.recurrent.layers`; the CNN is
+causal with kernel 3, looking back like the recurrent layers, so a signal moves k - 1 positions
+per layer):
+
+* **time**: median forward seconds (no gradient, B = 1, fp32) at each n, and the exponent of
+  a least-squares fit of log time against log n over n >= ``fit_from``;
+* **sequential steps**: the longest chain of dependent ATen operations in one forward pass,
+  traced with a ``TorchDispatchMode``: every operation's depth is one more than the deepest
+  tensor it reads (views cost nothing; an in-place write deepens the whole storage). A loop
+  over positions shows up as a chain growing with n; a layer whose work runs in parallel
+  over positions has a chain of constant length;
+* **path length**: how many layers (stacks: ``cnn``, ``self_attention``) or recurrent
+  hand-overs (``rnn``, ``lstm``, ``attention_rnn``, ``lstmn``) a signal from input position 0
+  must cross to reach output position n - 1: the smallest depth (layers) or truncation
+  (``truncate=s``: gradients cross only the last s hand-overs) at which
+  ``d out_{n-1} / d x_0`` is non-zero, found by bisection, in float64.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from ..recurrent.layers import create_layer
+from .scaling import _fit, _round_robin
+
+__all__ = [
+    "LAYERS",
+    "TEXTBOOK",
+    "ComplexityRecord",
+    "sequential_steps",
+    "path_length",
+    "run",
+    "exponents",
+]
+
+LAYERS = ("cnn", "rnn", "lstm", "self_attention", "attention_rnn", "lstmn")
+"""The layer types compared, by :func:`attnlab.recurrent.create_layer` name."""
+
+TEXTBOOK: dict[str, tuple[str, str, str]] = {
+    "cnn": ("O(k n d^2)", "O(1)", "O(n/k)"),
+    "rnn": ("O(n d^2)", "O(n)", "O(n)"),
+    "lstm": ("O(n d^2)", "O(n)", "O(n)"),
+    "self_attention": ("O(n^2 d)", "O(1)", "O(1)"),
+    "attention_rnn": ("O(n^2 d + n d^2)", "O(n)", "O(1)"),
+    "lstmn": ("O(n^2 d + n d^2)", "O(n)", "O(1)"),
+}
+"""(cost, sequential steps, path length) per layer: the textbook's for CNN, RNN and self-attention
+(LSTM as RNN); for the attention-RNNs, what their equations imply (n steps, each attending
+over up to n earlier states, which puts every earlier state one hand-over away)."""
+
+KERNEL = 3
+
+
+@dataclass
+class ComplexityRecord:
+    """One (layer, n): median forward seconds, sequential steps, path length (None where not measured)."""
+
+    layer: str
+    n: int
+    seconds: float | None
+    sequential_steps: int | None
+    path_length: int | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _layer(name: str, dim: int, depth: int = 1, dtype=torch.float32):
+    torch.manual_seed(0)
+    opts = {"layers": depth} if name in ("cnn", "self_attention") else {}
+    if name == "cnn":
+        opts.update(kernel_size=KERNEL, causal=True)
+    return create_layer(name, dim, **opts).to(dtype).eval()
+
+
+class _DepthTracer(TorchDispatchMode):
+    """Depth of every storage written during a forward pass (see the module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth: dict[int, int] = {}
+        self.deepest = 0
+
+    @staticmethod
+    def _key(t: torch.Tensor):
+        try:
+            return t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # pragma: no cover - storage-less tensors
+            return None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        in_keys = {self._key(t) for t in inputs}
+        d_in = max((self.depth.get(self._key(t), 0) for t in inputs), default=0)
+        out = func(*args, **kwargs)
+        schema = func._schema
+        aliasing = any(r.alias_info is not None for r in schema.returns)
+        writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        view_only = aliasing and not writes
+        d = d_in if view_only else d_in + 1
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                key = self._key(t)
+                if key is None:
+                    continue
+                # a fresh tensor takes its depth; a view or an in-place result deepens its storage
+                self.depth[key] = max(self.depth.get(key, 0), d) if key in in_keys else d
+        self.deepest = max(self.deepest, d)
+        return out
+
+
+def sequential_steps(layer: torch.nn.Module, x: torch.Tensor) -> int:
+    """The longest chain of dependent ATen operations in ``layer(x)`` (no gradient)."""
+    tracer = _DepthTracer()
+    # without oneDNN, fused recurrent kernels (nn.LSTM) run as their per-step operations
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the flags context warns about Intel GPUs
+        with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False), tracer:
+            layer(x)
+    return tracer.deepest
+
+
+def _reaches(name: str, n: int, dim: int, depth: int, truncate: int | None) -> bool:
+    """Is ``d out_{n-1} / d x_0`` non-zero (float64) for this depth / truncation?"""
+    layer = _layer(name, dim, depth, torch.float64)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, n, dim, generator=g, dtype=torch.float64, requires_grad=True)
+    out = layer(x, truncate=truncate) if truncate is not None else layer(x)
+    probe = torch.randn(dim, generator=g, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(out[0, n - 1] @ probe, x, allow_unused=True)
+    return grad is not None and bool(grad[0, 0].abs().max() > 0)
+
+
+def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """Smallest v in [lo, hi] with pred(v), pred monotone (False ... True); None if none."""
+    if not pred(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def path_length(name: str, n: int, dim: int = 64) -> int | None:
+    """Layers (stacks) or recurrent hand-overs between input 0 and output n - 1, measured."""
+    layer = _layer(name, dim)
+    if getattr(layer, "recurrent", False):
+        return _first_true(lambda s: _reaches(name, n, dim, 1, s), 0, max(n - 1, 0))
+    if getattr(layer, "stacked", False):
+        return _first_true(lambda depth: _reaches(name, n, dim, depth, None), 1, max(n, 1))
+    raise ValueError(f"layer {name!r} is neither recurrent nor a stack")
+
+
+def run(
+    sizes: list[int],
+    layers: list[str] = list(LAYERS),
+    *,
+    dim: int = 64,
+    path_sizes: tuple[int, ...] = (16, 64, 256),
+    min_repeats: int = 3,
+    target_seconds: float = 1.0,
+    on_record: Callable[[ComplexityRecord], None] | None = None,
+) -> list[ComplexityRecord]:
+    """Measure every layer at every n of ``sizes`` (and of ``path_sizes``); see the module docstring."""
+    all_sizes = sorted(set(sizes) | set(path_sizes))
+    records = []
+    modules = {name: _layer(name, dim) for name in layers}
+    for n in all_sizes:
+        x = torch.randn(1, n, dim, generator=torch.Generator().manual_seed(n))
+        times: dict[str, list[float]] = {}
+        if n in sizes:
+
+            def forward(m):
+                def call():
+                    with torch.no_grad():
+                        m(x)
+
+                return call
+
+            times = _round_robin({name: forward(m) for name, m in modules.items()}, min_repeats, target_seconds)
+        for name in layers:
+            ts = times.get(name)
+            rec = ComplexityRecord(
+                layer=name,
+                n=n,
+                seconds=statistics.median(ts[1:]) if ts else None,
+                sequential_steps=sequential_steps(modules[name], x),
+                path_length=path_length(name, n, dim) if n in path_sizes else None,
+            )
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+    return records
+
+
+def exponents(records: list[ComplexityRecord] | list[dict], fit_from: int = 1024) -> dict[str, float | None]:
+    """Per layer: the slope of log seconds against log n over n >= ``fit_from``."""
+    rows = [r if isinstance(r, dict) else r.to_dict() for r in records]
+    out = {}
+    for name in dict.fromkeys(r["layer"] for r in rows):
+        pts = [(r["n"], r["seconds"]) for r in rows if r["layer"] == name and r["n"] >= fit_from and r["seconds"]]
+        out[name] = _fit(pts) if len(pts) >= 2 else None
+    return out
+

@@ -1,0 +1,84 @@
+"""Charts of ``attnlab complexity`` and ``attnlab bench distance`` records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["plot_complexity", "plot_distance"]
+
+
+def _save(fig, path) -> Path:
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_complexity(records: list[dict], path: str | Path, *, exponents: dict | None = None) -> Path:
+    """Forward time against n (log-log, one line per layer type, fitted exponent in the legend)
+    and the measured sequential steps against n.
+
+    Args:
+        records: dicts of :meth:`attnlab.bench.complexity.ComplexityRecord.to_dict`.
+        path: the PNG to write (its folder is created).
+        exponents: ``{layer: exponent}`` shown in the legend.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in records if r.get("seconds")]
+    if not rows:
+        raise ValueError("no timed records to plot")
+    layers = list(dict.fromkeys(r["layer"] for r in records))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for i, name in enumerate(layers):
+        pts = sorted((r["n"], r["seconds"]) for r in rows if r["layer"] == name)
+        e = (exponents or {}).get(name)
+        if pts:
+            axes[0].plot(*zip(*pts), marker="o", color=f"C{i}", label=name + (f" (exponent {e:.2f})" if e is not None else ""))
+        steps = sorted((r["n"], r["sequential_steps"]) for r in records if r["layer"] == name and r.get("sequential_steps"))
+        if steps:
+            axes[1].plot(*zip(*steps), marker="o", color=f"C{i}", label=name)
+    for ax, title in ((axes[0], "forward time (s), B=1, d=64"), (axes[1], "sequential steps (longest chain of dependent ops)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length n")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("CNN / RNN / self-attention: measured cost and sequential steps")
+    return _save(fig, path)
+
+
+def plot_distance(records: list[dict], path: str | Path) -> Path:
+    """Held-out accuracy against the distance to the trigger, one line per layer type (the mean
+    over seeds, the band from the worst to the best seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not records:
+        raise ValueError("no distance records to plot")
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for i, name in enumerate(dict.fromkeys(r["layer"] for r in records)):
+        by: dict[int, list[float]] = {}
+        for r in records:
+            if r["layer"] == name:
+                by.setdefault(r["distance"], []).append(r["accuracy"])
+        ds = sorted(by)
+        ax.plot(ds, [sum(by[d]) / len(by[d]) for d in ds], marker="o", color=f"C{i}", label=name)
+        ax.fill_between(ds, [min(by[d]) for d in ds], [max(by[d]) for d in ds], color=f"C{i}", alpha=0.15)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("distance from the trigger to the query")
+    ax.set_ylabel("held-out accuracy at the query")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Does the layer still see a token far back?")
+    return _save(fig, path)

@@ -1,0 +1,117 @@
+"""The measured columns of the CNN / RNN / self-attention comparison agree with the textbook."""
+
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnlab.bench.complexity import TEXTBOOK, exponents, path_length, run, sequential_steps
+from attnlab.bench.distance import TriggerTask
+from attnlab.cli import app
+from attnlab.recurrent import create_layer
+
+K = 3
+
+
+@pytest.mark.parametrize("n", [16, 64])
+def test_path_lengths_match_the_textbook(n):
+    assert path_length("cnn", n) == math.ceil((n - 1) / (K - 1))  # causal kernel 3: k - 1 positions per layer
+    assert path_length("rnn", n) == n - 1
+    assert path_length("lstm", n) == n - 1
+    assert path_length("self_attention", n) == 1
+    # the tape puts every earlier state one hand-over away
+    assert path_length("attention_rnn", n) == 1
+    assert path_length("lstmn", n) == 1
+
+
+def test_a_centred_cnn_moves_half_as_far_per_layer():
+    from attnlab.bench import complexity
+
+    n = 17
+    layer = lambda depth: create_layer("cnn", 8, layers=depth, kernel_size=3).double()  # noqa: E731
+    x = torch.randn(1, n, 8, dtype=torch.float64, requires_grad=True)
+
+    def reaches(depth):
+        torch.manual_seed(0)
+        (g,) = torch.autograd.grad(layer(depth)(x)[0, n - 1].sum(), x)
+        return bool(g[0, 0].abs().max() > 0)
+
+    assert complexity._first_true(reaches, 1, n) == n - 1  # one position per layer each way
+
+
+def test_sequential_steps_grow_with_n_only_for_recurrent_layers():
+    steps = {}
+    for name in ("cnn", "self_attention", "rnn", "lstm", "attention_rnn", "lstmn"):
+        layer = create_layer(name, 16, **({"causal": True} if name == "cnn" else {})).eval()
+        steps[name] = [sequential_steps(layer, torch.randn(1, n, 16)) for n in (8, 32)]
+    for name in ("cnn", "self_attention"):
+        assert steps[name][0] == steps[name][1], name
+    for name in ("rnn", "lstm", "attention_rnn", "lstmn"):
+        small, large = steps[name]
+        assert large >= 3.5 * small, name  # about 4x the chain for 4x the positions
+
+
+def test_run_records_and_exponents():
+    recs = run([32, 64], ["cnn", "rnn"], dim=8, path_sizes=(16,), min_repeats=1, target_seconds=0.01)
+    assert [(r.layer, r.n) for r in recs] == [("cnn", 16), ("rnn", 16), ("cnn", 32), ("rnn", 32), ("cnn", 64), ("rnn", 64)]
+    at16 = {r.layer: r for r in recs if r.n == 16}
+    assert at16["cnn"].seconds is None and at16["cnn"].path_length == 8 and at16["rnn"].path_length == 15
+    assert all(r.seconds > 0 and r.path_length is None for r in recs if r.n != 16)
+    e = exponents(recs, fit_from=32)
+    assert set(e) == {"cnn", "rnn"} and all(isinstance(v, float) for v in e.values())
+    fake = [{"layer": "x", "n": n, "seconds": 1e-6 * n**2} for n in (1024, 2048, 4096)]
+    assert exponents(fake)["x"] == pytest.approx(2.0)
+    assert set(TEXTBOOK) == {"cnn", "rnn", "lstm", "self_attention", "attention_rnn", "lstmn"}
+
+
+def test_complexity_cli_json_and_files(tmp_path):
+    res = CliRunner().invoke(
+        app, ["complexity", "--sizes", "32,64", "--layers", "cnn,self_attention", "--path-sizes", "16", "--dim", "8", "--json", "-o", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    per_n = [r for r in lines if "n" in r]
+    per_layer = [r for r in lines if "exponent" in r]
+    assert {(r["layer"], r["n"]) for r in per_n} == {(l, n) for l in ("cnn", "self_attention") for n in (16, 32, 64)}
+    assert all(set(r) == {"layer", "n", "seconds", "sequential_steps", "path_length"} for r in per_n)
+    assert {r["layer"] for r in per_layer} == {"cnn", "self_attention"}
+    assert (tmp_path / "complexity.png").stat().st_size > 0
+    stored = json.loads((tmp_path / "complexity.json").read_text())
+    assert len(stored["records"]) == 6
+
+
+def test_complexity_cli_rejects_unknown_layers():
+    res = CliRunner().invoke(app, ["complexity", "--layers", "gru"])
+    assert res.exit_code == 2
+    assert "unknown --layers ['gru']" in " ".join(res.output.split())
+
+
+def test_trigger_task_labels_the_query_with_the_trigger():
+    task = TriggerTask(6)
+    tokens, labels = task.batch(64, torch.Generator().manual_seed(0))
+    assert tokens.shape == labels.shape == (64, 7)
+    assert torch.equal(labels[:, -1], tokens[:, 0])
+    assert (tokens[:, 0] < task.classes).all() and (tokens[:, -1] == task.query_token).all()
+    middle = tokens[:, 1:-1]
+    assert ((middle >= task.classes) & (middle < task.query_token)).all()
+    assert (labels[:, :-1] == task.classes).all()
+    with pytest.raises(ValueError, match="distance must be a positive int"):
+        TriggerTask(0)
+
+
+def test_distance_cli_trains_scores_and_plots(tmp_path):
+    png = tmp_path / "d.png"
+    res = CliRunner().invoke(
+        app,
+        ["bench", "distance", "--distances", "3", "--layers", "rnn,self_attention", "--steps", "2", "--seeds", "0,1",
+         "--json", "--plot", str(png)],
+    )
+    assert res.exit_code == 0, res.output
+    recs = json.loads(res.stdout)["records"]
+    assert {(r["layer"], r["seed"]) for r in recs} == {(l, s) for l in ("rnn", "self_attention") for s in (0, 1)}
+    assert all(0.0 <= r["accuracy"] <= 1.0 and r["steps"] == 2 for r in recs)
+    assert png.stat().st_size > 0
+    res = CliRunner().invoke(app, ["bench", "distance", "--layers", "gru"])
+    assert res.exit_code == 2 and "unknown --layers ['gru']" in " ".join(res.output.split())
