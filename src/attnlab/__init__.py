@@ -12,13 +12,14 @@ The public API::
     attnlab.BlockBias (a score bias handed over block by block)
     attnlab.models.Encoder (the Transformer encoder, any encoding and score)
     attnlab.create_attention / list_attention (dense and efficient variants by name)
+    attnlab.recurrent.AttentionRNN / LSTMN / create_layer (attention inside RNNs; RNN/CNN baselines)
 
 Shapes follow the legend in :mod:`attnlab.core`.
 """
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import efficient, masks, models, positional
+from . import efficient, masks, models, positional, recurrent
 from .core import (
     Additive,
     AttentionResult,
@@ -55,6 +56,7 @@ __all__ = [
     "positional",
     "models",
     "efficient",
+    "recurrent",
     "create_attention",
     "list_attention",
     "attend",

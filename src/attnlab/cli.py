@@ -552,13 +552,13 @@ def complexity(
             print(json.dumps({"layer": name, "exponent": e}))
         return
     recs = data["records"]
-    t = Table(title=f"forward time (s), B=1, d={dim}, fp32", box=box.SIMPLE_HEAD)
+    t = Table(title=f"forward time (ms), B=1, d={dim}, fp32", box=box.SIMPLE_HEAD)
     t.add_column("n", justify="right")
     for name in names:
         t.add_column(name, justify="right")
     for n in sorted({r["n"] for r in recs if r["seconds"] is not None}):
         by = {r["layer"]: r for r in recs if r["n"] == n}
-        t.add_row(str(n), *[_fmt(by[name]["seconds"]) if name in by else "·" for name in names])
+        t.add_row(str(n), *[f"{by[name]['seconds'] * 1e3:.3g}" if name in by else "·" for name in names])
     out.print(t)
 
     lo, hi = min(r["n"] for r in recs), max(r["n"] for r in recs)
@@ -590,6 +590,7 @@ def bench_distance(
     as_json: bool = typer.Option(False, "--json", help="Print the records as JSON instead of a table."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON here (after every record)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Also draw accuracy against distance to this PNG."),
+    report: Optional[str] = typer.Option(None, "--from", help="Train nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Train each layer type to label a query by a trigger token far back; accuracy per distance.
 
@@ -600,6 +601,14 @@ def bench_distance(
     from .bench.distance import run
     from .recurrent import list_layers
 
+    if report:
+        try:
+            recs = json.loads(Path(report).read_text())["records"]
+            steps = recs[0]["steps"]
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            _fail(f"--from {report}: not a records file written by 'attnlab bench distance -o' ({e})")
+        _distance_report(recs, plot, as_json, steps)
+        return
     dist = _int_list("--distances", distances, minimum=1)
     seed_list = _int_list("--seeds", seeds, minimum=0)
     names = [v.strip() for v in layers.split(",") if v.strip()]
@@ -619,7 +628,11 @@ def bench_distance(
                 _write_json(output, {"records": [r.to_dict() for r in done]})
 
         run(dist, names, steps=steps, seeds=seed_list, on_record=tick, on_step=on_step)
-    recs = [r.to_dict() for r in done]
+    _distance_report([r.to_dict() for r in done], plot, as_json, steps)
+
+
+def _distance_report(recs: list[dict], plot: Optional[str], as_json: bool, steps: int) -> None:
+    """Plot, print as JSON, or tabulate ``bench distance`` records."""
     if plot:
         from .viz.complexity import plot_distance
 
@@ -627,6 +640,9 @@ def bench_distance(
     if as_json:
         print(json.dumps({"records": recs}))
         return
+    dist = sorted({r["distance"] for r in recs})
+    names = list(dict.fromkeys(r["layer"] for r in recs))
+    seed_list = sorted({r["seed"] for r in recs})
     t = Table(
         title=f"held-out accuracy at the query, mean (min) over seeds {seed_list}; {steps} steps each; chance 0.25",
         box=box.SIMPLE_HEAD,
@@ -639,7 +655,7 @@ def bench_distance(
         cells = []
         for d in dist:
             accs = [r["accuracy"] for r in recs if r["layer"] == name and r["distance"] == d]
-            cells.append(f"{sum(accs) / len(accs):.3f} ({min(accs):.2f})")
+            cells.append(f"{sum(accs) / len(accs):.3f} ({min(accs):.2f})" if accs else "·")
         t.add_row(name, *cells, f"{sum(r['seconds'] for r in recs if r['layer'] == name):.0f}")
     out.print(t)
 

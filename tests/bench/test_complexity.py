@@ -113,5 +113,12 @@ def test_distance_cli_trains_scores_and_plots(tmp_path):
     assert {(r["layer"], r["seed"]) for r in recs} == {(l, s) for l in ("rnn", "self_attention") for s in (0, 1)}
     assert all(0.0 <= r["accuracy"] <= 1.0 and r["steps"] == 2 for r in recs)
     assert png.stat().st_size > 0
+    stored = tmp_path / "d.json"
+    stored.write_text(json.dumps({"records": recs}))
+    res = CliRunner().invoke(app, ["bench", "distance", "--from", str(stored)])
+    assert res.exit_code == 0, res.output
+    assert "self_attention" in res.output and "distance 3" in res.output
+    res = CliRunner().invoke(app, ["bench", "distance", "--from", str(tmp_path / "nope.json")])
+    assert res.exit_code == 2 and "not a records file" in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["bench", "distance", "--layers", "gru"])
     assert res.exit_code == 2 and "unknown --layers ['gru']" in " ".join(res.output.split())

@@ -66,16 +66,29 @@ def plot_distance(records: list[dict], path: str | Path) -> Path:
     if not records:
         raise ValueError("no distance records to plot")
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for i, name in enumerate(dict.fromkeys(r["layer"] for r in records)):
+    markers = "osD^v<>p"
+    names = list(dict.fromkeys(r["layer"] for r in records))
+    for i, name in enumerate(names):
         by: dict[int, list[float]] = {}
         for r in records:
             if r["layer"] == name:
                 by.setdefault(r["distance"], []).append(r["accuracy"])
         ds = sorted(by)
-        ax.plot(ds, [sum(by[d]) / len(by[d]) for d in ds], marker="o", color=f"C{i}", label=name)
+        # shrinking markers and dashes keep lines that coincide (all at 1.0, say) visible
+        ax.plot(
+            ds,
+            [sum(by[d]) / len(by[d]) for d in ds],
+            marker=markers[i % len(markers)],
+            markersize=11 - 1.5 * (i % 5),
+            linestyle=("-", "--", "-.", ":")[i % 4],
+            color=f"C{i}",
+            label=name,
+        )
         ax.fill_between(ds, [min(by[d]) for d in ds], [max(by[d]) for d in ds], color=f"C{i}", alpha=0.15)
     ax.set_xscale("log", base=2)
-    ax.set_ylim(0, 1.02)
+    distances = sorted({r["distance"] for r in records})
+    ax.set_xticks(distances, [str(d) for d in distances])
+    ax.set_ylim(0, 1.05)
     ax.set_xlabel("distance from the trigger to the query")
     ax.set_ylabel("held-out accuracy at the query")
     ax.grid(True, alpha=0.3)
