@@ -660,6 +660,114 @@ def _distance_report(recs: list[dict], plot: Optional[str], as_json: bool, steps
     out.print(t)
 
 
+def _option_pairs(pairs: list[str], what: str) -> dict:
+    """``key=value`` strings -> a dict; values parsed as JSON where they are (numbers, true, lists)."""
+    out = {}
+    for item in pairs:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            _fail(f"{what} takes key=value, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+@app.command()
+def train(
+    task: str = typer.Argument(..., help="Task name (pos, recall, listops, ...)."),
+    model: str = typer.Option("transformer", help="Backbone: transformer, mlp, window_mlp, ..."),
+    attention: Optional[str] = typer.Option(None, help="Attention variant by name (transformer only; default dense)."),
+    positional: Optional[str] = typer.Option(None, help="Positional encoding by name (transformer only; default: the task's)."),
+    steps: Optional[int] = typer.Option(None, min=1, help="Optimizer steps (default: the task's)."),
+    epochs: Optional[int] = typer.Option(None, min=1, help="Passes over the training split instead of --steps."),
+    seed: int = typer.Option(0, help="Seed of the weights, dropout and example order."),
+    out_dir: str = typer.Option("runs/latest", "--out", help="Output folder (its checkpoint/ is written atomically)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
+    size: Optional[int] = typer.Option(None, min=1, help="Task size knob: training examples."),
+    task_option: list[str] = typer.Option([], "--task-option", help="key=value task option (repeatable)."),
+    model_option: list[str] = typer.Option([], "--model-option", help="key=value backbone option (repeatable)."),
+    dim: Optional[int] = typer.Option(None, min=1, help="Model width."),
+    layers: Optional[int] = typer.Option(None, min=1, help="Blocks."),
+    heads: Optional[int] = typer.Option(None, min=1, help="Attention heads."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
+    lr: Optional[float] = typer.Option(None, min=0.0),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
+    patience: Optional[int] = typer.Option(None, min=1, help="Stop after this many validations without improvement."),
+    as_json: bool = typer.Option(False, "--json", help="End by printing one JSON object (task, model, attention, metric, value, seconds, checkpoint)."),
+) -> None:
+    """Train a model on a task with validation, early stopping and atomic checkpoints; --resume continues a run."""
+    from .tasks import list_tasks
+    from .training import CheckpointError, TrainConfig, train as run_train
+
+    if task not in list_tasks():
+        _fail(f"unknown task {task!r}; choose one of {', '.join(list_tasks())}")
+    topts = _option_pairs(task_option, "--task-option")
+    if size is not None:
+        topts["size"] = size
+    overrides = dict(
+        model=model, attention=attention, positional=positional, steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers,
+        heads=heads, batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience,
+    )
+    if topts:
+        overrides["task_options"] = topts
+    if model_option:
+        overrides["model_options"] = _option_pairs(model_option, "--model-option")
+    if steps is not None and epochs is not None:
+        _fail("give --steps or --epochs, not both")
+    if epochs is not None:
+        overrides["steps"] = None
+    try:
+        cfg = TrainConfig.for_task(task, **overrides)
+        if epochs is not None:
+            cfg.steps = None
+        with _progress() as progress:
+            bar = progress.add_task(f"{task} {model}", total=None)
+            clock = {"t": None, "s": 0, "val": None}
+
+            def on_step(step, total, loss):
+                import time as _time
+
+                now = _time.perf_counter()
+                if clock["t"] is None:
+                    clock["t"], clock["s"] = now, step
+                rate = (step - clock["s"]) / max(now - clock["t"], 1e-9)
+                val = "" if clock["val"] is None else f" val={clock['val']:.4f}"
+                progress.update(bar, completed=step, total=total, description=f"{task} {model} loss={loss:.4f}{val} {rate:.1f} steps/s")
+
+            def on_eval(step, val):
+                clock["val"] = val
+
+            result = run_train(cfg, out_dir, resume=resume, on_step=on_step, on_eval=on_eval)
+    except (CheckpointError, ValueError, TypeError) as e:
+        _fail(str(e))
+    if as_json:
+        print(json.dumps(result.summary()))
+        return
+    out.print(f"{result.task} / {result.model} / {result.attention}: test {result.metric} = {result.value:.4f} "
+              f"after {result.steps} steps, {result.seconds:.0f} s; checkpoint {result.checkpoint}")
+
+
+@app.command("eval")
+def eval_cmd(
+    checkpoint: str = typer.Argument(..., help="A checkpoint folder, or the --out folder of 'attnlab train'."),
+    split: str = typer.Option("test", help="train, val or test."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (task, model, attention, metric, value, seconds, checkpoint)."),
+) -> None:
+    """Score a checkpoint's best weights on a split of its task."""
+    from .training import CheckpointError, evaluate
+
+    try:
+        result = evaluate(checkpoint, split)
+    except (CheckpointError, ValueError) as e:
+        _fail(str(e))
+    if as_json:
+        print(json.dumps(result.summary()))
+        return
+    out.print(f"{result.task} / {result.model} / {result.attention}: {split} {result.metric} = {result.value:.4f} ({result.checkpoint})")
+
+
 def _settings_dict(settings) -> dict:
     from dataclasses import asdict
 

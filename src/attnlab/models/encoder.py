@@ -31,6 +31,13 @@ class EncoderConfig:
         positional, positional_options, max_len: the positional encoding by name (see
             :func:`attnlab.positional.create`); one encoding shared by all blocks.
         layer_norm_eps: LayerNorm's epsilon.
+        attention, attention_options: the attention by name (:func:`attnlab.list_attention`;
+            ``"dense"`` is :class:`attnlab.MultiHeadAttention` with ``score``, ``normalize`` and
+            ``head_mode``; any other name is an efficient variant created with
+            ``attention_options``, ``max_len`` and the encoding, and ignores the score
+            options). Variants registered later work unchanged.
+        causal: every block is causal (dense: a causal mask is combined with the caller's;
+            efficient variants: created with ``causal=True``).
     """
 
     embed_dim: int
@@ -48,6 +55,9 @@ class EncoderConfig:
     positional_options: dict | None = None
     max_len: int | None = None
     layer_norm_eps: float = 1e-5
+    attention: str = "dense"
+    attention_options: dict | None = None
+    causal: bool = False
 
 
 @dataclass
@@ -73,16 +83,28 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: EncoderConfig, positional: PositionalEncoding | None):
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.attn = MultiHeadAttention(
-            cfg.embed_dim,
-            cfg.num_heads,
-            score=cfg.score,
-            score_options=cfg.score_options,
-            normalize=cfg.normalize,
-            head_mode=cfg.head_mode,
-            dropout=cfg.dropout,
-            positional=positional,
-        )
+        if cfg.attention == "dense":
+            if cfg.attention_options:
+                raise ValueError("attention_options apply to efficient variants; the dense layer takes score/normalize/head_mode")
+            self.attn = MultiHeadAttention(
+                cfg.embed_dim,
+                cfg.num_heads,
+                score=cfg.score,
+                score_options=cfg.score_options,
+                normalize=cfg.normalize,
+                head_mode=cfg.head_mode,
+                dropout=cfg.dropout,
+                positional=positional,
+            )
+        else:
+            from ..efficient import create_attention
+
+            opts = dict(cfg.attention_options or {})
+            opts.setdefault("max_len", cfg.max_len)
+            if cfg.causal:
+                opts["causal"] = True
+            self.attn = create_attention(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional, **opts)
+        self.causal_mask = cfg.causal and cfg.attention == "dense"
         self.ff = FeedForward(cfg.embed_dim, cfg.ff_dim or 4 * cfg.embed_dim, activation=cfg.activation, dropout=cfg.dropout)
         self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
@@ -91,6 +113,11 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x, *, mask=None, positions=None, return_weights=False) -> AttentionResult:
         """``(B, N, E)`` -> :class:`attnlab.AttentionResult` (output ``(B, N, E)``, weights or None)."""
+        if self.causal_mask:
+            from ..core import masks as _masks
+
+            causal = _masks.causal(x.shape[1], device=x.device)
+            mask = causal if mask is None else mask & causal
         if self.norm_first:
             res = self.attn(self.norm1(x), mask=mask, positions=positions, key_positions=positions, return_weights=return_weights)
             x = x + self.drop1(res.output)

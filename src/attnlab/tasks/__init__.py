@@ -1,0 +1,11 @@
+"""Built-in tasks, generated here from a fixed seed (see :mod:`attnlab.tasks.base`).
+
+* ``pos`` — tagging with ambiguous words (:mod:`attnlab.tasks.pos`);
+* ``recall`` — multi-query associative recall (:mod:`attnlab.tasks.recall`);
+* ``listops`` — nested list operations, classification (:mod:`attnlab.tasks.listops`).
+"""
+
+from . import listops, pos, recall  # noqa: F401  (registration)
+from .base import CLS, FIRST, IGNORE, KINDS, PAD, TASKS, Split, Task, create_task, list_tasks, register_task
+
+__all__ = ["Task", "Split", "create_task", "list_tasks", "register_task", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS"]

@@ -1,0 +1,122 @@
+"""What a task is: splits of token tensors, a kind of output, a metric; and the task registry.
+
+Every task is generated here from a fixed seed (nothing is downloaded) and holds three splits,
+``train``, ``val`` and ``test``, as padded tensors:
+
+* ``tagging`` — a label per token: ``tokens`` ``(S, N)`` and ``labels`` ``(S, N)``, with
+  :data:`IGNORE` where a position carries no label (padding, or a token that is not scored);
+* ``classification`` — one label per sequence: ``tokens`` ``(S, N)``, ``labels`` ``(S,)``.
+
+Token id :data:`PAD` (0) is padding and :data:`CLS` (1) is reserved for a classifier's summary
+token, in every task's vocabulary; a task's own tokens start at :data:`FIRST`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..registry import Registry
+
+__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register_task", "create_task", "list_tasks", "KINDS"]
+
+PAD, CLS, FIRST = 0, 1, 2
+IGNORE = -100
+KINDS = ("tagging", "classification")
+
+
+@dataclass
+class Split:
+    """One split: ``tokens`` ``(S, N)`` long (``PAD`` = padding) and ``labels`` (see the module docstring)."""
+
+    tokens: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+@dataclass
+class Task:
+    """A generated dataset with its metric.
+
+    Attributes:
+        name: the registered name. kind: ``"tagging"`` or ``"classification"``.
+        vocab_size: token ids are ``0 .. vocab_size - 1``. num_labels: label ids ``0 .. num_labels - 1``.
+        metric: the name of :meth:`score`'s number (accuracy over scored tokens or sequences).
+        splits: ``{"train", "val", "test"}`` -> :class:`Split`.
+        options: the generator's options (size, seed, ...) that rebuild it exactly.
+        vocab: the token strings (index = id), for display. label_names: likewise for labels.
+        baseline: reference accuracies (``{"majority": ...}``, tagging: ``"word_majority"``).
+    """
+
+    name: str
+    kind: str
+    vocab_size: int
+    num_labels: int
+    metric: str
+    splits: dict[str, Split]
+    options: dict
+    vocab: list[str] = field(default_factory=list)
+    label_names: list[str] = field(default_factory=list)
+    baseline: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def max_len(self) -> int:
+        """The longest sequence of any split."""
+        return max(s.tokens.shape[1] for s in self.splits.values())
+
+    def split(self, name: str) -> Split:
+        """The split ``name`` (``train``, ``val`` or ``test``)."""
+        if name not in self.splits:
+            raise ValueError(f"task {self.name!r} has no split {name!r}; choose one of {', '.join(self.splits)}")
+        return self.splits[name]
+
+    def correct(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
+        """``(number correct, number scored)`` of a batch of logits against labels."""
+        pred = logits.argmax(-1)
+        if self.kind == "tagging":
+            scored = labels != IGNORE
+            return int((pred[scored] == labels[scored]).sum()), int(scored.sum())
+        return int((pred == labels).sum()), labels.numel()
+
+
+TASKS: Registry = Registry("task")
+
+
+def register_task(name: str):
+    """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``."""
+
+    def deco(fn):
+        TASKS.add(name, fn)
+        return fn
+
+    return deco
+
+
+def create_task(name: str, **options) -> Task:
+    """Build the task ``name`` (see :func:`list_tasks`) with its options (``size``, ``seed``, ...)."""
+    return TASKS.get(name)(**options)
+
+
+def list_tasks() -> list[str]:
+    """The registered task names."""
+    return TASKS.names()
+
+
+def pad_rows(rows: list[list[int]], value: int, length: int | None = None) -> torch.Tensor:
+    """Right-pad integer rows to one ``(S, N)`` long tensor."""
+    n = max((len(r) for r in rows), default=0) if length is None else length
+    out = torch.full((len(rows), n), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r[:n], dtype=torch.long)
+    return out
+
+
+def split_sizes(size: int) -> dict[str, int]:
+    """train / val / test counts for ``size`` training examples (val and test: size / 8, >= 64)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
+    held = max(64, size // 8)
+    return {"train": size, "val": held, "test": held}

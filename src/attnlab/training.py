@@ -1,0 +1,374 @@
+"""Train, checkpoint, resume and evaluate a model on a task (``attnlab train`` / ``attnlab eval``).
+
+A run is fully described by a :class:`TrainConfig`. Its output folder holds ``checkpoint/``:
+
+* ``model.safetensors`` — the current weights; ``best.safetensors`` — the weights of the best
+  validation score so far (what :func:`evaluate` uses);
+* ``config.json`` — the run config, the model config, the step, the validation history;
+* ``state.pt`` — optimizer state, PyTorch's RNG state, step, best score, evaluations since
+  the best.
+
+The folder is written whole under a temporary name and then renamed into place (the previous
+one kept as ``checkpoint.old`` until the rename is done), so a crash at any moment leaves a
+complete checkpoint. The order of the training examples is a function of the seed and the
+step, and the RNG state is saved, so a run resumed from a checkpoint continues exactly as the
+uninterrupted run would have (bitwise on CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .models.heads import BACKBONES, build_model
+from .tasks import IGNORE, Task, create_task
+
+__all__ = ["TrainConfig", "TASK_DEFAULTS", "Checkpoint", "CheckpointError", "train", "evaluate", "load_checkpoint", "TrainResult"]
+
+FORMAT = "attnlab-checkpoint"
+VERSION = 1
+
+TASK_DEFAULTS: dict[str, dict] = {
+    "pos": {"steps": 600, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope"},
+    "recall": {"steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 2, "positional": "rope"},
+    "listops": {"steps": 3000, "batch_size": 32, "lr": 5e-4, "dim": 64, "layers": 4, "pooling": "cls", "positional": "sinusoidal"},
+}
+"""Per-task training defaults (any :class:`TrainConfig` field), calibrated on a 2-core CPU."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that is missing, truncated, or not written by attnlab."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (stored in the checkpoint's ``config.json``).
+
+    Attributes:
+        task, task_options: the task by name (:func:`attnlab.tasks.list_tasks`) and its options.
+        model: the backbone (:func:`attnlab.models.list_models`). attention, positional: by name,
+            for backbones that use attention. dim, heads, layers: sizes. model_options: any
+            further backbone options (``window`` of ``window_mlp``, ``attention_options``, ...).
+        pooling: ``mean`` or ``cls`` for classification tasks.
+        steps: optimizer steps (or ``epochs`` passes over the training split).
+        batch_size, lr, weight_decay, warmup: AdamW with linear warm-up then cosine decay.
+        seed: weights, dropout and example order. eval_every: steps between validations and
+            checkpoints. patience: stop after this many validations without improvement (None: never).
+    """
+
+    task: str
+    task_options: dict = field(default_factory=dict)
+    model: str = "transformer"
+    attention: str = "dense"
+    positional: str = "none"
+    dim: int = 64
+    heads: int = 4
+    layers: int = 2
+    model_options: dict = field(default_factory=dict)
+    pooling: str = "mean"
+    steps: int | None = None
+    epochs: int | None = None
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: int = 100
+    seed: int = 0
+    eval_every: int = 200
+    patience: int | None = 5
+
+    @classmethod
+    def for_task(cls, task: str, **overrides) -> "TrainConfig":
+        """The config with the task's :data:`TASK_DEFAULTS`, then ``overrides`` (None values ignored)."""
+        defaults = dict(TASK_DEFAULTS.get(task, {}))
+        model = overrides.get("model") or "transformer"
+        if model in BACKBONES.names() and not BACKBONES.get(model).uses_attention:
+            defaults.pop("positional", None)  # a task's default encoding is for attention models
+        values = {**defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - names
+        if unknown:
+            raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+        return cls(task=task, **values)
+
+    def total_steps(self, train_size: int) -> int:
+        """Optimizer steps of the run."""
+        if self.steps is not None:
+            return self.steps
+        per_epoch = math.ceil(train_size / self.batch_size)
+        return per_epoch * (self.epochs if self.epochs is not None else 10)
+
+
+def model_config(cfg: TrainConfig, task: Task) -> dict:
+    """The JSON model config :func:`attnlab.models.build_model` takes."""
+    backbone = BACKBONES.get(cfg.model)
+    options = dict(cfg.model_options)
+    options["num_layers"] = cfg.layers
+    if backbone.uses_attention:
+        options.update(num_heads=cfg.heads, attention=cfg.attention, positional=cfg.positional, max_len=task.max_len + 1)
+    elif cfg.attention != "dense" or cfg.positional != "none":
+        raise ValueError(f"model {cfg.model!r} uses no attention: --attention and --positional do not apply to it")
+    return {
+        "kind": task.kind,
+        "model": cfg.model,
+        "vocab_size": task.vocab_size,
+        "num_labels": task.num_labels,
+        "dim": cfg.dim,
+        "pooling": cfg.pooling,
+        "options": options,
+    }
+
+
+@dataclass
+class TrainResult:
+    """The end of a run: test score with the best weights, and where they are."""
+
+    task: str
+    model: str
+    attention: str
+    metric: str
+    value: float
+    seconds: float
+    checkpoint: str
+    steps: int
+    history: list[dict]
+
+    def summary(self) -> dict:
+        """The JSON object ``attnlab train --json`` prints."""
+        return {k: getattr(self, k) for k in ("task", "model", "attention", "metric", "value", "seconds", "checkpoint")}
+
+
+def _batch_indices(n: int, batch: int, seed: int, step: int) -> torch.Tensor:
+    """The training examples of ``step``: a fixed permutation per epoch, cut in batches."""
+    per_epoch = math.ceil(n / batch)
+    epoch, i = divmod(step, per_epoch)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+    return perm[i * batch : (i + 1) * batch]
+
+
+def _loss(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    if task.kind == "tagging":
+        return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+    return nn.functional.cross_entropy(logits, labels)
+
+
+@torch.no_grad()
+def score(model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+    """The task's metric of ``model`` on a split."""
+    model.eval()
+    data = task.split(split)
+    right = total = 0
+    for i in range(0, len(data), batch_size):
+        toks = data.tokens[i : i + batch_size]
+        keep = int((toks != 0).sum(1).max()) if toks.numel() else 0  # trim common padding
+        logits = model(toks[:, : max(keep, 1)])
+        labels = data.labels[i : i + batch_size]
+        if task.kind == "tagging":
+            labels = labels[:, : max(keep, 1)]
+        c, t = task.correct(logits, labels)
+        right, total = right + c, total + t
+    return right / max(total, 1)
+
+
+def _lr(cfg: TrainConfig, step: int, total: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, total - cfg.warmup)
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: its configs, the model with the chosen weights, and the training state."""
+
+    path: Path
+    config: TrainConfig
+    model_config: dict
+    model: nn.Module
+    meta: dict
+    state: dict | None
+
+
+def _write_checkpoint(out: Path, model, best_state, cfg, mcfg, meta, state) -> Path:
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    final, old = out / "checkpoint", out / "checkpoint.old"
+    tmp = out / f"checkpoint.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / "best.safetensors"))
+    torch.save(state, tmp / "state.pt")
+    payload = {"format": FORMAT, "version": VERSION, "train": dataclasses.asdict(cfg), "model": mcfg, **meta}
+    (tmp / "config.json").write_text(json.dumps(payload, indent=1))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+    return final
+
+
+def _resolve(path: str | Path) -> Path:
+    p = Path(path)
+    for cand in (p / "checkpoint", p, p / "checkpoint.old"):
+        if (cand / "config.json").exists():
+            return cand
+    if not p.exists():
+        raise CheckpointError(f"no checkpoint at {p}")
+    raise CheckpointError(f"{p} is not an attnlab checkpoint folder (no config.json; expected the --out folder of 'attnlab train')")
+
+
+def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool = False) -> Checkpoint:
+    """Load a checkpoint folder (or the ``--out`` folder that holds it).
+
+    Args:
+        weights: ``"best"`` (best validation score) or ``"last"``.
+        with_state: also load the optimizer / RNG state (for resuming).
+
+    Raises:
+        CheckpointError: missing, truncated, foreign, or not matching its own config.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = _resolve(path)
+    try:
+        meta = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{folder / 'config.json'} is unreadable or truncated: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{folder} was not written by attnlab (config.json has no format {FORMAT!r})")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{folder} has checkpoint version {meta.get('version')}, this attnlab reads version {VERSION}")
+    try:
+        cfg = TrainConfig(**meta["train"])
+        mcfg = meta["model"]
+        model = build_model(mcfg)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{folder}: config.json does not describe a model attnlab can build ({e})") from None
+    name = "best.safetensors" if weights == "best" else "model.safetensors"
+    try:
+        tensors = load_file(str(folder / name))
+    except (OSError, SafetensorError, RuntimeError) as e:
+        raise CheckpointError(f"{folder / name} is truncated or corrupt: {e}") from None
+    expected = model.state_dict()
+    if set(tensors) != set(expected) or any(tensors[k].shape != expected[k].shape for k in expected):
+        raise CheckpointError(f"{folder / name} does not hold the weights of the model its config.json describes")
+    model.load_state_dict(tensors)
+    state = None
+    if with_state:
+        try:
+            state = torch.load(folder / "state.pt", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+            raise CheckpointError(f"{folder / 'state.pt'} is truncated or corrupt: {e}") from None
+    return Checkpoint(folder, cfg, mcfg, model, {k: v for k, v in meta.items() if k not in ("train", "model")}, state)
+
+
+def train(
+    cfg: TrainConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    on_step: Callable[[int, int, float], None] | None = None,
+    on_eval: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Run (or resume) training; returns the test score of the best validation weights.
+
+    Args:
+        cfg: the run. out: the output folder (``checkpoint/`` goes in it).
+        resume: continue from ``out``'s checkpoint (its config must equal ``cfg``).
+        on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    task = create_task(cfg.task, **cfg.task_options)
+    mcfg = model_config(cfg, task)
+    train_split = task.split("train")
+    total = cfg.total_steps(len(train_split))
+    torch.manual_seed(cfg.seed)
+    model = build_model(mcfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step, best, since_best, history = 0, -1.0, 0, []
+    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    if resume:
+        ck = load_checkpoint(out, weights="last", with_state=True)
+        if dataclasses.asdict(ck.config) != dataclasses.asdict(cfg):
+            raise CheckpointError(f"{ck.path} was written by a different run config; resume with the same options or another --out")
+        model.load_state_dict(ck.model.state_dict())
+        opt.load_state_dict(ck.state["optimizer"])
+        torch.set_rng_state(ck.state["rng"])
+        step, best, since_best = ck.state["step"], ck.state["best"], ck.state["since_best"]
+        history = ck.meta.get("history", [])
+        best_state = load_checkpoint(out, weights="best").model.state_dict()
+
+    def save():
+        state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
+        meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric}
+        return _write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
+
+    stopped = False
+    while step < total and not stopped:
+        model.train()
+        idx = _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step)
+        toks, labels = train_split.tokens[idx], train_split.labels[idx]
+        keep = max(int((toks != 0).sum(1).max()), 1)
+        toks = toks[:, :keep]
+        if task.kind == "tagging":
+            labels = labels[:, :keep]
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, step, total)
+        loss = _loss(task, model(toks), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if on_step is not None:
+            on_step(step, total, float(loss.detach()))
+        if step % cfg.eval_every == 0 or step == total:
+            val = score(model, task, "val")
+            history.append({"step": step, "val": val, "loss": float(loss.detach())})
+            if val > best:
+                best, since_best = val, 0
+                best_state = {k: v.clone() for k, v in model.state_dict().items()}
+            else:
+                since_best += 1
+            if on_eval is not None:
+                on_eval(step, val)
+            if cfg.patience is not None and since_best >= cfg.patience:
+                stopped = True
+            save()
+    folder = save() if not (out / "checkpoint").exists() else out / "checkpoint"
+    best_model = build_model(mcfg)
+    best_model.load_state_dict(best_state)
+    value = score(best_model, task, "test")
+    return TrainResult(task.name, cfg.model, cfg.attention, task.metric, value, time.perf_counter() - t0, str(folder), step, history)
+
+
+def evaluate(path: str | Path, split: str = "test") -> TrainResult:
+    """Score a checkpoint's best weights on a split of its task (rebuilt from its config)."""
+    t0 = time.perf_counter()
+    ck = load_checkpoint(path)
+    task = create_task(ck.config.task, **ck.config.task_options)
+    value = score(ck.model, task, split)
+    return TrainResult(
+        task.name, ck.config.model, ck.config.attention, task.metric, value, time.perf_counter() - t0, str(ck.path),
+        ck.meta.get("step", 0), ck.meta.get("history", []),
+    )

@@ -1,0 +1,115 @@
+"""The train / eval pipeline: checkpoints round-trip, refuse damage, and resume bitwise after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnlab.cli import app
+from attnlab.training import CheckpointError, TrainConfig, evaluate, load_checkpoint, train
+
+TINY = dict(task_options={"size": 128}, steps=8, eval_every=4, dim=16, layers=1, heads=2, warmup=2, batch_size=16)
+
+
+def test_checkpoint_round_trips_exactly(tmp_path):
+    res = train(TrainConfig.for_task("pos", **TINY), tmp_path)
+    assert res.steps == 8 and [h["step"] for h in res.history] == [4, 8]
+    again = evaluate(tmp_path)
+    assert again.value == res.value  # the reloaded best weights score exactly what the run scored
+    a, b = load_checkpoint(tmp_path, weights="last"), load_checkpoint(tmp_path / "checkpoint", weights="last")
+    x = torch.randint(2, 20, (3, 7))
+    assert torch.equal(a.model(x), b.model(x))
+    assert a.config == TrainConfig.for_task("pos", **TINY)
+
+
+def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
+    train(TrainConfig.for_task("pos", **TINY), tmp_path)
+    ck = tmp_path / "checkpoint"
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "missing")
+    data = (ck / "best.safetensors").read_bytes()
+    (ck / "best.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(tmp_path)
+    (ck / "config.json").write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(CheckpointError, match="not written by attnlab"):
+        load_checkpoint(tmp_path)
+    (ck / "config.json").write_text('{"format": "attnlab-chec')
+    with pytest.raises(CheckpointError, match="unreadable or truncated"):
+        load_checkpoint(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(CheckpointError, match="not an attnlab checkpoint folder"):
+        load_checkpoint(other)
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    train(TrainConfig.for_task("pos", **TINY), tmp_path)
+    with pytest.raises(CheckpointError, match="different run config"):
+        train(TrainConfig.for_task("pos", **{**TINY, "lr": 0.5}), tmp_path, resume=True)
+
+
+def test_mlp_refuses_attention_options():
+    from attnlab.tasks import create_task
+    from attnlab.training import model_config
+
+    with pytest.raises(ValueError, match="uses no attention"):
+        model_config(TrainConfig.for_task("pos", model="mlp", attention="local"), create_task("pos", size=64))
+    assert TrainConfig.for_task("pos", model="mlp").positional == "none"  # the task's default encoding is not forced on it
+
+
+ARGS = ["pos", "--size", "256", "--steps", "120", "--eval-every", "5", "--dim", "16", "--layers", "1", "--heads", "2", "--seed", "3"]
+
+
+def _cli(out, *extra):
+    return [sys.executable, "-m", "attnlab.cli", "train", *ARGS, "--out", str(out), *extra]
+
+
+def test_sigkill_then_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    subprocess.run(_cli(full), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(_cli(cut), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    step = 0
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            step = json.loads((cut / "checkpoint" / "config.json").read_text())["step"]
+        except (OSError, ValueError, KeyError):
+            step = 0
+        if step >= 20:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert 20 <= json.loads((cut / "checkpoint" / "config.json").read_text())["step"] < 120
+    subprocess.run(_cli(cut, "--resume"), check=True, env=env, capture_output=True)
+    for name in ("model.safetensors", "best.safetensors"):
+        assert (full / "checkpoint" / name).read_bytes() == (cut / "checkpoint" / name).read_bytes(), name
+    assert not any(p.name.startswith("checkpoint.") for p in cut.iterdir())  # no temporary or old folder left
+
+
+def test_cli_train_and_eval_json(tmp_path):
+    r = CliRunner().invoke(app, ["train", *ARGS[:1], "--size", "128", "--steps", "4", "--eval-every", "2", "--dim", "16", "--layers", "1",
+                                 "--heads", "2", "--out", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(summary) == {"task", "model", "attention", "metric", "value", "seconds", "checkpoint"}
+    assert summary["task"] == "pos" and summary["metric"] == "token_accuracy" and summary["attention"] == "dense"
+    r = CliRunner().invoke(app, ["eval", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["value"] == summary["value"]
+    r = CliRunner().invoke(app, ["eval", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "no checkpoint at" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["train", "nope"])
+    assert r.exit_code == 2 and "unknown task 'nope'" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["train", "pos", "--model", "mlp", "--attention", "local", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "uses no attention" in " ".join(r.output.split())
