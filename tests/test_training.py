@@ -113,3 +113,18 @@ def test_cli_train_and_eval_json(tmp_path):
     assert r.exit_code == 2 and "unknown task 'nope'" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["train", "pos", "--model", "mlp", "--attention", "local", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "uses no attention" in " ".join(r.output.split())
+
+
+def test_translate_trains_decodes_and_draws_its_cross_attention(tmp_path):
+    cfg = TrainConfig.for_task("translate", task_options={"size": 128}, steps=4, eval_every=2, dim=16, layers=1, heads=2)
+    res = train(cfg, tmp_path)
+    assert res.metric == "exact_match" and 0.0 <= res.value <= 1.0
+    assert evaluate(tmp_path).value == res.value
+    png = tmp_path / "x.png"
+    r = CliRunner().invoke(app, ["eval", str(tmp_path), "--plot", str(png), "--index", "3"])
+    assert r.exit_code == 0, r.output
+    assert png.stat().st_size > 0
+    pos = tmp_path / "pos"
+    train(TrainConfig.for_task("pos", **TINY), pos)
+    r = CliRunner().invoke(app, ["eval", str(pos), "--plot", str(png)])
+    assert r.exit_code == 2 and "only for seq2seq" in " ".join(r.output.split())

@@ -754,12 +754,19 @@ def eval_cmd(
     checkpoint: str = typer.Argument(..., help="A checkpoint folder, or the --out folder of 'attnlab train'."),
     split: str = typer.Option("test", help="train, val or test."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (task, model, attention, metric, value, seconds, checkpoint)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="seq2seq: draw the cross-attention of one decoded example to this PNG."),
+    index: int = typer.Option(0, min=0, help="The example of the split that --plot draws."),
 ) -> None:
-    """Score a checkpoint's best weights on a split of its task."""
-    from .training import CheckpointError, evaluate
+    """Score a checkpoint's best weights on a split of its task (and draw a cross-attention map)."""
+    from .training import CheckpointError, cross_attention_example, evaluate
 
     try:
         result = evaluate(checkpoint, split)
+        if plot:
+            from .viz.complexity import plot_cross_attention
+
+            w, src, tgt = cross_attention_example(checkpoint, index, split)
+            err.print(f"cross-attention written to {plot_cross_attention(w, src, tgt, plot, title=f'{split} example {index}')}")
     except (CheckpointError, ValueError) as e:
         _fail(str(e))
     if as_json:

@@ -33,7 +33,7 @@ from torch import nn
 from .models.heads import BACKBONES, build_model
 from .tasks import IGNORE, Task, create_task
 
-__all__ = ["TrainConfig", "TASK_DEFAULTS", "Checkpoint", "CheckpointError", "train", "evaluate", "load_checkpoint", "TrainResult"]
+__all__ = ["TrainConfig", "TASK_DEFAULTS", "cross_attention_example", "Checkpoint", "CheckpointError", "train", "evaluate", "load_checkpoint", "TrainResult"]
 
 FORMAT = "attnlab-checkpoint"
 VERSION = 1
@@ -42,6 +42,7 @@ TASK_DEFAULTS: dict[str, dict] = {
     "pos": {"steps": 600, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope"},
     "recall": {"steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 2, "positional": "rope"},
     "listops": {"steps": 3000, "batch_size": 32, "lr": 5e-4, "dim": 64, "layers": 4, "pooling": "cls", "positional": "sinusoidal"},
+    "translate": {"steps": 1500, "batch_size": 32, "lr": 1e-3, "dim": 64, "layers": 2, "positional": "sinusoidal"},
 }
 """Per-task training defaults (any :class:`TrainConfig` field), calibrated on a 2-core CPU."""
 
@@ -117,7 +118,9 @@ def model_config(cfg: TrainConfig, task: Task) -> dict:
         options.update(num_heads=cfg.heads, attention=cfg.attention, positional=cfg.positional, max_len=task.max_len + 1)
     elif cfg.attention != "dense" or cfg.positional != "none":
         raise ValueError(f"model {cfg.model!r} uses no attention: --attention and --positional do not apply to it")
+    extra = {"max_target_len": task.split("train").labels.shape[1] + 8} if task.kind == "seq2seq" else {}
     return {
+        **extra,
         "kind": task.kind,
         "model": cfg.model,
         "vocab_size": task.vocab_size,
@@ -155,10 +158,28 @@ def _batch_indices(n: int, batch: int, seed: int, step: int) -> torch.Tensor:
     return perm[i * batch : (i + 1) * batch]
 
 
-def _loss(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def _loss(task: Task, model: nn.Module, toks: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    if task.kind == "seq2seq":  # teacher forcing: BOS then the target, predicting the target then EOS
+        from .models.seq2seq import BOS, TGT_PAD
+
+        tgt_in = torch.cat([torch.full_like(labels[:, :1], BOS), labels[:, :-1]], dim=1)
+        logits = model(toks, tgt_in)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=TGT_PAD)
+    logits = model(toks)
     if task.kind == "tagging":
         return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
     return nn.functional.cross_entropy(logits, labels)
+
+
+def _trim(task: Task, toks: torch.Tensor, labels: torch.Tensor):
+    """Drop the padding columns every row of a batch shares."""
+    keep = max(int((toks != 0).sum(1).max()), 1) if toks.numel() else 1
+    toks = toks[:, :keep]
+    if task.kind == "tagging":
+        labels = labels[:, :keep]
+    elif task.kind == "seq2seq":
+        labels = labels[:, : max(int((labels != 0).sum(1).max()), 1)]
+    return toks, labels
 
 
 @torch.no_grad()
@@ -168,13 +189,14 @@ def score(model: nn.Module, task: Task, split: str, batch_size: int = 256) -> fl
     data = task.split(split)
     right = total = 0
     for i in range(0, len(data), batch_size):
-        toks = data.tokens[i : i + batch_size]
-        keep = int((toks != 0).sum(1).max()) if toks.numel() else 0  # trim common padding
-        logits = model(toks[:, : max(keep, 1)])
-        labels = data.labels[i : i + batch_size]
-        if task.kind == "tagging":
-            labels = labels[:, : max(keep, 1)]
-        c, t = task.correct(logits, labels)
+        toks, labels = _trim(task, data.tokens[i : i + batch_size], data.labels[i : i + batch_size])
+        if task.kind == "seq2seq":  # exact match of the greedy decoding
+            decoded = model.greedy(toks, max_len=labels.shape[1] + 4)
+            for row, want in zip(decoded, labels.tolist()):
+                right += row == [t for t in want if t not in (0, 2)]
+            total += len(decoded)
+            continue
+        c, t = task.correct(model(toks), labels)
         right, total = right + c, total + t
     return right / max(total, 1)
 
@@ -327,14 +349,10 @@ def train(
     while step < total and not stopped:
         model.train()
         idx = _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step)
-        toks, labels = train_split.tokens[idx], train_split.labels[idx]
-        keep = max(int((toks != 0).sum(1).max()), 1)
-        toks = toks[:, :keep]
-        if task.kind == "tagging":
-            labels = labels[:, :keep]
+        toks, labels = _trim(task, train_split.tokens[idx], train_split.labels[idx])
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step, total)
-        loss = _loss(task, model(toks), labels)
+        loss = _loss(task, model, toks, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -372,3 +390,26 @@ def evaluate(path: str | Path, split: str = "test") -> TrainResult:
         task.name, ck.config.model, ck.config.attention, task.metric, value, time.perf_counter() - t0, str(ck.path),
         ck.meta.get("step", 0), ck.meta.get("history", []),
     )
+
+
+def cross_attention_example(path: str | Path, index: int = 0, split: str = "test") -> tuple[torch.Tensor, list[str], list[str]]:
+    """For a seq2seq checkpoint: greedy-decode example ``index`` of a split and return the last
+    decoder block's cross-attention ``(M, N)`` (mean over heads), the source words and the
+    generated words (EOS included)."""
+    from .models.seq2seq import BOS, EOS
+
+    ck = load_checkpoint(path)
+    task = create_task(ck.config.task, **ck.config.task_options)
+    if task.kind != "seq2seq":
+        raise ValueError(f"task {task.name!r} is {task.kind}: cross-attention exists only for seq2seq tasks")
+    data = task.split(split)
+    if not 0 <= index < len(data):
+        raise ValueError(f"index must be in 0 .. {len(data) - 1}, got {index}")
+    src = data.tokens[index : index + 1]
+    src = src[:, : max(int((src != 0).sum()), 1)]
+    ck.model.eval()
+    with torch.no_grad():
+        out = ck.model.greedy(src)[0] + [EOS]
+        _, w = ck.model(src, torch.tensor([[BOS] + out[:-1]]), return_weights=True)
+    words = [task.vocab[t] for t in src[0].tolist()]
+    return w[0].mean(0), words, [task.label_names[t] for t in out]

@@ -11,12 +11,12 @@ from attnlab.tasks.pos import TAGS
 
 
 def test_registry():
-    assert list_tasks() == ["listops", "pos", "recall"]
+    assert list_tasks() == ["listops", "pos", "recall", "translate"]
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         create_task("nope")
 
 
-@pytest.mark.parametrize("name", ["pos", "recall", "listops"])
+@pytest.mark.parametrize("name", ["pos", "recall", "listops", "translate"])
 def test_same_seed_same_data_other_seed_other_data(name):
     a, b, c = create_task(name, size=200, seed=3), create_task(name, size=200, seed=3), create_task(name, size=200, seed=4)
     for split in ("train", "val", "test"):

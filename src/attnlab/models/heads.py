@@ -171,11 +171,18 @@ def build_model(config: dict) -> nn.Module:
     """The model of a config ``{"kind", "model", "vocab_size", "num_labels", "dim", "options", "pooling"}``.
 
     ``kind`` is the task's (``tagging`` -> :class:`SequenceLabeler`, ``classification`` ->
-    :class:`SetClassifier`); ``options`` go to the backbone.
+    :class:`SetClassifier`, ``seq2seq`` -> :class:`attnlab.models.seq2seq.Seq2Seq`, whose decoder
+    takes the backbone's heads and layers); ``options`` go to the backbone.
     """
     backbone = BACKBONES.get(config["model"])(config["vocab_size"], config["dim"], **(config.get("options") or {}))
     if config["kind"] == "tagging":
         return SequenceLabeler(backbone, config["num_labels"])
     if config["kind"] == "classification":
         return SetClassifier(backbone, config["num_labels"], pooling=config.get("pooling", "mean"))
-    raise ValueError(f"unknown task kind {config['kind']!r}; expected tagging or classification")
+    if config["kind"] == "seq2seq":
+        from .seq2seq import Seq2Seq
+
+        opts = config.get("options") or {}
+        return Seq2Seq(backbone, config["num_labels"], num_heads=opts.get("num_heads", 4), num_layers=opts.get("num_layers", 2),
+                       max_len=config.get("max_target_len", 256))
+    raise ValueError(f"unknown task kind {config['kind']!r}; expected tagging, classification or seq2seq")

@@ -2,10 +2,11 @@
 
 * ``pos`` — tagging with ambiguous words (:mod:`attnlab.tasks.pos`);
 * ``recall`` — multi-query associative recall (:mod:`attnlab.tasks.recall`);
-* ``listops`` — nested list operations, classification (:mod:`attnlab.tasks.listops`).
+* ``listops`` — nested list operations, classification (:mod:`attnlab.tasks.listops`);
+* ``translate`` — sequence to sequence with reordering (:mod:`attnlab.tasks.translate`).
 """
 
-from . import listops, pos, recall  # noqa: F401  (registration)
+from . import listops, pos, recall, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, KINDS, PAD, TASKS, Split, Task, create_task, list_tasks, register_task
 
 __all__ = ["Task", "Split", "create_task", "list_tasks", "register_task", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS"]

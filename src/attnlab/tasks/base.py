@@ -5,7 +5,9 @@ Every task is generated here from a fixed seed (nothing is downloaded) and holds
 
 * ``tagging`` — a label per token: ``tokens`` ``(S, N)`` and ``labels`` ``(S, N)``, with
   :data:`IGNORE` where a position carries no label (padding, or a token that is not scored);
-* ``classification`` — one label per sequence: ``tokens`` ``(S, N)``, ``labels`` ``(S,)``.
+* ``classification`` — one label per sequence: ``tokens`` ``(S, N)``, ``labels`` ``(S,)``;
+* ``seq2seq`` — a new sequence: ``tokens`` ``(S, N)`` the source, ``labels`` ``(S, M)`` the
+  target ids ending with EOS, padded with 0 (:mod:`attnlab.models.seq2seq`).
 
 Token id :data:`PAD` (0) is padding and :data:`CLS` (1) is reserved for a classifier's summary
 token, in every task's vocabulary; a task's own tokens start at :data:`FIRST`.
@@ -23,7 +25,7 @@ __all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register_
 
 PAD, CLS, FIRST = 0, 1, 2
 IGNORE = -100
-KINDS = ("tagging", "classification")
+KINDS = ("tagging", "classification", "seq2seq")
 
 
 @dataclass
@@ -75,6 +77,8 @@ class Task:
 
     def correct(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
         """``(number correct, number scored)`` of a batch of logits against labels."""
+        if self.kind == "seq2seq":
+            raise ValueError("a seq2seq task is scored on decoded sequences (attnlab.training.score), not on logits")
         pred = logits.argmax(-1)
         if self.kind == "tagging":
             scored = labels != IGNORE

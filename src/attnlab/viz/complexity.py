@@ -1,10 +1,10 @@
-"""Charts of ``attnlab complexity`` and ``attnlab bench distance`` records."""
+"""Charts of ``attnlab complexity`` and ``attnlab bench distance`` records, and cross-attention maps."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_complexity", "plot_distance"]
+__all__ = ["plot_complexity", "plot_distance", "plot_cross_attention"]
 
 
 def _save(fig, path) -> Path:
@@ -94,4 +94,24 @@ def plot_distance(records: list[dict], path: str | Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Does the layer still see a token far back?")
+    return _save(fig, path)
+
+
+def plot_cross_attention(weights, source: list[str], target: list[str], path: str | Path, *, title: str = "") -> Path:
+    """A decoder's cross-attention ``(M, N)`` (target step x source word) as a heat map."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    w = weights.detach().float().cpu().numpy() if hasattr(weights, "detach") else weights
+    if w.shape != (len(target), len(source)):
+        raise ValueError(f"weights of shape {tuple(w.shape)} do not match {len(target)} target x {len(source)} source tokens")
+    fig, ax = plt.subplots(figsize=(0.55 * len(source) + 2.5, 0.45 * len(target) + 2))
+    ax.imshow(w, cmap="viridis", vmin=0, aspect="auto")
+    ax.set_xticks(range(len(source)), source, rotation=60, ha="right")
+    ax.set_yticks(range(len(target)), target)
+    ax.set_xlabel("source")
+    ax.set_ylabel("generated target")
+    ax.set_title(title or "cross-attention (last decoder block, mean over heads)")
     return _save(fig, path)

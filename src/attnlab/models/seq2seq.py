@@ -1,0 +1,140 @@
+"""Encoder-decoder (a new sequence of the model's chosen length): causal self-attention and
+cross-attention in the decoder, greedy and beam decoding until an end token.
+
+Target ids: :data:`TGT_PAD` = 0, :data:`BOS` = 1 (starts decoding), :data:`EOS` = 2 (the model
+chooses the length by emitting it), words from 3.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..core import masks
+from ..layers.feedforward import FeedForward
+from ..layers.multihead import MultiHeadAttention
+from .heads import Backbone
+
+__all__ = ["Seq2Seq", "DecoderLayer", "TGT_PAD", "BOS", "EOS"]
+
+TGT_PAD, BOS, EOS = 0, 1, 2
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: ``x + SelfAttn_causal(LN x)``, ``x + CrossAttn(LN x, memory)``, ``x + FFN(LN x)``."""
+
+    def __init__(self, dim: int, num_heads: int, ff_dim: int | None = None, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(dim, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout)
+        self.ff = FeedForward(dim, ff_dim or 4 * dim, dropout=dropout)
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(3))
+
+    def forward(self, x, memory, *, self_mask, memory_mask, return_weights=False):
+        x = x + self.self_attn(self.norms[0](x), mask=self_mask).output
+        res = self.cross_attn(self.norms[1](x), memory, mask=memory_mask, return_weights=return_weights)
+        x = x + res.output
+        x = x + self.ff(self.norms[2](x))
+        return x, res.weights
+
+
+class Seq2Seq(nn.Module):
+    """``encoder`` (any :class:`attnlab.models.heads.Backbone`) over the source, a decoder of
+    ``num_layers`` :class:`DecoderLayer` blocks over the target, sinusoidal target positions.
+
+    Args:
+        encoder: the source backbone. tgt_vocab_size: target ids (with PAD, BOS, EOS).
+        num_heads, num_layers: the decoder's. max_len: the longest target (decoding stops there).
+    """
+
+    def __init__(self, encoder: Backbone, tgt_vocab_size: int, *, num_heads: int = 4, num_layers: int = 2, max_len: int = 256):
+        super().__init__()
+        from ..positional import sinusoidal_table
+
+        dim = encoder.dim
+        self.encoder, self.dim, self.max_len = encoder, dim, max_len
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, dim, padding_idx=TGT_PAD)
+        self.register_buffer("tgt_pos", sinusoidal_table(max_len + 1, dim), persistent=False)
+        self.layers = nn.ModuleList(DecoderLayer(dim, num_heads) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, tgt_vocab_size)
+
+    def encode(self, src: torch.Tensor):
+        """``(memory (B, N, E), memory mask (B, 1, 1, N))`` of source ids ``(B, N)``."""
+        pad = src == 0
+        return self.encoder(src, pad), ~pad[:, None, None, :]
+
+    def decode(self, tgt_in: torch.Tensor, memory, memory_mask, *, return_weights: bool = False):
+        """Logits ``(B, M, V)`` of the next target token after each of ``tgt_in`` ``(B, M)``
+        (and the last block's cross-attention ``(B, H, M, N)`` when asked)."""
+        m = tgt_in.shape[1]
+        if m > self.max_len + 1:
+            raise ValueError(f"target of length {m} exceeds the decoder's max_len {self.max_len}")
+        x = self.tgt_embed(tgt_in) * self.dim**0.5 + self.tgt_pos[:m].to(memory.dtype)
+        self_mask = masks.causal(m, device=tgt_in.device) & (tgt_in != TGT_PAD)[:, None, None, :]
+        weights = None
+        for i, layer in enumerate(self.layers):
+            x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask, return_weights=return_weights and i == len(self.layers) - 1)
+            weights = w if w is not None else weights
+        logits = self.out(self.norm(x))
+        return (logits, weights) if return_weights else logits
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, *, return_weights: bool = False):
+        """Teacher-forced logits ``(B, M, V)``; ``tgt_in`` starts with BOS."""
+        memory, mmask = self.encode(src)
+        return self.decode(tgt_in, memory, mmask, return_weights=return_weights)
+
+    @torch.no_grad()
+    def greedy(self, src: torch.Tensor, max_len: int | None = None) -> list[list[int]]:
+        """The most likely token at each step until EOS (or ``max_len``), per source; EOS not included."""
+        limit = min(max_len or self.max_len, self.max_len)
+        memory, mmask = self.encode(src)
+        seq = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        for _ in range(limit):
+            nxt = self.decode(seq, memory, mmask)[:, -1].argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, TGT_PAD), nxt)
+            seq = torch.cat([seq, nxt[:, None]], 1)
+            done |= nxt == EOS
+            if bool(done.all()):
+                break
+        return [_strip(row) for row in seq[:, 1:].tolist()]
+
+    @torch.no_grad()
+    def beam(self, src: torch.Tensor, beam_size: int = 4, max_len: int | None = None) -> list[list[int]]:
+        """Beam search per source (sum of log-probabilities, finished hypotheses kept); EOS not included."""
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+        limit = min(max_len or self.max_len, self.max_len)
+        results = []
+        for b in range(src.shape[0]):
+            memory, mmask = self.encode(src[b : b + 1])
+            beams = [([BOS], 0.0)]
+            finished: list[tuple[list[int], float]] = []
+            for _ in range(limit):
+                seqs = torch.tensor([s for s, _ in beams], device=src.device)
+                logp = self.decode(seqs, memory.expand(len(beams), -1, -1), mmask.expand(len(beams), -1, -1, -1))[:, -1].log_softmax(-1)
+                cand = []
+                for i, (s, score) in enumerate(beams):
+                    top = logp[i].topk(beam_size)
+                    cand += [(s + [int(t)], score + float(v)) for v, t in zip(top.values, top.indices)]
+                cand.sort(key=lambda c: c[1], reverse=True)
+                beams = []
+                for s, score in cand:
+                    (finished if s[-1] == EOS else beams).append((s, score))
+                    if len(beams) == beam_size:
+                        break
+                if not beams or (finished and max(f[1] for f in finished) >= beams[0][1]):
+                    break
+            best = max(finished or beams, key=lambda c: c[1])[0]
+            results.append(_strip(best[1:]))
+        return results
+
+
+def _strip(row: list[int]) -> list[int]:
+    out = []
+    for t in row:
+        if t in (EOS, TGT_PAD):
+            break
+        out.append(t)
+    return out
