@@ -13,13 +13,14 @@ The public API::
     attnlab.models.Encoder (the Transformer encoder, any encoding and score)
     attnlab.create_attention / list_attention (dense and efficient variants by name)
     attnlab.recurrent.AttentionRNN / LSTMN / create_layer (attention inside RNNs; RNN/CNN baselines)
+    attnlab.tasks.create_task / list_tasks, attnlab.training.train / evaluate (the train pipeline)
 
 Shapes follow the legend in :mod:`attnlab.core`.
 """
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import efficient, masks, models, positional, recurrent
+from . import efficient, masks, models, positional, recurrent, tasks
 from .core import (
     Additive,
     AttentionResult,
@@ -57,6 +58,7 @@ __all__ = [
     "models",
     "efficient",
     "recurrent",
+    "tasks",
     "create_attention",
     "list_attention",
     "attend",

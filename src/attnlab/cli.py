@@ -680,6 +680,7 @@ def train(
     model: str = typer.Option("transformer", help="Backbone: transformer, mlp, window_mlp, ..."),
     attention: Optional[str] = typer.Option(None, help="Attention variant by name (transformer only; default dense)."),
     positional: Optional[str] = typer.Option(None, help="Positional encoding by name (transformer only; default: the task's)."),
+    causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", help="Causal attention (default: the task's)."),
     steps: Optional[int] = typer.Option(None, min=1, help="Optimizer steps (default: the task's)."),
     epochs: Optional[int] = typer.Option(None, min=1, help="Passes over the training split instead of --steps."),
     seed: int = typer.Option(0, help="Seed of the weights, dropout and example order."),
@@ -707,7 +708,7 @@ def train(
     if size is not None:
         topts["size"] = size
     overrides = dict(
-        model=model, attention=attention, positional=positional, steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers,
+        model=model, attention=attention, positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers,
         heads=heads, batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience,
     )
     if topts:

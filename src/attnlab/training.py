@@ -40,9 +40,9 @@ VERSION = 1
 
 TASK_DEFAULTS: dict[str, dict] = {
     "pos": {"steps": 600, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope"},
-    "recall": {"steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 2, "positional": "rope"},
+    "recall": {"steps": 5000, "batch_size": 64, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope", "causal": True, "eval_every": 250},
     "listops": {"steps": 3000, "batch_size": 32, "lr": 5e-4, "dim": 64, "layers": 4, "pooling": "cls", "positional": "sinusoidal"},
-    "translate": {"steps": 1500, "batch_size": 32, "lr": 1e-3, "dim": 64, "layers": 2, "positional": "sinusoidal"},
+    "translate": {"steps": 5000, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "sinusoidal"},
 }
 """Per-task training defaults (any :class:`TrainConfig` field), calibrated on a 2-core CPU."""
 
@@ -58,7 +58,7 @@ class TrainConfig:
     Attributes:
         task, task_options: the task by name (:func:`attnlab.tasks.list_tasks`) and its options.
         model: the backbone (:func:`attnlab.models.list_models`). attention, positional: by name,
-            for backbones that use attention. dim, heads, layers: sizes. model_options: any
+            for backbones that use attention; causal: each position attends only to earlier ones. dim, heads, layers: sizes. model_options: any
             further backbone options (``window`` of ``window_mlp``, ``attention_options``, ...).
         pooling: ``mean`` or ``cls`` for classification tasks.
         steps: optimizer steps (or ``epochs`` passes over the training split).
@@ -72,6 +72,7 @@ class TrainConfig:
     model: str = "transformer"
     attention: str = "dense"
     positional: str = "none"
+    causal: bool = False
     dim: int = 64
     heads: int = 4
     layers: int = 2
@@ -93,7 +94,8 @@ class TrainConfig:
         defaults = dict(TASK_DEFAULTS.get(task, {}))
         model = overrides.get("model") or "transformer"
         if model in BACKBONES.names() and not BACKBONES.get(model).uses_attention:
-            defaults.pop("positional", None)  # a task's default encoding is for attention models
+            for key in ("positional", "causal"):  # a task's attention defaults are for attention models
+                defaults.pop(key, None)
         values = {**defaults, **{k: v for k, v in overrides.items() if v is not None}}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - names
@@ -116,8 +118,10 @@ def model_config(cfg: TrainConfig, task: Task) -> dict:
     options["num_layers"] = cfg.layers
     if backbone.uses_attention:
         options.update(num_heads=cfg.heads, attention=cfg.attention, positional=cfg.positional, max_len=task.max_len + 1)
-    elif cfg.attention != "dense" or cfg.positional != "none":
-        raise ValueError(f"model {cfg.model!r} uses no attention: --attention and --positional do not apply to it")
+        if cfg.causal:
+            options["causal"] = True
+    elif cfg.attention != "dense" or cfg.positional != "none" or cfg.causal:
+        raise ValueError(f"model {cfg.model!r} uses no attention: --attention, --positional and --causal do not apply to it")
     extra = {"max_target_len": task.split("train").labels.shape[1] + 8} if task.kind == "seq2seq" else {}
     return {
         **extra,
