@@ -776,6 +776,27 @@ def eval_cmd(
     out.print(f"{result.task} / {result.model} / {result.attention}: {split} {result.metric} = {result.value:.4f} ({result.checkpoint})")
 
 
+@app.command()
+def predict(
+    checkpoint: str = typer.Argument(..., help="A checkpoint trained on a jsonl file (attnlab train jsonl --task-option path=...)."),
+    input_file: str = typer.Argument(..., metavar="INPUT", help="jsonl with the input field: tokens, text or source."),
+    beam: Optional[int] = typer.Option(None, min=1, help="seq2seq: beam search of this width instead of greedy decoding."),
+) -> None:
+    """Predict with a checkpoint trained on user data; prints one JSON object per input line."""
+    from .tasks.jsonl import read_records
+    from .training import CheckpointError, load_checkpoint, predict as run_predict
+
+    try:
+        art = load_checkpoint(checkpoint).meta.get("task_artifacts") or {}
+        if "kind" not in art:
+            raise CheckpointError(f"{checkpoint} was not trained on user data (attnlab train jsonl): nothing to predict from")
+        _, records = read_records(input_file, art["kind"], inputs_only=True)
+        for row in run_predict(checkpoint, records, beam_size=beam):
+            print(json.dumps(row))
+    except (CheckpointError, ValueError) as e:
+        _fail(str(e))
+
+
 def _settings_dict(settings) -> dict:
     from dataclasses import asdict
 

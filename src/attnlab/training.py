@@ -33,7 +33,7 @@ from torch import nn
 from .models.heads import BACKBONES, build_model
 from .tasks import IGNORE, Task, create_task
 
-__all__ = ["TrainConfig", "TASK_DEFAULTS", "cross_attention_example", "Checkpoint", "CheckpointError", "train", "evaluate", "load_checkpoint", "TrainResult"]
+__all__ = ["TrainConfig", "TASK_DEFAULTS", "cross_attention_example", "predict", "Checkpoint", "CheckpointError", "train", "evaluate", "load_checkpoint", "TrainResult"]
 
 FORMAT = "attnlab-checkpoint"
 VERSION = 1
@@ -346,7 +346,7 @@ def train(
 
     def save():
         state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
-        meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric}
+        meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts}
         return _write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
 
     stopped = False
@@ -417,3 +417,37 @@ def cross_attention_example(path: str | Path, index: int = 0, split: str = "test
         _, w = ck.model(src, torch.tensor([[BOS] + out[:-1]]), return_weights=True)
     words = [task.vocab[t] for t in src[0].tolist()]
     return w[0].mean(0), words, [task.label_names[t] for t in out]
+
+
+def predict(path: str | Path, records: list[dict], *, beam_size: int | None = None) -> list[dict]:
+    """Predictions of a checkpoint for user records (the input field of its jsonl kind):
+    tagging ``{"tokens", "labels"}``, classification ``{"text", "label"}``, seq2seq ``{"source", "target"}``."""
+    from tokenizers import Tokenizer
+
+    from .tasks.jsonl import FIELDS, encode_inputs
+    from .tasks.base import pad_rows
+
+    ck = load_checkpoint(path)
+    art = ck.meta.get("task_artifacts") or {}
+    if "tokenizer" not in art:
+        raise CheckpointError(f"{ck.path} was trained on the built-in task {ck.config.task!r}, not on user data: nothing to predict from")
+    kind = art["kind"]
+    ids = encode_inputs(kind, art, records)
+    names = art["labels"]
+    model = ck.model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(ids), 64):
+            chunk, recs = ids[i : i + 64], records[i : i + 64]
+            toks = pad_rows(chunk, 0)
+            if kind == "seq2seq":
+                tgt = Tokenizer.from_str(art["target_tokenizer"])
+                rows = model.beam(toks, beam_size) if beam_size else model.greedy(toks)
+                out += [{"source": r["source"], "target": tgt.decode(row)} for r, row in zip(recs, rows)]
+            elif kind == "tagging":
+                pred = model(toks).argmax(-1).tolist()
+                out += [{"tokens": r["tokens"], "labels": [names[p] for p in row[: len(ids_)]]} for r, row, ids_ in zip(recs, pred, chunk)]
+            else:
+                pred = model(toks).argmax(-1).tolist()
+                out += [{FIELDS[kind][0]: r[FIELDS[kind][0]], "label": names[p]} for r, p in zip(recs, pred)]
+    return out

@@ -117,7 +117,37 @@ def _read(score: Score, normalize: Callable, q: torch.Tensor, keys: torch.Tensor
     return w, [(w @ v)[:, 0, 0] for v in values]
 
 
-class AttentionRNN(nn.Module):
+class _AttentionCell(nn.Module):
+    """What both cells share: sizes, the align score, the normaliser, input checks."""
+
+    def __init__(self, input_size: int, hidden_size: int, align, align_options: dict | None, normalize):
+        super().__init__()
+        _check_sizes(input_size, hidden_size)
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.align = _align(align, hidden_size, align_options)
+        self.normalize = resolve_normalizer(normalize)
+
+    def extra_repr(self) -> str:
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, N, input_size)`` -> the hidden states ``(B, N, hidden_size)``."""
+        return self.steps(x, mask).output
+
+    def _begin(self, x, mask, truncate):
+        """Checked inputs (padded ones zeroed), the mask, whether gradients are recorded, the first
+        step whose incoming hand-over keeps its gradient."""
+        _check_input(x, self.input_size, type(self).__name__)
+        mask = check_prefix_mask(mask, x)
+        _check_truncate(truncate)
+        if mask is not None:
+            x = x.masked_fill(~mask[..., None], 0.0)  # padded inputs never reach a gradient, NaN included
+        grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        cut = x.shape[1] - truncate if truncate is not None else 0
+        return x, mask, grad, cut
+
+
+class AttentionRNN(_AttentionCell):
     """The SimpleRNN with self-attention of the lecture (after Cheng, Dong & Lapata 2016).
 
     For steps ``i = 1 .. N`` (0-based in the tensors)::
@@ -151,19 +181,8 @@ class AttentionRNN(nn.Module):
         normalize="softmax",
         bias: bool = True,
     ):
-        super().__init__()
-        _check_sizes(input_size, hidden_size)
-        self.input_size, self.hidden_size = input_size, hidden_size
+        super().__init__(input_size, hidden_size, align, align_options, normalize)
         self.A = nn.Linear(input_size + hidden_size, hidden_size, bias=bias)
-        self.align = _align(align, hidden_size, align_options)
-        self.normalize = resolve_normalizer(normalize)
-
-    def extra_repr(self) -> str:
-        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``(B, N, input_size)`` -> the hidden states ``(B, N, hidden_size)``."""
-        return self.steps(x, mask).output
 
     def steps(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, c0: torch.Tensor | None = None, truncate: int | None = None
@@ -178,11 +197,7 @@ class AttentionRNN(nn.Module):
                 (``c_{i-1}`` is detached before step ``N - truncate``); None = all. Used to
                 measure path lengths; the forward values do not change.
         """
-        _check_input(x, self.input_size, "AttentionRNN")
-        mask = check_prefix_mask(mask, x)
-        _check_truncate(truncate)
-        if mask is not None:
-            x = x.masked_fill(~mask[..., None], 0.0)  # padded inputs never reach a gradient, NaN included
+        x, mask, grad, cut = self._begin(x, mask, truncate)
         b, n, _ = x.shape
         hid = self.hidden_size
         w_x, w_c = self.A.weight[:, : self.input_size], self.A.weight[:, self.input_size :]
@@ -190,11 +205,9 @@ class AttentionRNN(nn.Module):
         if self.A.bias is not None:
             ax = ax + self.A.bias
         c = x.new_zeros(b, hid) if c0 is None else c0.to(x)
-        grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         keys, hs = _Tape(x.new_empty(b, 1, 1, hid), n, grad), _Tape(x.new_empty(b, 1, 1, hid), n, grad)
         outs, mems = [], []
         weights = x.new_zeros(b, n, n)
-        cut = n - truncate if truncate is not None else 0
         for i in range(n):
             if i < cut:
                 c = c.detach()
@@ -209,7 +222,7 @@ class AttentionRNN(nn.Module):
         return _finish(torch.stack(outs, 1), weights, torch.stack(mems, 1), mask)
 
 
-class LSTMN(nn.Module):
+class LSTMN(_AttentionCell):
     """The Long Short-Term Memory-Network (Cheng, Dong & Lapata 2016, https://arxiv.org/abs/1601.06733).
 
     An LSTM whose single previous state is replaced by attention over a hidden tape
@@ -241,20 +254,9 @@ class LSTMN(nn.Module):
         align_options: dict | None = None,
         normalize="softmax",
     ):
-        super().__init__()
-        _check_sizes(input_size, hidden_size)
-        self.input_size, self.hidden_size = input_size, hidden_size
+        super().__init__(input_size, hidden_size, align, align_options, normalize)
         self.query = nn.Linear(input_size + hidden_size, hidden_size, bias=False)  # P
         self.gates = nn.Linear(hidden_size + input_size, 4 * hidden_size)  # i, f, o, c^
-        self.align = _align(align, hidden_size, align_options)
-        self.normalize = resolve_normalizer(normalize)
-
-    def extra_repr(self) -> str:
-        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``(B, N, input_size)`` -> the hidden states ``(B, N, hidden_size)``."""
-        return self.steps(x, mask).output
 
     def steps(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, truncate: int | None = None) -> RecurrentOutput:
         """Run every step; returns hidden states, attention rows and memory cells.
@@ -264,25 +266,19 @@ class LSTMN(nn.Module):
             truncate: let gradients cross only the last ``truncate`` step-to-step hand-overs
                 (the tape reads ``h~, c~`` are detached before step ``N - truncate``); None = all.
         """
-        _check_input(x, self.input_size, "LSTMN")
-        mask = check_prefix_mask(mask, x)
-        _check_truncate(truncate)
-        if mask is not None:
-            x = x.masked_fill(~mask[..., None], 0.0)
+        x, mask, grad, cut = self._begin(x, mask, truncate)
         b, n, _ = x.shape
         hid, inp = self.hidden_size, self.input_size
         p_x, p_h = self.query.weight[:, :inp], self.query.weight[:, inp:]
         g_h, g_x = self.gates.weight[:, :hid], self.gates.weight[:, hid:]
         qx = x @ p_x.T  # (B, N, hidden)
         gx = x @ g_x.T + self.gates.bias  # (B, N, 4 hidden)
-        grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         like = x.new_empty(b, 1, 1, hid)
         keys, hs, cs = _Tape(like, n + 1, grad), _Tape(like, n + 1, grad), _Tape(like, n + 1, grad)
         zero = x.new_zeros(b, 1, 1, hid)
         h_tilde = x.new_zeros(b, hid)
         outs, mems = [], []
         weights = x.new_zeros(b, n, n)
-        cut = n - truncate if truncate is not None else 0
         new_h = new_c = zero  # slot 0: the initial state
         for t in range(n):
             if t < cut:

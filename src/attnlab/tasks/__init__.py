@@ -3,10 +3,11 @@
 * ``pos`` — tagging with ambiguous words (:mod:`attnlab.tasks.pos`);
 * ``recall`` — multi-query associative recall (:mod:`attnlab.tasks.recall`);
 * ``listops`` — nested list operations, classification (:mod:`attnlab.tasks.listops`);
-* ``translate`` — sequence to sequence with reordering (:mod:`attnlab.tasks.translate`).
+* ``translate`` — sequence to sequence with reordering (:mod:`attnlab.tasks.translate`);
+* ``jsonl`` — the user's own file, any of the three kinds (:mod:`attnlab.tasks.jsonl`).
 """
 
-from . import listops, pos, recall, translate  # noqa: F401  (registration)
+from . import jsonl, listops, pos, recall, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, KINDS, PAD, TASKS, Split, Task, create_task, list_tasks, register_task
 
 __all__ = ["Task", "Split", "create_task", "list_tasks", "register_task", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS"]

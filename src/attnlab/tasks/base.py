@@ -51,6 +51,8 @@ class Task:
         options: the generator's options (size, seed, ...) that rebuild it exactly.
         vocab: the token strings (index = id), for display. label_names: likewise for labels.
         baseline: reference accuracies (``{"majority": ...}``, tagging: ``"word_majority"``).
+        artifacts: what prediction needs besides the weights (user data: trained tokenizers,
+            label names), stored in checkpoints.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Task:
     vocab: list[str] = field(default_factory=list)
     label_names: list[str] = field(default_factory=list)
     baseline: dict[str, float] = field(default_factory=dict)
+    artifacts: dict = field(default_factory=dict)
 
     @property
     def max_len(self) -> int:

@@ -3,7 +3,8 @@
 Our own generator (LRA's is not used): an expression is a digit or ``[OP a_1 ... a_k ]`` with
 2 to ``max_args`` arguments, nested to at most ``max_depth``; ``MED`` is the median (lower middle
 for an even count), ``SM`` the sum modulo 10. Expressions are drawn until their token count lies
-in ``[min_length, max_length]``. The label is the value, 0 .. 9 (ten classes).
+in ``[min_length, max_length]`` (each drawn within a token budget picked uniformly in that range).
+The label is the value, 0 .. 9 (ten classes).
 """
 
 from __future__ import annotations
@@ -28,12 +29,18 @@ def _apply(op: str, args: list[int]) -> int:
     return sum(args) % 10
 
 
-def _expr(rng: random.Random, depth: int, max_depth: int, max_args: int) -> list[str]:
-    if depth >= max_depth or (depth > 0 and rng.random() < 0.25):
+def _expr(rng: random.Random, depth: int, max_depth: int, max_args: int, budget: int) -> list[str]:
+    """A random expression of at most ``budget`` tokens."""
+    if budget < 4 or depth >= max_depth or (depth > 0 and rng.random() < 0.25):
         return [str(rng.randint(0, 9))]
-    out = ["[" + rng.choice(OPS)]
-    for _ in range(rng.randint(2, max_args)):
-        out += _expr(rng, depth + 1, max_depth, max_args)
+    k = rng.randint(2, min(max_args, budget - 2))
+    out, left = ["[" + rng.choice(OPS)], budget - 2  # the operator and its "]"
+    for i in range(k):
+        args_after = k - i - 1
+        share = max(1, min(left - args_after, 2 * left // (args_after + 1)))  # leave a token for each later argument
+        sub = _expr(rng, depth + 1, max_depth, max_args, share)
+        out += sub
+        left -= len(sub)
     return out + ["]"]
 
 
@@ -72,7 +79,7 @@ def make_listops(size: int = 10000, seed: int = 0, min_length: int = 16, max_len
     for name, count in split_sizes(size).items():
         rows, labels = [], []
         while len(rows) < count:
-            e = _expr(rng, 0, max_depth, max_args)
+            e = _expr(rng, 0, max_depth, max_args, rng.randint(min_length, max_length))
             if min_length <= len(e) <= max_length:
                 rows.append([ids[t] for t in e])
                 labels.append(evaluate_listops(e))

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_attention_benchmark", "plot_scaling"]
+__all__ = ["plot_attention_benchmark", "plot_scaling", "log_log_axes"]
+
+
+def log_log_axes(ax, title: str, xlabel: str) -> None:
+    """Log2 x, log y, grid and a small legend: the axes of every scaling chart."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def plot_attention_benchmark(records: list[dict], path: str | Path) -> Path:
@@ -99,12 +109,7 @@ def plot_scaling(records: list[dict], path: str | Path, *, slopes: dict | None =
             label = v + (f" (slope {s[key]:.2f})" if s.get(key) is not None else "")
             ax.plot(*zip(*xy), marker="o", color=f"C{i}", label=label, linestyle="--" if v == "dense" else "-")
     for ax, title in ((axes[0], "forward + backward time (s)"), (axes[1], "peak memory (MiB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length N")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        log_log_axes(ax, title, "sequence length N")
     fig.suptitle("attention variants: B=1, H=4, D=64, fp32 (slopes fitted over N >= 4096)")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

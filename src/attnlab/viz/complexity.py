@@ -44,13 +44,10 @@ def plot_complexity(records: list[dict], path: str | Path, *, exponents: dict | 
         steps = sorted((r["n"], r["sequential_steps"]) for r in records if r["layer"] == name and r.get("sequential_steps"))
         if steps:
             axes[1].plot(*zip(*steps), marker="o", color=f"C{i}", label=name)
+    from .bench import log_log_axes
+
     for ax, title in ((axes[0], "forward time (s), B=1, d=64"), (axes[1], "sequential steps (longest chain of dependent ops)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length n")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        log_log_axes(ax, title, "sequence length n")
     fig.suptitle("CNN / RNN / self-attention: measured cost and sequential steps")
     return _save(fig, path)
 

@@ -1,0 +1,183 @@
+"""``jsonl``: the user's own data, one JSON object per line, with a tokenizer trained on it.
+
+The first line decides the kind, and every line must then have the same fields:
+
+* tagging — ``{"tokens": ["I", "saw", ...], "labels": ["PRON", "VERB", ...]}`` (as many labels as tokens);
+* classification — ``{"text": "...", "label": "positive"}`` (a label may be a string or an int);
+* seq2seq — ``{"source": "...", "target": "..."}``.
+
+Tokenizers are trained on the file by the HF ``tokenizers`` library: a word-level vocabulary
+for given tokens, WordPiece (whitespace and punctuation split) for text; ids 0 and 1 are
+``<pad>`` and ``<cls>`` (targets: ``<pad>``, ``<bos>``, ``<eos>``), unknown words map to
+``[UNK]``. The lines are shuffled with ``seed`` and cut into train / val / test. The trained
+tokenizers and the label names travel with the task (``Task.artifacts``) into checkpoints, so
+``attnlab predict`` needs only the checkpoint. A malformed file raises a ``ValueError`` naming
+the line and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from .base import IGNORE, Split, Task, pad_rows, register_task
+
+__all__ = ["make_jsonl", "read_records", "kind_of_record", "encode_inputs", "FIELDS"]
+
+FIELDS = {"tagging": ("tokens", "labels"), "classification": ("text", "label"), "seq2seq": ("source", "target")}
+
+
+def kind_of_record(rec: dict) -> str | None:
+    """The kind whose fields ``rec`` has (None if none)."""
+    for kind, fields in FIELDS.items():
+        if all(f in rec for f in fields):
+            return kind
+    return None
+
+
+def read_records(path: str | Path, kind: str | None = None, *, inputs_only: bool = False) -> tuple[str, list[dict]]:
+    """Parse and check a jsonl file; returns ``(kind, records)``.
+
+    With ``inputs_only`` (prediction) only the input field of ``kind`` is required.
+    """
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {p}: {e}") from None
+    records = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{p} line {no}"
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        if kind is None:
+            kind = kind_of_record(rec)
+            if kind is None:
+                raise ValueError(
+                    f"{where}: expected the fields tokens+labels (tagging), text+label (classification) "
+                    f"or source+target (seq2seq), got {sorted(rec)}"
+                )
+        fields = FIELDS[kind][:1] if inputs_only else FIELDS[kind]
+        for f in fields:
+            if f not in rec:
+                raise ValueError(f"{where}: missing field {f!r} ({kind} data has {' and '.join(FIELDS[kind])})")
+        _check(rec, kind, where, inputs_only)
+        records.append(rec)
+    if not records:
+        raise ValueError(f"{p} holds no records")
+    return kind, records
+
+
+def _check(rec, kind, where, inputs_only):
+    if kind == "tagging":
+        toks = rec["tokens"]
+        if not isinstance(toks, list) or not toks or not all(isinstance(t, str) for t in toks):
+            raise ValueError(f"{where}: field 'tokens' must be a non-empty list of strings")
+        if not inputs_only:
+            labs = rec["labels"]
+            if not isinstance(labs, list) or not all(isinstance(t, (str, int)) for t in labs):
+                raise ValueError(f"{where}: field 'labels' must be a list of strings or ints")
+            if len(labs) != len(toks):
+                raise ValueError(f"{where}: field 'labels' has {len(labs)} entries for {len(toks)} tokens")
+    else:
+        first, second = FIELDS[kind]
+        if not isinstance(rec[first], str) or not rec[first].strip():
+            raise ValueError(f"{where}: field {first!r} must be a non-empty string")
+        if not inputs_only:
+            ok = isinstance(rec[second], str) and rec[second].strip() if kind == "seq2seq" else isinstance(rec[second], (str, int))
+            if not ok or isinstance(rec[second], bool):
+                what = "a non-empty string" if kind == "seq2seq" else "a string or an int"
+                raise ValueError(f"{where}: field {second!r} must be {what}")
+
+
+def _word_tokenizer(corpus: list[list[str]]):
+    from tokenizers import Tokenizer, models, trainers
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["<pad>", "<cls>", "[UNK]"]))
+    return tok
+
+
+def _text_tokenizer(texts: list[str], specials: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*specials, "[UNK]"]))
+    return tok
+
+
+def encode_inputs(kind: str, artifacts: dict, records: list[dict]) -> list[list[int]]:
+    """Token ids of the input field of each record, with the task's trained tokenizer."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(artifacts["tokenizer"])
+    if kind == "tagging":
+        return [tok.encode(r["tokens"], is_pretokenized=True).ids for r in records]
+    return [tok.encode(r[FIELDS[kind][0]]).ids for r in records]
+
+
+@register_task("jsonl")
+def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000, size: int | None = None) -> Task:
+    """The user's file as a task (see the module docstring); ``size`` keeps that many training lines."""
+    if path is None:
+        raise ValueError("the jsonl task needs its file: --task-option path=FILE.jsonl")
+    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum below 1")
+    kind, records = read_records(path)
+    if len(records) < 3:
+        raise ValueError(f"{path}: need at least 3 records for train, val and test, got {len(records)}")
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, round(len(records) * val_fraction))
+    n_test = max(1, round(len(records) * test_fraction))
+    parts = {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
+    if size is not None:
+        parts["train"] = parts["train"][:size]
+    train_recs = [records[i] for i in parts["train"]]
+    artifacts: dict = {"kind": kind}
+    if kind == "tagging":
+        tok = _word_tokenizer([r["tokens"] for r in train_recs])
+        names = sorted({str(l) for r in records for l in r["labels"]})
+    elif kind == "classification":
+        tok = _text_tokenizer([r["text"] for r in train_recs], ["<pad>", "<cls>"], vocab_size)
+        names = sorted({str(r["label"]) for r in records})
+    else:
+        tok = _text_tokenizer([r["source"] for r in train_recs], ["<pad>", "<cls>"], vocab_size)
+        tgt = _text_tokenizer([r["target"] for r in train_recs], ["<pad>", "<bos>", "<eos>"], vocab_size)
+        artifacts["target_tokenizer"] = tgt.to_str()
+        names = [tgt.id_to_token(i) for i in range(tgt.get_vocab_size())]
+    artifacts["tokenizer"] = tok.to_str()
+    artifacts["labels"] = names
+    label_id = {n: i for i, n in enumerate(names)}
+    splits = {}
+    for name, idx in parts.items():
+        recs = [records[i] for i in idx]
+        ids = encode_inputs(kind, artifacts, recs)
+        if kind == "tagging":
+            labels = pad_rows([[label_id[str(l)] for l in r["labels"]] for r in recs], IGNORE, max(len(x) for x in ids))
+        elif kind == "classification":
+            labels = pad_rows([[label_id[str(r["label"])] for r in recs]], 0)[0]
+        else:
+            labels = pad_rows([tgt.encode(r["target"]).ids + [2] for r in recs], 0)
+        splits[name] = Split(pad_rows(ids, 0), labels)
+    return Task(
+        name="jsonl",
+        kind=kind,
+        vocab_size=tok.get_vocab_size(),
+        num_labels=len(names),
+        metric={"tagging": "token_accuracy", "classification": "accuracy", "seq2seq": "exact_match"}[kind],
+        splits=splits,
+        options={"path": str(path), "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction, "vocab_size": vocab_size, "size": size},
+        vocab=[tok.id_to_token(i) for i in range(tok.get_vocab_size())],
+        label_names=names,
+        artifacts=artifacts,
+    )
