@@ -92,3 +92,8 @@ def test_listops_values_match_an_independent_evaluation():
         assert 16 <= len(toks) <= 40
         assert value(toks) == int(s.labels[row])
     assert 0.0 < task.baseline["majority"] < 0.5
+
+
+def test_unknown_task_options_are_named():
+    with pytest.raises(TypeError, match="task 'pos' has no option 'foo'; its options: size, seed"):
+        create_task("pos", foo=1)

@@ -104,7 +104,14 @@ def register_task(name: str):
 
 def create_task(name: str, **options) -> Task:
     """Build the task ``name`` (see :func:`list_tasks`) with its options (``size``, ``seed``, ...)."""
-    return TASKS.get(name)(**options)
+    import inspect
+
+    make = TASKS.get(name)
+    known = list(inspect.signature(make).parameters)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: {', '.join(known)}")
+    return make(**options)
 
 
 def list_tasks() -> list[str]:
