@@ -177,7 +177,7 @@ def path_length(name: str, n: int, dim: int = 64) -> int | None:
 
 def run(
     sizes: list[int],
-    layers: list[str] = list(LAYERS),
+    layers: tuple[str, ...] | list[str] = LAYERS,
     *,
     dim: int = 64,
     path_sizes: tuple[int, ...] = (16, 64, 256),

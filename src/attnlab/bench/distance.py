@@ -142,10 +142,10 @@ def train_and_eval(
 
 def run(
     distances: list[int],
-    layers: list[str] = list(DEFAULT_LAYERS),
+    layers: tuple[str, ...] | list[str] = DEFAULT_LAYERS,
     *,
     steps: int = 400,
-    seeds: list[int] = [0],
+    seeds: tuple[int, ...] | list[int] = (0,),
     on_record: Callable[[DistanceRecord], None] | None = None,
     on_step: Callable[[str, int, int, float], None] | None = None,
 ) -> list[DistanceRecord]:
