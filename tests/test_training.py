@@ -127,3 +127,24 @@ def test_translate_trains_decodes_and_draws_its_cross_attention(tmp_path):
     train(TrainConfig.for_task("pos", **TINY), pos)
     r = CliRunner().invoke(app, ["eval", str(pos), "--plot", str(png)])
     assert r.exit_code == 2 and "only for seq2seq" in " ".join(r.output.split())
+
+
+def test_bad_training_inputs_are_refused():
+    with pytest.raises(TypeError, match="unknown training option"):
+        TrainConfig.for_task("pos", nonsense=1)
+    with pytest.raises(ValueError, match="has no split 'dev'"):
+        from attnlab.tasks import create_task
+
+        create_task("pos", size=64).split("dev")
+
+
+def test_charts_refuse_empty_or_mismatched_inputs(tmp_path):
+    from attnlab.viz.complexity import plot_complexity, plot_cross_attention, plot_distance
+
+    with pytest.raises(ValueError, match="no timed records"):
+        plot_complexity([{"layer": "rnn", "n": 16, "seconds": None, "sequential_steps": 3}], tmp_path / "a.png")
+    with pytest.raises(ValueError, match="no distance records"):
+        plot_distance([], tmp_path / "b.png")
+    with pytest.raises(ValueError, match=r"do not match 2 target x 3 source"):
+        plot_cross_attention(torch.zeros(3, 2), ["a", "b", "c"], ["x", "y"], tmp_path / "c.png")
+    assert plot_cross_attention(torch.rand(2, 3), ["a", "b", "c"], ["x", "y"], tmp_path / "d.png").stat().st_size > 0

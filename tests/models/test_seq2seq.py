@@ -52,3 +52,9 @@ def test_translation_rules():
     t = LEXICON
     src = "the big old dog sees a cat near every tree".split()
     assert translate_sentence(src) == [t["dog"], t["old"], t["big"], t["the"], t["tree"], t["every"], t["near"], t["cat"], t["a"], t["sees"]]
+
+
+def test_a_target_longer_than_max_len_is_refused():
+    m = model()
+    with pytest.raises(ValueError, match="exceeds the decoder's max_len 12"):
+        m(torch.randint(2, 20, (1, 4)), torch.ones(1, 14, dtype=torch.long))
