@@ -660,6 +660,53 @@ def _distance_report(recs: list[dict], plot: Optional[str], as_json: bool, steps
     out.print(t)
 
 
+@bench_app.command("graph")
+def bench_graph(
+    nodes: int = typer.Option(100_000, min=1, help="Nodes of the random graph."),
+    edges: int = typer.Option(1_000_000, min=1, help="Directed edges, drawn uniformly."),
+    in_dim: int = typer.Option(256, min=1, help="Node feature width."),
+    heads: int = typer.Option(4, min=1, help="Attention heads."),
+    head_dim: int = typer.Option(64, min=1, help="Width per head."),
+    repeats: int = typer.Option(3, min=1, help="Timed repetitions at least."),
+    memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory (profiler)."),
+    pyg: bool = typer.Option(True, "--pyg/--no-pyg", help="Compare with PyTorch Geometric's TransformerConv (pip install torch_geometric)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the records as JSON."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
+) -> None:
+    """Forward+backward time and peak memory of attnlab's sparse graph attention vs TransformerConv (same weights)."""
+    from .bench.graph import run
+
+    with _progress() as progress:
+        task = progress.add_task(f"graph of {nodes:,} nodes, {edges:,} edges", total=None)
+        try:
+            recs, diff = run(nodes, edges, in_dim=in_dim, heads=heads, head_dim=head_dim, min_repeats=repeats, memory=memory, pyg=pyg)
+        except RuntimeError as e:
+            _fail(str(e))
+        progress.update(task, completed=1, total=1)
+    base = recs[0]
+    data = {
+        "setting": {"nodes": nodes, "edges": edges, "in_dim": in_dim, "heads": heads, "head_dim": head_dim},
+        "records": [r.to_dict() for r in recs],
+        "max_abs_output_difference": diff,
+        "speedup_over_pyg": (recs[1].seconds / base.seconds) if len(recs) > 1 else None,
+    }
+    if output:
+        _write_json(output, data)
+    if as_json:
+        out.print_json(data=data)
+        return
+    t = Table(title=f"forward + backward, {nodes:,} nodes, {edges:,} edges, {in_dim} -> {heads} x {head_dim}", box=box.SIMPLE_HEAD)
+    for col in ("layer", "seconds", "peak MiB", "time / attnlab", "memory / attnlab"):
+        t.add_column(col, justify="left" if col == "layer" else "right")
+    for r in recs:
+        mib = f"{r.peak_bytes / 2**20:.0f}" if r.peak_bytes else "-"
+        mem = f"{r.peak_bytes / base.peak_bytes:.2f}" if r.peak_bytes and base.peak_bytes else "-"
+        t.add_row(r.layer, f"{r.seconds:.3f}", mib, f"{r.seconds / base.seconds:.2f}", mem)
+    out.print(t)
+    if diff is not None:
+        out.print(f"largest output difference between the two layers: {diff:.2e}")
+
+
 def _option_pairs(pairs: list[str], what: str) -> dict:
     """``key=value`` strings -> a dict; values parsed as JSON where they are (numbers, true, lists)."""
     out = {}

@@ -19,6 +19,7 @@ to this key (see :mod:`attnlab.core.masks`).
 from . import masks
 from .attend import AttentionResult, attend, plan
 from .bias import BlockBias
+from .graph import EdgeAttentionResult, edge_attention
 from .normalize import list_normalizers, relu, sigmoid, softmax
 from .reference import reference_attention
 from .scores import (
@@ -41,6 +42,8 @@ __all__ = [
     "plan",
     "AttentionResult",
     "BlockBias",
+    "edge_attention",
+    "EdgeAttentionResult",
     "reference_attention",
     "softmax",
     "relu",

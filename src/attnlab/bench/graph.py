@@ -1,0 +1,107 @@
+"""Graph attention at scale: attnlab's sparse :class:`attnlab.models.GraphAttention` against
+PyTorch Geometric's ``TransformerConv`` with the same weights, side by side in one process.
+
+A random graph (``nodes`` nodes, ``edges`` directed edges drawn uniformly, seed fixed), node
+features ``(nodes, in_dim)``, one layer ``in_dim -> heads x head_dim`` with the root weight.
+Each call is a forward pass, ``out.sum().backward()``: time is the median of round-robin
+repetitions (the first call, a warm-up, is dropped); peak memory is the profiler's peak of live
+tensor bytes during one call (:func:`attnlab.bench.attention.peak_bytes`). Both layers compute
+the same numbers (checked here on every run: the largest output difference is reported).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from .attention import peak_bytes
+from .scaling import _round_robin
+
+__all__ = ["GraphRecord", "run"]
+
+
+@dataclass
+class GraphRecord:
+    """One layer's measurement: ``seconds`` (median fwd+bwd), ``peak_bytes``, ``repeats``."""
+
+    layer: str
+    nodes: int
+    edges: int
+    seconds: float
+    peak_bytes: int | None
+    repeats: int
+
+    def to_dict(self) -> dict:
+        """As a JSON object."""
+        return asdict(self)
+
+
+def run(
+    nodes: int = 100_000,
+    edges: int = 1_000_000,
+    *,
+    in_dim: int = 256,
+    heads: int = 4,
+    head_dim: int = 64,
+    min_repeats: int = 3,
+    memory: bool = True,
+    pyg: bool = True,
+    seed: int = 0,
+    on_record: Callable[[GraphRecord], None] | None = None,
+) -> tuple[list[GraphRecord], float | None]:
+    """Measure attnlab's sparse layer (and ``TransformerConv`` when ``pyg`` and installed).
+
+    Returns the records and the largest absolute output difference between the two (None
+    without PyG).
+    """
+    from ..models.graph import GraphAttention
+
+    for name, val in (("nodes", nodes), ("edges", edges), ("in_dim", in_dim), ("heads", heads), ("head_dim", head_dim)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive int, got {val!r}")
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(nodes, in_dim, generator=g, requires_grad=True)
+    edge_index = torch.randint(0, nodes, (2, edges), generator=g)
+    layers: dict[str, torch.nn.Module] = {}
+    if pyg:
+        try:
+            from torch_geometric.nn import TransformerConv
+        except ImportError as e:
+            raise RuntimeError("PyTorch Geometric is not installed (pip install torch_geometric), or run without it") from e
+        torch.manual_seed(seed)
+        conv = TransformerConv(in_dim, head_dim, heads=heads)
+        layers["attnlab"] = GraphAttention.from_transformer_conv(conv)
+        layers["pyg_transformer_conv"] = conv
+    else:
+        torch.manual_seed(seed)
+        layers["attnlab"] = GraphAttention(in_dim, head_dim, heads)
+
+    def call_of(layer):
+        def call():
+            x.grad = None
+            layer.zero_grad(set_to_none=True)
+            layer(x, edge_index).sum().backward()
+
+        return call
+
+    diff = None
+    if pyg:
+        with torch.no_grad():
+            diff = float((layers["attnlab"](x, edge_index) - layers["pyg_transformer_conv"](x, edge_index)).abs().max())
+    times = _round_robin({k: call_of(m) for k, m in layers.items()}, min_repeats, 3.0)
+    records = []
+    for name, layer in layers.items():
+        peak = None
+        if memory:
+            gc.collect()
+            peak = peak_bytes(call_of(layer))
+        ts = times[name]
+        rec = GraphRecord(name, nodes, edges, statistics.median(ts[1:] or ts), peak, len(ts) - 1)
+        records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+    return records, diff
