@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import gc
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["EdgeAttentionResult", "edge_attention", "check_edge_index"]
+__all__ = ["EdgeAttentionResult", "check_edge_index", "edge_attention"]
 
 
 @dataclass

@@ -95,7 +95,7 @@ class GraphAttention(nn.Module):
         return self.head_dim * (self.num_heads if self.concat else 1)
 
     @classmethod
-    def from_transformer_conv(cls, conv) -> "GraphAttention":
+    def from_transformer_conv(cls, conv) -> GraphAttention:
         """A layer holding a copy of the weights of a PyTorch Geometric ``TransformerConv``
         (same equations, same output); ``mode="sparse"``."""
         if getattr(conv, "lin_query", None) is None or isinstance(conv.in_channels, tuple) and conv.in_channels[0] != conv.in_channels[1]:
