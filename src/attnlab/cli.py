@@ -724,7 +724,7 @@ def _option_pairs(pairs: list[str], what: str) -> dict:
 @app.command()
 def train(
     task: str = typer.Argument(..., help="Task name (pos, recall, listops, ...)."),
-    model: str = typer.Option("transformer", help="Backbone: transformer, mlp, window_mlp, ..."),
+    model: Optional[str] = typer.Option(None, help="Backbone: transformer, mlp, window_mlp, graph_transformer, ... (default: the task's, else transformer)."),
     attention: Optional[str] = typer.Option(None, help="Attention variant by name (transformer only; default dense)."),
     positional: Optional[str] = typer.Option(None, help="Positional encoding by name (transformer only; default: the task's)."),
     causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", help="Causal attention (default: the task's)."),
@@ -771,6 +771,7 @@ def train(
         if epochs is not None:
             cfg.steps = None
         with _progress() as progress:
+            model = cfg.model
             bar = progress.add_task(f"{task} {model}", total=None)
             clock = {"t": None, "s": 0, "val": None}
 

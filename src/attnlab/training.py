@@ -23,9 +23,9 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -33,7 +33,7 @@ from torch import nn
 from .models.heads import BACKBONES, build_model
 from .tasks import IGNORE, Task, create_task
 
-__all__ = ["TrainConfig", "TASK_DEFAULTS", "cross_attention_example", "predict", "Checkpoint", "CheckpointError", "train", "evaluate", "load_checkpoint", "TrainResult"]
+__all__ = ["TASK_DEFAULTS", "Checkpoint", "CheckpointError", "TrainConfig", "TrainResult", "cross_attention_example", "evaluate", "load_checkpoint", "make_batch", "predict", "train"]
 
 FORMAT = "attnlab-checkpoint"
 VERSION = 1
@@ -43,6 +43,10 @@ TASK_DEFAULTS: dict[str, dict] = {
     "recall": {"steps": 5000, "batch_size": 64, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope", "causal": True, "eval_every": 250},
     "listops": {"steps": 3000, "batch_size": 32, "lr": 5e-4, "dim": 64, "layers": 4, "pooling": "cls", "positional": "sinusoidal"},
     "translate": {"steps": 5000, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "sinusoidal"},
+    "karate": {"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3, "dim": 32, "layers": 2, "warmup": 10, "eval_every": 10, "patience": None},
+    "sbm": {"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 100},
+    "graph_files": {"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3, "dim": 64, "layers": 2, "warmup": 20, "eval_every": 20, "patience": None},
+    "molecules": {"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 3, "pooling": "sum", "eval_every": 250},
 }
 """Per-task training defaults (any :class:`TrainConfig` field), calibrated on a 2-core CPU."""
 
@@ -89,10 +93,10 @@ class TrainConfig:
     patience: int | None = 5
 
     @classmethod
-    def for_task(cls, task: str, **overrides) -> "TrainConfig":
+    def for_task(cls, task: str, **overrides) -> TrainConfig:
         """The config with the task's :data:`TASK_DEFAULTS`, then ``overrides`` (None values ignored)."""
         defaults = dict(TASK_DEFAULTS.get(task, {}))
-        model = overrides.get("model") or "transformer"
+        model = overrides.get("model") or defaults.get("model") or "transformer"
         if model in BACKBONES.names() and not BACKBONES.get(model).uses_attention:
             for key in ("positional", "causal"):  # a task's attention defaults are for attention models
                 defaults.pop(key, None)
@@ -113,9 +117,23 @@ class TrainConfig:
 
 def model_config(cfg: TrainConfig, task: Task) -> dict:
     """The JSON model config :func:`attnlab.models.build_model` takes."""
+    import inspect
+
     backbone = BACKBONES.get(cfg.model)
     options = dict(cfg.model_options)
     options["num_layers"] = cfg.layers
+    if task.inputs != "tokens":
+        if cfg.attention != "dense" or cfg.positional != "none" or cfg.causal:
+            if not backbone.uses_attention:
+                raise ValueError(f"model {cfg.model!r} takes no --attention, --positional or --causal")
+        if "num_heads" in inspect.signature(backbone.__init__).parameters:
+            options["num_heads"] = cfg.heads
+        if backbone.uses_attention:
+            options.update(attention=cfg.attention, positional=cfg.positional, max_len=task.max_len + 1)
+        return {
+            "kind": task.kind, "inputs": task.inputs, "model": cfg.model, "feature_dim": task.feature_dim, "edge_dim": task.edge_dim,
+            "num_labels": task.num_labels, "dim": cfg.dim, "pooling": cfg.pooling, "options": options,
+        }
     if backbone.uses_attention:
         options.update(num_heads=cfg.heads, attention=cfg.attention, positional=cfg.positional, max_len=task.max_len + 1)
         if cfg.causal:
@@ -162,16 +180,53 @@ def _batch_indices(n: int, batch: int, seed: int, step: int) -> torch.Tensor:
     return perm[i * batch : (i + 1) * batch]
 
 
-def _loss(task: Task, model: nn.Module, toks: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def attention_label(cfg: TrainConfig) -> str:
+    """What the run's summary names as its attention: the variant for attention backbones, the
+    backbone's own kind (``"edges"`` for graph attention) otherwise, or ``"none"``."""
+    backbone = BACKBONES.get(cfg.model)
+    if backbone.uses_attention:
+        return cfg.attention
+    return getattr(backbone, "attention_kind", "none")
+
+
+def make_batch(task: Task, data, idx: torch.Tensor) -> tuple[dict, torch.Tensor]:
+    """The model's keyword inputs and the labels of examples ``idx`` of a split.
+
+    Tokens: ``{"tokens"}`` with the shared padding columns dropped. Vectors: ``{"x", "pad"}``.
+    Graphs: one disjoint union, ``{"x", "edge_index", "edge_attr", "batch", "num_graphs"}``
+    (node ``tagging`` labels flattened to the real nodes).
+    """
+    if task.inputs == "tokens":
+        toks, labels = _trim(task, data.tokens[idx], data.labels[idx])
+        return {"tokens": toks}, labels
+    if task.inputs == "features":
+        mask = data.mask[idx] if data.mask is not None else torch.ones(data.tokens[idx].shape[:2], dtype=torch.bool)
+        keep = max(int(mask.sum(1).max()), 1) if mask.numel() else 1
+        return {"x": data.tokens[idx][:, :keep], "pad": ~mask[:, :keep]}, data.labels[idx]
+    ids = idx.tolist()
+    mask = data.mask[idx]
+    counts = mask.sum(1)
+    offsets = torch.cumsum(counts, 0) - counts
+    x = data.tokens[idx][mask]
+    edge_index = torch.cat([data.edges[i] + int(o) for i, o in zip(ids, offsets)], dim=1)
+    edge_attr = torch.cat([data.edge_attr[i] for i in ids]) if data.edge_attr is not None else None
+    batch = torch.repeat_interleave(torch.arange(len(ids)), counts)
+    labels = data.labels[idx][mask] if task.kind == "tagging" else data.labels[idx]
+    return {"x": x, "edge_index": edge_index, "edge_attr": edge_attr, "batch": batch, "num_graphs": len(ids)}, labels
+
+
+def _loss(task: Task, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
     if task.kind == "seq2seq":  # teacher forcing: BOS then the target, predicting the target then EOS
         from .models.seq2seq import BOS, TGT_PAD
 
         tgt_in = torch.cat([torch.full_like(labels[:, :1], BOS), labels[:, :-1]], dim=1)
-        logits = model(toks, tgt_in)
+        logits = model(inputs["tokens"], tgt_in)
         return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=TGT_PAD)
-    logits = model(toks)
+    logits = model(**inputs)
+    if task.kind == "regression":
+        return nn.functional.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
     if task.kind == "tagging":
-        return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        return nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE)
     return nn.functional.cross_entropy(logits, labels)
 
 
@@ -192,16 +247,25 @@ def score(model: nn.Module, task: Task, split: str, batch_size: int = 256) -> fl
     model.eval()
     data = task.split(split)
     right = total = 0
+    preds, wants = [], []
     for i in range(0, len(data), batch_size):
-        toks, labels = _trim(task, data.tokens[i : i + batch_size], data.labels[i : i + batch_size])
+        inputs, labels = make_batch(task, data, torch.arange(i, min(i + batch_size, len(data))))
         if task.kind == "seq2seq":  # exact match of the greedy decoding
-            decoded = model.greedy(toks, max_len=labels.shape[1] + 4)
+            decoded = model.greedy(inputs["tokens"], max_len=labels.shape[1] + 4)
             for row, want in zip(decoded, labels.tolist()):
                 right += row == [t for t in want if t not in (0, 2)]
             total += len(decoded)
             continue
-        c, t = task.correct(model(toks), labels)
+        if task.kind == "regression":
+            preds.append(model(**inputs).squeeze(-1).double())
+            wants.append(labels.double())
+            continue
+        c, t = task.correct(model(**inputs), labels)
         right, total = right + c, total + t
+    if task.kind == "regression":  # R^2 = 1 - SSE / SST over the whole split
+        p, y = torch.cat(preds), torch.cat(wants)
+        sst = float(((y - y.mean()) ** 2).sum())
+        return 1.0 - float(((p - y) ** 2).sum()) / sst if sst > 0 else 0.0
     return right / max(total, 1)
 
 
@@ -353,10 +417,10 @@ def train(
     while step < total and not stopped:
         model.train()
         idx = _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step)
-        toks, labels = _trim(task, train_split.tokens[idx], train_split.labels[idx])
+        inputs, labels = make_batch(task, train_split, idx)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step, total)
-        loss = _loss(task, model, toks, labels)
+        loss = _loss(task, model, inputs, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -381,7 +445,7 @@ def train(
     best_model = build_model(mcfg)
     best_model.load_state_dict(best_state)
     value = score(best_model, task, "test")
-    return TrainResult(task.name, cfg.model, cfg.attention, task.metric, value, time.perf_counter() - t0, str(folder), step, history)
+    return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history)
 
 
 def evaluate(path: str | Path, split: str = "test") -> TrainResult:
@@ -391,7 +455,7 @@ def evaluate(path: str | Path, split: str = "test") -> TrainResult:
     task = create_task(ck.config.task, **ck.config.task_options)
     value = score(ck.model, task, split)
     return TrainResult(
-        task.name, ck.config.model, ck.config.attention, task.metric, value, time.perf_counter() - t0, str(ck.path),
+        task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),
         ck.meta.get("step", 0), ck.meta.get("history", []),
     )
 
@@ -424,8 +488,8 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
     tagging ``{"tokens", "labels"}``, classification ``{"text", "label"}``, seq2seq ``{"source", "target"}``."""
     from tokenizers import Tokenizer
 
-    from .tasks.jsonl import FIELDS, encode_inputs
     from .tasks.base import pad_rows
+    from .tasks.jsonl import FIELDS, encode_inputs
 
     ck = load_checkpoint(path)
     art = ck.meta.get("task_artifacts") or {}

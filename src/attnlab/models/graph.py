@@ -31,8 +31,19 @@ from torch import nn
 from ..core.attend import attend
 from ..core.graph import check_edge_index, edge_attention
 from ..core.masks import graph as graph_mask
+from .heads import register_backbone
 
-__all__ = ["GraphAttention", "GraphTransformer", "graph_inputs", "segment_mean"]
+__all__ = [
+    "GraphAttention",
+    "GraphBackbone",
+    "GraphPredictor",
+    "GraphTransformer",
+    "GraphTransformerBackbone",
+    "NodeLabeler",
+    "NodeMLPBackbone",
+    "graph_inputs",
+    "segment_mean",
+]
 
 
 def _check_dim(name: str, val) -> int:
@@ -244,3 +255,103 @@ class GraphTransformer(nn.Module):
             h = h + ff(n2(h))
         h = self.out_norm(h)
         return (h, weights) if return_weights else h
+
+
+# ---------------------------------------------------------------------------------------------
+# backbones and heads for graph tasks (``attnlab train --task karate|sbm|molecules``)
+
+
+class GraphBackbone(nn.Module):
+    """Base class of backbones over graphs: ``forward(x (N, F), edge_index, edge_attr) -> (N, dim)``.
+
+    Args:
+        feature_dim: F. dim: output width. edge_dim: edge feature width (None: none).
+
+    Attributes:
+        inputs: ``"graph"`` (what :func:`attnlab.models.build_model` checks against the task).
+    """
+
+    inputs = "graph"
+    uses_attention = False
+
+    def __init__(self, feature_dim: int, dim: int, edge_dim: int | None = None):
+        super().__init__()
+        self.feature_dim, self.dim, self.edge_dim = _check_dim("feature_dim", feature_dim), _check_dim("dim", dim), edge_dim
+
+
+@register_backbone("graph_transformer")
+class GraphTransformerBackbone(GraphBackbone):
+    """A :class:`GraphTransformer`: attention along the edges (sparse, or ``mode="dense"``),
+    edge features when the task has them."""
+
+    attention_kind = "edges"
+
+    def __init__(self, feature_dim: int, dim: int, edge_dim: int | None = None, *, num_heads: int = 4, num_layers: int = 2,
+                 dropout: float = 0.0, mode: str = "sparse", ff_mult: int = 2):
+        super().__init__(feature_dim, dim, edge_dim)
+        self.net = GraphTransformer(feature_dim, dim, num_heads, num_layers, edge_dim=edge_dim, dropout=dropout, mode=mode, ff_mult=ff_mult)
+
+    def forward(self, x, edge_index, edge_attr=None, *, return_weights: bool = False):
+        return self.net(x, edge_index, edge_attr, return_weights=return_weights)
+
+
+@register_backbone("node_mlp")
+class NodeMLPBackbone(GraphBackbone):
+    """Each node alone (edges ignored): ``num_layers`` residual MLP blocks; the baseline that
+    shows what the edges add."""
+
+    def __init__(self, feature_dim: int, dim: int, edge_dim: int | None = None, *, num_layers: int = 2, dropout: float = 0.0):
+        super().__init__(feature_dim, dim, edge_dim)
+        self.embed = nn.Linear(feature_dim, dim)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(2 * dim, dim)) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, edge_index, edge_attr=None, *, return_weights: bool = False):
+        h = self.embed(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return (self.norm(h), None) if return_weights else self.norm(h)
+
+
+class NodeLabeler(nn.Module):
+    """A label per node: a :class:`GraphBackbone`, then a linear layer -> ``(N, L)``."""
+
+    def __init__(self, backbone: GraphBackbone, num_labels: int):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(backbone.dim, num_labels)
+
+    def forward(self, x, edge_index, edge_attr=None, batch=None, num_graphs=None, *, return_weights: bool = False):
+        """Logits ``(N, num_labels)`` (with ``return_weights``: and the per-layer edge weights)."""
+        if return_weights:
+            h, w = self.backbone(x, edge_index, edge_attr, return_weights=True)
+            return self.head(h), w
+        return self.head(self.backbone(x, edge_index, edge_attr))
+
+
+class GraphPredictor(nn.Module):
+    """One label (or value, ``num_labels=1``) per graph: node vectors pooled per graph of the
+    batch (``pooling="mean"`` or ``"sum"``; a sum suits additive targets such as logP), then a
+    two-layer MLP."""
+
+    def __init__(self, backbone: GraphBackbone, num_labels: int, *, pooling: str = "mean"):
+        super().__init__()
+        if pooling not in ("mean", "sum"):
+            raise ValueError(f"graph pooling must be 'mean' or 'sum', got {pooling!r}")
+        self.backbone, self.pooling = backbone, pooling
+        self.head = nn.Sequential(nn.Linear(backbone.dim, backbone.dim), nn.GELU(), nn.Linear(backbone.dim, num_labels))
+
+    def forward(self, x, edge_index, edge_attr=None, batch=None, num_graphs=None, *, return_weights: bool = False):
+        """Logits ``(G, num_labels)``; ``batch`` ``(N,)`` gives each node's graph (None: one graph)."""
+        res = self.backbone(x, edge_index, edge_attr, return_weights=return_weights)
+        h, w = res if return_weights else (res, None)
+        if batch is None:
+            batch = torch.zeros(h.shape[0], dtype=torch.long, device=h.device)
+        g = int(num_graphs) if num_graphs is not None else int(batch.max()) + 1 if batch.numel() else 1
+        pooled = segment_mean(h, batch, g)
+        if self.pooling == "sum":
+            pooled = pooled * torch.bincount(batch, minlength=g).to(h.dtype)[:, None]
+        out = self.head(pooled)
+        return (out, w) if return_weights else out

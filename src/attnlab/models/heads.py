@@ -46,9 +46,12 @@ class Backbone(nn.Module):
 
     Attributes:
         uses_attention: the backbone takes ``attention=``, ``positional=`` and ``max_len=``.
+        inputs: what it reads: ``"tokens"`` here; ``"graph"`` for
+            :class:`attnlab.models.graph.GraphBackbone`, ``"features"`` for vector sets.
     """
 
     uses_attention = False
+    inputs = "tokens"
 
     def __init__(self, vocab_size: int, dim: int):
         super().__init__()
@@ -170,11 +173,31 @@ class SetClassifier(nn.Module):
 def build_model(config: dict) -> nn.Module:
     """The model of a config ``{"kind", "model", "vocab_size", "num_labels", "dim", "options", "pooling"}``.
 
-    ``kind`` is the task's (``tagging`` -> :class:`SequenceLabeler`, ``classification`` ->
+    Graph tasks (``"inputs": "graph"``, with ``feature_dim`` and ``edge_dim``) get a
+    :class:`attnlab.models.graph.NodeLabeler` or :class:`attnlab.models.graph.GraphPredictor`;
+    vector sets (``"inputs": "features"``) a :class:`attnlab.models.vectors.VectorClassifier`.
+    For tokens, ``kind`` is the task's (``tagging`` -> :class:`SequenceLabeler`, ``classification`` ->
     :class:`SetClassifier`, ``seq2seq`` -> :class:`attnlab.models.seq2seq.Seq2Seq`, whose decoder
     takes the backbone's heads and layers); ``options`` go to the backbone.
     """
-    backbone = BACKBONES.get(config["model"])(config["vocab_size"], config["dim"], **(config.get("options") or {}))
+    cls = BACKBONES.get(config["model"])
+    inputs = config.get("inputs", "tokens")
+    if getattr(cls, "inputs", "tokens") != inputs:
+        fitting = [n for n in BACKBONES.names() if getattr(BACKBONES.get(n), "inputs", "tokens") == inputs]
+        raise ValueError(f"model {config['model']!r} reads {cls.inputs}, the task gives {inputs}; choose one of {', '.join(fitting)}")
+    if inputs != "tokens":
+        from .graph import GraphPredictor, NodeLabeler
+
+        backbone = cls(config["feature_dim"], config["dim"], **({"edge_dim": config.get("edge_dim")} if inputs == "graph" else {}),
+                       **(config.get("options") or {}))
+        if inputs == "graph":
+            if config["kind"] == "tagging":
+                return NodeLabeler(backbone, config["num_labels"])
+            return GraphPredictor(backbone, config["num_labels"], pooling=config.get("pooling", "mean"))
+        from .vectors import VectorClassifier
+
+        return VectorClassifier(backbone, config["num_labels"])
+    backbone = cls(config["vocab_size"], config["dim"], **(config.get("options") or {}))
     if config["kind"] == "tagging":
         return SequenceLabeler(backbone, config["num_labels"])
     if config["kind"] == "classification":
@@ -185,4 +208,4 @@ def build_model(config: dict) -> nn.Module:
         opts = config.get("options") or {}
         return Seq2Seq(backbone, config["num_labels"], num_heads=opts.get("num_heads", 4), num_layers=opts.get("num_layers", 2),
                        max_len=config.get("max_target_len", 256))
-    raise ValueError(f"unknown task kind {config['kind']!r}; expected tagging, classification or seq2seq")
+    raise ValueError(f"unknown task kind {config['kind']!r} for token models; expected tagging, classification or seq2seq")

@@ -9,6 +9,16 @@ Every task is generated here from a fixed seed (nothing is downloaded) and holds
 * ``seq2seq`` — a new sequence: ``tokens`` ``(S, N)`` the source, ``labels`` ``(S, M)`` the
   target ids ending with EOS, padded with 0 (:mod:`attnlab.models.seq2seq`).
 
+* ``regression`` — one value per set: ``labels`` ``(S,)`` float (standardised by the task;
+  the metric, R^2, does not change under that rescaling).
+
+Inputs come in three forms (``Task.inputs``): ``"tokens"`` (above); ``"features"`` — ``tokens``
+is a float tensor ``(S, N, F)`` of vectors (pixels, patches, audio frames) and ``mask``
+``(S, N)`` marks the real ones; ``"graph"`` — ``tokens`` ``(S, N, F)`` node features with
+``mask``, and per example its ``edges`` ``(2, E_s)`` (source, target; node ``i`` attends to
+``j`` along ``j -> i``) and optional ``edge_attr`` ``(E_s, edge_dim)``. A graph task's
+``tagging`` labels are per node ``(S, N)``.
+
 Token id :data:`PAD` (0) is padding and :data:`CLS` (1) is reserved for a classifier's summary
 token, in every task's vocabulary; a task's own tokens start at :data:`FIRST`.
 """
@@ -21,19 +31,25 @@ import torch
 
 from ..registry import Registry
 
-__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register_task", "create_task", "list_tasks", "KINDS"]
+__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register_task", "create_task", "list_tasks", "KINDS", "INPUTS"]
 
 PAD, CLS, FIRST = 0, 1, 2
 IGNORE = -100
-KINDS = ("tagging", "classification", "seq2seq")
+KINDS = ("tagging", "classification", "seq2seq", "regression")
+INPUTS = ("tokens", "features", "graph")
 
 
 @dataclass
 class Split:
-    """One split: ``tokens`` ``(S, N)`` long (``PAD`` = padding) and ``labels`` (see the module docstring)."""
+    """One split: ``tokens`` ``(S, N)`` long (``PAD`` = padding) or ``(S, N, F)`` float vectors,
+    ``labels``, and for vector and graph inputs ``mask`` ``(S, N)`` (True = real), ``edges`` and
+    ``edge_attr`` (lists, one per example; see the module docstring)."""
 
     tokens: torch.Tensor
     labels: torch.Tensor
+    mask: torch.Tensor | None = None
+    edges: list[torch.Tensor] | None = None
+    edge_attr: list[torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -44,7 +60,8 @@ class Task:
     """A generated dataset with its metric.
 
     Attributes:
-        name: the registered name. kind: ``"tagging"`` or ``"classification"``.
+        name: the registered name. kind: one of :data:`KINDS`. inputs: one of :data:`INPUTS`;
+            feature_dim: F for vector and graph inputs; edge_dim: edge feature width (graphs, or None).
         vocab_size: token ids are ``0 .. vocab_size - 1``. num_labels: label ids ``0 .. num_labels - 1``.
         metric: the name of :meth:`score`'s number (accuracy over scored tokens or sequences).
         splits: ``{"train", "val", "test"}`` -> :class:`Split`.
@@ -66,6 +83,9 @@ class Task:
     label_names: list[str] = field(default_factory=list)
     baseline: dict[str, float] = field(default_factory=dict)
     artifacts: dict = field(default_factory=dict)
+    inputs: str = "tokens"
+    feature_dim: int = 0
+    edge_dim: int | None = None
 
     @property
     def max_len(self) -> int:
@@ -80,8 +100,8 @@ class Task:
 
     def correct(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
         """``(number correct, number scored)`` of a batch of logits against labels."""
-        if self.kind == "seq2seq":
-            raise ValueError("a seq2seq task is scored on decoded sequences (attnlab.training.score), not on logits")
+        if self.kind in ("seq2seq", "regression"):
+            raise ValueError(f"a {self.kind} task is scored over a whole split (attnlab.training.score), not batch by batch")
         pred = logits.argmax(-1)
         if self.kind == "tagging":
             scored = labels != IGNORE
