@@ -123,9 +123,8 @@ def model_config(cfg: TrainConfig, task: Task) -> dict:
     options = dict(cfg.model_options)
     options["num_layers"] = cfg.layers
     if task.inputs != "tokens":
-        if cfg.attention != "dense" or cfg.positional != "none" or cfg.causal:
-            if not backbone.uses_attention:
-                raise ValueError(f"model {cfg.model!r} takes no --attention, --positional or --causal")
+        if (cfg.attention != "dense" or cfg.positional != "none" or cfg.causal) and not backbone.uses_attention:
+            raise ValueError(f"model {cfg.model!r} takes no --attention, --positional or --causal")
         if "num_heads" in inspect.signature(backbone.__init__).parameters:
             options["num_heads"] = cfg.heads
         if backbone.uses_attention:

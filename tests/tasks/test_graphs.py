@@ -1,5 +1,7 @@
 """Graph tasks: labels and edges against their sources (networkx, RDKit)."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -50,7 +52,7 @@ def test_molecules_match_rdkit():
 
     task = create_task("molecules", limit=40)
     assert task.kind == "regression" and task.metric == "r2" and task.edge_dim == BOND_DIM and task.feature_dim == ATOM_DIM
-    smiles = [line.split()[0] for line in open(_nci_path()).read().splitlines()[:40]]
+    smiles = [line.split()[0] for line in Path(_nci_path()).read_text().splitlines()[:40]]
     mols = [Chem.MolFromSmiles(s) for s in smiles]
     logp = torch.tensor([Crippen.MolLogP(m) for m in mols], dtype=torch.float64)
     perm = torch.randperm(40, generator=torch.Generator().manual_seed(0)).tolist()
@@ -79,7 +81,7 @@ def test_molecule_alerts_are_rdkits_filter_matches():
     params.AddCatalog(FilterCatalog.FilterCatalogParams.FilterCatalogs.PAINS)
     params.AddCatalog(FilterCatalog.FilterCatalogParams.FilterCatalogs.BRENK)
     cat = FilterCatalog.FilterCatalog(params)
-    smiles = [line.split()[0] for line in open(_nci_path()).read().splitlines()[:30]]
+    smiles = [line.split()[0] for line in Path(_nci_path()).read_text().splitlines()[:30]]
     want = torch.tensor([int(cat.HasMatch(Chem.MolFromSmiles(s))) for s in smiles])
     perm = torch.randperm(30, generator=torch.Generator().manual_seed(0)).tolist()
     assert torch.equal(task.split("train").labels, want[perm[6:]])
