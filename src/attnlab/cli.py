@@ -23,6 +23,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Measure speed, memory and accuracy, side by side in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+compare_app = typer.Typer(help="Train rival models on the same data and compare them.", no_args_is_help=True)
+app.add_typer(compare_app, name="compare")
 plot_app = typer.Typer(help="Draw attnlab's parts to PNG files.", no_args_is_help=True)
 app.add_typer(plot_app, name="plot")
 
@@ -705,6 +707,65 @@ def bench_graph(
     out.print(t)
     if diff is not None:
         out.print(f"largest output difference between the two layers: {diff:.2e}")
+
+
+@compare_app.command("vit-cnn")
+def compare_vit_cnn(
+    fractions: str = typer.Option("0.05,0.1,0.25,0.5,1.0", help="Comma-separated shares of the digits training split."),
+    models: str = typer.Option("vit,cnn", help="Comma-separated image models (vit, pixels, cnn)."),
+    seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (training subset and weights)."),
+    steps: Optional[int] = typer.Option(None, min=1, help="Optimizer steps per run (default: the task's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the records as JSON instead of a table."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON here (after every run)."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also draw accuracy against training-set size to this PNG."),
+) -> None:
+    """Digits: test accuracy of a ViT and a CNN (same head, same training) as the training set grows."""
+    from .bench.vit_cnn import run
+
+    try:
+        frac = [float(f) for f in fractions.split(",") if f.strip()]
+    except ValueError:
+        _fail(f"--fractions must be numbers in (0, 1], got {fractions!r}")
+    seed_list = _int_list("--seeds", seeds, minimum=0)
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    done: list = []
+    try:
+        with _progress() as progress:
+            bar = progress.add_task("training", total=len(frac) * len(names) * len(seed_list))
+
+            def on_step(m, f, s, step, total):
+                progress.update(bar, description=f"{m} fraction={f} seed={s} step {step}/{total}")
+
+            def tick(rec):
+                done.append(rec)
+                progress.update(bar, advance=1)
+                if output:
+                    _write_json(output, {"records": [r.to_dict() for r in done]})
+
+            run(frac, names, seeds=seed_list, steps=steps, on_record=tick, on_step=on_step)
+    except (ValueError, KeyError) as e:
+        _fail(str(e))
+    recs = [r.to_dict() for r in done]
+    if plot:
+        from .viz.bench import plot_vit_cnn
+
+        err.print(f"chart written to {plot_vit_cnn(recs, plot)}")
+    if as_json:
+        out.print_json(data={"records": recs})
+        return
+    fracs = sorted({r["fraction"] for r in recs})
+    t = Table(title="digits test accuracy, mean (min) over seeds", box=box.SIMPLE_HEAD)
+    t.add_column("model")
+    for f in fracs:
+        n = [r["train_size"] for r in recs if r["fraction"] == f]
+        t.add_column(f"{f:g} ({round(sum(n) / len(n))} imgs)", justify="right")
+    for m in dict.fromkeys(r["model"] for r in recs):
+        row = [m]
+        for f in fracs:
+            a = [r["accuracy"] for r in recs if r["model"] == m and r["fraction"] == f]
+            row.append(f"{sum(a) / len(a):.3f} ({min(a):.3f})" if a else "-")
+        t.add_row(*row)
+    out.print(t)
 
 
 def _option_pairs(pairs: list[str], what: str) -> dict:

@@ -46,6 +46,7 @@ TASK_DEFAULTS: dict[str, dict] = {
     "karate": {"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3, "dim": 32, "layers": 2, "warmup": 10, "eval_every": 10, "patience": None},
     "sbm": {"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 100},
     "graph_files": {"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3, "dim": 64, "layers": 2, "warmup": 20, "eval_every": 20, "patience": None},
+    "digits": {"model": "vit", "steps": 2000, "batch_size": 64, "lr": 2e-3, "dim": 64, "layers": 3, "eval_every": 200, "weight_decay": 0.05},
     "molecules": {"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 3, "pooling": "sum", "eval_every": 250},
 }
 """Per-task training defaults (any :class:`TrainConfig` field), calibrated on a 2-core CPU."""
@@ -128,7 +129,13 @@ def model_config(cfg: TrainConfig, task: Task) -> dict:
         if "num_heads" in inspect.signature(backbone.__init__).parameters:
             options["num_heads"] = cfg.heads
         if backbone.uses_attention:
-            options.update(attention=cfg.attention, positional=cfg.positional, max_len=task.max_len + 1)
+            options.update(attention=cfg.attention)
+            if cfg.positional != "none" or task.inputs != "image":  # ViT keeps its own default (learned)
+                options["positional"] = cfg.positional
+        if task.inputs == "image":
+            options["image_size"] = list(task.split("train").tokens.shape[2:])
+        elif backbone.uses_attention:
+            options["max_len"] = task.max_len + 1
         return {
             "kind": task.kind, "inputs": task.inputs, "model": cfg.model, "feature_dim": task.feature_dim, "edge_dim": task.edge_dim,
             "num_labels": task.num_labels, "dim": cfg.dim, "pooling": cfg.pooling, "options": options,
@@ -198,6 +205,8 @@ def make_batch(task: Task, data, idx: torch.Tensor) -> tuple[dict, torch.Tensor]
     if task.inputs == "tokens":
         toks, labels = _trim(task, data.tokens[idx], data.labels[idx])
         return {"tokens": toks}, labels
+    if task.inputs == "image":
+        return {"x": data.tokens[idx]}, data.labels[idx]
     if task.inputs == "features":
         mask = data.mask[idx] if data.mask is not None else torch.ones(data.tokens[idx].shape[:2], dtype=torch.bool)
         keep = max(int(mask.sum(1).max()), 1) if mask.numel() else 1

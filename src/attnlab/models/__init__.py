@@ -1,7 +1,8 @@
-"""Models built from attnlab's layers: the encoder, backbones by name and heads per output kind."""
+"""Models built from attnlab's layers: the encoder, backbones by name (tokens, graphs, images) and heads per output kind."""
 
 from .encoder import Encoder, EncoderConfig, EncoderLayer, EncoderOutput
 from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
+from .vectors import CNNBackbone, PixelAttentionBackbone, VectorClassifier, ViTBackbone, patchify
 from .heads import BACKBONES, Backbone, SequenceLabeler, SetClassifier, build_model, list_models, register_backbone
 
 __all__ = [
@@ -13,6 +14,11 @@ __all__ = [
     "GraphTransformer",
     "graph_inputs",
     "segment_mean",
+    "ViTBackbone",
+    "PixelAttentionBackbone",
+    "CNNBackbone",
+    "VectorClassifier",
+    "patchify",
     "BACKBONES",
     "Backbone",
     "SequenceLabeler",

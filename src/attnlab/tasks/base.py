@@ -17,7 +17,7 @@ is a float tensor ``(S, N, F)`` of vectors (pixels, patches, audio frames) and `
 ``(S, N)`` marks the real ones; ``"graph"`` — ``tokens`` ``(S, N, F)`` node features with
 ``mask``, and per example its ``edges`` ``(2, E_s)`` (source, target; node ``i`` attends to
 ``j`` along ``j -> i``) and optional ``edge_attr`` ``(E_s, edge_dim)``. A graph task's
-``tagging`` labels are per node ``(S, N)``.
+``tagging`` labels are per node ``(S, N)``; ``"image"`` — ``tokens`` ``(S, C, H, W)`` float.
 
 Token id :data:`PAD` (0) is padding and :data:`CLS` (1) is reserved for a classifier's summary
 token, in every task's vocabulary; a task's own tokens start at :data:`FIRST`.
@@ -36,7 +36,7 @@ __all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register_
 PAD, CLS, FIRST = 0, 1, 2
 IGNORE = -100
 KINDS = ("tagging", "classification", "seq2seq", "regression")
-INPUTS = ("tokens", "features", "graph")
+INPUTS = ("tokens", "features", "graph", "image")
 
 
 @dataclass
@@ -90,6 +90,8 @@ class Task:
     @property
     def max_len(self) -> int:
         """The longest sequence of any split."""
+        if self.inputs == "image":  # pixels
+            return max(s.tokens.shape[2] * s.tokens.shape[3] for s in self.splits.values())
         return max(s.tokens.shape[1] for s in self.splits.values())
 
     def split(self, name: str) -> Split:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_attention_benchmark", "plot_scaling", "log_log_axes"]
+__all__ = ["log_log_axes", "plot_attention_benchmark", "plot_scaling", "plot_vit_cnn"]
 
 
 def log_log_axes(ax, title: str, xlabel: str) -> None:
@@ -114,5 +114,43 @@ def plot_scaling(records: list[dict], path: str | Path, *, slopes: dict | None =
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_vit_cnn(records: list[dict], path: str | Path) -> Path:
+    """Test accuracy against training-set size, one line per model (mean over seeds, the band
+    from the worst to the best seed); x logarithmic.
+
+    Args:
+        records: dicts from :meth:`attnlab.bench.vit_cnn.CompareRecord.to_dict`.
+        path: the PNG to write (its folder is created).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not records:
+        raise ValueError("no comparison records to plot")
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for model in dict.fromkeys(r["model"] for r in records):
+        fracs = sorted({r["fraction"] for r in records if r["model"] == model})
+        rows = [[r for r in records if r["model"] == model and r["fraction"] == f] for f in fracs]
+        sizes = [sum(r["train_size"] for r in rs) / len(rs) for rs in rows]  # seeds may differ by an image
+        accs = [[r["accuracy"] for r in rs] for rs in rows]
+        mean = [sum(a) / len(a) for a in accs]
+        ax.plot(sizes, mean, marker="o", label=model)
+        ax.fill_between(sizes, [min(a) for a in accs], [max(a) for a in accs], alpha=0.2)
+    ax.set_xscale("log")
+    ax.set_xlabel("training images")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("digits (8x8): CNN vs self-attention as the data grow")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
