@@ -70,7 +70,7 @@ def run(
             for m in models:
                 cfg = TrainConfig.for_task("digits", model=m, seed=seed, steps=steps, task_options={"seed": seed, "train_fraction": f})
                 with tempfile.TemporaryDirectory() as tmp:
-                    res = train(cfg, tmp, on_step=(lambda s, t, loss, m=m, f=f: on_step(m, f, seed, s, t)) if on_step else None)
+                    res = train(cfg, tmp, on_step=(lambda s, t, loss, m=m, f=f, seed=seed: on_step(m, f, seed, s, t)) if on_step else None)
                 rec = CompareRecord(m, f, size, seed, res.value, res.seconds, res.steps)
                 records.append(rec)
                 if on_record is not None:
