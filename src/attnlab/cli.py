@@ -709,6 +709,41 @@ def bench_graph(
         out.print(f"largest output difference between the two layers: {diff:.2e}")
 
 
+@bench_app.command("audio")
+def bench_audio(
+    seconds: float = typer.Option(60.0, min=0.1, help="Length of the input audio (100 frames per second)."),
+    window: int = typer.Option(16, min=0, help="Truncated attention: +-window frames."),
+    dim: int = typer.Option(144, min=1, help="Model width."),
+    heads: int = typer.Option(4, min=1, help="Attention heads."),
+    layers: int = typer.Option(2, min=1, help="Blocks."),
+    repeats: int = typer.Option(3, min=1, help="Timed repetitions at least."),
+    memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory (profiler)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the records as JSON."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
+) -> None:
+    """Full vs truncated attention on long audio: forward+backward time and peak memory (Conformer, Transformer)."""
+    from .bench.audio import run
+
+    with _progress() as progress:
+        progress.add_task(f"{seconds:g} s of audio", total=None)
+        recs = run(seconds, window=window, dim=dim, heads=heads, layers=layers, min_repeats=repeats, memory=memory)
+    data = {"setting": {"seconds": seconds, "window": window, "dim": dim, "heads": heads, "layers": layers}, "records": [r.to_dict() for r in recs]}
+    if output:
+        _write_json(output, data)
+    if as_json:
+        out.print_json(data=data)
+        return
+    t = Table(title=f"forward + backward on {seconds:g} s of audio ({recs[0].frames} frames), dim {dim}, {layers} blocks", box=box.SIMPLE_HEAD)
+    for col in ("model", "attention", "seconds", "peak MiB", "time / dense", "memory / dense"):
+        t.add_column(col, justify="left" if col in ("model", "attention") else "right")
+    for r in recs:
+        dense = next(d for d in recs if d.model == r.model and d.attention == "dense")
+        mib = f"{r.peak_bytes / 2**20:.0f}" if r.peak_bytes else "-"
+        mem = f"{r.peak_bytes / dense.peak_bytes:.3f}" if r.peak_bytes and dense.peak_bytes else "-"
+        t.add_row(r.model, r.attention, f"{r.seconds:.3f}", mib, f"{r.seconds / dense.seconds:.3f}", mem)
+    out.print(t)
+
+
 @compare_app.command("vit-cnn")
 def compare_vit_cnn(
     fractions: str = typer.Option("0.05,0.1,0.25,0.5,1.0", help="Comma-separated shares of the digits training split."),

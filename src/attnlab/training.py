@@ -47,6 +47,10 @@ TASK_DEFAULTS: dict[str, dict] = {
     "sbm": {"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 100},
     "graph_files": {"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3, "dim": 64, "layers": 2, "warmup": 20, "eval_every": 20, "patience": None},
     "digits": {"model": "vit", "steps": 2000, "batch_size": 64, "lr": 2e-3, "dim": 64, "layers": 3, "eval_every": 200, "weight_decay": 0.05},
+    "speech": {"model": "conformer", "attention": "local", "positional": "rope", "model_options": {"attention_options": {"window": 16}},
+               "steps": 1500, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 150},
+    "wav_folder": {"model": "conformer", "attention": "local", "positional": "rope", "model_options": {"attention_options": {"window": 16}},
+                   "steps": 1500, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 150},
     "molecules": {"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 3, "pooling": "sum", "eval_every": 250},
 }
 """Per-task training defaults (any :class:`TrainConfig` field), calibrated on a 2-core CPU."""

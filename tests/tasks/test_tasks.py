@@ -11,7 +11,7 @@ from attnlab.tasks.pos import TAGS
 
 
 def test_registry():
-    assert list_tasks() == ["digits", "graph_files", "jsonl", "karate", "listops", "molecules", "pos", "recall", "sbm", "translate"]
+    assert list_tasks() == ["digits", "graph_files", "jsonl", "karate", "listops", "molecules", "pos", "recall", "sbm", "speech", "translate", "wav_folder"]
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         create_task("nope")
 

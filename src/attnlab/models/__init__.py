@@ -2,6 +2,8 @@
 
 from .encoder import Encoder, EncoderConfig, EncoderLayer, EncoderOutput
 from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
+from .audio import AudioTransformerBackbone, ConformerBackbone, FrameBackbone
+from .conformer import Conformer, ConformerLayer, ConvModule
 from .vectors import CNNBackbone, PixelAttentionBackbone, VectorClassifier, ViTBackbone, patchify
 from .heads import BACKBONES, Backbone, SequenceLabeler, SetClassifier, build_model, list_models, register_backbone
 
@@ -19,6 +21,12 @@ __all__ = [
     "CNNBackbone",
     "VectorClassifier",
     "patchify",
+    "Conformer",
+    "ConformerLayer",
+    "ConvModule",
+    "FrameBackbone",
+    "AudioTransformerBackbone",
+    "ConformerBackbone",
     "BACKBONES",
     "Backbone",
     "SequenceLabeler",

@@ -73,6 +73,31 @@ class EncoderOutput:
     weights: list[torch.Tensor] | None = None
 
 
+def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) -> nn.Module:
+    """The self-attention module of one block of ``cfg``: :class:`attnlab.MultiHeadAttention`
+    for ``"dense"`` (with the score options), else the efficient variant by name."""
+    if cfg.attention == "dense":
+        if cfg.attention_options:
+            raise ValueError("attention_options apply to efficient variants; the dense layer takes score/normalize/head_mode")
+        return MultiHeadAttention(
+            cfg.embed_dim,
+            cfg.num_heads,
+            score=cfg.score,
+            score_options=cfg.score_options,
+            normalize=cfg.normalize,
+            head_mode=cfg.head_mode,
+            dropout=cfg.dropout,
+            positional=positional,
+        )
+    from ..efficient import create_attention
+
+    opts = dict(cfg.attention_options or {})
+    opts.setdefault("max_len", cfg.max_len)
+    if cfg.causal:
+        opts["causal"] = True
+    return create_attention(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional, **opts)
+
+
 class EncoderLayer(nn.Module):
     """One block: ``x + SelfAttention(x)`` then ``x + FFN(x)``, each with LayerNorm and dropout.
 
@@ -83,27 +108,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: EncoderConfig, positional: PositionalEncoding | None):
         super().__init__()
         self.norm_first = cfg.norm_first
-        if cfg.attention == "dense":
-            if cfg.attention_options:
-                raise ValueError("attention_options apply to efficient variants; the dense layer takes score/normalize/head_mode")
-            self.attn = MultiHeadAttention(
-                cfg.embed_dim,
-                cfg.num_heads,
-                score=cfg.score,
-                score_options=cfg.score_options,
-                normalize=cfg.normalize,
-                head_mode=cfg.head_mode,
-                dropout=cfg.dropout,
-                positional=positional,
-            )
-        else:
-            from ..efficient import create_attention
-
-            opts = dict(cfg.attention_options or {})
-            opts.setdefault("max_len", cfg.max_len)
-            if cfg.causal:
-                opts["causal"] = True
-            self.attn = create_attention(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional, **opts)
+        self.attn = make_attention(cfg, positional)
         self.causal_mask = cfg.causal and cfg.attention == "dense"
         self.ff = FeedForward(cfg.embed_dim, cfg.ff_dim or 4 * cfg.embed_dim, activation=cfg.activation, dropout=cfg.dropout)
         self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)

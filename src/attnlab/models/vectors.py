@@ -141,16 +141,19 @@ class CNNBackbone(ImageBackbone):
 
 
 class VectorClassifier(nn.Module):
-    """One label per image (or set): an :class:`ImageBackbone`'s vector, then LayerNorm and a linear layer."""
+    """One label per image or frame sequence: the backbone's vector (an :class:`ImageBackbone`,
+    or a :class:`attnlab.models.audio.FrameBackbone` given ``pad``), then LayerNorm and a linear layer."""
 
     def __init__(self, backbone: ImageBackbone, num_labels: int):
         super().__init__()
         self.backbone = backbone
         self.head = nn.Sequential(nn.LayerNorm(backbone.dim), nn.Linear(backbone.dim, _pos_int("num_labels", num_labels)))
 
-    def forward(self, x: torch.Tensor, *, return_weights: bool = False):
-        """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked)."""
+    def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, *, return_weights: bool = False):
+        """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked); ``pad``
+        ``(B, N)`` marks padded vectors of a frame sequence (images have none)."""
+        args = (x,) if pad is None else (x, pad)
         if return_weights:
-            h, w = self.backbone(x, return_weights=True)
+            h, w = self.backbone(*args, return_weights=True)
             return self.head(h), w
-        return self.head(self.backbone(x))
+        return self.head(self.backbone(*args))

@@ -6,10 +6,11 @@
 * ``translate`` — sequence to sequence with reordering (:mod:`attnlab.tasks.translate`);
 * ``karate``, ``sbm``, ``molecules`` — graphs: node and molecule labels (:mod:`attnlab.tasks.graphs`);
 * ``digits`` — images: 8x8 handwritten digits (:mod:`attnlab.tasks.images`);
+* ``speech``, ``wav_folder`` — audio: spoken words as frames (:mod:`attnlab.tasks.speech`);
 * ``jsonl`` — the user's own file, any of the three kinds (:mod:`attnlab.tasks.jsonl`).
 """
 
-from . import graphs, images, jsonl, listops, pos, recall, translate  # noqa: F401  (registration)
+from . import graphs, images, jsonl, listops, pos, recall, speech, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, create_task, list_tasks, register_task
 
 __all__ = ["Task", "Split", "create_task", "list_tasks", "register_task", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]

@@ -1,0 +1,86 @@
+"""Truncated against full self-attention on long audio (``attnlab bench audio``).
+
+A ``seconds``-long waveform (white noise: cost does not depend on content) goes through the
+front end (:func:`attnlab.audio.features`: 25 ms windows, 10 ms hop, 100 frames per second, so
+6000 frames for a minute), then one batch element through a Conformer and a Transformer
+encoder with full (``dense``) and truncated (``local``, +-``window`` frames) attention. Each is
+timed forward + backward (median of round-robin repetitions after a warm-up) and its peak
+tensor memory read from the profiler (:func:`attnlab.bench.attention.peak_bytes`).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .attention import peak_bytes
+from .scaling import _round_robin
+
+__all__ = ["AudioRecord", "run"]
+
+
+@dataclass
+class AudioRecord:
+    """One model: ``frames`` input vectors, median ``seconds`` fwd+bwd, ``peak_bytes``."""
+
+    model: str
+    attention: str
+    frames: int
+    seconds: float
+    peak_bytes: int | None
+    repeats: int
+
+    def to_dict(self) -> dict:
+        """As a JSON object."""
+        return asdict(self)
+
+
+def run(
+    seconds: float = 60.0, *, window: int = 16, dim: int = 144, heads: int = 4, layers: int = 2, min_repeats: int = 3,
+    memory: bool = True, models: tuple[str, ...] = ("conformer", "audio_transformer"),
+    on_record: Callable[[AudioRecord], None] | None = None,
+) -> list[AudioRecord]:
+    """Measure each model with dense and with local attention on ``seconds`` of audio."""
+    import numpy as np
+
+    from ..audio import features, normalize
+    from ..models.heads import BACKBONES
+
+    if not seconds > 0:
+        raise ValueError(f"seconds must be positive, got {seconds!r}")
+    rng = np.random.default_rng(0)
+    wave = rng.normal(0, 0.1, int(seconds * 16_000)).astype(np.float32)
+    x = normalize(features(wave))[None]  # (1, T, 40)
+    frames = x.shape[1]
+    built = {}
+    for m in models:
+        for att in ("dense", "local"):
+            torch.manual_seed(0)
+            opts = {"attention_options": {"window": window}} if att == "local" else {}
+            built[(m, att)] = BACKBONES.get(m)(x.shape[2], dim, num_heads=heads, num_layers=layers, attention=att, positional="rope",
+                                               max_len=frames + 1, **opts)
+
+    def call_of(model):
+        def call():
+            model.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+
+        return call
+
+    times = _round_robin({k: call_of(v) for k, v in built.items()}, min_repeats, 3.0)
+    records = []
+    for (m, att), model in built.items():
+        peak = None
+        if memory:
+            gc.collect()
+            peak = peak_bytes(call_of(model))
+        ts = times[(m, att)]
+        rec = AudioRecord(m, att if att == "dense" else f"local (+-{window})", frames, statistics.median(ts[1:] or ts), peak, len(ts) - 1)
+        records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+    return records

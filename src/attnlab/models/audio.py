@@ -1,0 +1,68 @@
+"""Backbones over frame sequences (audio features ``(B, T, F)`` with a padding mask).
+
+* ``audio_transformer`` — a linear projection of each frame, then an
+  :class:`attnlab.models.Encoder` (any attention: ``attention="local"`` with
+  ``attention_options={"window": w}`` is truncated attention, +-w frames);
+* ``conformer`` — the same projection, then a :class:`attnlab.models.conformer.Conformer`.
+
+Both return the mean of the real frames' output vectors ``(B, dim)``, for
+:class:`attnlab.models.vectors.VectorClassifier`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .conformer import Conformer
+from .encoder import Encoder
+from .heads import register_backbone
+
+__all__ = ["AudioTransformerBackbone", "ConformerBackbone", "FrameBackbone"]
+
+
+class FrameBackbone(nn.Module):
+    """Base class: ``forward(x (B, T, F), pad (B, T) bool True = padding) -> (B, dim)``.
+
+    Attributes:
+        inputs: ``"features"``.
+    """
+
+    inputs = "features"
+    uses_attention = True
+    encoder_class: type = Encoder
+
+    def __init__(self, feature_dim: int, dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
+        super().__init__()
+        for name, val in (("feature_dim", feature_dim), ("dim", dim)):
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"{name} must be a positive int, got {val!r}")
+        self.feature_dim, self.dim = feature_dim, dim
+        self.proj = nn.Linear(feature_dim, dim)
+        self.encoder = self.encoder_class(dim, num_heads, num_layers, **encoder_options)
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, *, return_weights: bool = False):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[2] != self.feature_dim:
+            raise ValueError(f"expected frames (B, T, {self.feature_dim}), got {getattr(x, 'shape', type(x).__name__)}")
+        if pad is not None and pad.shape != x.shape[:2]:
+            raise ValueError(f"pad must be (B, T) = {tuple(x.shape[:2])}, got {tuple(pad.shape)}")
+        mask = None if pad is None or not bool(pad.any()) else ~pad[:, None, None, :]
+        out = self.encoder(self.proj(x), mask=mask, return_weights=return_weights)
+        if pad is None:
+            pooled = out.output.mean(1)
+        else:  # masked_fill, not a product: whatever padded frames hold (even NaN) stays out
+            keep = ~pad[..., None]
+            pooled = out.output.masked_fill(~keep, 0.0).sum(1) / keep.sum(1).clamp_min(1).to(out.output.dtype)
+        return (pooled, out.weights) if return_weights else pooled
+
+
+@register_backbone("audio_transformer")
+class AudioTransformerBackbone(FrameBackbone):
+    """Frames -> linear -> Transformer encoder (any attention variant and positional encoding)."""
+
+
+@register_backbone("conformer")
+class ConformerBackbone(FrameBackbone):
+    """Frames -> linear -> Conformer blocks (``conv_kernel`` option; any attention variant)."""
+
+    encoder_class = Conformer
