@@ -47,9 +47,9 @@ def test_speech_refuses_bad_options():
         create_task("speech", features="raw")
 
 
-def _tone_folder(root, freqs={"low": 300, "high": 2500}, count=12):
+def _tone_folder(root, freqs=(("low", 300), ("high", 2500)), count=12):
     rng = np.random.default_rng(0)
-    for label, f in freqs.items():
+    for label, f in freqs:
         (root / label).mkdir(parents=True)
         for i in range(count):
             n = int(rng.integers(4000, 9000))

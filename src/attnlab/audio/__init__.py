@@ -94,7 +94,7 @@ def synthesize(text: str, *, voice: str = "en", speed: int = 160, pitch: int = 5
         raise RuntimeError("espeak-ng is not installed: the speech task synthesises its words with it (Debian: apt install espeak-ng)")
     with tempfile.TemporaryDirectory() as tmp:
         wav = os.path.join(tmp, "w.wav")
-        proc = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text], capture_output=True, text=True)
+        proc = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text], capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not os.path.exists(wav):
             raise RuntimeError(f"espeak-ng failed for voice {voice!r}: {proc.stderr.strip() or proc.returncode}")
         return load_wav(wav, sample_rate)
