@@ -62,3 +62,12 @@ def test_token_model_on_a_graph_task_is_refused():
         from attnlab.models import build_model
 
         build_model(model_config(TrainConfig.for_task("karate", model="transformer"), task))
+
+
+def test_another_attention_drops_the_tasks_attention_options():
+    cfg = TrainConfig.for_task("speech")
+    assert cfg.attention == "local" and cfg.model_options == {"attention_options": {"window": 16}}
+    dense = TrainConfig.for_task("speech", attention="dense")
+    assert dense.attention == "dense" and "attention_options" not in dense.model_options
+    mine = TrainConfig.for_task("speech", attention="performer", model_options={"attention_options": {"num_features": 32}})
+    assert mine.model_options == {"attention_options": {"num_features": 32}}

@@ -105,6 +105,9 @@ class TrainConfig:
         if model in BACKBONES.names() and not BACKBONES.get(model).uses_attention:
             for key in ("positional", "causal"):  # a task's attention defaults are for attention models
                 defaults.pop(key, None)
+        if overrides.get("attention") not in (None, defaults.get("attention")) and "attention_options" in defaults.get("model_options", {}):
+            # the task's attention options belong to its default variant (e.g. speech's window)
+            defaults["model_options"] = {k: v for k, v in defaults["model_options"].items() if k != "attention_options"}
         values = {**defaults, **{k: v for k, v in overrides.items() if v is not None}}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - names
