@@ -7,11 +7,12 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test bench clean system
 
-# espeak-ng (Debian's package) speaks the `speech` task's words; installed once if missing
+# Debian packages, installed once if missing: espeak-ng speaks the `speech` task's words;
+# chromium renders the arena's report.html in a test
 system:
-	@command -v espeak-ng >/dev/null || apt-get install -y -q espeak-ng >/dev/null || \
-		(apt-get update -q >/dev/null && apt-get install -y -q espeak-ng >/dev/null) || \
-		(echo "install espeak-ng (Debian/Ubuntu: apt install espeak-ng) for the speech task" >&2; exit 1)
+	@for pkg in espeak-ng chromium; do command -v $$pkg >/dev/null || apt-get install -y -q $$pkg >/dev/null || \
+		(apt-get update -q >/dev/null && apt-get install -y -q $$pkg >/dev/null) || \
+		(echo "install $$pkg (Debian/Ubuntu: apt install $$pkg)" >&2; exit 1); done
 
 $(BIN)/attnlab: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -19,8 +20,7 @@ $(BIN)/attnlab: pyproject.toml constraints.txt
 	touch $@
 
 demo: system $(BIN)/attnlab
-	$(BIN)/attnlab explain "I saw a saw"
-	$(BIN)/attnlab bench attention -o bench-results/attention.json --plot bench-results/attention.png
+	$(BIN)/attnlab arena --out arena
 
 test: system $(BIN)/attnlab
 	$(BIN)/python -m pytest

@@ -133,3 +133,27 @@ def test_compare_vit_cnn_writes_records_and_a_chart(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 5000
     bad = CliRunner().invoke(app, ["compare", "vit-cnn", "--models", "transformer", "--seeds", "0"])
     assert bad.exit_code == 2 and "does not read images" in " ".join(bad.output.split())
+
+
+def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path):
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    args = ["arena", "--tasks", "pos", "--variants", "dense", "--out", str(tmp_path)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "pos (token_accuracy)" in res.output and (tmp_path / "report.html").exists()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0
+    with sqlite3.connect(tmp_path / "results.sqlite") as con:
+        assert con.execute("SELECT COUNT(*), MIN(status) FROM runs").fetchone() == (1, "done")
+    (tmp_path / "report.html").unlink()
+    rebuilt = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert rebuilt.exit_code == 0 and (tmp_path / "report.html").exists()
+    bad = CliRunner().invoke(app, ["arena", "--variants", "fast", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and "unknown variant 'fast'" in bad.output
+    missing = CliRunner().invoke(app, ["report", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and "no results.sqlite" in " ".join(missing.output.split())

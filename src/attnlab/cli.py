@@ -744,6 +744,130 @@ def bench_audio(
     out.print(t)
 
 
+@app.command()
+def arena(
+    tasks: Optional[str] = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
+    variants: Optional[str] = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
+    preset: str = typer.Option("quick", help="quick (about 10 minutes), standard or lra."),
+    seeds: str = typer.Option("0", help="Comma-separated seeds."),
+    budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1.0, help="Cap on each run's training time."),
+    out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
+    data: Optional[str] = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
+    workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run the stored failures again."),
+) -> None:
+    """Train and compare attention variants across tasks: resumable grid, SQLite store, leaderboard, report.html."""
+    import time as _time
+
+    from rich.console import Group
+    from rich.live import Live
+
+    from .arena import build_report, plan, run_grid
+
+    try:
+        specs = plan(preset, tasks=tasks.split(",") if tasks else None, variants=variants.split(",") if variants else None,
+                     seeds=_int_list("--seeds", seeds, minimum=0), data=data)
+    except (ValueError, KeyError) as e:
+        _fail(str(e))
+    state = {s.run_id: "queued" for s in specs}
+    values: dict = {}
+    current = {"text": ""}
+    t0 = _time.perf_counter()
+    task_names = list(dict.fromkeys(s.task for s in specs))
+    variant_names = list(dict.fromkeys(s.variant for s in specs))
+
+    def grid():
+        t = Table(title=f"arena ({sum(v in ('done', 'failed', 'stored') for v in state.values())}/{len(state)} runs, "
+                        f"{_time.perf_counter() - t0:.0f} s)", box=box.SIMPLE_HEAD)
+        t.add_column("task")
+        for v in variant_names:
+            t.add_column(v, justify="right")
+        for task in task_names:
+            cells = []
+            for v in variant_names:
+                ids = [s.run_id for s in specs if s.task == task and s.variant == v]
+                st = [state[i] for i in ids]
+                if "running" in st:
+                    cells.append("[yellow]running[/]")
+                elif all(x in ("done", "stored") for x in st) and any(i in values for i in ids):
+                    vals = [values[i] for i in ids if i in values]
+                    cells.append(f"{sum(vals) / len(vals):.3f}")
+                elif all(x in ("done", "stored") for x in st):
+                    cells.append("stored")
+                elif "failed" in st:
+                    cells.append("[red]failed[/]")
+                else:
+                    cells.append("[dim]queued[/]")
+            t.add_row(task, *cells)
+        return Group(t, current["text"])
+
+    with Live(grid(), console=err, refresh_per_second=4, transient=False) as live:
+        clock: dict = {}
+
+        def on_event(kind, spec, **info):
+            if kind == "skip":
+                state[spec.run_id] = "stored"
+            elif kind == "start":
+                state[spec.run_id] = "running"
+                clock[spec.run_id] = _time.perf_counter()
+            elif kind == "step":
+                el = _time.perf_counter() - clock.get(spec.run_id, t0)
+                eta = el / max(info["step"], 1) * (info["total"] - info["step"])
+                current["text"] = (f"{spec.task} / {spec.variant} / seed {spec.seed}: step {info['step']}/{info['total']} "
+                                   f"loss {info['loss']:.4f}, ETA {eta:.0f} s")
+            elif kind == "end":
+                row = info["row"]
+                state[spec.run_id] = row["status"]
+                if row["status"] == "done":
+                    values[spec.run_id] = row["value"]
+                current["text"] = ""
+            live.update(grid())
+
+        run_grid(specs, out_dir, budget_seconds=budget_seconds, workers=workers, retry_failed=retry_failed, on_event=on_event)
+    page, board = build_report(out_dir)
+    _print_leaderboard(board)
+    out.print(f"report: {page}  (wall time {_time.perf_counter() - t0:.0f} s)")
+
+
+@app.command()
+def report(out_dir: str = typer.Argument(..., help="The --out folder of 'attnlab arena'.")) -> None:
+    """Rebuild report.html, the charts and the leaderboard from an arena's results store."""
+    from .arena import build_report
+
+    try:
+        page, board = build_report(out_dir)
+    except ValueError as e:
+        _fail(str(e))
+    _print_leaderboard(board)
+    out.print(f"report: {page}")
+
+
+def _print_leaderboard(board: dict) -> None:
+    """The arena's leaderboard: per task, then the average."""
+    for task, entries in board["tasks"].items():
+        metric = next((e["metric"] for e in entries if e["metric"]), "score")
+        t = Table(title=f"{task} ({metric})", box=box.SIMPLE_HEAD)
+        for col in ("variant", metric, "speed vs dense", "memory vs dense", "steps/s", "params"):
+            t.add_column(col, justify="left" if col == "variant" else "right")
+        for e in entries:
+            if e["value"] is None:
+                t.add_row(e["variant"], "[red]failed[/]", "", "", "", (e["error"] or "")[:60].replace("[", "\\["))
+                continue
+            t.add_row(e["variant"], f"{e['value']:.3f}", _fmt_x(e["speed"]), _fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}", f"{e['params']:,}")
+        out.print(t)
+    if board["average"]:
+        t = Table(title="average over tasks", box=box.SIMPLE_HEAD)
+        for col in ("variant", "mean score", "tasks", "speed vs dense", "memory vs dense"):
+            t.add_column(col, justify="left" if col == "variant" else "right")
+        for e in board["average"]:
+            t.add_row(e["variant"], f"{e['value']:.3f}", str(e["tasks"]), _fmt_x(e["speed"]), _fmt_x(e["memory"]))
+        out.print(t)
+
+
+def _fmt_x(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
 @compare_app.command("vit-cnn")
 def compare_vit_cnn(
     fractions: str = typer.Option("0.05,0.1,0.25,0.5,1.0", help="Comma-separated shares of the digits training split."),
@@ -866,6 +990,9 @@ def train(
         cfg = TrainConfig.for_task(task, **overrides)
         if epochs is not None:
             cfg.steps = None
+        if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently
+            run_train(cfg, out_dir, resume=resume)
+            return
         with _progress() as progress:
             model = cfg.model
             bar = progress.add_task(f"{task} {model}", total=None)

@@ -168,7 +168,12 @@ def model_config(cfg: TrainConfig, task: Task) -> dict:
 
 @dataclass
 class TrainResult:
-    """The end of a run: test score with the best weights, and where they are."""
+    """The end of a run: test score with the best weights, and where they are.
+
+    ``step_seconds`` is the time spent in optimizer steps by this call (``steps_run`` of them;
+    a resumed run counts only its own), so ``steps_run / step_seconds`` is the training speed.
+    ``stopped_by``: ``"steps"``, ``"patience"`` or ``"budget"``.
+    """
 
     task: str
     model: str
@@ -179,6 +184,9 @@ class TrainResult:
     checkpoint: str
     steps: int
     history: list[dict]
+    step_seconds: float = 0.0
+    steps_run: int = 0
+    stopped_by: str = "steps"
 
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints."""
@@ -393,6 +401,7 @@ def train(
     resume: bool = False,
     on_step: Callable[[int, int, float], None] | None = None,
     on_eval: Callable[[int, float], None] | None = None,
+    max_seconds: float | None = None,
 ) -> TrainResult:
     """Run (or resume) training; returns the test score of the best validation weights.
 
@@ -400,9 +409,18 @@ def train(
         cfg: the run. out: the output folder (``checkpoint/`` goes in it).
         resume: continue from ``out``'s checkpoint (its config must equal ``cfg``).
         on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
+        max_seconds: stop (validate, checkpoint, test) once this call has trained this long.
+
+    Data parallel: started by ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE``
+    > 1 in the environment), each process trains a ``DistributedDataParallel`` copy on its share
+    of every global batch (``batch_size`` examples, rows ``rank::N``; gloo on CPU, nccl on GPUs)
+    and the gradients are averaged; every process validates, only rank 0 writes checkpoints. With
+    equal shares (classification, ``batch_size`` divisible by N) the loss trajectory equals the
+    single-process one.
     """
     t0 = time.perf_counter()
     out = Path(out)
+    rank, world, own_group = _distributed()
     task = create_task(cfg.task, **cfg.task_options)
     mcfg = model_config(cfg, task)
     train_split = task.split("train")
@@ -410,7 +428,7 @@ def train(
     torch.manual_seed(cfg.seed)
     model = build_model(mcfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step, best, since_best, history = 0, -1.0, 0, []
+    step, best, since_best, history, resumes, losses = 0, -1.0, 0, [], [], []
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume:
         ck = load_checkpoint(out, weights="last", with_state=True)
@@ -421,29 +439,54 @@ def train(
         torch.set_rng_state(ck.state["rng"])
         step, best, since_best = ck.state["step"], ck.state["best"], ck.state["since_best"]
         history = ck.meta.get("history", [])
+        resumes = ck.meta.get("resumes", []) + [step]
+        losses = ck.meta.get("losses", [])
         best_state = load_checkpoint(out, weights="best").model.state_dict()
+    train_model = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        train_model = DistributedDataParallel(model)
 
     def save():
         state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
-        meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts}
+        meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
+                "resumes": resumes, "losses": losses, "world_size": world}
+        if rank != 0:
+            return out / "checkpoint"
         return _write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
 
     stopped = False
+    stopped_by = "steps"
+    step_seconds, steps_run = 0.0, 0
     while step < total and not stopped:
+        t_step = time.perf_counter()
         model.train()
         idx = _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step)
+        if world > 1:
+            idx = idx[rank::world]  # this process's share of the global batch
         inputs, labels = make_batch(task, train_split, idx)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step, total)
-        loss = _loss(task, model, inputs, labels)
+        loss = _loss(task, train_model, inputs, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
+        steps_run += 1
+        step_seconds += time.perf_counter() - t_step
+        over_budget = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
+        if world > 1:  # the global loss, and one decision about the budget for all processes
+            import torch.distributed as dist
+
+            both = torch.tensor([float(loss.detach()), float(over_budget)], dtype=torch.float64)
+            dist.all_reduce(both)
+            loss, over_budget = both[0] / world, bool(both[1] > 0)
+        losses.append(float(loss.detach()))
         if on_step is not None:
             on_step(step, total, float(loss.detach()))
-        if step % cfg.eval_every == 0 or step == total:
+        if step % cfg.eval_every == 0 or step == total or over_budget:
             val = score(model, task, "val")
             history.append({"step": step, "val": val, "loss": float(loss.detach())})
             if val > best:
@@ -454,13 +497,35 @@ def train(
             if on_eval is not None:
                 on_eval(step, val)
             if cfg.patience is not None and since_best >= cfg.patience:
-                stopped = True
+                stopped, stopped_by = True, "patience"
+            if over_budget:
+                stopped, stopped_by = True, "budget"
             save()
     folder = save() if not (out / "checkpoint").exists() else out / "checkpoint"
+    if own_group:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
     best_model = build_model(mcfg)
     best_model.load_state_dict(best_state)
     value = score(best_model, task, "test")
-    return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history)
+    return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
+                       step_seconds, steps_run, stopped_by)
+
+
+def _distributed() -> tuple[int, int, bool]:
+    """``(rank, world size, whether this call started the process group)``; starts one (gloo on
+    CPU, nccl with GPUs) when launched by torchrun with ``WORLD_SIZE`` > 1."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or not dist.is_available():
+        return 0, 1, False
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), False
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size(), True
 
 
 def evaluate(path: str | Path, split: str = "test") -> TrainResult:

@@ -1,0 +1,216 @@
+"""The arena's report: a leaderboard, the Long-Range-Arena chart and attention maps, as a
+self-contained ``report.html`` (images inlined, no script, opens offline) plus PNG copies.
+
+Long Range Arena (Tay et al. 2021, https://arxiv.org/abs/2011.04006, Fig. 3) plots each
+variant at x = its speed relative to the full Transformer, y = its score, with the bubble's
+area proportional to its memory. Here speed is training steps per second relative to
+``dense`` on the same task, memory the peak tensor bytes of one training step relative to
+``dense``; the averaged chart averages over the tasks where both the variant and dense finished.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+from .store import Store
+
+__all__ = ["build_report", "leaderboard", "plot_lra", "plot_maps"]
+
+
+def leaderboard(rows: list[dict]) -> dict:
+    """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``; an entry has ``variant``,
+    ``value`` (mean over seeds), ``speed`` and ``memory`` relative to dense (None without a
+    dense run), ``params``, ``seeds``, ``metric``, ``error`` (failed runs: the message)."""
+    tasks: dict[str, list[dict]] = {}
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        by_cell.setdefault((r["task"], r["variant"]), []).append(r)
+    for (task, variant), rs in by_cell.items():
+        ok = [r for r in rs if r["status"] == "done"]
+        entry = {"variant": variant, "seeds": len(ok), "metric": rs[0]["metric"] or (ok[0]["metric"] if ok else None)}
+        if ok:
+            entry.update(
+                value=sum(r["value"] for r in ok) / len(ok),
+                steps_per_second=sum(r["steps_per_second"] or 0 for r in ok) / len(ok),
+                peak_bytes=max(r["peak_bytes"] or 0 for r in ok) or None,
+                params=ok[0]["params"], error=None,
+            )
+        else:
+            entry.update(value=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"])
+        tasks.setdefault(task, []).append(entry)
+    for task, entries in tasks.items():
+        dense = next((e for e in entries if e["variant"] == "dense" and e["value"] is not None), None)
+        for e in entries:
+            e["speed"] = e["steps_per_second"] / dense["steps_per_second"] if dense and e["steps_per_second"] else None
+            e["memory"] = e["peak_bytes"] / dense["peak_bytes"] if dense and e["peak_bytes"] and dense["peak_bytes"] else None
+        entries.sort(key=lambda e: (e["value"] is None, -(e["value"] or 0)))
+    average = []
+    variants = dict.fromkeys(e["variant"] for es in tasks.values() for e in es)
+    for v in variants:
+        cells = [e for es in tasks.values() for e in es if e["variant"] == v and e["value"] is not None and e["speed"] is not None]
+        if not cells:
+            continue
+        average.append({
+            "variant": v, "value": sum(c["value"] for c in cells) / len(cells), "tasks": len(cells),
+            "speed": math.exp(sum(math.log(c["speed"]) for c in cells) / len(cells)),
+            "memory": math.exp(sum(math.log(c["memory"]) for c in cells if c["memory"]) / max(1, sum(1 for c in cells if c["memory"])))
+            if any(c["memory"] for c in cells) else None,
+        })
+    average.sort(key=lambda e: -e["value"])
+    return {"tasks": tasks, "average": average}
+
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def _color(variant: str) -> str:
+    """One colour per variant, the same in every panel."""
+    from ..efficient import list_attention
+
+    names = list_attention()
+    return _PALETTE[(names.index(variant) if variant in names else len(names)) % len(_PALETTE)]
+
+
+def _bubbles(ax, entries: list[dict], title: str) -> None:
+    pts = [e for e in entries if e.get("value") is not None and e.get("speed")]
+    for e in pts:
+        size = 600 * (e.get("memory") or 1.0)
+        ax.scatter(e["speed"], e["value"], s=size, alpha=0.45, color=_color(e["variant"]))
+        ax.annotate(e["variant"], (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
+    ax.set_xscale("log", base=2)
+    ax.axvline(1.0, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("training speed relative to dense")
+    ax.set_ylabel("test score")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    if pts:
+        lo, hi = min(e["speed"] for e in pts), max(e["speed"] for e in pts)
+        ax.set_xlim(lo / 1.6, hi * 1.6)
+
+
+def plot_lra(board: dict, path: str | Path) -> Path:
+    """The Long-Range-Arena chart: one panel per task and one for the average (bubble area =
+    peak memory relative to dense)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(f"{t}", es) for t, es in board["tasks"].items()] + [("average over tasks (geometric mean speed)", board["average"])]
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
+    for ax, (title, es) in zip(axes.flat, panels):
+        _bubbles(ax, es, title)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense)")
+    return _save(fig, path)
+
+
+def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
+    """Attention maps of the first layer: one column per variant, one row per example."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [v for v in maps if maps[v]]
+    rows = max((len(maps[v]) for v in names), default=1)
+    fig, axes = plt.subplots(rows, max(1, len(names)), figsize=(2.2 * max(1, len(names)), 2.3 * rows), squeeze=False)
+    for j, v in enumerate(names):
+        for i in range(rows):
+            ax = axes[i][j]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i < len(maps[v]):
+                ax.imshow(maps[v][i].numpy(), cmap="viridis", aspect="auto")
+            if i == 0:
+                ax.set_title(v, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def build_report(out: str | Path) -> tuple[Path, dict]:
+    """Read ``out/results.sqlite``, write ``out/lra.png``, ``out/attention-<task>.png`` and the
+    self-contained ``out/report.html``; returns the HTML path and the leaderboard."""
+    from safetensors.torch import load_file
+
+    out = Path(out)
+    if not (out / "results.sqlite").exists():
+        raise ValueError(f"{out} holds no results.sqlite (the --out folder of 'attnlab arena')")
+    rows = Store(out / "results.sqlite").rows()
+    if not rows:
+        raise ValueError(f"{out / 'results.sqlite'} holds no finished run yet")
+    board = leaderboard(rows)
+    lra = plot_lra(board, out / "lra.png")
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnlab arena</title><style>",
+        "body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}table{border-collapse:collapse;margin:1em 0}",
+        "td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}td:first-child,th:first-child{text-align:left}",
+        "img{max-width:100%}.failed{color:#a00}</style></head><body>",
+        "<h1>attnlab arena</h1>",
+        (f"<p>{len(rows)} runs ({sum(r['status'] == 'done' for r in rows)} done, {sum(r['status'] == 'failed' for r in rows)} failed). "
+         "Speed: training steps per second relative to dense on the same task; memory: peak tensor bytes of one training step "
+         "relative to dense.</p>"),
+        "<h2>Score against speed (the Long Range Arena chart)</h2>", _img(lra, "Long Range Arena chart"),
+        ("<h2>Average over tasks</h2><p>Each variant's mean over the tasks it completed (a variant with no causal form "
+         "cannot run a causal task: its count of tasks is smaller, and its mean is not comparable with a full row).</p>"
+         "<table><tr><th>variant</th><th>mean score</th><th>tasks</th><th>speed</th><th>memory</th></tr>"),
+    ]
+    for e in board["average"]:
+        parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}</td><td>{e['tasks']}</td>"
+                     f"<td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(e['memory'], '.2f')}x</td></tr>")
+    parts.append("</table>")
+    for task, entries in board["tasks"].items():
+        metric = next((e["metric"] for e in entries if e["metric"]), "score")
+        parts.append(f"<h2>{html.escape(task)}</h2><table><tr><th>variant</th><th>{html.escape(metric)}</th><th>seeds</th>"
+                     "<th>steps/s</th><th>speed</th><th>peak MiB</th><th>memory</th><th>parameters</th></tr>")
+        for e in entries:
+            if e["value"] is None:
+                parts.append(f"<tr class='failed'><td>{html.escape(e['variant'])}</td><td colspan='7'>failed: {html.escape(str(e['error']))}</td></tr>")
+                continue
+            mib = e["peak_bytes"] / 2**20 if e["peak_bytes"] else None
+            parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}</td><td>{e['seeds']}</td>"
+                         f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(mib, '.1f')}</td>"
+                         f"<td>{_fmt(e['memory'], '.2f')}x</td><td>{e['params']:,}</td></tr>")
+        parts.append("</table>")
+        maps = {}
+        for r in rows:
+            f = out / "runs" / r["run_id"] / "attention.safetensors"
+            if r["task"] == task and r["status"] == "done" and r["seed"] == min(x["seed"] for x in rows) and f.exists():
+                t = load_file(str(f))
+                maps[r["variant"]] = [t[k] for k in sorted(t)]
+        if maps:
+            png = plot_maps(maps, out / f"attention-{task}.png", f"{task}: first-layer attention (mean over heads), two test examples")
+            parts.append("<p>First-layer attention maps (rows: queries, columns: keys; efficient variants: the map they apply "
+                         "implicitly, measured with the identity as values).</p>" + _img(png, f"attention maps {task}"))
+    parts.append("</body></html>")
+    page = out / "report.html"
+    tmp = page.with_name("report.html.tmp")
+    tmp.write_text("\n".join(parts), encoding="utf-8")
+    tmp.replace(page)
+    return page, board

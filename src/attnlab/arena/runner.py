@@ -1,0 +1,256 @@
+"""The arena's grid: plan the runs (tasks x variants x seeds), train each one resumably, and
+store one row per finished run (:class:`attnlab.arena.store.Store`).
+
+Folder layout (``--out DIR``)::
+
+    DIR/results.sqlite        the store
+    DIR/runs/<run id>/        each run's checkpoint/ (atomic, resumable) and attention.safetensors
+    DIR/report.html, DIR/*.png   written by :func:`attnlab.arena.report.build_report`
+
+A run's id is a hash of its full training config, so the same command plans the same ids:
+rerunning skips stored runs and resumes an interrupted one from its checkpoint (losing at most
+one ``eval_every`` interval).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..training import TrainConfig, load_checkpoint, make_batch, train
+from .presets import PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
+from .store import Store
+
+__all__ = ["RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the grid: ``task`` x ``variant`` x ``seed`` and its full config."""
+
+    run_id: str
+    task: str
+    variant: str
+    seed: int
+    config: TrainConfig
+
+
+def _run_id(cfg: TrainConfig) -> str:
+    blob = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def plan(
+    preset: str | Preset = "quick",
+    *,
+    tasks: Iterable[str] | None = None,
+    variants: Iterable[str] | None = None,
+    seeds: Iterable[int] = (0,),
+    data: str | None = None,
+) -> list[RunSpec]:
+    """The runs of a preset (restricted to ``tasks`` / ``variants`` when given), one per seed;
+    ``data`` adds the user's jsonl file as task ``jsonl``."""
+    from ..efficient import list_attention
+    from ..tasks import list_tasks
+
+    if isinstance(preset, str) and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = PRESETS[preset] if isinstance(preset, str) else preset
+    settings = dict(p.tasks)
+    if data:
+        settings["jsonl"] = TaskSetting({"path": str(data)}, {})
+    names = list(settings) if tasks is None else list(tasks)
+    for t in names:
+        if t not in settings:
+            known = sorted(set(list_tasks()) - {"jsonl", "graph_files", "wav_folder"})
+            if t not in known:
+                raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)} (or --data FILE for jsonl)")
+            settings[t] = TaskSetting({}, {})
+    chosen = list(p.variants) if variants is None else list(variants)
+    for v in chosen:
+        if v not in list_attention():
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(list_attention())}")
+    specs = []
+    for seed in seeds:
+        for t in names:
+            s = settings[t]
+            for v in chosen:
+                opts = VARIANT_OPTIONS.get(v, {})
+                cfg = TrainConfig.for_task(
+                    t, attention=v, seed=seed, task_options=dict(s.task_options),
+                    **({"model_options": {"attention_options": dict(opts)}} if opts else {}), **s.train,
+                )
+                specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg))
+    return specs
+
+
+def training_step_peak(model: torch.nn.Module, task, batch_size: int) -> int | None:
+    """Peak tensor bytes of one training step (forward + backward) on the first training batch."""
+    from ..bench.attention import peak_bytes
+    from ..training import _loss
+
+    data = task.split("train")
+    inputs, labels = make_batch(task, data, torch.arange(min(batch_size, len(data))))
+    model.train()
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        _loss(task, model, inputs, labels).backward()
+
+    step()  # warm-up: lazy buffers stay out of the measurement
+    return peak_bytes(step)
+
+
+def _first_attention(model: torch.nn.Module):
+    from ..layers.multihead import MultiHeadAttention
+
+    return next((m for m in model.modules() if isinstance(m, MultiHeadAttention)), None)
+
+
+@torch.no_grad()
+def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.Tensor]:
+    """The first attention layer's map ``(N, M)`` (mean over heads) for the first ``count``
+    test examples. For every variant this is its *effective* map: its attention applied to
+    the identity as values (``out = A V`` with ``V = I`` gives ``A``), so efficient variants,
+    which never build the matrix, show the one they compute implicitly."""
+    attn = _first_attention(model)
+    if attn is None:
+        return []
+    data = task.split("test")
+    maps = []
+    for i in range(min(count, len(data))):
+        inputs, _ = make_batch(task, data, torch.tensor([i]))
+        seen: dict = {}
+        original = attn.attend_heads
+
+        def spy(q, k, v, original=original, seen=seen, **kw):
+            seen.setdefault("args", (q, k, kw))
+            return original(q, k, v, **kw)
+
+        attn.attend_heads = spy
+        try:
+            model.eval()
+            if task.kind == "seq2seq":
+                continue
+            model(**inputs)
+        finally:
+            del attn.attend_heads
+        if "args" not in seen:
+            continue
+        q, k, kw = seen["args"]
+        m, d = k.shape[2], k.shape[3]
+        kw = {key: val for key, val in kw.items() if key != "return_weights"}
+        cols = []
+        for c in range(0, m, d):  # identity columns in slices of the head width (fused kernels want Dv = D)
+            eye = torch.zeros(m, d, dtype=q.dtype, device=q.device)
+            w = min(d, m - c)
+            eye[c : c + w, :w] = torch.eye(w, dtype=q.dtype, device=q.device)
+            out = original(q, k, eye.expand(q.shape[0], q.shape[1], m, d), **kw).output
+            cols.append(out[..., :w])
+        maps.append(torch.cat(cols, dim=-1)[0].mean(0).float().cpu())
+    return maps
+
+
+def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
+            on_step: Callable[[int, int, float], None] | None = None) -> dict:
+    """Train (or resume) one run in ``out/runs/<id>`` and return its store row (status ``done``
+    or ``failed``; an error is caught and stored with its message, never raised)."""
+    from ..tasks import create_task
+
+    folder = out / "runs" / spec.run_id
+    row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config)}
+    try:
+        resume = (folder / "checkpoint" / "config.json").exists()
+        res = train(spec.config, folder, resume=resume, on_step=on_step, max_seconds=budget_seconds)
+        ck = load_checkpoint(folder)
+        task = create_task(spec.config.task, **spec.config.task_options)
+        try:
+            maps = attention_maps(ck.model, task)
+        except Exception:  # noqa: BLE001 - a map is an illustration: its failure must not fail the run
+            maps = []
+        if maps:
+            from safetensors.torch import save_file
+
+            save_file({f"map_{i}": m.contiguous() for i, m in enumerate(maps)}, str(folder / "attention.safetensors"))
+        peak = training_step_peak(ck.model, task, spec.config.batch_size)
+        row.update(
+            status="done", metric=res.metric, value=res.value, train_seconds=res.step_seconds, steps=res.steps,
+            steps_per_second=(res.steps_run / res.step_seconds) if res.step_seconds > 0 else None, peak_bytes=peak,
+            params=sum(p.numel() for p in ck.model.parameters()),
+        )
+    except Exception as e:  # noqa: BLE001 - a failed run is a result (e.g. a variant with no causal form)
+        row.update(status="failed", error=f"{type(e).__name__}: {e}")
+        (folder).mkdir(parents=True, exist_ok=True)
+        (folder / "error.txt").write_text(traceback.format_exc())
+    row["finished_at"] = time.time()
+    return row
+
+
+def _worker(args):
+    spec, out, budget, threads = args
+    torch.set_num_threads(threads)
+    return run_one(spec, Path(out), budget_seconds=budget)
+
+
+def run_grid(
+    specs: list[RunSpec],
+    out: str | Path,
+    *,
+    budget_seconds: float | None = None,
+    workers: int = 1,
+    retry_failed: bool = False,
+    on_event: Callable[..., None] | None = None,
+) -> Store:
+    """Run every spec not yet in ``out/results.sqlite``; returns the store.
+
+    Args:
+        budget_seconds: cap on each run's training time (it then validates, checkpoints, tests).
+        workers: runs at a time, each in its own process (threads shared out among them).
+        retry_failed: forget stored failures first, so they run again.
+        on_event: ``(kind, spec, **info)`` with kind ``skip``, ``start``, ``step`` (step, total,
+            loss; single worker only) and ``end`` (row).
+    """
+    out = Path(out)
+    store = Store(out / "results.sqlite")
+    if retry_failed:
+        store.remove_failed()
+    done = store.finished()
+    todo = []
+    for spec in specs:
+        if spec.run_id in done:
+            if on_event:
+                on_event("skip", spec)
+        else:
+            todo.append(spec)
+    emit = on_event or (lambda *a, **k: None)
+    if workers <= 1:
+        for spec in todo:
+            emit("start", spec)
+            row = run_one(spec, out, budget_seconds=budget_seconds,
+                          on_step=lambda s, t, loss, spec=spec: emit("step", spec, step=s, total=t, loss=loss))
+            store.add(row)
+            emit("end", spec, row=row)
+        return store
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    threads = max(1, torch.get_num_threads() // workers)
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = {}
+        for spec in todo:
+            futures[pool.submit(_worker, (spec, str(out), budget_seconds, threads))] = spec
+            emit("start", spec)
+        for fut in cf.as_completed(futures):
+            spec = futures[fut]
+            row = fut.result()
+            store.add(row)
+            emit("end", spec, row=row)
+    return store

@@ -1,0 +1,112 @@
+"""The arena's results store: one SQLite file (standard library), one row per finished run.
+
+A row is written once, whole, in one transaction, when its run has ended (``done`` with its
+metric, or ``failed`` with the error); the run id is the primary key, so a run can never be
+stored twice. A run in progress lives only in its checkpoint folder, never in the store: a
+crash at any moment leaves complete rows and at most one interrupted run, which the next
+``attnlab arena`` resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+__all__ = ["COLUMNS", "Store"]
+
+COLUMNS = (
+    "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
+    "steps_per_second", "peak_bytes", "params", "error", "finished_at",
+)
+"""The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON)."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('done', 'failed')),
+    metric TEXT,
+    value REAL,
+    train_seconds REAL,
+    steps INTEGER,
+    steps_per_second REAL,
+    peak_bytes INTEGER,
+    params INTEGER,
+    error TEXT,
+    finished_at REAL NOT NULL
+)
+"""
+
+
+class Store:
+    """The ``results.sqlite`` of an arena folder.
+
+    Args:
+        path: the database file (created with its table if missing).
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self._connect() as con:
+                con.execute(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"{self.path} is not an attnlab results store ({e})") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        con = sqlite3.connect(self.path, timeout=30)
+        con.execute("PRAGMA journal_mode=WAL")
+        return con
+
+    def finished(self) -> set[str]:
+        """The run ids that have a row (done or failed)."""
+        with self._connect() as con:
+            return {r[0] for r in con.execute("SELECT run_id FROM runs")}
+
+    def add(self, row: dict) -> bool:
+        """Insert one finished run in one transaction; False (nothing written) if its id is
+        already stored. ``row`` has :data:`COLUMNS` (``config`` a dict, ``finished_at`` optional)."""
+        row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time()}
+        missing = [c for c in COLUMNS if c not in row and c not in ("error", "metric", "value", "train_seconds", "steps",
+                                                                     "steps_per_second", "peak_bytes", "params")]
+        if missing:
+            raise ValueError(f"a run row needs {', '.join(missing)}")
+        if row["status"] not in ("done", "failed"):
+            raise ValueError(f"status must be 'done' or 'failed', got {row['status']!r}")
+        if row["status"] == "done" and (row.get("metric") is None or row.get("value") is None):
+            raise ValueError("a done run needs its metric and value")
+        values = [row.get(c) for c in COLUMNS]
+        con = self._connect()
+        try:
+            with con:  # one transaction: the whole row or nothing
+                con.execute(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", values)
+            return True
+        except sqlite3.IntegrityError:
+            return False
+        finally:
+            con.close()
+
+    def rows(self, *, status: str | None = None) -> list[dict]:
+        """Every stored run as a dict (``config`` parsed), in the order they finished."""
+        with self._connect() as con:
+            con.row_factory = sqlite3.Row
+            q = "SELECT * FROM runs" + (" WHERE status = ?" if status else "") + " ORDER BY finished_at"
+            out = [dict(r) for r in con.execute(q, (status,) if status else ())]
+        for r in out:
+            r["config"] = json.loads(r["config"])
+        return out
+
+    def remove_failed(self) -> int:
+        """Delete the failed runs (so that they are tried again); returns how many."""
+        con = self._connect()
+        try:
+            with con:
+                return con.execute("DELETE FROM runs WHERE status = 'failed'").rowcount
+        finally:
+            con.close()

@@ -1,0 +1,122 @@
+"""The arena grid: deterministic plans, resumable runs, failures recorded, a SIGKILL survived."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from attnlab.arena import PRESETS, Preset, TaskSetting, attention_maps, plan, run_grid
+from attnlab.arena.store import Store
+from attnlab.models import build_model
+from attnlab.tasks import create_task
+from attnlab.training import TrainConfig, model_config
+
+TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20, "dim": 32, "layers": 1})}, ("dense", "linformer"))
+
+
+def test_plans_are_deterministic_and_checked():
+    a, b = plan("quick"), plan("quick")
+    assert [s.run_id for s in a] == [s.run_id for s in b] and len(a) == len(PRESETS["quick"].tasks) * 8
+    assert len({s.run_id for s in a}) == len(a)
+    two = plan("quick", tasks=["pos"], variants=["dense"], seeds=[0, 1])
+    assert [s.seed for s in two] == [0, 1] and two[0].run_id != two[1].run_id and two[0].run_id == next(
+        s.run_id for s in a if s.task == "pos" and s.variant == "dense")
+    local = next(s for s in a if s.variant == "local" and s.task == "recall")
+    assert local.config.model_options == {"attention_options": {"window": 4}} and local.config.causal
+    with pytest.raises(ValueError, match="unknown variant 'fast'"):
+        plan("quick", variants=["fast"])
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        plan("quick", tasks=["nope"])
+    with pytest.raises(ValueError, match="unknown preset"):
+        plan("huge")
+    assert plan("quick", tasks=["jsonl"], variants=["dense"], data="d.jsonl")[0].config.task_options == {"path": "d.jsonl"}
+
+
+def _model(attention, **opts):
+    task = create_task("pos", size=64)
+    torch.manual_seed(0)
+    cfg = TrainConfig.for_task("pos", attention=attention, **({"model_options": {"attention_options": opts}} if opts else {}))
+    return build_model(model_config(cfg, task)).double().eval(), task
+
+
+def test_effective_map_of_dense_is_its_weights_and_local_is_a_band():
+    model, task = _model("dense")
+    maps = attention_maps(model, task, count=1)
+    toks = task.split("test").tokens[:1]
+    toks = toks[:, : int((toks != 0).sum())]
+    with torch.no_grad():
+        _, weights = model(toks, return_weights=True)
+    torch.testing.assert_close(maps[0], weights[0][0].mean(0).float(), rtol=1e-5, atol=1e-6)
+    model, task = _model("local", window=1)
+    band = attention_maps(model, task, count=1)[0]
+    n = band.shape[0]
+    far = torch.ones(n, n, dtype=torch.bool).triu(2) | torch.ones(n, n, dtype=torch.bool).tril(-2)
+    assert bool((band[far] == 0).all()) and torch.allclose(band.sum(-1), torch.ones(n))
+
+
+def test_grid_stores_each_run_once_and_skips_it_next_time(tmp_path):
+    specs = plan(TINY, seeds=[0])
+    events = []
+    store = run_grid(specs, tmp_path, on_event=lambda kind, spec, **i: events.append((kind, spec.variant)))
+    rows = {r["variant"]: r for r in store.rows()}
+    assert rows["dense"]["status"] == "done" and rows["dense"]["steps"] == 40 and rows["dense"]["peak_bytes"] > 0
+    assert rows["dense"]["params"] > 0 and rows["dense"]["steps_per_second"] > 0
+    assert (tmp_path / "runs" / rows["dense"]["run_id"] / "attention.safetensors").exists()
+    assert ("start", "dense") in events and ("end", "linformer") in events
+    events.clear()
+    run_grid(specs, tmp_path, on_event=lambda kind, spec, **i: events.append((kind, spec.variant)))
+    assert events == [("skip", "dense"), ("skip", "linformer")] and len(store.rows()) == 2
+
+
+def test_a_variant_without_a_causal_form_is_a_failed_row_with_its_reason(tmp_path):
+    pre = Preset({"recall": TaskSetting({"size": 100, "pairs": 2, "queries": 2, "num_keys": 8, "num_values": 8}, {"steps": 5})}, ("nystrom",))
+    store = run_grid(plan(pre), tmp_path)
+    (row,) = store.rows()
+    assert row["status"] == "failed" and "causal" in row["error"] and row["value"] is None
+    run_grid(plan(pre), tmp_path, retry_failed=True)
+    assert len(store.rows()) == 1  # tried again, failed again, stored once
+
+
+_KILLABLE = """
+import sys
+from attnlab.arena import Preset, TaskSetting, plan, run_grid
+pre = Preset({"pos": TaskSetting({"size": 400}, {"steps": int(sys.argv[2]), "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6})},
+             ("dense", "linear"))
+run_grid(plan(pre), sys.argv[1])
+"""
+
+
+def test_sigkill_mid_run_then_rerun_resumes(tmp_path):
+    out = tmp_path / "arena"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLABLE, str(out), "1500"], env=env)
+    setting = TaskSetting({"size": 400}, {"steps": 1500, "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6})
+    specs = plan(Preset({"pos": setting}, ("dense", "linear")))
+    second = out / "runs" / specs[1].run_id / "checkpoint" / "config.json"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and not second.exists():  # the first run is stored, the second has a checkpoint
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert second.exists(), "the grid did not reach its second run in time"
+    store = Store(out / "results.sqlite")
+    assert [r["variant"] for r in store.rows()] == ["dense"]
+    import json
+
+    killed_at = json.loads(second.read_text())["step"]
+    assert 0 < killed_at < 1500
+    events = []
+    run_grid(specs, out, on_event=lambda kind, spec, **i: events.append(kind))
+    assert events[0] == "skip" and "start" in events
+    rows = store.rows()
+    assert sorted(r["variant"] for r in rows) == ["dense", "linear"] and all(r["status"] == "done" for r in rows)
+    meta = json.loads(second.read_text())
+    assert meta["step"] == 1500 and meta["resumes"] == [killed_at]  # continued from the checkpoint, not from step 0
+    assert not list((out / "runs" / specs[1].run_id).glob("checkpoint.tmp-*"))

@@ -1,0 +1,45 @@
+"""The results store: whole rows, never twice, failures kept with their message."""
+
+import sqlite3
+
+import pytest
+
+from attnlab.arena.store import COLUMNS, Store
+
+
+def _row(run_id="a1", status="done", **kw):
+    base = {"run_id": run_id, "task": "pos", "variant": "dense", "seed": 0, "config": {"task": "pos", "lr": 0.002},
+            "status": status, "metric": "token_accuracy", "value": 0.9, "train_seconds": 2.0, "steps": 10,
+            "steps_per_second": 5.0, "peak_bytes": 1000, "params": 123}
+    return {**base, **kw}
+
+
+def test_a_run_is_stored_once_whole(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    assert store.add(_row()) is True
+    assert store.add(_row(value=0.1)) is False  # same id: refused, the first row kept
+    (row,) = store.rows()
+    assert row["value"] == 0.9 and row["config"] == {"task": "pos", "lr": 0.002} and set(row) == set(COLUMNS)
+    assert store.finished() == {"a1"}
+    with sqlite3.connect(tmp_path / "r.sqlite") as con:
+        assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+
+
+def test_failures_are_rows_and_can_be_retried(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    store.add(_row("b", status="failed", metric=None, value=None, error="ValueError: no causal form"))
+    store.add(_row("c"))
+    assert [r["error"] for r in store.rows(status="failed")] == ["ValueError: no causal form"]
+    assert store.remove_failed() == 1 and store.finished() == {"c"}
+
+
+def test_incomplete_or_bad_rows_are_refused(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    with pytest.raises(ValueError, match="metric and value"):
+        store.add(_row(value=None))
+    with pytest.raises(ValueError, match="status"):
+        store.add(_row(status="running"))
+    assert store.rows() == []
+    (tmp_path / "junk.sqlite").write_text("this is not a database, just text " * 50)
+    with pytest.raises(ValueError, match="not an attnlab results store"):
+        Store(tmp_path / "junk.sqlite")
