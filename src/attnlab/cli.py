@@ -810,11 +810,15 @@ def arena(
             elif kind == "start":
                 state[spec.run_id] = "running"
                 clock[spec.run_id] = _time.perf_counter()
+            elif kind == "eval":
+                clock[("val", spec.run_id)] = info["value"]
             elif kind == "step":
                 el = _time.perf_counter() - clock.get(spec.run_id, t0)
                 eta = el / max(info["step"], 1) * (info["total"] - info["step"])
+                val = clock.get(("val", spec.run_id))
+                shown = "" if val is None else f", validation {val:.3f}"
                 current["text"] = (f"{spec.task} / {spec.variant} / seed {spec.seed}: step {info['step']}/{info['total']} "
-                                   f"loss {info['loss']:.4f}, ETA {eta:.0f} s")
+                                   f"loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s")
             elif kind == "end":
                 row = info["row"]
                 state[spec.run_id] = row["status"]

@@ -120,3 +120,14 @@ def test_sigkill_mid_run_then_rerun_resumes(tmp_path):
     meta = json.loads(second.read_text())
     assert meta["step"] == 1500 and meta["resumes"] == [killed_at]  # continued from the checkpoint, not from step 0
     assert not list((out / "runs" / specs[1].run_id).glob("checkpoint.tmp-*"))
+
+
+def test_worker_processes_run_the_grid_and_the_main_process_stores_it(tmp_path):
+    events = []
+    store = run_grid(plan(TINY), tmp_path, workers=2, on_event=lambda kind, spec, **i: events.append((kind, spec.variant)))
+    rows = store.rows()
+    assert sorted(r["variant"] for r in rows) == ["dense", "linformer"] and all(r["status"] == "done" for r in rows)
+    serial = run_grid(plan(TINY), tmp_path / "serial")
+    by = {r["variant"]: r["value"] for r in serial.rows()}
+    assert {r["variant"]: r["value"] for r in rows} == by  # same runs, same results, whichever process ran them
+    assert sorted(k for k, _ in events) == ["end", "end", "start", "start"]

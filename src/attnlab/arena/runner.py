@@ -160,7 +160,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
 
 
 def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
-            on_step: Callable[[int, int, float], None] | None = None) -> dict:
+            on_step: Callable[[int, int, float], None] | None = None, on_eval: Callable[[int, float], None] | None = None) -> dict:
     """Train (or resume) one run in ``out/runs/<id>`` and return its store row (status ``done``
     or ``failed``; an error is caught and stored with its message, never raised)."""
     from ..tasks import create_task
@@ -169,7 +169,7 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
     row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config)}
     try:
         resume = (folder / "checkpoint" / "config.json").exists()
-        res = train(spec.config, folder, resume=resume, on_step=on_step, max_seconds=budget_seconds)
+        res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds)
         ck = load_checkpoint(folder)
         task = create_task(spec.config.task, **spec.config.task_options)
         try:
@@ -216,7 +216,8 @@ def run_grid(
         workers: runs at a time, each in its own process (threads shared out among them).
         retry_failed: forget stored failures first, so they run again.
         on_event: ``(kind, spec, **info)`` with kind ``skip``, ``start``, ``step`` (step, total,
-            loss; single worker only) and ``end`` (row).
+            loss), ``eval`` (step, value: the validation score; these two with one worker only) and
+            ``end`` (row).
     """
     out = Path(out)
     store = Store(out / "results.sqlite")
@@ -235,7 +236,8 @@ def run_grid(
         for spec in todo:
             emit("start", spec)
             row = run_one(spec, out, budget_seconds=budget_seconds,
-                          on_step=lambda s, t, loss, spec=spec: emit("step", spec, step=s, total=t, loss=loss))
+                          on_step=lambda s, t, loss, spec=spec: emit("step", spec, step=s, total=t, loss=loss),
+                          on_eval=lambda s, val, spec=spec: emit("eval", spec, step=s, value=val))
             store.add(row)
             emit("end", spec, row=row)
         return store
