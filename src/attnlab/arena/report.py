@@ -135,14 +135,9 @@ def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
 
 
 def _save(fig, path) -> Path:
-    import matplotlib.pyplot as plt
+    from ..viz.bench import save_figure
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=100)
 
 
 def _fmt(x, spec=".3f") -> str:

@@ -10,15 +10,12 @@ tensor memory read from the profiler (:func:`attnlab.bench.attention.peak_bytes`
 
 from __future__ import annotations
 
-import gc
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
-from .attention import peak_bytes
-from .scaling import _round_robin
+from .scaling import measure_calls
 
 __all__ = ["AudioRecord", "run"]
 
@@ -71,15 +68,10 @@ def run(
 
         return call
 
-    times = _round_robin({k: call_of(v) for k, v in built.items()}, min_repeats, 3.0)
+    measured = measure_calls({k: call_of(v) for k, v in built.items()}, min_repeats, memory=memory)
     records = []
-    for (m, att), model in built.items():
-        peak = None
-        if memory:
-            gc.collect()
-            peak = peak_bytes(call_of(model))
-        ts = times[(m, att)]
-        rec = AudioRecord(m, att if att == "dense" else f"local (+-{window})", frames, statistics.median(ts[1:] or ts), peak, len(ts) - 1)
+    for (m, att), (secs, peak, reps) in measured.items():
+        rec = AudioRecord(m, att if att == "dense" else f"local (+-{window})", frames, secs, peak, reps)
         records.append(rec)
         if on_record is not None:
             on_record(rec)

@@ -11,15 +11,12 @@ the same numbers (checked here on every run: the largest output difference is re
 
 from __future__ import annotations
 
-import gc
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
-from .attention import peak_bytes
-from .scaling import _round_robin
+from .scaling import measure_calls
 
 __all__ = ["GraphRecord", "run"]
 
@@ -92,15 +89,10 @@ def run(
     if pyg:
         with torch.no_grad():
             diff = float((layers["attnlab"](x, edge_index) - layers["pyg_transformer_conv"](x, edge_index)).abs().max())
-    times = _round_robin({k: call_of(m) for k, m in layers.items()}, min_repeats, 3.0)
+    measured = measure_calls({k: call_of(m) for k, m in layers.items()}, min_repeats, memory=memory)
     records = []
-    for name, layer in layers.items():
-        peak = None
-        if memory:
-            gc.collect()
-            peak = peak_bytes(call_of(layer))
-        ts = times[name]
-        rec = GraphRecord(name, nodes, edges, statistics.median(ts[1:] or ts), peak, len(ts) - 1)
+    for name, (secs, peak, reps) in measured.items():
+        rec = GraphRecord(name, nodes, edges, secs, peak, reps)
         records.append(rec)
         if on_record is not None:
             on_record(rec)

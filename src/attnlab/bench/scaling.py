@@ -32,7 +32,7 @@ import torch
 from ..efficient import create_attention
 from .attention import _quiet_stderr, peak_bytes
 
-__all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward"]
+__all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward", "measure_calls"]
 
 HEADS, HEAD_DIM = 4, 64
 
@@ -182,6 +182,23 @@ def _round_robin(calls: dict[str, Callable[[], None]], min_repeats: int, target_
             call()
             times[k].append(time.perf_counter() - t0)
     return times
+
+
+def measure_calls(calls: dict, min_repeats: int = 3, *, memory: bool = True) -> dict:
+    """For callables timed side by side (round robin, :func:`_round_robin`): ``{key: (median
+    seconds after the warm-up call, peak tensor bytes of one call or None, timed repeats)}``."""
+    from .attention import peak_bytes
+
+    times = _round_robin(calls, min_repeats, 3.0)
+    out = {}
+    for key, call in calls.items():
+        peak = None
+        if memory:
+            gc.collect()
+            peak = peak_bytes(call)
+        ts = times[key]
+        out[key] = (statistics.median(ts[1:] or ts), peak, len(ts) - 1)
+    return out
 
 
 def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Record]:

@@ -158,20 +158,10 @@ def graph(edge_index: torch.Tensor, num_nodes: int, *, add_self_loops: bool = Fa
         num_nodes: number of nodes.
         add_self_loops: also let every node attend to itself.
     """
+    from .graph import check_edge_index
+
     num_nodes = _check_size("num_nodes", num_nodes)
-    if not isinstance(edge_index, torch.Tensor):
-        raise TypeError(f"edge_index must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
-    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool or edge_index.is_complex():
-        raise TypeError(f"edge_index must have an integer dtype, got {edge_index.dtype}")
-    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
-    if edge_index.numel():
-        lo, hi = int(edge_index.min()), int(edge_index.max())
-        if lo < 0 or hi >= num_nodes:
-            raise ValueError(
-                f"edge_index holds node indices in [{lo}, {hi}], expected them in [0, {num_nodes - 1}] "
-                f"(num_nodes={num_nodes})"
-            )
+    edge_index = check_edge_index(edge_index, num_nodes)
     mask = torch.zeros(num_nodes, num_nodes, dtype=torch.bool, device=edge_index.device)
     mask[edge_index[1], edge_index[0]] = True  # target i attends to source j
     if add_self_loops:

@@ -7,6 +7,17 @@ from pathlib import Path
 __all__ = ["log_log_axes", "plot_attention_benchmark", "plot_scaling", "plot_vit_cnn"]
 
 
+def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
+    """Write a matplotlib figure to ``path`` (its folder created; tight layout), close it, return the path."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def log_log_axes(ax, title: str, xlabel: str) -> None:
     """Log2 x, log y, grid and a small legend: the axes of every scaling chart."""
     ax.set_xscale("log", base=2)
@@ -148,9 +159,4 @@ def plot_vit_cnn(records: list[dict], path: str | Path) -> Path:
     ax.set_title("digits (8x8): CNN vs self-attention as the data grow")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -8,13 +8,9 @@ __all__ = ["plot_complexity", "plot_distance", "plot_cross_attention"]
 
 
 def _save(fig, path) -> Path:
-    import matplotlib.pyplot as plt
+    from .bench import save_figure
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_complexity(records: list[dict], path: str | Path, *, exponents: dict | None = None) -> Path:
