@@ -71,3 +71,30 @@ def test_another_attention_drops_the_tasks_attention_options():
     assert dense.attention == "dense" and "attention_options" not in dense.model_options
     mine = TrainConfig.for_task("speech", attention="performer", model_options={"attention_options": {"num_features": 32}})
     assert mine.model_options == {"attention_options": {"num_features": 32}}
+
+
+def test_pyg_data_objects_make_a_task_that_trains(tmp_path):
+    from torch_geometric.data import Data
+
+    from attnlab.tasks.graphs import task_from_graphs
+
+    def graph(seed):
+        g = torch.Generator().manual_seed(seed)
+        n = int(torch.randint(5, 12, (1,), generator=g))
+        ring = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+        x = torch.randn(n, 3, generator=g)
+        label = int(x[:, 0].sum() > 0)  # a graph-level label: the sign of a summed feature
+        return Data(x=x, edge_index=torch.cat([ring, ring.flip(0)], 1), y=torch.tensor([label]))
+
+    task = task_from_graphs([graph(i) for i in range(300)], [graph(i) for i in range(300, 364)], [graph(i) for i in range(364, 428)])
+    assert task.kind == "classification" and task.num_labels == 2 and task.feature_dim == 3
+    cfg = TrainConfig.for_task("karate", steps=150, batch_size=32, eval_every=50, pooling="sum", lr=3e-3)
+    res = train(cfg, tmp_path, task=task)
+    assert res.value >= 0.85
+    assert evaluate(tmp_path, task=task).value == res.value
+    nodes = task_from_graphs([Data(x=torch.randn(4, 2), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([0, 1, -1, 1]))] * 2,
+                             [Data(x=torch.randn(3, 2), edge_index=torch.zeros(2, 0, dtype=torch.long), y=torch.tensor([1, 0, 0]))],
+                             [Data(x=torch.randn(3, 2), edge_index=torch.tensor([[2], [0]]), y=torch.tensor([0, 0, 1]))])
+    assert nodes.kind == "tagging" and nodes.split("train").labels[0].tolist() == [0, 1, -100, 1]
+    with pytest.raises(ValueError, match="has no .y"):
+        task_from_graphs([Data(x=torch.randn(2, 2), edge_index=torch.zeros(2, 0, dtype=torch.long))], [], [])

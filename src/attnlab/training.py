@@ -402,6 +402,7 @@ def train(
     on_step: Callable[[int, int, float], None] | None = None,
     on_eval: Callable[[int, float], None] | None = None,
     max_seconds: float | None = None,
+    task: Task | None = None,
 ) -> TrainResult:
     """Run (or resume) training; returns the test score of the best validation weights.
 
@@ -410,6 +411,9 @@ def train(
         resume: continue from ``out``'s checkpoint (its config must equal ``cfg``).
         on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
         max_seconds: stop (validate, checkpoint, test) once this call has trained this long.
+        task: a task built in Python (e.g. :func:`attnlab.tasks.graphs.task_from_graphs` on
+            PyTorch Geometric ``Data`` objects) instead of ``cfg.task`` by name; pass it again to
+            resume, and to :func:`evaluate`.
 
     Data parallel: started by ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE``
     > 1 in the environment), each process trains a ``DistributedDataParallel`` copy on its share
@@ -421,7 +425,7 @@ def train(
     t0 = time.perf_counter()
     out = Path(out)
     rank, world, own_group = _distributed()
-    task = create_task(cfg.task, **cfg.task_options)
+    task = create_task(cfg.task, **cfg.task_options) if task is None else task
     mcfg = model_config(cfg, task)
     train_split = task.split("train")
     total = cfg.total_steps(len(train_split))
@@ -528,11 +532,12 @@ def _distributed() -> tuple[int, int, bool]:
     return dist.get_rank(), dist.get_world_size(), True
 
 
-def evaluate(path: str | Path, split: str = "test") -> TrainResult:
-    """Score a checkpoint's best weights on a split of its task (rebuilt from its config)."""
+def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None) -> TrainResult:
+    """Score a checkpoint's best weights on a split of its task (rebuilt from its config, or
+    ``task`` for one built in Python)."""
     t0 = time.perf_counter()
     ck = load_checkpoint(path)
-    task = create_task(ck.config.task, **ck.config.task_options)
+    task = create_task(ck.config.task, **ck.config.task_options) if task is None else task
     value = score(ck.model, task, split)
     return TrainResult(
         task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),

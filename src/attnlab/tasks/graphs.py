@@ -26,6 +26,7 @@ import os
 
 import torch
 
+from ..core.graph import check_edge_index
 from .base import IGNORE, Split, Task, register_task, split_sizes
 
 __all__ = ["ELEMENTS", "graph_files", "karate", "molecules", "sbm"]
@@ -306,3 +307,63 @@ def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int
     return Task("graph_files", "tagging", 0, len(names), "accuracy", {k: splits[k] for k in ("train", "val", "test")},
                 {"edges": edges, "features": features, "labels": labels, "seed": seed, "directed": directed},
                 label_names=names, baseline={"majority": majority}, inputs="graph", feature_dim=x.shape[2])
+
+
+def task_from_graphs(train: list, val: list, test: list, *, name: str = "graphs", kind: str | None = None) -> Task:
+    """A task from graph objects with ``x`` ``(N, F)``, ``edge_index`` ``(2, E)``, ``y`` and
+    optionally ``edge_attr`` ``(E, edge_dim)`` — PyTorch Geometric ``Data`` objects, taken as they are.
+
+    ``y`` with one entry per node makes a node-labelling (``tagging``) task (entries < 0 are
+    unlabelled); one entry per graph, an integer one makes ``classification``, a float one
+    ``regression`` (R^2; not rescaled). Train with ``attnlab.training.train(cfg, out, task=...)``.
+    """
+    splits_in = {"train": list(train), "val": list(val), "test": list(test)}
+    for split, graphs in splits_in.items():
+        if not graphs:
+            raise ValueError(f"the {split} split holds no graph")
+        for i, g in enumerate(graphs):
+            for attr in ("x", "edge_index", "y"):
+                if getattr(g, attr, None) is None:
+                    raise ValueError(f"{split} graph {i} has no .{attr} (expected x, edge_index, y, optional edge_attr)")
+    first = splits_in["train"][0]
+    node_level = first.y.numel() == first.x.shape[0] and first.x.shape[0] > 1
+    if kind is None:
+        kind = "tagging" if node_level else ("regression" if first.y.is_floating_point() else "classification")
+    if kind not in ("tagging", "classification", "regression"):
+        raise ValueError(f"kind must be tagging, classification or regression, got {kind!r}")
+    feat, edim = first.x.shape[1], (first.edge_attr.shape[1] if getattr(first, "edge_attr", None) is not None else None)
+    labels_seen: set[int] = set()
+    splits = {}
+    for split, graphs in splits_in.items():
+        width = max(g.x.shape[0] for g in graphs)
+        x = torch.zeros(len(graphs), width, feat)
+        mask = torch.zeros(len(graphs), width, dtype=torch.bool)
+        edges, attrs = [], []
+        ys = torch.full((len(graphs), width), IGNORE, dtype=torch.long) if kind == "tagging" else []
+        for i, g in enumerate(graphs):
+            n = g.x.shape[0]
+            if g.x.shape[1] != feat:
+                raise ValueError(f"{split} graph {i}: {g.x.shape[1]} node features, the first training graph has {feat}")
+            x[i, :n], mask[i, :n] = g.x.float(), True
+            edges.append(check_edge_index(g.edge_index, n))
+            ea = getattr(g, "edge_attr", None)
+            if (ea is None) != (edim is None):
+                raise ValueError(f"{split} graph {i}: every graph must have edge_attr, or none")
+            if ea is not None:
+                attrs.append(ea.float().reshape(edges[-1].shape[1], edim))
+            if kind == "tagging":
+                y = g.y.long().flatten()
+                ys[i, :n] = torch.where(y < 0, torch.full_like(y, IGNORE), y)
+                labels_seen |= set(y[y >= 0].tolist())
+            else:
+                ys.append(g.y.flatten()[0])
+        labels = ys if kind == "tagging" else torch.stack(ys)
+        if kind == "classification":
+            labels = labels.long()
+            labels_seen |= set(labels.tolist())
+        elif kind == "regression":
+            labels = labels.float()
+        splits[split] = Split(x, labels, mask, edges, attrs if edim is not None else None)
+    num_labels = 1 if kind == "regression" else max(labels_seen) + 1
+    return Task(name, kind, 0, num_labels, "r2" if kind == "regression" else "accuracy", splits, {}, inputs="graph",
+                feature_dim=feat, edge_dim=edim)
