@@ -970,6 +970,7 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="End by printing one JSON object (task, model, attention, metric, value, seconds, checkpoint)."),
 ) -> None:
     """Train a model on a task with validation, early stopping and atomic checkpoints; --resume continues a run."""
+    from .audio import MissingToolError
     from .tasks import list_tasks
     from .training import CheckpointError, TrainConfig, train as run_train
 
@@ -1016,7 +1017,7 @@ def train(
                 clock["val"] = val
 
             result = run_train(cfg, out_dir, resume=resume, on_step=on_step, on_eval=on_eval)
-    except (CheckpointError, ValueError, TypeError) as e:
+    except (CheckpointError, ValueError, TypeError, MissingToolError) as e:
         _fail(str(e))
     if as_json:
         print(json.dumps(result.summary()))

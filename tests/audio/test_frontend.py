@@ -43,5 +43,15 @@ def test_synthesize_speaks_and_missing_espeak_is_a_clear_error(monkeypatch):
     assert 0.15 * 16000 < len(y) < 1.5 * 16000 and float(np.abs(y).max()) > 0.05
     assert not np.allclose(y[: len(y) // 2], 0)
     monkeypatch.setattr(audio.shutil, "which", lambda name: None)
-    with pytest.raises(RuntimeError, match="apt install espeak-ng"):
+    with pytest.raises(audio.MissingToolError, match="apt install espeak-ng"):
         audio.synthesize("yes")
+
+
+def test_cli_says_so_when_espeak_is_missing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    monkeypatch.setattr(audio.shutil, "which", lambda name: None)
+    res = CliRunner().invoke(app, ["train", "speech", "--size", "8", "--task-option", f"cache={tmp_path}", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "apt install espeak-ng" in " ".join(res.output.split())

@@ -25,6 +25,10 @@ WINDOW_SECONDS = 0.025
 HOP_SECONDS = 0.010
 
 
+class MissingToolError(RuntimeError):
+    """A program attnlab calls (``espeak-ng``) is not installed, or failed."""
+
+
 def frames_per_second() -> float:
     """Feature vectors per second of audio (1 / hop = 100)."""
     return 1.0 / HOP_SECONDS
@@ -87,14 +91,14 @@ def synthesize(text: str, *, voice: str = "en", speed: int = 160, pitch: int = 5
     """``text`` spoken by ``espeak-ng`` (voice, words per minute, pitch 0-99), resampled to ``sample_rate``.
 
     Raises:
-        RuntimeError: espeak-ng is not installed (Debian: ``apt install espeak-ng``) or failed.
+        MissingToolError: espeak-ng is not installed (Debian: ``apt install espeak-ng``) or failed.
     """
     exe = shutil.which("espeak-ng")
     if exe is None:
-        raise RuntimeError("espeak-ng is not installed: the speech task synthesises its words with it (Debian: apt install espeak-ng)")
+        raise MissingToolError("espeak-ng is not installed: the speech task synthesises its words with it (Debian: apt install espeak-ng)")
     with tempfile.TemporaryDirectory() as tmp:
         wav = os.path.join(tmp, "w.wav")
         proc = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text], capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not os.path.exists(wav):
-            raise RuntimeError(f"espeak-ng failed for voice {voice!r}: {proc.stderr.strip() or proc.returncode}")
+            raise MissingToolError(f"espeak-ng failed for voice {voice!r}: {proc.stderr.strip() or proc.returncode}")
         return load_wav(wav, sample_rate)
