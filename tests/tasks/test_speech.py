@@ -83,3 +83,13 @@ def test_wav_folder_errors(tmp_path):
     (tmp_path / "other" / "c.wav").write_text("not audio")
     with pytest.raises(ValueError, match="cannot read audio file .*b.wav"):
         create_task("wav_folder", path=str(tmp_path))
+
+
+def test_heldout_voices_keep_test_speakers_out_of_training(tmp_path):
+    create_task("speech", size=40, words="yes,no", cache=str(tmp_path), heldout_voices=True)
+    (folder,) = list(tmp_path.iterdir())
+    plan = json.loads((folder / "manifest.json").read_text())["plan"]
+    train_voices = {c["voice"] for c in plan["train"] + plan["val"]}
+    test_voices = {c["voice"] for c in plan["test"]}
+    assert train_voices and test_voices and not (train_voices & test_voices)
+    assert all(v.startswith("en-gb-x-rp") or v.endswith(("+m7", "+f4")) for v in test_voices)

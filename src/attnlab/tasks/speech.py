@@ -81,7 +81,9 @@ def _generate(folder: Path, plan: list[dict], on_clip=None) -> None:
 
 
 @register_task("speech")
-def speech(size: int = 800, seed: int = 0, words: str = ",".join(WORDS), features: str = "logmel", cache: str = "") -> Task:
+def speech(
+    size: int = 800, seed: int = 0, words: str = ",".join(WORDS), features: str = "logmel", cache: str = "", heldout_voices: bool = False,
+) -> Task:
     """Spoken-word recognition on locally synthesised, noisy clips (see the module docstring).
 
     Args:
@@ -89,6 +91,8 @@ def speech(size: int = 800, seed: int = 0, words: str = ",".join(WORDS), feature
         seed: voices, speeds, pitches, offsets and noise of every clip.
         words: comma-separated vocabulary. features: ``"logmel"`` or ``"mfcc"``.
         cache: the cache folder (default :func:`cache_dir`).
+        heldout_voices: the test clips use voices no training or validation clip uses (the
+            accent ``en-gb-x-rp`` and the variants ``+m7``, ``+f4``): unseen speakers.
     """
     vocab = [w.strip() for w in words.split(",") if w.strip()]
     if len(vocab) < 2 or len(set(vocab)) != len(vocab) or not all(w.replace("'", "").isalpha() for w in vocab):
@@ -98,13 +102,21 @@ def speech(size: int = 800, seed: int = 0, words: str = ",".join(WORDS), feature
     sizes = split_sizes(size)
     rng = np.random.default_rng(seed)
     plan: dict[str, list[dict]] = {}
+    held_accents, held_variants = {"en-gb-x-rp"}, {"+m7", "+f4"}
+    seen = [a + v for a in _ACCENTS for v in _VARIANTS if a not in held_accents and v not in held_variants]
+    unseen = [a + v for a in _ACCENTS for v in _VARIANTS if a in held_accents or v in held_variants]
     for name, count in sizes.items():
         plan[name] = []
         for i in range(count):
             w = i % len(vocab)  # balanced classes
+            if heldout_voices:  # disjoint speakers: the test voices appear only in the test split
+                pool = unseen if name == "test" else seen
+                voice = pool[rng.integers(len(pool))]
+            else:
+                voice = _ACCENTS[rng.integers(len(_ACCENTS))] + _VARIANTS[rng.integers(len(_VARIANTS))]
             plan[name].append({
                 "file": f"{name}-{i:05d}-{vocab[w]}.wav", "word": vocab[w], "label": w,
-                "voice": _ACCENTS[rng.integers(len(_ACCENTS))] + _VARIANTS[rng.integers(len(_VARIANTS))],
+                "voice": voice,
                 "speed": int(rng.integers(110, 221)), "pitch": int(rng.integers(20, 81)), "offset": float(rng.random()),
                 "snr_db": float(rng.uniform(5, 20)), "noise_seed": int(rng.integers(2**31)),
             })
@@ -121,7 +133,7 @@ def speech(size: int = 800, seed: int = 0, words: str = ",".join(WORDS), feature
         x, mask = _stack(_features_of([folder / c["file"] for c in clips], features))
         splits[name] = Split(x, torch.tensor([c["label"] for c in clips]), mask)
     return Task("speech", "classification", 0, len(vocab), "accuracy", splits,
-                {"size": size, "seed": seed, "words": words, "features": features, "cache": cache},
+                {"size": size, "seed": seed, "words": words, "features": features, "cache": cache, "heldout_voices": heldout_voices},
                 label_names=vocab, baseline={"majority": 1.0 / len(vocab)}, inputs="features", feature_dim=int(x.shape[2]),
                 artifacts={"cache_folder": str(folder)})
 
