@@ -122,7 +122,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     the identity as values (``out = A V`` with ``V = I`` gives ``A``), so efficient variants,
     which never build the matrix, show the one they compute implicitly."""
     attn = _first_attention(model)
-    if attn is None:
+    if attn is None or task.kind == "seq2seq":  # a decoder's maps need a decoded target: not drawn here
         return []
     data = task.split("test")
     maps = []
@@ -138,8 +138,6 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
         attn.attend_heads = spy
         try:
             model.eval()
-            if task.kind == "seq2seq":
-                continue
             model(**inputs)
         finally:
             del attn.attend_heads

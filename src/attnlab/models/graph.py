@@ -31,7 +31,7 @@ from torch import nn
 from ..core.attend import attend
 from ..core.graph import check_edge_index, edge_attention
 from ..core.masks import graph as graph_mask
-from .heads import register_backbone
+from .heads import register_backbone, residual_blocks, run_residual
 
 __all__ = [
     "GraphAttention",
@@ -303,16 +303,12 @@ class NodeMLPBackbone(GraphBackbone):
     def __init__(self, feature_dim: int, dim: int, edge_dim: int | None = None, *, num_layers: int = 2, dropout: float = 0.0):
         super().__init__(feature_dim, dim, edge_dim)
         self.embed = nn.Linear(feature_dim, dim)
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(2 * dim, dim)) for _ in range(num_layers)
-        )
+        self.blocks = residual_blocks(dim, num_layers, 2 * dim, dropout)
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, x, edge_index, edge_attr=None, *, return_weights: bool = False):
-        h = self.embed(x)
-        for block in self.blocks:
-            h = h + block(h)
-        return (self.norm(h), None) if return_weights else self.norm(h)
+        h = run_residual(self.blocks, self.norm, self.embed(x))
+        return (h, None) if return_weights else h
 
 
 class NodeLabeler(nn.Module):

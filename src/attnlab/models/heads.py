@@ -22,7 +22,7 @@ from torch import nn
 from ..registry import Registry
 from .encoder import Encoder
 
-__all__ = ["BACKBONES", "register_backbone", "list_models", "Backbone", "SequenceLabeler", "SetClassifier", "build_model"]
+__all__ = ["BACKBONES", "register_backbone", "list_models", "Backbone", "SequenceLabeler", "SetClassifier", "build_model", "residual_blocks", "run_residual"]
 
 BACKBONES: Registry = Registry("model")
 
@@ -79,23 +79,33 @@ class TransformerBackbone(Backbone):
         return (out.output, out.weights) if return_weights else out.output
 
 
+def residual_blocks(dim: int, num_layers: int, ff: int, dropout: float) -> nn.ModuleList:
+    """``num_layers`` pre-norm MLP blocks ``W2 dropout(gelu(W1 LN(x)))``, applied residually by
+    :func:`run_residual` (the per-vector baselines ``mlp``, ``window_mlp`` and ``node_mlp``)."""
+    return nn.ModuleList(
+        nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff, dim)) for _ in range(num_layers)
+    )
+
+
+def run_residual(blocks: nn.ModuleList, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x + b_1(x) + ...)`` applied block after block: ``x <- x + b(x)``, then ``norm``."""
+    for block in blocks:
+        x = x + block(x)
+    return norm(x)
+
+
 @register_backbone("mlp")
 class MLPBackbone(Backbone):
     """Each vector alone: embedding, then ``num_layers`` residual blocks ``x + W2 gelu(W1 LN(x))``."""
 
     def __init__(self, vocab_size: int, dim: int, *, num_layers: int = 2, ff_dim: int | None = None, dropout: float = 0.0):
         super().__init__(vocab_size, dim)
-        ff = ff_dim or 4 * dim
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff, dim)) for _ in range(num_layers)
-        )
+        self.blocks = residual_blocks(dim, num_layers, ff_dim or 4 * dim, dropout)
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, tokens, pad, *, return_weights: bool = False):
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = x + block(x)
-        return (self.norm(x), None) if return_weights else self.norm(x)
+        h = run_residual(self.blocks, self.norm, self.embed(tokens))
+        return (h, None) if return_weights else h
 
 
 @register_backbone("window_mlp")
@@ -115,10 +125,8 @@ class WindowMLPBackbone(MLPBackbone):
         k = self.window
         padded = nn.functional.pad(x, (0, 0, k, k))
         ctx = torch.cat([padded[:, i : i + x.shape[1]] for i in range(2 * k + 1)], dim=-1)
-        x = self.mix(ctx)
-        for block in self.blocks:
-            x = x + block(x)
-        return (self.norm(x), None) if return_weights else self.norm(x)
+        h = run_residual(self.blocks, self.norm, self.mix(ctx))
+        return (h, None) if return_weights else h
 
 
 class SequenceLabeler(nn.Module):
