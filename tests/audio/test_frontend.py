@@ -55,3 +55,14 @@ def test_cli_says_so_when_espeak_is_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(audio.shutil, "which", lambda name: None)
     res = CliRunner().invoke(app, ["train", "speech", "--size", "8", "--task-option", f"cache={tmp_path}", "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "apt install espeak-ng" in " ".join(res.output.split())
+
+
+def test_cache_folder_follows_the_environment(monkeypatch, tmp_path):
+    from attnlab.tasks.speech import cache_dir
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "c"))
+    assert cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("ATTNLAB_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_dir() == tmp_path / "x" / "attnlab"
+    assert audio.frames_per_second() == pytest.approx(100.0)

@@ -115,3 +115,27 @@ def test_bad_input_raises_clear_errors():
         GraphTransformer(8, 10, 3)
     with pytest.raises(TypeError, match="TransformerConv"):
         GraphAttention.from_transformer_conv(torch.nn.Linear(2, 2))
+
+
+def test_graph_inputs_and_heads_refuse_bad_input():
+    from attnlab.models.graph import GraphPredictor, GraphTransformerBackbone, graph_inputs
+
+    with pytest.raises(TypeError, match="expected a graph with .x and .edge_index"):
+        graph_inputs(object())
+    with pytest.raises(ValueError, match="edge_index is required"):
+        GraphTransformer(8, 12, 3)(torch.randn(3, 8))
+    with pytest.raises(ValueError, match="graph pooling must be 'mean' or 'sum'"):
+        GraphPredictor(GraphTransformerBackbone(8, 12), 2, pooling="max")
+
+
+def test_sum_pooling_is_mean_times_node_count():
+    from attnlab.models.graph import GraphPredictor, NodeMLPBackbone
+
+    torch.manual_seed(0)
+    backbone = NodeMLPBackbone(4, 8).double().eval()
+    summed, meaned = GraphPredictor(backbone, 1, pooling="sum").double(), GraphPredictor(backbone, 1).double()
+    x, batch = torch.randn(7, 4, dtype=torch.float64), torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    h = backbone(x, torch.zeros(2, 0, dtype=torch.long))
+    pooled = torch.stack([h[:3].sum(0), h[3:].sum(0)])
+    torch.testing.assert_close(summed(x, torch.zeros(2, 0, dtype=torch.long), batch=batch, num_graphs=2), summed.head(pooled))
+    assert meaned(x, torch.zeros(2, 0, dtype=torch.long)).shape == (1, 1)  # no batch vector: one graph
