@@ -16,7 +16,7 @@ from rich.table import Table
 
 app = typer.Typer(
     name="attnlab",
-    help="Self-attention over any vector set: explain it step by step, benchmark it.",
+    help="Self-attention over any vector set: explain it step by step, benchmark it, train it, and compare the variants (attnlab arena).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -748,7 +748,7 @@ def bench_audio(
 def arena(
     tasks: Optional[str] = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
     variants: Optional[str] = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
-    preset: str = typer.Option("quick", help="quick (about 10 minutes), standard or lra."),
+    preset: str = typer.Option("quick", help="quick (about 6 minutes on 2 cores), standard (about an hour and a half) or lra (hours)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds."),
     budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1.0, help="Cap on each run's training time."),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
@@ -764,6 +764,8 @@ def arena(
 
     from .arena import build_report, plan, run_grid
 
+    if data and not Path(data).is_file():
+        _fail(f"--data {data}: no such file (a jsonl file, see 'attnlab train jsonl')")
     try:
         specs = plan(preset, tasks=tasks.split(",") if tasks else None, variants=variants.split(",") if variants else None,
                      seeds=_int_list("--seeds", seeds, minimum=0), data=data)
