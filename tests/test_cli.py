@@ -156,6 +156,6 @@ def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path):
     bad = CliRunner().invoke(app, ["arena", "--variants", "fast", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "unknown variant 'fast'" in bad.output
     nodata = CliRunner().invoke(app, ["arena", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
-    assert nodata.exit_code == 2 and "no such file" in nodata.output
+    assert nodata.exit_code == 2 and "no such file" in " ".join(nodata.output.split())
     missing = CliRunner().invoke(app, ["report", str(tmp_path / "none")])
     assert missing.exit_code == 2 and "no results.sqlite" in " ".join(missing.output.split())
