@@ -41,7 +41,7 @@ def leaderboard(rows: list[dict]) -> dict:
         else:
             entry.update(value=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"])
         tasks.setdefault(task, []).append(entry)
-    for task, entries in tasks.items():
+    for entries in tasks.values():
         dense = next((e for e in entries if e["variant"] == "dense" and e["value"] is not None), None)
         for e in entries:
             e["speed"] = e["steps_per_second"] / dense["steps_per_second"] if dense and e["steps_per_second"] else None
