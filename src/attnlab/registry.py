@@ -1,4 +1,6 @@
-"""A name -> class registry: how variants, encodings (and later models and tasks) are found by name."""
+"""A name -> class registry: how every family (attention variants, positional encodings, scores,
+normalisers, backbones, tasks, sequence layers) is found by name, with the same verbs everywhere:
+``register``, ``create``, ``get``, ``names``."""
 
 from __future__ import annotations
 
@@ -39,6 +41,13 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         """The registered names, sorted."""
         return sorted(self._items)
+
+    def create(self, name: str, *args, **options):
+        """Call what is registered as ``name`` with ``args`` and ``options`` (build an instance)."""
+        return self.get(name)(*args, **options)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
 
     def get(self, name: str) -> T:
         """The class registered as ``name``."""

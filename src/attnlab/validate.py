@@ -1,0 +1,40 @@
+"""Shared argument checks: one message shape for every layer, model, task and study.
+
+Each check returns the value it accepted, so a constructor reads ``self.n = positive_int("n", n)``.
+A ``bool`` is never an int here (``True`` is not a size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["choice", "int_at_least", "positive_int", "probability"]
+
+
+def int_at_least(name: str, value, minimum: int) -> int:
+    """``value`` if it is an ``int`` (not a bool) ``>= minimum``, else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` if it is an ``int >= 1`` (not a bool), else ``ValueError("<name> must be a positive int, got ...")``."""
+    return int_at_least(name, value, 1)
+
+
+def probability(name: str, value, *, inclusive_one: bool = False) -> float:
+    """``value`` as a float in ``[0, 1)`` (``[0, 1]`` with ``inclusive_one``), else a ``ValueError``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (0.0 <= value <= 1.0 if inclusive_one else 0.0 <= value < 1.0)
+    if not ok:
+        raise ValueError(f"{name} must be a number in [0, 1{']' if inclusive_one else ')'}, got {value!r}")
+    return float(value)
+
+
+def choice(name: str, value, options: Iterable[str]) -> str:
+    """``value`` if it is one of ``options``, else a ``ValueError`` that lists them."""
+    options = list(options)
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}")
+    return value
