@@ -6,7 +6,7 @@ Same as ``attnlab bench attention``; any of its options may follow, e.g.
 
 B = 1, H = 4, D = 64, fp32; every implementation of a configuration is timed round-robin in
 one process, and its peak memory (tensor bytes alive above the inputs) read from PyTorch's
-profiler. See :mod:`attnlab.bench.attention`.
+profiler. See :mod:`attnlab.studies.attention`.
 """
 
 import sys

@@ -4,7 +4,7 @@ Same as ``attnlab bench audio``; any of its options may follow, e.g.
 
     python benchmarks/audio.py -o benchmarks/results/audio.json
 
-See :mod:`attnlab.bench.audio`.
+See :mod:`attnlab.studies.audio`.
 """
 
 import sys

@@ -4,7 +4,7 @@ Same as ``attnlab complexity``; any of its options may follow, e.g.
 
     python benchmarks/complexity.py -o bench-results/complexity
 
-See :mod:`attnlab.bench.complexity`.
+See :mod:`attnlab.studies.complexity`.
 """
 
 import sys

@@ -4,7 +4,7 @@ Same as ``attnlab bench distance``; any of its options may follow, e.g.
 
     python benchmarks/distance.py -o bench-results/distance.json --plot bench-results/distance.png
 
-See :mod:`attnlab.bench.distance`.
+See :mod:`attnlab.studies.distance`.
 """
 
 import sys

@@ -4,7 +4,7 @@ Same as ``attnlab bench graph``; any of its options may follow, e.g.
 
     python benchmarks/graph.py -o benchmarks/results/graph.json
 
-Needs PyTorch Geometric (``pip install -e '.[bench]'``). See :mod:`attnlab.bench.graph`.
+Needs PyTorch Geometric (``pip install -e '.[bench]'``). See :mod:`attnlab.studies.graph`.
 """
 
 import sys

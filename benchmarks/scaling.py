@@ -4,7 +4,7 @@ Same as ``attnlab bench scaling``; any of its options may follow, e.g.
 
     python benchmarks/scaling.py --peers -o bench-results/scaling.json --plot bench-results/scaling.png
 
-See :mod:`attnlab.bench.scaling` (and :mod:`attnlab.bench.peers` for ``--peers``).
+See :mod:`attnlab.studies.scaling` (and :mod:`attnlab.studies.peers` for ``--peers``).
 """
 
 import sys

@@ -139,7 +139,7 @@ def bench_attention(
     plot: Optional[str] = typer.Option(None, "--plot", help="Also draw time and memory against N to this PNG file."),
 ) -> None:
     """attend vs scaled_dot_product_attention vs a naive materialised implementation (B=1, H=4, D=64, fp32)."""
-    from .bench.attention import CONFIGS, ratios, run
+    from .studies.attention import CONFIGS, ratios, run
 
     try:
         size_list = [int(s) for s in sizes.split(",") if s.strip()]
@@ -268,7 +268,7 @@ def bench_positional(
     plot: Optional[str] = typer.Option(None, "--plot", help="Also draw accuracy against test length to this PNG."),
 ) -> None:
     """Length extrapolation: train on the delayed-copy task at one length, test at longer ones."""
-    from .bench.positional import DEFAULT_ENCODINGS, Settings, run, summarize
+    from .studies.positional import DEFAULT_ENCODINGS, Settings, run, summarize
 
     from . import positional as P
 
@@ -352,7 +352,7 @@ def bench_scaling(
     report: Optional[str] = typer.Option(None, "--from", help="Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
-    from .bench.scaling import SETTINGS, relative, run, slopes
+    from .studies.scaling import SETTINGS, relative, run, slopes
 
     if report:
         try:
@@ -394,7 +394,7 @@ def bench_scaling(
 
         run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, on_record=tick)
         if peers:
-            from .bench.peers import run_peers
+            from .studies.peers import run_peers
 
             def ptick(rec):
                 progress.update(task, advance=1, description=f"peer {rec.method}")
@@ -467,7 +467,7 @@ def bench_approximation(
     as_json: bool = typer.Option(False, "--json", help="Print the records as JSON instead of a table."),
 ) -> None:
     """Relative Frobenius error of each variant against exact softmax attention, across its budget."""
-    from .bench.approximation import BUDGETS, run_approximation
+    from .studies.approximation import BUDGETS, run_approximation
 
     names = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in names if v not in BUDGETS]
@@ -516,7 +516,7 @@ def complexity(
     operations of one forward pass; and the layers or recurrent steps between input 0 and
     output n - 1, found where d out_{n-1} / d x_0 first becomes non-zero.
     """
-    from .bench.complexity import LAYERS, TEXTBOOK, exponents, run
+    from .studies.complexity import LAYERS, TEXTBOOK, exponents, run
 
     size_list = _int_list("--sizes", sizes, minimum=1)
     path_list = _int_list("--path-sizes", path_sizes, minimum=2) if path_sizes.strip() else []
@@ -596,11 +596,11 @@ def bench_distance(
 ) -> None:
     """Train each layer type to label a query by a trigger token far back; accuracy per distance.
 
-    The sequence-labelling task of :mod:`attnlab.bench.distance`: a trigger of 4 kinds, noise,
+    The sequence-labelling task of :mod:`attnlab.studies.distance`: a trigger of 4 kinds, noise,
     then a query labelled with the trigger's kind (chance 25%). Every run trains on fresh
     generated batches (B=32, d=32) and is scored on 512 held-out sequences.
     """
-    from .bench.distance import run
+    from .studies.distance import run
     from .recurrent import list_layers
 
     if report:
@@ -676,7 +676,7 @@ def bench_graph(
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """Forward+backward time and peak memory of attnlab's sparse graph attention vs TransformerConv (same weights)."""
-    from .bench.graph import run
+    from .studies.graph import run
 
     with _progress() as progress:
         task = progress.add_task(f"graph of {nodes:,} nodes, {edges:,} edges", total=None)
@@ -722,7 +722,7 @@ def bench_audio(
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """Full vs truncated attention on long audio: forward+backward time and peak memory (Conformer, Transformer)."""
-    from .bench.audio import run
+    from .studies.audio import run
 
     with _progress() as progress:
         progress.add_task(f"{seconds:g} s of audio", total=None)
@@ -885,7 +885,7 @@ def compare_vit_cnn(
     plot: Optional[str] = typer.Option(None, "--plot", help="Also draw accuracy against training-set size to this PNG."),
 ) -> None:
     """Digits: test accuracy of a ViT and a CNN (same head, same training) as the training set grows."""
-    from .bench.vit_cnn import run
+    from .studies.vit_cnn import run
 
     try:
         frac = [float(f) for f in fractions.split(",") if f.strip()]

@@ -179,7 +179,7 @@ def test_float64_and_bfloat16_follow_their_input_dtype():
 
 
 def test_chunked_path_holds_one_block_of_scores_not_the_whole_matrix():
-    from attnlab.bench.attention import peak_bytes
+    from attnlab.profiling import peak_bytes
 
     n, d = 2048, 32
     q = torch.randn(1, 2, n, d)

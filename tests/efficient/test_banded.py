@@ -8,7 +8,7 @@ import torch
 
 import attnlab.efficient.banded as banded
 from attnlab import masks
-from attnlab.bench.attention import peak_bytes
+from attnlab.profiling import peak_bytes
 from attnlab.efficient.banded import banded_flash_attention, default_block
 from attnlab.efficient.local import banded_attention
 from attnlab.efficient.sparse import block_sparse_attention

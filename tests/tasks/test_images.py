@@ -50,7 +50,7 @@ def test_cnn_learns_digits(tmp_path):
 
 
 def test_compare_records_and_refuses_non_image_models():
-    from attnlab.bench.vit_cnn import run
+    from attnlab.studies.vit_cnn import run
 
     recs = run([0.1], ["cnn"], seeds=[0], steps=30)
     assert len(recs) == 1 and recs[0].train_size == len(create_task("digits", train_fraction=0.1).split("train"))

@@ -94,7 +94,7 @@ def plan(
 
 def training_step_peak(model: torch.nn.Module, task, batch_size: int) -> int | None:
     """Peak tensor bytes of one training step (forward + backward) on the first training batch."""
-    from ..bench.attention import peak_bytes
+    from ..profiling import peak_bytes
     from ..training import _loss
 
     data = task.split("train")

@@ -5,7 +5,7 @@ self-attention comparison: ``rnn`` (Elman), ``lstm``, ``cnn``, ``self_attention`
 Every layer takes ``forward(x, mask=None)`` with ``mask`` ``(B, N)`` bool, True at real
 positions (right padding), and returns zeros at padded positions. The recurrent ones also
 take ``truncate=s`` (gradients cross only the last ``s`` step-to-step hand-overs; the values do
-not change), which :mod:`attnlab.bench.complexity` uses to measure path lengths.
+not change), which :mod:`attnlab.studies.complexity` uses to measure path lengths.
 """
 
 from __future__ import annotations

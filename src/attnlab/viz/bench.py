@@ -36,7 +36,7 @@ def plot_attention_benchmark(records: list[dict], path: str | Path) -> Path:
     peak memory of fwd_bwd (of fwd if only that was measured).
 
     Args:
-        records: dicts as produced by :meth:`attnlab.bench.attention.Record.to_dict`.
+        records: dicts as produced by :meth:`attnlab.studies.attention.Record.to_dict`.
         path: where to write the PNG (its folder is created).
 
     Returns:
@@ -96,7 +96,7 @@ def plot_scaling(records: list[dict], path: str | Path, *, slopes: dict | None =
     """Forward+backward time and peak memory against N, one line per variant, log-log.
 
     Args:
-        records: dicts of :meth:`attnlab.bench.scaling.Record.to_dict` (``fwd_bwd`` ones are drawn).
+        records: dicts of :meth:`attnlab.studies.scaling.Record.to_dict` (``fwd_bwd`` ones are drawn).
         path: the PNG to write.
         slopes: ``{variant: {"time_slope": s, "memory_slope": s}}`` shown in the legend.
     """
@@ -134,7 +134,7 @@ def plot_vit_cnn(records: list[dict], path: str | Path) -> Path:
     from the worst to the best seed); x logarithmic.
 
     Args:
-        records: dicts from :meth:`attnlab.bench.vit_cnn.CompareRecord.to_dict`.
+        records: dicts from :meth:`attnlab.studies.vit_cnn.CompareRecord.to_dict`.
         path: the PNG to write (its folder is created).
     """
     import matplotlib

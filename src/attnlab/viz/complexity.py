@@ -18,7 +18,7 @@ def plot_complexity(records: list[dict], path: str | Path, *, exponents: dict | 
     and the measured sequential steps against n.
 
     Args:
-        records: dicts of :meth:`attnlab.bench.complexity.ComplexityRecord.to_dict`.
+        records: dicts of :meth:`attnlab.studies.complexity.ComplexityRecord.to_dict`.
         path: the PNG to write (its folder is created).
         exponents: ``{layer: exponent}`` shown in the legend.
     """

@@ -19,15 +19,11 @@ A naive run whose score tensors would not fit in memory is skipped and says so.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import math
-import os
-import subprocess
 import sys
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
@@ -36,6 +32,7 @@ import torch.nn.functional as F
 
 from ..core.attend import attend, plan
 from ..core.scores import Additive
+from ..profiling import measure_in_child, peak_bytes, round_robin
 
 __all__ = ["CONFIGS", "Record", "run", "peak_bytes", "naive_attention"]
 
@@ -84,52 +81,6 @@ def naive_attention(q, k, v, score, normalize: str) -> torch.Tensor:
     else:
         raise ValueError(f"naive_attention knows softmax and relu, got {normalize!r}")
     return w @ v
-
-
-def peak_bytes(fn: Callable[[], object]) -> int | None:
-    """Peak of tensor bytes alive at once while ``fn()`` runs, above what was alive before.
-
-    Read from :mod:`torch.profiler`'s allocation events (``profile_memory=True``); None if this
-    PyTorch does not expose them.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            fn()
-        nodes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children)
-            if "Allocation" in str(node.tag):
-                nodes.append(node)
-    except (AttributeError, RuntimeError):  # pragma: no cover - depends on the torch build
-        return None
-    nodes.sort(key=lambda nd: nd.start_time_ns)
-    live = peak = 0
-    for nd in nodes:
-        live += nd.extra_fields.alloc_size
-        peak = max(peak, live)
-    return peak
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence the profiler's C++ log lines (written to file descriptor 2) while it runs."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no real file descriptor (e.g. captured by a test runner)
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _estimate_naive_bytes(b, h, n, pair_cost, itemsize, mode) -> int:
@@ -298,44 +249,17 @@ def run(
 
 
 def _time_calls(calls, min_repeats, target_seconds) -> tuple[dict[str, list[float]], int]:
-    """Per implementation: the warm-up time first, then ``repeats`` round-robin timings."""
-    times: dict[str, list[float]] = {impl: [] for impl in calls}
-    for impl, call in calls.items():  # warm-up, which also sets the number of repetitions
-        gc.collect()
-        t0 = time.perf_counter()
-        call()
-        times[impl].append(time.perf_counter() - t0)
-    round_trip = sum(t[0] for t in times.values())
-    if round_trip > 30.0:
-        repeats = 1  # a slow cell: one timed round after the warm-up
-    else:
-        repeats = max(min_repeats, min(20, int(target_seconds / max(round_trip, 1e-9))))
-    for _ in range(repeats):
-        for impl, call in calls.items():  # round-robin: noise hits every implementation alike
-            t0 = time.perf_counter()
-            call()
-            times[impl].append(time.perf_counter() - t0)
-    return times, repeats
+    """Per implementation: the warm-up time first, then ``repeats`` round-robin timings (one
+    timed round after the warm-up for a cell whose round takes over 30 s)."""
+    times = round_robin(calls, min_repeats, target_seconds, max_repeats=20, slow_seconds=30.0, collect=True)
+    return times, len(next(iter(times.values()))) - 1
 
 
 def _measure_peaks_in_child(case: _Case, warmup: bool) -> dict[str, int | None]:
-    """:func:`_measure_peaks` in a fresh ``python -m attnlab.bench.attention`` process.
-
-    The profiler's own small records, interleaved with thousands of large block tensors,
-    fragment glibc's heap until its resident size reaches the naive implementation's (and more).
-    The child therefore runs with glibc's mmap threshold fixed at 128 KiB, so every large tensor
-    is mapped and returned on its own; this changes no tensor byte that is counted, and the
-    child does no timing.
-    """
+    """:func:`_measure_peaks` in a fresh ``python -m attnlab.studies.attention`` process
+    (:func:`attnlab.profiling.measure_in_child`: no timing there, glibc's heap kept unfragmented)."""
     spec = {**asdict(case), "dtype": str(case.dtype).removeprefix("torch."), "device": str(case.device), "warmup": warmup}
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.bench.attention"], input=json.dumps(spec), capture_output=True, text=True, env=env
-    )
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-        raise RuntimeError(f"the memory process of {case.config} N={case.n} {case.mode} failed ({tail[0]})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return measure_in_child("attnlab.studies.attention", spec, f"{case.config} N={case.n} {case.mode}")
 
 
 def ratios(records: list[Record]) -> list[dict]:

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnlab.bench.scaling import Record, relative, run, slopes
+from attnlab.studies.scaling import Record, relative, run, slopes
 from attnlab.cli import app
 
 runner = CliRunner()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnlab.bench.approximation import run_approximation
+from attnlab.studies.approximation import run_approximation
 
 
 def test_errors_shrink_with_budget_and_vanish_where_exact():

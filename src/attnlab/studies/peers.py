@@ -23,7 +23,8 @@ from typing import Callable
 import torch
 
 from ..efficient import create_attention
-from .scaling import HEAD_DIM, HEADS, _round_robin
+from ..profiling import round_robin
+from .scaling import HEAD_DIM, HEADS
 
 __all__ = ["PEERS", "PeerRecord", "run_peers"]
 
@@ -122,7 +123,7 @@ def run_peers(n: int = 16384, methods=PEERS, *, min_repeats: int = 3, on_record=
         except ImportError as e:
             rec = PeerRecord(method, n, None, None, "", 0, f"peer not installed ({e.name}): pip install -e '.[bench]'")
         else:
-            times = _round_robin({"ours": ours, "peer": theirs}, min_repeats, 3.0)
+            times = round_robin({"ours": ours, "peer": theirs}, min_repeats, 3.0)
             rec = PeerRecord(
                 method, n, statistics.median(times["ours"][1:]), statistics.median(times["peer"][1:]), name, len(times["ours"]) - 1
             )

@@ -5,7 +5,7 @@ A random graph (``nodes`` nodes, ``edges`` directed edges drawn uniformly, seed 
 features ``(nodes, in_dim)``, one layer ``in_dim -> heads x head_dim`` with the root weight.
 Each call is a forward pass, ``out.sum().backward()``: time is the median of round-robin
 repetitions (the first call, a warm-up, is dropped); peak memory is the profiler's peak of live
-tensor bytes during one call (:func:`attnlab.bench.attention.peak_bytes`). Both layers compute
+tensor bytes during one call (:func:`attnlab.studies.attention.peak_bytes`). Both layers compute
 the same numbers (checked here on every run: the largest output difference is reported).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .scaling import measure_calls
+from ..profiling import measure_calls
 
 __all__ = ["GraphRecord", "run"]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnlab.bench.positional import DelayedCopy, Result, Settings, run, summarize
+from attnlab.studies.positional import DelayedCopy, Result, Settings, run, summarize
 from attnlab.cli import app
 
 runner = CliRunner()

@@ -7,8 +7,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnlab.bench.complexity import TEXTBOOK, exponents, path_length, run, sequential_steps
-from attnlab.bench.distance import TriggerTask
+from attnlab.studies.complexity import TEXTBOOK, exponents, path_length, run, sequential_steps
+from attnlab.studies.distance import TriggerTask
 from attnlab.cli import app
 from attnlab.recurrent import create_layer
 
@@ -27,7 +27,7 @@ def test_path_lengths_match_the_textbook(n):
 
 
 def test_a_centred_cnn_moves_half_as_far_per_layer():
-    from attnlab.bench import complexity
+    from attnlab.studies import complexity
 
     n = 17
     layer = lambda depth: create_layer("cnn", 8, layers=depth, kernel_size=3).double()  # noqa: E731

@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import gc
 import json
-import math
-import os
 import statistics
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
 import torch
 
 from ..efficient import create_attention
-from .attention import _quiet_stderr, peak_bytes
+from ..profiling import loglog_slope, measure_in_child, peak_bytes, quiet_stderr, round_robin
 
-__all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward", "measure_calls"]
+__all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward"]
 
 HEADS, HEAD_DIM = 4, 64
 
@@ -91,14 +87,8 @@ def _call(module, qkv) -> Callable[[], None]:
 
 
 def _peak_in_child(variant: str, n: int, max_n: int) -> int | None:
-    """Peak tensor bytes of one forward+backward in a fresh process (see ``attnlab.bench.attention``)."""
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-    spec = json.dumps({"variant": variant, "n": n, "max_n": max_n})
-    proc = subprocess.run([sys.executable, "-m", "attnlab.bench.scaling"], input=spec, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-        raise RuntimeError(f"the memory process of {variant} N={n} failed ({tail[0]})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Peak tensor bytes of one forward+backward in a fresh process (:func:`attnlab.profiling.measure_in_child`)."""
+    return measure_in_child("attnlab.studies.scaling", {"variant": variant, "n": n, "max_n": max_n}, f"{variant} N={n}")
 
 
 def _peak_here(variant: str, n: int, max_n: int) -> int | None:
@@ -150,7 +140,7 @@ def run(
         modules = {v: _module(v, max_n) for v in variants}
         qkv = _inputs(n, True)
         calls = {v: _call(m, qkv) for v, m in modules.items()}
-        times = _round_robin(calls, min_repeats, target_seconds)
+        times = round_robin(calls, min_repeats, target_seconds)
         del calls, modules
         gc.collect()
         for v in variants:
@@ -168,39 +158,6 @@ def run(
     return records
 
 
-def _round_robin(calls: dict[str, Callable[[], None]], min_repeats: int, target_seconds: float) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for k, call in calls.items():  # warm-up (first entry), which also sets the repetitions
-        t0 = time.perf_counter()
-        call()
-        times[k].append(time.perf_counter() - t0)
-    round_trip = sum(t[0] for t in times.values())
-    repeats = 1 if round_trip > 60 else max(min_repeats, min(10, int(target_seconds / max(round_trip, 1e-9))))
-    for _ in range(repeats):
-        for k, call in calls.items():
-            t0 = time.perf_counter()
-            call()
-            times[k].append(time.perf_counter() - t0)
-    return times
-
-
-def measure_calls(calls: dict, min_repeats: int = 3, *, memory: bool = True) -> dict:
-    """For callables timed side by side (round robin, :func:`_round_robin`): ``{key: (median
-    seconds after the warm-up call, peak tensor bytes of one call or None, timed repeats)}``."""
-    from .attention import peak_bytes
-
-    times = _round_robin(calls, min_repeats, 3.0)
-    out = {}
-    for key, call in calls.items():
-        peak = None
-        if memory:
-            gc.collect()
-            peak = peak_bytes(call)
-        ts = times[key]
-        out[key] = (statistics.median(ts[1:] or ts), peak, len(ts) - 1)
-    return out
-
-
 def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Record]:
     """Forward time of attnlab's ``local`` and of ``torch.compile``-d FlexAttention with the same
     sliding-window block mask (FlexAttention has no CPU backward, so forward only)."""
@@ -212,7 +169,7 @@ def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Rec
     def sliding(b, h, qi, kj):
         return (qi - kj <= window) & (kj - qi <= window)
 
-    with _quiet_stderr():
+    with quiet_stderr():
         block_mask = create_block_mask(sliding, None, None, n, n, device="cpu")
         compiled = torch.compile(flex_attention)
 
@@ -224,9 +181,9 @@ def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Rec
         with torch.no_grad():
             compiled(q, k, v, block_mask=block_mask)
 
-    with _quiet_stderr():
+    with quiet_stderr():
         flex()  # compile
-    times = _round_robin({"local": ours, "flex_local": flex}, min_repeats, 3.0)
+    times = round_robin({"local": ours, "flex_local": flex}, min_repeats, 3.0)
     return [Record(name, n, "fwd", statistics.median(ts[1:]), None, len(ts) - 1) for name, ts in times.items()]
 
 
@@ -241,20 +198,10 @@ def slopes(records: list[Record], min_n: int = 4096) -> dict[str, dict[str, floa
             by_variant.setdefault(r.variant, []).append(r)
     for v, rs in by_variant.items():
         out[v] = {
-            "time_slope": _fit([(r.n, r.seconds) for r in rs]),
-            "memory_slope": _fit([(r.n, r.peak_bytes) for r in rs]),
+            "time_slope": loglog_slope([(r.n, r.seconds) for r in rs]),
+            "memory_slope": loglog_slope([(r.n, r.peak_bytes) for r in rs]),
         }
     return out
-
-
-def _fit(points: list[tuple[int, float | None]]) -> float | None:
-    pts = [(math.log(n), math.log(y)) for n, y in points if y]
-    if len(pts) < 2:
-        return None
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    den = sum((x - mx) ** 2 for x, _ in pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
 
 
 def relative(records: list[Record]) -> list[dict]:

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnlab.bench.graph import run
+from attnlab.studies.graph import run
 from attnlab.cli import app
 
 pytest.importorskip("torch_geometric")

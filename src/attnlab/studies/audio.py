@@ -5,7 +5,7 @@ front end (:func:`attnlab.audio.features`: 25 ms windows, 10 ms hop, 100 frames 
 6000 frames for a minute), then one batch element through a Conformer and a Transformer
 encoder with full (``dense``) and truncated (``local``, +-``window`` frames) attention. Each is
 timed forward + backward (median of round-robin repetitions after a warm-up) and its peak
-tensor memory read from the profiler (:func:`attnlab.bench.attention.peak_bytes`).
+tensor memory read from the profiler (:func:`attnlab.studies.attention.peak_bytes`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .scaling import measure_calls
+from ..profiling import measure_calls
 
 __all__ = ["AudioRecord", "run"]
 

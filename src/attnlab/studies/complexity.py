@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ..recurrent.layers import create_layer
-from .scaling import _fit, _round_robin
+from ..profiling import loglog_slope, round_robin
 
 __all__ = [
     "LAYERS",
@@ -201,7 +201,7 @@ def run(
 
                 return call
 
-            times = _round_robin({name: forward(m) for name, m in modules.items()}, min_repeats, target_seconds)
+            times = round_robin({name: forward(m) for name, m in modules.items()}, min_repeats, target_seconds)
         for name in layers:
             ts = times.get(name)
             rec = ComplexityRecord(
@@ -223,6 +223,6 @@ def exponents(records: list[ComplexityRecord] | list[dict], fit_from: int = 1024
     out = {}
     for name in dict.fromkeys(r["layer"] for r in rows):
         pts = [(r["n"], r["seconds"]) for r in rows if r["layer"] == name and r["n"] >= fit_from and r["seconds"]]
-        out[name] = _fit(pts) if len(pts) >= 2 else None
+        out[name] = loglog_slope(pts) if len(pts) >= 2 else None
     return out
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnlab import Additive, reference_attention
-from attnlab.bench.attention import Record, naive_attention, peak_bytes, ratios
+from attnlab.studies.attention import Record, naive_attention, peak_bytes, ratios
 from tests.helpers import assert_close_rel
 
 

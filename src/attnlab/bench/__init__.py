@@ -1,2 +1,0 @@
-"""Benchmarks that attnlab can run on the user's machine (``attnlab bench ...``)."""
-

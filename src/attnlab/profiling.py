@@ -1,0 +1,138 @@
+"""What the studies, the benchmarks and the arena measure with: peak tensor memory, round-robin
+timing, log-log slopes, and a measurement in a fresh child process.
+
+Timing is round-robin in one process (every implementation runs once per round, so machine
+noise hits them alike); memory is the profiler's peak of tensor bytes alive at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+__all__ = ["loglog_slope", "measure_calls", "measure_in_child", "peak_bytes", "quiet_stderr", "round_robin"]
+
+
+def peak_bytes(fn: Callable[[], object]) -> int | None:
+    """Peak of tensor bytes alive at once while ``fn()`` runs, above what was alive before.
+
+    Read from :mod:`torch.profiler`'s allocation events (``profile_memory=True``); None if this
+    PyTorch does not expose them.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        nodes, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            if "Allocation" in str(node.tag):
+                nodes.append(node)
+    except (AttributeError, RuntimeError):  # pragma: no cover - depends on the torch build
+        return None
+    nodes.sort(key=lambda nd: nd.start_time_ns)
+    live = peak = 0
+    for nd in nodes:
+        live += nd.extra_fields.alloc_size
+        peak = max(peak, live)
+    return peak
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence the profiler's C++ log lines (written to file descriptor 2) while it runs."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real file descriptor (e.g. captured by a test runner)
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def round_robin(
+    calls: dict[str, Callable[[], object]], min_repeats: int, target_seconds: float, *, max_repeats: int = 10,
+    slow_seconds: float = 60.0, collect: bool = False,
+) -> dict[str, list[float]]:
+    """Per key: the warm-up time first, then the timings of the round-robin repetitions.
+
+    The warm-up round sets the repetitions: ``target_seconds / (one round's time)``, between
+    ``min_repeats`` and ``max_repeats``; one timed round only when a round takes over
+    ``slow_seconds``. ``collect`` runs the garbage collector before each warm-up call.
+    """
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for k, call in calls.items():  # warm-up (first entry), which also sets the repetitions
+        if collect:
+            gc.collect()
+        t0 = time.perf_counter()
+        call()
+        times[k].append(time.perf_counter() - t0)
+    round_trip = sum(t[0] for t in times.values())
+    repeats = 1 if round_trip > slow_seconds else max(min_repeats, min(max_repeats, int(target_seconds / max(round_trip, 1e-9))))
+    for _ in range(repeats):
+        for k, call in calls.items():  # round-robin: noise hits every implementation alike
+            t0 = time.perf_counter()
+            call()
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def measure_calls(calls: dict, min_repeats: int = 3, *, memory: bool = True) -> dict:
+    """For callables timed side by side (:func:`round_robin`): ``{key: (median seconds after
+    the warm-up call, peak tensor bytes of one call or None, timed repeats)}``."""
+    times = round_robin(calls, min_repeats, 3.0)
+    out = {}
+    for key, call in calls.items():
+        peak = None
+        if memory:
+            gc.collect()
+            peak = peak_bytes(call)
+        ts = times[key]
+        out[key] = (statistics.median(ts[1:] or ts), peak, len(ts) - 1)
+    return out
+
+
+def loglog_slope(points: list[tuple[int, float | None]]) -> float | None:
+    """Least-squares slope of ``log(y)`` against ``log(n)`` over the points with a ``y``
+    (1: linear, 2: quadratic); None with fewer than two such points."""
+    pts = [(math.log(n), math.log(y)) for n, y in points if y]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
+
+
+def measure_in_child(module: str, spec: dict, what: str):
+    """Run ``python -m module`` with ``spec`` as JSON on stdin and return the JSON of its last
+    stdout line; a failure raises ``RuntimeError`` naming ``what``.
+
+    Peak-memory cells run in a fresh process: the profiler's small records, interleaved with
+    thousands of large block tensors, fragment glibc's heap, so the child runs with glibc's mmap
+    threshold fixed at 128 KiB (every large tensor mapped and returned on its own; no counted
+    tensor byte changes).
+    """
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+    proc = subprocess.run([sys.executable, "-m", module], input=json.dumps(spec), capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise RuntimeError(f"the memory process of {what} failed ({tail[0]})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
