@@ -22,8 +22,8 @@ def test_version():
     assert run_ok("--version").strip() == f"attnlab {attnlab.__version__}"
 
 
-@pytest.mark.parametrize("score", attnlab.list_scores())
-@pytest.mark.parametrize("normalize", attnlab.list_normalizers())
+@pytest.mark.parametrize("score", attnlab.scores.names())
+@pytest.mark.parametrize("normalize", attnlab.normalizers.names())
 def test_explain_json_steps_are_consistent_with_attend(score, normalize):
     ex = json.loads(run_ok("explain", "I saw a saw", "--score", score, "--normalize", normalize, "--json"))
     assert ex["tokens"] == ["I", "saw", "a", "saw"]

@@ -56,11 +56,11 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 
 def test_mlp_refuses_attention_options():
-    from attnlab.tasks import create_task
+    from attnlab import tasks
     from attnlab.training import model_config
 
     with pytest.raises(ValueError, match="uses no attention"):
-        model_config(TrainConfig.for_task("pos", model="mlp", attention="local"), create_task("pos", size=64))
+        model_config(TrainConfig.for_task("pos", model="mlp", attention="local"), tasks.create("pos", size=64))
     assert TrainConfig.for_task("pos", model="mlp").positional == "none"  # the task's default encoding is not forced on it
 
 
@@ -133,9 +133,9 @@ def test_bad_training_inputs_are_refused():
     with pytest.raises(TypeError, match="unknown training option"):
         TrainConfig.for_task("pos", nonsense=1)
     with pytest.raises(ValueError, match="has no split 'dev'"):
-        from attnlab.tasks import create_task
+        from attnlab import tasks
 
-        create_task("pos", size=64).split("dev")
+        tasks.create("pos", size=64).split("dev")
 
 
 def test_charts_refuse_empty_or_mismatched_inputs(tmp_path):

@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from attnlab.tasks import create_task
+from attnlab import tasks
 from attnlab.training import TrainConfig, evaluate, make_batch, model_config, score, train
 
 
 def test_graph_batch_is_a_disjoint_union_with_offsets():
-    task = create_task("molecules", limit=30)
+    task = tasks.create("molecules", limit=30)
     data = task.split("train")
     idx = torch.tensor([3, 0, 7])
     inputs, labels = make_batch(task, data, idx)
@@ -37,7 +37,7 @@ class _Oracle(torch.nn.Module):
 
 
 def test_r2_is_one_for_the_truth_and_zero_for_the_mean():
-    task = create_task("molecules", limit=60)
+    task = tasks.create("molecules", limit=60)
     y = task.split("val").labels
     assert score(_Oracle(y), task, "val", batch_size=2) == pytest.approx(1.0)
     assert score(_Oracle(y, mean_only=True), task, "val", batch_size=4) == pytest.approx(0.0, abs=1e-6)
@@ -57,7 +57,7 @@ def test_molecule_regression_learns(tmp_path):
 
 
 def test_token_model_on_a_graph_task_is_refused():
-    task = create_task("karate")
+    task = tasks.create("karate")
     with pytest.raises(ValueError, match="reads tokens, the task gives graph"):
         from attnlab.models import build_model
 

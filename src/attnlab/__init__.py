@@ -8,19 +8,23 @@ The public API::
     attnlab.dot / scaled_dot / cosine, attnlab.Additive / Bilinear / Cosine (scores)
     attnlab.softmax / relu / sigmoid (normalisers)
     attnlab.reference_attention (the float64 textbook steps)
-    attnlab.positional.create / list / sinusoidal_table (positional encodings by name)
+    attnlab.positional.create / names / sinusoidal_table (positional encodings by name)
     attnlab.BlockBias (a score bias handed over block by block)
     attnlab.models.Encoder (the Transformer encoder, any encoding and score)
-    attnlab.create_attention / list_attention (dense and efficient variants by name)
-    attnlab.recurrent.AttentionRNN / LSTMN / create_layer (attention inside RNNs; RNN/CNN baselines)
-    attnlab.tasks.create_task / list_tasks, attnlab.training.train / evaluate (the train pipeline)
+    attnlab.efficient.create / names (dense and efficient variants by name)
+    attnlab.scores.create / names, attnlab.normalizers.create / names
+    attnlab.recurrent.AttentionRNN / LSTMN / create / names (attention inside RNNs; RNN/CNN baselines)
+    attnlab.models.create / names (backbones), attnlab.tasks.create / names
+    attnlab.training.train / evaluate (the train pipeline)
+
+Every family is a registry with the same verbs: ``create(name, ...)``, ``names()``, ``register(name)``.
 
 Shapes follow the legend in :mod:`attnlab.core`.
 """
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import efficient, masks, models, positional, recurrent, tasks
+from . import efficient, masks, models, normalizers, positional, recurrent, scores, tasks
 from .core import (
     Additive,
     AttentionResult,
@@ -32,10 +36,7 @@ from .core import (
     Score,
     attend,
     cosine,
-    create_score,
     dot,
-    list_normalizers,
-    list_scores,
     plan,
     reference_attention,
     relu,
@@ -43,7 +44,6 @@ from .core import (
     sigmoid,
     softmax,
 )
-from .efficient import create_attention, list_attention
 from .layers.multihead import MultiHeadAttention
 
 try:
@@ -59,8 +59,8 @@ __all__ = [
     "efficient",
     "recurrent",
     "tasks",
-    "create_attention",
-    "list_attention",
+    "scores",
+    "normalizers",
     "attend",
     "BlockBias",
     "plan",
@@ -76,10 +76,7 @@ __all__ = [
     "dot",
     "scaled_dot",
     "cosine",
-    "create_score",
-    "list_scores",
     "softmax",
     "relu",
     "sigmoid",
-    "list_normalizers",
 ]

@@ -973,11 +973,11 @@ def train(
 ) -> None:
     """Train a model on a task with validation, early stopping and atomic checkpoints; --resume continues a run."""
     from .audio import MissingToolError
-    from .tasks import list_tasks
+    from . import tasks as task_registry
     from .training import CheckpointError, TrainConfig, train as run_train
 
-    if task not in list_tasks():
-        _fail(f"unknown task {task!r}; choose one of {', '.join(list_tasks())}")
+    if task not in task_registry.names():
+        _fail(f"unknown task {task!r}; choose one of {', '.join(task_registry.names())}")
     topts = _option_pairs(task_option, "--task-option")
     if size is not None:
         topts["size"] = size

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from .core import masks as masks_mod
-from .core.normalize import list_normalizers
+from .core import normalize as normalizer_registry
 from .core.reference import F64, normalize_row, project, score_row
-from .core.scores import create_score, list_scores
+from .core import scores as score_registry
 
 __all__ = ["Explanation", "explain"]
 
@@ -75,8 +75,8 @@ def explain(
     """Run self-attention on ``sentence`` (split on whitespace) and return every step.
 
     Args:
-        score: a name from :func:`attnlab.list_scores`; learnable scores get seeded weights.
-        normalize: a name from :func:`attnlab.list_normalizers`.
+        score: a name from :func:`attnlab.scores.names`; learnable scores get seeded weights.
+        normalize: a name from :func:`attnlab.normalizers.names`.
         no_self: forbid each token to attend to itself (:func:`attnlab.masks.no_self`).
         heads: number of heads; must divide ``dim``.
         dim: embedding width d.
@@ -85,10 +85,10 @@ def explain(
     tokens = sentence.split()
     if not tokens:
         raise ValueError("the sentence has no tokens; give some words, e.g. \"I saw a saw\"")
-    if score not in list_scores():
-        raise ValueError(f"unknown score {score!r}; expected one of {list_scores()}")
-    if normalize not in list_normalizers():
-        raise ValueError(f"unknown normaliser {normalize!r}; expected one of {list_normalizers()}")
+    if score not in score_registry.names():
+        raise ValueError(f"unknown score {score!r}; expected one of {score_registry.names()}")
+    if normalize not in normalizer_registry.names():
+        raise ValueError(f"unknown normaliser {normalize!r}; expected one of {normalizer_registry.names()}")
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         raise ValueError(f"dim must be a positive int, got {dim!r}")
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or dim % heads:
@@ -98,7 +98,7 @@ def explain(
     g = torch.Generator().manual_seed(seed)
     w_q, w_k, w_v, w_o = (torch.randn(dim, dim, generator=g, dtype=F64) / dim**0.5 for _ in range(4))
     torch.manual_seed(seed)
-    score_fn = create_score(score, head_dim=dh, num_heads=heads).to(F64)
+    score_fn = score_registry.create(score, head_dim=dh, num_heads=heads).to(F64)
     allowed = masks_mod.no_self(n) if no_self else masks_mod.full(n)
 
     q_all, k_all, v_all = project(a, w_q), project(a, w_k), project(a, w_v)  # (N, d) each

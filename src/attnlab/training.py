@@ -31,7 +31,8 @@ import torch
 from torch import nn
 
 from .models.heads import BACKBONES, build_model
-from .tasks import IGNORE, Task, create_task
+from . import tasks as task_registry
+from .tasks import IGNORE, Task
 
 __all__ = ["TASK_DEFAULTS", "Checkpoint", "CheckpointError", "TrainConfig", "TrainResult", "cross_attention_example", "evaluate", "load_checkpoint", "make_batch", "predict", "train"]
 
@@ -65,8 +66,8 @@ class TrainConfig:
     """Everything that defines a training run (stored in the checkpoint's ``config.json``).
 
     Attributes:
-        task, task_options: the task by name (:func:`attnlab.tasks.list_tasks`) and its options.
-        model: the backbone (:func:`attnlab.models.list_models`). attention, positional: by name,
+        task, task_options: the task by name (:func:`attnlab.tasks.names`) and its options.
+        model: the backbone (:func:`attnlab.models.names`). attention, positional: by name,
             for backbones that use attention; causal: each position attends only to earlier ones. dim, heads, layers: sizes. model_options: any
             further backbone options (``window`` of ``window_mlp``, ``attention_options``, ...).
         pooling: ``mean`` or ``cls`` for classification tasks.
@@ -425,7 +426,7 @@ def train(
     t0 = time.perf_counter()
     out = Path(out)
     rank, world, own_group = _distributed()
-    task = create_task(cfg.task, **cfg.task_options) if task is None else task
+    task = task_registry.create(cfg.task, **cfg.task_options) if task is None else task
     mcfg = model_config(cfg, task)
     train_split = task.split("train")
     total = cfg.total_steps(len(train_split))
@@ -537,7 +538,7 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
     ``task`` for one built in Python)."""
     t0 = time.perf_counter()
     ck = load_checkpoint(path)
-    task = create_task(ck.config.task, **ck.config.task_options) if task is None else task
+    task = task_registry.create(ck.config.task, **ck.config.task_options) if task is None else task
     value = score(ck.model, task, split)
     return TrainResult(
         task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),
@@ -552,7 +553,7 @@ def cross_attention_example(path: str | Path, index: int = 0, split: str = "test
     from .models.seq2seq import BOS, EOS
 
     ck = load_checkpoint(path)
-    task = create_task(ck.config.task, **ck.config.task_options)
+    task = task_registry.create(ck.config.task, **ck.config.task_options)
     if task.kind != "seq2seq":
         raise ValueError(f"task {task.name!r} is {task.kind}: cross-attention exists only for seq2seq tasks")
     data = task.split(split)

@@ -12,7 +12,7 @@ import torch
 from attnlab.arena import PRESETS, Preset, TaskSetting, attention_maps, plan, run_grid
 from attnlab.arena.store import Store
 from attnlab.models import build_model
-from attnlab.tasks import create_task
+from attnlab import tasks
 from attnlab.training import TrainConfig, model_config
 
 TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20, "dim": 32, "layers": 1})}, ("dense", "linformer"))
@@ -37,7 +37,7 @@ def test_plans_are_deterministic_and_checked():
 
 
 def _model(attention, **opts):
-    task = create_task("pos", size=64)
+    task = tasks.create("pos", size=64)
     torch.manual_seed(0)
     cfg = TrainConfig.for_task("pos", attention=attention, **({"model_options": {"attention_options": opts}} if opts else {}))
     return build_model(model_config(cfg, task)).double().eval(), task

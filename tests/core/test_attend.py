@@ -257,8 +257,8 @@ def test_bilinear_starts_as_scaled_dot_and_cosine_is_scale_free():
         (lambda: Additive(4, hidden_dim=-2), ValueError, "hidden_dim must be a positive int"),
         (lambda: Bilinear(4, num_heads=0), ValueError, "num_heads must be a positive int"),
         (lambda: Cosine(temperature=0.0), ValueError, "temperature must be a number > 0"),
-        (lambda: attnlab.create_score("dot", head_dim=4, scale=2), TypeError, "takes no options"),
-        (lambda: attnlab.create_score("euclid", head_dim=4), ValueError, "unknown score 'euclid'"),
+        (lambda: attnlab.scores.create("dot", head_dim=4, scale=2), TypeError, "takes no options"),
+        (lambda: attnlab.scores.create("euclid", head_dim=4), ValueError, "unknown score 'euclid'"),
     ],
 )
 def test_bad_score_construction_raises_clear_errors(build, exc, words):
@@ -268,9 +268,9 @@ def test_bad_score_construction_raises_clear_errors(build, exc, words):
 
 
 def test_create_score_builds_every_listed_score_with_per_head_weights():
-    assert attnlab.list_scores() == ["additive", "bilinear", "cosine", "dot", "scaled_dot"]
-    assert attnlab.list_normalizers() == ["relu", "sigmoid", "softmax"]
-    assert attnlab.create_score("additive", head_dim=4, num_heads=3, hidden_dim=5).w_q.shape == (3, 4, 5)
-    assert attnlab.create_score("bilinear", head_dim=4, num_heads=2).weight.shape == (2, 4, 4)
-    cos = attnlab.create_score("cosine", head_dim=4, temperature=0.5)
+    assert attnlab.scores.names() == ["additive", "bilinear", "cosine", "dot", "scaled_dot"]
+    assert attnlab.normalizers.names() == ["relu", "sigmoid", "softmax"]
+    assert attnlab.scores.create("additive", head_dim=4, num_heads=3, hidden_dim=5).w_q.shape == (3, 4, 5)
+    assert attnlab.scores.create("bilinear", head_dim=4, num_heads=2).weight.shape == (2, 4, 4)
+    cos = attnlab.scores.create("cosine", head_dim=4, temperature=0.5)
     torch.testing.assert_close(cos.temperature.flatten(), torch.tensor([0.5]))

@@ -7,29 +7,28 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import masks
+from attnlab import efficient
 from attnlab.efficient import (
     EfficientAttention,
-    create_attention,
     favor_features,
     iterative_pinv,
     kernel_attention,
-    list_attention,
     orthogonal_gaussian,
 )
 from attnlab.efficient.reformer import SELF_LOGIT
 from tests.helpers import assert_close_rel
 
 E, H = 16, 4
-VARIANTS = [n for n in list_attention() if n != "dense"]
+VARIANTS = [n for n in efficient.names() if n != "dense"]
 
 
 def dense_layer():
     torch.manual_seed(0)
-    return create_attention("dense", embed_dim=E, num_heads=H).double()
+    return efficient.create("dense", embed_dim=E, num_heads=H).double()
 
 
 def like(dense, name, **options):
-    m = create_attention(name, embed_dim=E, num_heads=H, **options).double()
+    m = efficient.create(name, embed_dim=E, num_heads=H, **options).double()
     missing, unexpected = m.load_state_dict(dense.state_dict(), strict=False)
     assert not unexpected
     return m
@@ -43,11 +42,11 @@ def grads(module, x, mask=None):
 
 
 def test_registry():
-    assert list_attention() == ["bigbird", "dense", "linear", "linformer", "local", "longformer", "nystrom", "performer", "reformer"]
+    assert efficient.names() == ["bigbird", "dense", "linear", "linformer", "local", "longformer", "nystrom", "performer", "reformer"]
     for name in VARIANTS:
-        assert isinstance(create_attention(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})), EfficientAttention)
+        assert isinstance(efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})), EfficientAttention)
     with pytest.raises(ValueError, match="unknown attention 'flash'"):
-        create_attention("flash", embed_dim=E, num_heads=H)
+        efficient.create("flash", embed_dim=E, num_heads=H)
 
 
 def exact_cases(n):
@@ -153,7 +152,7 @@ def test_linear_attention_equals_its_formula_and_its_rnn_form():
 
 def test_linear_recurrent_mode_equals_the_parallel_causal_mode_over_512_steps():
     torch.manual_seed(0)
-    m = create_attention("linear", embed_dim=32, num_heads=4, causal=True, positional="rope")
+    m = efficient.create("linear", embed_dim=32, num_heads=4, causal=True, positional="rope")
     x = torch.randn(2, 512, 32)
     parallel = m(x).output
     state = m.initial_state(2)
@@ -164,7 +163,7 @@ def test_linear_recurrent_mode_equals_the_parallel_causal_mode_over_512_steps():
     assert state.t == 512
     assert (torch.stack(outs, 1) - parallel).abs().max().item() <= 1e-5
     with pytest.raises(ValueError, match="causal=True"):
-        create_attention("linear", embed_dim=32, num_heads=4).step(state, x[:, 0])
+        efficient.create("linear", embed_dim=32, num_heads=4).step(state, x[:, 0])
     with pytest.raises(ValueError, match=r"\(B, 32\)"):
         m.step(m.initial_state(2), x)
 
@@ -206,7 +205,7 @@ def test_orthogonal_features_are_orthogonal_within_blocks_with_gaussian_norms():
 
 
 def test_performer_redraws_features_in_training_only():
-    m = create_attention("performer", embed_dim=E, num_heads=H, redraw_interval=2, seed=0)
+    m = efficient.create("performer", embed_dim=E, num_heads=H, redraw_interval=2, seed=0)
     x = torch.randn(1, 5, E)
     first = m.features.clone()
     m.eval()
@@ -233,7 +232,7 @@ def test_iterative_pinv_converges_to_the_pseudo_inverse():
 def test_padding_with_nan_does_not_leak(name):
     opts = {"max_len": 32} if name == "linformer" else {}
     torch.manual_seed(0)
-    m = create_attention(name, embed_dim=E, num_heads=H, **opts).double()
+    m = efficient.create(name, embed_dim=E, num_heads=H, **opts).double()
     if name in ("performer", "reformer"):
         m.seed = 0
     x = torch.randn(2, 20, E, dtype=torch.float64)
@@ -247,7 +246,7 @@ def test_padding_with_nan_does_not_leak(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_what_a_variant_cannot_do_raises(name):
     opts = {"max_len": 32} if name == "linformer" else {}
-    m = create_attention(name, embed_dim=E, num_heads=H, **opts)
+    m = efficient.create(name, embed_dim=E, num_heads=H, **opts)
     x = torch.randn(1, 10, E)
     with pytest.raises(ValueError, match="key-padding masks only.*causal=True"):
         m(x, mask=masks.causal(10))
@@ -256,31 +255,31 @@ def test_what_a_variant_cannot_do_raises(name):
     with pytest.raises(ValueError, match="cannot add a score bias"):
         m(x, bias=torch.zeros(10, 10))
     with pytest.raises(ValueError, match="rope or an input encoding"):
-        create_attention(name, embed_dim=E, num_heads=H, positional="alibi", **opts)
+        efficient.create(name, embed_dim=E, num_heads=H, positional="alibi", **opts)
     if name in ("linformer", "nystrom"):
         with pytest.raises(ValueError, match="cannot be causal"):
-            create_attention(name, embed_dim=E, num_heads=H, causal=True, **opts)
+            efficient.create(name, embed_dim=E, num_heads=H, causal=True, **opts)
     else:
-        create_attention(name, embed_dim=E, num_heads=H, causal=True, **opts)(x)
+        efficient.create(name, embed_dim=E, num_heads=H, causal=True, **opts)(x)
 
 
 def test_variant_specific_errors():
     with pytest.raises(ValueError, match="pass max_len"):
-        create_attention("linformer", embed_dim=E, num_heads=H)
-    lf = create_attention("linformer", embed_dim=E, num_heads=H, max_len=8, k=4)
+        efficient.create("linformer", embed_dim=E, num_heads=H)
+    lf = efficient.create("linformer", embed_dim=E, num_heads=H, max_len=8, k=4)
     lf(torch.randn(1, 5, E))  # shorter than max_len: fine
     with pytest.raises(ValueError, match="max_len=8, got 9 keys"):
         lf(torch.randn(1, 9, E))
     with pytest.raises(ValueError, match="window must be an int >= 0"):
-        create_attention("local", embed_dim=E, num_heads=H, window=-1)
+        efficient.create("local", embed_dim=E, num_heads=H, window=-1)
     with pytest.raises(ValueError, match="num_buckets must be 1 or even"):
-        create_attention("reformer", embed_dim=E, num_heads=H, num_buckets=3)
+        efficient.create("reformer", embed_dim=E, num_heads=H, num_buckets=3)
     with pytest.raises(ValueError, match="landmarks"):
-        create_attention("nystrom", embed_dim=E, num_heads=H, landmarks=0)
+        efficient.create("nystrom", embed_dim=E, num_heads=H, landmarks=0)
     with pytest.raises(ValueError, match="global token positions must be >= 0"):
-        create_attention("longformer", embed_dim=E, num_heads=H, global_tokens=[-1])
+        efficient.create("longformer", embed_dim=E, num_heads=H, global_tokens=[-1])
     with pytest.raises(ValueError, match="as many keys as queries"):
-        create_attention("local", embed_dim=E, num_heads=H)(torch.randn(1, 4, E), torch.randn(1, 6, E))
+        efficient.create("local", embed_dim=E, num_heads=H)(torch.randn(1, 4, E), torch.randn(1, 6, E))
 
 
 @pytest.mark.parametrize("name", ["linear", "performer"])

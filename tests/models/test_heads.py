@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from attnlab import masks
-from attnlab.models import Encoder, SequenceLabeler, SetClassifier, build_model, list_models
+from attnlab import models
+from attnlab.models import Encoder, SequenceLabeler, SetClassifier, build_model
 from attnlab.models.heads import BACKBONES
 
 
@@ -27,7 +28,7 @@ def influence(model, tokens, pos):
 
 
 def test_registry():
-    assert list_models() == ["audio_transformer", "cnn", "conformer", "graph_transformer", "mlp", "node_mlp", "pixels", "transformer", "vit", "window_mlp"]
+    assert models.names() == ["audio_transformer", "cnn", "conformer", "graph_transformer", "mlp", "node_mlp", "pixels", "transformer", "vit", "window_mlp"]
 
 
 def test_mlp_sees_one_word_window_mlp_its_neighbours_transformer_all():

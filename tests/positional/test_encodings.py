@@ -11,8 +11,8 @@ from tests.helpers import assert_close_rel
 
 
 def test_registry_names_and_kinds():
-    assert P.list() == ["alibi", "floater", "learned", "none", "relative", "rnn", "rope", "sinusoidal"]
-    kinds = {n: P.kind_of(n) for n in P.list()}
+    assert P.names() == ["alibi", "floater", "learned", "none", "relative", "rnn", "rope", "sinusoidal"]
+    kinds = {n: P.kind_of(n) for n in P.names()}
     assert kinds == {
         "sinusoidal": "input", "learned": "input", "rnn": "input", "floater": "input",
         "relative": "bias", "alibi": "bias", "rope": "rotation", "none": "none",

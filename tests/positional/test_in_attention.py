@@ -8,7 +8,7 @@ from attnlab.models import Encoder
 from attnlab.positional import sinusoidal_table
 from tests.helpers import assert_close_rel
 
-ALL = P.list()
+ALL = P.names()
 WITH_ORDER = [n for n in ALL if n != "none"]
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from attnlab import Additive
-from attnlab.recurrent import LSTMN, AttentionRNN, create_layer, list_layers
+from attnlab import recurrent
+from attnlab.recurrent import LSTMN, AttentionRNN
 
 B, N, IN, HID = 2, 9, 5, 6
 
@@ -183,16 +184,16 @@ def test_bad_inputs_are_refused_with_clear_errors():
 
 
 def test_layers_registry():
-    assert list_layers() == ["attention_rnn", "cnn", "lstm", "lstmn", "rnn", "self_attention"]
+    assert recurrent.names() == ["attention_rnn", "cnn", "lstm", "lstmn", "rnn", "self_attention"]
     with pytest.raises(ValueError, match="unknown sequence layer 'gru'"):
-        create_layer("gru", 8)
+        recurrent.create("gru", 8)
 
 
 @pytest.mark.parametrize("name", ["attention_rnn", "cnn", "lstm", "lstmn", "rnn", "self_attention"])
 def test_every_layer_maps_b_n_d_to_b_n_d_and_padding_equals_the_shorter_sequence(name):
     torch.manual_seed(6)
     d = 8
-    layer = create_layer(name, d).double().eval()
+    layer = recurrent.create(name, d).double().eval()
     x = torch.randn(2, 7, d, dtype=torch.float64)
     mask = torch.tensor([[True] * 7, [True] * 3 + [False] * 4])
     out = layer(x, mask)
@@ -206,6 +207,6 @@ def test_every_layer_maps_b_n_d_to_b_n_d_and_padding_equals_the_shorter_sequence
 
 def test_cnn_options_are_checked():
     with pytest.raises(ValueError, match="odd"):
-        create_layer("cnn", 8, kernel_size=4)
+        recurrent.create("cnn", 8, kernel_size=4)
     with pytest.raises(ValueError, match="layers must be a positive int"):
-        create_layer("cnn", 8, layers=0)
+        recurrent.create("cnn", 8, layers=0)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from attnlab.studies.complexity import TEXTBOOK, exponents, path_length, run, sequential_steps
 from attnlab.studies.distance import TriggerTask
 from attnlab.cli import app
-from attnlab.recurrent import create_layer
+from attnlab import recurrent
 
 K = 3
 
@@ -30,7 +30,7 @@ def test_a_centred_cnn_moves_half_as_far_per_layer():
     from attnlab.studies import complexity
 
     n = 17
-    layer = lambda depth: create_layer("cnn", 8, layers=depth, kernel_size=3).double()  # noqa: E731
+    layer = lambda depth: recurrent.create("cnn", 8, layers=depth, kernel_size=3).double()  # noqa: E731
     x = torch.randn(1, n, 8, dtype=torch.float64, requires_grad=True)
 
     def reaches(depth):
@@ -44,7 +44,7 @@ def test_a_centred_cnn_moves_half_as_far_per_layer():
 def test_sequential_steps_grow_with_n_only_for_recurrent_layers():
     steps = {}
     for name in ("cnn", "self_attention", "rnn", "lstm", "attention_rnn", "lstmn"):
-        layer = create_layer(name, 16, **({"causal": True} if name == "cnn" else {})).eval()
+        layer = recurrent.create(name, 16, **({"causal": True} if name == "cnn" else {})).eval()
         steps[name] = [sequential_steps(layer, torch.randn(1, n, 16)) for n in (8, 32)]
     for name in ("cnn", "self_attention"):
         assert steps[name][0] == steps[name][1], name

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.tasks import IGNORE, create_task
+from attnlab import tasks
+from attnlab.tasks import IGNORE
 from attnlab.tasks.graphs import ATOM_DIM, BOND_DIM, ELEMENTS
 
 
@@ -13,7 +14,7 @@ def test_karate_is_zacharys_club_with_disjoint_node_splits():
     import networkx as nx
 
     g = nx.karate_club_graph()
-    task = create_task("karate", seed=3)
+    task = tasks.create("karate", seed=3)
     tr, va, te = (task.split(s) for s in ("train", "val", "test"))
     assert task.kind == "tagging" and task.inputs == "graph" and task.num_labels == 2
     edges = tr.edges[0]
@@ -25,11 +26,11 @@ def test_karate_is_zacharys_club_with_disjoint_node_splits():
     full = torch.stack([s.labels[0] for s in (tr, va, te)]).max(0).values
     assert [task.label_names[int(c)] for c in full] == [g.nodes[i]["club"] for i in range(34)]
     with pytest.raises(ValueError, match="test members"):
-        create_task("karate", train_per_class=15, val_per_class=2)
+        tasks.create("karate", train_per_class=15, val_per_class=2)
 
 
 def test_sbm_labels_are_blocks_and_edges_mostly_inside_blocks():
-    task = create_task("sbm", size=16, nodes=40, blocks=4, p_in=0.3, p_out=0.02)
+    task = tasks.create("sbm", size=16, nodes=40, blocks=4, p_in=0.3, p_out=0.02)
     tr = task.split("train")
     assert tr.tokens.shape == (16, 40, 16) and len(tr.edges) == 16
     y = tr.labels[0]
@@ -41,7 +42,7 @@ def test_sbm_labels_are_blocks_and_edges_mostly_inside_blocks():
     means = torch.stack([tr.tokens[:, y == b].mean((0, 1)) for b in range(4)])
     assert float((means.norm(dim=1) - 1.0).abs().max()) < 0.2
     with pytest.raises(ValueError, match="probabilities"):
-        create_task("sbm", p_in=1.5)
+        tasks.create("sbm", p_in=1.5)
 
 
 def test_molecules_match_rdkit():
@@ -50,7 +51,7 @@ def test_molecules_match_rdkit():
 
     from attnlab.tasks.graphs import _nci_path
 
-    task = create_task("molecules", limit=40)
+    task = tasks.create("molecules", limit=40)
     assert task.kind == "regression" and task.metric == "r2" and task.edge_dim == BOND_DIM and task.feature_dim == ATOM_DIM
     smiles = [line.split()[0] for line in Path(_nci_path()).read_text().splitlines()[:40]]
     mols = [Chem.MolFromSmiles(s) for s in smiles]
@@ -75,7 +76,7 @@ def test_molecule_alerts_are_rdkits_filter_matches():
 
     from attnlab.tasks.graphs import _nci_path
 
-    task = create_task("molecules", target="alert", limit=30)
+    task = tasks.create("molecules", target="alert", limit=30)
     assert task.kind == "classification" and task.num_labels == 2
     params = FilterCatalog.FilterCatalogParams()
     params.AddCatalog(FilterCatalog.FilterCatalogParams.FilterCatalogs.PAINS)
@@ -86,7 +87,7 @@ def test_molecule_alerts_are_rdkits_filter_matches():
     perm = torch.randperm(30, generator=torch.Generator().manual_seed(0)).tolist()
     assert torch.equal(task.split("train").labels, want[perm[6:]])
     with pytest.raises(ValueError, match="target must be"):
-        create_task("molecules", target="solubility")
+        tasks.create("molecules", target="solubility")
 
 
 def _write_graph(tmp_path, edges="0 1\n", feats=None, labels=None):
@@ -107,7 +108,7 @@ def test_graph_files_reads_a_users_graph_and_learns_it(tmp_path):
     labels = "\n".join(["left"] * 12 + ["right"] * 12)
     labels = labels.replace("left\nleft", "left\n?", 1)  # node 1 unlabelled
     files = _write_graph(tmp_path, "# a comment\n" + "\n".join(f"{a},{b}" for a, b in edges), feats, labels)
-    task = create_task("graph_files", **files)
+    task = tasks.create("graph_files", **files)
     assert task.num_labels == 2 and task.label_names == ["left", "right"] and task.feature_dim == 24
     assert task.split("train").edges[0].shape == (2, 2 * len(edges))
     counted = sum(int((task.split(s).labels != IGNORE).sum()) for s in ("train", "val", "test"))
@@ -130,6 +131,6 @@ def test_graph_files_reads_a_users_graph_and_learns_it(tmp_path):
 )
 def test_graph_files_errors_name_file_and_line(tmp_path, kw, msg):
     with pytest.raises(ValueError, match=msg):
-        create_task("graph_files", **_write_graph(tmp_path, **kw))
+        tasks.create("graph_files", **_write_graph(tmp_path, **kw))
     with pytest.raises(ValueError, match="needs edges="):
-        create_task("graph_files")
+        tasks.create("graph_files")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.tasks import create_task
+from attnlab import tasks
 
 
 def _key(img):
@@ -14,7 +14,7 @@ def test_digits_are_sklearns_images_split_without_overlap():
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    task = create_task("digits")
+    task = tasks.create("digits")
     assert task.inputs == "image" and task.num_labels == 10
     sizes = {k: len(v) for k, v in task.splits.items()}
     assert sum(sizes.values()) == 1797 and abs(sizes["test"] - 0.2 * 1797) < 10
@@ -30,7 +30,7 @@ def test_digits_are_sklearns_images_split_without_overlap():
 
 
 def test_train_fraction_keeps_held_out_splits_and_subsets_training():
-    full, part = create_task("digits", seed=1), create_task("digits", seed=1, train_fraction=0.1)
+    full, part = tasks.create("digits", seed=1), tasks.create("digits", seed=1, train_fraction=0.1)
     assert torch.equal(full.split("test").tokens, part.split("test").tokens)
     assert torch.equal(full.split("val").tokens, part.split("val").tokens)
     assert abs(len(part.split("train")) - 0.1 * len(full.split("train"))) <= 10
@@ -39,7 +39,7 @@ def test_train_fraction_keeps_held_out_splits_and_subsets_training():
     assert all(_key(i) in have for i in part.split("train").tokens)
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="train_fraction"):
-            create_task("digits", train_fraction=bad)
+            tasks.create("digits", train_fraction=bad)
 
 
 def test_cnn_learns_digits(tmp_path):
@@ -53,7 +53,7 @@ def test_compare_records_and_refuses_non_image_models():
     from attnlab.studies.vit_cnn import run
 
     recs = run([0.1], ["cnn"], seeds=[0], steps=30)
-    assert len(recs) == 1 and recs[0].train_size == len(create_task("digits", train_fraction=0.1).split("train"))
+    assert len(recs) == 1 and recs[0].train_size == len(tasks.create("digits", train_fraction=0.1).split("train"))
     assert 0.0 <= recs[0].accuracy <= 1.0 and recs[0].steps <= 30
     with pytest.raises(ValueError, match="does not read images"):
         run([0.1], ["transformer"])

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnlab.cli import app
-from attnlab.tasks import create_task
+from attnlab import tasks
 from attnlab.training import TrainConfig, predict, train
 
 
@@ -27,14 +27,14 @@ def tagging_rows(n=60):
 
 
 def test_three_kinds_are_read_tokenized_and_split(tmp_path):
-    tag = create_task("jsonl", path=str(write(tmp_path / "t.jsonl", tagging_rows())))
+    tag = tasks.create("jsonl", path=str(write(tmp_path / "t.jsonl", tagging_rows())))
     assert tag.kind == "tagging" and "VERB" in tag.label_names and "NOUN" in tag.label_names
     assert sum(len(s) for s in tag.splits.values()) == 60 and len(tag.split("test")) == 6
     saw = tag.vocab.index("saw")
     assert tag.vocab[:2] == ["<pad>", "<cls>"] and saw > 2
-    cls = create_task("jsonl", path=str(write(tmp_path / "c.jsonl", [{"text": f"good movie number {i}", "label": i % 2} for i in range(30)])))
+    cls = tasks.create("jsonl", path=str(write(tmp_path / "c.jsonl", [{"text": f"good movie number {i}", "label": i % 2} for i in range(30)])))
     assert cls.kind == "classification" and cls.label_names == ["0", "1"] and cls.split("train").labels.dim() == 1
-    s2s = create_task("jsonl", path=str(write(tmp_path / "s.jsonl", [{"source": f"one two {i}", "target": f"{i} deux un"} for i in range(30)])))
+    s2s = tasks.create("jsonl", path=str(write(tmp_path / "s.jsonl", [{"source": f"one two {i}", "target": f"{i} deux un"} for i in range(30)])))
     assert s2s.kind == "seq2seq" and s2s.label_names[:3] == ["<pad>", "<bos>", "<eos>"]
     assert all(row[row != 0][-1] == 2 for row in s2s.split("train").labels)  # every target ends with EOS
 
@@ -52,7 +52,7 @@ def test_three_kinds_are_read_tokenized_and_split(tmp_path):
 )
 def test_malformed_files_name_the_line_and_the_field(tmp_path, rows, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("+", r"\+")):
-        create_task("jsonl", path=str(write(tmp_path / "bad.jsonl", rows)))
+        tasks.create("jsonl", path=str(write(tmp_path / "bad.jsonl", rows)))
 
 
 def test_train_then_predict_from_the_checkpoint_alone(tmp_path):
@@ -78,4 +78,4 @@ def test_predict_refuses_a_builtin_task_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="not on user data"):
         predict(tmp_path, [{"tokens": ["a"]}])
     with pytest.raises(ValueError, match="needs its file"):
-        create_task("jsonl")
+        tasks.create("jsonl")

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from attnlab import audio
-from attnlab.tasks import create_task
+from attnlab import tasks
 
 
 def test_speech_clips_are_cached_balanced_and_deterministic(tmp_path):
-    task = create_task("speech", size=40, words="yes,no", cache=str(tmp_path))
+    task = tasks.create("speech", size=40, words="yes,no", cache=str(tmp_path))
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("speech-")]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["words"] == ["yes", "no"] and len(list(folder.glob("*.wav"))) == 40 + 64 + 64
@@ -23,28 +23,28 @@ def test_speech_clips_are_cached_balanced_and_deterministic(tmp_path):
     y = audio.load_wav(folder / clip["file"])
     assert len(y) == 16000 and float(np.abs(y).max()) > 0.05
     stamp = os.path.getmtime(folder / clip["file"])
-    again = create_task("speech", size=40, words="yes,no", cache=str(tmp_path))  # from the cache: nothing rewritten
+    again = tasks.create("speech", size=40, words="yes,no", cache=str(tmp_path))  # from the cache: nothing rewritten
     assert os.path.getmtime(folder / clip["file"]) == stamp
     assert torch.equal(again.split("test").tokens, task.split("test").tokens)
-    other = create_task("speech", size=40, words="yes,no", seed=1, cache=str(tmp_path))
+    other = tasks.create("speech", size=40, words="yes,no", seed=1, cache=str(tmp_path))
     assert not torch.equal(other.split("train").tokens, tr.tokens)
 
 
 def test_an_interrupted_cache_is_completed(tmp_path):
-    create_task("speech", size=8, words="up,down", cache=str(tmp_path))
+    tasks.create("speech", size=8, words="up,down", cache=str(tmp_path))
     (folder,) = list(tmp_path.iterdir())
     (folder / "manifest.json").unlink()
     victim = sorted(folder.glob("*.wav"))[3]
     victim.unlink()
-    task = create_task("speech", size=8, words="up,down", cache=str(tmp_path))
+    task = tasks.create("speech", size=8, words="up,down", cache=str(tmp_path))
     assert victim.exists() and (folder / "manifest.json").exists() and len(task.split("train")) == 8
 
 
 def test_speech_refuses_bad_options():
     with pytest.raises(ValueError, match="two distinct"):
-        create_task("speech", words="yes")
+        tasks.create("speech", words="yes")
     with pytest.raises(ValueError, match="features"):
-        create_task("speech", features="raw")
+        tasks.create("speech", features="raw")
 
 
 def _tone_folder(root, freqs=(("low", 300), ("high", 2500)), count=12):
@@ -62,7 +62,7 @@ def test_wav_folder_reads_labels_from_subfolders_and_a_model_learns_them(tmp_pat
     from attnlab.training import TrainConfig, train
 
     _tone_folder(tmp_path / "data")
-    task = create_task("wav_folder", path=str(tmp_path / "data"))
+    task = tasks.create("wav_folder", path=str(tmp_path / "data"))
     assert task.label_names == ["high", "low"] and sum(len(s) for s in task.splits.values()) == 24
     tr = task.split("train")
     assert tr.tokens.shape[2] == 40 and not bool(tr.mask.all())  # clips of different lengths are padded
@@ -73,20 +73,20 @@ def test_wav_folder_reads_labels_from_subfolders_and_a_model_learns_them(tmp_pat
 
 def test_wav_folder_errors(tmp_path):
     with pytest.raises(ValueError, match="needs path="):
-        create_task("wav_folder")
+        tasks.create("wav_folder")
     (tmp_path / "only").mkdir()
     audio.save_wav(tmp_path / "only" / "a.wav", np.zeros(800, dtype=np.float32))
     with pytest.raises(ValueError, match="at least two subfolders"):
-        create_task("wav_folder", path=str(tmp_path))
+        tasks.create("wav_folder", path=str(tmp_path))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "b.wav").write_text("not audio")
     (tmp_path / "other" / "c.wav").write_text("not audio")
     with pytest.raises(ValueError, match="cannot read audio file .*b.wav"):
-        create_task("wav_folder", path=str(tmp_path))
+        tasks.create("wav_folder", path=str(tmp_path))
 
 
 def test_heldout_voices_keep_test_speakers_out_of_training(tmp_path):
-    create_task("speech", size=40, words="yes,no", cache=str(tmp_path), heldout_voices=True)
+    tasks.create("speech", size=40, words="yes,no", cache=str(tmp_path), heldout_voices=True)
     (folder,) = list(tmp_path.iterdir())
     plan = json.loads((folder / "manifest.json").read_text())["plan"]
     train_voices = {c["voice"] for c in plan["train"] + plan["val"]}

@@ -5,20 +5,21 @@ import random
 import pytest
 import torch
 
-from attnlab.tasks import FIRST, IGNORE, create_task, list_tasks
+from attnlab import tasks
+from attnlab.tasks import FIRST, IGNORE
 from attnlab.tasks.listops import evaluate_listops
 from attnlab.tasks.pos import TAGS
 
 
 def test_registry():
-    assert list_tasks() == ["digits", "graph_files", "jsonl", "karate", "listops", "molecules", "pos", "recall", "sbm", "speech", "translate", "wav_folder"]
+    assert tasks.names() == ["digits", "graph_files", "jsonl", "karate", "listops", "molecules", "pos", "recall", "sbm", "speech", "translate", "wav_folder"]
     with pytest.raises(ValueError, match="unknown task 'nope'"):
-        create_task("nope")
+        tasks.create("nope")
 
 
 @pytest.mark.parametrize("name", ["pos", "recall", "listops", "translate"])
 def test_same_seed_same_data_other_seed_other_data(name):
-    a, b, c = create_task(name, size=200, seed=3), create_task(name, size=200, seed=3), create_task(name, size=200, seed=4)
+    a, b, c = tasks.create(name, size=200, seed=3), tasks.create(name, size=200, seed=3), tasks.create(name, size=200, seed=4)
     for split in ("train", "val", "test"):
         assert torch.equal(a.split(split).tokens, b.split(split).tokens)
         assert torch.equal(a.split(split).labels, b.split(split).labels)
@@ -28,7 +29,7 @@ def test_same_seed_same_data_other_seed_other_data(name):
 
 
 def test_pos_ambiguous_words_follow_their_rules():
-    task = create_task("pos", size=500)
+    task = tasks.create("pos", size=500)
     words = task.vocab
     ambiguous = {"saw", "watch", "fly", "duck", "park", "ring"}
     finals = {"back", "home", "down", "off"}
@@ -51,7 +52,7 @@ def test_pos_ambiguous_words_follow_their_rules():
 
 
 def test_recall_labels_are_the_values_paired_with_the_queried_keys():
-    task = create_task("recall", size=100, pairs=4, queries=3, num_keys=8, num_values=5)
+    task = tasks.create("recall", size=100, pairs=4, queries=3, num_keys=8, num_values=5)
     s = task.split("train")
     for toks, labs in zip(s.tokens.tolist(), s.labels.tolist()):
         pairs = {toks[2 * i]: toks[2 * i + 1] for i in range(4)}
@@ -60,7 +61,7 @@ def test_recall_labels_are_the_values_paired_with_the_queried_keys():
             assert labs[pos] == pairs[toks[pos]] - FIRST - 8
         assert all(l == IGNORE for l in labs[:8])
     with pytest.raises(ValueError, match="cannot exceed num_keys"):
-        create_task("recall", pairs=10, num_keys=8)
+        tasks.create("recall", pairs=10, num_keys=8)
 
 
 def test_listops_values_match_an_independent_evaluation():
@@ -69,7 +70,7 @@ def test_listops_values_match_an_independent_evaluation():
     assert evaluate_listops(["[SM", "7", "[MIN", "4", "6", "]", "]"]) == 1
     with pytest.raises(ValueError, match="unbalanced"):
         evaluate_listops(["[MAX", "2"])
-    task = create_task("listops", size=100, max_length=40)
+    task = tasks.create("listops", size=100, max_length=40)
     rng = random.Random(0)
 
     def value(tokens):  # an independent recursive evaluator over the token strings
@@ -96,4 +97,4 @@ def test_listops_values_match_an_independent_evaluation():
 
 def test_unknown_task_options_are_named():
     with pytest.raises(TypeError, match="task 'pos' has no option 'foo'; its options: size, seed"):
-        create_task("pos", foo=1)
+        tasks.create("pos", foo=1)

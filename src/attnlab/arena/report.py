@@ -68,9 +68,9 @@ _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
 
 def _color(variant: str) -> str:
     """One colour per variant, the same in every panel."""
-    from ..efficient import list_attention
+    from .. import efficient
 
-    names = list_attention()
+    names = efficient.names()
     return _PALETTE[(names.index(variant) if variant in names else len(names)) % len(_PALETTE)]
 
 

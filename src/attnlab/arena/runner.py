@@ -58,8 +58,8 @@ def plan(
 ) -> list[RunSpec]:
     """The runs of a preset (restricted to ``tasks`` / ``variants`` when given), one per seed;
     ``data`` adds the user's jsonl file as task ``jsonl``."""
-    from ..efficient import list_attention
-    from ..tasks import list_tasks
+    from .. import efficient
+    from .. import tasks as task_registry
 
     if isinstance(preset, str) and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
@@ -70,14 +70,14 @@ def plan(
     names = list(settings) if tasks is None else list(tasks)
     for t in names:
         if t not in settings:
-            known = sorted(set(list_tasks()) - {"jsonl", "graph_files", "wav_folder"})
+            known = sorted(set(task_registry.names()) - {"jsonl", "graph_files", "wav_folder"})
             if t not in known:
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)} (or --data FILE for jsonl)")
             settings[t] = TaskSetting({}, {})
     chosen = list(p.variants) if variants is None else list(variants)
     for v in chosen:
-        if v not in list_attention():
-            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(list_attention())}")
+        if v not in efficient.names():
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())}")
     specs = []
     for seed in seeds:
         for t in names:
@@ -161,7 +161,7 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
             on_step: Callable[[int, int, float], None] | None = None, on_eval: Callable[[int, float], None] | None = None) -> dict:
     """Train (or resume) one run in ``out/runs/<id>`` and return its store row (status ``done``
     or ``failed``; an error is caught and stored with its message, never raised)."""
-    from ..tasks import create_task
+    from .. import tasks as task_registry
 
     folder = out / "runs" / spec.run_id
     row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config)}
@@ -169,7 +169,7 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
         resume = (folder / "checkpoint" / "config.json").exists()
         res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds)
         ck = load_checkpoint(folder)
-        task = create_task(spec.config.task, **spec.config.task_options)
+        task = task_registry.create(spec.config.task, **spec.config.task_options)
         try:
             maps = attention_maps(ck.model, task)
         except Exception:  # noqa: BLE001 - a map is an illustration: its failure must not fail the run

@@ -16,11 +16,11 @@ A mask is a bool tensor broadcastable to ``(B, H, N, M)`` with True = this query
 to this key (see :mod:`attnlab.core.masks`).
 """
 
-from . import masks
+from . import masks, normalize, scores
 from .attend import AttentionResult, attend, plan
 from .bias import BlockBias
 from .graph import EdgeAttentionResult, edge_attention
-from .normalize import list_normalizers, relu, sigmoid, softmax
+from .normalize import relu, sigmoid, softmax
 from .reference import reference_attention
 from .scores import (
     Additive,
@@ -30,9 +30,7 @@ from .scores import (
     Score,
     ScaledDot,
     cosine,
-    create_score,
     dot,
-    list_scores,
     scaled_dot,
 )
 
@@ -48,7 +46,8 @@ __all__ = [
     "softmax",
     "relu",
     "sigmoid",
-    "list_normalizers",
+    "normalize",
+    "scores",
     "dot",
     "scaled_dot",
     "cosine",
@@ -58,6 +57,4 @@ __all__ = [
     "Cosine",
     "Additive",
     "Bilinear",
-    "create_score",
-    "list_scores",
 ]

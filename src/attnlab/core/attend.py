@@ -152,7 +152,7 @@ def attend(
         q: ``(B, H, N, D)`` queries.
         k: ``(B, H, M, D)`` keys.
         v: ``(B, H, M, Dv)`` values.
-        score: a name from :func:`attnlab.list_scores` with no weights (``"dot"``,
+        score: a name from :func:`attnlab.scores.names` with no weights (``"dot"``,
             ``"scaled_dot"``, ``"cosine"``), a :class:`attnlab.Score` module (``Additive``,
             ``Bilinear``, ...) or a callable ``(q, k) -> (B, H, N, M)``.
         normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` (see :mod:`attnlab.core.normalize`)

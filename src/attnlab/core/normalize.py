@@ -24,7 +24,9 @@ from typing import Callable
 
 import torch
 
-__all__ = ["softmax", "relu", "sigmoid", "list_normalizers", "resolve_normalizer"]
+from ..registry import Registry
+
+__all__ = ["softmax", "relu", "sigmoid", "NORMALIZERS", "create", "names", "resolve_normalizer"]
 
 
 def _upcast(scores: torch.Tensor) -> torch.Tensor:
@@ -74,24 +76,28 @@ def sigmoid(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
     return w.to(scores.dtype)
 
 
-_NORMALIZERS: dict[str, Callable] = {"softmax": softmax, "relu": relu, "sigmoid": sigmoid}
+NORMALIZERS: Registry = Registry("normaliser")
+"""Every normaliser ``(scores, mask) -> weights`` by name."""
+for _fn in (softmax, relu, sigmoid):
+    NORMALIZERS.add(_fn.__name__, _fn)
 
 
-def list_normalizers() -> list[str]:
+def names() -> list[str]:
     """Names accepted wherever a normaliser is chosen by name."""
-    return sorted(_NORMALIZERS)
+    return NORMALIZERS.names()
+
+
+def create(name: str) -> Callable:
+    """The normaliser ``name`` (a function ``(scores, mask) -> weights``; nothing to build)."""
+    return NORMALIZERS.get(name)
 
 
 def resolve_normalizer(normalize) -> Callable:
     """The function for ``attend(normalize=...)``: a name, or a callable ``(scores, mask) -> weights``."""
     if isinstance(normalize, str):
-        try:
-            return _NORMALIZERS[normalize]
-        except KeyError:
-            raise ValueError(
-                f"unknown normaliser {normalize!r}; expected one of {list_normalizers()} "
-                "or a callable (scores, mask) -> weights"
-            ) from None
+        if normalize in NORMALIZERS:
+            return NORMALIZERS.get(normalize)
+        raise ValueError(f"unknown normaliser {normalize!r}; expected one of {names()} or a callable (scores, mask) -> weights")
     if callable(normalize):
         return normalize
     raise TypeError(f"normalize must be a name or a callable, got {type(normalize).__name__}")

@@ -27,6 +27,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from ..registry import Registry
+
 __all__ = [
     "dot",
     "scaled_dot",
@@ -37,8 +39,9 @@ __all__ = [
     "Cosine",
     "Additive",
     "Bilinear",
-    "create_score",
-    "list_scores",
+    "SCORES",
+    "create",
+    "names",
     "resolve_score",
     "COSINE_EPS",
 ]
@@ -283,35 +286,40 @@ class _CallableScore(Score):
         return self.fn(q, k)
 
 
-_PLAIN = {"dot": Dot, "scaled_dot": ScaledDot, "cosine": Cosine}
-_LEARNABLE = {"additive": Additive, "bilinear": Bilinear}
+SCORES: Registry = Registry("score")
+"""Every score by name: the plain ones (no weights) and the learnable ones."""
+for _name, _cls in {"dot": Dot, "scaled_dot": ScaledDot, "cosine": Cosine, "additive": Additive, "bilinear": Bilinear}.items():
+    SCORES.add(_name, _cls)
+_PLAIN = ("dot", "scaled_dot", "cosine")
+_LEARNABLE = ("additive", "bilinear")
 _SINGLETONS: dict[str, Score] = {}
 
 
-def list_scores() -> list[str]:
+def names() -> list[str]:
     """Names accepted wherever a score is chosen by name."""
-    return sorted([*_PLAIN, *_LEARNABLE])
+    return SCORES.names()
 
 
 def _unknown(name) -> ValueError:
-    return ValueError(f"unknown score {name!r}; expected one of {list_scores()} or a callable (q, k) -> scores")
+    return ValueError(f"unknown score {name!r}; expected one of {names()} or a callable (q, k) -> scores")
 
 
-def create_score(name: str, *, head_dim: int, num_heads: int = 1, **options) -> Score:
+def create(name: str, *, head_dim: int, num_heads: int = 1, **options) -> Score:
     """A fresh :class:`Score` module by name, sized for ``num_heads`` heads of width ``head_dim``.
 
     ``options`` go to the class (``temperature=`` and ``learnable=`` for cosine,
     ``hidden_dim=`` for additive, ``key_dim=`` for bilinear).
     """
+    if name not in SCORES:
+        raise _unknown(name)
+    cls = SCORES.get(name)
     if name in _LEARNABLE:
-        return _LEARNABLE[name](head_dim, num_heads=num_heads, **options)
+        return cls(head_dim, num_heads=num_heads, **options)
     if name == "cosine":
-        return Cosine(num_heads=num_heads if options.get("learnable") else 1, **options)
-    if name in _PLAIN:
-        if options:
-            raise TypeError(f"score {name!r} takes no options, got {sorted(options)}")
-        return _PLAIN[name]()
-    raise _unknown(name)
+        return cls(num_heads=num_heads if options.get("learnable") else 1, **options)
+    if options:
+        raise TypeError(f"score {name!r} takes no options, got {sorted(options)}")
+    return cls()
 
 
 def resolve_score(score) -> Score:
@@ -322,12 +330,12 @@ def resolve_score(score) -> Score:
     if isinstance(score, str):
         if score in _PLAIN:
             if score not in _SINGLETONS:
-                _SINGLETONS[score] = _PLAIN[score]()
+                _SINGLETONS[score] = SCORES.get(score)()
             return _SINGLETONS[score]
         if score in _LEARNABLE:
             raise ValueError(
                 f"score {score!r} has learnable weights, so attend() cannot build it from its name; "
-                f"pass a module such as attnlab.{_LEARNABLE[score].__name__}(head_dim), "
+                f"pass a module such as attnlab.{SCORES.get(score).__name__}(head_dim), "
                 f"or use MultiHeadAttention(score={score!r})"
             )
         raise _unknown(score)

@@ -1,8 +1,8 @@
 """Efficient attention: variants that avoid the N x N matrix, behind one interface.
 
-``create_attention(name, embed_dim=..., num_heads=..., **options)`` returns a module with
-:class:`attnlab.MultiHeadAttention`'s call signature and output; ``list_attention()`` names
-them. ``"dense"`` is the exact layer.
+``create(name, embed_dim=..., num_heads=..., **options)`` returns a module with
+:class:`attnlab.MultiHeadAttention`'s call signature and output; ``names()`` names
+them (the registry is :data:`VARIANTS`). ``"dense"`` is the exact layer.
 """
 
 from . import linear as _linear  # noqa: F401  (each import registers its variant)
@@ -12,7 +12,7 @@ from . import longformer as _longformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
 from . import performer as _performer  # noqa: F401
 from . import reformer as _reformer  # noqa: F401
-from .base import EfficientAttention, create_attention, key_padding, list_attention, register_attention
+from .base import VARIANTS, EfficientAttention, create, key_padding, names, register
 from .kernel import kernel_attention
 from .linear import LinearAttention, LinearState, elu_feature_map
 from .linformer import LinformerAttention
@@ -24,9 +24,10 @@ from .nystrom import NystromAttention, iterative_pinv, segment_means
 from .performer import PerformerAttention, favor_features, orthogonal_gaussian
 
 __all__ = [
-    "create_attention",
-    "list_attention",
-    "register_attention",
+    "VARIANTS",
+    "create",
+    "names",
+    "register",
     "EfficientAttention",
     "key_padding",
     "LocalAttention",

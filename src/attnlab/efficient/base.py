@@ -23,7 +23,7 @@ from ..core.attend import AttentionResult
 from ..layers.multihead import MultiHeadAttention
 from ..registry import Registry
 
-__all__ = ["EfficientAttention", "register_attention", "create_attention", "list_attention", "key_padding"]
+__all__ = ["VARIANTS", "EfficientAttention", "create", "key_padding", "names", "register"]
 
 
 def key_padding(mask: torch.Tensor | None, b: int, m: int, name: str, device) -> torch.Tensor | None:
@@ -130,22 +130,23 @@ class EfficientAttention(MultiHeadAttention):
 
 
 # ---------------------------------------------------------------------------- registry
-_REGISTRY: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
-_REGISTRY.add("dense", MultiHeadAttention)
+VARIANTS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
+"""Every attention variant by name (``"dense"`` is the exact layer)."""
+VARIANTS.add("dense", MultiHeadAttention)
 
 
-def register_attention(name: str):
-    """Class decorator: make a variant available as ``create_attention(name, ...)``."""
-    return _REGISTRY.register(name)
+def register(name: str):
+    """Class decorator: make a variant available as ``create(name, ...)``."""
+    return VARIANTS.register(name)
 
 
-def list_attention() -> list[str]:
-    """The names :func:`create_attention` accepts, sorted (``"dense"`` is the exact layer)."""
-    return _REGISTRY.names()
+def names() -> list[str]:
+    """The names :func:`create` accepts, sorted (``"dense"`` is the exact layer)."""
+    return VARIANTS.names()
 
 
-def create_attention(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention:
-    """Create the attention ``name`` (see :func:`list_attention`).
+def create(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention:
+    """Create the attention ``name`` (see :func:`names`).
 
     ``"dense"`` is :class:`attnlab.MultiHeadAttention` (its options apply; ``causal=True`` is
     not one: give it a causal mask). Every other name is an :class:`EfficientAttention` with
@@ -156,4 +157,4 @@ def create_attention(name: str, *, embed_dim: int, num_heads: int, **options) ->
         embed_dim: E. num_heads: H.
         **options: the variant's keyword options (``causal=``, ``window=``, ``num_features=``, ...).
     """
-    return _REGISTRY.get(name)(embed_dim, num_heads, **options)
+    return VARIANTS.create(name, embed_dim, num_heads, **options)

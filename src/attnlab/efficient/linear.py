@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .base import EfficientAttention, register_attention
+from .base import EfficientAttention, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["LinearAttention", "LinearState", "elu_feature_map"]
@@ -40,7 +40,7 @@ class LinearState:
     t: int = 0
 
 
-@register_attention("linear")
+@register("linear")
 class LinearAttention(EfficientAttention):
     """``b_i = phi(q_i)^T sum_j phi(k_j) v_j^T / phi(q_i)^T sum_j phi(k_j)``, ``phi = elu + 1``.
 

@@ -6,12 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import EfficientAttention, register_attention
+from .base import EfficientAttention, register
 
 __all__ = ["LinformerAttention"]
 
 
-@register_attention("linformer")
+@register("linformer")
 class LinformerAttention(EfficientAttention):
     """``softmax(Q (E K)^T / sqrt(D)) (F V)`` with learned ``E, F`` of shape ``(k, max_len)``.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import EfficientAttention, register_attention
+from .base import EfficientAttention, register
 from .banded import banded_flash_attention
 from .sparse import block_sparse_attention
 
@@ -46,7 +46,7 @@ def banded_attention(
     return out
 
 
-@register_attention("local")
+@register("local")
 class LocalAttention(EfficientAttention):
     """Truncated self-attention: each query sees the keys within ``window`` positions.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import EfficientAttention, register_attention
+from .base import EfficientAttention, register
 from .sparse import block_layout, block_sparse_attention, pattern
 
 __all__ = ["LongformerAttention", "BigBirdAttention"]
@@ -33,7 +33,7 @@ def _check_global(global_tokens):
     return tuple(idx)
 
 
-@register_attention("longformer")
+@register("longformer")
 class LongformerAttention(EfficientAttention):
     """A sliding window plus global tokens (Beltagy et al. 2020, https://arxiv.org/abs/2004.05150).
 
@@ -76,7 +76,7 @@ class LongformerAttention(EfficientAttention):
         )
 
 
-@register_attention("bigbird")
+@register("bigbird")
 class BigBirdAttention(LongformerAttention):
     """A sliding window, global tokens and random key blocks (Zaheer et al. 2020, https://arxiv.org/abs/2007.14062).
 

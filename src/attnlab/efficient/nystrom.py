@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import EfficientAttention, register_attention
+from .base import EfficientAttention, register
 
 __all__ = ["NystromAttention", "iterative_pinv", "segment_means"]
 
@@ -42,7 +42,7 @@ def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None) -> tuple[
     return sums / count.clamp_min(1)[:, None, :, None], count > 0
 
 
-@register_attention("nystrom")
+@register("nystrom")
 class NystromAttention(EfficientAttention):
     """``softmax(Q K~^T) pinv(softmax(Q~ K~^T)) softmax(Q~ K^T) V`` with ``m`` landmarks, O(N m).
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .base import EfficientAttention, register_attention
+from .base import EfficientAttention, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian", "favor_features"]
@@ -70,7 +70,7 @@ class _FavorMap(FeatureMap):
         return proj - (x.square().sum(-1, keepdim=True) * (0.5 * scale * scale) + 0.5 * math.log(self.w.shape[0]))
 
 
-@register_attention("performer")
+@register("performer")
 class PerformerAttention(EfficientAttention):
     """Softmax attention estimated with FAVOR+ random features, in O(N F D).
 

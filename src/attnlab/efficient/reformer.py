@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import EfficientAttention, register_attention
+from .base import EfficientAttention, register
 
 __all__ = ["ReformerAttention", "lsh_buckets", "SELF_LOGIT"]
 
@@ -22,7 +22,7 @@ def lsh_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     return torch.cat([proj, -proj], dim=-1).argmax(-1)
 
 
-@register_attention("reformer")
+@register("reformer")
 class ReformerAttention(EfficientAttention):
     """LSH attention: queries attend to the keys hashed into their bucket, O(N c) per hash round.
 

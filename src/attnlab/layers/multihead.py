@@ -11,7 +11,8 @@ from torch import nn
 
 from ..core.attend import AttentionResult, attend, check_mask_or_bias
 from ..core.normalize import resolve_normalizer, softmax
-from ..core.scores import ScaledDot, Score, create_score, resolve_score
+from ..core import scores as score_registry
+from ..core.scores import ScaledDot, Score, resolve_score
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
 
 __all__ = ["MultiHeadAttention"]
@@ -43,14 +44,14 @@ class MultiHeadAttention(nn.Module):
         num_heads: H; must divide E.
         kdim: width of the keys' input (default E); vdim: of the values' input (default E).
         bias: learn additive biases in the input and output projections.
-        score: a name from :func:`attnlab.list_scores` (learnable scores get one set of weights
+        score: a name from :func:`attnlab.scores.names` (learnable scores get one set of weights
             per head), a :class:`attnlab.Score` module or a callable ``(q, k) -> scores``.
         score_options: keyword options for a score built by name (``temperature=``, ``learnable=``,
             ``hidden_dim=``).
         normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` or a callable ``(scores, mask) -> weights``.
         head_mode: ``"split"`` or ``"project"``.
         dropout: dropout on the attention weights, in training mode only.
-        positional: a name from :func:`attnlab.positional.list` or a
+        positional: a name from :func:`attnlab.positional.names` or a
             :class:`attnlab.positional.PositionalEncoding`, applied the way it acts: input
             encodings are added to the query, key and value inputs before the projections, bias
             encodings are added to every head's scores, ``rope`` rotates each head's q and k.
@@ -96,7 +97,7 @@ class MultiHeadAttention(nn.Module):
         self.normalize = normalize
         resolve_normalizer(normalize)  # fail early on an unknown name
         if isinstance(score, str):
-            self.score = create_score(score, head_dim=self.head_dim, num_heads=h, **(score_options or {}))
+            self.score = score_registry.create(score, head_dim=self.head_dim, num_heads=h, **(score_options or {}))
         else:
             if score_options:
                 raise TypeError("score_options apply only to a score given by name")

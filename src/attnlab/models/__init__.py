@@ -5,7 +5,7 @@ from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
 from .audio import AudioTransformerBackbone, ConformerBackbone, FrameBackbone
 from .conformer import Conformer, ConformerLayer, ConvModule
 from .vectors import CNNBackbone, PixelAttentionBackbone, VectorClassifier, ViTBackbone, patchify
-from .heads import BACKBONES, Backbone, SequenceLabeler, SetClassifier, build_model, list_models, register_backbone
+from .heads import BACKBONES, Backbone, SequenceLabeler, SetClassifier, build_model, names, register
 
 __all__ = [
     "Encoder",
@@ -32,6 +32,6 @@ __all__ = [
     "SequenceLabeler",
     "SetClassifier",
     "build_model",
-    "list_models",
-    "register_backbone",
+    "names",
+    "register",
 ]

@@ -16,7 +16,7 @@ from torch import nn
 
 from .conformer import Conformer
 from .encoder import Encoder
-from .heads import register_backbone
+from .heads import register
 
 __all__ = ["AudioTransformerBackbone", "ConformerBackbone", "FrameBackbone"]
 
@@ -56,12 +56,12 @@ class FrameBackbone(nn.Module):
         return (pooled, out.weights) if return_weights else pooled
 
 
-@register_backbone("audio_transformer")
+@register("audio_transformer")
 class AudioTransformerBackbone(FrameBackbone):
     """Frames -> linear -> Transformer encoder (any attention variant and positional encoding)."""
 
 
-@register_backbone("conformer")
+@register("conformer")
 class ConformerBackbone(FrameBackbone):
     """Frames -> linear -> Conformer blocks (``conv_kernel`` option; any attention variant)."""
 

@@ -31,7 +31,7 @@ class EncoderConfig:
         positional, positional_options, max_len: the positional encoding by name (see
             :func:`attnlab.positional.create`); one encoding shared by all blocks.
         layer_norm_eps: LayerNorm's epsilon.
-        attention, attention_options: the attention by name (:func:`attnlab.list_attention`;
+        attention, attention_options: the attention by name (:func:`attnlab.efficient.names`;
             ``"dense"`` is :class:`attnlab.MultiHeadAttention` with ``score``, ``normalize`` and
             ``head_mode``; any other name is an efficient variant created with
             ``attention_options``, ``max_len`` and the encoding, and ignores the score
@@ -89,13 +89,13 @@ def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) ->
             dropout=cfg.dropout,
             positional=positional,
         )
-    from ..efficient import create_attention
+    from .. import efficient
 
     opts = dict(cfg.attention_options or {})
     opts.setdefault("max_len", cfg.max_len)
     if cfg.causal:
         opts["causal"] = True
-    return create_attention(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional, **opts)
+    return efficient.create(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional, **opts)
 
 
 class EncoderLayer(nn.Module):
@@ -158,7 +158,7 @@ class Encoder(nn.Module):
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}")
         if not isinstance(cfg.positional, str):
-            raise TypeError(f"positional must be a name (see attnlab.positional.list()), got {type(cfg.positional).__name__}")
+            raise TypeError(f"positional must be a name (see attnlab.positional.names()), got {type(cfg.positional).__name__}")
         self.config = cfg
         kind = kind_of(cfg.positional)
         head_dim = embed_dim // num_heads if isinstance(num_heads, int) and num_heads > 0 else embed_dim

@@ -31,7 +31,7 @@ from torch import nn
 from ..core.attend import attend
 from ..core.graph import check_edge_index, edge_attention
 from ..core.masks import graph as graph_mask
-from .heads import register_backbone, residual_blocks, run_residual
+from .heads import register, residual_blocks, run_residual
 
 __all__ = [
     "GraphAttention",
@@ -279,7 +279,7 @@ class GraphBackbone(nn.Module):
         self.feature_dim, self.dim, self.edge_dim = _check_dim("feature_dim", feature_dim), _check_dim("dim", dim), edge_dim
 
 
-@register_backbone("graph_transformer")
+@register("graph_transformer")
 class GraphTransformerBackbone(GraphBackbone):
     """A :class:`GraphTransformer`: attention along the edges (sparse, or ``mode="dense"``),
     edge features when the task has them."""
@@ -295,7 +295,7 @@ class GraphTransformerBackbone(GraphBackbone):
         return self.net(x, edge_index, edge_attr, return_weights=return_weights)
 
 
-@register_backbone("node_mlp")
+@register("node_mlp")
 class NodeMLPBackbone(GraphBackbone):
     """Each node alone (edges ignored): ``num_layers`` residual MLP blocks; the baseline that
     shows what the edges add."""

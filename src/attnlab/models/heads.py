@@ -22,17 +22,17 @@ from torch import nn
 from ..registry import Registry
 from .encoder import Encoder
 
-__all__ = ["BACKBONES", "register_backbone", "list_models", "Backbone", "SequenceLabeler", "SetClassifier", "build_model", "residual_blocks", "run_residual"]
+__all__ = ["BACKBONES", "register", "names", "Backbone", "SequenceLabeler", "SetClassifier", "build_model", "residual_blocks", "run_residual"]
 
 BACKBONES: Registry = Registry("model")
 
 
-def register_backbone(name: str):
+def register(name: str):
     """Class decorator: register a :class:`Backbone` subclass under ``name``."""
     return BACKBONES.register(name)
 
 
-def list_models() -> list[str]:
+def names() -> list[str]:
     """The backbone names (``attnlab train --model``)."""
     return BACKBONES.names()
 
@@ -62,7 +62,7 @@ class Backbone(nn.Module):
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
 
 
-@register_backbone("transformer")
+@register("transformer")
 class TransformerBackbone(Backbone):
     """Embedding and a Transformer encoder; ``attention``, ``positional`` and every other
     :class:`attnlab.models.EncoderConfig` field are options."""
@@ -94,7 +94,7 @@ def run_residual(blocks: nn.ModuleList, norm: nn.Module, x: torch.Tensor) -> tor
     return norm(x)
 
 
-@register_backbone("mlp")
+@register("mlp")
 class MLPBackbone(Backbone):
     """Each vector alone: embedding, then ``num_layers`` residual blocks ``x + W2 gelu(W1 LN(x))``."""
 
@@ -108,7 +108,7 @@ class MLPBackbone(Backbone):
         return (h, None) if return_weights else h
 
 
-@register_backbone("window_mlp")
+@register("window_mlp")
 class WindowMLPBackbone(MLPBackbone):
     """Each vector with its ``+-window`` neighbours (zeros beyond the ends and at padding)
     concatenated, projected back to E, then the residual MLP blocks of ``mlp``."""

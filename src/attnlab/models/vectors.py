@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .encoder import Encoder
-from .heads import register_backbone
+from .heads import register
 
 __all__ = ["CNNBackbone", "ImageBackbone", "PixelAttentionBackbone", "VectorClassifier", "ViTBackbone", "patchify"]
 
@@ -70,7 +70,7 @@ class ImageBackbone(nn.Module):
             raise ValueError(f"expected images (B, {self.channels}, {self.image_size[0]}, {self.image_size[1]}), got {getattr(x, 'shape', type(x).__name__)}")
 
 
-@register_backbone("vit")
+@register("vit")
 class ViTBackbone(ImageBackbone):
     """Vision Transformer: patches of ``patch_size`` (a linear embedding), a CLS token, an
     :class:`attnlab.models.Encoder` (any attention variant and positional encoding by name;
@@ -102,7 +102,7 @@ class ViTBackbone(ImageBackbone):
         return (out.output[:, 0], out.weights) if return_weights else out.output[:, 0]
 
 
-@register_backbone("pixels")
+@register("pixels")
 class PixelAttentionBackbone(ViTBackbone):
     """Self-attention over single pixels: :class:`ViTBackbone` with ``patch_size=1`` (``H W``
     vectors of C values each)."""
@@ -114,7 +114,7 @@ class PixelAttentionBackbone(ViTBackbone):
         super().__init__(feature_dim, dim, image_size, patch_size=1, **options)
 
 
-@register_backbone("cnn")
+@register("cnn")
 class CNNBackbone(ImageBackbone):
     """A small CNN: ``num_layers`` 3x3 convolution blocks (GELU; a 2x2 max-pool after every
     second block while the map is larger than 2x2), then global average pooling."""

@@ -16,7 +16,7 @@ name            kind      what it does
 ``none``        none      nothing (permutation-equivariant)
 ==============  ========  ====================================================
 
-``create(name, dim=..., num_heads=..., max_len=...)`` builds one; ``list()`` names them;
+``create(name, dim=..., num_heads=..., max_len=...)`` builds one; ``names()`` names them;
 ``MultiHeadAttention(..., positional="rope")`` and the models take the name directly.
 """
 
@@ -35,7 +35,8 @@ from .base import (
     PositionalEncoding,
     create,
     kind_of,
-    list_encodings,
+    ENCODINGS,
+    names,
     positions_for,
     register,
 )
@@ -46,12 +47,12 @@ from .rnn import RecurrentPositional
 from .rope import RoPE
 from .sinusoidal import Sinusoidal, sinusoidal_encode, sinusoidal_table
 
-list = list_encodings  # noqa: A001  (``attnlab.positional.list()``, as the issue names it)
 
 __all__ = [
     "create",
     "list",
-    "list_encodings",
+    "names",
+    "ENCODINGS",
     "kind_of",
     "register",
     "positions_for",

@@ -26,7 +26,7 @@ from torch import nn
 from ..core.bias import BlockBias
 from ..registry import Registry
 
-__all__ = ["PositionalEncoding", "NoPositional", "register", "create", "list_encodings", "kind_of", "positions_for"]
+__all__ = ["PositionalEncoding", "NoPositional", "register", "create", "names", "ENCODINGS", "kind_of", "positions_for"]
 
 Kind = Literal["input", "bias", "rotation", "none"]
 
@@ -180,24 +180,25 @@ def _positive(name: str, value) -> int:
 
 
 # ---------------------------------------------------------------------------- registry
-_REGISTRY: Registry[type[PositionalEncoding]] = Registry("positional encoding")
+ENCODINGS: Registry[type[PositionalEncoding]] = Registry("positional encoding")
+"""Every positional encoding by name."""
 
 
 def register(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
     """Class decorator: make an encoding available as ``create(name, ...)``."""
-    return _REGISTRY.register(name)
+    return ENCODINGS.register(name)
 
 
 register("none")(NoPositional)
 
 
-def list_encodings() -> list[str]:
+def names() -> list[str]:
     """The names :func:`create` accepts, sorted."""
-    return _REGISTRY.names()
+    return ENCODINGS.names()
 
 
 def _lookup(name: str) -> type[PositionalEncoding]:
-    return _REGISTRY.get(name)
+    return ENCODINGS.get(name)
 
 
 def kind_of(name: str) -> Kind:
@@ -208,7 +209,7 @@ def kind_of(name: str) -> Kind:
 def create(
     name: str, *, dim: int | None = None, num_heads: int | None = None, max_len: int | None = None, **options
 ) -> PositionalEncoding:
-    """Create the positional encoding ``name`` (see :func:`list_encodings`).
+    """Create the positional encoding ``name`` (see :func:`names`).
 
     Args:
         name: ``"sinusoidal"``, ``"learned"``, ``"rnn"``, ``"floater"``, ``"relative"``,

@@ -2,12 +2,12 @@
 
 * :class:`AttentionRNN` — the SimpleRNN with self-attention of the lecture;
 * :class:`LSTMN` — the Long Short-Term Memory-Network (Cheng, Dong & Lapata 2016);
-* :func:`create_layer` / :func:`list_layers` — ``rnn``, ``lstm``, ``cnn``, ``self_attention``,
+* :func:`create` / :func:`names` — ``rnn``, ``lstm``, ``cnn``, ``self_attention``,
   ``attention_rnn``, ``lstmn`` with one interface ``(B, N, d) -> (B, N, d)``.
 """
 
 from .cells import LSTMN, AttentionRNN, RecurrentOutput, check_prefix_mask
-from .layers import LAYERS, SequenceLayer, create_layer, list_layers, register_layer
+from .layers import LAYERS, SequenceLayer, create, names, register
 
 __all__ = [
     "AttentionRNN",
@@ -15,8 +15,8 @@ __all__ = [
     "RecurrentOutput",
     "check_prefix_mask",
     "SequenceLayer",
-    "create_layer",
-    "list_layers",
-    "register_layer",
+    "create",
+    "names",
+    "register",
     "LAYERS",
 ]

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from ..core.normalize import resolve_normalizer
-from ..core.scores import Score, create_score, list_scores, resolve_score
+from ..core import scores as score_registry
+from ..core.scores import Score, resolve_score
 
 __all__ = ["AttentionRNN", "LSTMN", "RecurrentOutput", "check_prefix_mask"]
 
@@ -58,9 +59,9 @@ def check_prefix_mask(mask: torch.Tensor | None, x: torch.Tensor) -> torch.Tenso
 
 def _align(align, hidden: int, options: dict | None) -> Score:
     if isinstance(align, str):
-        if align not in list_scores():
-            raise ValueError(f"unknown align score {align!r}; expected one of {list_scores()}, a Score module or a callable")
-        return create_score(align, head_dim=hidden, num_heads=1, **(options or {}))
+        if align not in score_registry.names():
+            raise ValueError(f"unknown align score {align!r}; expected one of {score_registry.names()}, a Score module or a callable")
+        return score_registry.create(align, head_dim=hidden, num_heads=1, **(options or {}))
     if options:
         raise TypeError("align_options apply only when align is given by name")
     return resolve_score(align)

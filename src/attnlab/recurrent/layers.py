@@ -1,6 +1,6 @@
 """Sequence layers with one interface, ``(B, N, d) -> (B, N, d)``, for the CNN / RNN /
 self-attention comparison: ``rnn`` (Elman), ``lstm``, ``cnn``, ``self_attention``,
-``attention_rnn`` and ``lstmn``, created by name with :func:`create_layer`.
+``attention_rnn`` and ``lstmn``, created by name with :func:`create`.
 
 Every layer takes ``forward(x, mask=None)`` with ``mask`` ``(B, N)`` bool, True at real
 positions (right padding), and returns zeros at padded positions. The recurrent ones also
@@ -16,25 +16,25 @@ from torch import nn
 from ..registry import Registry
 from .cells import LSTMN, AttentionRNN, check_prefix_mask
 
-__all__ = ["SequenceLayer", "create_layer", "list_layers", "register_layer", "LAYERS"]
+__all__ = ["SequenceLayer", "create", "names", "register", "LAYERS"]
 
 LAYERS: Registry = Registry("sequence layer")
 
 
-def register_layer(name: str):
+def register(name: str):
     """Class decorator: register a :class:`SequenceLayer` subclass under ``name``."""
     return LAYERS.register(name)
 
 
-def create_layer(name: str, dim: int, **options) -> "SequenceLayer":
-    """A sequence layer ``(B, N, dim) -> (B, N, dim)`` by name (see :func:`list_layers`)."""
+def create(name: str, dim: int, **options) -> "SequenceLayer":
+    """A sequence layer ``(B, N, dim) -> (B, N, dim)`` by name (see :func:`names`)."""
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         raise ValueError(f"dim must be a positive int, got {dim!r}")
     return LAYERS.get(name)(dim, **options)
 
 
-def list_layers() -> list[str]:
-    """The names :func:`create_layer` accepts."""
+def names() -> list[str]:
+    """The names :func:`create` accepts."""
     return LAYERS.names()
 
 
@@ -91,21 +91,21 @@ class _TorchRecurrent(SequenceLayer):
         return self._zero_padded(out, mask)
 
 
-@register_layer("rnn")
+@register("rnn")
 class ElmanRNN(_TorchRecurrent):
     """The simple (Elman) RNN ``h_i = tanh(W x_i + U h_{i-1} + b)`` (``torch.nn.RNN``)."""
 
     cell = nn.RNN
 
 
-@register_layer("lstm")
+@register("lstm")
 class LSTMLayer(_TorchRecurrent):
     """An LSTM (``torch.nn.LSTM``), hidden width ``dim``."""
 
     cell = nn.LSTM
 
 
-@register_layer("cnn")
+@register("cnn")
 class ConvStack(SequenceLayer):
     """``layers`` 1-D convolutions of kernel ``kernel_size``, same-length output, GELU after each.
 
@@ -141,7 +141,7 @@ class ConvStack(SequenceLayer):
         return self._zero_padded(y.transpose(1, 2), mask)
 
 
-@register_layer("self_attention")
+@register("self_attention")
 class SelfAttentionLayer(SequenceLayer):
     """``layers`` Transformer encoder blocks (self-attention + feed-forward, pre-norm) of width
     ``dim``, with ``num_heads`` heads and any positional encoding (default none: every position
@@ -174,14 +174,14 @@ class _CellLayer(SequenceLayer):
         return self.cell.steps(x, mask, truncate=truncate).output
 
 
-@register_layer("attention_rnn")
+@register("attention_rnn")
 class AttentionRNNLayer(_CellLayer):
     """:class:`attnlab.recurrent.AttentionRNN` as a ``(B, N, d) -> (B, N, d)`` layer."""
 
     cell_type = AttentionRNN
 
 
-@register_layer("lstmn")
+@register("lstmn")
 class LSTMNLayer(_CellLayer):
     """:class:`attnlab.recurrent.LSTMN` as a ``(B, N, d) -> (B, N, d)`` layer."""
 

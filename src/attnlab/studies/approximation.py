@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..efficient import create_attention
+from .. import efficient
 
 __all__ = ["BUDGETS", "ApproxRecord", "run_approximation"]
 
@@ -94,7 +94,7 @@ def run_approximation(
                 q, k = q * temperature**0.5, k * temperature**0.5
                 exact = torch.nn.functional.scaled_dot_product_attention(q, k, val)
                 torch.manual_seed(seed)
-                m = create_attention(v, embed_dim=H * D, num_heads=H, **_options(v, budget, n, seed)).double()
+                m = efficient.create(v, embed_dim=H * D, num_heads=H, **_options(v, budget, n, seed)).double()
                 with torch.no_grad():
                     approx = m.attend_heads(q, k, val).output
                 errs.append(((approx - exact).norm() / exact.norm()).item())

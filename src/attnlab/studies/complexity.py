@@ -40,7 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ..recurrent.layers import create_layer
+from ..recurrent import layers as layer_registry
 from ..profiling import loglog_slope, round_robin
 
 __all__ = [
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 LAYERS = ("cnn", "rnn", "lstm", "self_attention", "attention_rnn", "lstmn")
-"""The layer types compared, by :func:`attnlab.recurrent.create_layer` name."""
+"""The layer types compared, by :func:`attnlab.recurrent.create` name."""
 
 TEXTBOOK: dict[str, tuple[str, str, str]] = {
     "cnn": ("O(k n d^2)", "O(1)", "O(n/k)"),
@@ -90,7 +90,7 @@ def _layer(name: str, dim: int, depth: int = 1, dtype=torch.float32):
     opts = {"layers": depth} if name in ("cnn", "self_attention") else {}
     if name == "cnn":
         opts.update(kernel_size=KERNEL, causal=True)
-    return create_layer(name, dim, **opts).to(dtype).eval()
+    return layer_registry.create(name, dim, **opts).to(dtype).eval()
 
 
 class _DepthTracer(TorchDispatchMode):

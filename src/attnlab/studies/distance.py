@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..recurrent.layers import create_layer
+from ..recurrent import layers as layer_registry
 
 __all__ = ["TriggerTask", "DistanceRecord", "LabelModel", "train_and_eval", "run", "DEFAULT_LAYERS"]
 
@@ -75,7 +75,7 @@ class LabelModel(nn.Module):
     def __init__(self, layer: str, vocab: int, labels: int, dim: int = 32):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.layer = create_layer(layer, dim, **LAYER_OPTIONS.get(layer, {}))
+        self.layer = layer_registry.create(layer, dim, **LAYER_OPTIONS.get(layer, {}))
         self.head = nn.Linear(dim, labels)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

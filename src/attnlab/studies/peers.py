@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from ..efficient import create_attention
+from .. import efficient
 from ..profiling import round_robin
 from .scaling import HEAD_DIM, HEADS
 
@@ -62,13 +62,13 @@ def _pair(method: str, n: int) -> tuple[Callable[[], None], Callable[[], None], 
             from performer_pytorch import FastAttention
 
             peer = FastAttention(dim_heads=HEAD_DIM, nb_features=256, causal=False)
-            ours = create_attention("performer", embed_dim=e, num_heads=HEADS, num_features=256, seed=0)
+            ours = efficient.create("performer", embed_dim=e, num_heads=HEADS, num_features=256, seed=0)
             name = "performer_pytorch.FastAttention"
         else:
             from local_attention import LocalAttention
 
             peer = LocalAttention(window_size=256, causal=False, look_backward=1, look_forward=1, dim=HEAD_DIM, autopad=True)
-            ours = create_attention("local", embed_dim=e, num_heads=HEADS, window=256)
+            ours = efficient.create("local", embed_dim=e, num_heads=HEADS, window=256)
             name = "local_attention.LocalAttention"
 
         def step(fn):
@@ -85,19 +85,19 @@ def _pair(method: str, n: int) -> tuple[Callable[[], None], Callable[[], None], 
         from nystrom_attention import NystromAttention
 
         peer = NystromAttention(dim=e, dim_head=HEAD_DIM, heads=HEADS, num_landmarks=64, pinv_iterations=6, residual=False)
-        ours = create_attention("nystrom", embed_dim=e, num_heads=HEADS, landmarks=64, pinv_iters=6)
+        ours = efficient.create("nystrom", embed_dim=e, num_heads=HEADS, landmarks=64, pinv_iters=6)
         name = "nystrom_attention.NystromAttention"
     elif method == "linformer":
         from linformer import LinformerSelfAttention
 
         peer = LinformerSelfAttention(dim=e, seq_len=n, heads=HEADS, k=256, one_kv_head=False, share_kv=False)
-        ours = create_attention("linformer", embed_dim=e, num_heads=HEADS, max_len=n, k=256)
+        ours = efficient.create("linformer", embed_dim=e, num_heads=HEADS, max_len=n, k=256)
         name = "linformer.LinformerSelfAttention"
     elif method == "reformer":
         from reformer_pytorch import LSHSelfAttention
 
         peer = LSHSelfAttention(dim=e, heads=HEADS, bucket_size=64, n_hashes=2, causal=False)
-        ours = create_attention("reformer", embed_dim=e, num_heads=HEADS, num_buckets=max(2, 2 * (n // 128)), num_hashes=2, chunk_size=64)
+        ours = efficient.create("reformer", embed_dim=e, num_heads=HEADS, num_buckets=max(2, 2 * (n // 128)), num_hashes=2, chunk_size=64)
         name = "reformer_pytorch.LSHSelfAttention"
     else:
         raise ValueError(f"no peer for {method!r}; expected one of {PEERS}")

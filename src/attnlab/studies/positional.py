@@ -27,7 +27,7 @@ from torch import nn
 
 from ..core import masks
 from ..models.encoder import Encoder
-from ..positional.base import list_encodings
+from ..positional import base as positional_registry
 
 __all__ = ["Settings", "Result", "DelayedCopy", "run", "train_one", "summarize", "DEFAULT_ENCODINGS"]
 
@@ -197,7 +197,7 @@ def run(
         encodings = DEFAULT_ENCODINGS
     if not isinstance(encodings, dict):
         encodings = {name: DEFAULT_ENCODINGS.get(name, {}) for name in encodings}
-    known = set(list_encodings())
+    known = set(positional_registry.names())
     for name in encodings:
         if name not in known:
             raise ValueError(f"unknown positional encoding {name!r}; choose from {', '.join(sorted(known))}")

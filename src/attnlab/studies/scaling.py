@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..efficient import create_attention
+from .. import efficient
 from ..profiling import loglog_slope, measure_in_child, peak_bytes, quiet_stderr, round_robin
 
 __all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward"]
@@ -69,7 +69,7 @@ def _module(variant: str, max_n: int):
     if variant == "linformer":
         options["max_len"] = max_n
     torch.manual_seed(0)
-    return create_attention(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options)
+    return efficient.create(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options)
 
 
 def _inputs(n: int, grad: bool) -> list[torch.Tensor]:

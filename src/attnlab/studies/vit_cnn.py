@@ -53,7 +53,7 @@ def run(
         on_record: called after each run. on_step: ``(model, fraction, seed, step, total)``.
     """
     from ..models.heads import BACKBONES
-    from ..tasks import create_task
+    from .. import tasks as task_registry
     from ..training import TrainConfig, train
 
     models, fractions, seeds = list(models), [float(f) for f in fractions], list(seeds)
@@ -66,7 +66,7 @@ def run(
     records = []
     for seed in seeds:
         for f in fractions:
-            size = len(create_task("digits", seed=seed, train_fraction=f).split("train"))
+            size = len(task_registry.create("digits", seed=seed, train_fraction=f).split("train"))
             for m in models:
                 cfg = TrainConfig.for_task("digits", model=m, seed=seed, steps=steps, task_options={"seed": seed, "train_fraction": f})
                 with tempfile.TemporaryDirectory() as tmp:

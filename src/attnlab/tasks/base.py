@@ -31,7 +31,7 @@ import torch
 
 from ..registry import Registry
 
-__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register_task", "create_task", "list_tasks", "KINDS", "INPUTS"]
+__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "KINDS", "INPUTS"]
 
 PAD, CLS, FIRST = 0, 1, 2
 IGNORE = -100
@@ -114,7 +114,7 @@ class Task:
 TASKS: Registry = Registry("task")
 
 
-def register_task(name: str):
+def register(name: str):
     """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``."""
 
     def deco(fn):
@@ -124,8 +124,8 @@ def register_task(name: str):
     return deco
 
 
-def create_task(name: str, **options) -> Task:
-    """Build the task ``name`` (see :func:`list_tasks`) with its options (``size``, ``seed``, ...)."""
+def create(name: str, **options) -> Task:
+    """Build the task ``name`` (see :func:`names`) with its options (``size``, ``seed``, ...)."""
     import inspect
 
     make = TASKS.get(name)
@@ -136,7 +136,7 @@ def create_task(name: str, **options) -> Task:
     return make(**options)
 
 
-def list_tasks() -> list[str]:
+def names() -> list[str]:
     """The registered task names."""
     return TASKS.names()
 

@@ -27,7 +27,7 @@ import os
 import torch
 
 from ..core.graph import check_edge_index
-from .base import IGNORE, Split, Task, register_task, split_sizes
+from .base import IGNORE, Split, Task, register, split_sizes
 
 __all__ = ["ELEMENTS", "graph_files", "karate", "molecules", "sbm"]
 
@@ -50,7 +50,7 @@ def _check_int(name: str, val, minimum: int) -> int:
     return val
 
 
-@register_task("karate")
+@register("karate")
 def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> Task:
     """Zachary's karate club: which faction each member joins (2 classes, 34 nodes).
 
@@ -87,7 +87,7 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
                 label_names=names, baseline={"majority": majority}, inputs="graph", feature_dim=n)
 
 
-@register_task("sbm")
+@register("sbm")
 def sbm(
     size: int = 64, seed: int = 0, nodes: int = 100, blocks: int = 4, p_in: float = 0.1, p_out: float = 0.01,
     signal: float = 1.0, dim: int = 16,
@@ -184,7 +184,7 @@ def _molecule_graphs(limit: int | None, alerts: bool):
     return out
 
 
-@register_task("molecules")
+@register("molecules")
 def molecules(target: str = "logp", seed: int = 0, limit: int | None = None) -> Task:
     """RDKit's ~5000 NCI molecules as atom graphs; predict ``target`` (see the module docstring).
 
@@ -246,7 +246,7 @@ def _read_rows(path: str, what: str) -> list[list[str]]:
     return rows
 
 
-@register_task("graph_files")
+@register("graph_files")
 def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int = 0, directed: bool = False) -> Task:
     """The user's own graph for node classification, from three text files.
 

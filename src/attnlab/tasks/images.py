@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Split, Task, register_task
+from .base import Split, Task, register
 
 __all__ = ["digits"]
 
@@ -29,7 +29,7 @@ def _stratified(y: torch.Tensor, fraction: float, gen: torch.Generator) -> tuple
     return torch.cat(take).sort().values, torch.cat(rest).sort().values
 
 
-@register_task("digits")
+@register("digits")
 def digits(seed: int = 0, train_fraction: float = 1.0) -> Task:
     """scikit-learn's 8x8 digits as ``(1, 8, 8)`` images (see the module docstring).
 

@@ -21,7 +21,7 @@ import json
 import random
 from pathlib import Path
 
-from .base import IGNORE, Split, Task, pad_rows, register_task
+from .base import IGNORE, Split, Task, pad_rows, register
 
 __all__ = ["make_jsonl", "read_records", "kind_of_record", "encode_inputs", "FIELDS"]
 
@@ -125,7 +125,7 @@ def encode_inputs(kind: str, artifacts: dict, records: list[dict]) -> list[list[
     return [tok.encode(r[FIELDS[kind][0]]).ids for r in records]
 
 
-@register_task("jsonl")
+@register("jsonl")
 def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000, size: int | None = None) -> Task:
     """The user's file as a task (see the module docstring); ``size`` keeps that many training lines."""
     if path is None:

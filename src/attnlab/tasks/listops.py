@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from .base import FIRST, Split, Task, pad_rows, register_task, split_sizes
+from .base import FIRST, Split, Task, pad_rows, register, split_sizes
 
 __all__ = ["make_listops", "evaluate_listops"]
 
@@ -68,7 +68,7 @@ def evaluate_listops(tokens: list[str]) -> int:
     return value
 
 
-@register_task("listops")
+@register("listops")
 def make_listops(size: int = 10000, seed: int = 0, min_length: int = 16, max_length: int = 128, max_depth: int = 6, max_args: int = 5) -> Task:
     """The ``listops`` task (classification, 10 classes); ``max_length`` is the length knob."""
     if not 1 <= min_length <= max_length:

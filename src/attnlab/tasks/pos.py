@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from .base import FIRST, IGNORE, Split, Task, pad_rows, register_task, split_sizes
+from .base import FIRST, IGNORE, Split, Task, pad_rows, register, split_sizes
 
 __all__ = ["make_pos", "TAGS"]
 
@@ -65,7 +65,7 @@ def _word_majority(sentences) -> float:
     return best / total
 
 
-@register_task("pos")
+@register("pos")
 def make_pos(size: int = 4000, seed: int = 0) -> Task:
     """The ``pos`` task: ``size`` training sentences (val and test: size / 8 each), fixed ``seed``."""
     sizes = split_sizes(size)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import FIRST, IGNORE, Split, Task, register_task, split_sizes
+from .base import FIRST, IGNORE, Split, Task, register, split_sizes
 
 __all__ = ["make_recall"]
 
 
-@register_task("recall")
+@register("recall")
 def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int = 16, num_keys: int = 64, num_values: int = 64) -> Task:
     """The ``recall`` task; token ids: keys ``FIRST ..``, then values; labels are value indices."""
     for name, val in (("pairs", pairs), ("queries", queries), ("num_keys", num_keys), ("num_values", num_values)):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import Split, Task, register_task, split_sizes
+from .base import Split, Task, register, split_sizes
 
 __all__ = ["WORDS", "cache_dir", "speech", "wav_folder"]
 
@@ -80,7 +80,7 @@ def _generate(folder: Path, plan: list[dict], on_clip=None) -> None:
             on_clip(i + 1, len(plan))
 
 
-@register_task("speech")
+@register("speech")
 def speech(
     size: int = 800, seed: int = 0, words: str = ",".join(WORDS), features: str = "logmel", cache: str = "", heldout_voices: bool = False,
 ) -> Task:
@@ -141,7 +141,7 @@ def speech(
 _AUDIO = (".wav", ".flac", ".ogg")
 
 
-@register_task("wav_folder")
+@register("wav_folder")
 def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
     """The user's recordings: ``path/<label>/<clip>.wav`` (see the module docstring); the clips
     are shuffled with ``seed`` and cut 80 / 10 / 10 into train / val / test."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 
 from ..models.seq2seq import BOS, EOS
-from .base import FIRST, Split, Task, pad_rows, register_task, split_sizes
+from .base import FIRST, Split, Task, pad_rows, register, split_sizes
 
 __all__ = ["make_translate", "translate_sentence", "LEXICON"]
 
@@ -62,7 +62,7 @@ def translate_sentence(words: list[str]) -> list[str]:
     return out + np_t(obj) + [LEXICON[verb]]
 
 
-@register_task("translate")
+@register("translate")
 def make_translate(size: int = 6000, seed: int = 0) -> Task:
     """The ``translate`` task (kind ``seq2seq``): ``size`` training pairs, fixed ``seed``."""
     rng = random.Random(seed)
