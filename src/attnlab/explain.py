@@ -22,6 +22,7 @@ from .core import masks as masks_mod
 from .core import normalize as normalizer_registry
 from .core.reference import F64, normalize_row, project, score_row
 from .core import scores as score_registry
+from .validate import is_int, positive_int
 
 __all__ = ["Explanation", "explain"]
 
@@ -89,9 +90,8 @@ def explain(
         raise ValueError(f"unknown score {score!r}; expected one of {score_registry.names()}")
     if normalize not in normalizer_registry.names():
         raise ValueError(f"unknown normaliser {normalize!r}; expected one of {normalizer_registry.names()}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise ValueError(f"dim must be a positive int, got {dim!r}")
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or dim % heads:
+    positive_int("dim", dim)
+    if not is_int(heads) or heads < 1 or dim % heads:
         raise ValueError(f"heads must be a positive divisor of dim={dim}, got {heads!r}")
     n, dh = len(tokens), dim // heads
     a = torch.stack([_embedding(t, dim, seed) for t in tokens])  # I: (N, d)

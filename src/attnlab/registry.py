@@ -42,6 +42,10 @@ class Registry(Generic[T]):
         """The registered names, sorted."""
         return sorted(self._items)
 
+    def in_order(self) -> list[str]:
+        """The registered names in the order they were registered."""
+        return list(self._items)
+
     def create(self, name: str, *args, **options):
         """Call what is registered as ``name`` with ``args`` and ``options`` (build an instance)."""
         return self.get(name)(*args, **options)

@@ -5,21 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import efficient
+
 __all__ = ["DEFAULT_VARIANTS", "PRESETS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
 
-VARIANT_OPTIONS: dict[str, dict] = {
-    "dense": {},
-    "local": {"window": 4},
-    "longformer": {"window": 4, "global_tokens": 1},
-    "bigbird": {"window": 4, "global_tokens": 1, "random_blocks": 1},
-    "linformer": {"k": 16},
-    "performer": {"num_features": 64},
-    "linear": {},
-    "reformer": {"num_buckets": 4, "chunk_size": 16},
-    "nystrom": {"landmarks": 8},
-}
-"""Per variant, its ``attention_options`` in the arena: short windows and small budgets, so
-that each is cheaper than dense at the arena's lengths (16-130 vectors) and its trade-off shows."""
+VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
+"""Per variant, its ``attention_options`` in the arena (a view of each variant's
+:attr:`attnlab.efficient.Budget.short`): short windows and small budgets, so that each is
+cheaper than dense at the arena's lengths (16-130 vectors) and its trade-off shows."""
 
 DEFAULT_VARIANTS = ("dense", "local", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird")
 

@@ -18,6 +18,7 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 
+from ..validate import optional_int, probability
 from .bias import BlockBias
 from .normalize import resolve_normalizer, softmax
 from .scores import Score, resolve_score
@@ -100,8 +101,7 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
     for name, t in (("mask", mask), ("bias", bias)):
         if t is not None:
             check_mask_or_bias(name, t, (b, h, n, m), q.device)
-    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    probability("dropout_p", dropout_p)
     return b, h, n, m, v.shape[3]
 
 
@@ -178,8 +178,7 @@ def attend(
         check(q, k)
     if backend not in ("auto", "sdpa", "chunked"):
         raise ValueError(f"backend must be 'auto', 'sdpa' or 'chunked', got {backend!r}")
-    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    optional_int("block_size", block_size)
 
     if n == 0 or m == 0 or b * h == 0:
         weights = q.new_zeros(b, h, n, m)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..validate import probability
+
 __all__ = ["EdgeAttentionResult", "check_edge_index", "edge_attention"]
 
 
@@ -200,8 +202,7 @@ def edge_attention(
         raise ValueError(f"bias must have shape (E, H) = {(e, h)}, got {tuple(bias.shape)}")
     if edge_values is not None and edge_values.shape != (e, h, v.shape[2]):
         raise ValueError(f"edge_values must have shape (E, H, Dv) = {(e, h, v.shape[2])}, got {tuple(edge_values.shape)}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    probability("dropout_p", dropout_p)
     scale = d**-0.5 if scale is None else float(scale)
     pat = _Pattern(edge_index.to(q.device), n)
     order = pat.order

@@ -23,6 +23,8 @@ from typing import Literal
 
 import torch
 
+from ..validate import is_int
+
 __all__ = [
     "causal",
     "window",
@@ -38,7 +40,8 @@ Align = Literal["bottom_right", "top_left"]
 
 
 def _check_size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    # its own check: a size that is not an int is a TypeError here (a negative one a ValueError)
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")

@@ -28,6 +28,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..registry import Registry
+from ..validate import number_above, positive_int
 
 __all__ = [
     "dot",
@@ -159,8 +160,7 @@ class Cosine(Score):
 
     def __init__(self, temperature: float = 0.1, *, learnable: bool = False, num_heads: int = 1):
         super().__init__()
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature <= 0:
-            raise ValueError(f"cosine temperature must be a number > 0, got {temperature!r}")
+        number_above("cosine temperature", temperature, 0)
         log_t = torch.full((num_heads, 1, 1), math.log(float(temperature)))
         if learnable:
             self.log_temperature = nn.Parameter(log_t)
@@ -189,12 +189,6 @@ class Cosine(Score):
         return 1.0
 
 
-def _check_positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 class Additive(Score):
     """Additive (Bahdanau) score ``v^T tanh(W_q q + W_k k)``, one set of weights per head.
 
@@ -209,9 +203,9 @@ class Additive(Score):
 
     def __init__(self, head_dim: int, hidden_dim: int | None = None, *, num_heads: int = 1):
         super().__init__()
-        d = _check_positive("head_dim", head_dim)
-        a = _check_positive("hidden_dim", hidden_dim if hidden_dim is not None else head_dim)
-        h = _check_positive("num_heads", num_heads)
+        d = positive_int("head_dim", head_dim)
+        a = positive_int("hidden_dim", hidden_dim if hidden_dim is not None else head_dim)
+        h = positive_int("num_heads", num_heads)
         self.w_q = nn.Parameter(torch.empty(h, d, a))  # (H, D, A)
         self.w_k = nn.Parameter(torch.empty(h, d, a))  # (H, D, A)
         self.v = nn.Parameter(torch.empty(h, a, 1))  # (H, A, 1)
@@ -249,9 +243,9 @@ class Bilinear(Score):
 
     def __init__(self, head_dim: int, *, key_dim: int | None = None, num_heads: int = 1):
         super().__init__()
-        d = _check_positive("head_dim", head_dim)
-        dk = _check_positive("key_dim", key_dim if key_dim is not None else head_dim)
-        h = _check_positive("num_heads", num_heads)
+        d = positive_int("head_dim", head_dim)
+        dk = positive_int("key_dim", key_dim if key_dim is not None else head_dim)
+        h = positive_int("num_heads", num_heads)
         self.weight = nn.Parameter(torch.empty(h, d, dk))  # (H, D, D_k)
         self.reset_parameters()
 

@@ -2,17 +2,22 @@
 
 ``create(name, embed_dim=..., num_heads=..., **options)`` returns a module with
 :class:`attnlab.MultiHeadAttention`'s call signature and output; ``names()`` names
-them (the registry is :data:`VARIANTS`). ``"dense"`` is the exact layer.
+them (the registry is :data:`VARIANTS`). ``"dense"`` is the exact layer. ``budget(name)``
+is a variant's :class:`Budget`: its settings at short and long lengths and its budget axis.
 """
 
-from . import linear as _linear  # noqa: F401  (each import registers its variant)
-from . import linformer as _linformer  # noqa: F401
+# each import registers its variant(s); this order (after "dense") is the order of budgets(),
+# so of the arena's, the scaling benchmark's and the approximation table's variants: keep it
+# isort: off
 from . import local as _local  # noqa: F401
-from . import longformer as _longformer  # noqa: F401
-from . import nystrom as _nystrom  # noqa: F401
+from . import longformer as _longformer  # noqa: F401  (longformer, bigbird)
+from . import linformer as _linformer  # noqa: F401
 from . import performer as _performer  # noqa: F401
+from . import linear as _linear  # noqa: F401
 from . import reformer as _reformer  # noqa: F401
-from .base import VARIANTS, EfficientAttention, create, key_padding, names, register
+from . import nystrom as _nystrom  # noqa: F401
+# isort: on
+from .base import VARIANTS, Budget, EfficientAttention, Sweep, budget, budgets, create, key_padding, names, register
 from .kernel import kernel_attention
 from .linear import LinearAttention, LinearState, elu_feature_map
 from .linformer import LinformerAttention
@@ -28,6 +33,10 @@ __all__ = [
     "create",
     "names",
     "register",
+    "budget",
+    "budgets",
+    "Budget",
+    "Sweep",
     "EfficientAttention",
     "key_padding",
     "LocalAttention",

@@ -11,10 +11,18 @@ instead of silently computing something else:
   whose method allows it; any other mask needs the dense layer;
 * a score bias (ALiBi, relative): refused — rotation (``rope``) and input encodings work;
 * ``return_weights=True``: refused — these variants never build the ``N x M`` weights.
+
+Each variant also carries its :class:`Budget` (the class attribute ``budget``): the settings
+that make it efficient at short and at long lengths and the budget axis the approximation
+table sweeps. The arena, the scaling benchmark and the approximation table read them from
+here (:func:`budget`, :func:`budgets`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable
 
 import torch
@@ -23,7 +31,80 @@ from ..core.attend import AttentionResult
 from ..layers.multihead import MultiHeadAttention
 from ..registry import Registry
 
-__all__ = ["VARIANTS", "EfficientAttention", "create", "key_padding", "names", "register"]
+__all__ = ["VARIANTS", "Budget", "EfficientAttention", "Sweep", "budget", "budgets", "create", "key_padding", "names", "register"]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A variant's budget axis in the approximation table (:mod:`attnlab.studies.approximation`).
+
+    Args:
+        option: the option swept; None for a variant without a budget (one point, value 0).
+        values: the values measured (the table caps them at N).
+        label: the table's name for the axis, with the settings held fixed.
+        fixed: the other options, held fixed along the axis.
+        seeded: the variant draws random features, hashes or blocks: each draw passes ``seed=``.
+    """
+
+    option: str | None
+    values: tuple[int, ...]
+    label: str
+    fixed: Mapping[str, object] = field(default_factory=dict)
+    seeded: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", tuple(self.values))
+        object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
+
+    def options(self, value: int, seed: int) -> dict:
+        """The variant's options at one point ``value`` of the axis, for the draw ``seed``."""
+        out = dict(self.fixed)
+        if self.option is not None:
+            out[self.option] = value
+        if self.seeded:
+            out["seed"] = seed
+        return out
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What makes a variant efficient, in one place: read by the arena (``short``), the scaling
+    benchmark (``long``) and the approximation table (``sweep``).
+
+    Args:
+        short: options at short lengths (the arena's tasks, 16-130 vectors): short windows and
+            small budgets, so that the variant is cheaper than dense there and its trade-off shows.
+        long: options at long lengths (the scaling benchmark, N in the thousands).
+        sweep: the budget axis of the approximation table; None leaves the variant out of it.
+        max_len: the variant is built for a fixed longest sequence: the benchmarks pass
+            ``max_len`` (their longest N) with ``long`` and ``sweep`` (the arena's models pass
+            their own).
+    """
+
+    short: Mapping[str, object] = field(default_factory=dict)
+    long: Mapping[str, object] = field(default_factory=dict)
+    sweep: Sweep | None = None
+    max_len: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "short", MappingProxyType(dict(self.short)))
+        object.__setattr__(self, "long", MappingProxyType(dict(self.long)))
+
+    def long_options(self, max_len: int) -> dict:
+        """``long`` as keyword options for sequences up to ``max_len``."""
+        out = dict(self.long)
+        if self.max_len:
+            out["max_len"] = max_len
+        return out
+
+    def sweep_options(self, value: int, *, n: int, seed: int) -> dict:
+        """The options at point ``value`` of ``sweep`` for sequences of length ``n`` and the draw
+        ``seed`` (``{}`` without a sweep)."""
+        if self.sweep is None:
+            return {}
+        out = {"max_len": n} if self.max_len else {}
+        out.update(self.sweep.options(value, seed))
+        return out
 
 
 def key_padding(mask: torch.Tensor | None, b: int, m: int, name: str, device) -> torch.Tensor | None:
@@ -132,6 +213,8 @@ class EfficientAttention(MultiHeadAttention):
 # ---------------------------------------------------------------------------- registry
 VARIANTS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
 """Every attention variant by name (``"dense"`` is the exact layer)."""
+
+MultiHeadAttention.budget = Budget()  # dense: exact, nothing to budget
 VARIANTS.add("dense", MultiHeadAttention)
 
 
@@ -143,6 +226,21 @@ def register(name: str):
 def names() -> list[str]:
     """The names :func:`create` accepts, sorted (``"dense"`` is the exact layer)."""
     return VARIANTS.names()
+
+
+def budget(name: str) -> Budget:
+    """The :class:`Budget` of the variant ``name`` (its class attribute ``budget``)."""
+    found = getattr(VARIANTS.get(name), "budget", None)
+    if not isinstance(found, Budget):
+        raise TypeError(f"the {name!r} attention has no budget: give its class a Budget as the attribute 'budget'")
+    return found
+
+
+def budgets() -> dict[str, Budget]:
+    """Every variant's :class:`Budget` by name, in the order the variants were registered
+    (dense first, then the sparse patterns, low rank, kernels, hashing, landmarks): the order of
+    the arena's, the scaling benchmark's and the approximation table's variants."""
+    return {n: budget(n) for n in VARIANTS.in_order()}
 
 
 def create(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention:

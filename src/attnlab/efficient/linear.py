@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .base import EfficientAttention, register
+from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["LinearAttention", "LinearState", "elu_feature_map"]
@@ -53,6 +53,8 @@ class LinearAttention(EfficientAttention):
         embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
         eps: added to the normaliser.
     """
+
+    budget = Budget(sweep=Sweep(None, (0,), "(none)"))  # no knob: one cost, O(N D^2)
 
     def __init__(self, embed_dim: int, num_heads: int, *, eps: float = 1e-6, **options):
         super().__init__(embed_dim, num_heads, **options)

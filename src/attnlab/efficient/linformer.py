@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import EfficientAttention, register
+from ..validate import is_int, positive_int
+from .base import Budget, EfficientAttention, Sweep, register
 
 __all__ = ["LinformerAttention"]
 
@@ -30,13 +31,14 @@ class LinformerAttention(EfficientAttention):
         share_kv: one projection for keys and values (``F = E``).
     """
 
+    budget = Budget(short={"k": 16}, long={"k": 256}, sweep=Sweep("k", (32, 128, 512, 1024), "k (random E, F)"), max_len=True)
+
     supports_causal = False
 
     def __init__(self, embed_dim: int, num_heads: int, *, max_len: int | None = None, k: int = 256, share_kv: bool = False, **options):
-        if max_len is None or isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        if not is_int(max_len) or max_len < 1:
             raise ValueError(f"linformer projects sequences of a fixed maximum length: pass max_len (a positive int), got {max_len!r}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
+        positive_int("k", k)
         super().__init__(embed_dim, num_heads, max_len=max_len, **options)
         self.max_len, self.k = max_len, min(k, max_len)
         self.proj_k = nn.Parameter(torch.empty(self.k, max_len))

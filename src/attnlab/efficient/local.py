@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import EfficientAttention, register
+from ..validate import int_at_least, optional_int
+from .base import Budget, EfficientAttention, Sweep, register
 from .banded import banded_flash_attention
 from .sparse import block_sparse_attention
 
@@ -63,11 +64,11 @@ class LocalAttention(EfficientAttention):
         block: the query block length of the computation (default: see :func:`banded_attention`).
     """
 
+    budget = Budget(short={"window": 4}, long={"window": 256}, sweep=Sweep("window", (16, 64, 256, 1024), "window"))
+
     def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, block: int | None = None, **options):
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise ValueError(f"window must be an int >= 0, got {window!r}")
-        if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
-            raise ValueError(f"block must be a positive int, got {block!r}")
+        int_at_least("window", window, 0)
+        optional_int("block", block)
         super().__init__(embed_dim, num_heads, **options)
         self.window, self.block = window, block
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import EfficientAttention, register
+from ..validate import int_at_least
+from .base import Budget, EfficientAttention, Sweep, register
 from .sparse import block_layout, block_sparse_attention, pattern
 
 __all__ = ["LongformerAttention", "BigBirdAttention"]
@@ -48,9 +49,14 @@ class LongformerAttention(EfficientAttention):
         block: block length of the computation.
     """
 
+    budget = Budget(
+        short={"window": 4, "global_tokens": 1},
+        long={"window": 256, "global_tokens": 16},
+        sweep=Sweep("window", (16, 64, 256, 1024), "window (16 global)", fixed={"global_tokens": 16}),
+    )
+
     def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, global_tokens=1, block: int | None = None, **options):
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise ValueError(f"window must be an int >= 0, got {window!r}")
+        int_at_least("window", window, 0)
         super().__init__(embed_dim, num_heads, **options)
         self.window, self.block = window, block
         self.global_tokens = _check_global(global_tokens)
@@ -92,11 +98,16 @@ class BigBirdAttention(LongformerAttention):
         seed: the seed of the random pattern.
     """
 
+    budget = Budget(
+        short={"window": 4, "global_tokens": 1, "random_blocks": 1},
+        long={"window": 64, "global_tokens": 2, "random_blocks": 3},
+        sweep=Sweep("random_blocks", (0, 1, 4, 12), "random blocks (w 64, 2 global)", fixed={"window": 64, "global_tokens": 2}, seeded=True),
+    )
+
     def __init__(
         self, embed_dim: int, num_heads: int, *, window: int = 64, global_tokens=2, random_blocks: int = 3, seed: int = 0, **options
     ):
-        if isinstance(random_blocks, bool) or not isinstance(random_blocks, int) or random_blocks < 0:
-            raise ValueError(f"random_blocks must be an int >= 0, got {random_blocks!r}")
+        int_at_least("random_blocks", random_blocks, 0)
         super().__init__(embed_dim, num_heads, window=window, global_tokens=global_tokens, **options)
         self.num_random, self.seed = random_blocks, int(seed)
 

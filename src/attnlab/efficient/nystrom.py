@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import EfficientAttention, register
+from ..validate import positive_int
+from .base import Budget, EfficientAttention, Sweep, register
 
 __all__ = ["NystromAttention", "iterative_pinv", "segment_means"]
 
@@ -59,11 +60,12 @@ class NystromAttention(EfficientAttention):
         pinv_iters: iterations of :func:`iterative_pinv`.
     """
 
+    budget = Budget(short={"landmarks": 8}, long={"landmarks": 64}, sweep=Sweep("landmarks", (16, 64, 256, 1024), "landmarks"))
+
     supports_causal = False
 
     def __init__(self, embed_dim: int, num_heads: int, *, landmarks: int = 64, pinv: str = "iterative", pinv_iters: int = 6, **options):
-        if isinstance(landmarks, bool) or not isinstance(landmarks, int) or landmarks < 1:
-            raise ValueError(f"landmarks must be a positive int, got {landmarks!r}")
+        positive_int("landmarks", landmarks)
         if pinv not in ("iterative", "exact"):
             raise ValueError(f"pinv must be 'iterative' or 'exact', got {pinv!r}")
         super().__init__(embed_dim, num_heads, **options)

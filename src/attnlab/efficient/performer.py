@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from .base import EfficientAttention, register
+from ..validate import int_at_least, positive_int
+from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian", "favor_features"]
@@ -89,6 +90,12 @@ class PerformerAttention(EfficientAttention):
         seed: the seed of the first draw (None: from torch's global generator).
     """
 
+    budget = Budget(
+        short={"num_features": 64},
+        long={"num_features": 256, "seed": 0},
+        sweep=Sweep("num_features", (16, 64, 256, 1024), "features", seeded=True),
+    )
+
     def __init__(
         self,
         embed_dim: int,
@@ -102,10 +109,8 @@ class PerformerAttention(EfficientAttention):
         super().__init__(embed_dim, num_heads, **options)
         d = self.head_dim
         nf = max(1, int(d * math.log(d))) if num_features is None else num_features
-        if isinstance(nf, bool) or not isinstance(nf, int) or nf < 1:
-            raise ValueError(f"num_features must be a positive int, got {num_features!r}")
-        if isinstance(redraw_interval, bool) or not isinstance(redraw_interval, int) or redraw_interval < 0:
-            raise ValueError(f"redraw_interval must be an int >= 0, got {redraw_interval!r}")
+        positive_int("num_features", nf)  # nf is num_features when given (the default is >= 1)
+        int_at_least("redraw_interval", redraw_interval, 0)
         self.num_features, self.redraw_interval = nf, redraw_interval
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
         self.register_buffer("features", torch.empty(nf, d))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import EfficientAttention, register
+from ..validate import positive_int
+from .base import Budget, EfficientAttention, Sweep, register
 
 __all__ = ["ReformerAttention", "lsh_buckets", "SELF_LOGIT"]
 
@@ -44,6 +45,12 @@ class ReformerAttention(EfficientAttention):
         seed: seed of the rotations (None: drawn from torch's global generator at every call).
     """
 
+    budget = Budget(
+        short={"num_buckets": 4, "chunk_size": 16},
+        long={"num_buckets": 64, "num_hashes": 2, "chunk_size": 64, "seed": 0},
+        sweep=Sweep("num_hashes", (1, 2, 4, 8), "hash rounds (16 buckets, chunk 64)", fixed={"num_buckets": 16, "chunk_size": 64}, seeded=True),
+    )
+
     uses_keys = False  # shared QK: the key projection is never computed
 
     def __init__(
@@ -58,8 +65,7 @@ class ReformerAttention(EfficientAttention):
         **options,
     ):
         for name, val in (("num_buckets", num_buckets), ("num_hashes", num_hashes), ("chunk_size", chunk_size)):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"{name} must be a positive int, got {val!r}")
+            positive_int(name, val)
         if num_buckets > 1 and num_buckets % 2:
             raise ValueError(f"num_buckets must be 1 or even (buckets come in +/- pairs), got {num_buckets}")
         super().__init__(embed_dim, num_heads, **options)

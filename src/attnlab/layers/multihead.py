@@ -14,16 +14,11 @@ from ..core.normalize import resolve_normalizer, softmax
 from ..core import scores as score_registry
 from ..core.scores import ScaledDot, Score, resolve_score
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
+from ..validate import positive_int, probability
 
 __all__ = ["MultiHeadAttention"]
 
 HeadMode = Literal["split", "project"]
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 class MultiHeadAttention(nn.Module):
@@ -81,17 +76,16 @@ class MultiHeadAttention(nn.Module):
         max_len: int | None = None,
     ):
         super().__init__()
-        e = _positive_int("embed_dim", embed_dim)
-        h = _positive_int("num_heads", num_heads)
+        e = positive_int("embed_dim", embed_dim)
+        h = positive_int("num_heads", num_heads)
         if e % h:
             raise ValueError(f"embed_dim must be divisible by num_heads, got embed_dim={e} and num_heads={h}")
         if head_mode not in ("split", "project"):
             raise ValueError(f"head_mode must be 'split' or 'project', got {head_mode!r}")
-        if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        probability("dropout", dropout)
         self.embed_dim, self.num_heads, self.head_dim = e, h, e // h
-        self.kdim = e if kdim is None else _positive_int("kdim", kdim)
-        self.vdim = e if vdim is None else _positive_int("vdim", vdim)
+        self.kdim = e if kdim is None else positive_int("kdim", kdim)
+        self.vdim = e if vdim is None else positive_int("vdim", vdim)
         self.head_mode = head_mode
         self.dropout = float(dropout)
         self.normalize = normalize

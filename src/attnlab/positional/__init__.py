@@ -50,7 +50,6 @@ from .sinusoidal import Sinusoidal, sinusoidal_encode, sinusoidal_table
 
 __all__ = [
     "create",
-    "list",
     "names",
     "ENCODINGS",
     "kind_of",

@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from .base import BiasEncoding, _positive, register
+from ..validate import positive_int
+from .base import BiasEncoding, register
 
 __all__ = ["ALiBi", "alibi_slopes"]
 
@@ -18,7 +19,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     Otherwise, as in the paper's code: the slopes of the largest power of two ``P < H``, then
     every other slope of ``2 P`` heads (the odd-numbered ones) until there are H.
     """
-    h = _positive("num_heads", num_heads)
+    h = positive_int("num_heads", num_heads)
 
     def power_of_two(n: int) -> list[float]:
         return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]

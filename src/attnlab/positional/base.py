@@ -25,6 +25,7 @@ from torch import nn
 
 from ..core.bias import BlockBias
 from ..registry import Registry
+from ..validate import positive_int
 
 __all__ = ["PositionalEncoding", "NoPositional", "register", "create", "names", "ENCODINGS", "kind_of", "positions_for"]
 
@@ -115,7 +116,7 @@ class InputEncoding(PositionalEncoding):
 
     def __init__(self, dim: int):
         super().__init__()
-        self.dim = _positive("dim", dim)
+        self.dim = positive_int("dim", dim)
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
         """``(L, E)`` vectors ``e^i`` for integer ``positions`` ``(L,)``."""
@@ -146,7 +147,7 @@ class BiasEncoding(PositionalEncoding):
         super().__init__()
         if num_heads is None:
             raise ValueError(f"the {self.name!r} encoding biases each head's scores: pass num_heads")
-        self.num_heads = _positive("num_heads", num_heads)
+        self.num_heads = positive_int("num_heads", num_heads)
 
     def bias_from_offsets(self, offsets: torch.Tensor) -> torch.Tensor:
         """``(H, n, m)`` bias for integer offsets ``j - i`` ``(n, m)``."""
@@ -171,12 +172,6 @@ class BiasEncoding(PositionalEncoding):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}"
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 # ---------------------------------------------------------------------------- registry

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import InputEncoding, _positive, register
+from ..validate import number_above, positive_int
+from .base import InputEncoding, register
 from .sinusoidal import sinusoidal_encode
 
 __all__ = ["Floater", "FloaterDynamics"]
@@ -62,9 +63,8 @@ class Floater(InputEncoding):
         init_scale: float = 0.1,
     ):
         super().__init__(dim)
-        if not isinstance(dt, (int, float)) or isinstance(dt, bool) or dt <= 0:
-            raise ValueError(f"dt must be a positive number, got {dt!r}")
-        self.hidden = self.dim if hidden is None else _positive("hidden", hidden)
+        number_above("dt", dt, 0)
+        self.hidden = self.dim if hidden is None else positive_int("hidden", hidden)
         self.dt, self.method = float(dt), method
         self.z0 = nn.Parameter(torch.zeros(self.dim))
         self.dynamics = FloaterDynamics(self.dim, self.hidden, init_scale)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import InputEncoding, _positive, register
+from ..validate import positive_int
+from .base import InputEncoding, register
 
 __all__ = ["Learned"]
 
@@ -25,7 +26,7 @@ class Learned(InputEncoding):
 
     def __init__(self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None, init_std: float = 0.02):
         super().__init__(dim)
-        self.max_len = 512 if max_len is None else _positive("max_len", max_len)
+        self.max_len = 512 if max_len is None else positive_int("max_len", max_len)
         self.weight = nn.Parameter(torch.empty(self.max_len, self.dim))
         nn.init.normal_(self.weight, std=init_std)
 

@@ -7,7 +7,8 @@ import math
 import torch
 from torch import nn
 
-from .base import BiasEncoding, _positive, register
+from ..validate import positive_int
+from .base import BiasEncoding, register
 
 __all__ = ["Relative", "relative_bucket"]
 
@@ -77,9 +78,9 @@ class Relative(BiasEncoding):
         if mode not in ("bucket", "clip"):
             raise ValueError(f"mode must be 'bucket' or 'clip', got {mode!r}")
         self.mode, self.bidirectional = mode, bool(bidirectional)
-        self.max_distance = _positive("max_distance", max_distance if max_distance is not None else (128 if mode == "bucket" else 16))
+        self.max_distance = positive_int("max_distance", max_distance if max_distance is not None else (128 if mode == "bucket" else 16))
         if mode == "bucket":
-            self.num_buckets = _positive("num_buckets", num_buckets)
+            self.num_buckets = positive_int("num_buckets", num_buckets)
             if self.num_buckets < (4 if bidirectional else 2):
                 raise ValueError(f"num_buckets must be at least {4 if bidirectional else 2}, got {num_buckets}")
         else:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import InputEncoding, _positive, register
+from ..validate import positive_int
+from .base import InputEncoding, register
 
 __all__ = ["RecurrentPositional"]
 
@@ -37,7 +38,7 @@ class RecurrentPositional(InputEncoding):
         cell: str = "lstm",
     ):
         super().__init__(dim)
-        self.hidden = self.dim if hidden is None else _positive("hidden", hidden)
+        self.hidden = self.dim if hidden is None else positive_int("hidden", hidden)
         cells = {"lstm": nn.LSTM, "gru": nn.GRU}
         if cell not in cells:
             raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")

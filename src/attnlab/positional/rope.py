@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import PositionalEncoding, _positive, register
+from ..validate import number_above, positive_int
+from .base import PositionalEncoding, register
 
 __all__ = ["RoPE"]
 
@@ -34,12 +35,10 @@ class RoPE(PositionalEncoding):
         self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None, base: float = 10000.0, interleaved: bool = True
     ):
         super().__init__()
-        self.dim = _positive("dim", dim)
+        self.dim = positive_int("dim", dim)
         if self.dim % 2:
             raise ValueError(f"rope rotates pairs of dimensions: the head width must be even, got {self.dim}")
-        if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
-            raise ValueError(f"base must be a number > 1, got {base!r}")
-        self.base, self.interleaved = float(base), bool(interleaved)
+        self.base, self.interleaved = number_above("base", base, 1), bool(interleaved)
 
     def angles(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``m theta_i`` for integer positions ``(L,)``: ``(L, D/2)`` in ``dtype`` (float32 or float64)."""

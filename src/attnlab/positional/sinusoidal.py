@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import InputEncoding, _positive, register
+from ..validate import int_at_least, number_above, positive_int
+from .base import InputEncoding, register
 
 __all__ = ["sinusoidal_table", "sinusoidal_encode", "Sinusoidal"]
 
@@ -17,7 +18,7 @@ def sinusoidal_encode(positions: torch.Tensor, dim: int, *, base: float = 10000.
     float64 on the CPU and rounded once to float32, so that long positions keep full float32
     accuracy (a float32 product ``pos x frequency`` would be off by up to pos x 6e-8 radians).
     """
-    dim = _positive("dim", dim)
+    dim = positive_int("dim", dim)
     pos = positions.detach().to("cpu", torch.float64)[:, None]  # (L, 1)
     i = torch.arange(0, dim, 2, dtype=torch.float64)  # the 2i of each sin/cos pair
     angle = pos / base ** (i / dim)  # (L, ceil(d/2))
@@ -29,8 +30,7 @@ def sinusoidal_encode(positions: torch.Tensor, dim: int, *, base: float = 10000.
 
 def sinusoidal_table(length: int, dim: int, *, base: float = 10000.0) -> torch.Tensor:
     """The ``(length, dim)`` sinusoidal table: row ``pos`` is ``e^pos`` (see :func:`sinusoidal_encode`)."""
-    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-        raise ValueError(f"length must be a non-negative int, got {length!r}")
+    int_at_least("length", length, 0)
     return sinusoidal_encode(torch.arange(length), dim, base=base)
 
 
@@ -47,9 +47,7 @@ class Sinusoidal(InputEncoding):
 
     def __init__(self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None, base: float = 10000.0):
         super().__init__(dim)
-        if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
-            raise ValueError(f"base must be a number > 1, got {base!r}")
-        self.base = float(base)
+        self.base = number_above("base", base, 1)
 
     def encode(self, positions):
         return sinusoidal_encode(positions, self.dim, base=self.base)

@@ -23,6 +23,7 @@ from torch import nn
 from ..core.normalize import resolve_normalizer
 from ..core import scores as score_registry
 from ..core.scores import Score, resolve_score
+from ..validate import optional_int, positive_int
 
 __all__ = ["AttentionRNN", "LSTMN", "RecurrentOutput", "check_prefix_mask"]
 
@@ -67,21 +68,10 @@ def _align(align, hidden: int, options: dict | None) -> Score:
     return resolve_score(align)
 
 
-def _check_sizes(input_size, hidden_size):
-    for name, val in (("input_size", input_size), ("hidden_size", hidden_size)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise ValueError(f"{name} must be a positive int, got {val!r}")
-
-
 def _check_input(x, input_size: int, who: str):
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != input_size:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"{who} expects inputs of shape (B, N, {input_size}), got {got}")
-
-
-def _check_truncate(truncate):
-    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 0):
-        raise ValueError(f"truncate must be None or an int >= 0, got {truncate!r}")
 
 
 class _Tape:
@@ -123,7 +113,8 @@ class _AttentionCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, align, align_options: dict | None, normalize):
         super().__init__()
-        _check_sizes(input_size, hidden_size)
+        positive_int("input_size", input_size)
+        positive_int("hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         self.align = _align(align, hidden_size, align_options)
         self.normalize = resolve_normalizer(normalize)
@@ -140,7 +131,7 @@ class _AttentionCell(nn.Module):
         step whose incoming hand-over keeps its gradient."""
         _check_input(x, self.input_size, type(self).__name__)
         mask = check_prefix_mask(mask, x)
-        _check_truncate(truncate)
+        optional_int("truncate", truncate, 0)
         if mask is not None:
             x = x.masked_fill(~mask[..., None], 0.0)  # padded inputs never reach a gradient, NaN included
         grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..registry import Registry
+from ..validate import optional_int, positive_int
 from .cells import LSTMN, AttentionRNN, check_prefix_mask
 
 __all__ = ["SequenceLayer", "create", "names", "register", "LAYERS"]
@@ -28,8 +29,7 @@ def register(name: str):
 
 def create(name: str, dim: int, **options) -> "SequenceLayer":
     """A sequence layer ``(B, N, dim) -> (B, N, dim)`` by name (see :func:`names`)."""
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise ValueError(f"dim must be a positive int, got {dim!r}")
+    positive_int("dim", dim)
     return LAYERS.get(name)(dim, **options)
 
 
@@ -77,8 +77,7 @@ class _TorchRecurrent(SequenceLayer):
 
     def forward(self, x, mask=None, *, truncate: int | None = None):
         x, mask = self._check(x, mask)
-        if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 0):
-            raise ValueError(f"truncate must be None or an int >= 0, got {truncate!r}")
+        optional_int("truncate", truncate, 0)
         # hand-overs into steps n - truncate .. n - 1 carry gradients; the one into step `cut` is cut
         cut = 0 if truncate is None else max(0, x.shape[1] - truncate - 1)
         if cut == 0:
@@ -119,12 +118,10 @@ class ConvStack(SequenceLayer):
 
     def __init__(self, dim: int, *, kernel_size: int = 3, layers: int = 1, causal: bool = False):
         super().__init__(dim)
-        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1:
-            raise ValueError(f"kernel_size must be a positive int, got {kernel_size!r}")
+        positive_int("kernel_size", kernel_size)
         if not causal and kernel_size % 2 == 0:
             raise ValueError(f"a centred kernel must have an odd size (same padding), got {kernel_size}; or use causal=True")
-        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            raise ValueError(f"layers must be a positive int, got {layers!r}")
+        positive_int("layers", layers)
         self.kernel_size, self.layers, self.causal = kernel_size, layers, causal
         self.pad = (kernel_size - 1, 0) if causal else (kernel_size // 2, kernel_size // 2)
         self.convs = nn.ModuleList(nn.Conv1d(dim, dim, kernel_size) for _ in range(layers))

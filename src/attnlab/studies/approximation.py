@@ -24,16 +24,10 @@ __all__ = ["BUDGETS", "ApproxRecord", "run_approximation"]
 H, D = 4, 64
 
 BUDGETS: dict[str, tuple[str, list]] = {
-    "local": ("window", [16, 64, 256, 1024]),
-    "longformer": ("window (16 global)", [16, 64, 256, 1024]),
-    "bigbird": ("random blocks (w 64, 2 global)", [0, 1, 4, 12]),
-    "linformer": ("k (random E, F)", [32, 128, 512, 1024]),
-    "performer": ("features", [16, 64, 256, 1024]),
-    "linear": ("(none)", [0]),
-    "reformer": ("hash rounds (16 buckets, chunk 64)", [1, 2, 4, 8]),
-    "nystrom": ("landmarks", [16, 64, 256, 1024]),
+    name: (b.sweep.label, list(b.sweep.values)) for name, b in efficient.budgets().items() if b.sweep is not None
 }
-"""The budget knob of each variant and the values measured (at N = 1024 by default)."""
+"""The budget knob of each variant and the values measured (at N = 1024 by default): a view
+of each variant's :attr:`attnlab.efficient.Budget.sweep`."""
 
 
 @dataclass
@@ -53,21 +47,7 @@ class ApproxRecord:
 
 
 def _options(variant: str, budget: int, n: int, seed: int) -> dict:
-    if variant == "local":
-        return {"window": budget}
-    if variant == "longformer":
-        return {"window": budget, "global_tokens": 16}
-    if variant == "bigbird":
-        return {"window": 64, "global_tokens": 2, "random_blocks": budget, "seed": seed}
-    if variant == "linformer":
-        return {"max_len": n, "k": budget}
-    if variant == "performer":
-        return {"num_features": budget, "seed": seed}
-    if variant == "reformer":
-        return {"num_buckets": 16, "num_hashes": budget, "chunk_size": 64, "seed": seed}
-    if variant == "nystrom":
-        return {"landmarks": budget}
-    return {}
+    return efficient.budget(variant).sweep_options(budget, n=n, seed=seed)
 
 
 def run_approximation(

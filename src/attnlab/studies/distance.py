@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..recurrent import layers as layer_registry
+from ..validate import positive_int
 
 __all__ = ["TriggerTask", "DistanceRecord", "LabelModel", "train_and_eval", "run", "DEFAULT_LAYERS"]
 
@@ -40,9 +41,7 @@ class TriggerTask:
 
     def __post_init__(self):
         for name in ("distance", "classes", "noise"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"{name} must be a positive int, got {val!r}")
+            positive_int(name, getattr(self, name))
 
     @property
     def vocab(self) -> int:

@@ -32,18 +32,9 @@ __all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forwar
 
 HEADS, HEAD_DIM = 4, 64
 
-SETTINGS: dict[str, dict] = {
-    "dense": {},
-    "local": {"window": 256},
-    "longformer": {"window": 256, "global_tokens": 16},
-    "bigbird": {"window": 64, "global_tokens": 2, "random_blocks": 3},
-    "linformer": {"k": 256},
-    "performer": {"num_features": 256, "seed": 0},
-    "linear": {},
-    "reformer": {"num_buckets": 64, "num_hashes": 2, "chunk_size": 64, "seed": 0},
-    "nystrom": {"landmarks": 64},
-}
-"""Each variant's budget in this benchmark (linformer's ``max_len`` is set to the largest N)."""
+SETTINGS: dict[str, dict] = {name: dict(b.long) for name, b in efficient.budgets().items()}
+"""Each variant's budget in this benchmark, a view of its :attr:`attnlab.efficient.Budget.long`
+(linformer's ``max_len`` is set to the largest N)."""
 
 
 @dataclass
@@ -65,9 +56,7 @@ class Record:
 
 
 def _module(variant: str, max_n: int):
-    options = dict(SETTINGS.get(variant, {}))
-    if variant == "linformer":
-        options["max_len"] = max_n
+    options = efficient.budget(variant).long_options(max_n)
     torch.manual_seed(0)
     return efficient.create(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options)
 
@@ -153,7 +142,7 @@ def run(
             ts = times[v]
             emit(Record(v, n, "fwd_bwd", statistics.median(ts[1:] or ts), peak, len(ts) - 1, note))
         if flex and n == 16384 and "local" in variants:
-            for rec in flex_local_forward(n, SETTINGS["local"]["window"], min_repeats=min_repeats):
+            for rec in flex_local_forward(n, efficient.budget("local").long["window"], min_repeats=min_repeats):
                 emit(rec)
     return records
 
