@@ -6,7 +6,7 @@ import torch
 from attnlab import masks
 from attnlab import models
 from attnlab.models import Encoder, SequenceLabeler, SetClassifier, build_model
-from attnlab.models.heads import BACKBONES
+from attnlab.models.base import BACKBONES
 
 
 def backbone(name, **opts):

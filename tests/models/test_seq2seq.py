@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.models.heads import BACKBONES
+from attnlab.models.base import BACKBONES
 from attnlab.models.seq2seq import BOS, EOS, Seq2Seq
 from attnlab.tasks.translate import LEXICON, translate_sentence
 

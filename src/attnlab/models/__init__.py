@@ -1,11 +1,22 @@
-"""Models built from attnlab's layers: the encoder, backbones by name (tokens, graphs, images) and heads per output kind."""
+"""Models built from attnlab's layers: the encoder, backbones by name (tokens, graphs, images,
+audio) and heads per output kind.
 
+The package's floors: :mod:`.base` (the backbone registry, :class:`Backbone`, residual helpers,
+special token ids, :class:`ModelOutput`) and :mod:`.config` (:class:`ModelConfig`); then one
+module per family; :mod:`.build` on top (:func:`build_model`, the one place that knows them all).
+Backbones by name: ``attnlab.models.create(name, ...)``, ``attnlab.models.names()``.
+"""
+
+from .audio import AudioTransformerBackbone, ConformerBackbone, FrameBackbone
+from .base import BACKBONES, Backbone, ModelOutput, create, names, register
+from .build import build_model
+from .config import AttentionSpec, ModelConfig, PositionalSpec
+from .conformer import Conformer, ConformerLayer, ConvModule
 from .encoder import Encoder, EncoderConfig, EncoderLayer, EncoderOutput
 from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
-from .audio import AudioTransformerBackbone, ConformerBackbone, FrameBackbone
-from .conformer import Conformer, ConformerLayer, ConvModule
+from .heads import SequenceLabeler, SetClassifier
+from .tokens import MLPBackbone, TransformerBackbone, WindowMLPBackbone
 from .vectors import CNNBackbone, PixelAttentionBackbone, VectorClassifier, ViTBackbone, patchify
-from .heads import BACKBONES, Backbone, SequenceLabeler, SetClassifier, build_model, names, register
 
 __all__ = [
     "Encoder",
@@ -27,11 +38,19 @@ __all__ = [
     "FrameBackbone",
     "AudioTransformerBackbone",
     "ConformerBackbone",
+    "TransformerBackbone",
+    "MLPBackbone",
+    "WindowMLPBackbone",
     "BACKBONES",
     "Backbone",
+    "ModelOutput",
+    "ModelConfig",
+    "AttentionSpec",
+    "PositionalSpec",
     "SequenceLabeler",
     "SetClassifier",
     "build_model",
+    "create",
     "names",
     "register",
 ]

@@ -16,7 +16,7 @@ from torch import nn
 
 from .conformer import Conformer
 from .encoder import Encoder
-from .heads import register
+from .base import register
 
 __all__ = ["AudioTransformerBackbone", "ConformerBackbone", "FrameBackbone"]
 

@@ -13,11 +13,10 @@ from torch import nn
 from ..core import masks
 from ..layers.feedforward import FeedForward
 from ..layers.multihead import MultiHeadAttention
-from .heads import Backbone
+from .base import BOS, EOS, TGT_PAD, Backbone
 
 __all__ = ["Seq2Seq", "DecoderLayer", "TGT_PAD", "BOS", "EOS"]
 
-TGT_PAD, BOS, EOS = 0, 1, 2
 
 
 class DecoderLayer(nn.Module):
@@ -39,7 +38,7 @@ class DecoderLayer(nn.Module):
 
 
 class Seq2Seq(nn.Module):
-    """``encoder`` (any :class:`attnlab.models.heads.Backbone`) over the source, a decoder of
+    """``encoder`` (any :class:`attnlab.models.base.Backbone`) over the source, a decoder of
     ``num_layers`` :class:`DecoderLayer` blocks over the target, sinusoidal target positions.
 
     Args:

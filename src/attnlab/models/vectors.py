@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .encoder import Encoder
-from .heads import register
+from .base import register
 
 __all__ = ["CNNBackbone", "ImageBackbone", "PixelAttentionBackbone", "VectorClassifier", "ViTBackbone", "patchify"]
 

@@ -45,7 +45,7 @@ def run(
     import numpy as np
 
     from ..audio import features, normalize
-    from ..models.heads import BACKBONES
+    from ..models.base import BACKBONES
 
     if not seconds > 0:
         raise ValueError(f"seconds must be positive, got {seconds!r}")

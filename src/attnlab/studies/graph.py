@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..profiling import measure_calls
+from ..validate import positive_int
 
 __all__ = ["GraphRecord", "run"]
 
@@ -55,11 +56,10 @@ def run(
     Returns the records and the largest absolute output difference between the two (None
     without PyG).
     """
-    from ..models.graph import GraphAttention
+    from ..layers.graph import GraphAttention
 
     for name, val in (("nodes", nodes), ("edges", edges), ("in_dim", in_dim), ("heads", heads), ("head_dim", head_dim)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise ValueError(f"{name} must be a positive int, got {val!r}")
+        positive_int(name, val)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(nodes, in_dim, generator=g, requires_grad=True)
     edge_index = torch.randint(0, nodes, (2, edges), generator=g)

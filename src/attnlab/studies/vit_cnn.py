@@ -52,7 +52,7 @@ def run(
         steps: optimizer steps per run (default: the task's).
         on_record: called after each run. on_step: ``(model, fraction, seed, step, total)``.
     """
-    from ..models.heads import BACKBONES
+    from ..models.base import BACKBONES
     from .. import tasks as task_registry
     from ..training import TrainConfig, train
 

@@ -11,6 +11,6 @@
 """
 
 from . import graphs, images, jsonl, listops, pos, recall, speech, translate  # noqa: F401  (registration)
-from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, create, names, register
+from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, create, names, register, train_defaults
 
-__all__ = ["Task", "Split", "create", "names", "register", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]
+__all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]

@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..models.base import CLS, FIRST, IGNORE, PAD
 from ..registry import Registry
 
-__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "KINDS", "INPUTS"]
+__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "KINDS", "INPUTS"]
 
-PAD, CLS, FIRST = 0, 1, 2
-IGNORE = -100
 KINDS = ("tagging", "classification", "seq2seq", "regression")
 INPUTS = ("tokens", "features", "graph", "image")
 
@@ -114,14 +113,25 @@ class Task:
 TASKS: Registry = Registry("task")
 
 
-def register(name: str):
-    """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``."""
+def register(name: str, *, train_defaults: dict | None = None):
+    """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``.
+
+    Args:
+        train_defaults: the task's own training settings (any :class:`attnlab.training.TrainConfig`
+            field: steps, lr, model, positional, ...), calibrated on a 2-core CPU.
+    """
 
     def deco(fn):
+        fn.train_defaults = dict(train_defaults or {})
         TASKS.add(name, fn)
         return fn
 
     return deco
+
+
+def train_defaults(name: str) -> dict:
+    """The training defaults the task ``name`` registered (a copy; ``{}`` when none)."""
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in getattr(TASKS.get(name), "train_defaults", {}).items()}
 
 
 def create(name: str, **options) -> Task:

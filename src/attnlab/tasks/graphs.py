@@ -50,7 +50,7 @@ def _check_int(name: str, val, minimum: int) -> int:
     return val
 
 
-@register("karate")
+@register("karate", train_defaults={"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3, "dim": 32, "layers": 2, "warmup": 10, "eval_every": 10, "patience": None})
 def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> Task:
     """Zachary's karate club: which faction each member joins (2 classes, 34 nodes).
 
@@ -87,7 +87,7 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
                 label_names=names, baseline={"majority": majority}, inputs="graph", feature_dim=n)
 
 
-@register("sbm")
+@register("sbm", train_defaults={"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 100})
 def sbm(
     size: int = 64, seed: int = 0, nodes: int = 100, blocks: int = 4, p_in: float = 0.1, p_out: float = 0.01,
     signal: float = 1.0, dim: int = 16,
@@ -184,7 +184,7 @@ def _molecule_graphs(limit: int | None, alerts: bool):
     return out
 
 
-@register("molecules")
+@register("molecules", train_defaults={"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 3, "pooling": "sum", "eval_every": 250})
 def molecules(target: str = "logp", seed: int = 0, limit: int | None = None) -> Task:
     """RDKit's ~5000 NCI molecules as atom graphs; predict ``target`` (see the module docstring).
 
@@ -246,7 +246,7 @@ def _read_rows(path: str, what: str) -> list[list[str]]:
     return rows
 
 
-@register("graph_files")
+@register("graph_files", train_defaults={"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3, "dim": 64, "layers": 2, "warmup": 20, "eval_every": 20, "patience": None})
 def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int = 0, directed: bool = False) -> Task:
     """The user's own graph for node classification, from three text files.
 

@@ -80,7 +80,12 @@ def _generate(folder: Path, plan: list[dict], on_clip=None) -> None:
             on_clip(i + 1, len(plan))
 
 
-@register("speech")
+_SPEECH_DEFAULTS = {"model": "conformer", "attention": "local", "positional": "rope", "attention_options": {"window": 16},
+                    "steps": 1500, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 150}
+"""Training defaults of the audio tasks: a Conformer with truncated (local) attention."""
+
+
+@register("speech", train_defaults=_SPEECH_DEFAULTS)
 def speech(
     size: int = 800, seed: int = 0, words: str = ",".join(WORDS), features: str = "logmel", cache: str = "", heldout_voices: bool = False,
 ) -> Task:
@@ -141,7 +146,7 @@ def speech(
 _AUDIO = (".wav", ".flac", ".ogg")
 
 
-@register("wav_folder")
+@register("wav_folder", train_defaults=_SPEECH_DEFAULTS)
 def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
     """The user's recordings: ``path/<label>/<clip>.wav`` (see the module docstring); the clips
     are shuffled with ``seed`` and cut 80 / 10 / 10 into train / val / test."""

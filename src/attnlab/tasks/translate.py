@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from ..models.seq2seq import BOS, EOS
+from ..models.base import EOS, PAD, TGT_FIRST, TGT_PAD
 from .base import FIRST, Split, Task, pad_rows, register, split_sizes
 
 __all__ = ["make_translate", "translate_sentence", "LEXICON"]
@@ -62,13 +62,13 @@ def translate_sentence(words: list[str]) -> list[str]:
     return out + np_t(obj) + [LEXICON[verb]]
 
 
-@register("translate")
+@register("translate", train_defaults={"steps": 5000, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "sinusoidal"})
 def make_translate(size: int = 6000, seed: int = 0) -> Task:
     """The ``translate`` task (kind ``seq2seq``): ``size`` training pairs, fixed ``seed``."""
     rng = random.Random(seed)
     src_ids = {w: FIRST + i for i, w in enumerate(_SOURCE)}
     tgt_words = list(LEXICON.values())
-    tgt_ids = {w: 3 + i for i, w in enumerate(tgt_words)}
+    tgt_ids = {w: TGT_FIRST + i for i, w in enumerate(tgt_words)}
     splits = {}
     for name, count in split_sizes(size).items():
         src_rows, tgt_rows = [], []
@@ -78,13 +78,12 @@ def make_translate(size: int = 6000, seed: int = 0) -> Task:
                 words += [rng.choice(_PREP)] + _np(rng)
             src_rows.append([src_ids[w] for w in words])
             tgt_rows.append([tgt_ids[w] for w in translate_sentence(words)] + [EOS])
-        splits[name] = Split(pad_rows(src_rows, 0), pad_rows(tgt_rows, 0))
-    assert BOS == 1
+        splits[name] = Split(pad_rows(src_rows, PAD), pad_rows(tgt_rows, TGT_PAD))
     return Task(
         name="translate",
         kind="seq2seq",
         vocab_size=FIRST + len(_SOURCE),
-        num_labels=3 + len(tgt_words),
+        num_labels=TGT_FIRST + len(tgt_words),
         metric="exact_match",
         splits=splits,
         options={"size": size, "seed": seed},

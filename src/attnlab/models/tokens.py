@@ -1,0 +1,71 @@
+"""Backbones over token sequences (``inputs = "tokens"``): tokens ``(B, N)`` (``PAD`` = 0 is
+padding) -> vectors ``(B, N, E)``.
+
+* ``transformer`` — embedding, then an :class:`attnlab.models.Encoder` with any attention
+  variant and positional encoding by name;
+* ``mlp`` — embedding, then a per-vector MLP: each word alone (the lecture's "a network per
+  vector", capped by words whose tag depends on context);
+* ``window_mlp`` — each word with its ``+-k`` neighbours concatenated, then an MLP (the
+  lecture's window: local context, capped by its width).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..validate import int_at_least
+from .base import Backbone, register, residual_blocks, run_residual
+from .encoder import Encoder
+
+__all__ = ["MLPBackbone", "TransformerBackbone", "WindowMLPBackbone"]
+
+
+@register("transformer")
+class TransformerBackbone(Backbone):
+    """Embedding and a Transformer encoder; ``attention``, ``positional`` and every other
+    :class:`attnlab.models.EncoderConfig` field are options."""
+
+    uses_attention = True
+
+    def __init__(self, vocab_size: int, dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
+        super().__init__(vocab_size, dim)
+        self.encoder = Encoder(dim, num_heads, num_layers, **encoder_options)
+
+    def forward(self, tokens, pad, *, return_weights: bool = False):
+        mask = None if not bool(pad.any()) else ~pad[:, None, None, :]
+        out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=mask, return_weights=return_weights)
+        return (out.output, out.weights) if return_weights else out.output
+
+
+@register("mlp")
+class MLPBackbone(Backbone):
+    """Each vector alone: embedding, then ``num_layers`` residual blocks ``x + W2 gelu(W1 LN(x))``."""
+
+    def __init__(self, vocab_size: int, dim: int, *, num_layers: int = 2, ff_dim: int | None = None, dropout: float = 0.0):
+        super().__init__(vocab_size, dim)
+        self.blocks = residual_blocks(dim, num_layers, ff_dim or 4 * dim, dropout)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, tokens, pad, *, return_weights: bool = False):
+        h = run_residual(self.blocks, self.norm, self.embed(tokens))
+        return (h, None) if return_weights else h
+
+
+@register("window_mlp")
+class WindowMLPBackbone(MLPBackbone):
+    """Each vector with its ``+-window`` neighbours (zeros beyond the ends and at padding)
+    concatenated, projected back to E, then the residual MLP blocks of ``mlp``."""
+
+    def __init__(self, vocab_size: int, dim: int, *, window: int = 2, **options):
+        super().__init__(vocab_size, dim, **options)
+        self.window = int_at_least("window", window, 0)
+        self.mix = nn.Linear((2 * window + 1) * dim, dim)
+
+    def forward(self, tokens, pad, *, return_weights: bool = False):
+        x = self.embed(tokens).masked_fill(pad[..., None], 0.0)
+        k = self.window
+        padded = nn.functional.pad(x, (0, 0, k, k))
+        ctx = torch.cat([padded[:, i : i + x.shape[1]] for i in range(2 * k + 1)], dim=-1)
+        h = run_residual(self.blocks, self.norm, self.mix(ctx))
+        return (h, None) if return_weights else h
