@@ -66,11 +66,14 @@ def test_token_model_on_a_graph_task_is_refused():
 
 def test_another_attention_drops_the_tasks_attention_options():
     cfg = TrainConfig.for_task("speech")
-    assert cfg.attention == "local" and cfg.model_options == {"attention_options": {"window": 16}}
+    # the attention options have their own typed field now (issue 14), not model_options["attention_options"]
+    assert cfg.attention == "local" and cfg.attention_options == {"window": 16}
     dense = TrainConfig.for_task("speech", attention="dense")
-    assert dense.attention == "dense" and "attention_options" not in dense.model_options
-    mine = TrainConfig.for_task("speech", attention="performer", model_options={"attention_options": {"num_features": 32}})
-    assert mine.model_options == {"attention_options": {"num_features": 32}}
+    assert dense.attention == "dense" and dense.attention_options == {}
+    mine = TrainConfig.for_task("speech", attention="performer", attention_options={"num_features": 32})
+    assert mine.attention_options == {"num_features": 32}
+    old_style = TrainConfig.for_task("speech", attention="performer", model_options={"attention_options": {"num_features": 32}})
+    assert old_style.attention_options == {"num_features": 32} and old_style.model_options == {}
 
 
 def test_pyg_data_objects_make_a_task_that_trains(tmp_path):

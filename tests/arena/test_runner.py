@@ -26,7 +26,7 @@ def test_plans_are_deterministic_and_checked():
     assert [s.seed for s in two] == [0, 1] and two[0].run_id != two[1].run_id and two[0].run_id == next(
         s.run_id for s in a if s.task == "pos" and s.variant == "dense")
     local = next(s for s in a if s.variant == "local" and s.task == "recall")
-    assert local.config.model_options == {"attention_options": {"window": 4}} and local.config.causal
+    assert local.config.attention_options == {"window": 4} and local.config.causal  # typed field since issue 14
     with pytest.raises(ValueError, match="unknown variant 'fast'"):
         plan("quick", variants=["fast"])
     with pytest.raises(ValueError, match="unknown task 'nope'"):

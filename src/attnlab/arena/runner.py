@@ -25,7 +25,9 @@ from pathlib import Path
 
 import torch
 
-from ..training import TrainConfig, load_checkpoint, make_batch, train
+from .. import objectives
+from ..objectives import collate
+from ..training import TrainConfig, load_checkpoint, train
 from .presets import PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
 
@@ -86,7 +88,7 @@ def plan(
                 opts = VARIANT_OPTIONS.get(v, {})
                 cfg = TrainConfig.for_task(
                     t, attention=v, seed=seed, task_options=dict(s.task_options),
-                    **({"model_options": {"attention_options": dict(opts)}} if opts else {}), **s.train,
+                    **({"attention_options": dict(opts)} if opts else {}), **s.train,
                 )
                 specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg))
     return specs
@@ -95,15 +97,15 @@ def plan(
 def training_step_peak(model: torch.nn.Module, task, batch_size: int) -> int | None:
     """Peak tensor bytes of one training step (forward + backward) on the first training batch."""
     from ..profiling import peak_bytes
-    from ..training import _loss
 
+    objective = objectives.get(task)
     data = task.split("train")
-    inputs, labels = make_batch(task, data, torch.arange(min(batch_size, len(data))))
+    inputs, labels = collate(task, data, torch.arange(min(batch_size, len(data))), objective)
     model.train()
 
     def step():
         model.zero_grad(set_to_none=True)
-        _loss(task, model, inputs, labels).backward()
+        objective.loss(model, inputs, labels).backward()
 
     step()  # warm-up: lazy buffers stay out of the measurement
     return peak_bytes(step)
@@ -127,7 +129,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     data = task.split("test")
     maps = []
     for i in range(min(count, len(data))):
-        inputs, _ = make_batch(task, data, torch.tensor([i]))
+        inputs, _ = collate(task, data, torch.tensor([i]))
         seen: dict = {}
         original = attn.attend_heads
 

@@ -1,0 +1,22 @@
+"""Objectives, one per kind of output: the loss of a batch and the metric of a split.
+
+==================  ===========================================  ===========================
+kind                loss                                         metric
+==================  ===========================================  ===========================
+``tagging``         cross-entropy per vector / node (IGNORE off)  accuracy over scored ones
+``classification``  cross-entropy per set / graph                 accuracy
+``regression``      mean squared error                           R^2 over the split
+``seq2seq``         teacher-forced cross-entropy                 exact match, greedy decoding
+==================  ===========================================  ===========================
+
+``objectives.get(task)`` gives a task's objective; :func:`collate` makes a batch from any input
+form (tokens, vectors, images, graphs as one disjoint union).
+"""
+
+from . import classification as _classification  # noqa: F401  (each import registers its objective)
+from . import regression as _regression  # noqa: F401
+from . import seq2seq as _seq2seq  # noqa: F401
+from . import tagging as _tagging  # noqa: F401
+from .base import OBJECTIVES, Objective, batches, collate, create, get, names, register
+
+__all__ = ["OBJECTIVES", "Objective", "batches", "collate", "create", "get", "names", "register"]

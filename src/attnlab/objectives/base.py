@@ -1,0 +1,113 @@
+"""What an objective is: for one kind of output (a label per vector, one label per set, a value,
+a new sequence), the loss of a batch and the metric of a split; and how examples become a batch.
+
+An :class:`Objective` owns the training-side knowledge of its kind, so the training loop knows
+no kind: it asks ``objectives.get(task.kind)`` for the loss and the score. The model for a kind
+is built by :func:`attnlab.models.build_model` (its head registry), the batch by :func:`collate`
+from the task's input form. A new kind of output is one new module here, registered by name.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..models.base import PAD
+from ..registry import Registry
+from ..tasks.base import Split, Task
+
+__all__ = ["OBJECTIVES", "Objective", "batches", "collate", "create", "get", "names", "register"]
+
+OBJECTIVES: Registry = Registry("task kind")
+"""Every objective by the task kind it serves (``Task.kind``)."""
+
+
+def register(kind: str):
+    """Class decorator: register an :class:`Objective` subclass for task kind ``kind``."""
+    return OBJECTIVES.register(kind)
+
+
+def names() -> list[str]:
+    """The task kinds that have an objective."""
+    return OBJECTIVES.names()
+
+
+def create(kind: str) -> Objective:
+    """A fresh objective for task kind ``kind``."""
+    return OBJECTIVES.create(kind)
+
+
+def get(task: Task) -> Objective:
+    """The objective of ``task`` (by its ``kind``)."""
+    return create(task.kind)
+
+
+class Objective:
+    """One kind of output: how token labels are trimmed with their batch, the loss, the metric.
+
+    Subclasses set :attr:`kind` (by registering) and override :meth:`loss`; :meth:`score`
+    defaults to the task's own ``correct`` counts (accuracy).
+    """
+
+    name = "objective"
+
+    def trim_labels(self, labels: torch.Tensor, keep: int) -> torch.Tensor:
+        """Token batches drop the padding columns every row shares (``keep`` remain); labels
+        follow when they are per token. Default: labels are per example, unchanged."""
+        return labels
+
+    def model_inputs(self, inputs: dict, labels: torch.Tensor) -> dict:
+        """The keyword inputs of the model's training forward (teacher forcing adds the target)."""
+        return inputs
+
+    def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
+        """The training loss of a batch."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def score(self, model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+        """The task's metric of ``model`` on a split (default: accuracy from ``task.correct``)."""
+        model.eval()
+        data = task.split(split)
+        right = total = 0
+        for inputs, labels in batches(self, task, data, batch_size):
+            c, t = task.correct(model(**inputs), labels)
+            right, total = right + c, total + t
+        return right / max(total, 1)
+
+
+def batches(objective: Objective, task: Task, data: Split, batch_size: int):
+    """The split in order, ``batch_size`` examples at a time, as ``(inputs, labels)``."""
+    for i in range(0, len(data), batch_size):
+        yield collate(task, data, torch.arange(i, min(i + batch_size, len(data))), objective)
+
+
+def collate(task: Task, data: Split, idx: torch.Tensor, objective: Objective | None = None) -> tuple[dict, torch.Tensor]:
+    """The model's keyword inputs and the labels of examples ``idx`` of a split.
+
+    Tokens: ``{"tokens"}`` with the shared padding columns dropped (labels trimmed by the
+    objective). Vectors: ``{"x", "pad"}``. Images: ``{"x"}``. Graphs: one disjoint union,
+    ``{"x", "edge_index", "edge_attr", "batch", "num_graphs"}`` (node ``tagging`` labels flattened
+    to the real nodes).
+    """
+    objective = objective or get(task)
+    if task.inputs == "tokens":
+        toks = data.tokens[idx]
+        keep = max(int((toks != PAD).sum(1).max()), 1) if toks.numel() else 1
+        return {"tokens": toks[:, :keep]}, objective.trim_labels(data.labels[idx], keep)
+    if task.inputs == "image":
+        return {"x": data.tokens[idx]}, data.labels[idx]
+    if task.inputs == "features":
+        mask = data.mask[idx] if data.mask is not None else torch.ones(data.tokens[idx].shape[:2], dtype=torch.bool)
+        keep = max(int(mask.sum(1).max()), 1) if mask.numel() else 1
+        return {"x": data.tokens[idx][:, :keep], "pad": ~mask[:, :keep]}, data.labels[idx]
+    ids = idx.tolist()
+    mask = data.mask[idx]
+    counts = mask.sum(1)
+    offsets = torch.cumsum(counts, 0) - counts
+    x = data.tokens[idx][mask]
+    edge_index = torch.cat([data.edges[i] + int(o) for i, o in zip(ids, offsets)], dim=1)
+    edge_attr = torch.cat([data.edge_attr[i] for i in ids]) if data.edge_attr is not None else None
+    batch = torch.repeat_interleave(torch.arange(len(ids)), counts)
+    labels = data.labels[idx][mask] if task.kind == "tagging" else data.labels[idx]
+    return {"x": x, "edge_index": edge_index, "edge_attr": edge_attr, "batch": batch, "num_graphs": len(ids)}, labels

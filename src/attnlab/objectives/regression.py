@@ -1,0 +1,34 @@
+"""``regression``: one value per set (a molecule's logP). Mean squared error; metric: the
+coefficient of determination ``R^2 = 1 - SSE / SST`` over the whole split."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..tasks.base import Task
+from .base import Objective, batches, register
+
+__all__ = ["Regression"]
+
+
+@register("regression")
+class Regression(Objective):
+    """One value per set: outputs ``(B, 1)``, float labels ``(B,)``."""
+
+    def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
+        """Mean squared error."""
+        out = model(**inputs)
+        return nn.functional.mse_loss(out.squeeze(-1), labels.to(out.dtype))
+
+    @torch.no_grad()
+    def score(self, model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+        """``R^2`` over the split (0 when the labels do not vary)."""
+        model.eval()
+        preds, wants = [], []
+        for inputs, labels in batches(self, task, task.split(split), batch_size):
+            preds.append(model(**inputs).squeeze(-1).double())
+            wants.append(labels.double())
+        p, y = torch.cat(preds), torch.cat(wants)
+        sst = float(((y - y.mean()) ** 2).sum())
+        return 1.0 - float(((p - y) ** 2).sum()) / sst if sst > 0 else 0.0

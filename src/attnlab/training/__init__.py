@@ -1,0 +1,40 @@
+"""Train, checkpoint, resume and evaluate a model on a task (``attnlab train`` / ``attnlab eval``).
+
+==================  ===================================================================
+module              what it holds
+==================  ===================================================================
+``config``          :class:`TrainConfig` (typed; steps *or* epochs) and :func:`model_config`
+``checkpoint``      atomic checkpoint folders, :func:`load_checkpoint` (versions 1 and 2)
+``loop``            :func:`train` (incl. resuming, time budgets, DDP under torchrun)
+``inference``       :func:`evaluate`, :func:`predict`, :func:`cross_attention_example`
+==================  ===================================================================
+
+The loss and the metric of each kind of output are :mod:`attnlab.objectives`; the per-task
+defaults belong to the tasks (:func:`attnlab.tasks.train_defaults`).
+"""
+
+from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
+from ..objectives import collate as make_batch
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from .config import TrainConfig, model_config
+from .inference import cross_attention_example, evaluate, predict, score
+from .loop import TrainResult, attention_label, train
+
+__all__ = [
+    "AttentionSpec",
+    "Checkpoint",
+    "CheckpointError",
+    "ModelConfig",
+    "PositionalSpec",
+    "TrainConfig",
+    "TrainResult",
+    "attention_label",
+    "cross_attention_example",
+    "evaluate",
+    "load_checkpoint",
+    "make_batch",
+    "model_config",
+    "predict",
+    "score",
+    "train",
+]

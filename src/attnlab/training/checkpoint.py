@@ -1,0 +1,135 @@
+"""Checkpoints: a folder written whole under a temporary name and renamed into place, so a
+crash at any moment leaves a complete one.
+
+``checkpoint/`` holds ``model.safetensors`` (the current weights), ``best.safetensors`` (the
+weights of the best validation score so far), ``config.json`` (the run config, the model
+config, the step, the validation history) and ``state.pt`` (optimizer state, PyTorch's RNG
+state, step, best score, evaluations since the best). The previous folder is kept as
+``checkpoint.old`` until the rename is done.
+
+Version 2 stores the typed :class:`attnlab.models.ModelConfig` (attention and positional
+encoding as specs); version-1 checkpoints (a flat model dict, attention options among the
+backbone options) still load and predict identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..models.build import build_model
+from ..models.config import ModelConfig
+from .config import TrainConfig
+
+__all__ = ["FORMAT", "VERSION", "Checkpoint", "CheckpointError", "load_checkpoint", "write_checkpoint"]
+
+FORMAT = "attnlab-checkpoint"
+VERSION = 2
+READABLE = (1, 2)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that is missing, truncated, or not written by attnlab."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: its configs, the model with the chosen weights, and the training state."""
+
+    path: Path
+    config: TrainConfig
+    model_config: ModelConfig
+    model: nn.Module
+    meta: dict
+    state: dict | None
+
+
+def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainConfig, mcfg: ModelConfig, meta: dict, state: dict) -> Path:
+    """Write ``out/checkpoint`` atomically (see the module docstring) and return its path."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    final, old = out / "checkpoint", out / "checkpoint.old"
+    tmp = out / f"checkpoint.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / "best.safetensors"))
+    torch.save(state, tmp / "state.pt")
+    payload = {"format": FORMAT, "version": VERSION, "train": dataclasses.asdict(cfg), "model": mcfg.to_dict(), **meta}
+    (tmp / "config.json").write_text(json.dumps(payload, indent=1))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+    return final
+
+
+def _resolve(path: str | Path) -> Path:
+    p = Path(path)
+    for cand in (p / "checkpoint", p, p / "checkpoint.old"):
+        if (cand / "config.json").exists():
+            return cand
+    if not p.exists():
+        raise CheckpointError(f"no checkpoint at {p}")
+    raise CheckpointError(f"{p} is not an attnlab checkpoint folder (no config.json; expected the --out folder of 'attnlab train')")
+
+
+def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool = False) -> Checkpoint:
+    """Load a checkpoint folder (or the ``--out`` folder that holds it).
+
+    Args:
+        weights: ``"best"`` (best validation score) or ``"last"``.
+        with_state: also load the optimizer / RNG state (for resuming).
+
+    Raises:
+        CheckpointError: missing, truncated, foreign, or not matching its own config.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = _resolve(path)
+    try:
+        meta = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{folder / 'config.json'} is unreadable or truncated: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{folder} was not written by attnlab (config.json has no format {FORMAT!r})")
+    if meta.get("version") not in READABLE:
+        raise CheckpointError(f"{folder} has checkpoint version {meta.get('version')}, this attnlab reads version {VERSION}")
+    try:
+        cfg = TrainConfig.from_dict(meta["train"])
+        mcfg = ModelConfig.from_dict(meta["model"])
+        model = build_model(mcfg)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{folder}: config.json does not describe a model attnlab can build ({e})") from None
+    name = "best.safetensors" if weights == "best" else "model.safetensors"
+    try:
+        tensors = load_file(str(folder / name))
+    except (OSError, SafetensorError, RuntimeError) as e:
+        raise CheckpointError(f"{folder / name} is truncated or corrupt: {e}") from None
+    expected = model.state_dict()
+    if set(tensors) != set(expected) or any(tensors[k].shape != expected[k].shape for k in expected):
+        raise CheckpointError(f"{folder / name} does not hold the weights of the model its config.json describes")
+    model.load_state_dict(tensors)
+    state = None
+    if with_state:
+        try:
+            state = torch.load(folder / "state.pt", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+            raise CheckpointError(f"{folder / 'state.pt'} is truncated or corrupt: {e}") from None
+    return Checkpoint(folder, cfg, mcfg, model, {k: v for k, v in meta.items() if k not in ("train", "model")}, state)

@@ -1,0 +1,128 @@
+"""The typed description of a training run: :class:`TrainConfig`, and :func:`model_config`,
+which turns a run and its task into the :class:`attnlab.models.ModelConfig` of its model."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from dataclasses import dataclass, field
+
+from ..models.base import BACKBONES
+from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
+from ..tasks import TASKS, Task, train_defaults
+
+__all__ = ["TrainConfig", "model_config"]
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (stored in the checkpoint's ``config.json``).
+
+    Attributes:
+        task, task_options: the task by name (:func:`attnlab.tasks.names`) and its options.
+        model: the backbone (:func:`attnlab.models.names`). attention, attention_options: the
+            attention variant by name and its options (``window=``, ...), for backbones that use
+            attention; positional: the encoding by name; causal: each position attends only to
+            earlier ones. dim, heads, layers: sizes. model_options: any further backbone option
+            (``window`` of ``window_mlp``, ...).
+        pooling: ``mean`` or ``cls`` for classification tasks.
+        steps: optimizer steps, or ``epochs``: passes over the training split (give one; neither:
+            10 epochs).
+        batch_size, lr, weight_decay, warmup: AdamW with linear warm-up then cosine decay.
+        seed: weights, dropout and example order. eval_every: steps between validations and
+            checkpoints. patience: stop after this many validations without improvement (None: never).
+    """
+
+    task: str
+    task_options: dict = field(default_factory=dict)
+    model: str = "transformer"
+    attention: str = "dense"
+    positional: str = "none"
+    causal: bool = False
+    dim: int = 64
+    heads: int = 4
+    layers: int = 2
+    model_options: dict = field(default_factory=dict)
+    pooling: str = "mean"
+    steps: int | None = None
+    epochs: int | None = None
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: int = 100
+    seed: int = 0
+    eval_every: int = 200
+    patience: int | None = 5
+    attention_options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if "attention_options" in self.model_options:  # where version-1 configs kept them
+            opts = dict(self.model_options)
+            self.attention_options = {**opts.pop("attention_options"), **self.attention_options}
+            self.model_options = opts
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError(f"give steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
+
+    @classmethod
+    def for_task(cls, task: str, **overrides) -> TrainConfig:
+        """The config with the task's own training defaults (:func:`attnlab.tasks.train_defaults`),
+        then ``overrides`` (None values ignored). ``epochs`` replaces a default ``steps``."""
+        defaults = train_defaults(task) if task in TASKS else {}
+        model = overrides.get("model") or defaults.get("model") or "transformer"
+        if model in BACKBONES and not BACKBONES.get(model).uses_attention:
+            for key in ("positional", "causal"):  # a task's attention defaults are for attention models
+                defaults.pop(key, None)
+        if overrides.get("attention") not in (None, defaults.get("attention")):
+            defaults.pop("attention_options", None)  # the task's attention options belong to its default variant
+        if overrides.get("epochs") is not None and overrides.get("steps") is None:
+            defaults.pop("steps", None)
+        values = {**defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - names
+        if unknown:
+            raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+        return cls(task=task, **values)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        """The config of a checkpoint's or a record's ``train`` dict (any version)."""
+        return cls(**data)
+
+    def total_steps(self, train_size: int) -> int:
+        """Optimizer steps of the run."""
+        if self.steps is not None:
+            return self.steps
+        per_epoch = math.ceil(train_size / self.batch_size)
+        return per_epoch * (self.epochs if self.epochs is not None else 10)
+
+
+def model_config(cfg: TrainConfig, task: Task) -> ModelConfig:
+    """The :class:`attnlab.models.ModelConfig` of a run's model on ``task``."""
+    backbone = BACKBONES.get(cfg.model)
+    takes_attention = backbone.uses_attention
+    if not takes_attention and (cfg.attention != "dense" or cfg.positional != "none" or cfg.causal or cfg.attention_options):
+        if task.inputs != "tokens":
+            raise ValueError(f"model {cfg.model!r} takes no --attention, --positional or --causal")
+        raise ValueError(f"model {cfg.model!r} uses no attention: --attention, --positional and --causal do not apply to it")
+    fields: dict = {"kind": task.kind, "model": cfg.model, "num_labels": task.num_labels, "dim": cfg.dim, "pooling": cfg.pooling,
+                    "num_layers": cfg.layers, "options": dict(cfg.model_options)}
+    if takes_attention:
+        fields["attention"] = AttentionSpec(cfg.attention, dict(cfg.attention_options))
+    if task.inputs == "tokens":
+        fields["vocab_size"] = task.vocab_size
+        if takes_attention:
+            fields.update(num_heads=cfg.heads, positional=PositionalSpec(cfg.positional), max_len=task.max_len + 1, causal=cfg.causal)
+        if task.kind == "seq2seq":
+            fields["max_target_len"] = task.split("train").labels.shape[1] + 8
+        return ModelConfig(**fields)
+    fields.update(inputs=task.inputs, feature_dim=task.feature_dim, edge_dim=task.edge_dim)
+    if "num_heads" in inspect.signature(backbone.__init__).parameters:
+        fields["num_heads"] = cfg.heads
+    if takes_attention and (cfg.positional != "none" or task.inputs != "image"):  # ViT keeps its own default (learned)
+        fields["positional"] = PositionalSpec(cfg.positional)
+    if task.inputs == "image":
+        fields["options"]["image_size"] = list(task.split("train").tokens.shape[2:])
+    elif takes_attention:
+        fields["max_len"] = task.max_len + 1
+    return ModelConfig(**fields)

@@ -1,0 +1,92 @@
+"""Using a trained model: score a checkpoint on a split, predict for user records, and read a
+seq2seq model's cross-attention."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .. import objectives
+from .. import tasks as task_registry
+from ..models.base import BOS, EOS, PAD
+from ..tasks import Task
+from .checkpoint import CheckpointError, load_checkpoint
+from .loop import TrainResult, attention_label
+
+__all__ = ["cross_attention_example", "evaluate", "predict", "score"]
+
+
+def score(model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+    """The task's metric of ``model`` on a split (its objective's :meth:`~attnlab.objectives.Objective.score`)."""
+    return objectives.get(task).score(model, task, split, batch_size)
+
+
+def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None) -> TrainResult:
+    """Score a checkpoint's best weights on a split of its task (rebuilt from its config, or
+    ``task`` for one built in Python)."""
+    t0 = time.perf_counter()
+    ck = load_checkpoint(path)
+    task = task_registry.create(ck.config.task, **ck.config.task_options) if task is None else task
+    value = objectives.get(task).score(ck.model, task, split)
+    return TrainResult(
+        task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),
+        ck.meta.get("step", 0), ck.meta.get("history", []),
+    )
+
+
+def cross_attention_example(path: str | Path, index: int = 0, split: str = "test") -> tuple[torch.Tensor, list[str], list[str]]:
+    """For a seq2seq checkpoint: greedy-decode example ``index`` of a split and return the last
+    decoder block's cross-attention ``(M, N)`` (mean over heads), the source words and the
+    generated words (EOS included)."""
+    ck = load_checkpoint(path)
+    task = task_registry.create(ck.config.task, **ck.config.task_options)
+    if task.kind != "seq2seq":
+        raise ValueError(f"task {task.name!r} is {task.kind}: cross-attention exists only for seq2seq tasks")
+    data = task.split(split)
+    if not 0 <= index < len(data):
+        raise ValueError(f"index must be in 0 .. {len(data) - 1}, got {index}")
+    src = data.tokens[index : index + 1]
+    src = src[:, : max(int((src != 0).sum()), 1)]
+    ck.model.eval()
+    with torch.no_grad():
+        out = ck.model.greedy(src)[0] + [EOS]
+        _, w = ck.model(src, torch.tensor([[BOS] + out[:-1]]), return_weights=True)
+    words = [task.vocab[t] for t in src[0].tolist()]
+    return w[0].mean(0), words, [task.label_names[t] for t in out]
+
+
+def predict(path: str | Path, records: list[dict], *, beam_size: int | None = None) -> list[dict]:
+    """Predictions of a checkpoint for user records (the input field of its jsonl kind):
+    tagging ``{"tokens", "labels"}``, classification ``{"text", "label"}``, seq2seq ``{"source", "target"}``."""
+    from tokenizers import Tokenizer
+
+    from ..tasks.base import pad_rows
+    from ..tasks.jsonl import FIELDS, encode_inputs
+
+    ck = load_checkpoint(path)
+    art = ck.meta.get("task_artifacts") or {}
+    if "tokenizer" not in art:
+        raise CheckpointError(f"{ck.path} was trained on the built-in task {ck.config.task!r}, not on user data: nothing to predict from")
+    kind = art["kind"]
+    ids = encode_inputs(kind, art, records)
+    names = art["labels"]
+    model = ck.model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(ids), 64):
+            chunk, recs = ids[i : i + 64], records[i : i + 64]
+            toks = pad_rows(chunk, PAD)
+            if kind == "seq2seq":
+                tgt = Tokenizer.from_str(art["target_tokenizer"])
+                rows = model.beam(toks, beam_size) if beam_size else model.greedy(toks)
+                out += [{"source": r["source"], "target": tgt.decode(row)} for r, row in zip(recs, rows)]
+            elif kind == "tagging":
+                pred = model(toks).argmax(-1).tolist()
+                out += [{"tokens": r["tokens"], "labels": [names[p] for p in row[: len(ids_)]]} for r, row, ids_ in zip(recs, pred, chunk)]
+            else:
+                pred = model(toks).argmax(-1).tolist()
+                out += [{FIELDS[kind][0]: r[FIELDS[kind][0]], "label": names[p]} for r, p in zip(recs, pred)]
+    return out

@@ -1,0 +1,222 @@
+"""The training loop: AdamW with warm-up and cosine decay, validation and atomic checkpoints
+every ``eval_every`` steps, early stopping, a time budget, resuming, and data parallelism.
+
+The loop knows no kind of output: the task's :class:`attnlab.objectives.Objective` gives the
+loss and the metric, :func:`attnlab.objectives.collate` the batches. The order of the training
+examples is a function of the seed and the step, and the RNG state is saved, so a run resumed
+from a checkpoint continues exactly as the uninterrupted run would have (bitwise on CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .. import objectives
+from .. import tasks as task_registry
+from ..models.base import BACKBONES
+from ..models.build import build_model
+from ..objectives import collate
+from ..tasks import Task
+from .checkpoint import CheckpointError, load_checkpoint, write_checkpoint
+from .config import TrainConfig, model_config
+
+__all__ = ["TrainResult", "attention_label", "train"]
+
+
+@dataclass
+class TrainResult:
+    """The end of a run: test score with the best weights, and where they are.
+
+    ``step_seconds`` is the time spent in optimizer steps by this call (``steps_run`` of them;
+    a resumed run counts only its own), so ``steps_run / step_seconds`` is the training speed.
+    ``stopped_by``: ``"steps"``, ``"patience"`` or ``"budget"``.
+    """
+
+    task: str
+    model: str
+    attention: str
+    metric: str
+    value: float
+    seconds: float
+    checkpoint: str
+    steps: int
+    history: list[dict]
+    step_seconds: float = 0.0
+    steps_run: int = 0
+    stopped_by: str = "steps"
+
+    def summary(self) -> dict:
+        """The JSON object ``attnlab train --json`` prints."""
+        return {k: getattr(self, k) for k in ("task", "model", "attention", "metric", "value", "seconds", "checkpoint")}
+
+
+def _batch_indices(n: int, batch: int, seed: int, step: int) -> torch.Tensor:
+    """The training examples of ``step``: a fixed permutation per epoch, cut in batches."""
+    per_epoch = math.ceil(n / batch)
+    epoch, i = divmod(step, per_epoch)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+    return perm[i * batch : (i + 1) * batch]
+
+
+def attention_label(cfg: TrainConfig) -> str:
+    """What the run's summary names as its attention: the variant for attention backbones, the
+    backbone's own kind (``"edges"`` for graph attention) otherwise, or ``"none"``."""
+    backbone = BACKBONES.get(cfg.model)
+    if backbone.uses_attention:
+        return cfg.attention
+    return getattr(backbone, "attention_kind", "none")
+
+
+def _lr(cfg: TrainConfig, step: int, total: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, total - cfg.warmup)
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def train(
+    cfg: TrainConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    on_step: Callable[[int, int, float], None] | None = None,
+    on_eval: Callable[[int, float], None] | None = None,
+    max_seconds: float | None = None,
+    task: Task | None = None,
+) -> TrainResult:
+    """Run (or resume) training; returns the test score of the best validation weights.
+
+    Args:
+        cfg: the run. out: the output folder (``checkpoint/`` goes in it).
+        resume: continue from ``out``'s checkpoint (its config must equal ``cfg``).
+        on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
+        max_seconds: stop (validate, checkpoint, test) once this call has trained this long.
+        task: a task built in Python (e.g. :func:`attnlab.tasks.graphs.task_from_graphs` on
+            PyTorch Geometric ``Data`` objects) instead of ``cfg.task`` by name; pass it again to
+            resume, and to :func:`evaluate`.
+
+    Data parallel: started by ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE``
+    > 1 in the environment), each process trains a ``DistributedDataParallel`` copy on its share
+    of every global batch (``batch_size`` examples, rows ``rank::N``; gloo on CPU, nccl on GPUs)
+    and the gradients are averaged; every process validates, only rank 0 writes checkpoints. With
+    equal shares (classification, ``batch_size`` divisible by N) the loss trajectory equals the
+    single-process one.
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    rank, world, own_group = _distributed()
+    task = task_registry.create(cfg.task, **cfg.task_options) if task is None else task
+    objective = objectives.get(task)
+    mcfg = model_config(cfg, task)
+    train_split = task.split("train")
+    total = cfg.total_steps(len(train_split))
+    torch.manual_seed(cfg.seed)
+    model = build_model(mcfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step, best, since_best, history, resumes, losses = 0, -1.0, 0, [], [], []
+    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    if resume:
+        ck = load_checkpoint(out, weights="last", with_state=True)
+        if dataclasses.asdict(ck.config) != dataclasses.asdict(cfg):
+            raise CheckpointError(f"{ck.path} was written by a different run config; resume with the same options or another --out")
+        model.load_state_dict(ck.model.state_dict())
+        opt.load_state_dict(ck.state["optimizer"])
+        torch.set_rng_state(ck.state["rng"])
+        step, best, since_best = ck.state["step"], ck.state["best"], ck.state["since_best"]
+        history = ck.meta.get("history", [])
+        resumes = ck.meta.get("resumes", []) + [step]
+        losses = ck.meta.get("losses", [])
+        best_state = load_checkpoint(out, weights="best").model.state_dict()
+    train_model = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        train_model = DistributedDataParallel(model)
+
+    def save():
+        state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
+        meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
+                "resumes": resumes, "losses": losses, "world_size": world}
+        if rank != 0:
+            return out / "checkpoint"
+        return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
+
+    stopped = False
+    stopped_by = "steps"
+    step_seconds, steps_run = 0.0, 0
+    while step < total and not stopped:
+        t_step = time.perf_counter()
+        model.train()
+        idx = _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step)
+        if world > 1:
+            idx = idx[rank::world]  # this process's share of the global batch
+        inputs, labels = collate(task, train_split, idx, objective)
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, step, total)
+        loss = objective.loss(train_model, inputs, labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        steps_run += 1
+        step_seconds += time.perf_counter() - t_step
+        over_budget = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
+        if world > 1:  # the global loss, and one decision about the budget for all processes
+            import torch.distributed as dist
+
+            both = torch.tensor([float(loss.detach()), float(over_budget)], dtype=torch.float64)
+            dist.all_reduce(both)
+            loss, over_budget = both[0] / world, bool(both[1] > 0)
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step, total, float(loss.detach()))
+        if step % cfg.eval_every == 0 or step == total or over_budget:
+            val = objective.score(model, task, "val")
+            history.append({"step": step, "val": val, "loss": float(loss.detach())})
+            if val > best:
+                best, since_best = val, 0
+                best_state = {k: v.clone() for k, v in model.state_dict().items()}
+            else:
+                since_best += 1
+            if on_eval is not None:
+                on_eval(step, val)
+            if cfg.patience is not None and since_best >= cfg.patience:
+                stopped, stopped_by = True, "patience"
+            if over_budget:
+                stopped, stopped_by = True, "budget"
+            save()
+    folder = save() if not (out / "checkpoint").exists() else out / "checkpoint"
+    if own_group:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    best_model = build_model(mcfg)
+    best_model.load_state_dict(best_state)
+    value = objective.score(best_model, task, "test")
+    return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
+                       step_seconds, steps_run, stopped_by)
+
+
+def _distributed() -> tuple[int, int, bool]:
+    """``(rank, world size, whether this call started the process group)``; starts one (gloo on
+    CPU, nccl with GPUs) when launched by torchrun with ``WORLD_SIZE`` > 1."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or not dist.is_available():
+        return 0, 1, False
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), False
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size(), True

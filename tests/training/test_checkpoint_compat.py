@@ -1,0 +1,58 @@
+"""Checkpoints written before the house-plan refactor (format version 1: a flat model dict,
+attention options among the backbone options) load and predict identically after it.
+
+tests/data/checkpoints-v1/ was written by attnlab at commit e465f0a with make.py beside it: a
+tagger (transformer, rope), a CLS classifier with local attention and a graph node labeller,
+each with the logits its best weights gave on the first test examples.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnlab import objectives, tasks
+from attnlab.models import AttentionSpec, ModelConfig, build_model
+from attnlab.training import CheckpointError, load_checkpoint
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints-v1"
+RUNS = ["pos-transformer", "listops-cls-local", "karate-graph"]
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_a_version_1_checkpoint_loads_and_predicts_identically(name):
+    ck = load_checkpoint(DATA / name)
+    assert ck.meta["version"] == 1
+    task = tasks.create(ck.config.task, **ck.config.task_options)
+    data = task.split("test")
+    inputs, _ = objectives.collate(task, data, torch.arange(min(len(data), 16)))
+    with torch.no_grad():
+        logits = ck.model.eval()(**inputs)
+    want = load_file(str(DATA / name / "expected-logits.safetensors"))["logits"]
+    assert logits.shape == want.shape
+    assert torch.equal(logits, want)  # bitwise: the same model, weights and inputs
+
+
+def test_the_version_1_model_dict_becomes_typed_specs():
+    ck = load_checkpoint(DATA / "listops-cls-local")
+    assert ck.model_config.attention == AttentionSpec("local", {"window": 2})
+    assert ck.model_config.positional.name == "sinusoidal" and ck.model_config.num_heads == 2
+    assert ck.config.attention_options == {"window": 2} and ck.config.model_options == {}
+    again = ModelConfig.from_dict(ck.model_config.to_dict())
+    assert again == ck.model_config
+    rebuilt = build_model(again)
+    assert set(rebuilt.state_dict()) == set(ck.model.state_dict())
+
+
+def test_a_checkpoint_of_an_unknown_version_is_refused(tmp_path):
+    import json
+    import shutil
+
+    shutil.copytree(DATA / "pos-transformer", tmp_path / "run")
+    cfg = tmp_path / "run" / "checkpoint" / "config.json"
+    meta = json.loads(cfg.read_text())
+    meta["version"] = 99
+    cfg.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="version 99"):
+        load_checkpoint(tmp_path / "run")
