@@ -3,9 +3,11 @@
 * :func:`plan` — the runs of a preset (tasks x variants x seeds), each with its full config;
 * :func:`run_grid` — run what is not stored yet (resuming an interrupted run), optionally in
   several worker processes; :class:`Store` — the SQLite results file, one row per finished run;
-* :func:`build_report` — leaderboard, Long-Range-Arena chart, attention maps, ``report.html``.
+* :func:`build_report` — leaderboard, Long-Range-Arena chart, attention maps, ``report.html``;
+* :class:`LiveGrid` — the table ``attnlab arena`` redraws from :func:`run_grid`'s events.
 """
 
+from .live import LiveGrid
 from .presets import DEFAULT_VARIANTS, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .report import build_report, leaderboard, plot_lra, plot_maps
 from .runner import RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
@@ -14,6 +16,7 @@ from .store import COLUMNS, Store
 __all__ = [
     "COLUMNS",
     "DEFAULT_VARIANTS",
+    "LiveGrid",
     "PRESETS",
     "VARIANT_OPTIONS",
     "Preset",

@@ -1,0 +1,96 @@
+"""The arena's live grid: the table ``attnlab arena`` redraws while its runs train.
+
+One row per task, one column per variant; a cell shows whether the runs of that pair are queued,
+running, failed or stored, and their mean score once done. A line under the table follows the
+run in progress (step, loss, last validation, time left). :meth:`LiveGrid.on_event` takes the
+events of :func:`attnlab.arena.run_grid`; :meth:`LiveGrid.render` draws the current state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+
+__all__ = ["LiveGrid"]
+
+_FINISHED = ("done", "failed", "stored")
+
+
+class LiveGrid:
+    """The state of an arena's runs, fed by :func:`~attnlab.arena.run_grid`'s events, drawn by :meth:`render`.
+
+    Args:
+        specs: the planned runs (:class:`~attnlab.arena.RunSpec`: ``run_id``, ``task``, ``variant``, ``seed``).
+        clock: seconds, for the elapsed time and the ETA (default :func:`time.perf_counter`).
+    """
+
+    def __init__(self, specs: Iterable, clock: Callable[[], float] = time.perf_counter):
+        self.specs = list(specs)
+        self.clock = clock
+        self.start = clock()
+        self.state = {s.run_id: "queued" for s in self.specs}  # queued, running, done, failed or stored
+        self.values: dict = {}  # run_id -> test score of a run done now
+        self.current = ""  # the line that follows the run in progress
+        self.tasks = list(dict.fromkeys(s.task for s in self.specs))
+        self.variants = list(dict.fromkeys(s.variant for s in self.specs))
+        self._started: dict = {}
+        self._validation: dict = {}
+
+    def elapsed(self) -> float:
+        """Seconds since the grid was made."""
+        return self.clock() - self.start
+
+    def on_event(self, kind: str, spec, **info) -> None:
+        """Take one event of :func:`~attnlab.arena.run_grid` (``skip``, ``start``, ``eval``, ``step`` or ``end``)."""
+        run = spec.run_id
+        if kind == "skip":
+            self.state[run] = "stored"
+        elif kind == "start":
+            self.state[run] = "running"
+            self._started[run] = self.clock()
+        elif kind == "eval":
+            self._validation[run] = info["value"]
+        elif kind == "step":
+            elapsed = self.clock() - self._started.get(run, self.start)
+            eta = elapsed / max(info["step"], 1) * (info["total"] - info["step"])
+            val = self._validation.get(run)
+            shown = "" if val is None else f", validation {val:.3f}"
+            self.current = (f"{spec.task} / {spec.variant} / seed {spec.seed}: step {info['step']}/{info['total']} "
+                            f"loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s")
+        elif kind == "end":
+            row = info["row"]
+            self.state[run] = row["status"]
+            if row["status"] == "done":
+                self.values[run] = row["value"]
+            self.current = ""
+
+    def cell(self, task: str, variant: str) -> str:
+        """The grid's cell for ``task`` and ``variant`` (over their seeds), with rich markup."""
+        ids = [s.run_id for s in self.specs if s.task == task and s.variant == variant]
+        states = [self.state[i] for i in ids]
+        stored = all(x in ("done", "stored") for x in states)
+        if "running" in states:
+            return "[yellow]running[/]"
+        if stored and any(i in self.values for i in ids):
+            vals = [self.values[i] for i in ids if i in self.values]
+            return f"{sum(vals) / len(vals):.3f}"
+        if stored:
+            return "stored"
+        if "failed" in states:
+            return "[red]failed[/]"
+        return "[dim]queued[/]"
+
+    def render(self) -> Group:
+        """The table (runs finished of all, elapsed seconds), then the line of the run in progress."""
+        finished = sum(v in _FINISHED for v in self.state.values())
+        t = Table(title=f"arena ({finished}/{len(self.state)} runs, {self.elapsed():.0f} s)", box=box.SIMPLE_HEAD)
+        t.add_column("task")
+        for v in self.variants:
+            t.add_column(v, justify="right")
+        for task in self.tasks:
+            t.add_row(task, *(self.cell(task, v) for v in self.variants))
+        return Group(t, self.current)

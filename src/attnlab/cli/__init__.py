@@ -1,0 +1,75 @@
+"""The ``attnlab`` command: thin wrappers that parse arguments and call library functions.
+
+One module per command group, over the helpers of :mod:`attnlab.cli.common`:
+
+* :mod:`~attnlab.cli.explain` — ``explain``;
+* :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory);
+* :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
+* :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
+* :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
+* :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``.
+
+Library imports happen inside the commands, so that ``attnlab --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from . import arena, bench_accuracy, bench_speed, compare, complexity, explain, plot, train
+from .common import out
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="attnlab",
+    help="Self-attention over any vector set: explain it step by step, benchmark it, train it, and compare the variants (attnlab arena).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Measure speed, memory and accuracy, side by side in one run.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+compare_app = typer.Typer(help="Train rival models on the same data and compare them.", no_args_is_help=True)
+app.add_typer(compare_app, name="compare")
+plot_app = typer.Typer(help="Draw attnlab's parts to PNG files.", no_args_is_help=True)
+app.add_typer(plot_app, name="plot")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        out.print(f"attnlab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """attnlab: self-attention over any vector set."""
+
+
+# every command, in the order of the help
+app.command()(explain.explain)
+bench_app.command("attention")(bench_speed.attention)
+bench_app.command("positional")(bench_accuracy.positional)
+bench_app.command("scaling")(bench_speed.scaling)
+bench_app.command("approximation")(bench_accuracy.approximation)
+bench_app.command("distance")(bench_accuracy.distance)
+bench_app.command("graph")(bench_speed.graph)
+bench_app.command("audio")(bench_speed.audio)
+plot_app.command("positional")(plot.positional)
+app.command()(complexity.complexity)
+app.command()(arena.arena)
+app.command()(arena.report)
+compare_app.command("vit-cnn")(compare.vit_cnn)
+app.command()(train.train)
+app.command("eval")(train.eval_cmd)
+app.command()(train.predict)
+
+
+def main() -> None:
+    """Entry point of the ``attnlab`` console script."""
+    app()

@@ -1,0 +1,79 @@
+"""``attnlab arena | report``: train and compare attention variants across tasks, and their leaderboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import err, fail, fmt_x, int_list, out, split_list, table
+
+__all__ = ["arena", "report"]
+
+
+def arena(
+    tasks: Optional[str] = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
+    variants: Optional[str] = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
+    preset: str = typer.Option("quick", help="quick (about 6 minutes on 2 cores), standard (about an hour and a half) or lra (hours)."),
+    seeds: str = typer.Option("0", help="Comma-separated seeds."),
+    budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1.0, help="Cap on each run's training time."),
+    out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
+    data: Optional[str] = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
+    workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run the stored failures again."),
+) -> None:
+    """Train and compare attention variants across tasks: resumable grid, SQLite store, leaderboard, report.html."""
+    from rich.live import Live
+
+    from ..arena import build_report, plan, run_grid
+    from ..arena.live import LiveGrid
+
+    if data and not Path(data).is_file():
+        fail(f"--data {data}: no such file (a jsonl file, see 'attnlab train jsonl')")
+    try:
+        specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
+                     seeds=int_list("--seeds", seeds, minimum=0), data=data)
+    except (ValueError, KeyError) as e:
+        fail(str(e))
+    grid = LiveGrid(specs)
+    with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
+
+        def on_event(kind, spec, **info):
+            grid.on_event(kind, spec, **info)
+            live.update(grid.render())
+
+        run_grid(specs, out_dir, budget_seconds=budget_seconds, workers=workers, retry_failed=retry_failed, on_event=on_event)
+    page, board = build_report(out_dir)
+    _print_leaderboard(board)
+    out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
+
+
+def report(out_dir: str = typer.Argument(..., help="The --out folder of 'attnlab arena'.")) -> None:
+    """Rebuild report.html, the charts and the leaderboard from an arena's results store."""
+    from ..arena import build_report
+
+    try:
+        page, board = build_report(out_dir)
+    except ValueError as e:
+        fail(str(e))
+    _print_leaderboard(board)
+    out.print(f"report: {page}")
+
+
+def _print_leaderboard(board: dict) -> None:
+    """The arena's leaderboard: per task, then the average."""
+    for task, entries in board["tasks"].items():
+        metric = next((e["metric"] for e in entries if e["metric"]), "score")
+        t = table(f"{task} ({metric})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "params"])
+        for e in entries:
+            if e["value"] is None:
+                t.add_row(e["variant"], "[red]failed[/]", "", "", "", (e["error"] or "")[:60].replace("[", "\\["))
+                continue
+            t.add_row(e["variant"], f"{e['value']:.3f}", fmt_x(e["speed"]), fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}", f"{e['params']:,}")
+        out.print(t)
+    if board["average"]:
+        t = table("average over tasks", ["variant", "mean score", "tasks", "speed vs dense", "memory vs dense"])
+        for e in board["average"]:
+            t.add_row(e["variant"], f"{e['value']:.3f}", str(e["tasks"]), fmt_x(e["speed"]), fmt_x(e["memory"]))
+        out.print(t)

@@ -1,0 +1,238 @@
+"""``attnlab bench attention | scaling | graph | audio``: time and peak memory, side by side."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .common import chart, emit_json, fail, int_list, load_report, name_list, out, progress, table, track
+from .options import blocks_option, from_option, heads_option, json_option, memory_option, output_option, plot_option
+from .options import repeats_option, width_option
+
+__all__ = ["attention", "audio", "graph", "scaling"]
+
+
+def attention(
+    sizes: str = typer.Option("1024,4096,8192", help="Comma-separated sequence lengths N (= M)."),
+    configs: str = typer.Option(
+        "scaled_dot+softmax,cosine+softmax,scaled_dot+relu,additive+softmax", help="Comma-separated score+normaliser paths."
+    ),
+    modes: str = typer.Option("fwd,fwd_bwd", help="fwd and/or fwd_bwd."),
+    repeats: int = repeats_option("Timed repetitions at least (more while they take under 2 s)."),
+    as_json: bool = json_option("Print the records as a JSON list instead of a table."),
+    output: Optional[str] = output_option("Also write the JSON records to this file."),
+    plot: Optional[str] = plot_option("Also draw time and memory against N to this PNG file."),
+) -> None:
+    """attend vs scaled_dot_product_attention vs a naive materialised implementation (B=1, H=4, D=64, fp32)."""
+    from ..studies.attention import CONFIGS, ratios, run
+
+    size_list = int_list("--sizes", sizes, minimum=1, what="positive integers")
+    cfg_list = name_list("--configs", configs, CONFIGS, hint=f"expected some of {list(CONFIGS)}", required=False)
+    mode_list = name_list("--modes", modes, ("fwd", "fwd_bwd"), hint="expected fwd and/or fwd_bwd", required=False)
+    total = sum(len(CONFIGS[c]["impls"]) for c in cfg_list) * len(size_list) * len(mode_list)
+    with track("benchmarking attention", total, output, lambda done: [r.to_dict() for r in done]) as tracker:
+        tick = tracker.on_record(lambda rec: f"{rec.path} N={rec.n} {rec.mode}")
+        records = run(size_list, cfg_list, mode_list, min_repeats=repeats, on_record=tick)
+    data = [r.to_dict() for r in records]
+    chart(plot, "bench.plot_attention_benchmark", data)
+    if emit_json(data, as_json):
+        return
+    rel = {(r["path"], r["n"], r["mode"], r["impl"], r["vs"]): r for r in ratios(records)}
+    out.print(
+        "attention benchmark: B=1, H=4, D=64, fp32. ms = median time; MiB = peak tensor memory above the inputs; "
+        "t/x and m/x = time and memory relative to x"
+    )
+    for path in cfg_list:
+        has_sdpa = "sdpa" in CONFIGS[path]["impls"]
+        cols = ["impl", "N", "mode", "ms", "MiB", "t/sdpa", "t/naive", "m/naive"]
+        t = table(path, cols if has_sdpa else [c for c in cols if c != "t/sdpa"], left=("impl", "mode"), no_wrap=True)
+        t.title_justify = "left"
+        for r in (r for r in records if r.path == path):
+            impl = f"attend({r.backend})" if r.impl.startswith("attend") else r.impl
+            if r.seconds is None:
+                t.add_row(impl, str(r.n), r.mode, "skipped", *[""] * (4 if has_sdpa else 3))
+                continue
+            vs_sdpa = rel.get((r.path, r.n, r.mode, r.impl, "sdpa"))
+            vs_naive = rel.get((r.path, r.n, r.mode, r.impl, "naive"))
+            t.add_row(
+                impl,
+                str(r.n),
+                r.mode,
+                f"{r.seconds * 1e3:.1f}",
+                "" if r.peak_bytes is None else f"{r.peak_bytes / 2**20:.1f}",
+                *([f"{vs_sdpa['time_ratio']:.2f}" if vs_sdpa else ""] if has_sdpa else []),
+                f"{vs_naive['time_ratio']:.2f}" if vs_naive else "",
+                f"{vs_naive['memory_ratio']:.3f}" if vs_naive and vs_naive["memory_ratio"] is not None else "",
+            )
+        out.print(t)
+    for note in sorted({(r.impl, r.note) for r in records if r.note}):
+        out.print(f"{note[0]}: {note[1]}")
+
+
+def scaling(
+    sizes: str = typer.Option("1024,2048,4096,8192,16384,32768", help="Comma-separated sequence lengths N."),
+    variants: str = typer.Option(
+        "dense,local,longformer,bigbird,linformer,performer,linear,reformer,nystrom", help="Comma-separated variants."
+    ),
+    repeats: int = repeats_option(),
+    memory: bool = memory_option("Measure peak memory (a child process per cell)."),
+    flex: bool = typer.Option(True, "--flex/--no-flex", help="At N=16384: local vs compiled FlexAttention, forward."),
+    peers: bool = typer.Option(False, "--peers", help="Also time lucidrains' implementations at 16384 (pip install -e '.[bench]')."),
+    as_json: bool = json_option("Print the records, slopes and ratios as JSON instead of tables."),
+    output: Optional[str] = output_option("Also write the JSON to this file (after every record)."),
+    plot: Optional[str] = plot_option("Also draw time and memory against N to this PNG (scaling.png)."),
+    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+) -> None:
+    """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
+    from ..studies.scaling import SETTINGS, relative, run, slopes
+
+    if report:
+        data, recs = load_report(report, "bench scaling", lambda d: (d, d["records"]))
+        chart(plot, "bench.plot_scaling", recs, slopes=data.get("slopes"))
+        _scaling_tables(data, sorted({r["n"] for r in recs}), list(dict.fromkeys(r["variant"] for r in recs if r["mode"] == "fwd_bwd")))
+        return
+
+    size_list = int_list("--sizes", sizes, minimum=1)
+    names = name_list("--variants", variants, SETTINGS)
+    peer_done: list = []
+
+    def payload(done: list) -> dict:
+        return {
+            "records": [r.to_dict() for r in done],
+            "slopes": slopes(done),
+            "relative": relative(done),
+            "peers": [p.to_dict() for p in peer_done],
+        }
+
+    with track("measuring", len(size_list) * len(names) + (5 if peers else 0), output, payload) as tracker:
+        tick = tracker.on_record(lambda rec: f"{rec.variant} N={rec.n}", advance=lambda rec: 1 if rec.mode == "fwd_bwd" else 0)
+        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, on_record=tick)
+        if peers:
+            from ..studies.peers import run_peers
+
+            run_peers(16384, min_repeats=repeats, on_record=tracker.on_record(lambda rec: f"peer {rec.method}", into=peer_done))
+    data = payload(tracker.records)
+    chart(plot, "bench.plot_scaling", data["records"], slopes=data["slopes"])
+    if emit_json(data, as_json):
+        return
+    _scaling_tables(data, size_list, names)
+
+
+def _scaling_tables(data: dict, size_list: list[int], names: list[str]) -> None:
+    """Print the scaling records: one row per (variant, N), then slopes, FlexAttention and peers."""
+    rel = {(r["variant"], r["n"]): r for r in data["relative"]}
+    t = table(
+        "forward + backward, B=1, H=4, D=64, fp32 (speed-up and memory relative to dense SDPA)",
+        ["variant", "N", "seconds", "peak MiB", "speed-up", "memory"],
+        no_wrap=True,
+    )
+    for v in names:
+        for n in size_list:
+            r = next((r for r in data["records"] if r["variant"] == v and r["n"] == n and r["mode"] == "fwd_bwd"), None)
+            if r is None or r["seconds"] is None:
+                continue
+            x = rel.get((v, n), {})
+            t.add_row(
+                v,
+                str(n),
+                f"{r['seconds']:.3f}",
+                "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}",
+                "" if x.get("speedup") is None else f"{x['speedup']:.2f}x",
+                "" if x.get("memory_ratio") is None else f"{x['memory_ratio']:.2f}",
+            )
+    out.print(t)
+    st = table("log-log slopes against N (over N >= 4096 when measured)", ["variant", "time slope", "memory slope"])
+    fmt = lambda x: "" if x is None else f"{x:.2f}"  # noqa: E731
+    for v in names:
+        sl = data["slopes"].get(v, {})
+        st.add_row(v, fmt(sl.get("time_slope")), fmt(sl.get("memory_slope")))
+    out.print(st)
+    fwd = [r for r in data["records"] if r["mode"] == "fwd"]
+    if fwd:
+        out.print("forward only, N=16384: " + ", ".join(f"{r['variant']} {r['seconds']:.3f} s" for r in fwd))
+    for p in data.get("peers", []):
+        if p["ours_seconds"] is None:
+            out.print(f"{p['method']}: {p['note']}")
+        else:
+            out.print(
+                f"{p['method']} N={p['n']}: ours {p['ours_seconds']:.3f} s, {p['peer']} {p['peer_seconds']:.3f} s "
+                f"(ours / theirs = {p['ours_seconds'] / p['peer_seconds']:.2f})"
+            )
+
+
+def graph(
+    nodes: int = typer.Option(100_000, min=1, help="Nodes of the random graph."),
+    edges: int = typer.Option(1_000_000, min=1, help="Directed edges, drawn uniformly."),
+    in_dim: int = typer.Option(256, min=1, help="Node feature width."),
+    heads: int = heads_option(4),
+    head_dim: int = typer.Option(64, min=1, help="Width per head."),
+    repeats: int = repeats_option(),
+    memory: bool = memory_option(),
+    pyg: bool = typer.Option(True, "--pyg/--no-pyg", help="Compare with PyTorch Geometric's TransformerConv (pip install torch_geometric)."),
+    as_json: bool = json_option("Print the records as JSON."),
+    output: Optional[str] = output_option("Also write the JSON to this file."),
+) -> None:
+    """Forward+backward time and peak memory of attnlab's sparse graph attention vs TransformerConv (same weights)."""
+    from ..studies.graph import run
+
+    with progress() as bar:
+        task = bar.add_task(f"graph of {nodes:,} nodes, {edges:,} edges", total=None)
+        try:
+            recs, diff = run(nodes, edges, in_dim=in_dim, heads=heads, head_dim=head_dim, min_repeats=repeats, memory=memory, pyg=pyg)
+        except RuntimeError as e:
+            fail(str(e))
+        bar.update(task, completed=1, total=1)
+    base = recs[0]
+    data = {
+        "setting": {"nodes": nodes, "edges": edges, "in_dim": in_dim, "heads": heads, "head_dim": head_dim},
+        "records": [r.to_dict() for r in recs],
+        "max_abs_output_difference": diff,
+        "speedup_over_pyg": (recs[1].seconds / base.seconds) if len(recs) > 1 else None,
+    }
+    if emit_json(data, as_json, output, pretty=True):
+        return
+    t = table(
+        f"forward + backward, {nodes:,} nodes, {edges:,} edges, {in_dim} -> {heads} x {head_dim}",
+        ["layer", "seconds", "peak MiB", "time / attnlab", "memory / attnlab"],
+    )
+    for r in recs:
+        mib = f"{r.peak_bytes / 2**20:.0f}" if r.peak_bytes else "-"
+        mem = f"{r.peak_bytes / base.peak_bytes:.2f}" if r.peak_bytes and base.peak_bytes else "-"
+        t.add_row(r.layer, f"{r.seconds:.3f}", mib, f"{r.seconds / base.seconds:.2f}", mem)
+    out.print(t)
+    if diff is not None:
+        out.print(f"largest output difference between the two layers: {diff:.2e}")
+
+
+def audio(
+    seconds: float = typer.Option(60.0, min=0.1, help="Length of the input audio (100 frames per second)."),
+    window: int = typer.Option(16, min=0, help="Truncated attention: +-window frames."),
+    dim: int = width_option(144),
+    heads: int = heads_option(4),
+    layers: int = blocks_option(2),
+    repeats: int = repeats_option(),
+    memory: bool = memory_option(),
+    as_json: bool = json_option("Print the records as JSON."),
+    output: Optional[str] = output_option("Also write the JSON to this file."),
+) -> None:
+    """Full vs truncated attention on long audio: forward+backward time and peak memory (Conformer, Transformer)."""
+    from ..studies.audio import run
+
+    with progress() as bar:
+        bar.add_task(f"{seconds:g} s of audio", total=None)
+        recs = run(seconds, window=window, dim=dim, heads=heads, layers=layers, min_repeats=repeats, memory=memory)
+    data = {"setting": {"seconds": seconds, "window": window, "dim": dim, "heads": heads, "layers": layers}, "records": [r.to_dict() for r in recs]}
+    if emit_json(data, as_json, output, pretty=True):
+        return
+    t = table(
+        f"forward + backward on {seconds:g} s of audio ({recs[0].frames} frames), dim {dim}, {layers} blocks",
+        ["model", "attention", "seconds", "peak MiB", "time / dense", "memory / dense"],
+        left=("model", "attention"),
+    )
+    for r in recs:
+        dense = next(d for d in recs if d.model == r.model and d.attention == "dense")
+        mib = f"{r.peak_bytes / 2**20:.0f}" if r.peak_bytes else "-"
+        mem = f"{r.peak_bytes / dense.peak_bytes:.3f}" if r.peak_bytes and dense.peak_bytes else "-"
+        t.add_row(r.model, r.attention, f"{r.seconds:.3f}", mib, f"{r.seconds / dense.seconds:.3f}", mem)
+    out.print(t)

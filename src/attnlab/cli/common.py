@@ -1,0 +1,253 @@
+"""What every ``attnlab`` command shares: errors, list options, the progress bar, JSON files, charts, tables."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Collection, Iterator, NoReturn, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+__all__ = [
+    "Tracker",
+    "chart",
+    "emit_json",
+    "fail",
+    "fmt",
+    "fmt_x",
+    "int_list",
+    "jsonable",
+    "load_report",
+    "matrix",
+    "name_list",
+    "progress",
+    "records_json",
+    "settings_dict",
+    "split_list",
+    "table",
+    "track",
+    "write_json",
+]
+
+# a log file or pipe gets wide tables; a terminal gets its own width
+out = Console(width=None if sys.stdout.isatty() else 120)
+err = Console(stderr=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Print a one-line red error on stderr and exit with code 2 (a usage error)."""
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+# ---------------------------------------------------------------- comma-separated options
+
+
+def split_list(text: str) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``: the stripped, non-empty items of a comma-separated option."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def int_list(option: str, text: str, minimum: int = 0, what: str | None = None) -> list[int]:
+    """A comma-separated option of integers, each at least ``minimum``; else a one-line error naming ``option``.
+
+    ``what`` describes the allowed values in the error (default ``integers >= minimum``).
+    """
+    try:
+        values = [int(x) for x in split_list(text)]
+    except ValueError:
+        fail(f"{option} must be comma-separated integers, got {text!r}")
+    if not values or min(values) < minimum:
+        fail(f"{option} must be {what or f'integers >= {minimum}'}, got {text!r}")
+    return values
+
+
+def name_list(option: str, text: str, known: Collection[str], hint: str | None = None, required: bool = True) -> list[str]:
+    """A comma-separated option of names, each one of ``known``; else a one-line error naming ``option``.
+
+    ``hint`` ends the error (default ``expected some of`` the known names); ``required``: no names is an error too.
+    """
+    names = split_list(text)
+    bad = [n for n in names if n not in known]
+    if bad or (required and not names):
+        fail(f"unknown {option} {bad}; {hint or 'expected some of ' + ', '.join(known)}")
+    return names
+
+
+# ---------------------------------------------------------------- progress
+
+
+def progress():
+    """A progress bar on stderr (description, bar, done/total, elapsed, remaining), gone when done."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+class Tracker:
+    """One progress bar and the records a study reports, rewritten to ``output`` after each one.
+
+    Its :meth:`on_record` and :meth:`on_step` make the callbacks a study's ``run`` takes.
+
+    Args:
+        bar: the rich :class:`~rich.progress.Progress`; task: its task id.
+        output: the JSON file to keep up to date (None: none).
+        payload: ``records -> JSON data`` written there (default: the records themselves).
+    """
+
+    def __init__(self, bar, task, output: str | None = None, payload: Callable[[list], object] | None = None):
+        self.bar, self.task, self.output = bar, task, output
+        self.records: list = []
+        self.payload = payload or (lambda records: records)
+
+    def update(self, advance: int = 0, description: str | None = None) -> None:
+        """Move the bar on by ``advance`` and (if given) show ``description``."""
+        extra = {} if description is None else {"description": description}
+        self.bar.update(self.task, advance=advance, **extra)
+
+    def save(self) -> None:
+        """Rewrite the output file (atomically: an interrupted run keeps what it measured)."""
+        if self.output:
+            write_json(self.output, self.payload(self.records))
+
+    def on_record(
+        self, describe: Callable | None = None, advance: int | Callable = 1, into: list | None = None
+    ) -> Callable[[object], None]:
+        """A callback for one finished record: keep it (in ``into``, default :attr:`records`), move the bar, save.
+
+        ``describe(record)``: the bar's new description; ``advance``: a number, or ``record -> number``.
+        """
+        kept = self.records if into is None else into
+
+        def callback(rec) -> None:
+            self.update(advance(rec) if callable(advance) else advance, None if describe is None else describe(rec))
+            kept.append(rec)
+            self.save()
+
+        return callback
+
+    def on_step(self, describe: Callable[..., str], advance: int = 1) -> Callable[..., None]:
+        """A callback for one training step: move the bar by ``advance`` and show ``describe(*args)``."""
+        return lambda *args: self.update(advance, describe(*args))
+
+
+@contextmanager
+def track(description: str, total: int | None, output: str | None = None, payload: Callable | None = None) -> Iterator[Tracker]:
+    """A :func:`progress` bar of ``total`` steps, as a :class:`Tracker` that writes ``output``."""
+    with progress() as bar:
+        yield Tracker(bar, bar.add_task(description, total=total), output, payload)
+
+
+# ---------------------------------------------------------------- files
+
+
+def write_json(path: str, data) -> None:
+    """Write JSON atomically: a temporary file beside the target, then a rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
+        json.dump(data, f, indent=1)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(f.name, 0o666 & ~umask)  # a temporary file is private; the result is an ordinary file
+    os.replace(f.name, target)
+
+
+def emit_json(data, as_json: bool, output: Optional[str] = None, pretty: bool = False) -> bool:
+    """``-o``: write ``data`` to ``output``; ``--json``: print it (``pretty``: indented and coloured). True if printed."""
+    if output:
+        write_json(output, data)
+    if as_json:
+        if pretty:
+            out.print_json(data=data)
+        else:
+            print(json.dumps(data))
+    return as_json
+
+
+def records_json(records: list) -> dict:
+    """The JSON of a records file: ``{"records": [record.to_dict(), ...]}``."""
+    return {"records": [r.to_dict() for r in records]}
+
+
+def load_report(path: str, command: str, extract: Callable = lambda data: data):
+    """``--from``: ``extract(the JSON in path)``, or a one-line error if it is not what ``attnlab command -o`` wrote."""
+    try:
+        return extract(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        fail(f"--from {path}: not a records file written by 'attnlab {command} -o' ({e})")
+
+
+def jsonable(summary: list[dict]) -> list[dict]:
+    """Summary rows with string keys (JSON object keys), as they come back from a file."""
+    conv = ("accuracy", "accuracy_min", "accuracy_max", "errors")
+    return [{k: ({str(n): x for n, x in v.items()} if k in conv else v) for k, v in row.items()} for row in summary]
+
+
+def settings_dict(settings) -> dict:
+    """A settings dataclass as JSON: tuples become lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()}
+
+
+def chart(path: Optional[str], draw: str, data, **options) -> None:
+    """``--plot PATH``: draw ``data`` with ``attnlab.viz.<draw>`` (e.g. ``"bench.plot_scaling"``) and say where.
+
+    The drawing module is imported only then: matplotlib is slow to import.
+    """
+    if path:
+        module, _, name = draw.rpartition(".")
+        plot = getattr(importlib.import_module(f"attnlab.viz.{module}"), name)
+        err.print(f"chart written to {plot(data, path, **options)}")
+
+
+# ---------------------------------------------------------------- tables
+
+
+def fmt(x) -> str:
+    """A matrix entry: three decimals, ``·`` for a masked (None) one."""
+    return "·" if x is None else f"{x:.3f}"
+
+
+def fmt_x(x) -> str:
+    """A ratio: ``1.23x``, ``-`` when unknown."""
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def matrix(title: str, rows: list, row_labels: list[str], col_labels: list[str]) -> Table:
+    """A labelled matrix as a table (entries by :func:`fmt`)."""
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("", style="bold")
+    for c in col_labels:
+        t.add_column(c, justify="right")
+    for label, row in zip(row_labels, rows):
+        t.add_row(label, *(fmt(x) for x in row))
+    return t
+
+
+def table(title: str | None, columns: list[str], left: Collection[str] | None = None, **column_options) -> Table:
+    """A results table (simple heading rule): ``columns`` right-aligned but those in ``left`` (default the first).
+
+    ``column_options`` go to every column (e.g. ``no_wrap=True``).
+    """
+    left = columns[:1] if left is None else left
+    t = Table(title=title, box=box.SIMPLE_HEAD)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right", **column_options)
+    return t

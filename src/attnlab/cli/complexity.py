@@ -1,0 +1,85 @@
+"""``attnlab complexity``: CNN / RNN / self-attention, the textbook table measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import chart, int_list, name_list, out, table, track
+from .options import json_option, layer_types_option, output_option, repeats_option
+
+__all__ = ["complexity"]
+
+
+def complexity(
+    sizes: str = typer.Option("64,128,256,512,1024,2048,4096,8192", help="Comma-separated lengths n for the timing."),
+    layers: str = layer_types_option("cnn,rnn,lstm,self_attention,attention_rnn,lstmn"),
+    path_sizes: str = typer.Option("16,64,256", "--path-sizes", help="Lengths n at which the path length is measured."),
+    dim: int = typer.Option(64, min=1, help="Layer width d."),
+    repeats: int = repeats_option(),
+    as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
+    output: Optional[str] = output_option("Folder for complexity.json (after every record) and complexity.png."),
+) -> None:
+    """CNN / RNN / self-attention, measured: time against n, sequential steps, path length.
+
+    Beside the textbook table (cost O(k n d^2) / O(n d^2) / O(n^2 d); sequential steps O(1) /
+    O(n) / O(1); path length O(n/k) / O(n) / O(1)), for each layer at width d (CNN kernel 3):
+    forward time and its fitted exponent over n >= 1024; the longest chain of dependent
+    operations of one forward pass; and the layers or recurrent steps between input 0 and
+    output n - 1, found where d out_{n-1} / d x_0 first becomes non-zero.
+    """
+    from ..studies.complexity import LAYERS, exponents, run
+
+    size_list = int_list("--sizes", sizes, minimum=1)
+    path_list = int_list("--path-sizes", path_sizes, minimum=2) if path_sizes.strip() else []
+    names = name_list("--layers", layers, LAYERS)
+    folder = Path(output) if output else None
+
+    def payload(done: list) -> dict:
+        return {"records": [r.to_dict() for r in done], "exponents": exponents(done)}
+
+    total = len(set(size_list) | set(path_list)) * len(names)
+    with track("measuring", total, folder and str(folder / "complexity.json"), payload) as tracker:
+        tick = tracker.on_record(lambda rec: f"{rec.layer} n={rec.n}")
+        run(size_list, names, dim=dim, path_sizes=tuple(path_list), min_repeats=repeats, on_record=tick)
+    data = payload(tracker.records)
+    chart(folder and folder / "complexity.png", "complexity.plot_complexity", data["records"], exponents=data["exponents"])
+    if as_json:
+        for r in data["records"]:
+            print(json.dumps(r))
+        for name, e in data["exponents"].items():
+            print(json.dumps({"layer": name, "exponent": e}))
+        return
+    _tables(data, names, dim, path_list)
+
+
+def _tables(data: dict, names: list[str], dim: int, path_list: list[int]) -> None:
+    """Print the forward times, then the textbook claims beside the measured exponent, steps and paths."""
+    from ..studies.complexity import TEXTBOOK
+
+    recs = data["records"]
+    t = table(f"forward time (ms), B=1, d={dim}, fp32", ["n", *names], left=())
+    for n in sorted({r["n"] for r in recs if r["seconds"] is not None}):
+        by = {r["layer"]: r for r in recs if r["n"] == n}
+        t.add_row(str(n), *[f"{by[name]['seconds'] * 1e3:.3g}" if name in by else "·" for name in names])
+    out.print(t)
+
+    lo, hi = min(r["n"] for r in recs), max(r["n"] for r in recs)
+    left = ("layer", "book cost", "book seq", "book path")
+    columns = ["layer", "book cost", "time exp", "book seq", f"steps {lo}->{hi}", "book path", *(f"path@{n}" for n in path_list)]
+    c = table("textbook ('book') vs measured", columns, left=left, no_wrap=True)
+    for name in names:
+        mine = {r["n"]: r for r in recs if r["layer"] == name}
+        e = data["exponents"].get(name)
+        cost, seq, path = TEXTBOOK[name]
+        steps = f"{mine[lo]['sequential_steps']} -> {mine[hi]['sequential_steps']}"
+        paths = [("·" if mine[n]["path_length"] is None else str(mine[n]["path_length"])) for n in path_list]
+        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", seq, steps, path, *paths)
+    out.print(c)
+    out.print(
+        "time exponent: log-log fit over n >= 1024; steps: longest chain of dependent operations in one forward pass; "
+        "path: layers (stacks) or recurrent hand-overs from input 0 to output n-1; CNN: causal, kernel 3"
+    )

@@ -1,0 +1,55 @@
+"""``attnlab explain``: self-attention on a sentence, step by step."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from .common import fail, matrix, out
+from .options import json_option
+
+__all__ = ["explain"]
+
+
+def explain(
+    sentence: str = typer.Argument("I saw a saw", help="The sentence; tokens are split on whitespace."),
+    score: str = typer.Option("scaled_dot", help="Score function: dot, scaled_dot, additive, cosine, bilinear."),
+    normalize: str = typer.Option("softmax", help="Normaliser: softmax, relu, sigmoid."),
+    no_self: bool = typer.Option(False, "--no-self", help="Forbid each token to attend to itself."),
+    heads: int = typer.Option(1, help="Number of heads (must divide --dim)."),
+    dim: int = typer.Option(4, help="Embedding width d."),
+    seed: int = typer.Option(0, help="Seed of the embeddings and projection matrices."),
+    as_json: bool = json_option("Print every step as JSON instead of tables."),
+) -> None:
+    """Compute self-attention on a sentence and print every step: I, Q, K, V, A, A', O."""
+    from ..explain import explain as run_explain
+
+    try:
+        ex = run_explain(sentence, score=score, normalize=normalize, no_self=no_self, heads=heads, dim=dim, seed=seed)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        print(json.dumps(ex.to_dict()))
+        return
+    labels = [f"{i}:{t}" for i, t in enumerate(ex.tokens)]
+    dims = [f"d{c}" for c in range(dim)]
+    out.print(
+        f"[bold]Self-attention on {ex.tokens}[/] — score [cyan]{score}[/], normaliser [cyan]{normalize}[/], "
+        f"{heads} head(s){', no attention to self' if no_self else ''}; float64 reference steps.\n"
+        "Rows are tokens. Identical tokens get identical embeddings: without positions they get identical outputs.\n"
+    )
+    out.print(matrix("I — input vectors a^i", ex.inputs, labels, dims))
+    hd = [f"d{c}" for c in range(dim // heads)]
+    for h in range(heads):
+        tag = f" (head {h + 1})" if heads > 1 else ""
+        out.print()
+        out.print(matrix(f"Q = W^q I{tag}", ex.q[h], labels, hd))
+        out.print(matrix(f"K = W^k I{tag}", ex.k[h], labels, hd))
+        out.print(matrix(f"V = W^v I{tag}", ex.v[h], labels, hd))
+        out.print(matrix(f"A — scores alpha_ij = {score}(q^i, k^j){tag}; · = masked", ex.scores[h], labels, labels))
+        out.print(matrix(f"A' — {normalize} of each row{tag}", ex.weights[h], labels, labels))
+        out.print(matrix(f"O = A' V{tag}", ex.head_outputs[h], labels, hd))
+    if heads > 1:
+        out.print()
+        out.print(matrix("output = concat(O^1..O^h) W^o", ex.output, labels, dims))

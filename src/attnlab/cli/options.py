@@ -1,0 +1,70 @@
+"""The typer options several ``attnlab`` commands take: one spelling of each flag and of its default."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+__all__ = [
+    "blocks_option",
+    "from_option",
+    "heads_option",
+    "json_option",
+    "layer_types_option",
+    "memory_option",
+    "output_option",
+    "plot_option",
+    "repeats_option",
+    "width_option",
+]
+
+
+def json_option(help: str):
+    """``--json``: print JSON instead of tables."""
+    return typer.Option(False, "--json", help=help)
+
+
+def output_option(help: str):
+    """``-o/--output FILE``: also write the JSON there."""
+    return typer.Option(None, "-o", "--output", help=help)
+
+
+def plot_option(help: str):
+    """``--plot PNG``: also draw a chart there."""
+    return typer.Option(None, "--plot", help=help)
+
+
+def from_option(help: str):
+    """``--from FILE``: measure nothing, report the JSON an earlier ``-o`` wrote."""
+    return typer.Option(None, "--from", help=help)
+
+
+def repeats_option(help: str = "Timed repetitions at least."):
+    """``--repeats N``: timed repetitions (at least 1, default 3)."""
+    return typer.Option(3, min=1, help=help)
+
+
+def memory_option(help: str = "Measure peak memory (profiler)."):
+    """``--memory/--no-memory``: measure peak memory too (default on)."""
+    return typer.Option(True, "--memory/--no-memory", help=help)
+
+
+def heads_option(default: Optional[int]):
+    """``--heads N``: attention heads (at least 1)."""
+    return typer.Option(default, min=1, help="Attention heads.")
+
+
+def width_option(default: Optional[int]):
+    """``--dim N``: the model's width (at least 1)."""
+    return typer.Option(default, min=1, help="Model width.")
+
+
+def blocks_option(default: Optional[int]):
+    """``--layers N``: the model's blocks (at least 1)."""
+    return typer.Option(default, min=1, help="Blocks.")
+
+
+def layer_types_option(default: str):
+    """``--layers a,b``: the sequence layers compared (names of :mod:`attnlab.recurrent`)."""
+    return typer.Option(default, help="Comma-separated layer types.")

@@ -1,0 +1,43 @@
+"""``attnlab plot positional``: draw attnlab's parts to PNG files."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .common import err, fail
+from .options import output_option
+
+__all__ = ["positional"]
+
+_WHAT = {"input": "positional vectors e^i, one column per position", "bias": "bias b_h(i, j) per head"}
+
+
+def positional(
+    name: str = typer.Argument(..., help="The encoding: sinusoidal, learned, rnn, floater, relative, alibi, rope."),
+    length: int = typer.Option(128, min=1, help="Number of positions drawn."),
+    dim: int = typer.Option(64, min=1, help="Width E of the vectors (for rope: the head width D)."),
+    heads: int = typer.Option(8, min=1, help="Heads of a bias encoding."),
+    seed: int = typer.Option(0, help="Seed of a trainable encoding's initialisation."),
+    output: Optional[str] = output_option("The PNG file (default positional-NAME.png)."),
+) -> None:
+    """Draw a positional encoding: vectors (one column per position), per-head biases, or RoPE's angles."""
+    import torch
+
+    from .. import positional as P
+    from ..viz.positional import plot_positional
+
+    if name not in P.names():
+        fail(f"unknown positional encoding {name!r}; choose one of {', '.join(P.names())}")
+    if name == "none":
+        fail("the 'none' encoding adds no positional information: there is nothing to draw")
+    torch.manual_seed(seed)
+    try:
+        pe = P.create(name, dim=dim, num_heads=heads, max_len=length)
+    except ValueError as e:
+        fail(str(e))
+    trained = any(True for _ in pe.parameters())
+    title = f"{name} at initialisation (seed {seed}): " + _WHAT.get(pe.kind, "") if trained else None
+    path = plot_positional(pe, length, output or f"positional-{name}.png", title=title)
+    err.print(f"written to {path}")

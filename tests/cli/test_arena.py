@@ -1,0 +1,67 @@
+"""attnlab arena and report, and the live grid the arena redraws."""
+
+import io
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from attnlab.arena.live import LiveGrid
+
+
+def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path):
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    args = ["arena", "--tasks", "pos", "--variants", "dense", "--out", str(tmp_path)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "pos (token_accuracy)" in res.output and (tmp_path / "report.html").exists()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0
+    with sqlite3.connect(tmp_path / "results.sqlite") as con:
+        assert con.execute("SELECT COUNT(*), MIN(status) FROM runs").fetchone() == (1, "done")
+    (tmp_path / "report.html").unlink()
+    rebuilt = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert rebuilt.exit_code == 0 and (tmp_path / "report.html").exists()
+    bad = CliRunner().invoke(app, ["arena", "--variants", "fast", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and "unknown variant 'fast'" in bad.output
+    nodata = CliRunner().invoke(app, ["arena", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
+    assert nodata.exit_code == 2 and "no such file" in " ".join(nodata.output.split())
+    missing = CliRunner().invoke(app, ["report", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and "no results.sqlite" in " ".join(missing.output.split())
+
+
+def _text(grid: LiveGrid) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(grid.render())
+    return console.export_text()
+
+
+def test_live_grid_follows_the_runner_events():
+    specs = [SimpleNamespace(run_id=f"{t}-{v}-{s}", task=t, variant=v, seed=s)
+             for t in ("pos", "recall") for v in ("dense", "local") for s in (0, 1)]
+    now = [100.0]
+    grid = LiveGrid(specs, clock=lambda: now[0])
+    assert grid.tasks == ["pos", "recall"] and grid.variants == ["dense", "local"]
+    assert grid.cell("pos", "dense") == "[dim]queued[/]" and "0/8 runs, 0 s" in _text(grid)
+    pos_dense = specs[:2]
+    grid.on_event("start", pos_dense[0])
+    grid.on_event("eval", pos_dense[0], step=5, value=0.5)
+    now[0] += 10
+    grid.on_event("step", pos_dense[0], step=10, total=30, loss=1.25)
+    assert grid.cell("pos", "dense") == "[yellow]running[/]"
+    assert "pos / dense / seed 0: step 10/30 loss 1.2500, validation 0.500, ETA 20 s" in _text(grid)
+    grid.on_event("end", pos_dense[0], row={"status": "done", "value": 0.75})
+    assert grid.current == "" and grid.cell("pos", "dense") == "[dim]queued[/]"  # seed 1 still to run
+    grid.on_event("skip", pos_dense[1])
+    assert grid.cell("pos", "dense") == "0.750"
+    for spec in specs[2:4]:
+        grid.on_event("skip", spec)
+    assert grid.cell("pos", "local") == "stored"
+    grid.on_event("end", specs[4], row={"status": "failed", "value": None})
+    assert grid.cell("recall", "dense") == "[red]failed[/]"
+    now[0] += 5
+    assert grid.elapsed() == 15 and "5/8 runs, 15 s" in _text(grid)

@@ -1,0 +1,36 @@
+"""attnlab bench attention: records, charts."""
+
+import json
+
+import pytest
+
+from tests.cli.helpers import run_ok
+
+
+def test_bench_attention_json_records():
+    out = run_ok("bench", "attention", "--sizes", "16,24", "--configs", "scaled_dot+softmax,scaled_dot+relu", "--modes", "fwd_bwd", "--repeats", "1", "--json")
+    records = json.loads(out[out.index("["):])
+    assert {r["impl"] for r in records} == {"attend", "sdpa", "naive", "attend_chunked"}
+    assert len(records) == (4 + 2) * 2
+    for r in records:
+        assert set(r) >= {"impl", "path", "n", "mode", "seconds", "peak_bytes"}
+        assert r["mode"] == "fwd_bwd" and r["n"] in (16, 24) and r["seconds"] > 0
+    backend = {(r["path"], r["impl"]): r["backend"] for r in records}
+    assert backend[("scaled_dot+softmax", "attend")] == "sdpa"
+    assert backend[("scaled_dot+relu", "attend")] == "chunked"
+
+
+def test_bench_attention_draws_a_chart(tmp_path):
+    png = tmp_path / "charts" / "bench.png"
+    out = tmp_path / "records.json"
+    run_ok("bench", "attention", "--sizes", "16,32", "--configs", "scaled_dot+relu", "--modes", "fwd", "--repeats", "1",
+           "-o", str(out), "--plot", str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert len(json.loads(out.read_text())) == 4  # the records file was written too
+
+
+def test_chart_of_no_records_is_an_error(tmp_path):
+    from attnlab.viz import plot_attention_benchmark
+
+    with pytest.raises(ValueError, match="no benchmark records"):
+        plot_attention_benchmark([], tmp_path / "x.png")
