@@ -76,7 +76,22 @@ def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainCo
     os.replace(tmp, final)
     if old.exists():
         shutil.rmtree(old)
+    _remove_stale(out)
     return final
+
+
+def _remove_stale(out: Path) -> None:
+    """Remove ``checkpoint.tmp-<pid>`` folders of processes that died mid-write (a SIGKILL)."""
+    for tmp in out.glob("checkpoint.tmp-*"):
+        pid = tmp.name.rpartition("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:  # alive, another user's
+            continue
 
 
 def _resolve(path: str | Path) -> Path:
