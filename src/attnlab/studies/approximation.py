@@ -12,12 +12,13 @@ of exact attention that falls outside it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
 
 from .. import efficient
+from .records import StudyRecord
 
 __all__ = ["BUDGETS", "ApproxRecord", "run_approximation"]
 
@@ -31,7 +32,7 @@ of each variant's :attr:`attnlab.efficient.Budget.sweep`."""
 
 
 @dataclass
-class ApproxRecord:
+class ApproxRecord(StudyRecord):
     """Mean relative Frobenius error of one variant at one budget value."""
 
     variant: str
@@ -41,9 +42,6 @@ class ApproxRecord:
     temperature: float
     error: float
     seeds: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _options(variant: str, budget: int, n: int, seed: int) -> dict:

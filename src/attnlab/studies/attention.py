@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from ..core.attend import attend, plan
 from ..core.scores import Additive
 from ..profiling import measure_in_child, peak_bytes, round_robin
+from .records import StudyRecord, timed
 
 __all__ = ["CONFIGS", "Record", "run", "peak_bytes", "naive_attention"]
 
@@ -45,8 +46,8 @@ CONFIGS: dict[str, dict] = {
 """Score + normaliser configurations and the implementations measured for each."""
 
 
-@dataclass
-class Record:
+@timed
+class Record(StudyRecord):
     """One measurement: ``seconds`` is the median over the timed repetitions (after a warm-up
     call); ``peak_bytes`` the profiler's peak of live tensor bytes during one call. Where either
     is None, ``note`` says why."""
@@ -56,13 +57,6 @@ class Record:
     backend: str
     n: int
     mode: str
-    seconds: float | None
-    peak_bytes: int | None
-    repeats: int
-    note: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def naive_attention(q, k, v, score, normalize: str) -> torch.Tensor:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -42,6 +42,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..recurrent import layers as layer_registry
 from ..profiling import loglog_slope, round_robin
+from .records import StudyRecord
 
 __all__ = [
     "LAYERS",
@@ -72,7 +73,7 @@ KERNEL = 3
 
 
 @dataclass
-class ComplexityRecord:
+class ComplexityRecord(StudyRecord):
     """One (layer, n): median forward seconds, sequential steps, path length (None where not measured)."""
 
     layer: str
@@ -80,9 +81,6 @@ class ComplexityRecord:
     seconds: float | None
     sequential_steps: int | None
     path_length: int | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _layer(name: str, dim: int, depth: int = 1, dtype=torch.float32):

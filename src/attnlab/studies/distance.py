@@ -16,7 +16,7 @@ relates the two positions directly.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -24,6 +24,7 @@ from torch import nn
 
 from ..recurrent import layers as layer_registry
 from ..validate import positive_int
+from .records import StudyRecord
 
 __all__ = ["TriggerTask", "DistanceRecord", "LabelModel", "train_and_eval", "run", "DEFAULT_LAYERS"]
 
@@ -82,7 +83,7 @@ class LabelModel(nn.Module):
 
 
 @dataclass
-class DistanceRecord:
+class DistanceRecord(StudyRecord):
     """Held-out accuracy at the query positions after training one layer at one distance."""
 
     layer: str
@@ -92,9 +93,6 @@ class DistanceRecord:
     steps: int
     seconds: float
     final_loss: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def train_and_eval(

@@ -17,7 +17,7 @@ matched settings:
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -25,6 +25,7 @@ import torch
 from .. import efficient
 from ..profiling import round_robin
 from .scaling import HEAD_DIM, HEADS
+from .records import StudyRecord
 
 __all__ = ["PEERS", "PeerRecord", "run_peers"]
 
@@ -32,7 +33,7 @@ PEERS = ("performer", "local", "nystrom", "linformer", "reformer")
 
 
 @dataclass
-class PeerRecord:
+class PeerRecord(StudyRecord):
     """Median forward+backward seconds of ours and of the peer's implementation at one N."""
 
     method: str
@@ -42,9 +43,6 @@ class PeerRecord:
     peer: str
     repeats: int
     note: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _qkv(n: int) -> list[torch.Tensor]:

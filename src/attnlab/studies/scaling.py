@@ -20,13 +20,13 @@ import gc
 import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
 import torch
 
 from .. import efficient
 from ..profiling import loglog_slope, measure_in_child, peak_bytes, quiet_stderr, round_robin
+from .records import StudyRecord, timed
 
 __all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward"]
 
@@ -37,8 +37,8 @@ SETTINGS: dict[str, dict] = {name: dict(b.long) for name, b in efficient.budgets
 (linformer's ``max_len`` is set to the largest N)."""
 
 
-@dataclass
-class Record:
+@timed
+class Record(StudyRecord):
     """One (variant, N): median forward+backward seconds and peak tensor bytes (None with a
     ``note`` where not measured). ``mode`` is ``"fwd_bwd"``, or ``"fwd"`` for the forward-only
     comparison with FlexAttention."""
@@ -46,13 +46,6 @@ class Record:
     variant: str
     n: int
     mode: str
-    seconds: float | None
-    peak_bytes: int | None
-    repeats: int
-    note: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _module(variant: str, max_n: int):

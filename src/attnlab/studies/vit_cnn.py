@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from .records import StudyRecord
 
 __all__ = ["CompareRecord", "run"]
 
 
 @dataclass
-class CompareRecord:
+class CompareRecord(StudyRecord):
     """One training run: ``model`` at ``fraction`` of the training split (``train_size`` images)."""
 
     model: str
@@ -28,10 +29,6 @@ class CompareRecord:
     accuracy: float
     seconds: float
     steps: int
-
-    def to_dict(self) -> dict:
-        """As a JSON object."""
-        return asdict(self)
 
 
 def run(
