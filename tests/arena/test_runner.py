@@ -49,7 +49,7 @@ def test_effective_map_of_dense_is_its_weights_and_local_is_a_band():
     toks = task.split("test").tokens[:1]
     toks = toks[:, : int((toks != 0).sum())]
     with torch.no_grad():
-        _, weights = model(toks, return_weights=True)
+        weights = model(toks, return_weights=True).weights
     torch.testing.assert_close(maps[0], weights[0][0].mean(0).float(), rtol=1e-5, atol=1e-6)
     model, task = _model("local", window=1)
     band = attention_maps(model, task, count=1)[0]

@@ -29,9 +29,9 @@ def test_padded_batch_equals_each_sequence_alone(attention):
     x[0, 9:] = float("nan")  # padding must not leak, not even NaN
     pad = torch.zeros(2, 14, dtype=torch.bool)
     pad[0, 9:] = True
-    out = model(x, pad)
-    torch.testing.assert_close(out[0], model(a)[0], rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(out[1], model(b)[0], rtol=1e-10, atol=1e-10)
+    out = model(x, pad).output
+    torch.testing.assert_close(out[0], model(a).output[0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(out[1], model(b).output[0], rtol=1e-10, atol=1e-10)
 
 
 def test_conv_module_sees_only_its_kernel():
@@ -48,7 +48,7 @@ def test_speech_model_config_builds_a_classifier_with_weights():
     cfg = {"kind": "classification", "inputs": "features", "model": "conformer", "feature_dim": 40, "num_labels": 10, "dim": 32,
            "options": {"num_heads": 4, "num_layers": 1, "attention": "local", "attention_options": {"window": 4}, "positional": "rope", "max_len": 64}}
     model = build_model(cfg)
-    logits = model(torch.randn(3, 20, 40), torch.zeros(3, 20, dtype=torch.bool))
+    logits = model(torch.randn(3, 20, 40), torch.zeros(3, 20, dtype=torch.bool)).output
     assert logits.shape == (3, 10)
     with pytest.raises(ValueError, match=r"expected frames \(B, T, 40\)"):
         model(torch.randn(3, 20, 41))

@@ -19,7 +19,7 @@ def influence(model, tokens, pos):
     emb = model.embed.weight
     x = model.embed(tokens).detach().requires_grad_(True)
     model.embed.forward = lambda t: x  # feed the same vectors, with a gradient
-    out = model(tokens, tokens == 0)
+    out = model(tokens, tokens == 0).output
     probe = torch.randn(out.shape[-1], generator=torch.Generator().manual_seed(0), dtype=out.dtype)
     (g,) = torch.autograd.grad(out[0, pos] @ probe, x)  # not .sum(): a LayerNorm output sums to 0
     del model.embed.forward
@@ -45,17 +45,17 @@ def test_padding_does_not_change_real_positions(name):
     model = SequenceLabeler(backbone(name, **opts), 5).double().eval()
     short = torch.randint(2, 30, (1, 5))
     padded = torch.cat([short, torch.zeros(1, 3, dtype=torch.long)], 1)
-    torch.testing.assert_close(model(padded)[:, :5], model(short), rtol=0, atol=1e-12)
+    torch.testing.assert_close(model(padded).output[:, :5], model(short).output, rtol=0, atol=1e-12)
     clf = SetClassifier(backbone(name, **opts), 3).double().eval()
-    torch.testing.assert_close(clf(padded), clf(short), rtol=0, atol=1e-12)
+    torch.testing.assert_close(clf(padded).output, clf(short).output, rtol=0, atol=1e-12)
     if name == "transformer":
         cls = SetClassifier(backbone(name, **opts), 3, pooling="cls").double().eval()
-        torch.testing.assert_close(cls(padded), cls(short), rtol=0, atol=1e-12)
+        torch.testing.assert_close(cls(padded).output, cls(short).output, rtol=0, atol=1e-12)
 
 
 def test_build_model_and_bad_options():
     m = build_model({"kind": "classification", "model": "mlp", "vocab_size": 10, "num_labels": 4, "dim": 8, "options": {"num_layers": 1}})
-    assert isinstance(m, SetClassifier) and m(torch.tensor([[2, 3, 0]])).shape == (1, 4)
+    assert isinstance(m, SetClassifier) and m(torch.tensor([[2, 3, 0]])).output.shape == (1, 4)
     with pytest.raises(ValueError, match="unknown task kind"):
         build_model({"kind": "nope", "model": "mlp", "vocab_size": 10, "num_labels": 4, "dim": 8})
     with pytest.raises(ValueError, match="unknown model 'gru'"):

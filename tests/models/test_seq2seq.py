@@ -19,13 +19,13 @@ def test_decoder_is_causal_and_ignores_source_padding():
     src = torch.randint(2, 20, (1, 6))
     tgt = torch.randint(3, 12, (1, 7))
     tgt[0, 0] = BOS
-    a = m(src, tgt)
+    a = m(src, tgt).output
     b_tgt = tgt.clone()
     b_tgt[0, 4:] = torch.randint(3, 12, (3,))
-    b = m(src, b_tgt)
+    b = m(src, b_tgt).output
     torch.testing.assert_close(a[:, :4], b[:, :4], rtol=0, atol=0)  # later target tokens change nothing before them
     padded = torch.cat([src, torch.zeros(1, 3, dtype=torch.long)], 1)
-    torch.testing.assert_close(m(padded, tgt), a, rtol=0, atol=1e-12)
+    torch.testing.assert_close(m(padded, tgt).output, a, rtol=0, atol=1e-12)
 
 
 def test_greedy_is_the_stepwise_argmax_and_equals_a_beam_of_one():
@@ -35,7 +35,7 @@ def test_greedy_is_the_stepwise_argmax_and_equals_a_beam_of_one():
     for b in range(3):
         seq = [BOS]
         for _ in range(m.max_len):
-            nxt = int(m(src[b : b + 1], torch.tensor([seq]))[0, -1].argmax())
+            nxt = int(m(src[b : b + 1], torch.tensor([seq])).output[0, -1].argmax())
             if nxt == EOS:
                 break
             seq.append(nxt)

@@ -30,7 +30,8 @@ def test_vit_patch_embedding_equals_a_strided_convolution():
 
 def test_pixels_attend_over_every_pixel_and_weights_are_returned():
     model = VectorClassifier(PixelAttentionBackbone(1, 16, (4, 4), num_heads=2, num_layers=2), 10)
-    logits, weights = model(torch.randn(3, 1, 4, 4), return_weights=True)
+    res = model(torch.randn(3, 1, 4, 4), return_weights=True)
+    logits, weights = res.output, res.weights
     assert logits.shape == (3, 10)
     assert len(weights) == 2 and weights[0].shape == (3, 2, 17, 17)
     torch.testing.assert_close(weights[0].sum(-1), torch.ones(3, 2, 17))

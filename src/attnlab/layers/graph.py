@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core.attend import attend
+from ..core.attend import AttentionResult, attend
 from ..core.graph import check_edge_index, edge_attention
 from ..core.masks import graph as graph_mask
 from ..validate import positive_int
@@ -102,9 +102,10 @@ class GraphAttention(nn.Module):
                 p.copy_(theirs[name])
         return layer.to(next(conv.parameters()).dtype)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor | None = None, *, return_weights: bool = False):
-        """Node outputs ``(N, out_dim)``; with ``return_weights`` the pair ``(output, weights)``,
-        weights ``(E, H)`` per edge in ``edge_index`` order.
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor | None = None, *,
+                return_weights: bool = False) -> AttentionResult:
+        """An :class:`attnlab.AttentionResult`: ``output`` the node outputs ``(N, out_dim)``,
+        ``weights`` ``(E, H)`` per edge in ``edge_index`` order when asked (else None).
 
         Args:
             x: ``(N, F)`` node features. edge_index: ``(2, E)``, column ``(j, i)``: i attends to j.
@@ -137,7 +138,7 @@ class GraphAttention(nn.Module):
                 out = b * r + (1 - b) * out
             else:
                 out = out + r
-        return (out, weights) if return_weights else out
+        return AttentionResult(out, weights if return_weights else None)
 
     def _dense(self, q, k, v, e, edge_index, drop, return_weights):
         """The textbook form on the ``N x N`` adjacency mask."""

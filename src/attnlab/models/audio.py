@@ -16,7 +16,8 @@ from torch import nn
 
 from .conformer import Conformer
 from .encoder import Encoder
-from .base import register
+from .base import ModelOutput, register
+from ..validate import positive_int
 
 __all__ = ["AudioTransformerBackbone", "ConformerBackbone", "FrameBackbone"]
 
@@ -34,10 +35,7 @@ class FrameBackbone(nn.Module):
 
     def __init__(self, feature_dim: int, dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
         super().__init__()
-        for name, val in (("feature_dim", feature_dim), ("dim", dim)):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"{name} must be a positive int, got {val!r}")
-        self.feature_dim, self.dim = feature_dim, dim
+        self.feature_dim, self.dim = positive_int("feature_dim", feature_dim), positive_int("dim", dim)
         self.proj = nn.Linear(feature_dim, dim)
         self.encoder = self.encoder_class(dim, num_heads, num_layers, **encoder_options)
 
@@ -53,7 +51,7 @@ class FrameBackbone(nn.Module):
         else:  # masked_fill, not a product: whatever padded frames hold (even NaN) stays out
             keep = ~pad[..., None]
             pooled = out.output.masked_fill(~keep, 0.0).sum(1) / keep.sum(1).clamp_min(1).to(out.output.dtype)
-        return (pooled, out.weights) if return_weights else pooled
+        return ModelOutput(pooled, out.weights)
 
 
 @register("audio_transformer")

@@ -1,22 +1,8 @@
 """Graph Transformer: self-attention restricted to a graph's edges is a graph neural network.
 
-:class:`attnlab.layers.graph.GraphAttention` (re-exported here) is one attention layer over node vectors where node ``i`` attends only
-to the sources of its incoming edges (Shi et al. 2021, "Masked Label Prediction",
-https://arxiv.org/abs/2009.03509, eqs. 3-5; the layer PyTorch Geometric ships as
-``TransformerConv``)::
-
-    q_i = W_q x_i + b_q,   k_j = W_k x_j + b_k,   v_j = W_v x_j + b_v,   e_ij = W_e edge_attr_ij
-    alpha_ij = softmax_{j -> i} ( <q_i, k_j + e_ij> / sqrt(C) )          per head, over i's in-edges
-    out_i    = concat_h ( sum_j alpha_ij (v_j + e_ij) )  + W_r x_i  (root weight, optional)
-
-With ``beta=True`` the root term is gated: ``b = sigmoid(w^T [out; r; out - r])``,
-``out = b r + (1 - b) out``. Given the same weights the layer reproduces ``TransformerConv``
-(:meth:`GraphAttention.from_transformer_conv` copies them).
-
-``mode="sparse"`` (default) computes on ``edge_index`` with :func:`attnlab.core.graph.edge_attention`
-(O(E) memory, no N x N tensor); ``mode="dense"`` builds the adjacency mask
-(:func:`attnlab.masks.graph`) and calls :func:`attnlab.attend`: the textbook form, for small
-graphs and for checking. They agree except on duplicated edges (sparse counts each copy).
+Each block is a :class:`attnlab.layers.graph.GraphAttention` (re-exported here; the equations
+of Shi et al. 2021 and PyG's ``TransformerConv``, sparse on ``edge_index`` or dense with the
+adjacency mask) and a feed-forward layer, pre-norm and residual.
 
 Graphs are batched as one disjoint union (PyTorch Geometric's convention): node features
 ``(N, F)``, ``edge_index`` with offsets, and a ``batch`` vector ``(N,)`` giving each node's graph.
@@ -30,7 +16,7 @@ from torch import nn
 
 from ..layers.graph import GraphAttention
 from ..validate import positive_int
-from .base import register, residual_blocks, run_residual
+from .base import ModelOutput, register, residual_blocks, run_residual
 
 __all__ = [
     "GraphAttention",
@@ -105,13 +91,10 @@ class GraphTransformer(nn.Module):
         weights = []
         for attn, n1, n2, ff in zip(self.attn, self.norm1, self.norm2, self.ff):
             a = attn(n1(h), edge_index, edge_attr, return_weights=return_weights)
-            if return_weights:
-                a, w = a
-                weights.append(w)
-            h = h + a
+            weights.append(a.weights)
+            h = h + a.output
             h = h + ff(n2(h))
-        h = self.out_norm(h)
-        return (h, weights) if return_weights else h
+        return ModelOutput(self.out_norm(h), weights if return_weights else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,8 +147,7 @@ class NodeMLPBackbone(GraphBackbone):
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, x, edge_index, edge_attr=None, *, return_weights: bool = False):
-        h = run_residual(self.blocks, self.norm, self.embed(x))
-        return (h, None) if return_weights else h
+        return ModelOutput(run_residual(self.blocks, self.norm, self.embed(x)))
 
 
 class NodeLabeler(nn.Module):
@@ -178,10 +160,8 @@ class NodeLabeler(nn.Module):
 
     def forward(self, x, edge_index, edge_attr=None, batch=None, num_graphs=None, *, return_weights: bool = False):
         """Logits ``(N, num_labels)`` (with ``return_weights``: and the per-layer edge weights)."""
-        if return_weights:
-            h, w = self.backbone(x, edge_index, edge_attr, return_weights=True)
-            return self.head(h), w
-        return self.head(self.backbone(x, edge_index, edge_attr))
+        res = self.backbone(x, edge_index, edge_attr, return_weights=return_weights)
+        return ModelOutput(self.head(res.output), res.weights)
 
 
 class GraphPredictor(nn.Module):
@@ -199,12 +179,11 @@ class GraphPredictor(nn.Module):
     def forward(self, x, edge_index, edge_attr=None, batch=None, num_graphs=None, *, return_weights: bool = False):
         """Logits ``(G, num_labels)``; ``batch`` ``(N,)`` gives each node's graph (None: one graph)."""
         res = self.backbone(x, edge_index, edge_attr, return_weights=return_weights)
-        h, w = res if return_weights else (res, None)
+        h = res.output
         if batch is None:
             batch = torch.zeros(h.shape[0], dtype=torch.long, device=h.device)
         g = int(num_graphs) if num_graphs is not None else int(batch.max()) + 1 if batch.numel() else 1
         pooled = segment_mean(h, batch, g)
         if self.pooling == "sum":
             pooled = pooled * torch.bincount(batch, minlength=g).to(h.dtype)[:, None]
-        out = self.head(pooled)
-        return (out, w) if return_weights else out
+        return ModelOutput(self.head(pooled), res.weights)

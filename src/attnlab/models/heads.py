@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import CLS, PAD, Backbone
+from .base import CLS, PAD, Backbone, ModelOutput
 
 __all__ = ["SequenceLabeler", "SetClassifier"]
 
@@ -19,13 +19,10 @@ class SequenceLabeler(nn.Module):
         self.backbone = backbone
         self.head = nn.Linear(backbone.dim, num_labels)
 
-    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False):
+    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
         """Logits ``(B, N, num_labels)`` (and the backbone's attention weights when asked)."""
-        pad = tokens == PAD
-        if return_weights:
-            h, w = self.backbone(tokens, pad, return_weights=True)
-            return self.head(h), w
-        return self.head(self.backbone(tokens, pad))
+        res = self.backbone(tokens, tokens == PAD, return_weights=return_weights)
+        return ModelOutput(self.head(res.output), res.weights)
 
 
 class SetClassifier(nn.Module):
@@ -44,17 +41,16 @@ class SetClassifier(nn.Module):
         self.backbone, self.pooling = backbone, pooling
         self.head = nn.Linear(backbone.dim, num_labels)
 
-    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False):
+    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
         """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked)."""
         if self.pooling == "cls":
             tokens = torch.cat([torch.full_like(tokens[:, :1], CLS), tokens], dim=1)
         pad = tokens == PAD
         res = self.backbone(tokens, pad, return_weights=return_weights)
-        h, w = res if return_weights else (res, None)
+        h = res.output
         if self.pooling == "cls":
             pooled = h[:, 0]
         else:
             keep = (~pad)[..., None].to(h.dtype)
             pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
-        logits = self.head(pooled)
-        return (logits, w) if return_weights else logits
+        return ModelOutput(self.head(pooled), res.weights)

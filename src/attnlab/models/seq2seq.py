@@ -13,7 +13,8 @@ from torch import nn
 from ..core import masks
 from ..layers.feedforward import FeedForward
 from ..layers.multihead import MultiHeadAttention
-from .base import BOS, EOS, TGT_PAD, Backbone
+from .base import BOS, EOS, TGT_PAD, Backbone, ModelOutput
+from ..validate import positive_int
 
 __all__ = ["Seq2Seq", "DecoderLayer", "TGT_PAD", "BOS", "EOS"]
 
@@ -61,7 +62,7 @@ class Seq2Seq(nn.Module):
     def encode(self, src: torch.Tensor):
         """``(memory (B, N, E), memory mask (B, 1, 1, N))`` of source ids ``(B, N)``."""
         pad = src == 0
-        return self.encoder(src, pad), ~pad[:, None, None, :]
+        return self.encoder(src, pad).output, ~pad[:, None, None, :]
 
     def decode(self, tgt_in: torch.Tensor, memory, memory_mask, *, return_weights: bool = False):
         """Logits ``(B, M, V)`` of the next target token after each of ``tgt_in`` ``(B, M)``
@@ -75,8 +76,7 @@ class Seq2Seq(nn.Module):
         for i, layer in enumerate(self.layers):
             x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask, return_weights=return_weights and i == len(self.layers) - 1)
             weights = w if w is not None else weights
-        logits = self.out(self.norm(x))
-        return (logits, weights) if return_weights else logits
+        return ModelOutput(self.out(self.norm(x)), weights)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, *, return_weights: bool = False):
         """Teacher-forced logits ``(B, M, V)``; ``tgt_in`` starts with BOS."""
@@ -91,7 +91,7 @@ class Seq2Seq(nn.Module):
         seq = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
         done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         for _ in range(limit):
-            nxt = self.decode(seq, memory, mmask)[:, -1].argmax(-1)
+            nxt = self.decode(seq, memory, mmask).output[:, -1].argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, TGT_PAD), nxt)
             seq = torch.cat([seq, nxt[:, None]], 1)
             done |= nxt == EOS
@@ -102,8 +102,7 @@ class Seq2Seq(nn.Module):
     @torch.no_grad()
     def beam(self, src: torch.Tensor, beam_size: int = 4, max_len: int | None = None) -> list[list[int]]:
         """Beam search per source (sum of log-probabilities, finished hypotheses kept); EOS not included."""
-        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+        positive_int("beam_size", beam_size)
         limit = min(max_len or self.max_len, self.max_len)
         results = []
         for b in range(src.shape[0]):
@@ -112,7 +111,7 @@ class Seq2Seq(nn.Module):
             finished: list[tuple[list[int], float]] = []
             for _ in range(limit):
                 seqs = torch.tensor([s for s, _ in beams], device=src.device)
-                logp = self.decode(seqs, memory.expand(len(beams), -1, -1), mmask.expand(len(beams), -1, -1, -1))[:, -1].log_softmax(-1)
+                logp = self.decode(seqs, memory.expand(len(beams), -1, -1), mmask.expand(len(beams), -1, -1, -1)).output[:, -1].log_softmax(-1)
                 cand = []
                 for i, (s, score) in enumerate(beams):
                     top = logp[i].topk(beam_size)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..validate import int_at_least
-from .base import Backbone, register, residual_blocks, run_residual
+from .base import Backbone, ModelOutput, register, residual_blocks, run_residual
 from .encoder import Encoder
 
 __all__ = ["MLPBackbone", "TransformerBackbone", "WindowMLPBackbone"]
@@ -35,7 +35,7 @@ class TransformerBackbone(Backbone):
     def forward(self, tokens, pad, *, return_weights: bool = False):
         mask = None if not bool(pad.any()) else ~pad[:, None, None, :]
         out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=mask, return_weights=return_weights)
-        return (out.output, out.weights) if return_weights else out.output
+        return ModelOutput(out.output, out.weights)
 
 
 @register("mlp")
@@ -48,8 +48,7 @@ class MLPBackbone(Backbone):
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, tokens, pad, *, return_weights: bool = False):
-        h = run_residual(self.blocks, self.norm, self.embed(tokens))
-        return (h, None) if return_weights else h
+        return ModelOutput(run_residual(self.blocks, self.norm, self.embed(tokens)))
 
 
 @register("window_mlp")
@@ -67,5 +66,4 @@ class WindowMLPBackbone(MLPBackbone):
         k = self.window
         padded = nn.functional.pad(x, (0, 0, k, k))
         ctx = torch.cat([padded[:, i : i + x.shape[1]] for i in range(2 * k + 1)], dim=-1)
-        h = run_residual(self.blocks, self.norm, self.mix(ctx))
-        return (h, None) if return_weights else h
+        return ModelOutput(run_residual(self.blocks, self.norm, self.mix(ctx)))

@@ -24,15 +24,10 @@ import torch
 from torch import nn
 
 from .encoder import Encoder
-from .base import register
+from .base import ModelOutput, register
+from ..validate import positive_int
 
 __all__ = ["CNNBackbone", "ImageBackbone", "PixelAttentionBackbone", "VectorClassifier", "ViTBackbone", "patchify"]
-
-
-def _pos_int(name: str, val) -> int:
-    if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-        raise ValueError(f"{name} must be a positive int, got {val!r}")
-    return val
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
@@ -60,10 +55,10 @@ class ImageBackbone(nn.Module):
 
     def __init__(self, feature_dim: int, dim: int, image_size: tuple[int, int] | list[int]):
         super().__init__()
-        self.channels, self.dim = _pos_int("feature_dim", feature_dim), _pos_int("dim", dim)
+        self.channels, self.dim = positive_int("feature_dim", feature_dim), positive_int("dim", dim)
         if not (isinstance(image_size, (tuple, list)) and len(image_size) == 2):
             raise ValueError(f"image_size must be (H, W), got {image_size!r}")
-        self.image_size = (_pos_int("image height", image_size[0]), _pos_int("image width", image_size[1]))
+        self.image_size = (positive_int("image height", image_size[0]), positive_int("image width", image_size[1]))
 
     def _check(self, x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != (self.channels, *self.image_size):
@@ -81,7 +76,7 @@ class ViTBackbone(ImageBackbone):
     def __init__(self, feature_dim: int, dim: int, image_size, *, patch_size: int = 2, num_heads: int = 4, num_layers: int = 2,
                  positional: str = "learned", max_len: int | None = None, **encoder_options):
         super().__init__(feature_dim, dim, image_size)
-        self.patch_size = _pos_int("patch_size", patch_size)
+        self.patch_size = positive_int("patch_size", patch_size)
         h, w = self.image_size
         if h % patch_size or w % patch_size:
             raise ValueError(f"image size {h}x{w} is not divisible by patch_size {patch_size}")
@@ -99,7 +94,7 @@ class ViTBackbone(ImageBackbone):
 
     def forward(self, x, *, return_weights: bool = False):
         out = self.encoder(self.tokens(x), return_weights=return_weights)
-        return (out.output[:, 0], out.weights) if return_weights else out.output[:, 0]
+        return ModelOutput(out.output[:, 0], out.weights)
 
 
 @register("pixels")
@@ -121,7 +116,7 @@ class CNNBackbone(ImageBackbone):
 
     def __init__(self, feature_dim: int, dim: int, image_size, *, num_layers: int = 3, dropout: float = 0.0):
         super().__init__(feature_dim, dim, image_size)
-        _pos_int("num_layers", num_layers)
+        positive_int("num_layers", num_layers)
         layers: list[nn.Module] = []
         c, size = feature_dim, min(self.image_size)
         for i in range(num_layers):
@@ -136,8 +131,7 @@ class CNNBackbone(ImageBackbone):
 
     def forward(self, x, *, return_weights: bool = False):
         self._check(x)
-        h = self.net(x)
-        return (h, None) if return_weights else h
+        return ModelOutput(self.net(x))
 
 
 class VectorClassifier(nn.Module):
@@ -147,13 +141,11 @@ class VectorClassifier(nn.Module):
     def __init__(self, backbone: ImageBackbone, num_labels: int):
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Sequential(nn.LayerNorm(backbone.dim), nn.Linear(backbone.dim, _pos_int("num_labels", num_labels)))
+        self.head = nn.Sequential(nn.LayerNorm(backbone.dim), nn.Linear(backbone.dim, positive_int("num_labels", num_labels)))
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, *, return_weights: bool = False):
         """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked); ``pad``
         ``(B, N)`` marks padded vectors of a frame sequence (images have none)."""
         args = (x,) if pad is None else (x, pad)
-        if return_weights:
-            h, w = self.backbone(*args, return_weights=True)
-            return self.head(h), w
-        return self.head(self.backbone(*args))
+        res = self.backbone(*args, return_weights=return_weights)
+        return ModelOutput(self.head(res.output), res.weights)

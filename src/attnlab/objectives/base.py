@@ -71,7 +71,7 @@ class Objective:
         data = task.split(split)
         right = total = 0
         for inputs, labels in batches(self, task, data, batch_size):
-            c, t = task.correct(model(**inputs), labels)
+            c, t = task.correct(model(**inputs).output, labels)
             right, total = right + c, total + t
         return right / max(total, 1)
 

@@ -17,4 +17,4 @@ class Classification(Objective):
 
     def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the set's label."""
-        return nn.functional.cross_entropy(model(**inputs), labels)
+        return nn.functional.cross_entropy(model(**inputs).output, labels)

@@ -18,7 +18,7 @@ class Regression(Objective):
 
     def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
         """Mean squared error."""
-        out = model(**inputs)
+        out = model(**inputs).output
         return nn.functional.mse_loss(out.squeeze(-1), labels.to(out.dtype))
 
     @torch.no_grad()
@@ -27,7 +27,7 @@ class Regression(Objective):
         model.eval()
         preds, wants = [], []
         for inputs, labels in batches(self, task, task.split(split), batch_size):
-            preds.append(model(**inputs).squeeze(-1).double())
+            preds.append(model(**inputs).output.squeeze(-1).double())
             wants.append(labels.double())
         p, y = torch.cat(preds), torch.cat(wants)
         sst = float(((y - y.mean()) ** 2).sum())

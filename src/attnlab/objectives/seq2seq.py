@@ -25,7 +25,7 @@ class Seq2Seq(Objective):
     def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
         """Teacher-forced cross-entropy (padding ignored)."""
         tgt_in = torch.cat([torch.full_like(labels[:, :1], BOS), labels[:, :-1]], dim=1)
-        logits = model(inputs["tokens"], tgt_in)
+        logits = model(inputs["tokens"], tgt_in).output
         return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=TGT_PAD)
 
     @torch.no_grad()

@@ -23,5 +23,5 @@ class Tagging(Objective):
 
     def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy over the positions whose label is not ``IGNORE``."""
-        logits = model(**inputs)
+        logits = model(**inputs).output
         return nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE)

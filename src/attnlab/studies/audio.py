@@ -11,29 +11,22 @@ tensor memory read from the profiler (:func:`attnlab.studies.attention.peak_byte
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 import torch
 
 from ..profiling import measure_calls
+from .records import StudyRecord, timed
 
 __all__ = ["AudioRecord", "run"]
 
 
-@dataclass
-class AudioRecord:
+@timed(note=False)
+class AudioRecord(StudyRecord):
     """One model: ``frames`` input vectors, median ``seconds`` fwd+bwd, ``peak_bytes``."""
 
     model: str
     attention: str
     frames: int
-    seconds: float
-    peak_bytes: int | None
-    repeats: int
-
-    def to_dict(self) -> dict:
-        """As a JSON object."""
-        return asdict(self)
 
 
 def run(
@@ -64,7 +57,7 @@ def run(
     def call_of(model):
         def call():
             model.zero_grad(set_to_none=True)
-            model(x).sum().backward()
+            model(x).output.sum().backward()
 
         return call
 

@@ -12,30 +12,23 @@ the same numbers (checked here on every run: the largest output difference is re
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 import torch
 
 from ..profiling import measure_calls
+from .records import StudyRecord, timed
 from ..validate import positive_int
 
 __all__ = ["GraphRecord", "run"]
 
 
-@dataclass
-class GraphRecord:
+@timed(note=False)
+class GraphRecord(StudyRecord):
     """One layer's measurement: ``seconds`` (median fwd+bwd), ``peak_bytes``, ``repeats``."""
 
     layer: str
     nodes: int
     edges: int
-    seconds: float
-    peak_bytes: int | None
-    repeats: int
-
-    def to_dict(self) -> dict:
-        """As a JSON object."""
-        return asdict(self)
 
 
 def run(
@@ -81,14 +74,14 @@ def run(
         def call():
             x.grad = None
             layer.zero_grad(set_to_none=True)
-            layer(x, edge_index).sum().backward()
+            _output(layer(x, edge_index)).sum().backward()
 
         return call
 
     diff = None
     if pyg:
         with torch.no_grad():
-            diff = float((layers["attnlab"](x, edge_index) - layers["pyg_transformer_conv"](x, edge_index)).abs().max())
+            diff = float((layers["attnlab"](x, edge_index).output - layers["pyg_transformer_conv"](x, edge_index)).abs().max())
     measured = measure_calls({k: call_of(m) for k, m in layers.items()}, min_repeats, memory=memory)
     records = []
     for name, (secs, peak, reps) in measured.items():
@@ -97,3 +90,8 @@ def run(
         if on_record is not None:
             on_record(rec)
     return records, diff
+
+
+def _output(res):
+    """The tensor of a layer's result: attnlab's ``AttentionResult`` or PyG's plain tensor."""
+    return getattr(res, "output", res)

@@ -53,7 +53,7 @@ def cross_attention_example(path: str | Path, index: int = 0, split: str = "test
     ck.model.eval()
     with torch.no_grad():
         out = ck.model.greedy(src)[0] + [EOS]
-        _, w = ck.model(src, torch.tensor([[BOS] + out[:-1]]), return_weights=True)
+        w = ck.model(src, torch.tensor([[BOS] + out[:-1]]), return_weights=True).weights
     words = [task.vocab[t] for t in src[0].tolist()]
     return w[0].mean(0), words, [task.label_names[t] for t in out]
 
@@ -84,9 +84,9 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
                 rows = model.beam(toks, beam_size) if beam_size else model.greedy(toks)
                 out += [{"source": r["source"], "target": tgt.decode(row)} for r, row in zip(recs, rows)]
             elif kind == "tagging":
-                pred = model(toks).argmax(-1).tolist()
+                pred = model(toks).output.argmax(-1).tolist()
                 out += [{"tokens": r["tokens"], "labels": [names[p] for p in row[: len(ids_)]]} for r, row, ids_ in zip(recs, pred, chunk)]
             else:
-                pred = model(toks).argmax(-1).tolist()
+                pred = model(toks).output.argmax(-1).tolist()
                 out += [{FIELDS[kind][0]: r[FIELDS[kind][0]], "label": names[p]} for r, p in zip(recs, pred)]
     return out
