@@ -17,3 +17,14 @@ def assert_close_rel(actual: torch.Tensor, ref: torch.Tensor, tol: float, what: 
 def randn(*shape, gen=None, dtype=torch.float32, requires_grad=False):
     t = torch.randn(*shape, generator=gen, dtype=dtype)
     return t.requires_grad_(requires_grad)
+
+
+def random_graph(n=20, e=70, edge_dim=5, seed=0, unique=False):
+    """A random graph: node features (n, 8) float64, edge_index (2, e), edge features (e, edge_dim)."""
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    if unique:
+        ei = torch.unique(ei, dim=1)
+    x = torch.randn(n, 8, generator=g, dtype=torch.float64)
+    ea = torch.randn(ei.shape[1], edge_dim, generator=g, dtype=torch.float64)
+    return x, ei, ea

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from tests.cli.helpers import run_ok
 
@@ -27,10 +26,3 @@ def test_bench_attention_draws_a_chart(tmp_path):
            "-o", str(out), "--plot", str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert len(json.loads(out.read_text())) == 4  # the records file was written too
-
-
-def test_chart_of_no_records_is_an_error(tmp_path):
-    from attnlab.viz import plot_attention_benchmark
-
-    with pytest.raises(ValueError, match="no benchmark records"):
-        plot_attention_benchmark([], tmp_path / "x.png")

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..positional.base import kind_of
 from .encoder import Encoder, make_attention
+from ..validate import is_int
 
 __all__ = ["Conformer", "ConformerLayer", "ConvModule"]
 
@@ -35,7 +36,7 @@ class ConvModule(nn.Module):
 
     def __init__(self, dim: int, kernel_size: int = 15, dropout: float = 0.0):
         super().__init__()
-        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        if not is_int(kernel_size) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"conv_kernel must be a positive odd int, got {kernel_size!r}")
         self.norm = nn.LayerNorm(dim)
         self.pointwise1 = nn.Conv1d(dim, 2 * dim, 1)

@@ -12,6 +12,7 @@ from ..core.attend import AttentionResult
 from ..layers.feedforward import ACTIVATIONS, FeedForward
 from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
+from ..validate import positive_int
 
 __all__ = ["Encoder", "EncoderConfig", "EncoderLayer", "EncoderOutput"]
 
@@ -153,8 +154,7 @@ class Encoder(nn.Module):
         if unknown:
             raise TypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}")
         cfg = EncoderConfig(embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, **options)
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        positive_int("num_layers", num_layers)
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}")
         if not isinstance(cfg.positional, str):

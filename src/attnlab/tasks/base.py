@@ -31,6 +31,7 @@ import torch
 
 from ..models.base import CLS, FIRST, IGNORE, PAD
 from ..registry import Registry
+from ..validate import positive_int
 
 __all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "KINDS", "INPUTS"]
 
@@ -162,7 +163,6 @@ def pad_rows(rows: list[list[int]], value: int, length: int | None = None) -> to
 
 def split_sizes(size: int) -> dict[str, int]:
     """train / val / test counts for ``size`` training examples (val and test: size / 8, >= 64)."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int, got {size!r}")
+    positive_int("size", size)
     held = max(64, size // 8)
     return {"train": size, "val": held, "test": held}

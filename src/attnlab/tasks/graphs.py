@@ -28,6 +28,7 @@ import torch
 
 from ..core.graph import check_edge_index
 from .base import IGNORE, Split, Task, register, split_sizes
+from ..validate import int_at_least
 
 __all__ = ["ELEMENTS", "graph_files", "karate", "molecules", "sbm"]
 
@@ -44,12 +45,6 @@ def _both_ways(edges: list[tuple[int, int]]) -> torch.Tensor:
     return torch.cat([e, e.flip(0)], dim=1)
 
 
-def _check_int(name: str, val, minimum: int) -> int:
-    if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {val!r}")
-    return val
-
-
 @register("karate", train_defaults={"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3, "dim": 32, "layers": 2, "warmup": 10, "eval_every": 10, "patience": None})
 def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> Task:
     """Zachary's karate club: which faction each member joins (2 classes, 34 nodes).
@@ -60,7 +55,7 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
     """
     import networkx as nx
 
-    _check_int("train_per_class", train_per_class, 1), _check_int("val_per_class", val_per_class, 1)
+    int_at_least("train_per_class", train_per_class, 1), int_at_least("val_per_class", val_per_class, 1)
     g = nx.karate_club_graph()
     n = g.number_of_nodes()
     names = sorted({g.nodes[i]["club"] for i in g.nodes})
@@ -103,7 +98,7 @@ def sbm(
     """
     import networkx as nx
 
-    _check_int("nodes", nodes, 2), _check_int("blocks", blocks, 2), _check_int("dim", dim, 1)
+    int_at_least("nodes", nodes, 2), int_at_least("blocks", blocks, 2), int_at_least("dim", dim, 1)
     if not (0 <= p_out <= 1 and 0 <= p_in <= 1):
         raise ValueError(f"p_in and p_out must be probabilities, got {p_in!r}, {p_out!r}")
     sizes = split_sizes(size)
@@ -196,7 +191,7 @@ def molecules(target: str = "logp", seed: int = 0, limit: int | None = None) -> 
     if target not in ("logp", "tpsa", "alert"):
         raise ValueError(f"target must be 'logp', 'tpsa' or 'alert', got {target!r}")
     if limit is not None:
-        _check_int("limit", limit, 10)
+        int_at_least("limit", limit, 10)
     mols = _molecule_graphs(limit, alerts=target == "alert")
     perm = torch.randperm(len(mols), generator=torch.Generator().manual_seed(seed)).tolist()
     n_val = n_test = max(1, len(mols) // 10)

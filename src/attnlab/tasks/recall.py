@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .base import FIRST, IGNORE, Split, Task, register, split_sizes
+from ..validate import positive_int
 
 __all__ = ["make_recall"]
 
@@ -20,8 +21,7 @@ __all__ = ["make_recall"]
 def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int = 16, num_keys: int = 64, num_values: int = 64) -> Task:
     """The ``recall`` task; token ids: keys ``FIRST ..``, then values; labels are value indices."""
     for name, val in (("pairs", pairs), ("queries", queries), ("num_keys", num_keys), ("num_values", num_values)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise ValueError(f"{name} must be a positive int, got {val!r}")
+        positive_int(name, val)
     if pairs > num_keys:
         raise ValueError(f"pairs ({pairs}) cannot exceed num_keys ({num_keys}): keys are distinct")
     g = torch.Generator().manual_seed(seed)
