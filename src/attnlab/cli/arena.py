@@ -15,7 +15,7 @@ __all__ = ["arena", "report"]
 def arena(
     tasks: Optional[str] = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
     variants: Optional[str] = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
-    preset: str = typer.Option("quick", help="quick (about 6 minutes on 2 cores), standard (about an hour and a half) or lra (hours)."),
+    preset: str = typer.Option("quick", help="quick (about 10 minutes on 2 cores), standard (about an hour and a half) or lra (hours)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds."),
     budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1.0, help="Cap on each run's training time."),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
