@@ -38,6 +38,11 @@ class Registry(Generic[T]):
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
         self._items[name] = obj
 
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (a plugin unloaded, a test cleaning up); unknown names raise ``ValueError``."""
+        self.get(name)
+        del self._items[name]
+
     def names(self) -> list[str]:
         """The registered names, sorted."""
         return sorted(self._items)

@@ -9,7 +9,7 @@ Backbones by name: ``attnlab.models.create(name, ...)``, ``attnlab.models.names(
 
 from .audio import AudioTransformerBackbone, ConformerBackbone, FrameBackbone
 from .base import BACKBONES, Backbone, ModelOutput, create, names, register
-from .build import build_model
+from .build import HEADS, build_model, register_head
 from .config import AttentionSpec, ModelConfig, PositionalSpec
 from .conformer import Conformer, ConformerLayer, ConvModule
 from .encoder import Encoder, EncoderConfig, EncoderLayer, EncoderOutput
@@ -50,6 +50,8 @@ __all__ = [
     "SequenceLabeler",
     "SetClassifier",
     "build_model",
+    "HEADS",
+    "register_head",
     "create",
     "names",
     "register",

@@ -2,9 +2,11 @@
 a new sequence), the loss of a batch and the metric of a split; and how examples become a batch.
 
 An :class:`Objective` owns the training-side knowledge of its kind, so the training loop knows
-no kind: it asks ``objectives.get(task.kind)`` for the loss and the score. The model for a kind
-is built by :func:`attnlab.models.build_model` (its head registry), the batch by :func:`collate`
-from the task's input form. A new kind of output is one new module here, registered by name.
+no kind: it asks ``objectives.get(task)`` for the loss and the score. The model for a kind is
+built by :func:`attnlab.models.build_model` from its head registry, the batch by :func:`collate`
+from the task's input form. A new kind of output is one new module here: its objective
+(``@register("<kind>")``) and, when no existing head fits, its head
+(``@attnlab.models.register_head("<inputs>", "<kind>")``).
 """
 
 from __future__ import annotations
