@@ -10,7 +10,7 @@
 * ``jsonl`` — the user's own file, any of the three kinds (:mod:`attnlab.tasks.jsonl`).
 """
 
-from . import graphs, images, jsonl, listops, pathfinder, pos, recall, speech, translate  # noqa: F401  (registration)
+from . import graphs, images, jsonl, listops, pathfinder, pos, recall, speech, text, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, create, names, register, train_defaults
 
 __all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]
