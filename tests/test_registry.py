@@ -20,3 +20,16 @@ def test_register_get_names_and_errors():
         reg.get(3)
     with pytest.raises(ValueError, match="a widget named 'a' is already registered"):
         reg.add("a", float)
+
+
+def test_create_order_membership_and_remove():
+    reg = Registry("widget")
+    reg.add("z", lambda *a, **k: (a, k))
+    reg.add("a", dict)
+    assert reg.in_order() == ["z", "a"] and reg.names() == ["a", "z"]
+    assert reg.create("z", 1, x=2) == ((1,), {"x": 2}) and reg.create("a", y=3) == {"y": 3}
+    assert "z" in reg and "q" not in reg
+    reg.remove("z")
+    assert "z" not in reg and reg.in_order() == ["a"]
+    with pytest.raises(ValueError, match="unknown widget 'z'"):
+        reg.remove("z")
