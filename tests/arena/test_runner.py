@@ -36,6 +36,17 @@ def test_plans_are_deterministic_and_checked():
     assert plan("quick", tasks=["jsonl"], variants=["dense"], data="d.jsonl")[0].config.task_options == {"path": "d.jsonl"}
 
 
+def test_a_time_budgeted_plan_gives_every_variant_the_same_seconds_and_its_own_ids():
+    from attnlab.arena import TIME_BUDGET_STEPS
+
+    steps = plan(TINY)
+    timed = plan(TINY, seconds=20)
+    assert all(s.config.seconds == 20.0 and s.config.steps == TIME_BUDGET_STEPS and s.config.patience is None for s in timed)
+    assert {s.run_id for s in timed}.isdisjoint(s.run_id for s in steps)
+    assert all(s.config.seconds is None and s.config.steps == 40 for s in steps)
+    assert plan(TINY, seconds=20)[0].run_id == timed[0].run_id
+
+
 def _model(attention, **opts):
     task = tasks.create("pos", size=64)
     torch.manual_seed(0)

@@ -43,3 +43,18 @@ def test_incomplete_or_bad_rows_are_refused(tmp_path):
     (tmp_path / "junk.sqlite").write_text("this is not a database, just text " * 50)
     with pytest.raises(ValueError, match="not an attnlab results store"):
         Store(tmp_path / "junk.sqlite")
+
+
+def test_history_round_trips_and_an_old_store_gains_the_column(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as con:  # the table as stores before histories had it
+        con.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, task TEXT NOT NULL, variant TEXT NOT NULL, seed INTEGER NOT NULL,"
+                    " config TEXT NOT NULL, status TEXT NOT NULL, metric TEXT, value REAL, train_seconds REAL, steps INTEGER,"
+                    " steps_per_second REAL, peak_bytes INTEGER, params INTEGER, error TEXT, finished_at REAL NOT NULL)")
+        con.execute("INSERT INTO runs VALUES ('old', 'pos', 'dense', 0, '{}', 'done', 'acc', 0.5, 1, 1, 1, 1, 1, NULL, 1.0)")
+    store = Store(path)
+    hist = [{"step": 5, "val": 0.25, "loss": 1.5, "seconds": 0.75}]
+    store.add(_row("new", history=hist))
+    rows = {r["run_id"]: r for r in store.rows()}
+    assert rows["old"]["history"] == [] and rows["old"]["value"] == 0.5
+    assert rows["new"]["history"] == hist

@@ -1,6 +1,7 @@
 """The train / eval pipeline: checkpoints round-trip, refuse damage, and resume bitwise after SIGKILL."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -136,3 +137,25 @@ def test_bad_training_inputs_are_refused():
         from attnlab import tasks
 
         tasks.create("pos", size=64).split("dev")
+
+
+def test_a_time_budget_counts_training_seconds_over_resumes_and_anneals_on_time(tmp_path, monkeypatch):
+    import itertools
+    import types
+
+    from attnlab.training import loop
+
+    clock = itertools.count(0.0, 0.25)  # every reading of the clock is 0.25 s later: each step takes 0.25 s
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    cfg = TrainConfig.for_task("pos", **{**TINY, "steps": 1000, "eval_every": 2}, seconds=1.5)
+    res = train(cfg, tmp_path)
+    assert res.stopped_by == "budget" and res.steps == 6
+    assert [h["seconds"] for h in res.history] == [0.5, 1.0, 1.5]
+    again = train(cfg, tmp_path, resume=True)  # the budget is spent already: one step, then it stops
+    assert again.steps == 7 and again.steps_run == 1
+    # the cosine decay follows the budget (or the steps, whichever is further)
+    assert loop._lr(cfg, 10, 1000, 0.75) == pytest.approx(cfg.lr * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert loop._lr(cfg, 10, 1000, 1.5) == pytest.approx(0.0, abs=1e-12)
+    assert loop._lr(cfg, 1000, 1000, 0.0) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="must be > 0"):
+        TrainConfig.for_task("pos", seconds=0)

@@ -9,8 +9,8 @@
 
 from .live import LiveGrid
 from .presets import DEFAULT_VARIANTS, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
-from .report import build_report, leaderboard, plot_lra, plot_maps
-from .runner import RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
+from .report import budget_of, build_report, leaderboard, plot_curves, plot_lra, plot_maps
+from .runner import TIME_BUDGET_STEPS, RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
 from .store import COLUMNS, Store
 
 __all__ = [
@@ -22,11 +22,14 @@ __all__ = [
     "Preset",
     "RunSpec",
     "Store",
+    "TIME_BUDGET_STEPS",
     "TaskSetting",
     "attention_maps",
+    "budget_of",
     "build_report",
     "leaderboard",
     "plan",
+    "plot_curves",
     "plot_lra",
     "plot_maps",
     "run_grid",

@@ -17,20 +17,31 @@ from pathlib import Path
 
 from .store import Store
 
-__all__ = ["build_report", "leaderboard", "plot_lra", "plot_maps"]
+__all__ = ["budget_of", "build_report", "leaderboard", "plot_curves", "plot_lra", "plot_maps"]
+
+
+def budget_of(config: dict) -> str:
+    """How a run was limited, in words: ``"60 s"`` (time-budgeted) or ``"400 steps"``."""
+    if config.get("seconds") is not None:
+        return f"{config['seconds']:g} s"
+    if config.get("steps") is not None:
+        return f"{config['steps']} steps"
+    return f"{config.get('epochs') or 10} epochs"
 
 
 def leaderboard(rows: list[dict]) -> dict:
     """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``; an entry has ``variant``,
     ``value`` (mean over seeds), ``speed`` and ``memory`` relative to dense (None without a
-    dense run), ``params``, ``seeds``, ``metric``, ``error`` (failed runs: the message)."""
+    dense run), ``params``, ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``error``
+    (failed runs: the message)."""
     tasks: dict[str, list[dict]] = {}
     by_cell: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         by_cell.setdefault((r["task"], r["variant"]), []).append(r)
     for (task, variant), rs in by_cell.items():
         ok = [r for r in rs if r["status"] == "done"]
-        entry = {"variant": variant, "seeds": len(ok), "metric": rs[0]["metric"] or (ok[0]["metric"] if ok else None)}
+        entry = {"variant": variant, "seeds": len(ok), "metric": rs[0]["metric"] or (ok[0]["metric"] if ok else None),
+                 "budget": budget_of(rs[0]["config"])}
         if ok:
             entry.update(
                 value=sum(r["value"] for r in ok) / len(ok),
@@ -111,6 +122,40 @@ def plot_lra(board: dict, path: str | Path) -> Path:
     return _save(fig, path)
 
 
+def plot_curves(rows: list[dict], path: str | Path) -> Path | None:
+    """Validation score against training time, one panel per task and one line per variant
+    (its first seed): which variant is ahead at every budget, not only at the end. None when no
+    stored run has a history (stores written before histories were kept)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks: dict[str, dict[str, list]] = {}
+    for r in rows:
+        hist = [h for h in r.get("history") or [] if h.get("seconds") is not None]
+        if r["status"] == "done" and hist and r["variant"] not in tasks.get(r["task"], {}):
+            tasks.setdefault(r["task"], {})[r["variant"]] = hist
+    if not tasks:
+        return None
+    cols = min(3, len(tasks))
+    nrows = math.ceil(len(tasks) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+    for ax, (task, lines) in zip(axes.flat, tasks.items()):
+        for variant, hist in lines.items():
+            ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker=".", ms=4, lw=1.2,
+                    color=_color(variant), label=variant)
+        ax.set_xlabel("training time (s, validation not counted)")
+        ax.set_ylabel("validation score")
+        ax.set_title(task, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.axis("off")
+    fig.suptitle("attnlab arena: validation score against training time")
+    return _save(fig, path)
+
+
 def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
     """Attention maps of the first layer: one column per variant, one row per example."""
     import matplotlib
@@ -150,7 +195,7 @@ def _img(path: Path, alt: str) -> str:
 
 
 def build_report(out: str | Path) -> tuple[Path, dict]:
-    """Read ``out/results.sqlite``, write ``out/lra.png``, ``out/attention-<task>.png`` and the
+    """Read ``out/results.sqlite``, write ``out/lra.png``, ``out/curves.png``, ``out/attention-<task>.png`` and the
     self-contained ``out/report.html``; returns the HTML path and the leaderboard."""
     from safetensors.torch import load_file
 
@@ -162,6 +207,7 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
         raise ValueError(f"{out / 'results.sqlite'} holds no finished run yet")
     board = leaderboard(rows)
     lra = plot_lra(board, out / "lra.png")
+    curves = plot_curves(rows, out / "curves.png")
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnlab arena</title><style>",
         "body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}table{border-collapse:collapse;margin:1em 0}",
@@ -172,6 +218,12 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
          "Speed: training steps per second relative to dense on the same task; memory: peak tensor bytes of one training step "
          "relative to dense.</p>"),
         "<h2>Score against speed (the Long Range Arena chart)</h2>", _img(lra, "Long Range Arena chart"),
+        ("<p>Budgets per task: " + "; ".join(f"{html.escape(t)}: {html.escape(es[0]['budget'])}" for t, es in board["tasks"].items())
+         + ". A budget in seconds is time-budgeted (every variant trains for the same seconds: the fair comparison on "
+         "a CPU, not bitwise reproducible); a budget in steps is step-budgeted (reproducible).</p>"),
+        *(["<h2>Score against training time</h2><p>Validation score at each validation, against the seconds spent "
+           "in training steps so far: which variant is ahead at every budget.</p>", _img(curves, "score against time")]
+          if curves else []),
         ("<h2>Average over tasks</h2><p>Each variant's mean over the tasks it completed (a variant with no causal form "
          "cannot run a causal task: its count of tasks is smaller, and its mean is not comparable with a full row).</p>"
          "<table><tr><th>variant</th><th>mean score</th><th>tasks</th><th>speed</th><th>memory</th></tr>"),
@@ -182,7 +234,7 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
     parts.append("</table>")
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
-        parts.append(f"<h2>{html.escape(task)}</h2><table><tr><th>variant</th><th>{html.escape(metric)}</th><th>seeds</th>"
+        parts.append(f"<h2>{html.escape(task)} ({html.escape(entries[0]['budget'])} per run)</h2><table><tr><th>variant</th><th>{html.escape(metric)}</th><th>seeds</th>"
                      "<th>steps/s</th><th>speed</th><th>peak MiB</th><th>memory</th><th>parameters</th></tr>")
         for e in entries:
             if e["value"] is None:

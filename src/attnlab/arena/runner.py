@@ -31,7 +31,11 @@ from ..training import TrainConfig, load_checkpoint, train
 from .presets import PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
 
-__all__ = ["RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
+__all__ = ["TIME_BUDGET_STEPS", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
+
+
+TIME_BUDGET_STEPS = 1_000_000
+"""The step cap of a time-budgeted run (``plan(seconds=...)``): never the limit in practice."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,10 @@ class RunSpec:
 
 
 def _run_id(cfg: TrainConfig) -> str:
-    blob = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    fields = dataclasses.asdict(cfg)
+    if fields["seconds"] is None:  # runs planned before time budgets existed keep their ids
+        del fields["seconds"]
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -57,9 +64,12 @@ def plan(
     variants: Iterable[str] | None = None,
     seeds: Iterable[int] = (0,),
     data: str | None = None,
+    seconds: float | None = None,
 ) -> list[RunSpec]:
     """The runs of a preset (restricted to ``tasks`` / ``variants`` when given), one per seed;
-    ``data`` adds the user's jsonl file as task ``jsonl``."""
+    ``data`` adds the user's jsonl file as task ``jsonl``. ``seconds`` makes every run
+    time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
+    training seconds, the step count no longer limits it, no early stopping)."""
     from .. import efficient
     from .. import tasks as task_registry
 
@@ -84,12 +94,18 @@ def plan(
     for seed in seeds:
         for t in names:
             s = settings[t]
+            train = dict(s.train)
+            if seconds is not None:
+                train.pop("epochs", None)
+                train.update(seconds=float(seconds), steps=TIME_BUDGET_STEPS)
             for v in chosen:
                 opts = VARIANT_OPTIONS.get(v, {})
                 cfg = TrainConfig.for_task(
                     t, attention=v, seed=seed, task_options=dict(s.task_options),
-                    **({"attention_options": dict(opts)} if opts else {}), **s.train,
+                    **({"attention_options": dict(opts)} if opts else {}), **train,
                 )
+                if cfg.seconds is not None:  # the same seconds for every variant: no early stop
+                    cfg = dataclasses.replace(cfg, patience=None)
                 specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg))
     return specs
 
@@ -184,7 +200,7 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
         row.update(
             status="done", metric=res.metric, value=res.value, train_seconds=res.step_seconds, steps=res.steps,
             steps_per_second=(res.steps_run / res.step_seconds) if res.step_seconds > 0 else None, peak_bytes=peak,
-            params=sum(p.numel() for p in ck.model.parameters()),
+            params=sum(p.numel() for p in ck.model.parameters()), history=res.history,
         )
     except Exception as e:  # noqa: BLE001 - a failed run is a result (e.g. a variant with no causal form)
         row.update(status="failed", error=f"{type(e).__name__}: {e}")

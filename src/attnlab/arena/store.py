@@ -18,9 +18,11 @@ __all__ = ["COLUMNS", "Store"]
 
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
-    "steps_per_second", "peak_bytes", "params", "error", "finished_at",
+    "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history",
 )
-"""The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON)."""
+"""The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
+``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
+the training time so far; stores written before it have the column added, empty)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -38,7 +40,8 @@ CREATE TABLE IF NOT EXISTS runs (
     peak_bytes INTEGER,
     params INTEGER,
     error TEXT,
-    finished_at REAL NOT NULL
+    finished_at REAL NOT NULL,
+    history TEXT
 )
 """
 
@@ -56,6 +59,9 @@ class Store:
         try:
             with self._connect() as con:
                 con.execute(_SCHEMA)
+                have = {r[1] for r in con.execute("PRAGMA table_info(runs)")}
+                if "history" not in have:  # a store from before the column
+                    con.execute("ALTER TABLE runs ADD COLUMN history TEXT")
         except sqlite3.DatabaseError as e:
             raise ValueError(f"{self.path} is not an attnlab results store ({e})") from None
 
@@ -72,9 +78,10 @@ class Store:
     def add(self, row: dict) -> bool:
         """Insert one finished run in one transaction; False (nothing written) if its id is
         already stored. ``row`` has :data:`COLUMNS` (``config`` a dict, ``finished_at`` optional)."""
-        row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time()}
+        row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time(),
+               "history": json.dumps(row["history"]) if row.get("history") is not None else None}
         missing = [c for c in COLUMNS if c not in row and c not in ("error", "metric", "value", "train_seconds", "steps",
-                                                                     "steps_per_second", "peak_bytes", "params")]
+                                                                     "steps_per_second", "peak_bytes", "params", "history")]
         if missing:
             raise ValueError(f"a run row needs {', '.join(missing)}")
         if row["status"] not in ("done", "failed"):
@@ -100,6 +107,7 @@ class Store:
             out = [dict(r) for r in con.execute(q, (status,) if status else ())]
         for r in out:
             r["config"] = json.loads(r["config"])
+            r["history"] = json.loads(r["history"]) if r.get("history") else []
         return out
 
     def remove_failed(self) -> int:

@@ -17,7 +17,10 @@ def arena(
     variants: Optional[str] = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
     preset: str = typer.Option("quick", help="quick (about 10 minutes on 2 cores), standard (about an hour and a half) or lra (hours)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds."),
-    budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1.0, help="Cap on each run's training time."),
+    budget_seconds: Optional[float] = typer.Option(
+        None, "--budget-seconds", min=1.0,
+        help="Time-budgeted mode: every run trains for these seconds (learning rate annealed over them, no step limit, "
+             "no early stop). Default: the preset's budgets (steps, or seconds for its long tasks)."),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
     data: Optional[str] = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
     workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process."),
@@ -33,7 +36,7 @@ def arena(
         fail(f"--data {data}: no such file (a jsonl file, see 'attnlab train jsonl')")
     try:
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
-                     seeds=int_list("--seeds", seeds, minimum=0), data=data)
+                     seeds=int_list("--seeds", seeds, minimum=0), data=data, seconds=budget_seconds)
     except (ValueError, KeyError) as e:
         fail(str(e))
     grid = LiveGrid(specs)
@@ -43,7 +46,7 @@ def arena(
             grid.on_event(kind, spec, **info)
             live.update(grid.render())
 
-        run_grid(specs, out_dir, budget_seconds=budget_seconds, workers=workers, retry_failed=retry_failed, on_event=on_event)
+        run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event)
     page, board = build_report(out_dir)
     _print_leaderboard(board)
     out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")

@@ -32,6 +32,11 @@ class TrainConfig:
         batch_size, lr, weight_decay, warmup: AdamW with linear warm-up then cosine decay.
         seed: weights, dropout and example order. eval_every: steps between validations and
             checkpoints. patience: stop after this many validations without improvement (None: never).
+        seconds: a time budget: stop once the optimizer steps have taken this many seconds
+            (summed over resumes; validation not counted), with the learning rate's cosine decay
+            following the budget's elapsed fraction (or the steps', whichever is further), so a
+            run that stops on time has annealed. ``steps`` still caps the run. Runs under a time
+            budget are not bitwise reproducible: how far they get depends on the machine.
     """
 
     task: str
@@ -55,6 +60,7 @@ class TrainConfig:
     eval_every: int = 200
     patience: int | None = 5
     attention_options: dict = field(default_factory=dict)
+    seconds: float | None = None
 
     def __post_init__(self):
         if "attention_options" in self.model_options:  # where version-1 configs kept them
@@ -63,6 +69,8 @@ class TrainConfig:
             self.model_options = opts
         if self.steps is not None and self.epochs is not None:
             raise ValueError(f"give steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
+        if self.seconds is not None and not self.seconds > 0:
+            raise ValueError(f"seconds (a time budget) must be > 0, got {self.seconds}")
 
     @classmethod
     def for_task(cls, task: str, **overrides) -> TrainConfig:

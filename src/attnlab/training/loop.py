@@ -76,10 +76,12 @@ def attention_label(cfg: TrainConfig) -> str:
     return getattr(backbone, "attention_kind", "none")
 
 
-def _lr(cfg: TrainConfig, step: int, total: int) -> float:
+def _lr(cfg: TrainConfig, step: int, total: int, spent: float = 0.0) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     progress = (step - cfg.warmup) / max(1, total - cfg.warmup)
+    if cfg.seconds is not None:  # a time budget: anneal over the seconds, whichever ends first
+        progress = max(progress, spent / cfg.seconds)
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
@@ -99,7 +101,8 @@ def train(
         cfg: the run. out: the output folder (``checkpoint/`` goes in it).
         resume: continue from ``out``'s checkpoint (its config must equal ``cfg``).
         on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
-        max_seconds: stop (validate, checkpoint, test) once this call has trained this long.
+        max_seconds: stop (validate, checkpoint, test) once this call has run this long (setup and
+            validation included; ``cfg.seconds`` is the run's own budget of training time).
         task: a task built in Python (e.g. :func:`attnlab.tasks.graphs.task_from_graphs` on
             PyTorch Geometric ``Data`` objects) instead of ``cfg.task`` by name; pass it again to
             resume, and to :func:`evaluate`.
@@ -123,6 +126,7 @@ def train(
     model = build_model(mcfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     step, best, since_best, history, resumes, losses = 0, -1.0, 0, [], [], []
+    spent = 0.0  # seconds in optimizer steps, over every call of the run
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume:
         ck = load_checkpoint(out, weights="last", with_state=True)
@@ -135,6 +139,7 @@ def train(
         history = ck.meta.get("history", [])
         resumes = ck.meta.get("resumes", []) + [step]
         losses = ck.meta.get("losses", [])
+        spent = ck.meta.get("train_seconds", 0.0)
         best_state = load_checkpoint(out, weights="best").model.state_dict()
     train_model = model
     if world > 1:
@@ -145,7 +150,7 @@ def train(
     def save():
         state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
         meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
-                "resumes": resumes, "losses": losses, "world_size": world}
+                "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent}
         if rank != 0:
             return out / "checkpoint"
         return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
@@ -161,7 +166,7 @@ def train(
             idx = idx[rank::world]  # this process's share of the global batch
         inputs, labels = collate(task, train_split, idx, objective)
         for group in opt.param_groups:
-            group["lr"] = _lr(cfg, step, total)
+            group["lr"] = _lr(cfg, step, total, spent)
         loss = objective.loss(train_model, inputs, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -169,8 +174,11 @@ def train(
         opt.step()
         step += 1
         steps_run += 1
-        step_seconds += time.perf_counter() - t_step
-        over_budget = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
+        took = time.perf_counter() - t_step
+        step_seconds += took
+        spent += took
+        over_budget = (max_seconds is not None and time.perf_counter() - t0 >= max_seconds) or (
+            cfg.seconds is not None and spent >= cfg.seconds)
         if world > 1:  # the global loss, and one decision about the budget for all processes
             import torch.distributed as dist
 
@@ -182,7 +190,7 @@ def train(
             on_step(step, total, float(loss.detach()))
         if step % cfg.eval_every == 0 or step == total or over_budget:
             val = objective.score(model, task, "val")
-            history.append({"step": step, "val": val, "loss": float(loss.detach())})
+            history.append({"step": step, "val": val, "loss": float(loss.detach()), "seconds": spent})
             if val > best:
                 best, since_best = val, 0
                 best_state = {k: v.clone() for k, v in model.state_dict().items()}
