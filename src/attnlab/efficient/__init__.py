@@ -16,6 +16,7 @@ from . import performer as _performer  # noqa: F401
 from . import linear as _linear  # noqa: F401
 from . import reformer as _reformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
+from . import naive as _naive  # noqa: F401
 # isort: on
 from .base import VARIANTS, Budget, EfficientAttention, Sweep, budget, budgets, create, key_padding, names, register
 from .kernel import kernel_attention
@@ -25,6 +26,7 @@ from .local import LocalAttention, banded_attention
 from .longformer import BigBirdAttention, LongformerAttention
 from .reformer import ReformerAttention, lsh_buckets
 from .sparse import block_sparse_attention, pattern
+from .naive import NaiveDenseAttention
 from .nystrom import NystromAttention, iterative_pinv, segment_means
 from .performer import PerformerAttention, favor_features, orthogonal_gaussian
 
@@ -49,6 +51,7 @@ __all__ = [
     "elu_feature_map",
     "kernel_attention",
     "LinformerAttention",
+    "NaiveDenseAttention",
     "NystromAttention",
     "iterative_pinv",
     "segment_means",

@@ -74,7 +74,8 @@ class Budget:
     Args:
         short: options at short lengths (the arena's tasks, 16-130 vectors): short windows and
             small budgets, so that the variant is cheaper than dense there and its trade-off shows.
-        long: options at long lengths (the scaling benchmark, N in the thousands).
+        long: options at long lengths (the scaling benchmark, N in the thousands); None leaves
+            the variant out of that benchmark (``dense_naive``: its N x N weights do not fit there).
         sweep: the budget axis of the approximation table; None leaves the variant out of it.
         max_len: the variant is built for a fixed longest sequence: the benchmarks pass
             ``max_len`` (their longest N) with ``long`` and ``sweep`` (the arena's models pass
@@ -82,16 +83,19 @@ class Budget:
     """
 
     short: Mapping[str, object] = field(default_factory=dict)
-    long: Mapping[str, object] = field(default_factory=dict)
+    long: Mapping[str, object] | None = field(default_factory=dict)
     sweep: Sweep | None = None
     max_len: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "short", MappingProxyType(dict(self.short)))
-        object.__setattr__(self, "long", MappingProxyType(dict(self.long)))
+        if self.long is not None:
+            object.__setattr__(self, "long", MappingProxyType(dict(self.long)))
 
     def long_options(self, max_len: int) -> dict:
         """``long`` as keyword options for sequences up to ``max_len``."""
+        if self.long is None:
+            raise ValueError("this variant has no settings for long sequences (Budget.long is None)")
         out = dict(self.long)
         if self.max_len:
             out["max_len"] = max_len

@@ -32,9 +32,9 @@ __all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forwar
 
 HEADS, HEAD_DIM = 4, 64
 
-SETTINGS: dict[str, dict] = {name: dict(b.long) for name, b in efficient.budgets().items()}
+SETTINGS: dict[str, dict] = {name: dict(b.long) for name, b in efficient.budgets().items() if b.long is not None}
 """Each variant's budget in this benchmark, a view of its :attr:`attnlab.efficient.Budget.long`
-(linformer's ``max_len`` is set to the largest N)."""
+(linformer's ``max_len`` is set to the largest N; a variant whose ``long`` is None is left out)."""
 
 
 @timed
