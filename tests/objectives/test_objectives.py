@@ -30,8 +30,8 @@ class _Fixed(nn.Module):
 
 def test_every_task_kind_has_an_objective_and_unknown_kinds_are_named():
     assert objectives.names() == sorted(KINDS)
-    with pytest.raises(ValueError, match="unknown task kind 'pair'"):
-        objectives.create("pair")
+    with pytest.raises(ValueError, match="unknown task kind 'ranking'"):
+        objectives.create("ranking")
 
 
 def test_tagging_loss_ignores_unscored_positions_and_trims_with_the_batch():

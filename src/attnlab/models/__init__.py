@@ -14,7 +14,7 @@ from .config import AttentionSpec, ModelConfig, PositionalSpec
 from .conformer import Conformer, ConformerLayer, ConvModule
 from .encoder import Encoder, EncoderConfig, EncoderLayer, EncoderOutput
 from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
-from .heads import SequenceLabeler, SetClassifier
+from .heads import PairClassifier, SequenceLabeler, SetClassifier
 from .tokens import MLPBackbone, TransformerBackbone, WindowMLPBackbone
 from .vectors import CNNBackbone, PixelAttentionBackbone, VectorClassifier, ViTBackbone, patchify
 
@@ -49,6 +49,7 @@ __all__ = [
     "PositionalSpec",
     "SequenceLabeler",
     "SetClassifier",
+    "PairClassifier",
     "build_model",
     "HEADS",
     "register_head",

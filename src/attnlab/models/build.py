@@ -19,7 +19,7 @@ from . import tokens as _tokens  # noqa: F401
 from .base import BACKBONES
 from .config import ModelConfig
 from .graph import GraphPredictor, NodeLabeler
-from .heads import SequenceLabeler, SetClassifier
+from .heads import PairClassifier, SequenceLabeler, SetClassifier
 from .seq2seq import Seq2Seq
 from .vectors import VectorClassifier
 
@@ -37,6 +37,7 @@ def register_head(inputs: str, kind: str):
 
 register_head("tokens", "tagging")(lambda backbone, cfg: SequenceLabeler(backbone, cfg.num_labels))
 register_head("tokens", "classification")(lambda backbone, cfg: SetClassifier(backbone, cfg.num_labels, pooling=cfg.pooling))
+register_head("tokens", "pair")(lambda backbone, cfg: PairClassifier(backbone, cfg.num_labels, pooling=cfg.pooling))
 register_head("tokens", "seq2seq")(
     lambda backbone, cfg: Seq2Seq(backbone, cfg.num_labels, num_heads=cfg.num_heads or 4, num_layers=cfg.num_layers or 2,
                                   max_len=cfg.max_target_len or 256)

@@ -8,7 +8,7 @@ from torch import nn
 
 from .base import CLS, PAD, Backbone, ModelOutput
 
-__all__ = ["SequenceLabeler", "SetClassifier"]
+__all__ = ["PairClassifier", "SequenceLabeler", "SetClassifier", "pool"]
 
 
 class SequenceLabeler(nn.Module):
@@ -43,14 +43,61 @@ class SetClassifier(nn.Module):
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
         """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked)."""
-        if self.pooling == "cls":
-            tokens = torch.cat([torch.full_like(tokens[:, :1], CLS), tokens], dim=1)
-        pad = tokens == PAD
-        res = self.backbone(tokens, pad, return_weights=return_weights)
-        h = res.output
-        if self.pooling == "cls":
-            pooled = h[:, 0]
-        else:
-            keep = (~pad)[..., None].to(h.dtype)
-            pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
-        return ModelOutput(self.head(pooled), res.weights)
+        res = self.pooled(tokens, return_weights=return_weights)
+        return ModelOutput(self.head(res.output), res.weights)
+
+    def pooled(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
+        """The pooled vector ``(B, dim)`` of each sequence, before the head."""
+        return pool(self.backbone, tokens, self.pooling, return_weights=return_weights)
+
+
+def pool(backbone: Backbone, tokens: torch.Tensor, pooling: str, *, return_weights: bool = False) -> ModelOutput:
+    """``backbone`` over token sequences ``(B, N)``, pooled to one vector ``(B, dim)`` each:
+    ``"mean"`` over real positions, or ``"cls"`` (a summary token put in front)."""
+    if pooling == "cls":
+        tokens = torch.cat([torch.full_like(tokens[:, :1], CLS), tokens], dim=1)
+    pad = tokens == PAD
+    res = backbone(tokens, pad, return_weights=return_weights)
+    h = res.output
+    if pooling == "cls":
+        pooled = h[:, 0]
+    else:
+        keep = (~pad)[..., None].to(h.dtype)
+        pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
+    return ModelOutput(pooled, res.weights)
+
+
+class PairClassifier(nn.Module):
+    """A label per *pair* of sequences with a **two-tower** encoder (the Long Range Arena's
+    retrieval model): each sequence is encoded alone by the same backbone and pooled
+    (:class:`SetClassifier`'s pooling) to ``u`` and ``v``; the label comes from
+    ``[u, v, u * v, u - v]`` through a small MLP. Nothing attends across the pair, so the
+    length attention spans is one sequence's.
+
+    Args:
+        backbone: the encoder of both towers (shared weights). num_labels: classes.
+        pooling: ``"mean"`` or ``"cls"`` (as :class:`SetClassifier`).
+    """
+
+    def __init__(self, backbone: Backbone, num_labels: int, *, pooling: str = "mean"):
+        super().__init__()
+        if pooling not in ("mean", "cls"):
+            raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        self.backbone, self.pooling = backbone, pooling
+        dim = backbone.dim
+        self.head = nn.Sequential(nn.Linear(4 * dim, dim), nn.GELU(), nn.Linear(dim, num_labels))
+
+    def encode(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
+        """One tower: the pooled vector ``(B, dim)`` of sequences ``(B, N)``."""
+        return pool(self.backbone, tokens, self.pooling, return_weights=return_weights)
+
+    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
+        """Logits ``(B, num_labels)`` of pairs ``tokens`` ``(B, 2, N)`` (weights: the first tower's)."""
+        if tokens.dim() != 3 or tokens.shape[1] != 2:
+            raise ValueError(f"a pair model takes tokens of shape (B, 2, N), got {tuple(tokens.shape)}")
+        both = self.encode(tokens.flatten(0, 1), return_weights=return_weights)  # the two towers in one batch
+        u, v = both.output.unflatten(0, (tokens.shape[0], 2)).unbind(1)
+        weights = both.weights
+        if weights is not None:
+            weights = weights.unflatten(0, (tokens.shape[0], 2))[:, 0] if torch.is_tensor(weights) else weights
+        return ModelOutput(self.head(torch.cat([u, v, u * v, u - v], dim=-1)), weights)

@@ -5,6 +5,7 @@ kind                loss                                         metric
 ==================  ===========================================  ===========================
 ``tagging``         cross-entropy per vector / node (IGNORE off)  accuracy over scored ones
 ``classification``  cross-entropy per set / graph                 accuracy
+``pair``            cross-entropy per pair (two-tower model)      accuracy
 ``regression``      mean squared error                           R^2 over the split
 ``seq2seq``         teacher-forced cross-entropy                 exact match, greedy decoding
 ==================  ===========================================  ===========================
@@ -14,6 +15,7 @@ form (tokens, vectors, images, graphs as one disjoint union).
 """
 
 from . import classification as _classification  # noqa: F401  (each import registers its objective)
+from . import pair as _pair  # noqa: F401
 from . import regression as _regression  # noqa: F401
 from . import seq2seq as _seq2seq  # noqa: F401
 from . import tagging as _tagging  # noqa: F401

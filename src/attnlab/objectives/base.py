@@ -88,15 +88,15 @@ def collate(task: Task, data: Split, idx: torch.Tensor, objective: Objective | N
     """The model's keyword inputs and the labels of examples ``idx`` of a split.
 
     Tokens: ``{"tokens"}`` with the shared padding columns dropped (labels trimmed by the
-    objective). Vectors: ``{"x", "pad"}``. Images: ``{"x"}``. Graphs: one disjoint union,
+    objective; pairs ``(B, 2, N)`` likewise). Vectors: ``{"x", "pad"}``. Images: ``{"x"}``. Graphs: one disjoint union,
     ``{"x", "edge_index", "edge_attr", "batch", "num_graphs"}`` (node ``tagging`` labels flattened
     to the real nodes).
     """
     objective = objective or get(task)
     if task.inputs == "tokens":
-        toks = data.tokens[idx]
-        keep = max(int((toks != PAD).sum(1).max()), 1) if toks.numel() else 1
-        return {"tokens": toks[:, :keep]}, objective.trim_labels(data.labels[idx], keep)
+        toks = data.tokens[idx]  # (B, N), or (B, 2, N) for pairs
+        keep = max(int((toks != PAD).sum(-1).max()), 1) if toks.numel() else 1
+        return {"tokens": toks[..., :keep]}, objective.trim_labels(data.labels[idx], keep)
     if task.inputs == "image":
         return {"x": data.tokens[idx]}, data.labels[idx]
     if task.inputs == "features":

@@ -7,10 +7,13 @@
 * ``karate``, ``sbm``, ``molecules`` — graphs: node and molecule labels (:mod:`attnlab.tasks.graphs`);
 * ``digits`` — images: 8x8 handwritten digits (:mod:`attnlab.tasks.images`);
 * ``speech``, ``wav_folder`` — audio: spoken words as frames (:mod:`attnlab.tasks.speech`);
+* ``text``, ``retrieval``, ``pathfinder`` — long sequences (1K-4K tokens) after the Long Range
+  Arena: byte-level standard-library source by package, pairs of it, dashed-curve images
+  (:mod:`attnlab.tasks.text`, :mod:`attnlab.tasks.retrieval`, :mod:`attnlab.tasks.pathfinder`);
 * ``jsonl`` — the user's own file, any of the three kinds (:mod:`attnlab.tasks.jsonl`).
 """
 
-from . import graphs, images, jsonl, listops, pathfinder, pos, recall, speech, text, translate  # noqa: F401  (registration)
+from . import graphs, images, jsonl, listops, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, create, names, register, train_defaults
 
 __all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]

@@ -35,7 +35,7 @@ from ..validate import positive_int
 
 __all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "KINDS", "INPUTS"]
 
-KINDS = ("tagging", "classification", "seq2seq", "regression")
+KINDS = ("tagging", "classification", "seq2seq", "regression", "pair")
 INPUTS = ("tokens", "features", "graph", "image")
 
 
@@ -92,6 +92,8 @@ class Task:
         """The longest sequence of any split."""
         if self.inputs == "image":  # pixels
             return max(s.tokens.shape[2] * s.tokens.shape[3] for s in self.splits.values())
+        if self.inputs == "tokens":  # (count, N), or (count, 2, N) for pairs
+            return max(s.tokens.shape[-1] for s in self.splits.values())
         return max(s.tokens.shape[1] for s in self.splits.values())
 
     def split(self, name: str) -> Split:

@@ -24,7 +24,7 @@ import torch
 from ..validate import int_at_least, positive_int
 from .base import FIRST, Split, Task, register
 
-__all__ = ["PACKAGES", "make_text", "stdlib_files"]
+__all__ = ["PACKAGES", "make_text", "package_windows", "present_packages", "stdlib_files"]
 
 PACKAGES = ("asyncio", "email", "importlib", "multiprocessing", "unittest", "xml")
 """The standard-library packages whose modules are the classes (those present on the machine)."""
@@ -42,21 +42,26 @@ def _windows(path: Path, length: int, stride: int | None = None) -> list[bytes]:
     return [data[i : i + length] for i in range(0, len(data) - length + 1, stride or length)]
 
 
-@register("text", train_defaults={"steps": 1500, "batch_size": 16, "lr": 1e-3, "dim": 64, "layers": 2, "pooling": "cls",
-                                  "positional": "sinusoidal", "eval_every": 250})
-def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int = 6) -> Task:
-    """The ``text`` task: at most ``size`` training windows of ``length`` bytes from ``classes``
-    standard-library packages (see the module docstring)."""
-    positive_int("size", size)
-    int_at_least("length", length, 64)
-    int_at_least("classes", classes, 2)
+def present_packages(classes: int, task: str) -> list[str]:
+    """The first ``classes`` of :data:`PACKAGES` this machine's standard library has (with at
+    least three modules each); ``ValueError`` naming ``task`` if fewer than two."""
     present = [p for p in PACKAGES if len(stdlib_files(p)) >= 3][:classes]
     if len(present) < 2:
-        raise ValueError(f"the standard library at {sysconfig.get_paths()['stdlib']} lacks the packages of the text task ({', '.join(PACKAGES)})")
-    rng = np.random.default_rng(seed)
+        raise ValueError(f"the standard library at {sysconfig.get_paths()['stdlib']} lacks the packages of the {task} task ({', '.join(PACKAGES)})")
+    return present
+
+
+def package_windows(rng: np.random.Generator, packages: list[str], length: int) -> tuple[dict, dict]:
+    """Windows of ``length`` bytes per split and package, split **by file**.
+
+    Each package's modules go whole to test, then val (each until it holds 10 % of the
+    package's windows), the rest to train. Returns ``(windows, files)``: ``windows[split][p]``
+    the list of windows of package ``packages[p]`` (training windows overlap, stride
+    ``length / 4``; the others do not), ``files[split]`` the files of each split.
+    """
     by_split: dict[str, list[list[bytes]]] = {"train": [], "val": [], "test": []}
     files_of: dict[str, list[str]] = {"train": [], "val": [], "test": []}
-    for pkg in present:
+    for pkg in packages:
         files = stdlib_files(pkg)
         windows = [_windows(files[i], length) for i in range(len(files))]
         total = sum(len(w) for w in windows)
@@ -70,6 +75,20 @@ def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int 
                 by_split[name].append([w for i in idx for w in _windows(files[i], length, max(1, length // 4))])
             else:
                 by_split[name].append([w for i in idx for w in windows[i]])
+    return by_split, files_of
+
+
+@register("text", train_defaults={"steps": 1500, "batch_size": 16, "lr": 1e-3, "dim": 64, "layers": 2, "pooling": "cls",
+                                  "positional": "sinusoidal", "eval_every": 250})
+def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int = 6) -> Task:
+    """The ``text`` task: at most ``size`` training windows of ``length`` bytes from ``classes``
+    standard-library packages (see the module docstring)."""
+    positive_int("size", size)
+    int_at_least("length", length, 64)
+    int_at_least("classes", classes, 2)
+    present = present_packages(classes, "text")
+    rng = np.random.default_rng(seed)
+    by_split, files_of = package_windows(rng, present, length)
     splits = {}
     for name, per_class in by_split.items():
         cap = min(len(w) for w in per_class)
