@@ -36,6 +36,13 @@ def test_plans_are_deterministic_and_checked():
     assert plan("quick", tasks=["jsonl"], variants=["dense"], data="d.jsonl")[0].config.task_options == {"path": "d.jsonl"}
 
 
+def test_the_none_variant_is_each_tasks_model_without_attention():
+    specs = plan("quick", tasks=["recall", "digits", "speech"], variants=["dense", "none"])
+    none = {s.task: s.config for s in specs if s.variant == "none"}
+    assert none["recall"].model == "mlp" and none["digits"].model == "cnn" and "speech" not in none  # speech has none: skipped
+    assert none["recall"].steps == next(s.config.steps for s in specs if s.task == "recall" and s.variant == "dense")
+
+
 def test_a_time_budgeted_plan_gives_every_variant_the_same_seconds_and_its_own_ids():
     from attnlab.arena import TIME_BUDGET_STEPS
 

@@ -79,3 +79,29 @@ def test_predict_refuses_a_builtin_task_checkpoint(tmp_path):
         predict(tmp_path, [{"tokens": ["a"]}])
     with pytest.raises(ValueError, match="needs its file"):
         tasks.create("jsonl")
+
+
+def test_train_on_user_data_reports_the_no_attention_baseline(tmp_path):
+    data = write(tmp_path / "t.jsonl", tagging_rows(120))
+    args = ["train", "jsonl", "--task-option", f"path={data}", "--steps", "6", "--eval-every", "3", "--dim", "16", "--layers", "1",
+            "--heads", "2", "--out", str(tmp_path / "run"), "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout.splitlines()[-1])
+    assert summary["baseline"]["model"] == "mlp" and 0.0 <= summary["baseline"]["value"] <= 1.0
+    from attnlab.training import load_checkpoint
+
+    base = load_checkpoint(tmp_path / "run" / "baseline")
+    assert base.config.model == "mlp" and base.config.steps == 6 and base.config.task_options == {"path": str(data)}
+    r = CliRunner().invoke(app, [*args[:-1], "--no-baseline", "--out", str(tmp_path / "run2"), "--json"])
+    assert "baseline" not in json.loads(r.stdout.splitlines()[-1])
+
+
+def test_the_baseline_config_drops_attention_and_its_summary_token():
+    text = TrainConfig.for_task("text", attention="local", attention_options={"window": 8}, positional="rope", steps=7, seconds=5.0)
+    base = text.baseline()
+    assert (base.model, base.attention, base.attention_options, base.positional, base.pooling) == ("mlp", "dense", {}, "none", "mean")
+    assert (base.steps, base.seconds, base.lr, base.seed) == (7, 5.0, text.lr, text.seed)
+    assert TrainConfig.for_task("digits").baseline().model == "cnn"
+    with pytest.raises(ValueError, match="no no-attention baseline"):
+        TrainConfig.for_task("translate").baseline()

@@ -10,13 +10,14 @@
 from .live import LiveGrid
 from .presets import DEFAULT_VARIANTS, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .report import budget_of, build_report, leaderboard, plot_curves, plot_lra, plot_maps
-from .runner import TIME_BUDGET_STEPS, RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
+from .runner import NO_ATTENTION, TIME_BUDGET_STEPS, RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
 from .store import COLUMNS, Store
 
 __all__ = [
     "COLUMNS",
     "DEFAULT_VARIANTS",
     "LiveGrid",
+    "NO_ATTENTION",
     "PRESETS",
     "VARIANT_OPTIONS",
     "Preset",

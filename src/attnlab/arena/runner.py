@@ -31,8 +31,12 @@ from ..training import TrainConfig, load_checkpoint, train
 from .presets import PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
 
-__all__ = ["TIME_BUDGET_STEPS", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
+__all__ = ["NO_ATTENTION", "TIME_BUDGET_STEPS", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
 
+
+NO_ATTENTION = "none"
+"""The arena's baseline "variant": each task's model without attention
+(:meth:`attnlab.training.TrainConfig.baseline`; tasks without one skip it)."""
 
 TIME_BUDGET_STEPS = 1_000_000
 """The step cap of a time-budgeted run (``plan(seconds=...)``): never the limit in practice."""
@@ -67,7 +71,8 @@ def plan(
     seconds: float | None = None,
 ) -> list[RunSpec]:
     """The runs of a preset (restricted to ``tasks`` / ``variants`` when given), one per seed;
-    ``data`` adds the user's jsonl file as task ``jsonl``. ``seconds`` makes every run
+    ``data`` adds the user's jsonl file as task ``jsonl``. The variant :data:`NO_ATTENTION`
+    (``"none"``) is each task's no-attention baseline. ``seconds`` makes every run
     time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
     training seconds, the step count no longer limits it, no early stopping)."""
     from .. import efficient
@@ -88,8 +93,8 @@ def plan(
             settings[t] = TaskSetting({}, {})
     chosen = list(p.variants) if variants is None else list(variants)
     for v in chosen:
-        if v not in efficient.names():
-            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())}")
+        if v not in efficient.names() and v != NO_ATTENTION:
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
     specs = []
     for seed in seeds:
         for t in names:
@@ -101,9 +106,13 @@ def plan(
             for v in chosen:
                 opts = VARIANT_OPTIONS.get(v, {})
                 cfg = TrainConfig.for_task(
-                    t, attention=v, seed=seed, task_options=dict(s.task_options),
+                    t, attention="dense" if v == NO_ATTENTION else v, seed=seed, task_options=dict(s.task_options),
                     **({"attention_options": dict(opts)} if opts else {}), **train,
                 )
+                if v == NO_ATTENTION:
+                    if task_registry.baseline_model(t) is None:
+                        continue  # no backbone without attention reads this task
+                    cfg = cfg.baseline()
                 if cfg.seconds is not None:  # the same seconds for every variant: no early stop
                     cfg = dataclasses.replace(cfg, patience=None)
                 specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg))

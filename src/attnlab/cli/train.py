@@ -12,7 +12,7 @@ import typer
 from .common import err, fail, out, progress
 from .options import blocks_option, heads_option, json_option, plot_option, width_option
 
-__all__ = ["eval_cmd", "predict", "train"]
+__all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
 
 
 def train(
@@ -37,7 +37,14 @@ def train(
     lr: Optional[float] = typer.Option(None, min=0.0),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
     patience: Optional[int] = typer.Option(None, min=1, help="Stop after this many validations without improvement."),
-    as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, seconds, checkpoint)."),
+    seconds: Optional[float] = typer.Option(
+        None, "--seconds", min=0.1, help="Time budget: train this many seconds (learning rate annealed over them); --steps still caps."),
+    baseline: Optional[bool] = typer.Option(
+        None, "--baseline/--no-baseline",
+        help="Also train the task's no-attention baseline (same steps, batch, seed; into --out/baseline) and print its score "
+             "beside the model's (default: on for your own data: jsonl, graph_files)."),
+    as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, seconds, checkpoint; "
+                                "baseline: its model and value)."),
 ) -> None:
     """Train a model on a task with validation, early stopping and atomic checkpoints; --resume continues a run."""
     from ..audio import MissingToolError
@@ -47,7 +54,7 @@ def train(
         cfg = _config(
             task, size, task_option, model_option, attention_option, model=model, attention=attention, positional=positional, causal=causal,
             steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers, heads=heads, batch_size=batch_size, lr=lr,
-            eval_every=eval_every, patience=patience,
+            eval_every=eval_every, patience=patience, seconds=seconds,
         )
         if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently
             run_train(cfg, out_dir, resume=resume)
@@ -55,9 +62,29 @@ def train(
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval)
+            base = None
+            if baseline if baseline is not None else task in USER_DATA_TASKS:
+                base_cfg = cfg.baseline()
+                meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")
+                base = run_train(base_cfg, os.path.join(out_dir, "baseline"), resume=resume and os.path.isdir(os.path.join(out_dir, "baseline")),
+                                 on_step=meter.on_step, on_eval=meter.on_eval)
     except (CheckpointError, ValueError, TypeError, MissingToolError) as e:
         fail(str(e))
-    _show(result, as_json, lambda r: f"test {r.metric} = {r.value:.4f} after {r.steps} steps, {r.seconds:.0f} s; checkpoint {r.checkpoint}")
+    if as_json:
+        summary = result.summary()
+        if base is not None:
+            summary["baseline"] = {"model": base.model, "value": base.value}
+        print(json.dumps(summary))
+        return
+    _show(result, False, lambda r: f"test {r.metric} = {r.value:.4f} after {r.steps} steps, {r.seconds:.0f} s; checkpoint {r.checkpoint}")
+    if base is not None:
+        out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f}; "
+                  f"attention adds {result.value - base.value:+.4f}")
+
+
+USER_DATA_TASKS = ("jsonl", "graph_files")
+"""Tasks on the user's own data: ``attnlab train`` reports the no-attention baseline by default."""
+
 
 
 def _config(task: str, size: Optional[int], task_option: list[str], model_option: list[str], attention_option: list[str], **overrides):

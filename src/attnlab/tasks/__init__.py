@@ -14,6 +14,6 @@
 """
 
 from . import graphs, images, jsonl, listops, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
-from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, create, names, register, train_defaults
+from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, baseline_model, create, names, register, train_defaults
 
-__all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]
+__all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]

@@ -33,7 +33,7 @@ from ..models.base import CLS, FIRST, IGNORE, PAD
 from ..registry import Registry
 from ..validate import positive_int
 
-__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "KINDS", "INPUTS"]
+__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "baseline_model", "KINDS", "INPUTS"]
 
 KINDS = ("tagging", "classification", "seq2seq", "regression", "pair")
 INPUTS = ("tokens", "features", "graph", "image")
@@ -116,16 +116,20 @@ class Task:
 TASKS: Registry = Registry("task")
 
 
-def register(name: str, *, train_defaults: dict | None = None):
+def register(name: str, *, train_defaults: dict | None = None, baseline_model: str | None = "mlp"):
     """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``.
 
     Args:
         train_defaults: the task's own training settings (any :class:`attnlab.training.TrainConfig`
             field: steps, lr, model, positional, ...), calibrated on a 2-core CPU.
+        baseline_model: the task's **no-attention baseline**, a backbone that uses no attention
+            (default ``"mlp"``: each token alone, pooled for a set; ``"cnn"``, ``"node_mlp"``), or
+            None where no such backbone reads the task; see :func:`baseline_model`.
     """
 
     def deco(fn):
         fn.train_defaults = dict(train_defaults or {})
+        fn.baseline_model = baseline_model
         TASKS.add(name, fn)
         return fn
 
@@ -135,6 +139,12 @@ def register(name: str, *, train_defaults: dict | None = None):
 def train_defaults(name: str) -> dict:
     """The training defaults the task ``name`` registered (a copy; ``{}`` when none)."""
     return {k: (dict(v) if isinstance(v, dict) else v) for k, v in getattr(TASKS.get(name), "train_defaults", {}).items()}
+
+
+def baseline_model(name: str) -> str | None:
+    """The model of the task ``name``'s no-attention baseline (``attnlab train --baseline``, the
+    arena's variant ``none``): what a score is worth without attention."""
+    return getattr(TASKS.get(name), "baseline_model", None)
 
 
 def create(name: str, **options) -> Task:

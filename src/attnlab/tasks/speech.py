@@ -85,7 +85,7 @@ _SPEECH_DEFAULTS = {"model": "conformer", "attention": "local", "positional": "r
 """Training defaults of the audio tasks: a Conformer with truncated (local) attention."""
 
 
-@register("speech", train_defaults=_SPEECH_DEFAULTS)
+@register("speech", train_defaults=_SPEECH_DEFAULTS, baseline_model=None)
 def speech(
     size: int = 800, seed: int = 0, words: str = ",".join(WORDS), features: str = "logmel", cache: str = "", heldout_voices: bool = False,
 ) -> Task:
@@ -146,7 +146,7 @@ def speech(
 _AUDIO = (".wav", ".flac", ".ogg")
 
 
-@register("wav_folder", train_defaults=_SPEECH_DEFAULTS)
+@register("wav_folder", train_defaults=_SPEECH_DEFAULTS, baseline_model=None)
 def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
     """The user's recordings: ``path/<label>/<clip>.wav`` (see the module docstring); the clips
     are shuffled with ``seed`` and cut 80 / 10 / 10 into train / val / test."""

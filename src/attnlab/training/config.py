@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..models.base import BACKBONES
 from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
-from ..tasks import TASKS, Task, train_defaults
+from ..tasks import TASKS, Task, baseline_model, train_defaults
 
 __all__ = ["TrainConfig", "model_config"]
 
@@ -96,6 +96,18 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """The config of a checkpoint's or a record's ``train`` dict (any version)."""
         return cls(**data)
+
+    def baseline(self) -> TrainConfig:
+        """This run's **no-attention baseline**: the task's :func:`attnlab.tasks.baseline_model`
+        (``mlp``: each token alone, mean-pooled for a set) on the same task, budget (steps,
+        epochs or seconds), batch, learning rate and seed, with no attention settings (a summary
+        token means nothing without attention: ``cls`` pooling becomes ``mean``). ``ValueError``
+        when the task has no such model."""
+        model = baseline_model(self.task) if self.task in TASKS else None
+        if model is None:
+            raise ValueError(f"task {self.task!r} has no no-attention baseline model")
+        return dataclasses.replace(self, model=model, attention="dense", attention_options={}, positional="none", causal=False,
+                                   model_options={}, pooling="mean" if self.pooling == "cls" else self.pooling)
 
     def total_steps(self, train_size: int) -> int:
         """Optimizer steps of the run."""
