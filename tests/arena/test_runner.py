@@ -100,20 +100,30 @@ def test_a_variant_without_a_causal_form_is_a_failed_row_with_its_reason(tmp_pat
 
 
 _KILLABLE = """
-import sys
+import json, sys
 from attnlab.arena import Preset, TaskSetting, plan, run_grid
-pre = Preset({"pos": TaskSetting({"size": 400}, {"steps": int(sys.argv[2]), "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6})},
-             ("dense", "linear"))
-run_grid(plan(pre), sys.argv[1])
+task, options, train = json.loads(sys.argv[2])
+run_grid(plan(Preset({task: TaskSetting(options, train)}, ("dense", "linear"))), sys.argv[1])
 """
 
+GRIDS = {
+    "pos": ({"size": 400}, {"steps": 1500, "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6}),
+    # a long task: 1024-byte windows of real text
+    "text": ({"size": 48, "length": 1024}, {"steps": 600, "eval_every": 10, "dim": 16, "heads": 2, "layers": 1, "batch_size": 4,
+                                              "patience": 10**6}),
+}
 
-def test_sigkill_mid_run_then_rerun_resumes(tmp_path):
+
+@pytest.mark.parametrize("task", GRIDS)
+def test_sigkill_mid_run_then_rerun_resumes(tmp_path, task):
+    import json
+
     out = tmp_path / "arena"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", _KILLABLE, str(out), "1500"], env=env)
-    setting = TaskSetting({"size": 400}, {"steps": 1500, "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6})
-    specs = plan(Preset({"pos": setting}, ("dense", "linear")))
+    options, train = GRIDS[task]
+    proc = subprocess.Popen([sys.executable, "-c", _KILLABLE, str(out), json.dumps([task, options, train])], env=env)
+    specs = plan(Preset({task: TaskSetting(options, train)}, ("dense", "linear")))
+    total = train["steps"]
     second = out / "runs" / specs[1].run_id / "checkpoint" / "config.json"
     deadline = time.time() + 240
     try:
@@ -126,17 +136,15 @@ def test_sigkill_mid_run_then_rerun_resumes(tmp_path):
     assert second.exists(), "the grid did not reach its second run in time"
     store = Store(out / "results.sqlite")
     assert [r["variant"] for r in store.rows()] == ["dense"]
-    import json
-
     killed_at = json.loads(second.read_text())["step"]
-    assert 0 < killed_at < 1500
+    assert 0 < killed_at < total
     events = []
     run_grid(specs, out, on_event=lambda kind, spec, **i: events.append(kind))
     assert events[0] == "skip" and "start" in events
     rows = store.rows()
     assert sorted(r["variant"] for r in rows) == ["dense", "linear"] and all(r["status"] == "done" for r in rows)
     meta = json.loads(second.read_text())
-    assert meta["step"] == 1500 and meta["resumes"] == [killed_at]  # continued from the checkpoint, not from step 0
+    assert meta["step"] == total and meta["resumes"] == [killed_at]  # continued from the checkpoint, not from step 0
     assert not list((out / "runs" / specs[1].run_id).glob("checkpoint.tmp-*"))
 
 

@@ -7,22 +7,36 @@ from dataclasses import dataclass, field
 
 from .. import efficient
 
-__all__ = ["DEFAULT_VARIANTS", "PRESETS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
+__all__ = ["DEFAULT_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "TIME_BUDGET_STEPS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
 
 VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
 """Per variant, its ``attention_options`` in the arena (a view of each variant's
 :attr:`attnlab.efficient.Budget.short`): short windows and small budgets, so that each is
 cheaper than dense at the arena's lengths (16-130 vectors) and its trade-off shows."""
 
-DEFAULT_VARIANTS = ("dense", "local", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird")
+NO_ATTENTION = "none"
+"""The arena's baseline "variant": each task's model without attention
+(:meth:`attnlab.training.TrainConfig.baseline`; tasks without one skip it)."""
+
+TIME_BUDGET_STEPS = 1_000_000
+"""The step cap of a time-budgeted run (``seconds`` in its training settings): never the limit in practice."""
+
+DEFAULT_VARIANTS = ("dense", "local", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird", NO_ATTENTION)
+
+LONG_VARIANTS = ("dense", "dense_naive", "local", "linformer", "performer", "linear", "nystrom", "bigbird", NO_ATTENTION)
+"""The default run's variants on its long task: ``dense_naive`` (the N x N weights held, as in
+2020) beside ``dense`` (PyTorch's fused kernel) shows what fused kernels changed in the memory
+column; reformer, the slowest variant per step at 1K, is left to the ``lra`` preset."""
 
 
 @dataclass(frozen=True)
 class TaskSetting:
-    """One task of a preset: its options and the training overrides (steps, ...)."""
+    """One task of a preset: its options, the training overrides (steps, or ``seconds`` for a
+    time budget, ...) and, optionally, its own variants (default: the preset's)."""
 
     task_options: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
+    variants: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -36,15 +50,20 @@ class Preset:
 
 _SMALL_RECALL = {"pairs": 8, "queries": 8, "num_keys": 32, "num_values": 32, "size": 4000}
 
+
+def _timed(seconds: float, **train) -> dict:
+    """Training settings of a time-budgeted task: ``seconds`` each run, no step limit."""
+    return {"seconds": float(seconds), "steps": TIME_BUDGET_STEPS, **train}
+
+
 PRESETS: dict[str, Preset] = {
     "quick": Preset(
         {
-            "recall": TaskSetting(_SMALL_RECALL, {"steps": 1500, "eval_every": 250}),
-            "listops": TaskSetting({"size": 2000, "max_length": 64}, {"steps": 300, "eval_every": 100, "layers": 2}),
-            "pos": TaskSetting({}, {"steps": 400, "eval_every": 100}),
-            "digits": TaskSetting({}, {"steps": 500, "eval_every": 100, "layers": 2}),
+            "text": TaskSetting({"length": 1024}, _timed(20, layers=1, eval_every=100), LONG_VARIANTS),
+            "recall": TaskSetting(_SMALL_RECALL, {"steps": 1000, "eval_every": 250}),
+            "digits": TaskSetting({}, {"steps": 400, "eval_every": 100, "layers": 2}),
         },
-        description="the default: 4 small tasks x 8 variants, about 10 minutes on a 2-core CPU",
+        description="the default: a 1K-byte real-text task (time-budgeted, 20 s a run) and two short ones, about 9 minutes on a 2-core CPU",
     ),
     "standard": Preset(
         {
@@ -54,15 +73,19 @@ PRESETS: dict[str, Preset] = {
             "digits": TaskSetting({}, {}),
             "speech": TaskSetting({}, {}),
         },
-        description="the tasks' own default sizes and step counts (about an hour and a half)",
+        description="the short tasks at their own default sizes and step counts (about an hour and a half)",
     ),
     "lra": Preset(
         {
-            "recall": TaskSetting({"pairs": 32, "queries": 32, "num_keys": 128, "num_values": 128}, {"steps": 8000, "eval_every": 500}),
-            "listops": TaskSetting({"size": 40000}, {"steps": 10000, "eval_every": 500}),
-            "speech": TaskSetting({"size": 3200}, {"steps": 4000}),
+            "listops": TaskSetting({"size": 4000, "min_length": 500, "max_length": 2000, "max_depth": 10, "max_args": 10},
+                                   _timed(45, batch_size=16, layers=2, eval_every=100)),
+            "text": TaskSetting({"length": 2048}, _timed(45, layers=2, eval_every=100)),
+            "retrieval": TaskSetting({"length": 1024}, _timed(45, layers=2, eval_every=100)),
+            "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, layers=2, eval_every=100)),
         },
-        description="longer sequences and budgets, after the Long Range Arena (hours)",
+        variants=("dense", "dense_naive", "local", "longformer", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird",
+                  NO_ATTENTION),
+        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), under an hour on a 2-core CPU",
     ),
 }
 """The arena's presets by name (``attnlab arena --preset``)."""

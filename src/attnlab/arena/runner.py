@@ -28,18 +28,10 @@ import torch
 from .. import objectives
 from ..objectives import collate
 from ..training import TrainConfig, load_checkpoint, train
-from .presets import PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
+from .presets import NO_ATTENTION, PRESETS, TIME_BUDGET_STEPS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
 
 __all__ = ["NO_ATTENTION", "TIME_BUDGET_STEPS", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
-
-
-NO_ATTENTION = "none"
-"""The arena's baseline "variant": each task's model without attention
-(:meth:`attnlab.training.TrainConfig.baseline`; tasks without one skip it)."""
-
-TIME_BUDGET_STEPS = 1_000_000
-"""The step cap of a time-budgeted run (``plan(seconds=...)``): never the limit in practice."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +62,8 @@ def plan(
     data: str | None = None,
     seconds: float | None = None,
 ) -> list[RunSpec]:
-    """The runs of a preset (restricted to ``tasks`` / ``variants`` when given), one per seed;
+    """The runs of a preset (restricted to ``tasks`` / ``variants`` when given; otherwise each
+    task's own variants, or the preset's), one per seed;
     ``data`` adds the user's jsonl file as task ``jsonl``. The variant :data:`NO_ATTENTION`
     (``"none"``) is each task's no-attention baseline. ``seconds`` makes every run
     time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
@@ -91,8 +84,11 @@ def plan(
             if t not in known:
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)} (or --data FILE for jsonl)")
             settings[t] = TaskSetting({}, {})
-    chosen = list(p.variants) if variants is None else list(variants)
-    for v in chosen:
+
+    def chosen(setting: TaskSetting) -> list[str]:
+        return list(variants) if variants is not None else list(setting.variants or p.variants)
+
+    for v in dict.fromkeys(v for t in names for v in chosen(settings[t])):
         if v not in efficient.names() and v != NO_ATTENTION:
             raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
     specs = []
@@ -103,7 +99,7 @@ def plan(
             if seconds is not None:
                 train.pop("epochs", None)
                 train.update(seconds=float(seconds), steps=TIME_BUDGET_STEPS)
-            for v in chosen:
+            for v in chosen(s):
                 opts = VARIANT_OPTIONS.get(v, {})
                 cfg = TrainConfig.for_task(
                     t, attention="dense" if v == NO_ATTENTION else v, seed=seed, task_options=dict(s.task_options),
@@ -184,19 +180,35 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     return maps
 
 
+class _TaskCache:
+    """The last task built, by name and options: the runs of one task reuse its data (a
+    generator such as pathfinder's takes seconds) instead of building it again."""
+
+    def __init__(self):
+        self.key, self.task = None, None
+
+    def get(self, name: str, options: dict):
+        from .. import tasks as task_registry
+
+        key = json.dumps([name, options], sort_keys=True)
+        if key != self.key:
+            self.key, self.task = None, None  # the old data is freed before the new is built
+            self.task, self.key = task_registry.create(name, **options), key
+        return self.task
+
+
 def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
-            on_step: Callable[[int, int, float], None] | None = None, on_eval: Callable[[int, float], None] | None = None) -> dict:
+            on_step: Callable[[int, int, float], None] | None = None, on_eval: Callable[[int, float], None] | None = None,
+            tasks: _TaskCache | None = None) -> dict:
     """Train (or resume) one run in ``out/runs/<id>`` and return its store row (status ``done``
     or ``failed``; an error is caught and stored with its message, never raised)."""
-    from .. import tasks as task_registry
-
     folder = out / "runs" / spec.run_id
     row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config)}
     try:
+        task = (tasks or _TaskCache()).get(spec.config.task, spec.config.task_options)
         resume = (folder / "checkpoint" / "config.json").exists()
-        res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds)
+        res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds, task=task)
         ck = load_checkpoint(folder)
-        task = task_registry.create(spec.config.task, **spec.config.task_options)
         try:
             maps = attention_maps(ck.model, task)
         except Exception:  # noqa: BLE001 - a map is an illustration: its failure must not fail the run
@@ -258,9 +270,10 @@ def run_grid(
             todo.append(spec)
     emit = on_event or (lambda *a, **k: None)
     if workers <= 1:
+        cache = _TaskCache()
         for spec in todo:
             emit("start", spec)
-            row = run_one(spec, out, budget_seconds=budget_seconds,
+            row = run_one(spec, out, budget_seconds=budget_seconds, tasks=cache,
                           on_step=lambda s, t, loss, spec=spec: emit("step", spec, step=s, total=t, loss=loss),
                           on_eval=lambda s, val, spec=spec: emit("eval", spec, step=s, value=val))
             store.add(row)

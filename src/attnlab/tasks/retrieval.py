@@ -46,7 +46,7 @@ def _pairs(rng: np.random.Generator, per_class: list[list[bytes]], count: int) -
     return tokens, torch.tensor(labels, dtype=torch.long)
 
 
-@register("retrieval", train_defaults={"steps": 1500, "batch_size": 16, "lr": 1e-3, "dim": 64, "layers": 2, "pooling": "mean",
+@register("retrieval", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "dim": 64, "layers": 2, "pooling": "mean",
                                        "positional": "sinusoidal", "eval_every": 250})
 def make_retrieval(size: int = 2000, seed: int = 0, length: int = 1024, classes: int = 6) -> Task:
     """The ``retrieval`` task: ``size`` training pairs of two ``length``-byte windows (see the

@@ -78,7 +78,7 @@ def package_windows(rng: np.random.Generator, packages: list[str], length: int) 
     return by_split, files_of
 
 
-@register("text", train_defaults={"steps": 1500, "batch_size": 16, "lr": 1e-3, "dim": 64, "layers": 2, "pooling": "cls",
+@register("text", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "dim": 64, "layers": 2, "pooling": "mean",
                                   "positional": "sinusoidal", "eval_every": 250})
 def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int = 6) -> Task:
     """The ``text`` task: at most ``size`` training windows of ``length`` bytes from ``classes``
