@@ -41,7 +41,7 @@ def _text(grid: LiveGrid) -> str:
 
 
 def test_live_grid_follows_the_runner_events():
-    specs = [SimpleNamespace(run_id=f"{t}-{v}-{s}", task=t, variant=v, seed=s)
+    specs = [SimpleNamespace(run_id=f"{t}-{v}-{s}", task=t, variant=v, seed=s, config=SimpleNamespace(seconds=None))
              for t in ("pos", "recall") for v in ("dense", "local") for s in (0, 1)]
     now = [100.0]
     grid = LiveGrid(specs, clock=lambda: now[0])
@@ -65,3 +65,16 @@ def test_live_grid_follows_the_runner_events():
     assert grid.cell("recall", "dense") == "[red]failed[/]"
     now[0] += 5
     assert grid.elapsed() == 15 and "5/8 runs, 15 s" in _text(grid)
+
+
+def test_live_grid_leaves_blank_the_cells_a_task_does_not_run_and_counts_down_a_time_budget():
+    timed = SimpleNamespace(config=SimpleNamespace(seconds=20.0))
+    specs = [SimpleNamespace(run_id="a", task="text", variant="dense_naive", seed=0, **vars(timed)),
+             SimpleNamespace(run_id="b", task="recall", variant="dense", seed=0, config=SimpleNamespace(seconds=None))]
+    now = [0.0]
+    grid = LiveGrid(specs, clock=lambda: now[0])
+    assert grid.cell("recall", "dense_naive") == "" and grid.cell("text", "dense") == ""
+    grid.on_event("start", specs[0])
+    now[0] += 5
+    grid.on_event("step", specs[0], step=10, total=1_000_000, loss=1.0)
+    assert "ETA 15 s" in _text(grid)

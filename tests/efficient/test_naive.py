@@ -47,3 +47,16 @@ def test_naive_holds_the_n_by_n_weights_and_dense_does_not():
 
     assert peak_bytes(step(naive)) > 2 * matrix  # scores and weights, both kept by autograd
     assert peak_bytes(step(dense)) < matrix / 4  # the fused kernel never holds them
+
+
+def test_an_encoder_with_dense_naive_equals_dense_causal_and_with_score_options():
+    from attnlab.models import Encoder
+
+    for options in ({"causal": True, "positional": "alibi"}, {"score": "cosine", "normalize": "sigmoid"}):
+        torch.manual_seed(0)
+        dense = Encoder(E, H, 2, attention="dense", **options).double().eval()
+        naive = Encoder(E, H, 2, attention="dense_naive", **options).double().eval()
+        naive.load_state_dict(dense.state_dict())
+        x = torch.randn(2, 9, E, dtype=torch.float64)
+        pad = masks.padding(torch.tensor([9, 5]), 9)
+        torch.testing.assert_close(naive(x, mask=pad).output, dense(x, mask=pad).output, rtol=1e-12, atol=1e-12)

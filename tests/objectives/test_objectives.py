@@ -77,3 +77,16 @@ def test_classification_accuracy_counts_right_answers():
     task = _task("classification", torch.tensor([[2], [3], [4]]), torch.tensor([0, 1, 2]))
     logits = torch.tensor([[5.0, 0, 0], [0, 5.0, 0], [5.0, 0, 0]])
     assert objectives.get(task).score(_Fixed(logits), task, "test") == pytest.approx(2 / 3)
+
+
+def test_evaluation_batches_shrink_with_the_sequence_length():
+    from attnlab.objectives.base import EVAL_TOKENS, eval_batch_size
+
+    def split(shape, dtype=torch.long):
+        return Split(torch.zeros(shape, dtype=dtype), torch.zeros(shape[0], dtype=torch.long))
+
+    assert eval_batch_size(split((10, 128))) == 256  # short tasks: as before
+    assert eval_batch_size(split((10, 2000))) == EVAL_TOKENS // 2000 == 32  # a dense_naive listops batch holds 32 x 4 x 2000^2 weights
+    assert eval_batch_size(split((10, 2, 1024))) == 32  # pairs count both documents
+    assert eval_batch_size(split((10, 1, 8, 8), torch.float32)) == 256 and eval_batch_size(split((10, 6001, 80), torch.float32)) == 10
+    assert eval_batch_size(split((3, 10**6))) == 1

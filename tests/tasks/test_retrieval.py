@@ -59,3 +59,8 @@ def test_the_two_towers_encode_each_side_alone():
     torch.testing.assert_close(model.encode(short[None, :60]).output[0], u[2], rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match=r"shape \(B, 2, N\)"):
         model(a[None])
+    # weights: the first tower's, one (B, H, N, N) tensor per block
+    (w,) = model(pairs[:, :, :60], return_weights=True).weights
+    assert w.shape == (3, 2, 60, 60)
+    (w_a,) = model.backbone(pairs[:1, 0, :60], pairs[:1, 0, :60] == 0, return_weights=True).weights
+    torch.testing.assert_close(w[:1], w_a, rtol=1e-12, atol=1e-12)

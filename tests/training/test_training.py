@@ -151,11 +151,31 @@ def test_a_time_budget_counts_training_seconds_over_resumes_and_anneals_on_time(
     res = train(cfg, tmp_path)
     assert res.stopped_by == "budget" and res.steps == 6
     assert [h["seconds"] for h in res.history] == [0.5, 1.0, 1.5]
-    again = train(cfg, tmp_path, resume=True)  # the budget is spent already: one step, then it stops
-    assert again.steps == 7 and again.steps_run == 1
+    again = train(cfg, tmp_path, resume=True)  # the budget is spent already: no step
+    assert again.steps == 6 and again.steps_run == 0 and again.stopped_by == "budget" and again.value == res.value
     # the cosine decay follows the budget (or the steps, whichever is further)
     assert loop._lr(cfg, 10, 1000, 0.75) == pytest.approx(cfg.lr * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert loop._lr(cfg, 10, 1000, 1.5) == pytest.approx(0.0, abs=1e-12)
     assert loop._lr(cfg, 1000, 1000, 0.0) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="must be > 0"):
         TrainConfig.for_task("pos", seconds=0)
+
+
+def test_train_seconds_is_a_time_budget_without_step_limit_or_early_stop(monkeypatch, tmp_path):
+    import attnlab.training as training
+    from attnlab.training.config import TIME_BUDGET_STEPS
+
+    seen = []
+
+    def fake_train(cfg, out, **kw):
+        seen.append(cfg)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(training, "train", fake_train)
+    runner = CliRunner()
+    runner.invoke(app, ["train", "pos", "--seconds", "5", "--out", str(tmp_path / "a")])
+    runner.invoke(app, ["train", "pos", "--seconds", "5", "--steps", "40", "--patience", "2", "--out", str(tmp_path / "b")])
+    r = runner.invoke(app, ["train", "translate", "--baseline", "--out", str(tmp_path / "c")])
+    assert (seen[0].seconds, seen[0].steps, seen[0].patience) == (5.0, TIME_BUDGET_STEPS, None)
+    assert (seen[1].seconds, seen[1].steps, seen[1].patience) == (5.0, 40, 2)
+    assert r.exit_code == 2 and "no no-attention baseline" in " ".join(r.output.split()) and len(seen) == 2  # refused before training

@@ -57,6 +57,8 @@ class LiveGrid:
         elif kind == "step":
             elapsed = self.clock() - self._started.get(run, self.start)
             eta = elapsed / max(info["step"], 1) * (info["total"] - info["step"])
+            if spec.config.seconds is not None:  # time-budgeted: the seconds left (validation not counted)
+                eta = max(0.0, spec.config.seconds - elapsed)
             val = self._validation.get(run)
             shown = "" if val is None else f", validation {val:.3f}"
             self.current = (f"{spec.task} / {spec.variant} / seed {spec.seed}: step {info['step']}/{info['total']} "
@@ -71,6 +73,8 @@ class LiveGrid:
     def cell(self, task: str, variant: str) -> str:
         """The grid's cell for ``task`` and ``variant`` (over their seeds), with rich markup."""
         ids = [s.run_id for s in self.specs if s.task == task and s.variant == variant]
+        if not ids:  # this variant does not run on this task
+            return ""
         states = [self.state[i] for i in ids]
         stored = all(x in ("done", "stored") for x in states)
         if "running" in states:

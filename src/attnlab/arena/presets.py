@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import efficient
+from ..training.config import TIME_BUDGET_STEPS as _TIME_BUDGET_STEPS
 
 __all__ = ["DEFAULT_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "TIME_BUDGET_STEPS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
 
@@ -18,7 +19,7 @@ NO_ATTENTION = "none"
 """The arena's baseline "variant": each task's model without attention
 (:meth:`attnlab.training.TrainConfig.baseline`; tasks without one skip it)."""
 
-TIME_BUDGET_STEPS = 1_000_000
+TIME_BUDGET_STEPS = _TIME_BUDGET_STEPS
 """The step cap of a time-budgeted run (``seconds`` in its training settings): never the limit in practice."""
 
 DEFAULT_VARIANTS = ("dense", "local", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird", NO_ATTENTION)
@@ -77,7 +78,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "lra": Preset(
         {
-            "listops": TaskSetting({"size": 4000, "min_length": 500, "max_length": 2000, "max_depth": 10, "max_args": 10},
+            "listops": TaskSetting({"size": 4000, "min_length": 500, "max_length": 2000, "max_args": 10},
                                    _timed(45, batch_size=16, layers=2, eval_every=100)),
             "text": TaskSetting({"length": 2048}, _timed(45, layers=2, eval_every=100)),
             "retrieval": TaskSetting({"length": 1024}, _timed(45, layers=2, eval_every=100)),

@@ -15,6 +15,7 @@ import html
 import math
 from pathlib import Path
 
+from .presets import NO_ATTENTION
 from .store import Store
 
 __all__ = ["budget_of", "build_report", "leaderboard", "plot_curves", "plot_lra", "plot_maps"]
@@ -74,13 +75,16 @@ def leaderboard(rows: list[dict]) -> dict:
     return {"tasks": tasks, "average": average}
 
 
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+            "#393b79", "#ad494a", "#637939", "#843c39")
 
 
 def _color(variant: str) -> str:
-    """One colour per variant, the same in every panel."""
+    """One colour per variant, the same in every panel (black: the no-attention baseline)."""
     from .. import efficient
 
+    if variant == NO_ATTENTION:
+        return "black"
     names = efficient.names()
     return _PALETTE[(names.index(variant) if variant in names else len(names)) % len(_PALETTE)]
 
@@ -119,6 +123,7 @@ def plot_lra(board: dict, path: str | Path) -> Path:
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense)")
+    fig.subplots_adjust(hspace=0.35)
     return _save(fig, path)
 
 
@@ -132,7 +137,7 @@ def plot_curves(rows: list[dict], path: str | Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     tasks: dict[str, dict[str, list]] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["seed"]):
         hist = [h for h in r.get("history") or [] if h.get("seconds") is not None]
         if r["status"] == "done" and hist and r["variant"] not in tasks.get(r["task"], {}):
             tasks.setdefault(r["task"], {})[r["variant"]] = hist
@@ -144,7 +149,7 @@ def plot_curves(rows: list[dict], path: str | Path) -> Path | None:
     for ax, (task, lines) in zip(axes.flat, tasks.items()):
         for variant, hist in lines.items():
             ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker=".", ms=4, lw=1.2,
-                    color=_color(variant), label=variant)
+                    color=_color(variant), label=variant, ls="--" if variant == NO_ATTENTION else "-")
         ax.set_xlabel("training time (s, validation not counted)")
         ax.set_ylabel("validation score")
         ax.set_title(task, fontsize=10)
@@ -152,7 +157,8 @@ def plot_curves(rows: list[dict], path: str | Path) -> Path | None:
         ax.legend(fontsize=7, ncol=2)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    fig.suptitle("attnlab arena: validation score against training time")
+    fig.suptitle("attnlab arena: validation score against training time (dashed: no attention)")
+    fig.subplots_adjust(hspace=0.35)
     return _save(fig, path)
 
 

@@ -206,6 +206,8 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
     row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config)}
     try:
         task = (tasks or _TaskCache()).get(spec.config.task, spec.config.task_options)
+        if spec.variant == NO_ATTENTION and task.kind == "seq2seq":
+            raise ValueError("a seq2seq model's decoder attends whatever its encoder: the task has no no-attention baseline")
         resume = (folder / "checkpoint" / "config.json").exists()
         res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds, task=task)
         ck = load_checkpoint(folder)

@@ -61,7 +61,10 @@ class Store:
                 con.execute(_SCHEMA)
                 have = {r[1] for r in con.execute("PRAGMA table_info(runs)")}
                 if "history" not in have:  # a store from before the column
-                    con.execute("ALTER TABLE runs ADD COLUMN history TEXT")
+                    try:
+                        con.execute("ALTER TABLE runs ADD COLUMN history TEXT")
+                    except sqlite3.OperationalError:  # read-only, or another process added it first: rows() copes
+                        pass
         except sqlite3.DatabaseError as e:
             raise ValueError(f"{self.path} is not an attnlab results store ({e})") from None
 

@@ -38,7 +38,9 @@ def train(
     eval_every: Optional[int] = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
     patience: Optional[int] = typer.Option(None, min=1, help="Stop after this many validations without improvement."),
     seconds: Optional[float] = typer.Option(
-        None, "--seconds", min=0.1, help="Time budget: train this many seconds (learning rate annealed over them); --steps still caps."),
+        None, "--seconds", min=0.1,
+        help="Time budget: train this many seconds of training steps, learning rate annealed over them (no step limit unless "
+             "--steps, no early stop unless --patience)."),
     baseline: Optional[bool] = typer.Option(
         None, "--baseline/--no-baseline",
         help="Also train the task's no-attention baseline (same steps, batch, seed; into --out/baseline) and print its score "
@@ -48,6 +50,7 @@ def train(
 ) -> None:
     """Train a model on a task with validation, early stopping and atomic checkpoints; --resume continues a run."""
     from ..audio import MissingToolError
+    from ..tasks import baseline_model
     from ..training import CheckpointError, train as run_train
 
     try:
@@ -56,18 +59,21 @@ def train(
             steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers, heads=heads, batch_size=batch_size, lr=lr,
             eval_every=eval_every, patience=patience, seconds=seconds,
         )
-        if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently
-            run_train(cfg, out_dir, resume=resume)
+        base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
+        base_dir = os.path.join(out_dir, "baseline")
+        base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
+        if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently (both runs, as rank 0)
+            first = run_train(cfg, out_dir, resume=resume)
+            if base_cfg is not None and first.kind != "seq2seq":
+                run_train(base_cfg, base_dir, resume=base_resume)
             return
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval)
             base = None
-            if baseline if baseline is not None else task in USER_DATA_TASKS:
-                base_cfg = cfg.baseline()
+            if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")
-                base = run_train(base_cfg, os.path.join(out_dir, "baseline"), resume=resume and os.path.isdir(os.path.join(out_dir, "baseline")),
-                                 on_step=meter.on_step, on_eval=meter.on_eval)
+                base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval)
     except (CheckpointError, ValueError, TypeError, MissingToolError) as e:
         fail(str(e))
     if as_json:
@@ -89,8 +95,11 @@ USER_DATA_TASKS = ("jsonl", "graph_files")
 
 def _config(task: str, size: Optional[int], task_option: list[str], model_option: list[str], attention_option: list[str], **overrides):
     """The :class:`~attnlab.training.TrainConfig` of ``attnlab train``'s options (None: the task's default)."""
+    import dataclasses
+
     from .. import tasks as task_registry
     from ..training import TrainConfig
+    from ..training.config import TIME_BUDGET_STEPS
 
     if task not in task_registry.names():
         fail(f"unknown task {task!r}; choose one of {', '.join(task_registry.names())}")
@@ -105,7 +114,13 @@ def _config(task: str, size: Optional[int], task_option: list[str], model_option
         overrides["attention_options"] = _option_pairs(attention_option, "--attention-option")
     if overrides["steps"] is not None and overrides["epochs"] is not None:
         fail("give --steps or --epochs, not both")
-    return TrainConfig.for_task(task, **overrides)  # epochs replace the task's default steps there
+    timed = overrides.get("seconds") is not None
+    if timed and overrides["steps"] is None and overrides["epochs"] is None:
+        overrides["steps"] = TIME_BUDGET_STEPS  # the seconds are the limit
+    cfg = TrainConfig.for_task(task, **overrides)  # epochs replace the task's default steps there
+    if timed and overrides["patience"] is None:
+        cfg = dataclasses.replace(cfg, patience=None)  # a time budget runs to its end
+    return cfg
 
 
 def _option_pairs(pairs: list[str], what: str) -> dict:

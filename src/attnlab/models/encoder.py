@@ -74,13 +74,22 @@ class EncoderOutput:
     weights: list[torch.Tensor] | None = None
 
 
+EXACT = ("dense", "dense_naive")
+"""The variants that compute every score: they take any mask (causal as a mask) and the score options."""
+
+
 def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) -> nn.Module:
     """The self-attention module of one block of ``cfg``: :class:`attnlab.MultiHeadAttention`
-    for ``"dense"`` (with the score options), else the efficient variant by name."""
-    if cfg.attention == "dense":
+    for ``"dense"`` (with the score options; ``"dense_naive"``: the same attention with its
+    weights materialised, :class:`attnlab.efficient.NaiveDenseAttention`), else the efficient
+    variant by name."""
+    if cfg.attention in EXACT:
         if cfg.attention_options:
-            raise ValueError("attention_options apply to efficient variants; the dense layer takes score/normalize/head_mode")
-        return MultiHeadAttention(
+            raise ValueError(f"attention_options apply to efficient variants; the {cfg.attention} layer takes score/normalize/head_mode")
+        from ..efficient.naive import NaiveDenseAttention
+
+        cls = MultiHeadAttention if cfg.attention == "dense" else NaiveDenseAttention
+        return cls(
             cfg.embed_dim,
             cfg.num_heads,
             score=cfg.score,
@@ -110,7 +119,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm_first = cfg.norm_first
         self.attn = make_attention(cfg, positional)
-        self.causal_mask = cfg.causal and cfg.attention == "dense"
+        self.causal_mask = cfg.causal and cfg.attention in EXACT
         self.ff = FeedForward(cfg.embed_dim, cfg.ff_dim or 4 * cfg.embed_dim, activation=cfg.activation, dropout=cfg.dropout)
         self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)

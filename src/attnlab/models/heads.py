@@ -97,7 +97,14 @@ class PairClassifier(nn.Module):
             raise ValueError(f"a pair model takes tokens of shape (B, 2, N), got {tuple(tokens.shape)}")
         both = self.encode(tokens.flatten(0, 1), return_weights=return_weights)  # the two towers in one batch
         u, v = both.output.unflatten(0, (tokens.shape[0], 2)).unbind(1)
-        weights = both.weights
-        if weights is not None:
-            weights = weights.unflatten(0, (tokens.shape[0], 2))[:, 0] if torch.is_tensor(weights) else weights
-        return ModelOutput(self.head(torch.cat([u, v, u * v, u - v], dim=-1)), weights)
+        return ModelOutput(self.head(torch.cat([u, v, u * v, u - v], dim=-1)), _first_tower(both.weights, tokens.shape[0]))
+
+
+def _first_tower(weights, b: int):
+    """The first tower's weights out of both towers' ``(2B, ...)`` (a tensor, or a list per block)."""
+    if weights is None:
+        return None
+    if torch.is_tensor(weights):
+        return weights.unflatten(0, (b, 2))[:, 0]
+    return [_first_tower(w, b) for w in weights]
+

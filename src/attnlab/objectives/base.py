@@ -18,7 +18,7 @@ from ..models.base import PAD
 from ..registry import Registry
 from ..tasks.base import Split, Task
 
-__all__ = ["OBJECTIVES", "Objective", "batches", "collate", "create", "get", "names", "register"]
+__all__ = ["EVAL_TOKENS", "OBJECTIVES", "Objective", "batches", "collate", "create", "eval_batch_size", "get", "names", "register"]
 
 OBJECTIVES: Registry = Registry("task kind")
 """Every objective by the task kind it serves (``Task.kind``)."""
@@ -67,7 +67,7 @@ class Objective:
         raise NotImplementedError
 
     @torch.no_grad()
-    def score(self, model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+    def score(self, model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
         """The task's metric of ``model`` on a split (default: accuracy from ``task.correct``)."""
         model.eval()
         data = task.split(split)
@@ -78,8 +78,29 @@ class Objective:
         return right / max(total, 1)
 
 
-def batches(objective: Objective, task: Task, data: Split, batch_size: int):
-    """The split in order, ``batch_size`` examples at a time, as ``(inputs, labels)``."""
+EVAL_TOKENS = 65536
+"""Vectors per evaluation batch: at most 256 sequences, fewer when they are long (a 2000-token
+sequence gets 32 a batch), so that a model that holds N x N weights (``dense_naive``) still fits."""
+
+
+def eval_batch_size(data: Split) -> int:
+    """Examples per evaluation batch of a split: ``min(256, EVAL_TOKENS / vectors per example)``."""
+    return max(1, min(256, EVAL_TOKENS // _vectors_per_example(data)))
+
+
+def _vectors_per_example(data: Split) -> int:
+    t = data.tokens
+    if t.dim() <= 1:
+        return 1
+    if t.dtype.is_floating_point:  # vectors (B, N, F), graphs (B, nodes, F), images (B, C, H, W)
+        return int(t.shape[1]) if t.dim() == 3 else int(t.shape[-1] * t.shape[-2])
+    return int(t[0].numel())  # token ids: (B, N), pairs (B, 2, N)
+
+
+def batches(objective: Objective, task: Task, data: Split, batch_size: int | None = None):
+    """The split in order, ``batch_size`` examples at a time (None: :func:`eval_batch_size`), as
+    ``(inputs, labels)``."""
+    batch_size = batch_size or eval_batch_size(data)
     for i in range(0, len(data), batch_size):
         yield collate(task, data, torch.arange(i, min(i + batch_size, len(data))), objective)
 

@@ -22,7 +22,7 @@ class Regression(Objective):
         return nn.functional.mse_loss(out.squeeze(-1), labels.to(out.dtype))
 
     @torch.no_grad()
-    def score(self, model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+    def score(self, model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
         """``R^2`` over the split (0 when the labels do not vary)."""
         model.eval()
         preds, wants = [], []

@@ -29,7 +29,7 @@ class Seq2Seq(Objective):
         return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=TGT_PAD)
 
     @torch.no_grad()
-    def score(self, model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+    def score(self, model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
         """Exact match of the greedy decoding against the target (EOS and padding left out)."""
         model.eval()
         right = total = 0

@@ -28,7 +28,8 @@ __all__ = ["make_retrieval"]
 def _pairs(rng: np.random.Generator, per_class: list[list[bytes]], count: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``count`` pairs (alternately related and not) of windows drawn from ``per_class``."""
     usable = [c for c, w in enumerate(per_class) if len(w) >= 2]
-    if not usable:
+    present = [c for c, w in enumerate(per_class) if w]
+    if not usable or len(present) < 2:
         raise ValueError("no package has two windows in a split; choose a shorter length")
     rows, labels = [], []
     for i in range(count):
@@ -38,7 +39,7 @@ def _pairs(rng: np.random.Generator, per_class: list[list[bytes]], count: int) -
             a, b = rng.choice(len(per_class[c]), size=2, replace=False)
             pair = (per_class[c][a], per_class[c][b])
         else:
-            c1, c2 = rng.choice(len(per_class), size=2, replace=False)
+            c1, c2 = rng.choice(present, size=2, replace=False)
             pair = (per_class[c1][rng.integers(len(per_class[c1]))], per_class[c2][rng.integers(len(per_class[c2]))])
         rows.append(np.stack([np.frombuffer(w, dtype=np.uint8) for w in pair]))
         labels.append(int(same))

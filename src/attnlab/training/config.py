@@ -12,7 +12,10 @@ from ..models.base import BACKBONES
 from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
 from ..tasks import TASKS, Task, baseline_model, train_defaults
 
-__all__ = ["TrainConfig", "model_config"]
+__all__ = ["TIME_BUDGET_STEPS", "TrainConfig", "model_config"]
+
+TIME_BUDGET_STEPS = 1_000_000
+"""The step cap of a run given only a time budget (``seconds``): never the limit in practice."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from .loop import TrainResult, attention_label
 __all__ = ["cross_attention_example", "evaluate", "predict", "score"]
 
 
-def score(model: nn.Module, task: Task, split: str, batch_size: int = 256) -> float:
+def score(model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
     """The task's metric of ``model`` on a split (its objective's :meth:`~attnlab.objectives.Objective.score`)."""
     return objectives.get(task).score(model, task, split, batch_size)
 

@@ -38,7 +38,7 @@ class TrainResult:
 
     ``step_seconds`` is the time spent in optimizer steps by this call (``steps_run`` of them;
     a resumed run counts only its own), so ``steps_run / step_seconds`` is the training speed.
-    ``stopped_by``: ``"steps"``, ``"patience"`` or ``"budget"``.
+    ``stopped_by``: ``"steps"``, ``"patience"`` or ``"budget"``. ``kind``: the task's kind.
     """
 
     task: str
@@ -53,6 +53,7 @@ class TrainResult:
     step_seconds: float = 0.0
     steps_run: int = 0
     stopped_by: str = "steps"
+    kind: str = ""
 
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints."""
@@ -155,8 +156,8 @@ def train(
             return out / "checkpoint"
         return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
 
-    stopped = False
-    stopped_by = "steps"
+    stopped = cfg.seconds is not None and spent >= cfg.seconds  # resumed after its budget ran out: nothing to train
+    stopped_by = "budget" if stopped else "steps"
     step_seconds, steps_run = 0.0, 0
     while step < total and not stopped:
         t_step = time.perf_counter()
@@ -175,16 +176,18 @@ def train(
         step += 1
         steps_run += 1
         took = time.perf_counter() - t_step
-        step_seconds += took
-        spent += took
-        over_budget = (max_seconds is not None and time.perf_counter() - t0 >= max_seconds) or (
-            cfg.seconds is not None and spent >= cfg.seconds)
-        if world > 1:  # the global loss, and one decision about the budget for all processes
+        over_budget = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
+        if world > 1:  # the global loss, one step time (the slowest) and one decision about the budget for all processes
             import torch.distributed as dist
 
             both = torch.tensor([float(loss.detach()), float(over_budget)], dtype=torch.float64)
             dist.all_reduce(both)
-            loss, over_budget = both[0] / world, bool(both[1] > 0)
+            slowest = torch.tensor([took], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            loss, over_budget, took = both[0] / world, bool(both[1] > 0), float(slowest)
+        step_seconds += took
+        spent += took  # the same on every process: the learning rate follows it
+        over_budget = over_budget or (cfg.seconds is not None and spent >= cfg.seconds)
         losses.append(float(loss.detach()))
         if on_step is not None:
             on_step(step, total, float(loss.detach()))
@@ -213,7 +216,7 @@ def train(
     best_model.load_state_dict(best_state)
     value = objective.score(best_model, task, "test")
     return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
-                       step_seconds, steps_run, stopped_by)
+                       step_seconds, steps_run, stopped_by, task.kind)
 
 
 def _distributed() -> tuple[int, int, bool]:
