@@ -20,11 +20,14 @@ TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20,
 
 def test_plans_are_deterministic_and_checked():
     a, b = plan("quick"), plan("quick")
-    assert [s.run_id for s in a] == [s.run_id for s in b] and len(a) == len(PRESETS["quick"].tasks) * 8
+    quick = PRESETS["quick"]
+    assert [s.run_id for s in a] == [s.run_id for s in b] and len(a) == sum(len(t.variants or quick.variants) for t in quick.tasks.values())
+    text = [s for s in a if s.task == "text"]  # the long task: dense_naive and the baseline beside dense, time-budgeted
+    assert {"dense", "dense_naive", "none"} <= {s.variant for s in text} and all(s.config.seconds == 20.0 for s in text)
     assert len({s.run_id for s in a}) == len(a)
-    two = plan("quick", tasks=["pos"], variants=["dense"], seeds=[0, 1])
+    two = plan("quick", tasks=["recall"], variants=["dense"], seeds=[0, 1])
     assert [s.seed for s in two] == [0, 1] and two[0].run_id != two[1].run_id and two[0].run_id == next(
-        s.run_id for s in a if s.task == "pos" and s.variant == "dense")
+        s.run_id for s in a if s.task == "recall" and s.variant == "dense")
     local = next(s for s in a if s.variant == "local" and s.task == "recall")
     assert local.config.attention_options == {"window": 4} and local.config.causal  # typed field since issue 14
     with pytest.raises(ValueError, match="unknown variant 'fast'"):

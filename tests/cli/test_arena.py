@@ -18,7 +18,7 @@ def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path):
     args = ["arena", "--tasks", "pos", "--variants", "dense", "--out", str(tmp_path)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "pos (token_accuracy)" in res.output and (tmp_path / "report.html").exists()
+    assert "pos (token_accuracy" in res.output and "step-budgeted" in res.output and (tmp_path / "report.html").exists()
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0
     with sqlite3.connect(tmp_path / "results.sqlite") as con:

@@ -69,7 +69,9 @@ def _print_leaderboard(board: dict) -> None:
     """The arena's leaderboard: per task, then the average."""
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
-        t = table(f"{task} ({metric})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "params"])
+        budget = entries[0].get("budget") if entries else None
+        mode = "" if not budget else f", {budget} per run, " + ("time-budgeted" if budget.endswith(" s") else "step-budgeted")
+        t = table(f"{task} ({metric}{mode})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "params"])
         for e in entries:
             if e["value"] is None:
                 t.add_row(e["variant"], "[red]failed[/]", "", "", "", (e["error"] or "")[:60].replace("[", "\\["))

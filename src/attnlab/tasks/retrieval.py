@@ -18,9 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..validate import int_at_least, positive_int
 from .base import FIRST, Split, Task, register
-from .text import package_windows, present_packages
+from .text import package_data
 
 __all__ = ["make_retrieval"]
 
@@ -52,12 +51,7 @@ def _pairs(rng: np.random.Generator, per_class: list[list[bytes]], count: int) -
 def make_retrieval(size: int = 2000, seed: int = 0, length: int = 1024, classes: int = 6) -> Task:
     """The ``retrieval`` task: ``size`` training pairs of two ``length``-byte windows (see the
     module docstring); validation and test take ``size / 5`` pairs each (at least 100)."""
-    positive_int("size", size)
-    int_at_least("length", length, 64)
-    int_at_least("classes", classes, 2)
-    present = present_packages(classes, "retrieval")
-    rng = np.random.default_rng(seed)
-    by_split, files_of = package_windows(rng, present, length)
+    present, rng, by_split, files_of = package_data("retrieval", size=size, seed=seed, length=length, classes=classes)
     splits = {}
     for name, per_class in by_split.items():
         if sum(1 for w in per_class if w) < 2:

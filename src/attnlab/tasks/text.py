@@ -24,7 +24,7 @@ import torch
 from ..validate import int_at_least, positive_int
 from .base import FIRST, Split, Task, register
 
-__all__ = ["PACKAGES", "make_text", "package_windows", "present_packages", "stdlib_files"]
+__all__ = ["PACKAGES", "make_text", "package_data", "package_windows", "present_packages", "stdlib_files"]
 
 PACKAGES = ("asyncio", "email", "importlib", "multiprocessing", "unittest", "xml")
 """The standard-library packages whose modules are the classes (those present on the machine)."""
@@ -78,17 +78,24 @@ def package_windows(rng: np.random.Generator, packages: list[str], length: int) 
     return by_split, files_of
 
 
+def package_data(task: str, *, size: int, seed: int, length: int, classes: int):
+    """The options of a standard-library task checked, then ``(packages, rng, windows, files)``:
+    the packages present, the task's random generator after the split, and
+    :func:`package_windows`' two dicts."""
+    positive_int("size", size)
+    int_at_least("length", length, 64)
+    int_at_least("classes", classes, 2)
+    present = present_packages(classes, task)
+    rng = np.random.default_rng(seed)
+    return (present, rng, *package_windows(rng, present, length))
+
+
 @register("text", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "dim": 64, "layers": 2, "pooling": "mean",
                                   "positional": "sinusoidal", "eval_every": 250})
 def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int = 6) -> Task:
     """The ``text`` task: at most ``size`` training windows of ``length`` bytes from ``classes``
     standard-library packages (see the module docstring)."""
-    positive_int("size", size)
-    int_at_least("length", length, 64)
-    int_at_least("classes", classes, 2)
-    present = present_packages(classes, "text")
-    rng = np.random.default_rng(seed)
-    by_split, files_of = package_windows(rng, present, length)
+    present, rng, by_split, files_of = package_data("text", size=size, seed=seed, length=length, classes=classes)
     splits = {}
     for name, per_class in by_split.items():
         cap = min(len(w) for w in per_class)
