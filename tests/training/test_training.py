@@ -179,3 +179,12 @@ def test_train_seconds_is_a_time_budget_without_step_limit_or_early_stop(monkeyp
     assert (seen[0].seconds, seen[0].steps, seen[0].patience) == (5.0, TIME_BUDGET_STEPS, None)
     assert (seen[1].seconds, seen[1].steps, seen[1].patience) == (5.0, 40, 2)
     assert r.exit_code == 2 and "no no-attention baseline" in " ".join(r.output.split()) and len(seen) == 2  # refused before training
+
+
+def test_a_positional_table_shared_by_every_layer_checkpoints_and_loads(tmp_path):
+    cfg = TrainConfig.for_task("pos", **{**TINY, "layers": 2}, positional="relative")
+    res = train(cfg, tmp_path)
+    ck = load_checkpoint(tmp_path)
+    assert evaluate(tmp_path).value == res.value
+    shared = [p for n, p in ck.model.named_parameters(remove_duplicate=False) if n.endswith("positional.weight")]
+    assert len(shared) >= 2 and all(p is shared[0] for p in shared)  # still one parameter after loading

@@ -51,6 +51,22 @@ class Checkpoint:
     state: dict | None
 
 
+def _unshared(state: dict) -> dict:
+    """The tensors of a state dict, contiguous, each with its own memory: safetensors refuses
+    tensors that share it (a positional table shared by every layer, as ``relative`` is); each
+    copy is loaded back into the one shared parameter."""
+    seen: set = set()
+    out = {}
+    for k, v in state.items():
+        v = v.contiguous()
+        ptr = (v.untyped_storage().data_ptr(), v.storage_offset()) if v.numel() else None
+        if ptr is not None and ptr in seen:
+            v = v.clone()
+        seen.add(ptr)
+        out[k] = v
+    return out
+
+
 def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainConfig, mcfg: ModelConfig, meta: dict, state: dict) -> Path:
     """Write ``out/checkpoint`` atomically (see the module docstring) and return its path."""
     from safetensors.torch import save_file
@@ -61,8 +77,8 @@ def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainCo
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-    save_file({k: v.contiguous() for k, v in best_state.items()}, str(tmp / "best.safetensors"))
+    save_file(_unshared(model.state_dict()), str(tmp / "model.safetensors"))
+    save_file(_unshared(best_state), str(tmp / "best.safetensors"))
     torch.save(state, tmp / "state.pt")
     payload = {"format": FORMAT, "version": VERSION, "train": dataclasses.asdict(cfg), "model": mcfg.to_dict(), **meta}
     (tmp / "config.json").write_text(json.dumps(payload, indent=1))
