@@ -88,11 +88,11 @@ def test_train_on_user_data_reports_the_no_attention_baseline(tmp_path):
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.splitlines()[-1])
-    assert summary["baseline"]["model"] == "mlp" and 0.0 <= summary["baseline"]["value"] <= 1.0
+    assert summary["baseline"]["model"] == "window_mlp" and 0.0 <= summary["baseline"]["value"] <= 1.0
     from attnlab.training import load_checkpoint
 
     base = load_checkpoint(tmp_path / "run" / "baseline")
-    assert base.config.model == "mlp" and base.config.steps == 6 and base.config.task_options == {"path": str(data)}
+    assert base.config.model == "window_mlp" and base.config.steps == 6 and base.config.task_options == {"path": str(data)}
     r = CliRunner().invoke(app, [*args[:-1], "--no-baseline", "--out", str(tmp_path / "run2"), "--json"])
     assert "baseline" not in json.loads(r.stdout.splitlines()[-1])
 
@@ -105,3 +105,4 @@ def test_the_baseline_config_drops_attention_and_its_summary_token():
     assert TrainConfig.for_task("digits").baseline().model == "cnn"
     with pytest.raises(ValueError, match="no no-attention baseline"):
         TrainConfig.for_task("translate").baseline()
+    assert TrainConfig.for_task("jsonl").positional == "rope"  # measured: benchmarks/user_data.py
