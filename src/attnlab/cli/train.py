@@ -92,7 +92,6 @@ USER_DATA_TASKS = ("jsonl", "graph_files")
 """Tasks on the user's own data: ``attnlab train`` reports the no-attention baseline by default."""
 
 
-
 def _config(task: str, size: Optional[int], task_option: list[str], model_option: list[str], attention_option: list[str], **overrides):
     """The :class:`~attnlab.training.TrainConfig` of ``attnlab train``'s options (None: the task's default)."""
     import dataclasses
