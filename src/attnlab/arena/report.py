@@ -33,7 +33,7 @@ def budget_of(config: dict) -> str:
 def leaderboard(rows: list[dict]) -> dict:
     """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``; an entry has ``variant``,
     ``value`` (mean over seeds), ``speed`` and ``memory`` relative to dense (None without a
-    dense run), ``params``, ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``error``
+    dense run), ``params``, ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time budget), ``error``
     (failed runs: the message)."""
     tasks: dict[str, list[dict]] = {}
     by_cell: dict[tuple[str, str], list[dict]] = {}
@@ -42,7 +42,7 @@ def leaderboard(rows: list[dict]) -> dict:
     for (task, variant), rs in by_cell.items():
         ok = [r for r in rs if r["status"] == "done"]
         entry = {"variant": variant, "seeds": len(ok), "metric": rs[0]["metric"] or (ok[0]["metric"] if ok else None),
-                 "budget": budget_of(rs[0]["config"])}
+                 "budget": budget_of(rs[0]["config"]), "timed": rs[0]["config"].get("seconds") is not None}
         if ok:
             entry.update(
                 value=sum(r["value"] for r in ok) / len(ok),

@@ -69,8 +69,8 @@ def _print_leaderboard(board: dict) -> None:
     """The arena's leaderboard: per task, then the average."""
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
-        budget = entries[0].get("budget") if entries else None
-        mode = "" if not budget else f", {budget} per run, " + ("time-budgeted" if budget.endswith(" s") else "step-budgeted")
+        first = entries[0] if entries else {}
+        mode = f", {first['budget']} per run, {'time' if first['timed'] else 'step'}-budgeted" if first else ""
         t = table(f"{task} ({metric}{mode})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "params"])
         for e in entries:
             if e["value"] is None:
