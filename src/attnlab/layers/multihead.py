@@ -222,6 +222,18 @@ class MultiHeadAttention(nn.Module):
         Returns:
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
         """
+        q, k, v, bias = self.project(query, key, value, bias=bias, positions=positions, key_positions=key_positions)
+        res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
+        b, _, n, _ = res.output.shape
+        out = res.output.transpose(1, 2).reshape(b, n, self.embed_dim)  # concat heads: (B, N, E)
+        return AttentionResult(self.out_proj(out), res.weights)
+
+    def project(self, query, key=None, value=None, *, bias=None, positions=None, key_positions=None):
+        """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, H, M, D)``
+        after the projections and the positional encoding (input encodings added first, ``rope``
+        rotation after), and the score bias (the caller's plus a bias encoding's, or None).
+        Arguments as for :meth:`forward`; :meth:`forward` is ``attend_heads`` on these, then
+        ``W^o``. The attention viewer reads q, k and v through this method."""
         self._check_input("query", query, self.embed_dim, None)
         key = query if key is None else key
         value = key if value is None else value
@@ -253,10 +265,7 @@ class MultiHeadAttention(nn.Module):
             v = self._heads(value, self.v_proj, self.head_v if project else None)
         if pe is not None and pe.kind == "rotation":
             q, k = pe.rotate(q, k, qpos, kpos)
-        res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
-        b, _, n, _ = res.output.shape
-        out = res.output.transpose(1, 2).reshape(b, n, self.embed_dim)  # concat heads: (B, N, E)
-        return AttentionResult(self.out_proj(out), res.weights)
+        return q, k, v, bias
 
     def attend_heads(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
         """The attention step on projected heads: q ``(B, H, N, D)``, k ``(B, H, M, D)``, v
