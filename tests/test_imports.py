@@ -20,6 +20,7 @@ FLOORS = [
     {"layers"},
     {"efficient"},
     {"models"},
+    {"pretrained"},  # trained weights loaded into models
     {"recurrent", "audio"},
     {"tasks"},
     {"objectives"},

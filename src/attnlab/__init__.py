@@ -16,6 +16,7 @@ The public API::
     attnlab.recurrent.AttentionRNN / LSTMN / create / names (attention inside RNNs; RNN/CNN baselines)
     attnlab.models.create / names (backbones), attnlab.tasks.create / names
     attnlab.training.train / evaluate (the train pipeline)
+    attnlab.pretrained.load("all-MiniLM-L6-v2" | folder, attention=...) (BERT-family weights in attnlab's modules)
 
 Every family is a registry with the same verbs: ``create(name, ...)``, ``names()``, ``register(name)``.
 
@@ -24,7 +25,7 @@ Shapes follow the legend in :mod:`attnlab.core`.
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import efficient, masks, models, normalizers, positional, recurrent, scores, tasks
+from . import efficient, masks, models, normalizers, positional, pretrained, recurrent, scores, tasks
 from .core import (
     Additive,
     AttentionResult,
@@ -56,6 +57,7 @@ __all__ = [
     "masks",
     "positional",
     "models",
+    "pretrained",
     "efficient",
     "recurrent",
     "tasks",

@@ -1,0 +1,153 @@
+"""The BERT loader against Hugging Face transformers and sentence-transformers, and its errors."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from attnlab import pretrained
+from attnlab.pretrained import PretrainedError
+from attnlab.pretrained.heads import attention_map, find_links, token_positions
+from tests.bert_folder import write_tiny_bert
+
+transformers = pytest.importorskip("transformers")
+
+SENTENCES = [
+    "The law will never be perfect, but its application should be just.",
+    "Attention is all you need.",
+    "A cat sat on the mat, and the model attends to its weights.",
+]
+
+
+def hf_run(folder, batch, dtype=torch.float32):
+    hf = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval().to(dtype)
+    with torch.no_grad():
+        return hf(input_ids=batch.ids, attention_mask=batch.padding.long(), token_type_ids=batch.token_type_ids,
+                  output_hidden_states=True, output_attentions=True)
+
+
+def compare_with_hf(model, folder, texts, dtype=torch.float32):
+    """Max differences (hidden states at real tokens, attention probabilities at real query rows) against HF."""
+    model = model.to(dtype)
+    batch = model.encode(texts)
+    assert not batch.padding.all(), "the texts must need padding"
+    with torch.no_grad():
+        ours = model(batch, return_weights=True, return_hidden=True)
+    ref = hf_run(folder, batch, dtype)
+    real = batch.padding
+    hidden = max((a - b).abs()[real].max().item() for a, b in zip(ours.hidden, ref.hidden_states))
+    probs = max((a - b).abs().transpose(1, 2)[real].max().item() for a, b in zip(ours.weights, ref.attentions))
+    assert len(ours.hidden) == len(ref.hidden_states) and len(ours.weights) == len(ref.attentions)
+    return hidden, probs
+
+
+def test_tiny_bert_equals_hugging_face_in_float32_and_float64(tiny_bert):
+    m = pretrained.load(tiny_bert)
+    assert m.missing == []
+    hidden, probs = compare_with_hf(m, tiny_bert, SENTENCES)
+    assert hidden < 1e-5 and probs < 1e-6, (hidden, probs)
+    hidden, probs = compare_with_hf(pretrained.load(tiny_bert), tiny_bert, SENTENCES, torch.float64)
+    assert hidden < 1e-10 and probs < 1e-12, (hidden, probs)
+
+
+def test_minilm_equals_hugging_face_on_real_sentences_with_padding(minilm):
+    hidden, probs = compare_with_hf(minilm, minilm.folder, SENTENCES)
+    assert hidden < 1e-5 and probs < 1e-6, (hidden, probs)
+
+
+def test_minilm_sentence_embeddings_equal_sentence_transformers(minilm):
+    st = pytest.importorskip("sentence_transformers")
+    ref = st.SentenceTransformer(str(minilm.folder), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+    ours = minilm.embed(SENTENCES)
+    assert minilm.normalize_embeddings  # the folder's modules.json ends with Normalize
+    assert (ours - ref).abs().max().item() < 1e-5
+
+
+def test_minilm_has_a_head_that_links_its_to_law_as_hugging_face_sees_it(minilm):
+    amap = attention_map(minilm, SENTENCES[0])
+    best = find_links(amap, "its", "law", top=3)
+    i, j = amap.tokens.index("its"), amap.tokens.index("law")
+    ref = torch.stack([a[0] for a in hf_run(minilm.folder, minilm.encode(SENTENCES[0])).attentions])  # (L, H, N, N)
+    flat = ref[:, :, i, j].flatten()
+    assert divmod(int(flat.argmax()), ref.shape[1]) == (best[0].layer, best[0].head)
+    assert best[0].weight == pytest.approx(float(flat.max()), abs=1e-6)
+    assert best[0].weight > 0.5 and best[0].weight >= best[1].weight >= best[2].weight
+
+
+def test_weights_from_pytorch_bin_and_with_a_task_models_bert_prefix(tmp_path, tiny_bert):
+    ref = pretrained.load(tiny_bert).embed(SENTENCES)
+    bin_folder = write_tiny_bert(tmp_path / "bin", safetensors=False)
+    assert (bin_folder / "pytorch_model.bin").exists() and not (bin_folder / "model.safetensors").exists()
+    assert torch.equal(pretrained.load(bin_folder).embed(SENTENCES), ref)  # same seed, same weights
+    prefixed = write_tiny_bert(tmp_path / "cls", prefix=True)
+    from safetensors.torch import load_file
+
+    assert any(k.startswith("bert.") for k in load_file(str(prefixed / "model.safetensors")))
+    m = pretrained.load(prefixed)
+    assert m.missing == [] and m.embed(SENTENCES).shape == ref.shape
+
+
+def test_a_variant_at_its_exact_limit_keeps_the_trained_output(tiny_bert):
+    dense = pretrained.load(tiny_bert)
+    local = pretrained.load(tiny_bert, attention="local", attention_options={"window": 64})
+    assert isinstance(local.model.encoder.layers[0].attn, __import__("attnlab").efficient.LocalAttention)
+    assert (local.embed(SENTENCES) - dense.embed(SENTENCES)).abs().max() < 1e-5
+    narrow = pretrained.load(tiny_bert, attention="local", attention_options={"window": 1})
+    assert (narrow.embed(SENTENCES) - dense.embed(SENTENCES)).abs().max() > 1e-3  # a real change, not a no-op
+    lin = pretrained.load(tiny_bert, attention="linformer", attention_options={"k": 8})
+    assert any("proj_k" in k for k in lin.missing)  # its own projections are not in the checkpoint
+    relu = pretrained.load(tiny_bert, normalize="relu")
+    assert (relu.embed(SENTENCES) - dense.embed(SENTENCES)).abs().max() > 1e-3
+
+
+def test_text_longer_than_the_positions_is_refused_or_truncated_when_asked(tiny_bert):
+    m = pretrained.load(tiny_bert)
+    long = " ".join(["attention"] * 100)
+    with pytest.raises(ValueError, match="102 tokens, more than 64.*truncate"):
+        m.encode(long)
+    batch = m.encode(long, truncate=True)
+    assert batch.ids.shape == (1, 64) and batch.tokens[0][-1] == "[SEP]" and batch.tokens[0][0] == "[CLS]"
+    with pytest.raises(ValueError, match="exceeds the model's 64 positions"):
+        m.encode("a", max_length=100)
+
+
+def test_unknown_name_lists_the_known_models():
+    with pytest.raises(PretrainedError, match="unknown model 'bert-huge'.*all-MiniLM-L6-v2"):
+        pretrained.locate("bert-huge")
+
+
+def test_a_folder_of_another_architecture_says_which(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(PretrainedError, match="model_type 'gpt2' \\(GPT2LMHeadModel\\)"):
+        pretrained.load(tmp_path)
+
+
+def test_missing_files_and_mismatched_tensors_are_named(tmp_path, tiny_bert):
+    with pytest.raises(PretrainedError, match="no config.json"):
+        pretrained.load(tmp_path)
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_bert, folder)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(PretrainedError, match="no tokenizer.json"):
+        pretrained.load(folder)
+    shutil.copy(tiny_bert / "tokenizer.json", folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["intermediate_size"] = 48
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PretrainedError, match="'encoder.layer.0.intermediate.dense.weight' has shape \\(64, 32\\), the model expects \\(48, 32\\)"):
+        pretrained.load(folder)
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(PretrainedError, match="could not be read"):
+        pretrained.load(folder)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(PretrainedError, match="neither model.safetensors nor pytorch_model.bin"):
+        pretrained.load(folder)
+
+
+def test_token_positions_find_words_split_into_pieces():
+    tokens = ["[CLS]", "the", "head", "##s", "attend", "heads", "[SEP]"]
+    assert token_positions(tokens, "heads") == [5]  # the exact token first
+    assert token_positions(["[CLS]", "head", "##s", "[SEP]"], "Heads") == [1]
+    with pytest.raises(ValueError, match="'law' is not among the tokens"):
+        token_positions(tokens, "law")
