@@ -24,9 +24,10 @@ def write_tiny_bert(folder, *, positions=64, safetensors=True, prefix=False, see
         max_position_embeddings=positions, type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         initializer_range=0.3,  # larger than BERT's 0.02: peaked, token-dependent attention, so that swapping it shows
     )
-    torch.manual_seed(seed)
     cls = transformers.BertForSequenceClassification if prefix else transformers.BertModel
-    model = cls(cfg).eval()
+    with torch.random.fork_rng(devices=[]):  # leave the global generator as it was for the tests that follow
+        torch.manual_seed(seed)
+        model = cls(cfg).eval()
     model.save_pretrained(str(folder))
     if not safetensors:  # the older layout (transformers 5 writes safetensors only)
         torch.save(model.state_dict(), folder / "pytorch_model.bin")

@@ -81,11 +81,73 @@ def test_weights_from_pytorch_bin_and_with_a_task_models_bert_prefix(tmp_path, t
     assert (bin_folder / "pytorch_model.bin").exists() and not (bin_folder / "model.safetensors").exists()
     assert torch.equal(pretrained.load(bin_folder).embed(SENTENCES), ref)  # same seed, same weights
     prefixed = write_tiny_bert(tmp_path / "cls", prefix=True)
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
 
-    assert any(k.startswith("bert.") for k in load_file(str(prefixed / "model.safetensors")))
+    tensors = load_file(str(prefixed / "model.safetensors"))
+    assert any(k.startswith("bert.") for k in tensors)
     m = pretrained.load(prefixed)
-    assert m.missing == [] and m.embed(SENTENCES).shape == ref.shape
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(prefixed)).eval()
+    batch = m.encode(SENTENCES)
+    with torch.no_grad():
+        ref_hidden = hf.bert(input_ids=batch.ids, attention_mask=batch.padding.long(), token_type_ids=batch.token_type_ids).last_hidden_state
+    assert m.missing == [] and (m(batch).output - ref_hidden).abs()[batch.padding].max() < 1e-5
+    # the old LayerNorm names (gamma / beta) of early BERT checkpoints
+    old = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v for k, v in tensors.items()}
+    assert any(k.endswith("LayerNorm.gamma") for k in old)
+    save_file(old, str(prefixed / "model.safetensors"))
+    assert torch.equal(pretrained.load(prefixed)(batch).output, m(batch).output)
+
+
+def test_segment_ids_and_small_batches_match_hugging_face(tiny_bert):
+    m = pretrained.load(tiny_bert)
+    pair = m.tokenizer.encode("the law will never be perfect", "its application should be just")
+    assert set(pair.type_ids) == {0, 1}
+    batch = pretrained.Encoded(torch.tensor([pair.ids]), torch.tensor([pair.type_ids]), torch.ones(1, len(pair.ids), dtype=torch.bool),
+                               [pair.tokens])
+    assert (m(batch).output - hf_run(tiny_bert, batch).last_hidden_state).abs().max() < 1e-5
+    whole = m.embed(SENTENCES)
+    assert (m.embed(SENTENCES, batch_size=1) - whole).abs().max() < 1e-5  # batches of 1: no padding
+    m.train()
+    m.embed(SENTENCES)
+    assert m.training  # embed runs in eval mode and gives the mode back
+
+
+def test_bad_arguments_are_refused(tiny_bert):
+    m = pretrained.load(tiny_bert)
+    for kwargs, message in (({"max_length": 1}, "max_length must be"), ({"max_length": 0}, "max_length must be"),
+                            ({"pad_to": 2}, "pad_to=2 is shorter than the longest text")):
+        with pytest.raises(ValueError, match=message):
+            m.encode(SENTENCES, **kwargs)
+    with pytest.raises(ValueError, match="no texts to embed"):
+        m.embed([])
+    with pytest.raises(ValueError, match="batch_size must be"):
+        m.embed(SENTENCES, batch_size=0)
+    with pytest.raises(TypeError, match="texts must be"):
+        m.encode([1, 2])
+
+
+def test_pooling_and_length_come_from_the_sentence_transformers_files(tmp_path, tiny_bert):
+    folder = tmp_path / "st"
+    shutil.copytree(tiny_bert, folder)
+    (folder / "modules.json").write_text(json.dumps([
+        {"type": "sentence_transformers.models.Transformer", "path": ""},
+        {"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"},
+        {"type": "sentence_transformers.models.Normalize", "path": "2_Normalize"},
+    ]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8}))
+    m = pretrained.load(folder)
+    assert (m.pooling, m.normalize_embeddings, m.sentence_length) == ("cls", True, 8)
+    batch = m.encode(SENTENCES[1])
+    ref = torch.nn.functional.normalize(m(batch).output[:, 0], dim=-1)
+    assert torch.allclose(m.embed(SENTENCES[1]), ref, atol=1e-6)
+    with pytest.raises(ValueError, match="more than 8"):
+        m.embed(SENTENCES[0])  # sentence-transformers would cut it at 8 tokens: we say so
+    assert m.embed(SENTENCES[0], truncate=True).shape == (1, 32)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_weightedmean_tokens": True}))
+    with pytest.raises(PretrainedError, match="pooling \\['weightedmean_tokens'\\]"):
+        pretrained.load(folder)
 
 
 def test_a_variant_at_its_exact_limit_keeps_the_trained_output(tiny_bert):

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..models.encoder import Encoder, EncoderOutput
-from ..validate import positive_int
+from ..validate import is_int, positive_int
 
 __all__ = ["BertConfig", "BertEmbeddings", "BertModel", "PretrainedError", "load_weights", "read_tensors"]
 
@@ -61,6 +61,8 @@ class BertConfig:
             raise PretrainedError(f"{path.parent} has no config.json: not a Hugging Face model folder") from None
         except json.JSONDecodeError as e:
             raise PretrainedError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(raw, dict):
+            raise PretrainedError(f"{path} is not a JSON object of model settings")
         kind = raw.get("model_type")
         archs = raw.get("architectures") or []
         if kind not in SUPPORTED_TYPES:
@@ -71,15 +73,15 @@ class BertConfig:
             )
         if raw.get("position_embedding_type", "absolute") != "absolute":
             raise PretrainedError(f"{path}: position_embedding_type {raw['position_embedding_type']!r}; only 'absolute' is supported")
-        act = raw.get("hidden_act", "gelu")
-        if act not in ACTIVATIONS:
-            raise PretrainedError(f"{path}: hidden_act {act!r}; supported: {', '.join(ACTIVATIONS)}")
         fields = {f: raw[f] for f in cls.__dataclass_fields__ if f in raw and raw[f] is not None}
         missing = [f for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size") if f not in fields]
         if missing:
             raise PretrainedError(f"{path} lacks {', '.join(missing)}")
         cfg = cls(**fields)
-        check_config(cfg)
+        try:
+            check_config(cfg)
+        except (ValueError, TypeError) as e:
+            raise PretrainedError(f"{path}: {e}") from None
         return cfg
 
 
@@ -129,6 +131,7 @@ class BertModel(nn.Module):
         dropout: float = 0.0,
     ):
         super().__init__()
+        check_config(cfg)
         self.config = cfg
         self.embeddings = BertEmbeddings(cfg, dropout)
         self.encoder = Encoder(
@@ -264,8 +267,16 @@ def load_weights(model: BertModel, tensors: dict[str, torch.Tensor], source: str
 
 
 def check_config(cfg: BertConfig) -> None:
-    """Positive sizes and heads that divide the width."""
-    for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings"):
+    """Positive integer sizes, heads that divide the width, a padding id inside the vocabulary, a
+    known activation; ``ValueError`` naming the field otherwise."""
+    for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "max_position_embeddings", "type_vocab_size"):
         positive_int(f, getattr(cfg, f))
     if cfg.hidden_size % cfg.num_attention_heads:
-        raise PretrainedError(f"hidden_size {cfg.hidden_size} is not divisible by num_attention_heads {cfg.num_attention_heads}")
+        raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_attention_heads {cfg.num_attention_heads}")
+    if not is_int(cfg.pad_token_id) or not 0 <= cfg.pad_token_id < cfg.vocab_size:
+        raise ValueError(f"pad_token_id must be in 0 .. {cfg.vocab_size - 1}, got {cfg.pad_token_id!r}")
+    if cfg.hidden_act not in ACTIVATIONS:
+        raise ValueError(f"hidden_act {cfg.hidden_act!r}; supported: {', '.join(ACTIVATIONS)}")
+    if not isinstance(cfg.layer_norm_eps, (int, float)) or cfg.layer_norm_eps <= 0:
+        raise ValueError(f"layer_norm_eps must be a positive number, got {cfg.layer_norm_eps!r}")

