@@ -1,0 +1,109 @@
+"""The attention viewer's data: what the page is given equals what the model computed."""
+
+import base64
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import pretrained
+from attnlab.models import Encoder
+from attnlab.viz.trace import capture, stack_captured
+from attnlab.viz.viewer import ViewerData, checkpoint_view, pretrained_view, rollout, viewer_data, write_viewer
+
+pytest.importorskip("transformers")  # the tiny model folder is written by transformers
+
+
+def unpack(field: str, dtype: str, shape) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(field), dtype=dtype).reshape(shape)
+
+
+def test_rollout_is_the_product_of_half_identity_mixed_mean_heads():
+    gen = torch.Generator().manual_seed(0)
+    w = torch.softmax(torch.randn(3, 2, 5, 5, generator=gen, dtype=torch.float64), -1)
+    r = rollout(w)
+    eye = torch.eye(5, dtype=torch.float64)
+    ref = eye
+    for layer in range(3):
+        a = 0.5 * w[layer].mean(0) + 0.5 * eye
+        ref = (a / a.sum(-1, keepdim=True)) @ ref
+        assert torch.allclose(r[layer], ref, atol=1e-12)
+    assert torch.allclose(r.sum(-1), torch.ones(3, 5, dtype=torch.float64))
+
+
+def test_packed_weights_are_each_rows_largest_entries(tiny_bert):
+    view = pretrained_view(pretrained.load(tiny_bert), "the law will never be perfect but its application should be just")
+    n = len(view.tokens)
+    data = viewer_data(view, topk=4)
+    assert (data["layers"], data["heads"], data["n"], data["topk"]) == (2, 4, n, 4)
+    idx = unpack(data["attention"]["index"], "<u2", (2, 4, n, 4))
+    val = unpack(data["attention"]["weight"], "<f2", (2, 4, n, 4))
+    ref_val, ref_idx = view.weights.float().topk(4, dim=-1)
+    assert np.array_equal(idx, ref_idx.numpy())
+    assert np.abs(val.astype(np.float32) - ref_val.numpy()).max() < 1e-3  # float16
+    qkv = unpack(data["steps"]["qkv"], "<f2", (3, 2, 4, n, 8)).astype(np.float32)
+    assert np.abs(qkv[0] - view.q.numpy()).max() < 1e-2 * np.abs(view.q.numpy()).max()
+
+
+def test_captured_heads_recompute_the_models_weights(tiny_bert):
+    m = pretrained.load(tiny_bert)
+    batch = m.encode("attention is all you need")
+    with capture(m) as records, torch.no_grad():
+        out = m(batch, return_weights=True)
+    s = stack_captured(records)
+    assert s["weights"].shape == (2, 4, 7, 7) and s["scale"] == pytest.approx(8**-0.5) and s["why"] == ""
+    recomputed = torch.softmax(s["scale"] * s["q"] @ s["k"].transpose(-1, -2), -1)
+    assert (recomputed - s["weights"]).abs().max() < 1e-6
+    assert (s["weights"] - torch.stack([w[0] for w in out.weights])).abs().max() == 0
+
+
+def test_the_steps_panel_is_off_where_plain_softmax_cannot_recompute_the_weights():
+    enc = Encoder(16, 2, 2, positional="alibi")
+    with capture(enc) as records, torch.no_grad():
+        enc(torch.randn(1, 5, 16))
+    s = stack_captured(records)
+    assert s["scale"] is None and "bias" in s["why"]
+    enc = Encoder(16, 2, 1, score="cosine", positional="rope")
+    with capture(enc) as records, torch.no_grad():
+        enc(torch.randn(1, 5, 16))
+    s = stack_captured(records)  # cosine: q and k come normalised, rope: rotated; the scores are scale q . k
+    assert s["scale"] is not None
+    assert (torch.softmax(s["scale"] * s["q"] @ s["k"].transpose(-1, -2), -1) - s["weights"]).abs().max() < 1e-6
+
+
+def test_an_efficient_variant_has_no_weights_to_show(tiny_bert):
+    m = pretrained.load(tiny_bert, attention="linear")
+    with pytest.raises(ValueError, match="model.encoder.layers.0.attn: the 'linear' attention never builds the N x M weights"):
+        pretrained_view(m, "attention is all you need")
+
+
+def test_a_checkpoint_of_a_token_task_is_shown_on_words_of_its_vocabulary():
+    from pathlib import Path
+
+    ck = Path(__file__).resolve().parents[1] / "data" / "checkpoints-v1" / "pos-transformer"
+    from attnlab.training.checkpoint import load_checkpoint
+    from attnlab import tasks
+
+    cfg = load_checkpoint(ck).config
+    vocab = tasks.create(cfg.task, **cfg.task_options).vocab
+    words = vocab[5:9]
+    view = checkpoint_view(ck, " ".join(words))
+    assert view.tokens[-4:] == words and view.weights.shape[-1] == len(view.tokens)
+    assert torch.allclose(view.weights.sum(-1), torch.ones(view.weights.shape[:-1]), atol=1e-5)
+    with pytest.raises(ValueError, match="not in task 'pos''s vocabulary: zzzunknown"):
+        checkpoint_view(ck, "zzzunknown")
+
+
+def test_the_page_embeds_its_data_and_nothing_from_the_network(tmp_path, tiny_bert):
+    view = pretrained_view(pretrained.load(tiny_bert), "a cat sat on the mat </script> <b>")
+    path = write_viewer(tmp_path / "v.html", view)
+    page = path.read_text()
+    assert "</script> <b>" not in page  # the text cannot close the data's script tag
+    start = page.index('<script id="attnlab-data" type="application/json">') + len('<script id="attnlab-data" type="application/json">')
+    data = json.loads(page[start : page.index("</script>", start)])
+    assert data["tokens"] == view.tokens and data["n"] == len(view.tokens)
+    for needle in ("http://", "https://", "//cdn", "src=\"http"):
+        assert needle not in page.replace(data["title"], "")
+    with pytest.raises(ValueError, match="weights must have shape"):
+        viewer_data(ViewerData(["a", "b"], torch.ones(1, 1, 3, 3)))
