@@ -96,11 +96,12 @@ def test_a_checkpoint_of_a_token_task_is_shown_on_words_of_its_vocabulary():
 
 
 def test_the_page_embeds_its_data_and_nothing_from_the_network(tmp_path, tiny_bert):
-    view = pretrained_view(pretrained.load(tiny_bert), "a cat sat on the mat </script> <b>")
+    view = pretrained_view(pretrained.load(tiny_bert), "a cat <!-- <script> sat on the mat </script> <b>")
     path = write_viewer(tmp_path / "v.html", view)
     page = path.read_text()
-    assert "</script> <b>" not in page  # the text cannot close the data's script tag
-    start = page.index('<script id="attnlab-data" type="application/json">') + len('<script id="attnlab-data" type="application/json">')
+    start = page.index('<script id="attnlab-data" type="application/json">')
+    assert page.count("<", start, page.index("</script>", start)) == 1  # the text cannot end the element or open a comment in it
+    start += len('<script id="attnlab-data" type="application/json">')
     data = json.loads(page[start : page.index("</script>", start)])
     assert data["tokens"] == view.tokens and data["n"] == len(view.tokens)
     for needle in ("http://", "https://", "//cdn", "src=\"http"):
