@@ -3,6 +3,7 @@
 One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 
 * :mod:`~attnlab.cli.explain` — ``explain``;
+* :mod:`~attnlab.cli.pretrained` — ``attention``, ``view``, ``bench pretrained`` (pretrained models);
 * :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory);
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import typer
 
-from . import arena, bench_accuracy, bench_speed, compare, complexity, explain, plot, train
+from . import arena, bench_accuracy, bench_speed, compare, complexity, explain, plot, pretrained, train
 from .common import out
 
 __all__ = ["app", "main"]
@@ -53,6 +54,8 @@ def _root(
 
 # every command, in the order of the help
 app.command()(explain.explain)
+app.command()(pretrained.attention)
+app.command()(pretrained.view)
 bench_app.command("attention")(bench_speed.attention)
 bench_app.command("positional")(bench_accuracy.positional)
 bench_app.command("scaling")(bench_speed.scaling)
@@ -60,6 +63,7 @@ bench_app.command("approximation")(bench_accuracy.approximation)
 bench_app.command("distance")(bench_accuracy.distance)
 bench_app.command("graph")(bench_speed.graph)
 bench_app.command("audio")(bench_speed.audio)
+bench_app.command("pretrained")(pretrained.bench_pretrained)
 plot_app.command("positional")(plot.positional)
 app.command()(complexity.complexity)
 app.command()(arena.arena)

@@ -1,0 +1,191 @@
+"""``attnlab attention``, ``attnlab view`` and ``attnlab bench pretrained``: real pretrained models."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from .common import chart, emit_json, err, fail, fmt_x, name_list, out, records_json, table, track, int_list, load_report
+from .options import from_option, json_option, memory_option, output_option, plot_option
+
+__all__ = ["attention", "bench_pretrained", "view"]
+
+MODEL_HELP = "A model name (all-MiniLM-L6-v2, from the attnlab[pretrained] extra) or a Hugging Face-layout folder."
+
+
+def _load(model: str, **options):
+    from ..pretrained import load
+
+    try:
+        return load(model, **options)
+    except (ValueError, TypeError, OSError) as e:  # PretrainedError is a ValueError
+        fail(str(e))
+
+
+def attention(
+    sentence: str = typer.Argument(..., help="The text (one sentence or a paragraph)."),
+    model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
+    find: Optional[list[str]] = typer.Option(None, "--find", help="Two words: SOURCE TARGET; name the heads that link them most.", show_default=False),
+    top: int = typer.Option(5, min=1, help="With --find: the heads shown."),
+    layer: Optional[int] = typer.Option(None, min=1, help="Show only this layer (1-based)."),
+    truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
+    as_json: bool = json_option("Print the tokens and every head's strongest links as JSON."),
+) -> None:
+    """Where each token attends in every layer and head of a pretrained model.
+
+    Without --find: per layer, a table with a row per token and a column per head, each cell the
+    token it attends to most and that weight. With --find SOURCE --find TARGET (or --find
+    "SOURCE TARGET"): the heads with the largest SOURCE -> TARGET weight.
+    """
+    from ..pretrained.heads import attention_map, find_links
+
+    words = [w for f in (find or []) for w in f.split()]
+    if find is not None and len(words) != 2:
+        fail(f"--find takes two words, SOURCE and TARGET (e.g. --find its --find law), got {words}")
+    m = _load(model)
+    try:
+        amap = attention_map(m, sentence, truncate=truncate)
+        links = find_links(amap, words[0], words[1], top) if words else None
+    except ValueError as e:
+        fail(str(e))
+    n_layers, n_heads = amap.weights.shape[:2]
+    if layer is not None and layer > n_layers:
+        fail(f"--layer must be in 1 .. {n_layers}, got {layer}")
+    if as_json:
+        data = {"model": model, "tokens": amap.tokens}
+        if links is not None:
+            data["links"] = [{"layer": x.layer + 1, "head": x.head + 1, "source": x.source, "target": x.target, "weight": x.weight} for x in links]
+        else:
+            data["strongest"] = [[amap.strongest(li, h) for h in range(n_heads)] for li in range(n_layers)]
+        print(json.dumps(data))
+        return
+    toks = amap.tokens
+    if links is not None:
+        t = table(f"{model}: the heads that link {words[0]!r} -> {words[1]!r} most ({n_layers} layers x {n_heads} heads)",
+                  ["layer", "head", "from", "to", "weight"], left=["from", "to"])
+        for x in links:
+            t.add_row(str(x.layer + 1), str(x.head + 1), f"{x.source}:{toks[x.source]}", f"{x.target}:{toks[x.target]}", f"{x.weight:.3f}")
+        out.print(t)
+        best = links[0]
+        out.print(f"strongest: layer {best.layer + 1}, head {best.head + 1}: {toks[best.source]!r} gives {best.weight:.2f} of its attention to {toks[best.target]!r}")
+        return
+    for li in range(n_layers) if layer is None else [layer - 1]:
+        t = table(f"layer {li + 1}: the token each token attends to most, per head, and its weight",
+                  ["token", *(f"h{h + 1}" for h in range(n_heads))], no_wrap=True)
+        strongest = [amap.strongest(li, h) for h in range(n_heads)]
+        for i, tok in enumerate(toks):
+            t.add_row(f"{i}:{tok[:10]}", *(f"{toks[strongest[h][i][0]][:7]}\n{strongest[h][i][1]:.2f}" for h in range(n_heads)))
+        out.print(t)
+
+
+def view(
+    text: str = typer.Argument(..., help="The text to show attention on."),
+    out_path: str = typer.Option("attention.html", "-o", "--out", help="The HTML file to write."),
+    model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="An attnlab checkpoint (a token model) instead of --model."),
+    topk: int = typer.Option(32, min=1, help="Weights kept per token and head (the largest)."),
+    truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
+) -> None:
+    """Write an interactive attention viewer: one self-contained HTML file (no network).
+
+    Model view (layers x heads), head view (lines from each token to what it attends to; hover
+    or click tokens), attention rollout, and the step-by-step panel of `attnlab explain` for a
+    chosen head and token.
+    """
+    from ..training.checkpoint import CheckpointError
+    from ..viz.viewer import checkpoint_view, pretrained_view, write_viewer
+
+    try:
+        data = checkpoint_view(checkpoint, text) if checkpoint else pretrained_view(_load(model), text, truncate=truncate)
+        path = write_viewer(out_path, data, topk=topk)
+    except (ValueError, CheckpointError, OSError) as e:
+        fail(str(e))
+    n = len(data.tokens)
+    layers, heads = data.weights.shape[:2]
+    out.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {n} tokens, {layers} layers x {heads} heads; open it in a browser")
+
+
+def bench_pretrained(
+    model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
+    variants: str = typer.Option(
+        "local,longformer,bigbird,linformer,performer,linear,reformer,nystrom", help="Comma-separated attention variants."
+    ),
+    lengths: str = typer.Option("128,512", help="Comma-separated sequence lengths (tokens)."),
+    pairs: int = typer.Option(200, min=2, help="Retrieval pairs (standard-library docstrings) per length."),
+    budgets: int = typer.Option(3, min=1, help="Budgets per variant (the largest of its sweep below N)."),
+    memory: bool = memory_option(),
+    as_json: bool = json_option("Print the records as JSON instead of a table."),
+    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
+    plot: Optional[str] = plot_option("Also draw fidelity against speed to this PNG."),
+    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+) -> None:
+    """Swap every efficient attention into a trained model, no retraining: fidelity vs speed.
+
+    For each variant and budget: the cosine of the documents' sentence embeddings to the trained
+    model's, recall@1 of docstring first lines among their documents (and its change), one
+    forward pass's time and memory and the attention step's time relative to the trained model,
+    side by side in one run.
+    """
+    from .. import efficient
+    from ..studies.pretrained import budgets_for, run
+
+    if report:
+        recs = load_report(report, "bench pretrained", _checked_records)
+        _pretrained_report(recs, plot, as_json)
+        return
+    names = name_list("--variants", variants, [v for v in efficient.names() if v != "dense"])
+    ns = int_list("--lengths", lengths, minimum=2)
+    total = sum(1 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
+    with track("swapping attention", total, output, records_json) as tracker:
+        tick = tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}")
+        try:
+            run(model, names, ns, pairs=pairs, memory=memory, max_points=budgets, on_record=tick)
+        except ValueError as e:
+            fail(str(e))
+    _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
+
+
+FIELDS = ("model", "variant", "budget", "n", "documents", "batch", "cosine_mean", "cosine_min", "recall_at_1", "recall_delta",
+          "seconds", "time_ratio", "memory_ratio", "step_ratio")
+
+
+def _checked_records(data: dict) -> list[dict]:
+    """The records of a ``bench pretrained -o`` file: every field there and a trained (dense) row per length."""
+    recs = data["records"]
+    for r in recs:
+        lacking = [f for f in FIELDS if f not in r]
+        if lacking:
+            raise KeyError(f"a record lacks {', '.join(lacking)}")
+    for n in {r["n"] for r in recs}:
+        if not any(r["n"] == n and r["variant"] == "dense" for r in recs):
+            raise ValueError(f"no trained-model (dense) record at N={n}")
+    if not recs:
+        raise ValueError("no records")
+    return recs
+
+
+def _pretrained_report(recs: list[dict], plot: Optional[str], as_json: bool) -> None:
+    try:
+        chart(plot, "pretrained.plot_pretrained", recs)
+    except ValueError as e:
+        fail(f"--plot: {e}")
+    if emit_json({"records": recs}, as_json):
+        return
+    for n in sorted({r["n"] for r in recs}):
+        rows = [r for r in recs if r["n"] == n]
+        base = next(r for r in rows if r["variant"] == "dense")
+        t = table(
+            f"{base['model']}, N = {n} tokens, {base['documents']} docstring pairs; trained model: recall@1 {base['recall_at_1']:.3f}, "
+            f"{base['seconds'] * 1e3:.0f} ms per batch of {base['batch']}",
+            ["variant", "budget", "cosine mean", "cosine min", "recall@1", "change", "time", "memory", "attention step"],
+            left=["variant", "budget"],
+        )
+        for r in rows:
+            t.add_row(r["variant"], r["budget"], f"{r['cosine_mean']:.3f}", f"{r['cosine_min']:.3f}", f"{r['recall_at_1']:.3f}",
+                      f"{r['recall_delta']:+.3f}", fmt_x(r["time_ratio"]), fmt_x(r["memory_ratio"]), fmt_x(r.get("step_ratio")))
+        out.print(t)
+        keep = [r for r in rows if r["variant"] != "dense" and r["cosine_mean"] > 0.95]
+        err.print(f"N={n}: cosine > 0.95 without retraining: "
+                  + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep) or "none"))
