@@ -68,10 +68,13 @@ class EncoderOutput:
     Attributes:
         output: ``(B, N, E)``.
         weights: one ``(B, H, N, N)`` attention-weight tensor per block when asked, else None.
+        hidden: when asked, the ``(B, N, E)`` states entering the first block, then each block's
+            output (before a pre-norm encoder's final LayerNorm), else None.
     """
 
     output: torch.Tensor
     weights: list[torch.Tensor] | None = None
+    hidden: list[torch.Tensor] | None = None
 
 
 EXACT = ("dense", "dense_naive")
@@ -197,6 +200,7 @@ class Encoder(nn.Module):
         mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         return_weights: bool = False,
+        return_hidden: bool = False,
     ) -> EncoderOutput:
         """Encode ``x`` ``(B, N, E)``.
 
@@ -205,6 +209,7 @@ class Encoder(nn.Module):
             mask: bool, broadcastable to ``(B, H, N, N)``, True = may attend (padding, causal, ...).
             positions: integer ``(N,)`` positions (default ``0..N-1``).
             return_weights: also return each block's ``(B, H, N, N)`` weights.
+            return_hidden: also return the hidden states (:class:`EncoderOutput`).
         """
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.config.embed_dim:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -213,9 +218,12 @@ class Encoder(nn.Module):
         positions = positions_for(n, device=x.device) if positions is None else check_positions(positions, n, "positions").to(x.device)
         x = self.input_dropout(self.positional.add_to(x, positions))
         weights = [] if return_weights else None
+        hidden = [x] if return_hidden else None
         for layer in self.layers:
             res = layer(x, mask=mask, positions=positions, return_weights=return_weights)
             x = res.output
             if weights is not None:
                 weights.append(res.weights)
-        return EncoderOutput(self.final_norm(x), weights)
+            if hidden is not None:
+                hidden.append(x)
+        return EncoderOutput(self.final_norm(x), weights, hidden)

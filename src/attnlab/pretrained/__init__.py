@@ -8,14 +8,13 @@ any variant of :mod:`attnlab.efficient`, keeping the trained weights. No ``trans
 run time: the folder is read with ``safetensors`` (or ``torch.load``) and ``tokenizers``.
 """
 
-from .bert import BertConfig, BertEmbeddings, BertModel, BertOutput, PretrainedError, load_weights, read_tensors
+from .bert import BertConfig, BertEmbeddings, BertModel, PretrainedError, load_weights, read_tensors
 from .model import MODELS, Encoded, Pretrained, available, load, locate
 
 __all__ = [
     "BertConfig",
     "BertEmbeddings",
     "BertModel",
-    "BertOutput",
     "Encoded",
     "MODELS",
     "Pretrained",

@@ -86,15 +86,15 @@ class BertConfig:
 
 
 class BertEmbeddings(nn.Module):
-    """``LayerNorm(word[x_i] + position[i] + token_type[t_i])``, then dropout: ``(B, N)`` ids -> ``(B, N, E)``."""
+    """``LayerNorm(word[x_i] + position[i] + token_type[t_i])``: ``(B, N)`` ids -> ``(B, N, E)``
+    (BERT's dropout after it is the :class:`attnlab.Encoder`'s input dropout)."""
 
-    def __init__(self, cfg: BertConfig, dropout: float = 0.0):
+    def __init__(self, cfg: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         n = ids.shape[1]
@@ -104,7 +104,7 @@ class BertEmbeddings(nn.Module):
         types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids
         # the order of the sum is Hugging Face's (word + type, then + position): bitwise the same in float32
         x = self.word_embeddings(ids) + self.token_type_embeddings(types) + self.position_embeddings(pos)
-        return self.dropout(self.norm(x))
+        return self.norm(x)
 
 
 class BertModel(nn.Module):
@@ -133,7 +133,7 @@ class BertModel(nn.Module):
         super().__init__()
         check_config(cfg)
         self.config = cfg
-        self.embeddings = BertEmbeddings(cfg, dropout)
+        self.embeddings = BertEmbeddings(cfg)
         self.encoder = Encoder(
             cfg.hidden_size,
             cfg.num_attention_heads,
@@ -159,7 +159,7 @@ class BertModel(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         return_weights: bool = False,
         return_hidden: bool = False,
-    ) -> "BertOutput":
+    ) -> EncoderOutput:
         """Encode token ids ``(B, N)``.
 
         Args:
@@ -168,29 +168,14 @@ class BertModel(nn.Module):
             token_type_ids: ``(B, N)`` segment ids (default all 0).
             return_weights: also return each block's ``(B, H, N, N)`` weights (exact attention only).
             return_hidden: also return the hidden states: the embeddings and every block's output.
+
+        Returns:
+            :class:`attnlab.models.encoder.EncoderOutput` (``output``, ``weights``, ``hidden``).
         """
         if ids.dim() != 2:
             raise ValueError(f"ids must have shape (B, N), got {tuple(ids.shape)}")
-        x = self.embeddings(ids, token_type_ids)
         mask = None if padding is None else padding.bool()[:, None, None, :]  # (B, 1, 1, N): the keys that are real
-        hidden = [x] if return_hidden else None
-        weights = [] if return_weights else None
-        for layer in self.encoder.layers:
-            res = layer(x, mask=mask, return_weights=return_weights)
-            x = res.output
-            if hidden is not None:
-                hidden.append(x)
-            if weights is not None:
-                weights.append(res.weights)
-        return BertOutput(x, weights, hidden)
-
-
-@dataclass
-class BertOutput(EncoderOutput):
-    """:class:`attnlab.models.encoder.EncoderOutput` plus the hidden states (embeddings, then one
-    per block) when asked."""
-
-    hidden: list[torch.Tensor] | None = None
+        return self.encoder(self.embeddings(ids, token_type_ids), mask=mask, return_weights=return_weights, return_hidden=return_hidden)
 
 
 def read_tensors(folder: Path) -> dict[str, torch.Tensor]:

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import int_at_least, positive_int
-from .bert import BertConfig, BertModel, BertOutput, PretrainedError, load_weights, read_tensors
+from ..models.encoder import EncoderOutput
+from .bert import BertConfig, BertModel, PretrainedError, load_weights, read_tensors
 
 __all__ = ["Encoded", "MODELS", "POOLING", "Pretrained", "available", "load", "locate"]
 
@@ -100,6 +101,7 @@ class Pretrained(torch.nn.Module):
 
     @property
     def config(self) -> BertConfig:
+        """The architecture read from ``config.json``."""
         return self.model.config
 
     def encode(self, texts: str | list[str], *, max_length: int | None = None, truncate: bool = False, pad_to: int | None = None) -> Encoded:
@@ -143,7 +145,7 @@ class Pretrained(torch.nn.Module):
             ids[i, : len(a)], types[i, : len(a)], pad[i, : len(a)] = torch.tensor(a), torch.tensor(t), True
         return Encoded(ids, types, pad, [r[2] for r in rows])
 
-    def forward(self, batch: Encoded, *, return_weights: bool = False, return_hidden: bool = False) -> BertOutput:
+    def forward(self, batch: Encoded, *, return_weights: bool = False, return_hidden: bool = False) -> EncoderOutput:
         """Run the encoder on an :class:`Encoded` batch (on the model's device)."""
         dev = next(self.model.parameters()).device
         return self.model(
