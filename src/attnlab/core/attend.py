@@ -92,9 +92,11 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
     b, h, n, _ = q.shape
     m = k.shape[2]
-    if k.shape[:2] != (b, h) or v.shape[:2] != (b, h):
+    g = k.shape[1]
+    if k.shape[0] != b or v.shape[:2] != (b, g) or g == 0 or h % g:
         raise ValueError(
-            f"q, k and v must agree on (B, H): got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            "q, k and v must agree on (B, H), or k and v have G key heads dividing H (grouped-query): got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
     if v.shape[2] != m:
         raise ValueError(f"k and v must have the same number of keys M: got k {tuple(k.shape)}, v {tuple(v.shape)}")
@@ -150,8 +152,9 @@ def attend(
 
     Args:
         q: ``(B, H, N, D)`` queries.
-        k: ``(B, H, M, D)`` keys.
-        v: ``(B, H, M, Dv)`` values.
+        k: ``(B, H, M, D)`` keys, or ``(B, G, M, D)`` with G dividing H (grouped-query attention:
+            key head g serves query heads ``g H/G .. (g+1) H/G - 1``).
+        v: ``(B, H, M, Dv)`` values (or ``(B, G, M, Dv)`` with grouped keys).
         score: a name from :func:`attnlab.scores.names` with no weights (``"dot"``,
             ``"scaled_dot"``, ``"cosine"``), a :class:`attnlab.Score` module (``Additive``,
             ``Bilinear``, ...) or a callable ``(q, k) -> (B, H, N, M)``.
@@ -173,6 +176,9 @@ def attend(
     b, h, n, m, dv = _validate(q, k, v, mask, bias, dropout_p)
     score_fn = resolve_score(score)
     norm_fn = resolve_normalizer(normalize)
+    if k.shape[1] != h and not _grouped_fused(score_fn, norm_fn, q.shape[-1], return_weights, mask, bias, backend):
+        r = h // k.shape[1]  # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
+        k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
     check = getattr(score_fn, "check", None)
     if check is not None:
         check(q, k)
@@ -182,7 +188,7 @@ def attend(
 
     if n == 0 or m == 0 or b * h == 0:
         weights = q.new_zeros(b, h, n, m)
-        return AttentionResult(weights @ v, weights if return_weights else None)
+        return AttentionResult(weights @ v.repeat_interleave(h // v.shape[1], dim=1), weights if return_weights else None)
 
     if mask is not None:
         # keys no query may see (padding): zero them so that NaN or inf there cannot leak
@@ -203,6 +209,16 @@ def attend(
     return _chunked(qp, kp, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, block_size)
 
 
+def _grouped_fused(score_fn, norm_fn, head_dim, return_weights, mask, bias, backend) -> bool:
+    """Whether grouped keys / values (G < H heads) go to PyTorch's fused kernel as they are
+    (``enable_gqa``): softmax over a plain scaled dot product, no bias, a mask without a head axis."""
+    if backend == "chunked" or bias is not None or type(score_fn).prepare is not Score.prepare:
+        return False
+    if mask is not None and mask.dim() >= 3 and mask.shape[-3] != 1:
+        return False
+    return _sdpa_scale(score_fn, norm_fn, head_dim, return_weights) is not None
+
+
 def _sdpa(q, k, v, mask, bias, dropout_p, scale) -> torch.Tensor:
     row_ok = None
     if mask is not None:
@@ -219,7 +235,8 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale) -> torch.Tensor:
         attn_mask = bias.to(q.dtype)
         if mask is not None:
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # grouped keys / values, on the fused kernel
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **gqa)
     if row_ok is not None:
         out = out.masked_fill(~row_ok, 0.0)
     return out

@@ -148,6 +148,7 @@ class EfficientAttention(MultiHeadAttention):
 
     name: str = "efficient"
     supports_causal: bool = True
+    grouped_kv = False  # grouped key / value heads (num_kv_heads) arrive repeated to H heads
 
     def __init__(
         self,
@@ -162,6 +163,7 @@ class EfficientAttention(MultiHeadAttention):
         positional=None,
         positional_options: dict | None = None,
         max_len: int | None = None,
+        num_kv_heads: int | None = None,
     ):
         super().__init__(
             embed_dim,
@@ -173,6 +175,7 @@ class EfficientAttention(MultiHeadAttention):
             positional=positional,
             positional_options=positional_options,
             max_len=max_len,
+            num_kv_heads=num_kv_heads,
         )
         if causal and not self.supports_causal:
             raise ValueError(f"the {self.name!r} attention cannot be causal: its method mixes every key into every query")

@@ -53,10 +53,19 @@ class MultiHeadAttention(nn.Module):
             ``None`` (default) or ``"none"``: no positional information.
         positional_options: keyword options for an encoding given by name.
         max_len: the longest sequence, for encodings bounded by it (``learned``).
+        num_kv_heads: G, the key / value heads (default H): grouped-query attention (Ainslie et
+            al. 2023, https://arxiv.org/abs/2305.13245), each group of H / G query heads sharing
+            one key / value head; G = 1 is multi-query attention (Shazeer 2019). G must divide H.
+            Softmax over a plain dot score runs on PyTorch's fused kernel with the G heads as
+            they are; other paths (and the efficient variants) see them repeated to H.
     """
 
     uses_keys: bool = True
     """False for a variant whose keys come from the queries (Reformer): no key projection is computed."""
+
+    grouped_kv: bool = True
+    """True where :meth:`attend_heads` takes G < H key / value heads itself (:func:`attnlab.attend`
+    does); a variant without it is handed them repeated to H heads."""
 
     def __init__(
         self,
@@ -74,16 +83,23 @@ class MultiHeadAttention(nn.Module):
         positional: str | PositionalEncoding | None = None,
         positional_options: dict | None = None,
         max_len: int | None = None,
+        num_kv_heads: int | None = None,
     ):
         super().__init__()
         e = positive_int("embed_dim", embed_dim)
         h = positive_int("num_heads", num_heads)
         if e % h:
             raise ValueError(f"embed_dim must be divisible by num_heads, got embed_dim={e} and num_heads={h}")
+        g = h if num_kv_heads is None else positive_int("num_kv_heads", num_kv_heads)
+        if h % g:
+            raise ValueError(f"num_kv_heads must divide num_heads, got num_kv_heads={g} and num_heads={h}")
+        if g != h and not self.uses_keys:
+            raise ValueError(f"{type(self).__name__} derives its keys from the queries: it takes no num_kv_heads")
         if head_mode not in ("split", "project"):
             raise ValueError(f"head_mode must be 'split' or 'project', got {head_mode!r}")
         probability("dropout", dropout)
-        self.embed_dim, self.num_heads, self.head_dim = e, h, e // h
+        self.embed_dim, self.num_heads, self.head_dim, self.num_kv_heads = e, h, e // h, g
+        kv = g * (e // h)  # the width of the keys' and values' projections
         self.kdim = e if kdim is None else positive_int("kdim", kdim)
         self.vdim = e if vdim is None else positive_int("vdim", vdim)
         self.head_mode = head_mode
@@ -99,14 +115,14 @@ class MultiHeadAttention(nn.Module):
         self.score_name = score if isinstance(score, str) else type(self.score).__name__
         self.positional = self._make_positional(positional, positional_options, max_len)
         self.q_proj = nn.Linear(e, e, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, e, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, e, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, kv if head_mode == "split" else e, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, kv if head_mode == "split" else e, bias=bias)
         self.out_proj = nn.Linear(e, e, bias=bias)
         if head_mode == "project":
             # W^{q,h}: (H, D, E), the second, per-head projection of the lecture notes
             self.head_q = nn.Parameter(torch.empty(h, self.head_dim, e))
-            self.head_k = nn.Parameter(torch.empty(h, self.head_dim, e))
-            self.head_v = nn.Parameter(torch.empty(h, self.head_dim, e))
+            self.head_k = nn.Parameter(torch.empty(g, self.head_dim, e))
+            self.head_v = nn.Parameter(torch.empty(g, self.head_dim, e))
         self.reset_parameters()
 
     def _make_positional(self, positional, options, max_len) -> PositionalEncoding | None:
@@ -152,6 +168,7 @@ class MultiHeadAttention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, score={self.score_name!r}, "
             f"normalize={self.normalize!r}, head_mode={self.head_mode!r}, dropout={self.dropout}"
+            + ("" if self.num_kv_heads == self.num_heads else f", num_kv_heads={self.num_kv_heads}")
             + ("" if self.positional is None else f", positional={self.positional.name!r}")
         )
 
@@ -175,24 +192,38 @@ class MultiHeadAttention(nn.Module):
         if batch is not None and x.shape[0] != batch:
             raise ValueError(f"{name} has batch size {x.shape[0]}, but query has {batch}")
 
-    def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None, heads: int | None = None) -> torch.Tensor:
         b, n, _ = x.shape
-        x = proj(x)  # (B, N, E)
+        x = proj(x)  # (B, N, E), or (B, N, G D) for grouped keys / values
         if head_w is None:
-            return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, D)
-        return torch.einsum("bne,hde->bhnd", x, head_w)  # q^{i,h} = W^{q,h} q^i: (B, H, N, D)
+            return x.view(b, n, heads or self.num_heads, self.head_dim).transpose(1, 2)  # (B, H|G, N, D)
+        return torch.einsum("bne,hde->bhnd", x, head_w)  # q^{i,h} = W^{q,h} q^i: (B, H|G, N, D)
 
     def _self_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Self-attention's Q, K, V in one product ``x [W^q; W^k; W^v]^T``, each ``(B, H, N, D)``."""
+        """Self-attention's Q, K, V in one product ``x [W^q; W^k; W^v]^T``: q ``(B, H, N, D)``,
+        k and v ``(B, G, N, D)``."""
         b, n, _ = x.shape
         projs = [self.q_proj, self.k_proj, self.v_proj] if self.uses_keys else [self.q_proj, self.v_proj]
-        w = torch.cat([p.weight for p in projs])  # (3E, E), or (2E, E) without keys
+        w = torch.cat([p.weight for p in projs])  # (3E, E), (E + 2 G D, E) grouped, or (2E, E) without keys
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        out = F.linear(x, w, bias).view(b, n, len(projs), self.num_heads, self.head_dim)  # (B, N, 3|2, H, D)
-        heads = out.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) each
+        out = F.linear(x, w, bias)
+        if self.num_kv_heads != self.num_heads:  # grouped: q of H heads, k and v of G
+            q, k, v = out.split([self.embed_dim, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
+            g = self.num_kv_heads
+            return (q.view(b, n, self.num_heads, self.head_dim).transpose(1, 2),
+                    k.view(b, n, g, self.head_dim).transpose(1, 2), v.view(b, n, g, self.head_dim).transpose(1, 2))
+        heads = out.view(b, n, len(projs), self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) each
         if not self.uses_keys:  # a variant that derives its keys from the queries
             return heads[0], heads[0], heads[1]
         return heads
+
+    def repeat_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Grouped keys and values ``(B, G, M, D)`` repeated to ``(B, H, M, D)``: key head g serves
+        query heads ``g H/G .. (g+1) H/G - 1``. Unchanged when G = H."""
+        r = self.num_heads // self.num_kv_heads
+        if r == 1:
+            return k, v
+        return k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
 
     def forward(
         self,
@@ -223,14 +254,16 @@ class MultiHeadAttention(nn.Module):
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
         """
         q, k, v, bias = self.project(query, key, value, bias=bias, positions=positions, key_positions=key_positions)
+        if not self.grouped_kv:
+            k, v = self.repeat_kv(k, v)
         res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
         b, _, n, _ = res.output.shape
         out = res.output.transpose(1, 2).reshape(b, n, self.embed_dim)  # concat heads: (B, N, E)
         return AttentionResult(self.out_proj(out), res.weights)
 
     def project(self, query, key=None, value=None, *, bias=None, positions=None, key_positions=None):
-        """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, H, M, D)``
-        after the projections and the positional encoding (input encodings added first, ``rope``
+        """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, G, M, D)``
+        (G = ``num_kv_heads``; :meth:`repeat_kv` repeats them to H) after the projections and the positional encoding (input encodings added first, ``rope``
         rotation after), and the score bias (the caller's plus a bias encoding's, or None).
         Arguments as for :meth:`forward`; :meth:`forward` is ``attend_heads`` on these, then
         ``W^o``. The attention viewer reads q, k and v through this method."""
@@ -261,15 +294,41 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._self_heads(query)
         else:
             q = self._heads(query, self.q_proj, self.head_q if project else None)
-            k = self._heads(key, self.k_proj, self.head_k if project else None)
-            v = self._heads(value, self.v_proj, self.head_v if project else None)
+            k = self._heads(key, self.k_proj, self.head_k if project else None, self.num_kv_heads)
+            v = self._heads(value, self.v_proj, self.head_v if project else None, self.num_kv_heads)
         if pe is not None and pe.kind == "rotation":
             q, k = pe.rotate(q, k, qpos, kpos)
         return q, k, v, bias
 
+    def grouped(self, num_kv_heads: int) -> "MultiHeadAttention":
+        """A copy with ``num_kv_heads`` key / value heads, each projection the mean of its group's
+        H / G heads (Ainslie et al. 2023, section 2: converting a multi-head checkpoint to
+        grouped-query attention by mean-pooling; the paper then uptrains it briefly)."""
+        import copy
+
+        g = positive_int("num_kv_heads", num_kv_heads)
+        if self.head_mode != "split" or self.num_kv_heads != self.num_heads:
+            raise ValueError("grouped() converts a layer with head_mode='split' and one key / value head per query head")
+        if self.num_heads % g:
+            raise ValueError(f"num_kv_heads must divide num_heads, got num_kv_heads={g} and num_heads={self.num_heads}")
+        if not self.uses_keys and g != self.num_heads:
+            raise ValueError(f"{type(self).__name__} derives its keys from the queries: it takes no num_kv_heads")
+        new = copy.deepcopy(self)
+        new.num_kv_heads = g
+        r, d = self.num_heads // g, self.head_dim
+        for name in ("k_proj", "v_proj"):
+            old = getattr(self, name)
+            lin = nn.Linear(old.in_features, g * d, bias=old.bias is not None, device=old.weight.device, dtype=old.weight.dtype)
+            with torch.no_grad():
+                lin.weight.copy_(old.weight.view(g, r, d, old.in_features).mean(1).reshape(g * d, old.in_features))
+                if old.bias is not None:
+                    lin.bias.copy_(old.bias.view(g, r, d).mean(1).reshape(g * d))
+            setattr(new, name, lin)
+        return new
+
     def attend_heads(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
-        """The attention step on projected heads: q ``(B, H, N, D)``, k ``(B, H, M, D)``, v
-        ``(B, H, M, D)`` -> :class:`attnlab.AttentionResult` with output ``(B, H, N, D)``.
+        """The attention step on projected heads: q ``(B, H, N, D)``, k ``(B, H|G, M, D)``, v
+        ``(B, H|G, M, D)`` -> :class:`attnlab.AttentionResult` with output ``(B, H, N, D)``.
 
         Exact attention here (:func:`attnlab.attend`); the efficient variants of
         :mod:`attnlab.efficient` override this step and keep the projections around it.
@@ -324,6 +383,8 @@ class MultiHeadAttention(nn.Module):
         Only the form torch has: ``head_mode="split"``, scaled-dot score, softmax.
         """
         same_math = type(self.score) is ScaledDot and resolve_normalizer(self.normalize) is softmax
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError("to_torch needs one key / value head per query head (torch.nn.MultiheadAttention has no grouped heads)")
         if self.head_mode != "split" or not same_math or self.positional is not None:
             raise ValueError(
                 "to_torch needs head_mode='split', score='scaled_dot', normalize='softmax' and no positional "

@@ -66,6 +66,7 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
         mask, bias = kwargs.get("mask"), kwargs.get("bias")
         with torch.no_grad():
             q, k, v, full_bias = mod.project(query, bias=bias, positions=kwargs.get("positions"), key_positions=kwargs.get("key_positions"))
+            k, v = mod.repeat_kv(k, v)  # grouped-query layers: one key / value head per query head
             weights = output.weights
             if weights is None:  # an efficient variant refuses: it never builds the weights
                 try:
