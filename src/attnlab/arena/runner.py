@@ -174,7 +174,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
             eye = torch.zeros(m, d, dtype=q.dtype, device=q.device)
             w = min(d, m - c)
             eye[c : c + w, :w] = torch.eye(w, dtype=q.dtype, device=q.device)
-            out = original(q, k, eye.expand(q.shape[0], q.shape[1], m, d), **kw).output
+            out = original(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output  # k.shape[1]: G heads when grouped
             cols.append(out[..., :w])
         maps.append(torch.cat(cols, dim=-1)[0].mean(0).float().cpu())
     return maps
