@@ -79,6 +79,12 @@ def test_attend_takes_grouped_keys_on_the_fused_and_the_chunked_path():
         assert (out - ref).abs().max() < 1e-12
     with pytest.raises(ValueError, match="G key heads dividing H"):
         attend(q, k[:, :1].expand(2, 4, 7, 8), v[:, :1].expand(2, 4, 7, 8))
+    with pytest.raises(ValueError, match="G key heads dividing H"):
+        attend(q, k[:, :0], v[:, :0])
+    # empty queries, keys or batches with grouped keys: zeros of the query heads' shape
+    assert attend(q[:, :, :0], k, v).output.shape == (2, 6, 0, 8)
+    assert attend(q, k[:, :, :0], v[:, :, :0]).output.abs().sum() == 0
+    assert attend(q[:0], k[:0], v[:0]).output.shape == (0, 6, 5, 8)
 
 
 def test_an_efficient_variant_is_handed_repeated_heads():

@@ -93,7 +93,7 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
     b, h, n, _ = q.shape
     m = k.shape[2]
     g = k.shape[1]
-    if k.shape[0] != b or v.shape[:2] != (b, g) or g == 0 or h % g:
+    if k.shape[0] != b or v.shape[:2] != (b, g) or (g == 0 and h != 0) or (g and h % g):
         raise ValueError(
             "q, k and v must agree on (B, H), or k and v have G key heads dividing H (grouped-query): got "
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
@@ -176,7 +176,7 @@ def attend(
     b, h, n, m, dv = _validate(q, k, v, mask, bias, dropout_p)
     score_fn = resolve_score(score)
     norm_fn = resolve_normalizer(normalize)
-    if k.shape[1] != h and not _grouped_fused(score_fn, norm_fn, q.shape[-1], return_weights, mask, bias, backend):
+    if k.shape[1] not in (h, 0) and not _grouped_fused(score_fn, norm_fn, q.shape[-1], return_weights, mask, bias, backend):
         r = h // k.shape[1]  # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
         k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
     check = getattr(score_fn, "check", None)
@@ -188,7 +188,9 @@ def attend(
 
     if n == 0 or m == 0 or b * h == 0:
         weights = q.new_zeros(b, h, n, m)
-        return AttentionResult(weights @ v.repeat_interleave(h // v.shape[1], dim=1), weights if return_weights else None)
+        if v.shape[1] not in (h, 0):  # grouped values left for the fused kernel: repeat them here
+            v = v.repeat_interleave(h // v.shape[1], dim=1)
+        return AttentionResult(weights @ v, weights if return_weights else None)
 
     if mask is not None:
         # keys no query may see (padding): zero them so that NaN or inf there cannot leak
