@@ -174,6 +174,11 @@ def test_text_longer_than_the_positions_is_refused_or_truncated_when_asked(tiny_
         m.encode("a", max_length=100)
 
 
+def test_available_names_the_shipped_model_and_where_it_is(minilm):
+    assert pretrained.available()["all-MiniLM-L6-v2"] == str(minilm.folder)
+    assert pretrained.locate("all-MiniLM-L6-v2") == minilm.folder and (minilm.folder / "config.json").exists()
+
+
 def test_unknown_name_lists_the_known_models():
     with pytest.raises(PretrainedError, match="unknown model 'bert-huge'.*all-MiniLM-L6-v2"):
         pretrained.locate("bert-huge")
@@ -205,6 +210,11 @@ def test_missing_files_and_mismatched_tensors_are_named(tmp_path, tiny_bert):
     (folder / "model.safetensors").unlink()
     with pytest.raises(PretrainedError, match="neither model.safetensors nor pytorch_model.bin"):
         pretrained.load(folder)
+
+
+def test_an_efficient_variant_has_no_attention_map(tiny_bert):
+    with pytest.raises(ValueError, match="never builds the N x M weights"):
+        attention_map(pretrained.load(tiny_bert, attention="linear"), SENTENCES[0])
 
 
 def test_token_positions_find_words_split_into_pieces():

@@ -43,6 +43,11 @@ def test_docstring_pairs_cut_the_docstring_out_of_the_code(tmp_path):
     assert "Return the area" not in p.document  # the query's own words are not in its document
 
 
+def test_a_root_that_is_not_a_folder_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is not a folder"):
+        docstring_pairs(root=tmp_path / "missing")
+
+
 def test_the_standard_library_gives_hundreds_of_pairs():
     pairs = docstring_pairs(300)
     assert len(pairs) == 300 and len({p.query for p in pairs}) == 300

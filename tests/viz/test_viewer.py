@@ -72,6 +72,11 @@ def test_the_steps_panel_is_off_where_plain_softmax_cannot_recompute_the_weights
     assert (torch.softmax(s["scale"] * s["q"] @ s["k"].transpose(-1, -2), -1) - s["weights"]).abs().max() < 1e-6
 
 
+def test_nothing_captured_is_an_error():
+    with pytest.raises(ValueError, match="no self-attention call was recorded"):
+        stack_captured([])
+
+
 def test_an_efficient_variant_has_no_weights_to_show(tiny_bert):
     m = pretrained.load(tiny_bert, attention="linear")
     with pytest.raises(ValueError, match="model.encoder.layers.0.attn: the 'linear' attention never builds the N x M weights"):
