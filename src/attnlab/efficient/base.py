@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from ..core.attend import AttentionResult
+from ..layers.cache import KVCache, RecurrentState
 from ..layers.multihead import MultiHeadAttention
 from ..registry import Registry
 
@@ -209,6 +210,40 @@ class EfficientAttention(MultiHeadAttention):
         if valid is not None:  # a set with no real key: zeros, as everywhere in attnlab
             out = out.masked_fill(~valid.any(-1)[:, None, None, None], 0.0)
         return AttentionResult(out)
+
+    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
+        """Cached decoding: ``local`` and ``longformer`` (a bounded :class:`KVCache` that is
+        exactly their causal pattern), ``linear`` and ``performer`` (a recurrent state) override
+        this; the other variants refuse."""
+        raise ValueError(
+            f"the {self.name!r} attention has no cached decoding (its pattern is not a causal prefix rule); "
+            "decode with dense, dense_naive, local, longformer, linear or performer"
+        )
+
+    def _bounded_cache(self, sinks: int, window, user_sinks, positions) -> KVCache:
+        """The cache of a causal sliding window of ``self.window`` plus ``sinks`` global tokens."""
+        if not self.causal:
+            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
+        if window is not None or user_sinks or positions != "absolute":
+            raise ValueError(f"the {self.name!r} attention's cache is its own window: pass no window, sinks or positions")
+        return KVCache(window=self.window + 1, sinks=sinks)
+
+    def _recurrent_cache(self, window, sinks, positions) -> RecurrentState:
+        if not self.causal:
+            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
+        if window is not None or sinks or positions != "absolute":
+            raise ValueError(f"the {self.name!r} attention's cache is its running sums, already of constant size: "
+                             "pass no window, sinks or positions")
+        return RecurrentState()
+
+    def _recurrent_heads(self, x, state: RecurrentState):
+        """q ``(B, H, n, D)``, k, v repeated to H heads, of new tokens continuing ``state``."""
+        q, k, v, _ = self.new_token_heads(x, state.seen)
+        k, v = self.repeat_kv(k, v)
+        return q, k, v
+
+    def attend_exact(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+        return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, bias=bias, return_weights=return_weights)
 
     def efficient(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         """The variant's attention: q ``(B, H, N, D)``, k ``(B, H, M, D)``, v ``(B, H, M, Dv)``,

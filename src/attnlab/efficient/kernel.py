@@ -24,7 +24,10 @@ def kernel_attention(
     causal: bool = False,
     eps: float = 1e-6,
     chunk: int = CAUSAL_CHUNK,
-) -> torch.Tensor:
+    clamp: bool = False,
+    state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    return_state: bool = False,
+):
     """``b_i = phi(q_i)^T S_i / (phi(q_i)^T z_i)`` with ``S_i = sum_j phi(k_j) v_j^T``, ``z_i = sum_j phi(k_j)``.
 
     Sums over all ``j`` (non-causal) or ``j <= i`` (causal). Padded keys must already have
@@ -35,18 +38,26 @@ def kernel_attention(
         phi_k: ``(B, H, M, F)`` of the keys.
         v: ``(B, H, M, Dv)``.
         causal: running sums (N = M).
-        eps: added to the denominator.
+        eps: added to the denominator (``clamp``: its floor instead, so that a constant factor
+            in the keys' features cancels exactly).
         chunk: positions per chunk of the causal computation.
+        state: causal: the sums ``(S, z)`` ``(B, H, F, Dv)``, ``(B, H, F)`` of earlier tokens
+            (decoding with a :class:`attnlab.layers.cache.RecurrentState`); None: none.
+        return_state: causal: also return the sums after the last token, ``(out, (S, z))``.
     """
+    fix = (lambda d: d.clamp_min(eps)) if clamp else (lambda d: d + eps)
     if not causal:
         # S and z in one product: phi(K)^T [V, 1]; then numerator and denominator in one more
         v1 = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)  # (B, H, M, Dv + 1)
         kvz = phi_k.transpose(-2, -1) @ v1  # (B, H, F, Dv + 1): [S, z]
         out = phi_q @ kvz  # (B, H, N, Dv + 1)
-        return out[..., :-1] / (out[..., -1:] + eps)
+        return out[..., :-1] / fix(out[..., -1:])
     b, h, n, f = phi_q.shape
-    kv = phi_q.new_zeros(b, h, f, v.shape[-1])  # the running S
-    z = phi_q.new_zeros(b, h, f)  # the running z
+    if state is None:
+        kv = phi_q.new_zeros(b, h, f, v.shape[-1])  # the running S
+        z = phi_q.new_zeros(b, h, f)  # the running z
+    else:
+        kv, z = state
     tri = torch.ones(chunk, chunk, dtype=torch.bool, device=phi_q.device).tril()
     outs = []
     for a in range(0, n, chunk):
@@ -55,10 +66,11 @@ def kernel_attention(
         inner = (qc @ kc.transpose(-2, -1)).masked_fill(~tri[: e - a, : e - a], 0.0)  # (B, H, c, c), j <= i in chunk
         num = qc @ kv + inner @ vc
         den = (qc * z[..., None, :]).sum(-1, keepdim=True) + inner.sum(-1, keepdim=True)
-        outs.append(num / (den + eps))
+        outs.append(num / fix(den))
         kv = kv + kc.transpose(-2, -1) @ vc
         z = z + kc.sum(-2)
-    return torch.cat(outs, dim=-2)
+    out = torch.cat(outs, dim=-2) if outs else phi_q.new_zeros(b, h, 0, v.shape[-1])
+    return (out, (kv, z)) if return_state else out
 
 
 class FeatureMap:

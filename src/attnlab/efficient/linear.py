@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..core.attend import AttentionResult
+from ..layers.cache import RecurrentState
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
@@ -67,6 +69,21 @@ class LinearAttention(EfficientAttention):
         if valid is not None:
             phi_k = phi_k * valid[:, None, :, None]
         return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=self.eps)
+
+    def new_cache(self, *, window=None, sinks=0, positions="absolute") -> RecurrentState:
+        """The recurrent state ``(S, z)`` of causal linear attention: decoding with it equals the
+        parallel causal layer, at a cost per token independent of the length."""
+        return self._recurrent_cache(window, sinks, positions)
+
+    def recurrent_step(self, x, state: RecurrentState, valid) -> AttentionResult:
+        q, k, v = self._recurrent_heads(x, state)
+        phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+        if valid is not None:
+            phi_k = phi_k * valid[:, None, :, None]
+        sums = None if state.s is None else (state.s, state.z)
+        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=self.eps, state=sums, return_state=True)
+        state.seen += x.shape[1]
+        return AttentionResult(self.merge_heads(out))
 
     def initial_state(self, batch: int, *, device=None, dtype=None) -> LinearState:
         """The empty state: no token seen."""

@@ -75,5 +75,9 @@ class LocalAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window={self.window}"
 
+    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
+        """A ring buffer of the last ``window + 1`` keys: cached decoding equals the causal layer."""
+        return self._bounded_cache(0, window, sinks, positions)
+
     def efficient(self, q, k, v, valid):
         return banded_attention(q, k, v, self.window, causal=self.causal, valid=valid, block=self.block)

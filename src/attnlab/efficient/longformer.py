@@ -67,6 +67,13 @@ class LongformerAttention(EfficientAttention):
     def random_blocks(self, n: int, device=None) -> torch.Tensor | None:
         return None
 
+    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
+        """Causal, with the first g tokens global: the global tokens kept as sinks plus a ring
+        buffer of the last ``window + 1`` keys, which equals the causal layer exactly."""
+        if not isinstance(self.global_tokens, int):
+            raise ValueError("cached longformer decoding needs global_tokens as a count (the first g tokens)")
+        return self._bounded_cache(self.global_tokens, window, sinks, positions)
+
     def pattern(self, n: int) -> torch.Tensor:
         """The ``(n, n)`` bool mask of who attends to whom at length n."""
         return pattern(
@@ -113,6 +120,14 @@ class BigBirdAttention(LongformerAttention):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, random_blocks={self.num_random}"
+
+    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
+        """Only without random blocks (then it is longformer's cache): the random blocks are
+        drawn for the whole length, so the pattern of a prefix changes as the sequence grows."""
+        if self.num_random:
+            raise ValueError("the 'bigbird' attention draws its random blocks for the whole length: it has no cached "
+                             "decoding (random_blocks=0 makes it longformer, which has)")
+        return super().new_cache(window=window, sinks=sinks, positions=positions)
 
     def random_blocks(self, n: int, device=None) -> torch.Tensor | None:
         """``(nb, R)`` block numbers (-1 = none) of each query block's random key blocks at length n."""

@@ -7,6 +7,8 @@ import math
 import torch
 
 from ..validate import int_at_least, positive_int
+from ..core.attend import AttentionResult
+from ..layers.cache import RecurrentState
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
@@ -137,4 +139,29 @@ class PerformerAttention(EfficientAttention):
         phi_k = favor_features(k, self.features, is_query=False)
         if valid is not None:
             phi_k = phi_k * valid[:, None, :, None]
-        return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=1e-12)
+        # eps as a floor, not a term: the keys' stabiliser (a constant per head) then cancels exactly,
+        # and decoding with the running stabiliser of new_cache() gives the same numbers
+        return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=1e-12, clamp=True)
+
+    def new_cache(self, *, window=None, sinks=0, positions="absolute") -> RecurrentState:
+        """The running sums of causal FAVOR+, stabilised by the running maximum of the keys'
+        feature logits (the sums are rescaled when it grows): decoding equals the causal layer."""
+        return self._recurrent_cache(window, sinks, positions)
+
+    def recurrent_step(self, x, state: RecurrentState, valid) -> AttentionResult:
+        q, k, v = self._recurrent_heads(x, state)
+        phi_q = favor_features(q, self.features, is_query=True)
+        logits = _FavorMap(self.features).key_logits(k)  # (B, H, n, F)
+        if valid is not None:
+            logits = logits.masked_fill(~valid[:, None, :, None], float("-inf"))
+        top = logits.amax(dim=(-2, -1), keepdim=True)  # (B, H, 1, 1)
+        shift = top if state.shift is None else torch.maximum(state.shift, top)
+        shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))  # nothing real seen yet
+        phi_k = torch.exp(logits - shift).to(q.dtype)
+        sums = None
+        if state.s is not None:
+            scale = torch.exp(state.shift - shift).to(q.dtype)  # <= 1: the old sums under the new shift
+            sums = (state.s * scale, state.z * scale[..., 0])
+        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=1e-12, clamp=True, state=sums, return_state=True)
+        state.shift, state.seen = shift, state.seen + x.shape[1]
+        return AttentionResult(self.merge_heads(out))

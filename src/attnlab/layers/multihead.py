@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.attend import AttentionResult, attend, check_mask_or_bias
+from .cache import KVCache, RecurrentState, StaticKV
 from ..core.normalize import resolve_normalizer, softmax
 from ..core import scores as score_registry
 from ..core.scores import ScaledDot, Score, resolve_score
@@ -236,6 +237,7 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
         positions: torch.Tensor | None = None,
         key_positions: torch.Tensor | None = None,
+        cache: KVCache | StaticKV | RecurrentState | None = None,
     ) -> AttentionResult:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
 
@@ -249,17 +251,23 @@ class MultiHeadAttention(nn.Module):
             positions: integer ``(N,)`` positions of the queries, for the positional encoding
                 (default: see :meth:`positions`).
             key_positions: integer ``(M,)`` positions of the keys (default ``0..M-1``).
+            cache: decode with a cache from :meth:`new_cache` (self-attention: ``query`` holds the
+                new tokens only, which continue the cached ones, causally; ``mask`` is then their
+                key padding ``(B, 1, 1, N)`` or ``(B, N)``, or None) or from
+                :meth:`new_cross_cache` (cross-attention: the keys of ``key`` are computed on
+                the first call and reused).
 
         Returns:
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
         """
+        if cache is not None:
+            return self._forward_cached(query, key, value, cache, mask=mask, bias=bias, return_weights=return_weights,
+                                        given_positions=positions is not None or key_positions is not None)
         q, k, v, bias = self.project(query, key, value, bias=bias, positions=positions, key_positions=key_positions)
         if not self.grouped_kv:
             k, v = self.repeat_kv(k, v)
         res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
-        b, _, n, _ = res.output.shape
-        out = res.output.transpose(1, 2).reshape(b, n, self.embed_dim)  # concat heads: (B, N, E)
-        return AttentionResult(self.out_proj(out), res.weights)
+        return AttentionResult(self.merge_heads(res.output), res.weights)  # concat heads, then W^o
 
     def project(self, query, key=None, value=None, *, bias=None, positions=None, key_positions=None):
         """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, G, M, D)``
@@ -299,6 +307,113 @@ class MultiHeadAttention(nn.Module):
         if pe is not None and pe.kind == "rotation":
             q, k = pe.rotate(q, k, qpos, kpos)
         return q, k, v, bias
+
+    # ---------------------------------------------------------------- cached decoding
+    def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute"):
+        """An empty cache for decoding with this layer's self-attention (see
+        :class:`attnlab.layers.cache.KVCache`: ``window``, ``sinks`` and ``positions`` bound it,
+        StreamingLLM's way when ``positions="cache"``). Pass it as ``forward(x_new, cache=...)``."""
+        return KVCache(window=window, sinks=sinks, positions=positions)
+
+    def new_cross_cache(self) -> StaticKV:
+        """An empty cache of cross-attention's keys and values (filled on the first call)."""
+        return StaticKV()
+
+    def _forward_cached(self, query, key, value, cache, *, mask, bias, return_weights, given_positions) -> AttentionResult:
+        if given_positions:
+            raise ValueError("with a cache the positions come from it: pass neither positions nor key_positions")
+        if bias is not None:
+            raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer itself)")
+        if isinstance(cache, StaticKV):
+            return self._cross_cached(query, key, value, cache, mask=mask, return_weights=return_weights)
+        if key is not None or value is not None:
+            raise ValueError("a self-attention cache takes the new tokens as query only (key and value come from the cache)")
+        self._check_input("query", query, self.embed_dim, None)
+        if self.kdim != self.embed_dim or self.vdim != self.embed_dim:
+            raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
+        b, n, _ = query.shape
+        valid = _new_token_valid(mask, b, n, query.device)
+        if isinstance(cache, RecurrentState):
+            return self.recurrent_step(query, cache, valid)
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must come from new_cache() or new_cross_cache(), got {type(cache).__name__}")
+        self.check_cache(cache)
+        if cache.positions == "cache" and n > 1:  # StreamingLLM's positions: one token at a time
+            outs = [self._cached_self(query[:, i : i + 1], cache, None if valid is None else valid[:, i : i + 1], return_weights)
+                    for i in range(n)]
+            weights = None if not return_weights else [o.weights for o in outs]
+            return AttentionResult(torch.cat([o.output for o in outs], 1), weights)
+        return self._cached_self(query, cache, valid, return_weights)
+
+    def check_cache(self, cache: KVCache) -> None:
+        """Refuse a cache this layer cannot decode with (exact attention takes any)."""
+
+    def _cached_self(self, x, cache: KVCache, valid, return_weights) -> AttentionResult:
+        b, n, _ = x.shape
+        pe = self.positional
+        rotation = pe is not None and pe.kind == "rotation"
+        # absolute positions: the new keys are rotated once, as they enter
+        q, k, v, qpos = self.new_token_heads(x, cache.seen, rotate=cache.positions == "absolute")
+        keys, values, key_valid, kpos = cache.update(k, v, valid)
+        bq, bk = qpos, kpos
+        if cache.positions == "cache":  # positions in the cache (StreamingLLM): rotate every held key now
+            bk, bq = cache.cache_positions(kpos, int(qpos[0]))
+            if rotation:
+                q, keys = pe.rotate(q, keys, bq, bk)
+        bias = pe.score_bias(bq, bk) if pe is not None and pe.kind == "bias" else None
+        res = self.attend_exact(q, keys, values, mask=cache.mask(qpos, kpos, key_valid), bias=bias, return_weights=return_weights)
+        return AttentionResult(self.merge_heads(res.output), res.weights)
+
+    def new_token_heads(self, x, start: int, *, rotate: bool = True):
+        """q ``(B, H, n, D)``, k and v ``(B, G, n, D)`` of ``n`` new tokens ``x`` ``(B, n, E)`` at
+        positions ``start .. start + n - 1`` (an input encoding added first; rope applied when
+        ``rotate``), and those positions."""
+        pe = self.positional
+        qpos = torch.arange(start, start + x.shape[1], device=x.device)
+        if pe is not None and pe.kind == "input":
+            x = pe.add_to(x, qpos)
+        if self.head_mode == "split":
+            q, k, v = self._self_heads(x)
+        else:
+            q = self._heads(x, self.q_proj, self.head_q)
+            k = self._heads(x, self.k_proj, self.head_k, self.num_kv_heads)
+            v = self._heads(x, self.v_proj, self.head_v, self.num_kv_heads)
+        if rotate and pe is not None and pe.kind == "rotation":
+            q, k = pe.rotate(q, k, qpos, qpos)
+        return q, k, v, qpos
+
+    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
+        """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
+        b, _, n, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
+
+    def _cross_cached(self, query, key, value, cache: StaticKV, *, mask, return_weights) -> AttentionResult:
+        if cache.k is None:
+            if key is None:
+                raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's output)")
+            value = key if value is None else value
+            self._check_input("key", key, self.kdim, query.shape[0])
+            self._check_input("value", value, self.vdim, query.shape[0])
+            project = self.head_mode == "project"
+            cache.k = self._heads(key, self.k_proj, self.head_k if project else None, self.num_kv_heads)
+            cache.v = self._heads(value, self.v_proj, self.head_v if project else None, self.num_kv_heads)
+        self._check_input("query", query, self.embed_dim, cache.k.shape[0])
+        if self.positional is not None:
+            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to the decoder)")
+        q = self._heads(query, self.q_proj, self.head_q if self.head_mode == "project" else None)
+        res = self.attend_exact(q, cache.k, cache.v, mask=mask, bias=None, return_weights=return_weights)
+        return AttentionResult(self.merge_heads(res.output), res.weights)
+
+    def attend_exact(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+        """Exact attention over held keys (``k``, ``v`` with H or G heads), as decoding with a
+        :class:`attnlab.layers.cache.KVCache` uses it: :meth:`attend_heads` here; the efficient
+        variants that decode with such a cache (``local``, ``longformer``) attend exactly over it."""
+        return self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
+
+    def recurrent_step(self, x, state: RecurrentState, valid) -> AttentionResult:
+        """Decoding with a :class:`attnlab.layers.cache.RecurrentState`: the kernel variants
+        (``linear``, ``performer``) override this."""
+        raise ValueError(f"{type(self).__name__} decodes with a KVCache (new_cache()), not a recurrent state")
 
     def grouped(self, num_kv_heads: int) -> "MultiHeadAttention":
         """A copy with ``num_kv_heads`` key / value heads, each projection the mean of its group's
@@ -416,3 +531,21 @@ class MultiHeadAttention(nn.Module):
                 m.in_proj_bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
                 m.out_proj.bias.copy_(self.out_proj.bias)
         return m
+
+
+def _new_token_valid(mask, b: int, n: int, device) -> torch.Tensor | None:
+    """The ``(B, n)`` "token is real" flags of a cached call's key-padding mask (or None)."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+    shape = tuple(mask.shape)
+    ok = mask.dim() == 4 and shape[1:3] == (1, 1) and shape[0] in (1, b) and shape[3] == n
+    ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == n)
+    if not ok:
+        raise ValueError(
+            f"with a cache, mask is the new tokens' key padding, shape (B, 1, 1, N) = ({b}, 1, 1, {n}) or (B, N); "
+            f"got shape {shape} (causal order and the cache's window are applied by the cache)"
+        )
+    return mask.reshape(mask.shape[0], n).expand(b, n).to(device)

@@ -78,11 +78,25 @@ class Floater(InputEncoding):
             return self.z0[None]
         return odeint(self.dynamics, self.z0, t, method=self.method)  # (steps, E)
 
+    def _solved(self, steps: int) -> torch.Tensor:
+        """``solve(steps)``; without gradients, kept and reused while the parameters are unchanged
+        (decoding asks for one position more at each step: the trajectory is solved to twice the
+        length asked, so that a stream of T tokens costs O(T) solver steps, not O(T^2)). A fixed
+        step solver on the grid of positions gives a prefix the same values at any length."""
+        if torch.is_grad_enabled():
+            return self.solve(steps)
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters())
+        memo = getattr(self, "_memo", None)
+        if memo is None or memo[0] != key or memo[1].shape[0] < steps:
+            memo = (key, self.solve(max(steps, 2 * (memo[1].shape[0] if memo is not None and memo[0] == key else 0))))
+            self._memo = memo
+        return memo[1][:steps]
+
     def encode(self, positions):
         if positions.numel() == 0:
             return self.z0.new_zeros(0, self.dim)
         positions = positions.to(self.z0.device)
-        z = self.solve(int(positions.max()) + 1)[positions]  # (L, E)
+        z = self._solved(int(positions.max()) + 1)[positions]  # (L, E)
         return sinusoidal_encode(positions, self.dim).to(z.dtype) + z
 
     def extra_repr(self) -> str:
