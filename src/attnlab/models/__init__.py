@@ -12,7 +12,8 @@ from .base import BACKBONES, Backbone, ModelOutput, create, names, register
 from .build import HEADS, build_model, register_head
 from .config import AttentionSpec, ModelConfig, PositionalSpec
 from .conformer import Conformer, ConformerLayer, ConvModule
-from .encoder import Encoder, EncoderConfig, EncoderLayer, EncoderOutput
+from .encoder import Encoder, EncoderCache, EncoderConfig, EncoderLayer, EncoderOutput
+from .lm import LanguageModel, LMBackbone, sample_next
 from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
 from .heads import PairClassifier, SequenceLabeler, SetClassifier
 from .tokens import MLPBackbone, TransformerBackbone, WindowMLPBackbone
@@ -23,6 +24,10 @@ __all__ = [
     "EncoderConfig",
     "EncoderLayer",
     "EncoderOutput",
+    "EncoderCache",
+    "LanguageModel",
+    "LMBackbone",
+    "sample_next",
     "GraphAttention",
     "GraphTransformer",
     "graph_inputs",

@@ -16,6 +16,7 @@ from torch import nn
 from ..registry import Registry
 from . import audio as _audio  # noqa: F401  (each import registers its backbones)
 from . import tokens as _tokens  # noqa: F401
+from .lm import LanguageModel
 from .base import BACKBONES
 from .config import ModelConfig
 from .graph import GraphPredictor, NodeLabeler
@@ -42,6 +43,7 @@ register_head("tokens", "seq2seq")(
     lambda backbone, cfg: Seq2Seq(backbone, cfg.num_labels, num_heads=cfg.num_heads or 4, num_layers=cfg.num_layers or 2,
                                   max_len=cfg.max_target_len or 256)
 )
+register_head("tokens", "lm")(lambda backbone, cfg: LanguageModel(backbone))
 register_head("graph", "tagging")(lambda backbone, cfg: NodeLabeler(backbone, cfg.num_labels))
 register_head("graph", "*")(lambda backbone, cfg: GraphPredictor(backbone, cfg.num_labels, pooling=cfg.pooling))
 register_head("features", "*")(lambda backbone, cfg: VectorClassifier(backbone, cfg.num_labels))
@@ -54,7 +56,8 @@ def build_model(config: ModelConfig | dict) -> nn.Module:
     The backbone ``config.model`` is built with :meth:`ModelConfig.backbone_options`; the head
     comes from :data:`HEADS` by input form and task kind: tokens ``tagging`` ->
     :class:`SequenceLabeler`, ``classification`` -> :class:`SetClassifier`, ``seq2seq`` ->
-    :class:`attnlab.models.seq2seq.Seq2Seq` (its decoder takes the backbone's heads and layers);
+    :class:`attnlab.models.seq2seq.Seq2Seq` (its decoder takes the backbone's heads and layers), ``lm`` ->
+    :class:`attnlab.models.lm.LanguageModel` (over a causal backbone: ``lm``, or ``mlp``);
     graphs: node ``tagging`` -> :class:`attnlab.models.graph.NodeLabeler`, otherwise
     :class:`attnlab.models.graph.GraphPredictor`; vector sets and images a
     :class:`attnlab.models.vectors.VectorClassifier`.

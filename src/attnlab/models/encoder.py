@@ -14,7 +14,7 @@ from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
 from ..validate import positive_int
 
-__all__ = ["Encoder", "EncoderConfig", "EncoderLayer", "EncoderOutput"]
+__all__ = ["Encoder", "EncoderCache", "EncoderConfig", "EncoderLayer", "EncoderOutput"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,23 @@ class EncoderOutput:
     hidden: list[torch.Tensor] | None = None
 
 
+@dataclass
+class EncoderCache:
+    """What a causal :class:`Encoder` keeps for decoding: one cache per block (each block's
+    :meth:`attnlab.MultiHeadAttention.new_cache`) and the number of tokens seen.
+
+    Attributes:
+        layers: the blocks' caches. seen: tokens written so far (the next token's position).
+    """
+
+    layers: list
+    seen: int = 0
+
+    def nbytes(self) -> int:
+        """Bytes held by every block's cache."""
+        return sum(c.nbytes() for c in self.layers)
+
+
 EXACT = ("dense", "dense_naive")
 """The variants that compute every score: they take any mask (causal as a mask) and the score options."""
 
@@ -129,19 +146,21 @@ class EncoderLayer(nn.Module):
         self.drop1 = nn.Dropout(cfg.dropout)
         self.drop2 = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, *, mask=None, positions=None, return_weights=False) -> AttentionResult:
-        """``(B, N, E)`` -> :class:`attnlab.AttentionResult` (output ``(B, N, E)``, weights or None)."""
-        if self.causal_mask:
+    def forward(self, x, *, mask=None, positions=None, return_weights=False, cache=None) -> AttentionResult:
+        """``(B, N, E)`` -> :class:`attnlab.AttentionResult` (output ``(B, N, E)``, weights or None).
+        With ``cache`` (this block's), ``x`` holds new tokens and ``mask`` their key padding."""
+        where = {"cache": cache} if cache is not None else {"positions": positions, "key_positions": positions}
+        if self.causal_mask and cache is None:
             from ..core import masks as _masks
 
             causal = _masks.causal(x.shape[1], device=x.device)
             mask = causal if mask is None else mask & causal
         if self.norm_first:
-            res = self.attn(self.norm1(x), mask=mask, positions=positions, key_positions=positions, return_weights=return_weights)
+            res = self.attn(self.norm1(x), mask=mask, return_weights=return_weights, **where)
             x = x + self.drop1(res.output)
             x = x + self.drop2(self.ff(self.norm2(x)))
         else:
-            res = self.attn(x, mask=mask, positions=positions, key_positions=positions, return_weights=return_weights)
+            res = self.attn(x, mask=mask, return_weights=return_weights, **where)
             x = self.norm1(x + self.drop1(res.output))
             x = self.norm2(x + self.drop2(self.ff(x)))
         return AttentionResult(x, res.weights)
@@ -193,6 +212,14 @@ class Encoder(nn.Module):
         d = dataclasses.asdict(cfg)
         return cls(d.pop("embed_dim"), d.pop("num_heads"), d.pop("num_layers"), **d)
 
+    def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute") -> EncoderCache:
+        """An empty cache for decoding with a causal encoder (``causal=True``): every block's
+        (:meth:`attnlab.MultiHeadAttention.new_cache`; ``window``, ``sinks`` and ``positions``
+        bound the dense blocks' caches, StreamingLLM's way with ``positions="cache"``)."""
+        if not self.config.causal:
+            raise ValueError("cached decoding needs a causal encoder (causal=True): a later token would change earlier outputs")
+        return EncoderCache([layer.attn.new_cache(window=window, sinks=sinks, positions=positions) for layer in self.layers])
+
     def forward(
         self,
         x: torch.Tensor,
@@ -201,6 +228,7 @@ class Encoder(nn.Module):
         positions: torch.Tensor | None = None,
         return_weights: bool = False,
         return_hidden: bool = False,
+        cache: EncoderCache | None = None,
     ) -> EncoderOutput:
         """Encode ``x`` ``(B, N, E)``.
 
@@ -210,20 +238,33 @@ class Encoder(nn.Module):
             positions: integer ``(N,)`` positions (default ``0..N-1``).
             return_weights: also return each block's ``(B, H, N, N)`` weights.
             return_hidden: also return the hidden states (:class:`EncoderOutput`).
+            cache: decode with a cache from :meth:`new_cache`: ``x`` holds the new tokens, which
+                continue the cached ones (their positions follow), and ``mask`` is their key
+                padding ``(B, 1, 1, N)`` or None.
         """
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.config.embed_dim:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"Encoder expects inputs of shape (B, N, {self.config.embed_dim}), got {got}")
         n = x.shape[1]
-        positions = positions_for(n, device=x.device) if positions is None else check_positions(positions, n, "positions").to(x.device)
+        if cache is not None:
+            if positions is not None:
+                raise ValueError("with a cache the positions come from it: pass no positions")
+            positions = torch.arange(cache.seen, cache.seen + n, device=x.device)
+        elif positions is None:
+            positions = positions_for(n, device=x.device)
+        else:
+            positions = check_positions(positions, n, "positions").to(x.device)
         x = self.input_dropout(self.positional.add_to(x, positions))
         weights = [] if return_weights else None
         hidden = [x] if return_hidden else None
-        for layer in self.layers:
-            res = layer(x, mask=mask, positions=positions, return_weights=return_weights)
+        for i, layer in enumerate(self.layers):
+            extra = {} if cache is None else {"cache": cache.layers[i]}
+            res = layer(x, mask=mask, positions=positions, return_weights=return_weights, **extra)
             x = res.output
             if weights is not None:
                 weights.append(res.weights)
             if hidden is not None:
                 hidden.append(x)
+        if cache is not None:
+            cache.seen += n
         return EncoderOutput(self.final_norm(x), weights, hidden)

@@ -32,15 +32,23 @@ class TransformerBackbone(Backbone):
         super().__init__(vocab_size, dim)
         self.encoder = Encoder(dim, num_heads, num_layers, **encoder_options)
 
-    def forward(self, tokens, pad, *, return_weights: bool = False):
+    @property
+    def causal(self) -> bool:
+        """True when a vector's output depends on the vectors at or before it only."""
+        return self.encoder.config.causal
+
+    def forward(self, tokens, pad, *, return_weights: bool = False, cache=None):
+        """With ``cache`` (:meth:`attnlab.models.Encoder.new_cache`), ``tokens`` continue the cached ones."""
         mask = None if not bool(pad.any()) else ~pad[:, None, None, :]
-        out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=mask, return_weights=return_weights)
+        out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=mask, return_weights=return_weights, cache=cache)
         return ModelOutput(out.output, out.weights)
 
 
 @register("mlp")
 class MLPBackbone(Backbone):
     """Each vector alone: embedding, then ``num_layers`` residual blocks ``x + W2 gelu(W1 LN(x))``."""
+
+    causal = True  # a vector's output depends on that vector only
 
     def __init__(self, vocab_size: int, dim: int, *, num_layers: int = 2, ff_dim: int | None = None, dropout: float = 0.0):
         super().__init__(vocab_size, dim)
@@ -55,6 +63,8 @@ class MLPBackbone(Backbone):
 class WindowMLPBackbone(MLPBackbone):
     """Each vector with its ``+-window`` neighbours (zeros beyond the ends and at padding)
     concatenated, projected back to E, then the residual MLP blocks of ``mlp``."""
+
+    causal = False  # it reads the next ``window`` vectors too
 
     def __init__(self, vocab_size: int, dim: int, *, window: int = 2, **options):
         super().__init__(vocab_size, dim, **options)

@@ -8,6 +8,7 @@ kind                loss                                         metric
 ``pair``            cross-entropy per pair (two-tower model)      accuracy
 ``regression``      mean squared error                           R^2 over the split
 ``seq2seq``         teacher-forced cross-entropy                 exact match, greedy decoding
+``lm``              next-token cross-entropy                     perplexity (lower is better)
 ==================  ===========================================  ===========================
 
 ``objectives.get(task)`` gives a task's objective; :func:`collate` makes a batch from any input
@@ -15,6 +16,7 @@ form (tokens, vectors, images, graphs as one disjoint union).
 """
 
 from . import classification as _classification  # noqa: F401  (each import registers its objective)
+from . import lm as _lm  # noqa: F401
 from . import pair as _pair  # noqa: F401
 from . import regression as _regression  # noqa: F401
 from . import seq2seq as _seq2seq  # noqa: F401

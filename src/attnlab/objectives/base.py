@@ -52,6 +52,12 @@ class Objective:
     """
 
     name = "objective"
+    lower_is_better: bool = False
+    """True for a metric that falls as the model improves (perplexity)."""
+
+    def better(self, value: float, best: float | None) -> bool:
+        """Whether ``value`` beats ``best`` (None: nothing yet)."""
+        return best is None or (value < best if self.lower_is_better else value > best)
 
     def trim_labels(self, labels: torch.Tensor, keep: int) -> torch.Tensor:
         """Token batches drop the padding columns every row shares (``keep`` remain); labels

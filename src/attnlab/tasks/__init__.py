@@ -10,10 +10,11 @@
 * ``text``, ``retrieval``, ``pathfinder`` — long sequences (1K-4K tokens) after the Long Range
   Arena: byte-level standard-library source by package, pairs of it, dashed-curve images
   (:mod:`attnlab.tasks.text`, :mod:`attnlab.tasks.retrieval`, :mod:`attnlab.tasks.pathfinder`);
+* ``docs`` — byte-level language modelling of Python's documentation (:mod:`attnlab.tasks.docs`);
 * ``jsonl`` — the user's own file, any of the three kinds (:mod:`attnlab.tasks.jsonl`).
 """
 
-from . import graphs, images, jsonl, listops, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
+from . import docs, graphs, images, jsonl, listops, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, baseline_model, create, names, register, train_defaults
 
 __all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]

@@ -9,6 +9,9 @@ Every task is generated here from a fixed seed (nothing is downloaded) and holds
 * ``seq2seq`` — a new sequence: ``tokens`` ``(S, N)`` the source, ``labels`` ``(S, M)`` the
   target ids ending with EOS, padded with 0 (:mod:`attnlab.models.seq2seq`).
 
+* ``lm`` — language modelling: ``tokens`` ``(S, N)`` and ``labels`` ``(S, N)`` the next token
+  at each position (:mod:`attnlab.tasks.docs`).
+
 * ``regression`` — one value per set: ``labels`` ``(S,)`` float (standardised by the task;
   the metric, R^2, does not change under that rescaling).
 
@@ -35,7 +38,7 @@ from ..validate import positive_int
 
 __all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "baseline_model", "KINDS", "INPUTS"]
 
-KINDS = ("tagging", "classification", "seq2seq", "regression", "pair")
+KINDS = ("tagging", "classification", "seq2seq", "regression", "pair", "lm")
 INPUTS = ("tokens", "features", "graph", "image")
 
 

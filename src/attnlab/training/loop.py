@@ -126,7 +126,7 @@ def train(
     torch.manual_seed(cfg.seed)
     model = build_model(mcfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step, best, since_best, history, resumes, losses = 0, -1.0, 0, [], [], []
+    step, best, since_best, history, resumes, losses = 0, None, 0, [], [], []
     spent = 0.0  # seconds in optimizer steps, over every call of the run
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume:
@@ -194,7 +194,7 @@ def train(
         if step % cfg.eval_every == 0 or step == total or over_budget:
             val = objective.score(model, task, "val")
             history.append({"step": step, "val": val, "loss": float(loss.detach()), "seconds": spent})
-            if val > best:
+            if objective.better(val, best):
                 best, since_best = val, 0
                 best_state = {k: v.clone() for k, v in model.state_dict().items()}
             else:
