@@ -58,3 +58,32 @@ def test_a_target_longer_than_max_len_is_refused():
     m = model()
     with pytest.raises(ValueError, match="exceeds the decoder's max_len 12"):
         m(torch.randint(2, 20, (1, 4)), torch.ones(1, 14, dtype=torch.long))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_decoding_gives_the_same_greedy_and_beams(seed):
+    """The decoder's KV cache (and the source keys computed once) changes no decision: greedy
+    and beam search find the same sequences as rerunning every prefix."""
+    m = model(seed)
+    with torch.no_grad():  # never-ending targets: no EOS (nor padding), so all 12 steps run
+        m.out.bias[EOS] = m.out.bias[0] = -1e9
+    src = torch.randint(2, 20, (4, 7), generator=torch.Generator().manual_seed(seed))
+    src[1, 5:] = 0  # a padded source
+    assert m.greedy(src) == m.greedy(src, cache=False)
+    assert all(len(s) == 12 for s in m.greedy(src))
+    assert m.beam(src, beam_size=3) == m.beam(src, beam_size=3, cache=False)
+
+
+def test_cached_decode_logits_equal_the_full_target():
+    m = model(3)
+    src = torch.randint(2, 20, (2, 6))
+    tgt = torch.randint(3, 12, (2, 9))
+    tgt[:, 0] = BOS
+    tgt[1, 6:] = 0  # a finished row: padding
+    memory, mmask = m.encode(src)
+    with torch.no_grad():
+        full = m.decode(tgt, memory, mmask).output
+        cache = m.new_cache()
+        steps = torch.cat([m.decode(tgt[:, i : i + 1], memory, mmask, cache=cache).output for i in range(9)], 1)
+    real = tgt != 0
+    assert (steps - full)[real].abs().max() < 1e-12

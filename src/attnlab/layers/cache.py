@@ -79,6 +79,11 @@ class KVCache:
         self.size = self.seen = 0
         self.padded = False
 
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam search: each new beam continues the row it came from)."""
+        if self.k is not None:
+            self.k, self.v, self.valid = self.k[index], self.v[index], self.valid[index]
+
     def _allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int) -> None:
         b, g, _, d = k.shape
         new_k = k.new_zeros(b, g, slots, d)
@@ -186,6 +191,11 @@ class StaticKV:
     def reset(self) -> None:
         """Forget the keys (for a new source)."""
         self.k = self.v = None
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index``."""
+        if self.k is not None:
+            self.k, self.v = self.k[index], self.v[index]
 
 
 @dataclass

@@ -30,9 +30,12 @@ class DecoderLayer(nn.Module):
         self.ff = FeedForward(dim, ff_dim or 4 * dim, dropout=dropout)
         self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(3))
 
-    def forward(self, x, memory, *, self_mask, memory_mask, return_weights=False):
-        x = x + self.self_attn(self.norms[0](x), mask=self_mask).output
-        res = self.cross_attn(self.norms[1](x), memory, mask=memory_mask, return_weights=return_weights)
+    def forward(self, x, memory, *, self_mask, memory_mask, return_weights=False, caches=None):
+        """With ``caches`` = ``(self-attention KVCache, cross-attention StaticKV)``, ``x`` holds new
+        target tokens and ``self_mask`` their padding ``(B, 1, 1, n)``."""
+        self_cache, cross_cache = caches if caches is not None else (None, None)
+        x = x + self.self_attn(self.norms[0](x), mask=self_mask, cache=self_cache).output
+        res = self.cross_attn(self.norms[1](x), memory, mask=memory_mask, return_weights=return_weights, cache=cross_cache)
         x = x + res.output
         x = x + self.ff(self.norms[2](x))
         return x, res.weights
@@ -64,19 +67,35 @@ class Seq2Seq(nn.Module):
         pad = src == 0
         return self.encoder(src, pad).output, ~pad[:, None, None, :]
 
-    def decode(self, tgt_in: torch.Tensor, memory, memory_mask, *, return_weights: bool = False):
+    def decode(self, tgt_in: torch.Tensor, memory, memory_mask, *, return_weights: bool = False, cache: list | None = None):
         """Logits ``(B, M, V)`` of the next target token after each of ``tgt_in`` ``(B, M)``
-        (and the last block's cross-attention ``(B, H, M, N)`` when asked)."""
+        (and the last block's cross-attention ``(B, H, M, N)`` when asked). With ``cache``
+        (:meth:`new_cache`), ``tgt_in`` continues the tokens decoded so far."""
+        start = 0 if cache is None else cache[0][0].seen
         m = tgt_in.shape[1]
-        if m > self.max_len + 1:
-            raise ValueError(f"target of length {m} exceeds the decoder's max_len {self.max_len}")
-        x = self.tgt_embed(tgt_in) * self.dim**0.5 + self.tgt_pos[:m].to(memory.dtype)
-        self_mask = masks.causal(m, device=tgt_in.device) & (tgt_in != TGT_PAD)[:, None, None, :]
+        if start + m > self.max_len + 1:
+            raise ValueError(f"target of length {start + m} exceeds the decoder's max_len {self.max_len}")
+        x = self.tgt_embed(tgt_in) * self.dim**0.5 + self.tgt_pos[start : start + m].to(memory.dtype)
+        real = (tgt_in != TGT_PAD)[:, None, None, :]
+        self_mask = real if cache is not None else masks.causal(m, device=tgt_in.device) & real
         weights = None
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask, return_weights=return_weights and i == len(self.layers) - 1)
+            x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask, return_weights=return_weights and i == len(self.layers) - 1,
+                         caches=None if cache is None else cache[i])
             weights = w if w is not None else weights
         return ModelOutput(self.out(self.norm(x)), weights)
+
+    def new_cache(self) -> list:
+        """An empty decoding cache: per block, its self-attention's keys and values and its
+        cross-attention's keys of the source (computed on the first step)."""
+        return [(layer.self_attn.new_cache(), layer.cross_attn.new_cross_cache()) for layer in self.layers]
+
+    @staticmethod
+    def reorder_cache(cache: list, index: torch.Tensor) -> None:
+        """Keep the batch rows ``index`` of every cache (beam search)."""
+        for self_cache, cross_cache in cache:
+            self_cache.reorder(index)
+            cross_cache.reorder(index)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, *, return_weights: bool = False):
         """Teacher-forced logits ``(B, M, V)``; ``tgt_in`` starts with BOS."""
@@ -84,14 +103,17 @@ class Seq2Seq(nn.Module):
         return self.decode(tgt_in, memory, mmask, return_weights=return_weights)
 
     @torch.no_grad()
-    def greedy(self, src: torch.Tensor, max_len: int | None = None) -> list[list[int]]:
-        """The most likely token at each step until EOS (or ``max_len``), per source; EOS not included."""
+    def greedy(self, src: torch.Tensor, max_len: int | None = None, *, cache: bool = True) -> list[list[int]]:
+        """The most likely token at each step until EOS (or ``max_len``), per source; EOS not
+        included. ``cache=False`` reruns the whole target prefix at each step (the reference)."""
         limit = min(max_len or self.max_len, self.max_len)
         memory, mmask = self.encode(src)
         seq = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
         done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        state = self.new_cache() if cache else None
         for _ in range(limit):
-            nxt = self.decode(seq, memory, mmask).output[:, -1].argmax(-1)
+            step_in = seq[:, -1:] if cache else seq
+            nxt = self.decode(step_in, memory, mmask, cache=state).output[:, -1].argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, TGT_PAD), nxt)
             seq = torch.cat([seq, nxt[:, None]], 1)
             done |= nxt == EOS
@@ -100,31 +122,42 @@ class Seq2Seq(nn.Module):
         return [_strip(row) for row in seq[:, 1:].tolist()]
 
     @torch.no_grad()
-    def beam(self, src: torch.Tensor, beam_size: int = 4, max_len: int | None = None) -> list[list[int]]:
-        """Beam search per source (sum of log-probabilities, finished hypotheses kept); EOS not included."""
+    def beam(self, src: torch.Tensor, beam_size: int = 4, max_len: int | None = None, *, cache: bool = True) -> list[list[int]]:
+        """Beam search per source (sum of log-probabilities, finished hypotheses kept); EOS not
+        included. With ``cache`` each beam's cache rows follow it (``cache=False``: the reference
+        that reruns every prefix)."""
         positive_int("beam_size", beam_size)
         limit = min(max_len or self.max_len, self.max_len)
         results = []
         for b in range(src.shape[0]):
             memory, mmask = self.encode(src[b : b + 1])
-            beams = [([BOS], 0.0)]
+            beams = [([BOS], 0.0, 0)]  # (tokens, score, the row of its parent in the last step's batch)
             finished: list[tuple[list[int], float]] = []
+            state = self.new_cache() if cache else None
             for _ in range(limit):
-                seqs = torch.tensor([s for s, _ in beams], device=src.device)
-                logp = self.decode(seqs, memory.expand(len(beams), -1, -1), mmask.expand(len(beams), -1, -1, -1)).output[:, -1].log_softmax(-1)
+                if cache:
+                    self.reorder_cache(state, torch.tensor([p for _, _, p in beams], device=src.device))
+                    seqs = torch.tensor([s[-1:] for s, _, _ in beams], device=src.device)
+                else:
+                    seqs = torch.tensor([s for s, _, _ in beams], device=src.device)
+                logp = self.decode(seqs, memory.expand(len(beams), -1, -1), mmask.expand(len(beams), -1, -1, -1),
+                                   cache=state).output[:, -1].log_softmax(-1)
                 cand = []
-                for i, (s, score) in enumerate(beams):
+                for i, (s, score, _) in enumerate(beams):
                     top = logp[i].topk(beam_size)
-                    cand += [(s + [int(t)], score + float(v)) for v, t in zip(top.values, top.indices)]
+                    cand += [(s + [int(t)], score + float(v), i) for v, t in zip(top.values, top.indices)]
                 cand.sort(key=lambda c: c[1], reverse=True)
                 beams = []
-                for s, score in cand:
-                    (finished if s[-1] == EOS else beams).append((s, score))
+                for s, score, parent in cand:
+                    if s[-1] == EOS:
+                        finished.append((s, score))
+                    else:
+                        beams.append((s, score, parent))
                     if len(beams) == beam_size:
                         break
                 if not beams or (finished and max(f[1] for f in finished) >= beams[0][1]):
                     break
-            best = max(finished or beams, key=lambda c: c[1])[0]
+            best = max(finished or [(s, score) for s, score, _ in beams], key=lambda c: c[1])[0]
             results.append(_strip(best[1:]))
         return results
 
