@@ -53,6 +53,10 @@ def _run_id(cfg: TrainConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+LOWER_IS_BETTER = {"docs": "perplexity"}
+"""Tasks whose metric falls as models improve: the arena, which ranks and averages accuracies, leaves them out."""
+
+
 def plan(
     preset: str | Preset = "quick",
     *,
@@ -80,7 +84,10 @@ def plan(
     names = list(settings) if tasks is None else list(tasks)
     for t in names:
         if t not in settings:
-            known = sorted(set(task_registry.names()) - {"jsonl", "graph_files", "wav_folder"})
+            known = sorted(set(task_registry.names()) - {"jsonl", "graph_files", "wav_folder", *LOWER_IS_BETTER})
+            if t in LOWER_IS_BETTER:
+                raise ValueError(f"task {t!r} reports {LOWER_IS_BETTER[t]} (lower is better), the arena ranks accuracies; "
+                                 f"train it with attnlab train {t}")
             if t not in known:
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)} (or --data FILE for jsonl)")
             settings[t] = TaskSetting({}, {})

@@ -8,7 +8,7 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
-* :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``.
+* :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``; :mod:`~attnlab.cli.generate` — ``generate``.
 
 Library imports happen inside the commands, so that ``attnlab --help`` stays fast.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import typer
 
-from . import arena, bench_accuracy, bench_speed, compare, complexity, explain, plot, pretrained, train
+from . import arena, bench_accuracy, bench_speed, compare, complexity, explain, generate, plot, pretrained, train
 from .common import out
 
 __all__ = ["app", "main"]
@@ -72,6 +72,7 @@ compare_app.command("vit-cnn")(compare.vit_cnn)
 app.command()(train.train)
 app.command("eval")(train.eval_cmd)
 app.command()(train.predict)
+app.command()(generate.generate)
 
 
 def main() -> None:

@@ -84,8 +84,11 @@ def train(
         return
     _show(result, False, lambda r: f"test {r.metric} = {r.value:.4f} after {r.steps} steps, {r.seconds:.0f} s; checkpoint {r.checkpoint}")
     if base is not None:
+        from ..objectives import create as objective
+
+        lower = objective(result.kind).lower_is_better
         out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f}; "
-                  f"attention adds {result.value - base.value:+.4f}")
+                  f"attention {'changes it by' if lower else 'adds'} {result.value - base.value:+.4f}" + (" (lower is better)" if lower else ""))
 
 
 USER_DATA_TASKS = ("jsonl", "graph_files")

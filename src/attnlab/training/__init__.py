@@ -6,7 +6,7 @@ module              what it holds
 ``config``          :class:`TrainConfig` (typed; steps *or* epochs) and :func:`model_config`
 ``checkpoint``      atomic checkpoint folders, :func:`load_checkpoint` (versions 1 and 2)
 ``loop``            :func:`train` (incl. resuming, time budgets, DDP under torchrun)
-``inference``       :func:`evaluate`, :func:`predict`, :func:`cross_attention_example`
+``inference``       :func:`evaluate`, :func:`predict`, :func:`cross_attention_example`, :func:`generate`
 ==================  ===================================================================
 
 The loss and the metric of each kind of output are :mod:`attnlab.objectives`; the per-task
@@ -17,7 +17,7 @@ from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
 from ..objectives import collate as make_batch
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from .config import TrainConfig, model_config
-from .inference import cross_attention_example, evaluate, predict, score
+from .inference import cross_attention_example, evaluate, generate, predict, score
 from .loop import TrainResult, attention_label, train
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "attention_label",
     "cross_attention_example",
     "evaluate",
+    "generate",
     "load_checkpoint",
     "make_batch",
     "model_config",

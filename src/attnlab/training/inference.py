@@ -1,5 +1,5 @@
-"""Using a trained model: score a checkpoint on a split, predict for user records, and read a
-seq2seq model's cross-attention."""
+"""Using a trained model: score a checkpoint on a split, predict for user records, read a
+seq2seq model's cross-attention, and generate text with a language model."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from torch import nn
 
 from .. import objectives
 from .. import tasks as task_registry
-from ..models.base import BOS, EOS, PAD
+from ..models.base import BOS, EOS, FIRST, PAD
 from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint
 from .loop import TrainResult, attention_label
 
-__all__ = ["cross_attention_example", "evaluate", "predict", "score"]
+__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "score"]
 
 
 def score(model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
@@ -90,3 +90,54 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
                 pred = model(toks).output.argmax(-1).tolist()
                 out += [{FIELDS[kind][0]: r[FIELDS[kind][0]], "label": names[p]} for r, p in zip(recs, pred)]
     return out
+
+
+def generate(
+    path: str | Path,
+    prompt: str,
+    *,
+    max_new_tokens: int = 200,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    cache: bool = True,
+    window: int | None = None,
+    sinks: int = 4,
+):
+    """Yield the text a language-model checkpoint (task kind ``lm``, byte-level) writes after
+    ``prompt``, a piece at a time as it decodes (whole UTF-8 characters).
+
+    Args:
+        path: the checkpoint. prompt: the text to continue (not empty).
+        max_new_tokens, temperature, top_k, top_p: as for :meth:`attnlab.models.LanguageModel.generate`.
+        seed: the sampling's seed (the same seed, the same text).
+        cache: decode with the key / value cache (False: rerun the prefix at each step).
+        window, sinks: a bounded StreamingLLM cache of ``sinks`` first tokens plus the last
+            ``window`` (None: the full cache).
+    """
+    import codecs
+
+    from ..tasks.docs import encode_bytes
+
+    ck = load_checkpoint(path)
+    if ck.model_config.kind != "lm":
+        raise CheckpointError(f"{ck.path} holds a {ck.model_config.kind} model; generate needs a language model (a task of kind lm, e.g. docs)")
+    if ck.meta.get("task_artifacts", {}).get("codec") != "bytes":
+        raise CheckpointError(f"{ck.path}: its task has no text codec (byte-level tasks such as docs have)")
+    if not prompt:
+        raise ValueError("the prompt is empty: give the text to continue")
+    ids = torch.tensor([encode_bytes(prompt)])
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    g = torch.Generator().manual_seed(seed)
+    steps = ck.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=g, cache=cache,
+                              window=window, sinks=sinks if window is not None else 0)
+    for tok in steps:
+        b = int(tok[0]) - FIRST
+        if 0 <= b < 256:
+            piece = decoder.decode(bytes([b]))
+            if piece:
+                yield piece
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail
