@@ -274,3 +274,21 @@ def test_create_score_builds_every_listed_score_with_per_head_weights():
     assert attnlab.scores.create("bilinear", head_dim=4, num_heads=2).weight.shape == (2, 4, 4)
     cos = attnlab.scores.create("cosine", head_dim=4, temperature=0.5)
     torch.testing.assert_close(cos.temperature.flatten(), torch.tensor([0.5]))
+
+
+def test_square_causal_mask_takes_the_fused_causal_path_with_the_same_result():
+    """A square causal mask goes to SDPA's is_causal path (no mask read); the result equals the
+    same mask given per batch row (which takes the masked path) and the float64 reference."""
+    from attnlab.core import masks
+    from attnlab.core.attend import _is_causal
+    from attnlab.core.reference import reference_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    c = masks.causal(9)
+    assert _is_causal(c) and _is_causal(c[None, None]) and not _is_causal(c.expand(2, 1, 9, 9))
+    assert not _is_causal(masks.causal(9, 10)) and not _is_causal(masks.window(9, 2)) and not _is_causal(None)
+    fast = attend(q, k, v, mask=c).output
+    slow = attend(q, k, v, mask=c.expand(2, 1, 9, 9).clone()).output
+    ref = reference_attention(q, k, v, mask=c)[0]
+    assert (fast - slow).abs().max() < 1e-12 and (fast - ref).abs().max() < 1e-12

@@ -192,7 +192,8 @@ def attend(
             v = v.repeat_interleave(h // v.shape[1], dim=1)
         return AttentionResult(weights @ v, weights if return_weights else None)
 
-    if mask is not None:
+    causal = _is_causal(mask)  # every key is seen by a later query: nothing to zero
+    if mask is not None and not causal:
         # keys no query may see (padding): zero them so that NaN or inf there cannot leak
         col_ok = mask.any(-2).unsqueeze(-1)  # (…, M, 1)
         if not bool(col_ok.all()):
@@ -207,7 +208,7 @@ def attend(
             "and return_weights=False"
         )
     if backend != "chunked" and scale is not None:
-        return AttentionResult(_sdpa(qp, kp, v, mask, bias, dropout_p, scale), None)
+        return AttentionResult(_sdpa(qp, kp, v, mask, bias, dropout_p, scale, causal), None)
     return _chunked(qp, kp, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, block_size)
 
 
@@ -221,7 +222,19 @@ def _grouped_fused(score_fn, norm_fn, head_dim, return_weights, mask, bias, back
     return _sdpa_scale(score_fn, norm_fn, head_dim, return_weights) is not None
 
 
-def _sdpa(q, k, v, mask, bias, dropout_p, scale) -> torch.Tensor:
+def _is_causal(mask: torch.Tensor | None) -> bool:
+    """Whether ``mask`` is the square causal mask ``j <= i`` (any leading dimensions of size 1),
+    which PyTorch's fused kernel computes without reading a mask (``is_causal=True``)."""
+    if mask is None or mask.dim() < 2 or mask.shape[-1] != mask.shape[-2] or mask.shape[-1] < 2 or any(s != 1 for s in mask.shape[:-2]):
+        return False
+    n = mask.shape[-1]
+    return torch.equal(mask.reshape(n, n), torch.ones(n, n, dtype=torch.bool, device=mask.device).tril())
+
+
+def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.Tensor:
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # grouped keys / values, on the fused kernel
+    if bias is None and causal:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=True, **gqa)
     row_ok = None
     if mask is not None:
         row_ok = mask.any(-1, keepdim=True)  # (…, N, 1)
@@ -237,7 +250,6 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale) -> torch.Tensor:
         attn_mask = bias.to(q.dtype)
         if mask is not None:
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # grouped keys / values, on the fused kernel
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **gqa)
     if row_ok is not None:
         out = out.masked_fill(~row_ok, 0.0)

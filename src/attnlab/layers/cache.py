@@ -162,6 +162,8 @@ class KVCache:
         allowed = kp <= qp
         if self.bounded:
             allowed = allowed & ((qp - kp < self.window) | (kp < self.sinks))
+        if not self.padded:  # one (N, S) mask for the batch (the square causal one runs on the fused kernel's causal path)
+            return allowed[None, None]
         return allowed[None, None] & key_valid[:, None, None, :]
 
     def cache_positions(self, key_positions: torch.Tensor, query_position: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,15 +63,18 @@ class LanguageModel(nn.Module):
         w = self.backbone.embed.weight
         return (h @ w.T) * w.shape[1] ** -0.5 + self.bias
 
-    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False, cache: EncoderCache | None = None) -> ModelOutput:
+    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False, cache: EncoderCache | None = None,
+                last: bool = False) -> ModelOutput:
         """Logits ``(B, N, V)`` of the next token after each of ``tokens`` ``(B, N)`` (``PAD`` = 0
-        is padding). With ``cache``, ``tokens`` continue the cached ones."""
+        is padding); ``last``: of the last position only, ``(B, 1, V)``. With ``cache``,
+        ``tokens`` continue the cached ones."""
         pad = tokens == PAD
         if cache is not None:
             out = self.backbone(tokens, pad, cache=cache)
         else:
             out = self.backbone(tokens, pad, return_weights=return_weights)
-        return ModelOutput(self.logits(out.output), out.weights)
+        h = out.output[:, -1:] if last else out.output
+        return ModelOutput(self.logits(h), out.weights)
 
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute") -> EncoderCache:
         """An empty cache (see :meth:`attnlab.models.Encoder.new_cache`)."""
@@ -118,7 +121,7 @@ class LanguageModel(nn.Module):
         seq, nxt = prompt, prompt
         done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
         for _ in range(max_new_tokens):
-            logits = self(nxt, cache=state).output[:, -1] if cache else self(seq).output[:, -1]
+            logits = (self(nxt, cache=state, last=True) if cache else self(seq, last=True)).output[:, -1]
             tok = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
             tok = torch.where(done, torch.full_like(tok, PAD), tok)
             if stop is not None:

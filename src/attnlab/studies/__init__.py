@@ -14,6 +14,8 @@ module             what it measures
 ``vit_cnn``        ViT against a CNN on the digits as the training set grows
 ``audio``          truncated against full attention on long audio
 ``graph``          sparse edge attention against PyG's TransformerConv
+``pretrained``     efficient variants swapped into a trained BERT-family model
+``decode``         cached decoding against recomputation and transformers' generate; streaming
 =================  ==========================================================================
 
 What they measure with (peak memory, round-robin timing) is :mod:`attnlab.profiling`.

@@ -1,0 +1,137 @@
+"""``attnlab bench decode``: cached against uncached decoding and against Hugging Face ``generate``,
+the memory of a bounded cache over long streams, and (with a trained checkpoint) the perplexity
+of StreamingLLM's sinks + window cache on a stream longer than the training context."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .common import chart, emit_json, fail, fmt_x, int_list, load_report, out, table, track
+from .options import from_option, heads_option, json_option, output_option, plot_option, width_option
+
+__all__ = ["bench_decode"]
+
+
+def bench_decode(
+    contexts: str = typer.Option("256,1024,4096", help="Comma-separated prompt lengths."),
+    new_tokens: int = typer.Option(32, "--new-tokens", min=2, help="Greedy tokens decoded after each prompt."),
+    dim: int = width_option(256),
+    layers: int = typer.Option(4, min=1, help="Blocks."),
+    heads: int = heads_option(4),
+    uncached_up_to: Optional[int] = typer.Option(None, "--uncached-up-to", min=1, help="Longest context of the uncached reference (default: all)."),
+    stream_lengths: str = typer.Option("1000,10000,100000", "--stream-lengths", help="Stream lengths of the cache-memory measure ('' skips it)."),
+    checkpoint: Optional[str] = typer.Option(None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
+    factor: int = typer.Option(8, min=2, help="The perplexity stream is this many training contexts long."),
+    streams: int = typer.Option(2, min=1, help="Streams of the perplexity measure (cut from the docs test text)."),
+    as_json: bool = json_option("Print the records as JSON instead of tables."),
+    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
+    plot: Optional[str] = plot_option("Also draw tokens per second against the context (and cache memory) to this PNG."),
+    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+) -> None:
+    """Decoding speed and memory: KV cache vs recomputation vs transformers' generate, side by side."""
+    if report:
+        data = load_report(report, "bench decode", _checked)
+    else:
+        data = _measure(contexts, new_tokens, dim, layers, heads, uncached_up_to, stream_lengths, checkpoint, factor, streams, output)
+    if not emit_json(data, as_json, None if report else output):
+        _report(data)
+    chart(plot, "decode.plot_decode", data)
+
+
+def _measure(contexts, new_tokens, dim, layers, heads, uncached_up_to, stream_lengths, checkpoint, factor, streams, output) -> dict:
+    from ..studies import decode
+
+    cs = int_list("--contexts", contexts, minimum=1)
+    lengths = int_list("--stream-lengths", stream_lengths, minimum=1) if stream_lengths.strip() else []
+    if dim % heads:
+        fail(f"--dim {dim} must be divisible by --heads {heads}")
+    model = text = context = None
+    if checkpoint:
+        from ..tasks import create as make_task
+        from ..training import CheckpointError, load_checkpoint
+
+        try:
+            ck = load_checkpoint(checkpoint)
+        except CheckpointError as e:
+            fail(str(e))
+        if ck.model_config.kind != "lm" or ck.config.task != "docs":
+            fail(f"--checkpoint {checkpoint}: streaming perplexity needs a model trained on the docs task (attnlab train docs)")
+        task = make_task("docs", **ck.config.task_options)
+        model, context = ck.model, task.max_len
+        text = task.split("test").tokens[:, :].reshape(-1)  # the test windows do not overlap: the test text in order
+    data: dict = {"speed": [], "memory": [], "perplexity": []}
+    total = len(cs) + (1 if lengths else 0) + (4 if checkpoint else 0)
+    with track("decoding", total, output, lambda recs: data) as tracker:
+        def keep(kind, advance=1):
+            def cb(rec):
+                data[kind].append(rec.to_dict())
+                tracker.update(advance, f"{kind}: {_describe(rec)}")
+                tracker.save()
+            return cb
+
+        try:
+            per_context = keep("speed", 0)
+
+            def speed_cb(rec):
+                per_context(rec)
+                if rec.implementation == "attnlab cached":
+                    tracker.update(1)
+            decode.speed(cs, new_tokens=new_tokens, dim=dim, layers=layers, heads=heads, uncached_up_to=uncached_up_to, on_record=speed_cb)
+            if lengths:
+                decode.streaming_memory(lengths, on_record=keep("memory", 0))
+                tracker.update(1)
+            if checkpoint:
+                decode.streaming_perplexity(model, text, context=context, factor=factor, streams=streams, on_record=keep("perplexity"))
+        except ValueError as e:
+            fail(str(e))
+    return data
+
+
+def _describe(rec) -> str:
+    d = rec.to_dict()
+    return " ".join(str(d[k]) for k in ("implementation", "context", "cache", "tokens", "method") if k in d)
+
+
+def _checked(data: dict) -> dict:
+    if not isinstance(data, dict) or not {"speed", "memory", "perplexity"} <= set(data):
+        raise KeyError("speed, memory and perplexity")
+    for r in data["speed"]:
+        for f in ("implementation", "context", "new_tokens", "tokens_per_second", "decode_tokens_per_second", "prefill_seconds"):
+            if f not in r:
+                raise KeyError(f)
+    return data
+
+
+def _report(data: dict) -> None:
+    speed = data["speed"]
+    if speed:
+        r0 = speed[0]
+        t = table(f"greedy decoding of {r0['new_tokens']} tokens, d={r0['dim']}, {r0['layers']} layers, {r0['heads']} heads, vocabulary "
+                  f"{r0['vocab']}, one sequence (side by side, median of {r0['repeats']})",
+                  ["context", "implementation", "prompt s", "tokens/s (end to end)", "tokens/s (decoding)", "vs uncached", "vs transformers",
+                   "same tokens"], left=["implementation"])
+        for c in dict.fromkeys(r["context"] for r in speed):
+            rows = {r["implementation"]: r for r in speed if r["context"] == c}
+            unc, hf = rows.get("attnlab uncached"), rows.get("transformers generate")
+            for impl, r in rows.items():
+                rate = r["decode_tokens_per_second"]
+                vs_unc = None if unc is None or not rate or not unc["decode_tokens_per_second"] else rate / unc["decode_tokens_per_second"]
+                vs_hf = None if hf is None or not rate or not hf["decode_tokens_per_second"] else rate / hf["decode_tokens_per_second"]
+                same = {True: "yes", False: "NO", None: "-"}[r["same_tokens"]]
+                t.add_row(str(c), impl, f"{r['prefill_seconds']:.3f}", f"{r['tokens_per_second']:.1f}", "-" if not rate else f"{rate:.1f}",
+                          fmt_x(vs_unc), fmt_x(vs_hf), same)
+        out.print(t)
+    if data["memory"]:
+        t = table("cache memory over a stream (rope model, d=64, 2 layers)", ["cache", "tokens", "bytes"])
+        for r in data["memory"]:
+            t.add_row(r["cache"] + ("" if r["window"] is None else f" ({r['sinks']} + {r['window']})"), f"{r['tokens']:,}", f"{r['cache_bytes']:,}")
+        out.print(t)
+    if data["perplexity"]:
+        r0 = data["perplexity"][0]
+        t = table(f"perplexity per byte on {r0['streams']} streams of {r0['stream']} bytes of the docs test text "
+                  f"({r0['stream'] // r0['context']}x the training context {r0['context']})", ["method", "tokens attended", "perplexity"])
+        for r in data["perplexity"]:
+            t.add_row(r["method"], "all" if r["kept"] is None else str(r["kept"]), f"{r['perplexity']:.3f}")
+        out.print(t)
