@@ -5,7 +5,7 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.explain` — ``explain``;
 * :mod:`~attnlab.cli.pretrained` — ``attention``, ``view``, ``bench pretrained`` (pretrained models);
 * :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory);
-* :mod:`~attnlab.cli.decode` — ``bench decode`` (cached decoding, streaming);
+* :mod:`~attnlab.cli.decode` — ``bench decode`` (cached decoding, streaming), ``bench packing``;
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
@@ -66,6 +66,7 @@ bench_app.command("graph")(bench_speed.graph)
 bench_app.command("audio")(bench_speed.audio)
 bench_app.command("pretrained")(pretrained.bench_pretrained)
 bench_app.command("decode")(decode.bench_decode)
+bench_app.command("packing")(decode.bench_packing)
 plot_app.command("positional")(plot.positional)
 app.command()(complexity.complexity)
 app.command()(arena.arena)

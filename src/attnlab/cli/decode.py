@@ -1,6 +1,7 @@
 """``attnlab bench decode``: cached against uncached decoding and against Hugging Face ``generate``,
 the memory of a bounded cache over long streams, and (with a trained checkpoint) the perplexity
-of StreamingLLM's sinks + window cache on a stream longer than the training context."""
+of StreamingLLM's sinks + window cache on a stream longer than the training context.
+``attnlab bench packing``: the cost per token of packed documents."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Optional
 
 import typer
 
-from .common import chart, emit_json, fail, fmt_x, int_list, load_report, out, table, track
+from .common import chart, emit_json, fail, fmt_x, int_list, load_report, out, records_json, table, track
 from .options import from_option, heads_option, json_option, output_option, plot_option, width_option
 
-__all__ = ["bench_decode"]
+__all__ = ["bench_decode", "bench_packing"]
 
 
 def bench_decode(
@@ -135,3 +136,33 @@ def _report(data: dict) -> None:
         for r in data["perplexity"]:
             t.add_row(r["method"], "all" if r["kept"] is None else str(r["kept"]), f"{r['perplexity']:.3f}")
         out.print(t)
+
+
+def bench_packing(
+    counts: str = typer.Option("1,4,16,64", help="Comma-separated numbers of documents packed into one row."),
+    min_length: int = typer.Option(64, "--min-length", min=1, help="Shortest document."),
+    max_length: int = typer.Option(256, "--max-length", min=1, help="Longest document."),
+    dim: int = width_option(128),
+    layers: int = typer.Option(2, min=1, help="Blocks."),
+    dense_up_to: int = typer.Option(8192, "--dense-up-to", min=1, help="Longest packed row the dense T x T mask is run at."),
+    as_json: bool = json_option("Print the records as JSON instead of a table."),
+    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
+) -> None:
+    """Packed documents: cost per token of forward + backward, document by document vs dense mask vs padding."""
+    from ..studies import packing
+
+    ks = int_list("--counts", counts, minimum=1)
+    if min_length > max_length:
+        fail(f"--min-length {min_length} exceeds --max-length {max_length}")
+    with track("packing", len(ks) * 3, output, records_json) as tracker:
+        packing.run(ks, min_length=min_length, max_length=max_length, dim=dim, layers=layers, dense_up_to=dense_up_to,
+                    on_record=tracker.on_record(lambda r: f"{r.documents} documents: {r.method}"))
+    recs = [r.to_dict() for r in tracker.records]
+    if emit_json({"records": recs}, as_json):
+        return
+    r0 = recs[0]
+    t = table(f"causal encoder d={r0['dim']}, {r0['layers']} layers, forward + backward; documents of {min_length}-{max_length} tokens",
+              ["documents", "tokens", "method", "seconds", "us per token"], left=["method"])
+    for r in recs:
+        t.add_row(str(r["documents"]), f"{r['tokens']:,}", r["method"], f"{r['seconds']:.3f}", f"{r['microseconds_per_token']:.1f}")
+    out.print(t)

@@ -19,6 +19,7 @@ gradients) for it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -26,6 +27,8 @@ import torch
 from ..validate import is_int
 
 __all__ = [
+    "Documents",
+    "document",
     "causal",
     "window",
     "padding",
@@ -212,3 +215,99 @@ def or_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     argument means "everything allowed", so it makes the union ``None`` too."""
     out = _combine(masks, torch.logical_or, "or_masks")
     return None if any(m is None for m in masks) else out
+
+
+@dataclass(frozen=True)
+class Documents:
+    """Packed documents: each row of a batch holds whole documents one after another (then
+    padding), and a token attends only within its own document (block-diagonal), causally
+    and / or within a window if asked. Positions restart at 0 in every document.
+
+    Pass it as ``mask=`` to :class:`attnlab.MultiHeadAttention`, :class:`attnlab.models.Encoder`
+    or a language model: they attend document by document (documents of one length batched
+    together), so the cost is ``sum_d L_d^2``, linear in the packed length for bounded
+    documents, instead of the ``T^2`` of :meth:`dense`; forward and backward.
+
+    Args:
+        lengths: the documents' lengths, one list per row (a flat list: one row).
+        causal: within a document, token ``i`` sees tokens ``j <= i``.
+        window: within a document, ``|i - j| <= window`` (``0 <= i - j <= window`` if causal).
+    """
+
+    lengths: tuple
+    causal: bool = False
+    window: int | None = None
+
+    def __post_init__(self):
+        rows = self.lengths
+        if isinstance(rows, torch.Tensor):
+            rows = rows.tolist()
+        rows = list(rows)
+        if not rows or not isinstance(rows[0], (list, tuple)):
+            rows = [rows]
+        clean = []
+        for row in rows:
+            for n in row:
+                if not is_int(n) or n < 1:
+                    raise ValueError(f"document lengths must be integers >= 1, got {n!r}")
+            clean.append(tuple(int(n) for n in row))
+        object.__setattr__(self, "lengths", tuple(clean))
+        if self.window is not None:
+            _check_size("window", self.window)
+
+    @property
+    def rows(self) -> int:
+        """Rows of the batch."""
+        return len(self.lengths)
+
+    def check(self, batch: int, length: int) -> None:
+        """Refuse a batch of another shape: ``batch`` rows, each of ``length`` >= its documents."""
+        if batch != self.rows:
+            raise ValueError(f"the documents describe {self.rows} row(s), the batch has {batch}")
+        longest = max(sum(r) for r in self.lengths)
+        if longest > length:
+            raise ValueError(f"the documents of a row add up to {longest} tokens, the rows hold {length}")
+
+    def pieces(self, length: int) -> list[tuple[int, bool]]:
+        """The batch flattened row after row into ``(length, real)`` pieces: every document,
+        then each row's padding (``real`` False) up to ``length``."""
+        out = []
+        for row in self.lengths:
+            out += [(n, True) for n in row]
+            if length > sum(row):
+                out.append((length - sum(row), False))
+        return out
+
+    def positions(self, length: int, device=None) -> torch.Tensor:
+        """``(B, length)`` positions restarting at 0 in every document (padding: 0)."""
+        flat = torch.cat([torch.arange(n, device=device) if real else torch.zeros(n, dtype=torch.long, device=device)
+                          for n, real in self.pieces(length)])
+        return flat.view(self.rows, length)
+
+    def block(self, n: int, device=None) -> torch.Tensor | None:
+        """The ``(n, n)`` mask inside one document of length ``n`` (None: every pair)."""
+        if self.window is not None:
+            return window(n, self.window, causal=self.causal, device=device)
+        return causal(n, device=device) if self.causal else None
+
+    def dense(self, length: int, device=None) -> torch.Tensor:
+        """The same mask as a ``(B, 1, length, length)`` bool tensor (padding sees and is seen by nothing)."""
+        out = torch.zeros(self.rows, 1, length, length, dtype=torch.bool, device=device)
+        for b, row in enumerate(self.lengths):
+            start = 0
+            for n in row:
+                blk = self.block(n, device)
+                out[b, 0, start : start + n, start : start + n] = True if blk is None else blk
+                start += n
+        return out
+
+
+def document(lengths, *, causal: bool = False, window: int | None = None, length: int | None = None, device=None) -> torch.Tensor:
+    """The dense mask of packed documents (see :class:`Documents`): ``(T, T)`` for one row
+    (``lengths`` a flat list; T = their sum, or ``length``), ``(B, 1, T, T)`` for several rows.
+    Composable with the other masks (``&``) like any mask."""
+    docs = Documents(lengths, causal=causal, window=window)
+    t = max(sum(r) for r in docs.lengths) if length is None else length
+    docs.check(docs.rows, t)
+    out = docs.dense(t, device)
+    return out[0, 0] if docs.rows == 1 and not (isinstance(lengths, (list, tuple)) and lengths and isinstance(lengths[0], (list, tuple))) else out

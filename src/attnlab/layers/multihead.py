@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.attend import AttentionResult, attend, check_mask_or_bias
+from ..core.masks import Documents
 from .cache import KVCache, RecurrentState, StaticKV
 from ..core.normalize import resolve_normalizer, softmax
 from ..core import scores as score_registry
@@ -245,7 +246,9 @@ class MultiHeadAttention(nn.Module):
             query: ``(B, N, E)``.
             key: ``(B, M, kdim)``, default ``query``.
             value: ``(B, M, vdim)``, default ``key``.
-            mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (:mod:`attnlab.masks`).
+            mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (:mod:`attnlab.masks`);
+                or :class:`attnlab.masks.Documents`: packed documents, attended one by one
+                (cost linear in the packed length; positions restart in every document).
             bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
             return_weights: also return the ``(B, H, N, M)`` attention weights.
             positions: integer ``(N,)`` positions of the queries, for the positional encoding
@@ -263,6 +266,11 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             return self._forward_cached(query, key, value, cache, mask=mask, bias=bias, return_weights=return_weights,
                                         given_positions=positions is not None or key_positions is not None)
+        if isinstance(mask, Documents):
+            if key is not None or value is not None or bias is not None or return_weights or positions is not None or key_positions is not None:
+                raise ValueError("packed documents (mask=Documents) take self-attention alone: no key, value, bias, "
+                                 "return_weights or positions (they restart in every document)")
+            return self._forward_documents(query, mask)
         q, k, v, bias = self.project(query, key, value, bias=bias, positions=positions, key_positions=key_positions)
         if not self.grouped_kv:
             k, v = self.repeat_kv(k, v)
@@ -307,6 +315,49 @@ class MultiHeadAttention(nn.Module):
         if pe is not None and pe.kind == "rotation":
             q, k = pe.rotate(q, k, qpos, kpos)
         return q, k, v, bias
+
+    # ---------------------------------------------------------------- packed documents
+    def _forward_documents(self, x: torch.Tensor, docs: Documents) -> AttentionResult:
+        """Self-attention within each packed document: the batch flattened into one row, the
+        documents of one length stacked and attended together (mask and bias of one document
+        each), padding left at zero."""
+        self._check_input("query", x, self.embed_dim, None)
+        b, t, _ = x.shape
+        docs.check(b, t)
+        pe = self.positional
+        exact = not hasattr(self, "causal")  # exact attention takes the documents' mask; an efficient variant has its own causal flag
+        if not exact and (docs.window is not None or docs.causal != self.causal):
+            raise ValueError(f"the {type(self).__name__} layer (causal={self.causal}) attends packed documents with its own pattern: "
+                             f"give Documents(causal={self.causal}) without a window")
+        pos = docs.positions(t, device=x.device).reshape(-1)
+        q, k, v, _ = self.project(x.reshape(1, b * t, self.embed_dim), positions=pos, key_positions=pos)
+        if not self.grouped_kv:
+            k, v = self.repeat_kv(k, v)
+        pieces = docs.pieces(t)
+        starts = [0]
+        for n, _ in pieces:
+            starts.append(starts[-1] + n)
+        by_length: dict[int, list[int]] = {}
+        for i, (n, real) in enumerate(pieces):
+            if real:
+                by_length.setdefault(n, []).append(i)
+        outputs: list = [None] * len(pieces)
+
+        def take(heads, idx, n):  # the documents idx, all of length n, stacked: (docs, H, n, D)
+            return torch.cat([heads[:, :, starts[i] : starts[i] + n] for i in idx])
+
+        for n, idx in by_length.items():
+            local = torch.arange(n, device=x.device)
+            bias = pe.score_bias(local, local) if pe is not None and pe.kind == "bias" else None
+            mask = docs.block(n, x.device) if exact else None
+            res = self.attend_heads(take(q, idx, n), take(k, idx, n), take(v, idx, n), mask=mask, bias=bias)
+            for j, i in enumerate(idx):
+                outputs[i] = res.output[j : j + 1]
+        for i, (n, real) in enumerate(pieces):
+            if not real:
+                outputs[i] = q.new_zeros(1, self.num_heads, n, v.shape[-1])
+        out = self.merge_heads(torch.cat(outputs, dim=2))  # (1, B T, E)
+        return AttentionResult(out.reshape(b, t, self.embed_dim))
 
     # ---------------------------------------------------------------- cached decoding
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute"):

@@ -13,7 +13,7 @@ from .build import HEADS, build_model, register_head
 from .config import AttentionSpec, ModelConfig, PositionalSpec
 from .conformer import Conformer, ConformerLayer, ConvModule
 from .encoder import Encoder, EncoderCache, EncoderConfig, EncoderLayer, EncoderOutput
-from .lm import LanguageModel, LMBackbone, sample_next
+from .lm import LanguageModel, LMBackbone, pack, sample_next
 from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
 from .heads import PairClassifier, SequenceLabeler, SetClassifier
 from .tokens import MLPBackbone, TransformerBackbone, WindowMLPBackbone
@@ -28,6 +28,7 @@ __all__ = [
     "LanguageModel",
     "LMBackbone",
     "sample_next",
+    "pack",
     "GraphAttention",
     "GraphTransformer",
     "graph_inputs",

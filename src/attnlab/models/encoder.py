@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..core.attend import AttentionResult
+from ..core.masks import Documents
 from ..layers.feedforward import ACTIVATIONS, FeedForward
 from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
@@ -150,7 +151,9 @@ class EncoderLayer(nn.Module):
         """``(B, N, E)`` -> :class:`attnlab.AttentionResult` (output ``(B, N, E)``, weights or None).
         With ``cache`` (this block's), ``x`` holds new tokens and ``mask`` their key padding."""
         where = {"cache": cache} if cache is not None else {"positions": positions, "key_positions": positions}
-        if self.causal_mask and cache is None:
+        if isinstance(mask, Documents):  # positions restart in every document: the attention takes them from the mask
+            where = {}
+        elif self.causal_mask and cache is None:
             from ..core import masks as _masks
 
             causal = _masks.causal(x.shape[1], device=x.device)
@@ -212,6 +215,24 @@ class Encoder(nn.Module):
         d = dataclasses.asdict(cfg)
         return cls(d.pop("embed_dim"), d.pop("num_heads"), d.pop("num_layers"), **d)
 
+    def _forward_documents(self, x, docs: Documents, positions, return_weights, return_hidden, cache) -> EncoderOutput:
+        """Packed documents: the input encoding at positions restarting in every document, then
+        every block attending document by document."""
+        if positions is not None or return_weights or cache is not None:
+            raise ValueError("packed documents (mask=Documents) take no positions, return_weights or cache")
+        if self.config.causal and not docs.causal:
+            docs = dataclasses.replace(docs, causal=True)
+        b, t, e = x.shape
+        docs.check(b, t)
+        pos = docs.positions(t, device=x.device).reshape(-1)
+        x = self.input_dropout(self.positional.add_to(x.reshape(1, b * t, e), pos).reshape(b, t, e))
+        hidden = [x] if return_hidden else None
+        for layer in self.layers:
+            x = layer(x, mask=docs).output
+            if hidden is not None:
+                hidden.append(x)
+        return EncoderOutput(self.final_norm(x), None, hidden)
+
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute") -> EncoderCache:
         """An empty cache for decoding with a causal encoder (``causal=True``): every block's
         (:meth:`attnlab.MultiHeadAttention.new_cache`; ``window``, ``sinks`` and ``positions``
@@ -234,7 +255,9 @@ class Encoder(nn.Module):
 
         Args:
             x: the input vectors ``(B, N, E)``.
-            mask: bool, broadcastable to ``(B, H, N, N)``, True = may attend (padding, causal, ...).
+            mask: bool, broadcastable to ``(B, H, N, N)``, True = may attend (padding, causal, ...);
+                or :class:`attnlab.masks.Documents` (packed documents, attended one by one,
+                positions restarting in each; causal within each when the encoder is causal).
             positions: integer ``(N,)`` positions (default ``0..N-1``).
             return_weights: also return each block's ``(B, H, N, N)`` weights.
             return_hidden: also return the hidden states (:class:`EncoderOutput`).
@@ -246,6 +269,8 @@ class Encoder(nn.Module):
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"Encoder expects inputs of shape (B, N, {self.config.embed_dim}), got {got}")
         n = x.shape[1]
+        if isinstance(mask, Documents):
+            return self._forward_documents(x, mask, positions, return_weights, return_hidden, cache)
         if cache is not None:
             if positions is not None:
                 raise ValueError("with a cache the positions come from it: pass no positions")

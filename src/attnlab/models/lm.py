@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from ..core.masks import Documents
 from ..validate import int_at_least, number_above, positive_int, probability
 from .base import PAD, Backbone, ModelOutput, register
 from .encoder import EncoderCache
 from .tokens import TransformerBackbone
 
-__all__ = ["LMBackbone", "LanguageModel", "sample_next"]
+__all__ = ["LMBackbone", "LanguageModel", "pack", "sample_next"]
 
 
 @register("lm")
@@ -64,12 +65,18 @@ class LanguageModel(nn.Module):
         return (h @ w.T) * w.shape[1] ** -0.5 + self.bias
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False, cache: EncoderCache | None = None,
-                last: bool = False) -> ModelOutput:
+                last: bool = False, documents: Documents | None = None) -> ModelOutput:
         """Logits ``(B, N, V)`` of the next token after each of ``tokens`` ``(B, N)`` (``PAD`` = 0
         is padding); ``last``: of the last position only, ``(B, 1, V)``. With ``cache``,
-        ``tokens`` continue the cached ones."""
+        ``tokens`` continue the cached ones; with ``documents`` (:func:`pack`), each row holds
+        packed documents that never see each other."""
         pad = tokens == PAD
-        if cache is not None:
+        if documents is not None:
+            if not getattr(self.backbone, "uses_attention", False):
+                out = self.backbone(tokens, pad)  # each token alone: packing changes nothing
+            else:
+                out = self.backbone(tokens, pad, documents=documents)
+        elif cache is not None:
             out = self.backbone(tokens, pad, cache=cache)
         else:
             out = self.backbone(tokens, pad, return_weights=return_weights)
@@ -158,3 +165,37 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | 
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     probs = logits.softmax(-1)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+def pack(sequences: list[list[int]], length: int, *, causal: bool = True) -> tuple[torch.Tensor, torch.Tensor, Documents]:
+    """Pack token sequences into rows of ``length`` tokens, first fit in the given order (each
+    sequence whole; one longer than ``length`` is refused), the rest of a row ``PAD``.
+
+    Returns ``(tokens (B, length), labels (B, length), documents)``: the labels are the next
+    token within the same sequence, ``IGNORE`` at each sequence's last token and on padding,
+    so a packed batch's loss equals the padded batch's; ``documents`` is the
+    :class:`attnlab.masks.Documents` (causal by default) to pass as ``documents=``.
+    """
+    from .base import IGNORE
+
+    positive_int("length", length)
+    rows: list[list[list[int]]] = []
+    for seq in sequences:
+        if not 1 <= len(seq) <= length:
+            raise ValueError(f"a sequence of {len(seq)} tokens does not fit a row of {length} (each needs 1..{length})")
+        for row in rows:
+            if sum(map(len, row)) + len(seq) <= length:
+                row.append(list(seq))
+                break
+        else:
+            rows.append([list(seq)])
+    tokens = torch.full((len(rows), length), PAD, dtype=torch.long)
+    labels = torch.full((len(rows), length), IGNORE, dtype=torch.long)
+    for b, row in enumerate(rows):
+        at = 0
+        for seq in row:
+            t = torch.tensor(seq, dtype=torch.long)
+            tokens[b, at : at + len(seq)] = t
+            labels[b, at : at + len(seq) - 1] = t[1:]
+            at += len(seq)
+    return tokens, labels, Documents([[len(s) for s in row] for row in rows], causal=causal)

@@ -37,8 +37,12 @@ class TransformerBackbone(Backbone):
         """True when a vector's output depends on the vectors at or before it only."""
         return self.encoder.config.causal
 
-    def forward(self, tokens, pad, *, return_weights: bool = False, cache=None):
-        """With ``cache`` (:meth:`attnlab.models.Encoder.new_cache`), ``tokens`` continue the cached ones."""
+    def forward(self, tokens, pad, *, return_weights: bool = False, cache=None, documents=None):
+        """With ``cache`` (:meth:`attnlab.models.Encoder.new_cache`), ``tokens`` continue the cached
+        ones; with ``documents`` (:class:`attnlab.masks.Documents`) each row holds packed documents."""
+        if documents is not None:
+            out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=documents)
+            return ModelOutput(out.output, None)
         mask = None if not bool(pad.any()) else ~pad[:, None, None, :]
         out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=mask, return_weights=return_weights, cache=cache)
         return ModelOutput(out.output, out.weights)

@@ -16,6 +16,7 @@ module             what it measures
 ``graph``          sparse edge attention against PyG's TransformerConv
 ``pretrained``     efficient variants swapped into a trained BERT-family model
 ``decode``         cached decoding against recomputation and transformers' generate; streaming
+``packing``        packed documents: cost per token, document by document vs dense mask vs padding
 =================  ==========================================================================
 
 What they measure with (peak memory, round-robin timing) is :mod:`attnlab.profiling`.
