@@ -181,3 +181,27 @@ def test_cache_errors():
     layer(x, cache=cache)
     with pytest.raises(ValueError, match="the cache holds keys"):
         cache.update(torch.randn(2, H, 1, E // H), torch.randn(2, H, 1, E // H))
+
+
+def test_fused_projection_weights_follow_every_change_of_the_weights():
+    """The fused [W^q; W^k; W^v] kept between inference calls is rebuilt after an in-place
+    update, a load_state_dict, a swapped .data and a dtype change."""
+    torch.manual_seed(9)
+    layer = MultiHeadAttention(E, H).eval()
+    x = torch.randn(1, 5, E)
+
+    def fresh():  # the same layer built anew from the current weights
+        other = MultiHeadAttention(E, H).eval()
+        other.load_state_dict(layer.state_dict())
+        return other(x).output
+
+    with torch.no_grad():
+        layer(x)
+        layer.q_proj.weight.mul_(2)
+        assert torch.equal(layer(x).output, fresh())
+        layer.load_state_dict({k: v * 0.5 for k, v in layer.state_dict().items()})
+        assert torch.equal(layer(x).output, fresh())
+        layer.k_proj.weight.data = torch.randn(E, E)
+        assert torch.equal(layer(x).output, fresh())
+        layer.double()
+        assert layer(x.double()).output.dtype == torch.float64

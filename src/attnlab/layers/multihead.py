@@ -206,8 +206,7 @@ class MultiHeadAttention(nn.Module):
         k and v ``(B, G, N, D)``."""
         b, n, _ = x.shape
         projs = [self.q_proj, self.k_proj, self.v_proj] if self.uses_keys else [self.q_proj, self.v_proj]
-        w = torch.cat([p.weight for p in projs])  # (3E, E), (E + 2 G D, E) grouped, or (2E, E) without keys
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+        w, bias = self._fused_weights(projs)
         out = F.linear(x, w, bias)
         if self.num_kv_heads != self.num_heads:  # grouped: q of H heads, k and v of G
             q, k, v = out.split([self.embed_dim, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
@@ -218,6 +217,21 @@ class MultiHeadAttention(nn.Module):
         if not self.uses_keys:  # a variant that derives its keys from the queries
             return heads[0], heads[0], heads[1]
         return heads
+
+    def _fused_weights(self, projs: list) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[W^q; W^k; W^v]`` ((3E, E), (E + 2 G D, E) grouped, or (2E, E) without keys) and its
+        bias. Without gradients (inference, decoding) it is kept while the weights are unchanged
+        (same storage, same version), so a decoding step does not copy the weights again."""
+        tensors = [t for p in projs for t in (p.weight, p.bias) if t is not None]
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+        memo = self.__dict__.get("_fused_memo")
+        if memo is not None and memo[0] == key and not torch.is_grad_enabled():
+            return memo[1], memo[2]
+        w = torch.cat([p.weight for p in projs])
+        bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
+        if not torch.is_grad_enabled():  # the detached views keep the storages alive: no new tensor can reuse their addresses
+            self.__dict__["_fused_memo"] = (key, w, bias, [t.detach() for t in tensors])
+        return w, bias
 
     def repeat_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Grouped keys and values ``(B, G, M, D)`` repeated to ``(B, H, M, D)``: key head g serves
