@@ -205,3 +205,54 @@ def test_fused_projection_weights_follow_every_change_of_the_weights():
         assert torch.equal(layer(x).output, fresh())
         layer.double()
         assert layer(x.double()).output.dtype == torch.float64
+
+
+def test_a_variant_refuses_a_cache_it_did_not_make():
+    local = efficient.create("local", embed_dim=E, num_heads=H, causal=True, window=3)
+    x = torch.randn(1, 4, E)
+    with pytest.raises(ValueError, match="new_cache"):
+        local(x, cache=KVCache())  # unbounded: would compute full causal attention
+    with pytest.raises(ValueError, match="new_cache"):
+        local(x, cache=KVCache(window=9))
+    linear = efficient.create("linear", embed_dim=E, num_heads=H, causal=True)
+    with pytest.raises(ValueError, match="new_cache"):
+        linear(x, cache=KVCache())  # would compute exact softmax
+    with pytest.raises(ValueError, match="no attention weights"):
+        linear(x, cache=linear.new_cache(), return_weights=True)
+    with pytest.raises(ValueError, match="recurrent state"):
+        MultiHeadAttention(E, H)(x, cache=linear.new_cache())
+
+
+def test_cross_cache_row_mismatch_is_named():
+    layer = MultiHeadAttention(E, H)
+    cache = layer.new_cross_cache()
+    layer(torch.randn(1, 2, E), torch.randn(1, 5, E), cache=cache)
+    with pytest.raises(ValueError, match="holds keys of 1 row"):
+        layer(torch.randn(3, 1, E), cache=cache)
+    cache.reorder(torch.tensor([0, 0, 0]))
+    assert layer(torch.randn(3, 1, E), cache=cache).output.shape == (3, 1, E)
+
+
+def test_performer_state_after_an_all_padding_first_call():
+    """A row whose first tokens are all padding: its running stabiliser stays unset, and the
+    outputs of its real tokens equal the layer run on the whole row."""
+    torch.manual_seed(10)
+    layer = efficient.create("performer", embed_dim=E, num_heads=H, causal=True, seed=2).double().eval()
+    x = torch.randn(2, 12, E, dtype=torch.float64) * 3
+    real = torch.ones(2, 12, dtype=torch.bool)
+    real[1, :4] = False
+    with torch.no_grad():
+        ref = layer(x, mask=real[:, None, None, :]).output
+        cache = layer.new_cache()
+        out = torch.cat([layer(x[:, a : a + 4], cache=cache, mask=real[:, a : a + 4]).output for a in (0, 4, 8)], 1)
+    assert (out - ref)[real].abs().max() < 1e-10
+    assert torch.isfinite(cache.shift).all()
+
+
+def test_performer_redraws_once_per_forward_call_with_packed_documents():
+    from attnlab.core.masks import Documents
+
+    layer = efficient.create("performer", embed_dim=E, num_heads=H, causal=True, seed=3, redraw_interval=2).train()
+    x = torch.randn(1, 12, E)
+    layer(x, mask=Documents([2, 3, 4, 3], causal=True))  # three document lengths: three attention steps, one call
+    assert int(layer.calls) == 1

@@ -122,3 +122,11 @@ def test_causal_lm_does_not_see_the_future():
     with torch.no_grad():
         la, lb = model(a).output, model(b).output
     assert torch.equal(la[:, :10], lb[:, :10]) and not torch.allclose(la[:, 10:], lb[:, 10:])
+
+
+def test_generate_checks_at_the_call_and_runs_a_backbone_without_attention():
+    with pytest.raises(ValueError, match="top_k"):
+        lm().generate(tokens()[:, :3], 5, top_k=0)  # raised at the call, before any token
+    base = LanguageModel(create("mlp", V, 16)).double()
+    out = torch.stack(list(base.generate(tokens()[:, :3], 6, temperature=0)), 1)  # nothing to cache: reruns the prefix
+    assert out.shape == (2, 6)

@@ -125,3 +125,8 @@ def test_pack_refuses_what_does_not_fit():
         pack([[3] * 20], 16)
     with pytest.raises(ValueError, match="does not fit"):
         pack([[]], 16)
+
+
+def test_pack_refuses_nothing():
+    with pytest.raises(ValueError, match="nothing to pack"):
+        pack([], 16)

@@ -38,3 +38,9 @@ def test_perplexity_is_exp_mean_nll():
     loss = obj.loss(Fixed(table, 0.25, v), {"tokens": tokens}, labels)
     assert math.isclose(float(loss), math.log(4), rel_tol=1e-6)
     assert not objectives.create("tagging").lower_is_better and objectives.create("tagging").better(0.9, 0.8)
+
+
+def test_nan_never_becomes_the_best():
+    obj = objectives.create("lm")
+    assert not obj.better(float("nan"), None) and not obj.better(float("nan"), 3.0)
+    assert not objectives.create("tagging").better(float("nan"), None)

@@ -29,6 +29,7 @@ from ..validate import is_int
 __all__ = [
     "Documents",
     "document",
+    "key_padding_flags",
     "causal",
     "window",
     "padding",
@@ -311,3 +312,23 @@ def document(lengths, *, causal: bool = False, window: int | None = None, length
     docs.check(docs.rows, t)
     out = docs.dense(t, device)
     return out[0, 0] if docs.rows == 1 and not (isinstance(lengths, (list, tuple)) and lengths and isinstance(lengths[0], (list, tuple))) else out
+
+
+def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key-padding mask") -> torch.Tensor | None:
+    """The ``(B, M)`` "key is real" flags of a key-padding mask, ``(B, 1, 1, M)`` (as
+    :func:`padding` makes it) or ``(B, M)`` (B may be 1), or None for no mask.
+
+    Raises ``TypeError`` for a non-bool mask and ``ValueError`` for any other shape, the message
+    naming the shape expected and got, then ``refuse``: what the caller takes instead.
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+    shape = tuple(mask.shape)
+    ok = mask.dim() == 4 and shape[1:3] == (1, 1) and shape[0] in (1, b) and shape[3] == m
+    ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == m)
+    if not ok:
+        raise ValueError(f"expected a key-padding mask of shape (B, 1, 1, M) = ({b}, 1, 1, {m}) or (B, M), got shape {shape}; {refuse}")
+    return mask.reshape(mask.shape[0], m).expand(b, m).to(device)

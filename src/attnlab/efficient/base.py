@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from ..core.attend import AttentionResult
+from ..core.masks import key_padding_flags
 from ..layers.cache import KVCache, RecurrentState
 from ..layers.multihead import MultiHeadAttention
 from ..registry import Registry
@@ -118,21 +119,9 @@ def key_padding(mask: torch.Tensor | None, b: int, m: int, name: str, device) ->
     Raises ``ValueError`` for a mask that depends on the query (causal, window, graph): the
     variant ``name`` cannot apply it.
     """
-    if mask is None:
-        return None
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
-    shape = tuple(mask.shape)
-    ok = mask.dim() == 4 and shape[1] == 1 and shape[2] == 1 and shape[0] in (1, b) and shape[3] == m
-    ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == m)
-    if not ok:
-        raise ValueError(
-            f"the {name!r} attention takes key-padding masks only, shape (B, 1, 1, M) = ({b}, 1, 1, {m}) as "
-            f"attnlab.masks.padding makes them, got shape {shape}; for causal attention create it with causal=True, "
-            "for any other mask use the 'dense' attention"
-        )
-    return mask.reshape(mask.shape[0], m).expand(b, m).to(device)
+    return key_padding_flags(mask, b, m, device, refuse=(
+        f"the {name!r} attention takes key-padding masks only (attnlab.masks.padding makes them); for causal attention "
+        "create it with causal=True, for any other mask use the 'dense' attention"))
 
 
 class EfficientAttention(MultiHeadAttention):
@@ -242,7 +231,17 @@ class EfficientAttention(MultiHeadAttention):
         k, v = self.repeat_kv(k, v)
         return q, k, v
 
+    def check_cache(self, cache) -> None:
+        """Refuse a key / value cache other than the one :meth:`new_cache` makes (another window,
+        sinks or positions would compute another pattern; a kernel variant needs its recurrent state)."""
+        want = self.new_cache()
+        same = isinstance(want, KVCache) and (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions)
+        if not same:
+            raise ValueError(f"the {self.name!r} attention decodes with the cache its new_cache() makes, not this one")
+
     def attend_exact(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+        if return_weights:
+            raise ValueError(f"the {self.name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
         return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, bias=bias, return_weights=return_weights)
 
     def efficient(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:

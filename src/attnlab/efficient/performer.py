@@ -10,7 +10,7 @@ from ..validate import int_at_least, positive_int
 from ..core.attend import AttentionResult
 from ..layers.cache import RecurrentState
 from .base import Budget, EfficientAttention, Sweep, register
-from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
+from .kernel import CAUSAL_CHUNK, FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian", "favor_features"]
 
@@ -128,20 +128,49 @@ class PerformerAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_features={self.num_features}, redraw_interval={self.redraw_interval}"
 
-    def efficient(self, q, k, v, valid):
+    def forward(self, *args, **kwargs):
+        """As :meth:`attnlab.MultiHeadAttention.forward`; in training mode, every
+        ``redraw_interval`` calls draw new features first (one draw per call, however many
+        attention steps the call runs: packed documents run one per document length)."""
         if self.training and self.redraw_interval:
             if int(self.calls) and int(self.calls) % self.redraw_interval == 0:
                 self.redraw()
             self.calls += 1
+        return super().forward(*args, **kwargs)
+
+    def efficient(self, q, k, v, valid):
         if not self.causal:
             return chunked_kernel_attention(_FavorMap(self.features), q, k, v, valid=valid, eps=1e-12)
+        # causal: chunk after chunk with a running stabiliser, the same computation as decoding
+        state, outs = RecurrentState(), []
+        for a in range(0, q.shape[2], CAUSAL_CHUNK):
+            e = a + CAUSAL_CHUNK
+            outs.append(self._causal_chunk(q[:, :, a:e], k[:, :, a:e], v[:, :, a:e], None if valid is None else valid[:, a:e], state))
+        return torch.cat(outs, dim=2)
+
+    def _causal_chunk(self, q, k, v, valid, state: RecurrentState) -> torch.Tensor:
+        """Causal FAVOR+ over consecutive tokens that continue ``state`` (updated in place).
+
+        The keys' features are ``exp(logits - shift)`` with ``shift`` the running maximum of the
+        keys' feature logits (per row and head): the sums are rescaled when it grows, so early keys
+        never underflow against later, larger ones, and the epsilon is a floor, not a term, so the
+        shift cancels exactly (decoding one token at a time gives the numbers of the whole layer)."""
         phi_q = favor_features(q, self.features, is_query=True)
-        phi_k = favor_features(k, self.features, is_query=False)
+        logits = _FavorMap(self.features).key_logits(k)  # (B, H, n, F)
         if valid is not None:
-            phi_k = phi_k * valid[:, None, :, None]
-        # eps as a floor, not a term: the keys' stabiliser (a constant per head) then cancels exactly,
-        # and decoding with the running stabiliser of new_cache() gives the same numbers
-        return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=1e-12, clamp=True)
+            logits = logits.masked_fill(~valid[:, None, :, None], float("-inf"))
+        top = logits.amax(dim=(-2, -1), keepdim=True)  # (B, H, 1, 1); -inf where every new token is padding
+        shift = top if state.shift is None else torch.maximum(state.shift, top)  # -inf: nothing real seen yet
+        used = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+        phi_k = torch.exp(logits - used).to(q.dtype)
+        sums = None
+        if state.s is not None:
+            old = torch.where(torch.isfinite(state.shift), state.shift, used)  # a row with nothing seen has zero sums
+            scale = torch.exp(old - used).to(q.dtype)  # <= 1: the old sums under the new shift
+            sums = (state.s * scale, state.z * scale[..., 0])
+        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=1e-12, clamp=True, state=sums, return_state=True)
+        state.shift, state.seen = shift, state.seen + q.shape[2]
+        return out
 
     def new_cache(self, *, window=None, sinks=0, positions="absolute") -> RecurrentState:
         """The running sums of causal FAVOR+, stabilised by the running maximum of the keys'
@@ -150,18 +179,7 @@ class PerformerAttention(EfficientAttention):
 
     def recurrent_step(self, x, state: RecurrentState, valid) -> AttentionResult:
         q, k, v = self._recurrent_heads(x, state)
-        phi_q = favor_features(q, self.features, is_query=True)
-        logits = _FavorMap(self.features).key_logits(k)  # (B, H, n, F)
-        if valid is not None:
-            logits = logits.masked_fill(~valid[:, None, :, None], float("-inf"))
-        top = logits.amax(dim=(-2, -1), keepdim=True)  # (B, H, 1, 1)
-        shift = top if state.shift is None else torch.maximum(state.shift, top)
-        shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))  # nothing real seen yet
-        phi_k = torch.exp(logits - shift).to(q.dtype)
-        sums = None
-        if state.s is not None:
-            scale = torch.exp(state.shift - shift).to(q.dtype)  # <= 1: the old sums under the new shift
-            sums = (state.s * scale, state.z * scale[..., 0])
-        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=1e-12, clamp=True, state=sums, return_state=True)
-        state.shift, state.seen = shift, state.seen + x.shape[1]
+        seen = state.seen
+        out = self._causal_chunk(q, k, v, valid, state)
+        state.seen = seen + x.shape[1]
         return AttentionResult(self.merge_heads(out))

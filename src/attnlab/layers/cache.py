@@ -154,8 +154,9 @@ class KVCache:
         self.size = min(self.seen, self.sinks + self.window)
 
     def mask(self, query_positions: torch.Tensor, key_positions: torch.Tensor, key_valid: torch.Tensor) -> torch.Tensor | None:
-        """The ``(B, 1, n, S)`` bool mask of what each new query sees: earlier or equal keys,
-        within the window or among the sinks, not padding; None when that is every key."""
+        """The bool mask of what each new query sees: earlier or equal keys, within the window or
+        among the sinks, not padding: ``(B, 1, n, S)``, or ``(1, 1, n, S)`` when no held token is
+        padding; None when that is every key."""
         qp, kp = query_positions[:, None], key_positions[None, :]
         if qp.shape[0] == 1 and not self.padded and (not self.bounded or kp.shape[1] <= self.sinks + self.window):
             return None  # one query at the end, nothing pushed out: every held key is visible

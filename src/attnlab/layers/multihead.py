@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.attend import AttentionResult, attend, check_mask_or_bias
-from ..core.masks import Documents
+from ..core.masks import Documents, key_padding_flags
 from .cache import KVCache, RecurrentState, StaticKV
 from ..core.normalize import resolve_normalizer, softmax
 from ..core import scores as score_registry
@@ -221,11 +221,15 @@ class MultiHeadAttention(nn.Module):
     def _fused_weights(self, projs: list) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[W^q; W^k; W^v]`` ((3E, E), (E + 2 G D, E) grouped, or (2E, E) without keys) and its
         bias. Without gradients (inference, decoding) it is kept while the weights are unchanged
-        (same storage, same version), so a decoding step does not copy the weights again."""
+        (same storage, same version), so a decoding step does not copy the weights again. Writes
+        through ``.data`` bypass the version counter: write to the parameters themselves (under
+        ``torch.no_grad()``), as optimisers and ``load_state_dict`` do."""
         tensors = [t for p in projs for t in (p.weight, p.bias) if t is not None]
         key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
         memo = self.__dict__.get("_fused_memo")
-        if memo is not None and memo[0] == key and not torch.is_grad_enabled():
+        if torch.is_grad_enabled():
+            self.__dict__.pop("_fused_memo", None)  # training: nothing kept (the weights change at every step)
+        elif memo is not None and memo[0] == key:
             return memo[1], memo[2]
         w = torch.cat([p.weight for p in projs])
         bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
@@ -397,17 +401,21 @@ class MultiHeadAttention(nn.Module):
         if self.kdim != self.embed_dim or self.vdim != self.embed_dim:
             raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
         b, n, _ = query.shape
-        valid = _new_token_valid(mask, b, n, query.device)
+        valid = key_padding_flags(mask, b, n, query.device, refuse="with a cache, mask is the new tokens' key padding "
+                                  "(causal order and the cache's window are applied by the cache)")
         if isinstance(cache, RecurrentState):
+            if return_weights:
+                raise ValueError(f"{type(self).__name__} decodes with running sums: it has no attention weights to return")
             return self.recurrent_step(query, cache, valid)
         if not isinstance(cache, KVCache):
             raise TypeError(f"cache must come from new_cache() or new_cross_cache(), got {type(cache).__name__}")
         self.check_cache(cache)
         if cache.positions == "cache" and n > 1:  # StreamingLLM's positions: one token at a time
-            outs = [self._cached_self(query[:, i : i + 1], cache, None if valid is None else valid[:, i : i + 1], return_weights)
+            if return_weights:
+                raise ValueError("a cache with positions='cache' returns weights one token at a time: feed one token per call")
+            outs = [self._cached_self(query[:, i : i + 1], cache, None if valid is None else valid[:, i : i + 1], False)
                     for i in range(n)]
-            weights = None if not return_weights else [o.weights for o in outs]
-            return AttentionResult(torch.cat([o.output for o in outs], 1), weights)
+            return AttentionResult(torch.cat([o.output for o in outs], 1))
         return self._cached_self(query, cache, valid, return_weights)
 
     def check_cache(self, cache: KVCache) -> None:
@@ -453,6 +461,8 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
 
     def _cross_cached(self, query, key, value, cache: StaticKV, *, mask, return_weights) -> AttentionResult:
+        if self.positional is not None:
+            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to the decoder)")
         if cache.k is None:
             if key is None:
                 raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's output)")
@@ -462,9 +472,10 @@ class MultiHeadAttention(nn.Module):
             project = self.head_mode == "project"
             cache.k = self._heads(key, self.k_proj, self.head_k if project else None, self.num_kv_heads)
             cache.v = self._heads(value, self.v_proj, self.head_v if project else None, self.num_kv_heads)
-        self._check_input("query", query, self.embed_dim, cache.k.shape[0])
-        if self.positional is not None:
-            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to the decoder)")
+        self._check_input("query", query, self.embed_dim, None)
+        if query.shape[0] != cache.k.shape[0]:
+            raise ValueError(f"the cross-attention cache holds keys of {cache.k.shape[0]} row(s), the query has {query.shape[0]} "
+                             "(reorder() the cache to follow the rows)")
         q = self._heads(query, self.q_proj, self.head_q if self.head_mode == "project" else None)
         res = self.attend_exact(q, cache.k, cache.v, mask=mask, bias=None, return_weights=return_weights)
         return AttentionResult(self.merge_heads(res.output), res.weights)
@@ -596,21 +607,3 @@ class MultiHeadAttention(nn.Module):
                 m.in_proj_bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
                 m.out_proj.bias.copy_(self.out_proj.bias)
         return m
-
-
-def _new_token_valid(mask, b: int, n: int, device) -> torch.Tensor | None:
-    """The ``(B, n)`` "token is real" flags of a cached call's key-padding mask (or None)."""
-    if mask is None:
-        return None
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
-    shape = tuple(mask.shape)
-    ok = mask.dim() == 4 and shape[1:3] == (1, 1) and shape[0] in (1, b) and shape[3] == n
-    ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == n)
-    if not ok:
-        raise ValueError(
-            f"with a cache, mask is the new tokens' key padding, shape (B, 1, 1, N) = ({b}, 1, 1, {n}) or (B, N); "
-            f"got shape {shape} (causal order and the cache's window are applied by the cache)"
-        )
-    return mask.reshape(mask.shape[0], n).expand(b, n).to(device)

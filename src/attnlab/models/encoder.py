@@ -236,7 +236,9 @@ class Encoder(nn.Module):
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute") -> EncoderCache:
         """An empty cache for decoding with a causal encoder (``causal=True``): every block's
         (:meth:`attnlab.MultiHeadAttention.new_cache`; ``window``, ``sinks`` and ``positions``
-        bound the dense blocks' caches, StreamingLLM's way with ``positions="cache"``)."""
+        bound the dense blocks' caches, StreamingLLM's way with ``positions="cache"``: rotation
+        and bias encodings then use places in the cache, while an input encoding is still added
+        at the absolute position, so ``learned`` stops at its ``max_len``)."""
         if not self.config.causal:
             raise ValueError("cached decoding needs a causal encoder (causal=True): a later token would change earlier outputs")
         return EncoderCache([layer.attn.new_cache(window=window, sinks=sinks, positions=positions) for layer in self.layers])

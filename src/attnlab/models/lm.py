@@ -90,7 +90,6 @@ class LanguageModel(nn.Module):
             raise ValueError(f"the {type(self.backbone).__name__} backbone has no attention to cache")
         return encoder.new_cache(window=window, sinks=sinks, positions=positions)
 
-    @torch.no_grad()
     def generate(
         self,
         prompt: torch.Tensor,
@@ -117,25 +116,34 @@ class LanguageModel(nn.Module):
             cache: decode with a key / value cache (False: rerun the whole prefix each step,
                 the slow reference). window, sinks: a StreamingLLM cache (positions in the cache).
             stop: ``(B,) tokens -> (B,) bool``: a row stops once True (later tokens PAD).
+
+        The arguments are checked (and the model put in eval mode) at the call, before the first
+        token; a backbone without attention (``mlp``) has nothing to cache and reruns the prefix.
         """
-        self.eval()
         if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] == 0 or prompt.dtype != torch.long:
             raise ValueError(f"prompt must be a (B, P) long tensor with P >= 1, got {getattr(prompt, 'shape', prompt)}")
         int_at_least("max_new_tokens", max_new_tokens, 0)
         if window is not None and not cache:
             raise ValueError("window and sinks bound the cache: they need cache=True")
+        sample_next(prompt.new_zeros(1, 2, dtype=torch.float), temperature=temperature, top_k=top_k, top_p=top_p)  # checks the options
+        self.eval()
+        cache = cache and getattr(self.backbone, "encoder", None) is not None
         state = self.new_cache(window=window, sinks=sinks, positions="absolute" if window is None else "cache") if cache else None
+        return self._steps(prompt, max_new_tokens, state, dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator), stop)
+
+    @torch.no_grad()
+    def _steps(self, prompt, max_new_tokens, state, sampling, stop) -> Iterator[torch.Tensor]:
         seq, nxt = prompt, prompt
         done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
         for _ in range(max_new_tokens):
-            logits = (self(nxt, cache=state, last=True) if cache else self(seq, last=True)).output[:, -1]
-            tok = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+            logits = (self(nxt, cache=state, last=True) if state is not None else self(seq, last=True)).output[:, -1]
+            tok = sample_next(logits, **sampling)
             tok = torch.where(done, torch.full_like(tok, PAD), tok)
             if stop is not None:
                 done = done | stop(tok)
             yield tok
             nxt = tok[:, None]
-            if not cache:
+            if state is None:
                 seq = torch.cat([seq, nxt], 1)
             if bool(done.all()):
                 break
@@ -179,6 +187,8 @@ def pack(sequences: list[list[int]], length: int, *, causal: bool = True) -> tup
     from .base import IGNORE
 
     positive_int("length", length)
+    if not sequences:
+        raise ValueError("nothing to pack: give at least one sequence")
     rows: list[list[list[int]]] = []
     for seq in sequences:
         if not 1 <= len(seq) <= length:

@@ -56,7 +56,9 @@ class Objective:
     """True for a metric that falls as the model improves (perplexity)."""
 
     def better(self, value: float, best: float | None) -> bool:
-        """Whether ``value`` beats ``best`` (None: nothing yet)."""
+        """Whether ``value`` beats ``best`` (None: nothing yet); NaN (a diverged run) never does."""
+        if value != value:
+            return False
         return best is None or (value < best if self.lower_is_better else value > best)
 
     def trim_labels(self, labels: torch.Tensor, keep: int) -> torch.Tensor:

@@ -100,7 +100,7 @@ def gpt2_pair(dim: int, layers: int, heads: int, vocab: int, max_len: int, *, se
 
 
 def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, layers: int = 4, heads: int = 4, vocab: int = 258,
-          min_repeats: int = 2, uncached_up_to: int | None = None, on_record: Callable | None = None) -> list[DecodeRecord]:
+          min_repeats: int = 3, uncached_up_to: int | None = None, on_record: Callable | None = None) -> list[DecodeRecord]:
     """Greedy decoding speed at each context (see the module docstring). ``uncached_up_to``:
     the longest context at which the uncached reference runs (default: all)."""
     positive_int("new_tokens", new_tokens)
@@ -129,7 +129,7 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, l
         with torch.no_grad():
             produced = {impl: calls[(impl, new_tokens)]() for impl, n in calls if n == new_tokens}
         reference = produced.get("attnlab uncached")
-        times = round_robin(calls, min_repeats, 10.0, max_repeats=5)
+        times = round_robin(calls, min_repeats, 20.0, max_repeats=7)
         for impl in IMPLEMENTATIONS:
             if (impl, new_tokens) not in calls:
                 continue

@@ -105,8 +105,9 @@ def generate(
     window: int | None = None,
     sinks: int = 4,
 ):
-    """Yield the text a language-model checkpoint (task kind ``lm``, byte-level) writes after
-    ``prompt``, a piece at a time as it decodes (whole UTF-8 characters).
+    """The text a language-model checkpoint (task kind ``lm``, byte-level) writes after
+    ``prompt``, as an iterator of pieces yielded as it decodes (whole UTF-8 characters). The
+    checkpoint and the options are checked at the call.
 
     Args:
         path: the checkpoint. prompt: the text to continue (not empty).
@@ -116,8 +117,6 @@ def generate(
         window, sinks: a bounded StreamingLLM cache of ``sinks`` first tokens plus the last
             ``window`` (None: the full cache).
     """
-    import codecs
-
     from ..tasks.docs import encode_bytes
 
     ck = load_checkpoint(path)
@@ -128,10 +127,17 @@ def generate(
     if not prompt:
         raise ValueError("the prompt is empty: give the text to continue")
     ids = torch.tensor([encode_bytes(prompt)])
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     g = torch.Generator().manual_seed(seed)
     steps = ck.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=g, cache=cache,
                               window=window, sinks=sinks if window is not None else 0)
+    return _text_pieces(steps)
+
+
+def _text_pieces(steps):
+    """The UTF-8 text of byte tokens as it completes, whole characters at a time."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     for tok in steps:
         b = int(tok[0]) - FIRST
         if 0 <= b < 256:

@@ -17,6 +17,7 @@ def plot_decode(data: dict, path: str | Path) -> Path:
         path: the PNG to write.
     """
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -35,7 +36,11 @@ def plot_decode(data: dict, path: str | Path) -> Path:
             if pts:
                 ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=impl)
         r0 = speed[0]
-        ax.set(xscale="log", yscale="log", xlabel="context (tokens before the new ones)", ylabel="decoded tokens per second",
+        contexts = sorted({r["context"] for r in speed})
+        ax.set_xscale("log")
+        ax.set_xticks(contexts, [str(c) for c in contexts])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set(yscale="log", xlabel="context (tokens before the new ones)", ylabel="decoded tokens per second",
                title=f"greedy decoding, d={r0['dim']}, {r0['layers']} layers, {r0['heads']} heads (CPU)")
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
