@@ -130,3 +130,17 @@ def test_generate_checks_at_the_call_and_runs_a_backbone_without_attention():
     base = LanguageModel(create("mlp", V, 16)).double()
     out = torch.stack(list(base.generate(tokens()[:, :3], 6, temperature=0)), 1)  # nothing to cache: reruns the prefix
     assert out.shape == (2, 6)
+
+
+def test_grouped_query_language_model_caches_fewer_heads():
+    """num_kv_heads through the model config: the cache holds G heads, and cached decoding still
+    equals the full prefix."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(kind="lm", model="lm", num_labels=V, dim=16, vocab_size=V, num_layers=2, num_heads=4, max_len=STEPS + 8,
+                      attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope"), options={"num_kv_heads": 1})
+    model = build_model(cfg).double().eval()
+    assert max_gap(model, tokens(pad=9)) < 1e-10
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(tokens()[:, :10], cache=cache)
+    assert cache.layers[0].k.shape[1] == 1  # multi-query: one key / value head

@@ -40,6 +40,7 @@ class EncoderConfig:
             options). Variants registered later work unchanged.
         causal: every block is causal (dense: a causal mask is combined with the caller's;
             efficient variants: created with ``causal=True``).
+        num_kv_heads: G key / value heads per block (grouped-query attention; None: H).
     """
 
     embed_dim: int
@@ -60,6 +61,7 @@ class EncoderConfig:
     attention: str = "dense"
     attention_options: dict | None = None
     causal: bool = False
+    num_kv_heads: int | None = None
 
 
 @dataclass
@@ -119,11 +121,14 @@ def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) ->
             head_mode=cfg.head_mode,
             dropout=cfg.dropout,
             positional=positional,
+            num_kv_heads=cfg.num_kv_heads,
         )
     from .. import efficient
 
     opts = dict(cfg.attention_options or {})
     opts.setdefault("max_len", cfg.max_len)
+    if cfg.num_kv_heads is not None:
+        opts["num_kv_heads"] = cfg.num_kv_heads
     if cfg.causal:
         opts["causal"] = True
     return efficient.create(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional, **opts)
