@@ -99,3 +99,16 @@ def test_bad_input_raises_clear_errors(call, exc, words):
     with pytest.raises(exc) as info:
         call()
     assert words in str(info.value)
+
+
+def test_key_padding_flags_shapes_and_errors():
+    from attnlab.masks import key_padding_flags, padding
+
+    flags = key_padding_flags(padding([3, 1], 4), 2, 4)
+    assert flags.tolist() == [[True, True, True, False], [True, False, False, False]]
+    assert key_padding_flags(torch.tensor([[True, False]]), 3, 2).shape == (3, 2)  # one row broadcast to the batch
+    assert key_padding_flags(None, 2, 4) is None
+    with pytest.raises(TypeError, match="bool tensor"):
+        key_padding_flags(torch.ones(2, 4), 2, 4)
+    with pytest.raises(ValueError, match=r"\(2, 1, 1, 4\).*got shape \(4, 4\); use it otherwise"):
+        key_padding_flags(torch.ones(4, 4, dtype=torch.bool), 2, 4, refuse="use it otherwise")

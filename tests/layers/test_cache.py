@@ -256,3 +256,14 @@ def test_performer_redraws_once_per_forward_call_with_packed_documents():
     x = torch.randn(1, 12, E)
     layer(x, mask=Documents([2, 3, 4, 3], causal=True))  # three document lengths: three attention steps, one call
     assert int(layer.calls) == 1
+
+
+def test_cache_and_documents_option_errors():
+    from attnlab.core.masks import Documents
+
+    with pytest.raises(ValueError, match="window"):
+        KVCache(window=0)
+    with pytest.raises(ValueError, match="sinks"):
+        KVCache(window=4, sinks=-1)
+    with pytest.raises(ValueError, match="window"):
+        Documents([3, 2], window=-1)

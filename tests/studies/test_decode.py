@@ -74,3 +74,10 @@ def test_cli_bench_decode_writes_and_reads_back(tmp_path):
     assert r.exit_code == 2 and "bench decode -o" in r.output
     r = CliRunner().invoke(app, ["bench", "decode", "--checkpoint", str(tmp_path / "none")])
     assert r.exit_code == 2
+
+
+def test_plot_decode_refuses_nothing(tmp_path):
+    from attnlab.viz.decode import plot_decode
+
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_decode({"speed": [], "memory": []}, tmp_path / "x.png")
