@@ -61,25 +61,20 @@ def _measure(contexts, new_tokens, dim, layers, heads, uncached_up_to, stream_le
             fail(f"--checkpoint {checkpoint}: streaming perplexity needs a model trained on the docs task (attnlab train docs)")
         task = make_task("docs", **ck.config.task_options)
         model, context = ck.model, task.max_len
-        text = task.split("test").tokens[:, :].reshape(-1)  # the test windows do not overlap: the test text in order
+        text = task.split("test").tokens.reshape(-1)  # the test windows do not overlap: the test text in order
     data: dict = {"speed": [], "memory": [], "perplexity": []}
     total = len(cs) + (1 if lengths else 0) + (4 if checkpoint else 0)
     with track("decoding", total, output, lambda recs: data) as tracker:
-        def keep(kind, advance=1):
+        def keep(kind, advance=1):  # advance: a number, or record -> number
             def cb(rec):
                 data[kind].append(rec.to_dict())
-                tracker.update(advance, f"{kind}: {_describe(rec)}")
+                tracker.update(int(advance(rec)) if callable(advance) else advance, f"{kind}: {_describe(rec)}")
                 tracker.save()
             return cb
 
         try:
-            per_context = keep("speed", 0)
-
-            def speed_cb(rec):
-                per_context(rec)
-                if rec.implementation == "attnlab cached":
-                    tracker.update(1)
-            decode.speed(cs, new_tokens=new_tokens, dim=dim, layers=layers, heads=heads, uncached_up_to=uncached_up_to, on_record=speed_cb)
+            decode.speed(cs, new_tokens=new_tokens, dim=dim, layers=layers, heads=heads, uncached_up_to=uncached_up_to,
+                         on_record=keep("speed", lambda r: r.implementation == "attnlab cached"))  # one step per context
             if lengths:
                 decode.streaming_memory(lengths, on_record=keep("memory", 0))
                 tracker.update(1)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .common import err, fail
+from .common import fail
 
 __all__ = ["generate"]
 
@@ -37,5 +37,4 @@ def generate(
             sys.stdout.flush()
         sys.stdout.write("\n")
     except (CheckpointError, ValueError) as e:
-        err.print()
         fail(str(e))

@@ -109,21 +109,6 @@ class LinearAttention(EfficientAttention):
             raise ValueError(f"x_t must have shape (B, {self.embed_dim}), got {got}")
         if state.s.shape[0] != x_t.shape[0]:
             raise ValueError(f"the state holds {state.s.shape[0]} sequences, x_t {x_t.shape[0]}")
-        x = x_t[:, None, :]  # (B, 1, E)
-        pe = self.positional
-        pos = torch.tensor([state.t], device=x.device)
-        if pe is not None and pe.kind == "input":
-            x = pe.add_to(x, pos)
-        project = self.head_mode == "project"
-        q = self._heads(x, self.q_proj, self.head_q if project else None)  # (B, H, 1, D)
-        k = self._heads(x, self.k_proj, self.head_k if project else None)
-        v = self._heads(x, self.v_proj, self.head_v if project else None)
-        if pe is not None and pe.kind == "rotation":
-            q, k = pe.rotate(q, k, pos, pos)
-        phi_q, phi_k = elu_feature_map(q)[:, :, 0], elu_feature_map(k)[:, :, 0]  # (B, H, D)
-        s = state.s + phi_k[..., :, None] * v[:, :, 0, None, :]  # (B, H, D, Dv)
-        z = state.z + phi_k
-        num = (phi_q[..., None, :] @ s)[..., 0, :]  # (B, H, Dv)
-        den = (phi_q * z).sum(-1, keepdim=True)
-        out = (num / (den + self.eps)).reshape(x.shape[0], self.embed_dim)  # concat heads
-        return self.out_proj(out), LinearState(s, z, state.t + 1)
+        running = RecurrentState(state.s, state.z, seen=state.t)  # the decoding path, one token
+        out = self.recurrent_step(x_t[:, None, :], running, None).output[:, 0]
+        return out, LinearState(running.s, running.z, running.seen)

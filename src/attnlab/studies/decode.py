@@ -20,6 +20,7 @@ and the perplexity of the bounded caches on a stream longer than the training co
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -133,8 +134,8 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, l
         for impl in IMPLEMENTATIONS:
             if (impl, new_tokens) not in calls:
                 continue
-            full = _median(times[(impl, new_tokens)])
-            first = _median(times[(impl, 1)])
+            full = _timed_median(times[(impl, new_tokens)])
+            first = _timed_median(times[(impl, 1)])
             # the cached tokens against the uncached ones (transformers' model has other random weights: not compared)
             same = bool(torch.equal(produced[impl], reference)) if impl == "attnlab cached" and reference is not None else None
             rec = DecodeRecord(impl, c, new_tokens, full, first, new_tokens / full,
@@ -146,9 +147,9 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, l
     return records
 
 
-def _median(ts: list[float]) -> float:
-    timed = sorted(ts[1:] or ts)  # the first is the warm-up
-    return timed[len(timed) // 2] if len(timed) % 2 else 0.5 * (timed[len(timed) // 2 - 1] + timed[len(timed) // 2])
+def _timed_median(ts: list[float]) -> float:
+    """The median of round-robin timings, the warm-up (the first) left out."""
+    return statistics.median(ts[1:] or ts)
 
 
 def streaming_memory(lengths=(1000, 10000, 100000), *, sinks: int = 4, window: int = 252, full_up_to: int = 10000, dim: int = 64,

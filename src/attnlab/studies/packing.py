@@ -5,6 +5,7 @@ against the documents padded one per row. Timed side by side (round-robin)."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -70,8 +71,7 @@ def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, d
         times = round_robin(calls, min_repeats, 6.0, max_repeats=5)
         for method in METHODS:
             if method in calls:
-                ts = sorted(times[method][1:] or times[method])
-                sec = ts[len(ts) // 2]
+                sec = statistics.median(times[method][1:] or times[method])
                 rec = PackingRecord(method, k, t, sec, 1e6 * sec / t, len(times[method]) - 1, dim, layers)
                 records.append(rec)
                 if on_record is not None:
