@@ -41,6 +41,10 @@ def train(
         None, "--seconds", min=0.1,
         help="Time budget: train this many seconds of training steps, learning rate annealed over them (no step limit unless "
              "--steps, no early stop unless --patience)."),
+    sequence_parallel: int = typer.Option(
+        1, "--sequence-parallel", min=1,
+        help="Under torchrun: P processes share every sequence, each holding 1/P of its positions (ring attention); P divides "
+             "the number of processes, the rest is data parallelism."),
     baseline: Optional[bool] = typer.Option(
         None, "--baseline/--no-baseline",
         help="Also train the task's no-attention baseline (same steps, batch, seed; into --out/baseline) and print its score "
@@ -63,13 +67,13 @@ def train(
         base_dir = os.path.join(out_dir, "baseline")
         base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
         if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently (both runs, as rank 0)
-            first = run_train(cfg, out_dir, resume=resume)
+            first = run_train(cfg, out_dir, resume=resume, sequence_parallel=sequence_parallel)
             if base_cfg is not None and first.kind != "seq2seq":
                 run_train(base_cfg, base_dir, resume=base_resume)
             return
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
-            result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval)
+            result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval, sequence_parallel=sequence_parallel)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")

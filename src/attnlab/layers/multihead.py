@@ -15,6 +15,8 @@ from .cache import KVCache, RecurrentState, StaticKV
 from ..core.normalize import resolve_normalizer, softmax
 from ..core import scores as score_registry
 from ..core.scores import ScaledDot, Score, resolve_score
+from ..distributed.ring import ring_attend
+from ..distributed.sequence import ShardedMask
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
 from ..validate import positive_int, probability
 
@@ -266,7 +268,10 @@ class MultiHeadAttention(nn.Module):
             value: ``(B, M, vdim)``, default ``key``.
             mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (:mod:`attnlab.masks`);
                 or :class:`attnlab.masks.Documents`: packed documents, attended one by one
-                (cost linear in the packed length; positions restart in every document).
+                (cost linear in the packed length; positions restart in every document);
+                or :class:`attnlab.distributed.ShardedMask`: ``query`` is this rank's shard of a
+                sequence sharded across a process group, attended over the whole sequence by
+                ring attention (exact softmax attention; positions come from the mask).
             bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
             return_weights: also return the ``(B, H, N, M)`` attention weights.
             positions: integer ``(N,)`` positions of the queries, for the positional encoding
@@ -289,11 +294,35 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("packed documents (mask=Documents) take self-attention alone: no key, value, bias, "
                                  "return_weights or positions (they restart in every document)")
             return self._forward_documents(query, mask)
+        if isinstance(mask, ShardedMask):
+            if key is not None or value is not None or bias is not None or return_weights or positions is not None or key_positions is not None:
+                raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias, "
+                                 "return_weights or positions (the mask knows every shard's positions)")
+            return self._forward_sharded(query, mask)
         q, k, v, bias = self.project(query, key, value, bias=bias, positions=positions, key_positions=key_positions)
         if not self.grouped_kv:
             k, v = self.repeat_kv(k, v)
         res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
         return AttentionResult(self.merge_heads(res.output), res.weights)  # concat heads, then W^o
+
+    def _forward_sharded(self, x: torch.Tensor, sharded: ShardedMask) -> AttentionResult:
+        """Self-attention of this rank's shard ``x`` ``(B, c, E)`` over the whole sharded sequence
+        (:func:`attnlab.distributed.ring_attend`): output ``(B, c, E)``, this rank's positions."""
+        if type(self).attend_heads is not MultiHeadAttention.attend_heads:
+            raise ValueError(f"{type(self).__name__} is not exact dense attention: ring attention (mask=ShardedMask) runs the dense "
+                             "layer only; give a window to the ShardedMask for local attention")
+        if self.positional is not None and self.positional.kind == "bias":
+            raise ValueError(f"the {self.positional.name!r} encoding adds a bias over all (query, key) pairs, which ring attention "
+                             "does not carry: use an input encoding or rope under sequence parallelism")
+        if self.training and self.dropout > 0:
+            raise ValueError(f"this layer drops attention weights (dropout={self.dropout}) in training, which ring attention does not: "
+                             "set the attention dropout to 0 under sequence parallelism")
+        self._check_input("query", x, self.embed_dim, None)
+        pos = sharded.positions.to(x.device)
+        q, k, v, _ = self.project(x, positions=pos, key_positions=pos)
+        res = ring_attend(q, k, v, context=sharded.context, causal=sharded.causal, window=sharded.window, score=self.score,
+                          normalize=self.normalize, timings=sharded.timings)
+        return AttentionResult(self.merge_heads(res.output), None)
 
     def project(self, query, key=None, value=None, *, bias=None, positions=None, key_positions=None):
         """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, G, M, D)``

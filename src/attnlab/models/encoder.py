@@ -10,6 +10,7 @@ from torch import nn
 
 from ..core.attend import AttentionResult
 from ..core.masks import Documents
+from ..distributed.sequence import ShardedMask
 from ..layers.feedforward import ACTIVATIONS, FeedForward
 from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
@@ -158,6 +159,10 @@ class EncoderLayer(nn.Module):
         where = {"cache": cache} if cache is not None else {"positions": positions, "key_positions": positions}
         if isinstance(mask, Documents):  # positions restart in every document: the attention takes them from the mask
             where = {}
+        elif isinstance(mask, ShardedMask):  # a rank's shard: positions come from the mask
+            where = {}
+            if self.causal_mask and not mask.causal:
+                mask = dataclasses.replace(mask, causal=True)
         elif self.causal_mask and cache is None:
             from ..core import masks as _masks
 
@@ -264,7 +269,10 @@ class Encoder(nn.Module):
             x: the input vectors ``(B, N, E)``.
             mask: bool, broadcastable to ``(B, H, N, N)``, True = may attend (padding, causal, ...);
                 or :class:`attnlab.masks.Documents` (packed documents, attended one by one,
-                positions restarting in each; causal within each when the encoder is causal).
+                positions restarting in each; causal within each when the encoder is causal);
+                or :class:`attnlab.distributed.ShardedMask`: ``x`` is this rank's shard of a
+                sequence sharded across a process group (every block attends over the whole
+                sequence by ring attention; causal when the encoder is).
             positions: integer ``(N,)`` positions (default ``0..N-1``).
             return_weights: also return each block's ``(B, H, N, N)`` weights.
             return_hidden: also return the hidden states (:class:`EncoderOutput`).
@@ -278,7 +286,11 @@ class Encoder(nn.Module):
         n = x.shape[1]
         if isinstance(mask, Documents):
             return self._forward_documents(x, mask, positions, return_weights, return_hidden, cache)
-        if cache is not None:
+        if isinstance(mask, ShardedMask):
+            if positions is not None or return_weights or cache is not None:
+                raise ValueError("a sharded sequence (mask=ShardedMask) takes no positions, return_weights or cache")
+            positions = mask.positions.to(x.device)
+        elif cache is not None:
             if positions is not None:
                 raise ValueError("with a cache the positions come from it: pass no positions")
             positions = torch.arange(cache.seen, cache.seen + n, device=x.device)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..distributed.ring import RingContext
+from ..distributed.sequence import SequenceParallel, ShardedMask, gather, shard
 from ..validate import int_at_least
 from .base import Backbone, ModelOutput, register, residual_blocks, run_residual
 from .encoder import Encoder
@@ -27,6 +29,10 @@ class TransformerBackbone(Backbone):
     :class:`attnlab.models.EncoderConfig` field are options."""
 
     uses_attention = True
+
+    sequence_parallel: SequenceParallel | None = None
+    """When set (:func:`attnlab.distributed.parallelize`), each rank computes its shard of every
+    sequence (ring attention in every block) and the final vectors are gathered."""
 
     def __init__(self, vocab_size: int, dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
         super().__init__(vocab_size, dim)
@@ -43,9 +49,23 @@ class TransformerBackbone(Backbone):
         if documents is not None:
             out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=documents)
             return ModelOutput(out.output, None)
+        if self.sequence_parallel is not None:
+            if return_weights or cache is not None:
+                raise ValueError("under sequence parallelism the backbone returns no weights and takes no cache")
+            return self._forward_sharded(tokens, pad, self.sequence_parallel)
         mask = None if not bool(pad.any()) else ~pad[:, None, None, :]
         out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=mask, return_weights=return_weights, cache=cache)
         return ModelOutput(out.output, out.weights)
+
+
+    def _forward_sharded(self, tokens, pad, sp: SequenceParallel) -> ModelOutput:
+        """This rank's positions of every sequence through the encoder, then all gathered."""
+        layout, rank = sp.plan(tokens.shape[1], self.causal)
+        mine = shard(tokens, layout, rank)  # (B, c): padded positions hold PAD = 0
+        valid = ~shard(pad, layout, rank, fill=True)  # (B, c): True = a real key
+        ctx = RingContext.build(layout.positions(rank, device=tokens.device), None if bool(valid.all()) else valid, group=sp.group)
+        out = self.encoder(self.embed(mine) * self.dim**0.5, mask=ShardedMask(ctx, timings=sp.timings))
+        return ModelOutput(gather(out.output, layout, group=sp.group), None)
 
 
 @register("mlp")

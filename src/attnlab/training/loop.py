@@ -95,6 +95,7 @@ def train(
     on_eval: Callable[[int, float], None] | None = None,
     max_seconds: float | None = None,
     task: Task | None = None,
+    sequence_parallel: int = 1,
 ) -> TrainResult:
     """Run (or resume) training; returns the test score of the best validation weights.
 
@@ -107,17 +108,23 @@ def train(
         task: a task built in Python (e.g. :func:`attnlab.tasks.graphs.task_from_graphs` on
             PyTorch Geometric ``Data`` objects) instead of ``cfg.task`` by name; pass it again to
             resume, and to :func:`evaluate`.
+        sequence_parallel: P processes share every sequence (ring attention: each holds 1/P of
+            its positions; :mod:`attnlab.distributed`); P must divide the number of processes,
+            and the rest is data parallelism (a 2-D mesh: consecutive ranks form a sequence group).
 
     Data parallel: started by ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE``
     > 1 in the environment), each process trains a ``DistributedDataParallel`` copy on its share
     of every global batch (``batch_size`` examples, rows ``rank::N``; gloo on CPU, nccl on GPUs)
     and the gradients are averaged; every process validates, only rank 0 writes checkpoints. With
     equal shares (classification, ``batch_size`` divisible by N) the loss trajectory equals the
-    single-process one.
+    single-process one. Under sequence parallelism the P ranks of a group run the same examples,
+    each its shard of the positions, and the gradients are averaged over every process: the same
+    trajectory again, with 1/P of each sequence's activations per process.
     """
     t0 = time.perf_counter()
     out = Path(out)
     rank, world, own_group = _distributed()
+    sp, dp_rank, dp_world = _sequence_groups(rank, world, sequence_parallel)
     task = task_registry.create(cfg.task, **cfg.task_options) if task is None else task
     objective = objectives.get(task)
     mcfg = model_config(cfg, task)
@@ -143,7 +150,11 @@ def train(
         spent = ck.meta.get("train_seconds", 0.0)
         best_state = load_checkpoint(out, weights="best").model.state_dict()
     train_model = model
-    if world > 1:
+    if sp is not None:
+        from ..distributed.sequence import parallelize
+
+        parallelize(model, sp)
+    elif world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         train_model = DistributedDataParallel(model)
@@ -151,7 +162,7 @@ def train(
     def save():
         state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
         meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
-                "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent}
+                "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent, "sequence_parallel": sequence_parallel}
         if rank != 0:
             return out / "checkpoint"
         return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
@@ -163,14 +174,16 @@ def train(
         t_step = time.perf_counter()
         model.train()
         idx = _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step)
-        if world > 1:
-            idx = idx[rank::world]  # this process's share of the global batch
+        if dp_world > 1:
+            idx = idx[dp_rank::dp_world]  # this process's share of the global batch (its sequence group's)
         inputs, labels = collate(task, train_split, idx, objective)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step, total, spent)
         loss = objective.loss(train_model, inputs, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if sp is not None:
+            _average_gradients(model, world)
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
@@ -217,6 +230,45 @@ def train(
     value = objective.score(best_model, task, "test")
     return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
                        step_seconds, steps_run, stopped_by, task.kind)
+
+
+def _sequence_groups(rank: int, world: int, p: int):
+    """``(SequenceParallel or None, data-parallel rank, data-parallel world)`` for P-way sequence
+    parallelism: consecutive ranks ``k P .. k P + P - 1`` share each sequence."""
+    if not isinstance(p, int) or p < 1:
+        raise ValueError(f"sequence_parallel must be a positive int, got {p!r}")
+    if p == 1:
+        return None, rank, world
+    if world % p:
+        raise ValueError(f"sequence parallelism over {p} processes needs a multiple of {p} processes, got {world}: "
+                         f"launch with torchrun --nproc-per-node {p} (or a multiple)")
+    import torch.distributed as dist
+
+    from ..distributed.sequence import SequenceParallel
+
+    mine = None
+    for start in range(0, world, p):  # every rank creates every group, in the same order
+        group = dist.new_group(list(range(start, start + p)))
+        if start <= rank < start + p:
+            mine = group
+    return SequenceParallel(mine), rank // p, world // p
+
+
+def _average_gradients(model: nn.Module, world: int) -> None:
+    """Average the parameters' gradients over every process (one all-reduce of them all)."""
+    import torch.distributed as dist
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat)
+    flat /= world
+    at = 0
+    for p in params:
+        p.grad.copy_(flat[at : at + p.numel()].view_as(p))
+        at += p.numel()
 
 
 def _distributed() -> tuple[int, int, bool]:

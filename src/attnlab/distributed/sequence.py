@@ -1,0 +1,125 @@
+"""Sharding a sequence across ranks and gathering it back, and the mask that tells a layer its
+input is a shard (:class:`ShardedMask`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .layout import SequenceLayout
+from .ring import RingContext, RingTimings
+
+__all__ = ["SequenceParallel", "ShardedMask", "gather", "parallelize", "shard"]
+
+
+def shard(x: torch.Tensor, layout: SequenceLayout, rank: int, *, dim: int = 1, fill=0) -> torch.Tensor:
+    """Rank ``rank``'s shard of ``x`` along ``dim`` (which holds ``layout.length`` positions),
+    padded with ``fill`` to ``layout.padded`` first: size ``layout.shard_len`` along ``dim``."""
+    if x.shape[dim] != layout.length:
+        raise ValueError(f"x has {x.shape[dim]} positions along dim {dim}, the layout {layout.length}")
+    if layout.padded != layout.length:
+        extra = list(x.shape)
+        extra[dim] = layout.padded - layout.length
+        x = torch.cat([x, torch.full(extra, fill, dtype=x.dtype, device=x.device)], dim=dim)
+    return x.index_select(dim, layout.positions(rank, device=x.device))
+
+
+class _Gather(torch.autograd.Function):
+    """All-gather along ``dim``; backward: the gradients every rank holds for this shard, summed."""
+
+    @staticmethod
+    def forward(ctx, x, group, world, rank, dim):
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        ctx.group, ctx.rank, ctx.dim, ctx.size = group, rank, dim, x.shape[dim]
+        return torch.cat(parts, dim=dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size), None, None, None, None
+
+
+def gather(x: torch.Tensor, layout: SequenceLayout, *, group=None, dim: int = 1) -> torch.Tensor:
+    """The whole sequence from every rank's shard ``x`` (size ``layout.shard_len`` along ``dim``),
+    in position order, padding removed: size ``layout.length`` along ``dim``. Differentiable:
+    the gradient reaching a shard is the sum of the gradients every rank holds for it (each rank
+    computing the same loss from the gathered sequence gives P times one rank's gradient, which
+    averaging the parameters' gradients over the ranks undoes)."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if world != layout.world:
+        raise ValueError(f"the layout is for {layout.world} ranks, the group has {world}")
+    full = _Gather.apply(x, group, world, rank, dim) if world > 1 else x
+    order = layout.order(device=x.device)  # the position held at each place of the gathered sequence
+    full = full.index_select(dim, torch.argsort(order))
+    return full.narrow(dim, 0, layout.length)
+
+
+@dataclass(frozen=True)
+class ShardedMask:
+    """Pass as ``mask=`` to :class:`attnlab.MultiHeadAttention` (or an Encoder block): the input
+    is this rank's shard of a sequence (``context`` knows every shard's positions and key
+    padding), attended over the whole sequence by :func:`attnlab.distributed.ring_attend`.
+
+    Attributes:
+        context: the :class:`RingContext` of this forward. causal: ``j <= i``. window: ``|i - j|
+        <= window`` (``0 <= i - j <= window`` causal). timings: where ring time is added up.
+    """
+
+    context: RingContext
+    causal: bool = False
+    window: int | None = None
+    timings: RingTimings | None = None
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """The positions this rank holds, ``(c,)``."""
+        return self.context.positions[self.context.rank]
+
+
+@dataclass
+class SequenceParallel:
+    """Sequence parallelism for a model: each rank of ``group`` computes 1/P of every sequence.
+
+    Set it on a model with :func:`parallelize`; a backbone that takes it (the ``transformer``
+    token backbone) then embeds only this rank's positions, runs every block on its shard with
+    ring attention, and gathers the final vectors, so the heads and the loss see the whole
+    sequence. Every rank of ``group`` must run the same batch. Average the parameters'
+    gradients over the group after ``backward()`` (the training loop does): that gives the
+    gradient of one process running the whole sequence.
+
+    Attributes:
+        group: the process group of one sequence's shards (None: the default group).
+        layout: one of :data:`attnlab.distributed.LAYOUTS`, or ``"auto"``: zig-zag for a causal
+            model (balanced), contiguous otherwise.
+        pad: pad a length that does not divide into the shards (padding is masked out) instead
+            of raising.
+        timings: a :class:`RingTimings` that every ring call adds to (None: not measured).
+    """
+
+    group: object = None
+    layout: str = "auto"
+    pad: bool = True
+    timings: RingTimings | None = None
+
+    def plan(self, length: int, causal: bool) -> tuple[SequenceLayout, int]:
+        """The layout of a sequence of ``length`` positions and this rank's index in the group."""
+        from .layout import plan_layout
+
+        kind = ("zigzag" if causal else "contiguous") if self.layout == "auto" else self.layout
+        return plan_layout(length, dist.get_world_size(self.group), kind, pad=self.pad), dist.get_rank(self.group)
+
+
+def parallelize(model: torch.nn.Module, sp: SequenceParallel | None) -> torch.nn.Module:
+    """Set (or, with None, clear) sequence parallelism on every submodule of ``model`` that
+    takes it (an attribute ``sequence_parallel``); ``ValueError`` if none does. Returns ``model``."""
+    takers = [m for m in model.modules() if hasattr(type(m), "sequence_parallel")]
+    if not takers:
+        raise ValueError(f"{type(model).__name__} has no part that computes a shard of a sequence; sequence parallelism "
+                         "runs the 'transformer' token backbone")
+    for m in takers:
+        m.sequence_parallel = sp
+    return model

@@ -1,0 +1,74 @@
+"""What each rank runs in the ring-attention tests (module-level, so spawned processes import it)."""
+
+import torch
+import torch.distributed as dist
+
+from attnlab import attend, scores
+from attnlab.distributed import RingContext, plan_layout, ring_attend, shard
+
+
+def full_mask(n, causal, window, valid):
+    """The dense (B, 1, N, N) mask of the rule, for the single-process reference."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    rule = torch.ones(n, n, dtype=torch.bool)
+    if causal:
+        rule &= j <= i
+    if window is not None:
+        rule &= (i - j).abs() <= window
+    mask = rule[None, None]
+    if valid is not None:
+        mask = mask & valid[:, None, None, :]
+    return mask
+
+
+def exactness(cases):
+    """For each case: max |ring - attend| of the output and dq, dk, dv, on this rank's shard."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = []
+    for case in cases:
+        torch.manual_seed(case["seed"])
+        dtype = case["dtype"]
+        b, h, g, n, d = case["b"], case["h"], case.get("g", case["h"]), case["n"], case["d"]
+        q = torch.randn(b, h, n, d, dtype=dtype)
+        k = torch.randn(b, g, n, d, dtype=dtype)
+        v = torch.randn(b, g, n, d, dtype=dtype)
+        grad = torch.randn(b, h, n, d, dtype=dtype)
+        valid = None
+        if case.get("padding"):
+            lengths = torch.randint(1, n + 1, (b,))
+            lengths[0] = n  # one full row, one padded
+            valid = torch.arange(n)[None, :] < lengths[:, None]
+        mask = full_mask(n, case["causal"], case["window"], valid)
+        score = case.get("score", "scaled_dot")
+        if score in ("additive", "bilinear", "cosine"):  # a score with weights: the same on every rank
+            torch.manual_seed(99)
+            score = scores.create(score, head_dim=d, num_heads=h).to(dtype)
+        # the reference: the whole sequence in this one process
+        qf, kf, vf = (t.clone().requires_grad_(True) for t in (q, k, v))
+        ref = attend(qf, kf, vf, mask=mask, score=score).output
+        ref.backward(grad)
+        params = list(score.parameters()) if isinstance(score, torch.nn.Module) else []
+        ref_pgrads = [p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        layout = plan_layout(n, world, case["layout"], pad=case.get("pad", False))
+        ql, kl, vl = (shard(t, layout, rank, dim=2).clone().requires_grad_(True) for t in (q, k, v))
+        vmask = None if valid is None else shard(valid, layout, rank, dim=1, fill=False)
+        if layout.padded != n:
+            vmask = shard(torch.ones(b, n, dtype=torch.bool) if valid is None else valid, layout, rank, dim=1, fill=False)
+        ctx = RingContext.build(layout.positions(rank), vmask)
+        res = ring_attend(ql, kl, vl, context=ctx, causal=case["causal"], window=case["window"], score=score,
+                          block_size=case.get("block_size"))
+        res.output.backward(shard(grad, layout, rank, dim=2))
+        pos = layout.positions(rank)
+        real = pos < n  # padded positions have no reference
+        errs = {}
+        for name, mine, full in (("out", res.output, ref), ("dq", ql.grad, qf.grad), ("dk", kl.grad, kf.grad), ("dv", vl.grad, vf.grad)):
+            errs[name] = float((mine[:, :, real] - full[:, :, pos[real]]).abs().max())
+        for i, p in enumerate(params):  # each rank holds its queries' share of the weights' gradient
+            total = p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+            dist.all_reduce(total)
+            errs[f"param{i}"] = float((total - ref_pgrads[i]).abs().max())
+        out.append(errs)
+    return out
