@@ -65,10 +65,71 @@ def exactness(cases):
         real = pos < n  # padded positions have no reference
         errs = {}
         for name, mine, full in (("out", res.output, ref), ("dq", ql.grad, qf.grad), ("dk", kl.grad, kf.grad), ("dv", vl.grad, vf.grad)):
-            errs[name] = float((mine[:, :, real] - full[:, :, pos[real]]).abs().max())
+            errs[name] = float((mine.detach()[:, :, real] - full.detach()[:, :, pos[real]]).abs().max())
         for i, p in enumerate(params):  # each rank holds its queries' share of the weights' gradient
             total = p.grad.clone() if p.grad is not None else torch.zeros_like(p)
             dist.all_reduce(total)
             errs[f"param{i}"] = float((total - ref_pgrads[i]).abs().max())
         out.append(errs)
     return out
+
+
+def encoder_step(dtype, causal, positional, layout_kind):
+    """An Encoder's loss and parameter gradients on the whole sequence in this process, and
+    sharded over the group (gradients averaged over the ranks): their largest differences."""
+    from attnlab.distributed import ShardedMask, gather
+    from attnlab.models import Encoder
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    b, n, e = 2, 20, 16
+    enc = Encoder(e, 4, 2, positional=positional, causal=causal, max_len=64).to(dtype)
+    x = torch.randn(b, n, e, dtype=dtype)
+    target = torch.randn(b, n, e, dtype=dtype)
+    valid = torch.ones(b, n, dtype=torch.bool)
+    valid[1, 13:] = False  # the second row is padded
+    out = enc(x, mask=valid[:, None, None, :]).output
+    loss = ((out - target) ** 2 * valid[..., None]).mean()
+    loss.backward()
+    ref = {k: p.grad.clone() for k, p in enc.named_parameters()}
+    enc.zero_grad(set_to_none=True)
+    layout = plan_layout(n, world, layout_kind, pad=True)
+    ctx = RingContext.build(layout.positions(rank), shard(valid, layout, rank, fill=False))
+    mine = enc(shard(x, layout, rank), mask=ShardedMask(ctx)).output
+    full = gather(mine, layout)
+    loss_sp = ((full - target) ** 2 * valid[..., None]).mean()
+    loss_sp.backward()
+    worst = 0.0
+    for k, p in enc.named_parameters():
+        g = p.grad.clone()
+        dist.all_reduce(g)
+        worst = max(worst, float((g / world - ref[k]).abs().max()))
+    return {"loss": abs(float(loss_sp) - float(loss)), "grads": worst, "out": float((full - out).abs().max())}
+
+
+def errors():
+    """The messages of the refusals that need a live process group."""
+    rank = dist.get_rank()
+    msgs = {}
+    q = torch.randn(1, 2, 4 + rank, 4)  # rank 1 holds more positions than rank 0
+    try:
+        ring_attend(q, q, q)
+    except ValueError as err:
+        msgs["lengths"] = str(err)
+    q = torch.randn(1, 2 + 2 * rank, 4, 4)  # the ranks disagree on the heads
+    try:
+        ring_attend(q, q, q)
+    except ValueError as err:
+        msgs["shapes"] = str(err)
+    import attnlab.distributed.ring as ring
+
+    real = ring.dist.get_backend
+    ring.dist.get_backend = lambda group=None: "ucc-without-p2p"
+    try:
+        q = torch.randn(1, 2, 4, 4)
+        ring_attend(q, q, q)
+    except RuntimeError as err:
+        msgs["backend"] = str(err)
+    finally:
+        ring.dist.get_backend = real
+    return msgs

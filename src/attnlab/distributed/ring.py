@@ -24,6 +24,7 @@ only neighbouring ranks exchange shards.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -188,7 +189,7 @@ class _Plan:
         # the hops s (shard r - s reaching rank r) that some rank needs
         hops = [s for s in range(1, p) if any(needed[r][(r - s) % p] for r in range(p))]
         best = None
-        for a in range(p):  # hops <= a go one way (receive from the left), the rest the other way
+        for a in reversed(range(p)):  # hops <= a go one way (receive from the left), the rest the other way; ties: one way
             fwd = max([s for s in hops if s <= a], default=0)
             back = max([p - s for s in hops if s > a], default=0)
             if best is None or fwd + back < best[0]:
@@ -198,13 +199,18 @@ class _Plan:
         return cls(causal, window, rounds, needed)
 
 
-def _tiles(ctx: RingContext, plan: _Plan, r: int, j: int, rows: int, device):
-    """The tiles of rank r's queries x shard j's keys: ``(row slice, col slice, mask or None)``,
-    masks ``(B|1, 1, rows, cols)`` bool; tiles the rule forbids entirely are left out."""
+def _split(runs: list[tuple[int, int]], side: int) -> list[tuple[int, int]]:
+    return [(a, min(a + side, b)) for start, b in runs for a in range(start, b, side)]
+
+
+def _tiles(ctx: RingContext, plan: _Plan, r: int, j: int, side: int, device):
+    """The tiles (at most ``side`` x ``side``) of rank r's queries x shard j's keys: ``(row
+    slice, col slice, mask or None)``, masks ``(B|1, 1, rows, cols)`` bool; tiles the rule
+    forbids entirely are left out."""
     qpos, kpos = ctx.positions[r].to(device), ctx.positions[j].to(device)
     valid = None if ctx.key_valid is None else ctx.key_valid[j].to(device)
     for qa, qb in _runs(qpos):
-        for ka, kb in _runs(kpos):
+        for ka, kb in _split(_runs(kpos), side):
             kp = kpos[ka:kb]
             kmin, kmax = int(kp.min()), int(kp.max())
             kv = None if valid is None else valid[:, ka:kb]
@@ -212,8 +218,8 @@ def _tiles(ctx: RingContext, plan: _Plan, r: int, j: int, rows: int, device):
                 kv = None
             if kv is not None and not bool(kv.any()):
                 continue
-            for a in range(qa, qb, rows):
-                b = min(a + rows, qb)
+            for a in range(qa, qb, side):
+                b = min(a + side, qb)
                 qp = qpos[a:b]
                 qmin, qmax = int(qp.min()), int(qp.max())
                 rule = None
@@ -288,8 +294,8 @@ def _unpack(flat: torch.Tensor, *likes: torch.Tensor) -> list[torch.Tensor]:
 class _Setup:
     """The non-tensor arguments of one ring call."""
 
-    def __init__(self, ctx, plan, score_fn, scale, rows, timings):
-        self.ctx, self.plan, self.score_fn, self.scale, self.rows, self.timings = ctx, plan, score_fn, scale, rows, timings
+    def __init__(self, ctx, plan, score_fn, scale, side, timings):
+        self.ctx, self.plan, self.score_fn, self.scale, self.side, self.timings = ctx, plan, score_fn, scale, side, timings
 
     def scores(self, q, k):
         if self.scale is not None:
@@ -316,7 +322,7 @@ class _RingAttention(torch.autograd.Function):
             if not plan.needed[r][j]:
                 return
             t0 = time.perf_counter()
-            for rs, cs, mask in _tiles(rc, plan, r, j, setup.rows, dev):
+            for rs, cs, mask in _tiles(rc, plan, r, j, setup.side, dev):
                 s = setup.scores(q[:, :, rs], kj[:, :, cs]).to(st)
                 if mask is not None:
                     s = s.masked_fill(~mask, float("-inf"))
@@ -372,7 +378,7 @@ class _RingAttention(torch.autograd.Function):
             if not plan.needed[r][j]:
                 return dk, dv
             t0 = time.perf_counter()
-            for rs, cs, mask in _tiles(rc, plan, r, j, setup.rows, dev):
+            for rs, cs, mask in _tiles(rc, plan, r, j, setup.side, dev):
                 qt, kt, vt = q[:, :, rs], kj[:, :, cs], vj[:, :, cs]
                 if generic:
                     with torch.enable_grad():
@@ -486,7 +492,8 @@ def ring_attend(
         dropout_p: must be 0 (no dropout on the weights under sequence parallelism).
         context: a :class:`RingContext` built once for many calls (then ``group``,
             ``positions`` and ``key_padding`` come from it).
-        block_size: query rows per tile (default: about :data:`attnlab.core.attend.DEFAULT_BLOCK_ELEMENTS` scores).
+        block_size: the side of a tile of scores (queries x keys; default: tiles of about
+            :data:`attnlab.core.attend.DEFAULT_BLOCK_ELEMENTS` scores, at most half a shard).
         timings: a :class:`RingTimings` to add this call's compute and wait times to.
 
     Returns:
@@ -533,8 +540,8 @@ def ring_attend(
     qp, kp = score_fn.prepare(q, k)  # per-vector work on this rank's shard; the prepared keys travel
     scale = score_fn.dot_scale(qp.shape[-1])
     if block_size is None:
-        per_row = b * h * c * max(int(getattr(score_fn, "pair_cost", 1)), 1)
-        block_size = max(1, DEFAULT_BLOCK_ELEMENTS // per_row)
+        per_pair = b * h * max(int(getattr(score_fn, "pair_cost", 1)), 1)
+        block_size = min(max(1, math.isqrt(DEFAULT_BLOCK_ELEMENTS // per_pair)), -(-c // 2))
     plan = context.plan(bool(causal), window)
     params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) and scale is None else []
     setup = _Setup(context, plan, score_fn, scale, min(block_size, c), timings)

@@ -1,0 +1,117 @@
+"""Ring attention equals single-process attention (outputs and gradients) with 2 and 4 gloo
+processes; its layouts, schedules and refusals."""
+
+import pytest
+import torch
+
+from attnlab.distributed import RingContext, plan_layout, ring_attend
+from attnlab.distributed.ring import _Plan, _tiles
+from attnlab.distributed.spawn import spawn
+
+from . import workers
+
+F64, F32 = torch.float64, torch.float32
+
+
+def _cases():
+    cases = []
+    for layout in ("contiguous", "zigzag", "striped"):
+        for causal, window, padding in ((False, None, False), (False, None, True), (True, None, False), (False, 3, False), (True, 5, True)):
+            cases.append(dict(seed=len(cases), dtype=F64, b=2, h=2, n=24, d=4, causal=causal, window=window, padding=padding,
+                              layout=layout, block_size=5))
+    cases += [
+        dict(seed=90, dtype=F32, b=2, h=4, g=2, n=32, d=8, causal=True, window=None, padding=True, layout="zigzag"),  # grouped keys
+        dict(seed=91, dtype=F32, b=1, h=2, n=32, d=8, causal=False, window=6, padding=False, layout="contiguous"),
+        dict(seed=92, dtype=F64, b=1, h=2, n=22, d=4, causal=True, window=None, padding=False, layout="zigzag", pad=True),
+        dict(seed=93, dtype=F64, b=1, h=2, n=24, d=4, causal=False, window=None, padding=True, layout="contiguous", score="additive"),
+        dict(seed=94, dtype=F64, b=1, h=2, n=24, d=4, causal=True, window=None, padding=False, layout="zigzag", score="cosine"),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ring_attention_equals_attend_on_the_whole_sequence(world):
+    cases = _cases()
+    per_rank = spawn(workers.exactness, world, cases)
+    for i, case in enumerate(cases):
+        worst = max(max(rank[i].values()) for rank in per_rank)
+        tol = 1e-10 if case["dtype"] == F64 else 1e-5
+        assert worst < tol, (world, case, [rank[i] for rank in per_rank])
+    # the weighted scores' parameters got their gradients too
+    assert all("param0" in rank[-2] for rank in per_rank)
+
+
+@pytest.mark.parametrize("causal,positional,layout", [(False, "sinusoidal", "contiguous"), (True, "rope", "zigzag")])
+def test_a_sharded_encoder_step_equals_one_process(causal, positional, layout):
+    for dtype, tol in ((F64, 1e-10), (F32, 1e-5)):
+        for rank in spawn(workers.encoder_step, 2, dtype, causal, positional, layout):
+            assert rank["out"] < tol and rank["loss"] < tol and rank["grads"] < tol, (dtype, rank)
+
+
+def test_refusals_that_need_a_process_group():
+    msgs = spawn(workers.errors, 2)
+    for m in msgs:
+        assert "same number of positions" in m["lengths"] and "[4, 5]" in m["lengths"]
+        assert "disagree" in m["shapes"]
+        assert "point-to-point" in m["backend"] and "ucc-without-p2p" in m["backend"]
+
+
+def test_refusals_without_a_process_group():
+    q = torch.randn(1, 2, 4, 4)
+    with pytest.raises(RuntimeError, match="torch.distributed initialised"):
+        ring_attend(q, q, q)
+    with pytest.raises(ValueError, match="normalize='softmax'"):
+        ring_attend(q, q, q, normalize="relu")
+    with pytest.raises(ValueError, match="no dropout"):
+        ring_attend(q, q, q, dropout_p=0.1)
+    with pytest.raises(ValueError, match=r"\(B, H, c, D\)"):
+        ring_attend(q, q[:, :, :3], q)
+    with pytest.raises(ValueError, match="window"):
+        ring_attend(q, q, q, window=-1)
+
+
+def test_layouts_partition_the_positions():
+    for kind in ("contiguous", "zigzag", "striped"):
+        lay = plan_layout(24, 4, kind)
+        assert sorted(lay.order().tolist()) == list(range(24))
+    assert plan_layout(16, 4, "zigzag").positions(1).tolist() == [2, 3, 12, 13]
+    assert plan_layout(16, 4, "striped").positions(1).tolist() == [1, 5, 9, 13]
+    with pytest.raises(ValueError, match="does not divide into 4 equal shards.*multiple of 8.*pad it to 24"):
+        plan_layout(22, 4, "zigzag")
+    lay = plan_layout(22, 4, "zigzag", pad=True)
+    assert (lay.length, lay.padded, lay.shard_len) == (22, 24, 6)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        plan_layout(8, 2, "diagonal")
+
+
+def _ctx(layout, rank):
+    return RingContext(None, rank, layout.world, list(range(layout.world)), torch.stack([layout.positions(r) for r in range(layout.world)]))
+
+
+def test_a_window_over_the_contiguous_layout_talks_to_the_neighbours_only():
+    lay = plan_layout(64, 4, "contiguous")
+    plan = _Plan.make(_ctx(lay, 0), causal=False, window=5)
+    assert plan.rounds == [(1, 1), (-1, 1)]  # one hop each way, not three
+    assert _Plan.make(_ctx(lay, 0), causal=True, window=5).rounds == [(1, 1)]
+    assert _Plan.make(_ctx(lay, 0), causal=False, window=None).rounds == [(1, 3)]
+    assert _Plan.make(_ctx(lay, 0), causal=False, window=40).rounds == [(1, 3)]
+
+
+def _work(layout, causal):
+    """Score elements each rank computes over the whole ring (tiles the rule forbids are skipped)."""
+    out = []
+    for r in range(layout.world):
+        ctx = _ctx(layout, r)
+        plan = _Plan.make(ctx, causal=causal, window=None)
+        out.append(sum((rs.stop - rs.start) * (cs.stop - cs.start)
+                       for j in range(layout.world) if plan.needed[r][j] for rs, cs, _ in _tiles(ctx, plan, r, j, 8, "cpu")))
+    return out
+
+
+def test_zigzag_balances_causal_work_and_contiguous_does_not():
+    n, p = 64, 4
+    zig = _work(plan_layout(n, p, "zigzag"), causal=True)
+    contiguous = _work(plan_layout(n, p, "contiguous"), causal=True)
+    assert len(set(zig)) == 1  # every rank computes the same number of scores
+    assert max(contiguous) == 5 * min(contiguous)  # the last rank: 3 full shards and its own causal third
+    assert sum(zig) < n * n  # and skipped tiles save work overall
