@@ -104,7 +104,7 @@ def _work(layout, causal):
         ctx = _ctx(layout, r)
         plan = _Plan.make(ctx, causal=causal, window=None)
         out.append(sum((rs.stop - rs.start) * (cs.stop - cs.start)
-                       for j in range(layout.world) if plan.needed[r][j] for rs, cs, _ in _tiles(ctx, plan, r, j, 8, "cpu")))
+                       for j in range(layout.world) if plan.needed[r][j] for rs, cs, *_ in _tiles(ctx, plan, r, j, 8, "cpu")))
     return out
 
 

@@ -40,10 +40,13 @@ def exactness(cases):
             lengths[0] = n  # one full row, one padded
             valid = torch.arange(n)[None, :] < lengths[:, None]
         mask = full_mask(n, case["causal"], case["window"], valid)
+        device = case.get("device", "cpu")  # drawn on CPU, then moved: the same numbers on every device
+        q, k, v, grad, mask = (t.to(device) for t in (q, k, v, grad, mask))
+        valid = None if valid is None else valid.to(device)
         score = case.get("score", "scaled_dot")
         if score in ("additive", "bilinear", "cosine"):  # a score with weights: the same on every rank
             torch.manual_seed(99)
-            score = scores.create(score, head_dim=d, num_heads=h).to(dtype)
+            score = scores.create(score, head_dim=d, num_heads=h).to(dtype).to(device)
         # the reference: the whole sequence in this one process
         qf, kf, vf = (t.clone().requires_grad_(True) for t in (q, k, v))
         ref = attend(qf, kf, vf, mask=mask, score=score).output
@@ -56,12 +59,12 @@ def exactness(cases):
         ql, kl, vl = (shard(t, layout, rank, dim=2).clone().requires_grad_(True) for t in (q, k, v))
         vmask = None if valid is None else shard(valid, layout, rank, dim=1, fill=False)
         if layout.padded != n:
-            vmask = shard(torch.ones(b, n, dtype=torch.bool) if valid is None else valid, layout, rank, dim=1, fill=False)
-        ctx = RingContext.build(layout.positions(rank), vmask)
+            vmask = shard(torch.ones(b, n, dtype=torch.bool, device=device) if valid is None else valid, layout, rank, dim=1, fill=False)
+        ctx = RingContext.build(layout.positions(rank, device=device), vmask)
         res = ring_attend(ql, kl, vl, context=ctx, causal=case["causal"], window=case["window"], score=score,
                           block_size=case.get("block_size"))
         res.output.backward(shard(grad, layout, rank, dim=2))
-        pos = layout.positions(rank)
+        pos = layout.positions(rank, device=device)
         real = pos < n  # padded positions have no reference
         errs = {}
         for name, mine, full in (("out", res.output, ref), ("dq", ql.grad, qf.grad), ("dk", kl.grad, kf.grad), ("dv", vl.grad, vf.grad)):

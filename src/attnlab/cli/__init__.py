@@ -6,6 +6,7 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.pretrained` — ``attention``, ``view``, ``bench pretrained`` (pretrained models);
 * :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory);
 * :mod:`~attnlab.cli.decode` — ``bench decode`` (cached decoding, streaming), ``bench packing``;
+* :mod:`~attnlab.cli.ring` — ``bench ring`` (sequence parallelism: memory and time per process count);
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import typer
 
-from . import arena, bench_accuracy, bench_speed, compare, complexity, decode, explain, generate, plot, pretrained, train
+from . import arena, bench_accuracy, bench_speed, compare, complexity, decode, explain, generate, plot, pretrained, ring, train
 from .common import out
 
 __all__ = ["app", "main"]
@@ -67,6 +68,7 @@ bench_app.command("audio")(bench_speed.audio)
 bench_app.command("pretrained")(pretrained.bench_pretrained)
 bench_app.command("decode")(decode.bench_decode)
 bench_app.command("packing")(decode.bench_packing)
+bench_app.command("ring")(ring.bench_ring)
 plot_app.command("positional")(plot.positional)
 app.command()(complexity.complexity)
 app.command()(arena.arena)

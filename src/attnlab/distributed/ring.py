@@ -24,19 +24,21 @@ only neighbouring ranks exchange shards.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from ..core.attend import AttentionResult, DEFAULT_BLOCK_ELEMENTS
+from ..core.attend import AttentionResult
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import Score, resolve_score
 from ..validate import int_at_least, optional_int
 
 __all__ = ["RingContext", "RingTimings", "ring_attend"]
+
+TILE = 2048
+"""The default side of a tile of queries x keys."""
 
 P2P_BACKENDS = ("gloo", "nccl", "mpi", "xccl")
 """Backends with the point-to-point ``isend`` / ``irecv`` the ring needs."""
@@ -78,6 +80,9 @@ def _check_group(group) -> tuple[int, int, list[int]]:
 
 
 def _all_gather(t: torch.Tensor, group, world: int) -> torch.Tensor:
+    """Every rank's ``t`` stacked (on CPU under gloo, which gathers CPU tensors; on ``t``'s device otherwise)."""
+    if str(dist.get_backend(group)) == "gloo":
+        t = t.cpu()
     out = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(out, t.contiguous(), group=group)
     return torch.stack(out)
@@ -205,8 +210,9 @@ def _split(runs: list[tuple[int, int]], side: int) -> list[tuple[int, int]]:
 
 def _tiles(ctx: RingContext, plan: _Plan, r: int, j: int, side: int, device):
     """The tiles (at most ``side`` x ``side``) of rank r's queries x shard j's keys: ``(row
-    slice, col slice, mask or None)``, masks ``(B|1, 1, rows, cols)`` bool; tiles the rule
-    forbids entirely are left out."""
+    slice, col slice, mask or None, diagonal)``, masks ``(B|1, 1, rows, cols)`` bool, diagonal:
+    the mask is exactly ``j <= i`` over the same positions; tiles the rule forbids entirely are
+    left out."""
     qpos, kpos = ctx.positions[r].to(device), ctx.positions[j].to(device)
     valid = None if ctx.key_valid is None else ctx.key_valid[j].to(device)
     for qa, qb in _runs(qpos):
@@ -222,7 +228,7 @@ def _tiles(ctx: RingContext, plan: _Plan, r: int, j: int, side: int, device):
                 b = min(a + side, qb)
                 qp = qpos[a:b]
                 qmin, qmax = int(qp.min()), int(qp.max())
-                rule = None
+                rule, diagonal = None, False
                 if plan.causal or plan.window is not None:
                     lo = qmin - kmax  # smallest i - j in the tile
                     hi = qmax - kmin  # largest i - j
@@ -242,12 +248,13 @@ def _tiles(ctx: RingContext, plan: _Plan, r: int, j: int, side: int, device):
                             rule &= d.abs() <= w
                         if not bool(rule.any()):
                             continue
+                        diagonal = plan.causal and w is None and kv is None and torch.equal(qp, kp)
                         rule = rule[None, None]
                 mask = rule
                 if kv is not None:
                     pad = kv[:, None, None, :]  # (B, 1, 1, cols)
                     mask = pad if mask is None else mask & pad
-                yield slice(a, b), slice(ka, kb), mask
+                yield slice(a, b), slice(ka, kb), mask, diagonal
 
 
 class _Ring:
@@ -291,11 +298,36 @@ def _unpack(flat: torch.Tensor, *likes: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_FLASH_CPU_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+"""PyTorch's fused CPU attention kernel, which returns each row's log-sum-exp and takes it back
+for the backward pass: what an unmasked (or plain causal) tile runs on, on CPU."""
+
+SCORE_ELEMENTS = 1 << 18
+"""Scores written out at once (B x H x rows x keys) by a tile that needs a mask or a non-dot score."""
+
+
+def _rows_of(mask: torch.Tensor, sub: slice, rs: slice) -> torch.Tensor:
+    """Rows ``sub`` (inside the tile's rows ``rs``) of a tile mask ``(B|1, 1, rows|1, cols)``."""
+    if mask.shape[-2] == 1:
+        return mask
+    return mask[..., sub.start - rs.start : sub.stop - rs.start, :]
+
+
 class _Setup:
     """The non-tensor arguments of one ring call."""
 
-    def __init__(self, ctx, plan, score_fn, scale, side, timings):
+    def __init__(self, ctx, plan, score_fn, scale, side, timings, q):
         self.ctx, self.plan, self.score_fn, self.scale, self.side, self.timings = ctx, plan, score_fn, scale, side, timings
+        # the fused kernel: a plain scaled dot product on CPU in float32 / float64
+        self.fused = (scale is not None and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+                      and _FLASH_CPU is not None and _FLASH_CPU_BACKWARD is not None)
+        self.pairs = q.shape[0] * q.shape[1] * max(int(getattr(score_fn, "pair_cost", 1)), 1)
+
+    def row_chunks(self, rs: slice, cs: slice) -> list[slice]:
+        """Rows ``rs`` cut so that a chunk's scores against keys ``cs`` hold about :data:`SCORE_ELEMENTS`."""
+        step = max(1, SCORE_ELEMENTS // (self.pairs * (cs.stop - cs.start)))
+        return [slice(a, min(a + step, rs.stop)) for a in range(rs.start, rs.stop, step)]
 
     def scores(self, q, k):
         if self.scale is not None:
@@ -318,21 +350,31 @@ class _RingAttention(torch.autograd.Function):
         mx = torch.full((b, h, c), float("-inf"), dtype=st, device=dev)
         den = torch.zeros(b, h, c, dtype=st, device=dev)
 
+        def merge(rs, m_t, den_t, acc_t):
+            """Fold a tile's max, denominator and weighted values into rows ``rs``."""
+            m_new = torch.maximum(mx[:, :, rs], m_t)
+            safe = m_new.masked_fill(m_new == float("-inf"), 0.0)
+            corr, corr_t = torch.exp(mx[:, :, rs] - safe), torch.exp(m_t - safe)
+            den[:, :, rs] = den[:, :, rs] * corr + den_t * corr_t
+            acc[:, :, rs] = acc[:, :, rs] * corr[..., None] + acc_t * corr_t[..., None]
+            mx[:, :, rs] = m_new
+
         def fold(j, kj, vj):
             if not plan.needed[r][j]:
                 return
             t0 = time.perf_counter()
-            for rs, cs, mask in _tiles(rc, plan, r, j, setup.side, dev):
-                s = setup.scores(q[:, :, rs], kj[:, :, cs]).to(st)
-                if mask is not None:
-                    s = s.masked_fill(~mask, float("-inf"))
-                m_new = torch.maximum(mx[:, :, rs], s.amax(-1))
-                safe = m_new.masked_fill(m_new == float("-inf"), 0.0)
-                p = torch.exp(s - safe[..., None])
-                corr = torch.exp(mx[:, :, rs] - safe)
-                den[:, :, rs] = den[:, :, rs] * corr + p.sum(-1)
-                acc[:, :, rs] = acc[:, :, rs] * corr[..., None] + (p.to(vj.dtype) @ vj[:, :, cs]).to(st)
-                mx[:, :, rs] = m_new
+            for rs, cs, mask, diagonal in _tiles(rc, plan, r, j, setup.side, dev):
+                if setup.fused and (mask is None or diagonal):  # PyTorch's kernel: output and log-sum-exp of the tile
+                    out_t, lse_t = _FLASH_CPU(q[:, :, rs], kj[:, :, cs], vj[:, :, cs], 0.0, diagonal, scale=setup.scale)
+                    merge(rs, lse_t, torch.ones_like(lse_t), out_t)
+                    continue
+                for sub in setup.row_chunks(rs, cs):
+                    s = setup.scores(q[:, :, sub], kj[:, :, cs]).to(st)
+                    if mask is not None:
+                        s = s.masked_fill(~_rows_of(mask, sub, rs), float("-inf"))
+                    m_t = s.amax(-1)
+                    p = torch.exp(s - m_t.masked_fill(m_t == float("-inf"), 0.0)[..., None])
+                    merge(sub, m_t, p.sum(-1), (p.to(vj.dtype) @ vj[:, :, cs]).to(st))
             if setup.timings is not None:
                 setup.timings.compute += time.perf_counter() - t0
 
@@ -371,6 +413,40 @@ class _RingAttention(torch.autograd.Function):
         dq = torch.zeros_like(q, dtype=st)
         dparams: list[torch.Tensor | None] = [None] * len(params)
 
+        def tile_grads(rs, cs, mask, kj, vj, dk, dv):
+            """Rows ``rs`` x keys ``cs``, scores written out: FlashAttention's backward for one tile."""
+            qt, kt, vt = q[:, :, rs], kj[:, :, cs], vj[:, :, cs]
+            if generic:
+                with torch.enable_grad():
+                    qt = qt.detach().requires_grad_(True)
+                    kt = kt.detach().requires_grad_(True)
+                    s_graph = setup.score_fn.pairwise(qt, kt)
+                s = s_graph.detach().to(st)
+            else:
+                s = setup.scores(qt, kt).to(st)
+            p = torch.exp(s - lse_safe[:, :, rs, None])
+            if mask is not None:
+                p = p.masked_fill(~mask, 0.0)
+            dot = do[:, :, rs].to(st)
+            dv[:, :, cs] += p.transpose(-1, -2) @ dot
+            ds = p * (dot @ vt.to(st).transpose(-1, -2) - delta[:, :, rs, None])
+            if not generic:
+                dq[:, :, rs] += (ds @ kt.to(st)) * setup.scale
+                dk[:, :, cs] += (ds.transpose(-1, -2) @ qt.to(st)) * setup.scale
+                return
+            wrt = [qt, kt] + [p_ for p_, need in zip(params, need_params) if need]
+            gs = torch.autograd.grad(s_graph, wrt, ds.to(s_graph.dtype), allow_unused=True)
+            if gs[0] is not None:
+                dq[:, :, rs] += gs[0]
+            if gs[1] is not None:
+                dk[:, :, cs] += gs[1]
+            it = iter(gs[2:])
+            for i, need in enumerate(need_params):
+                if need:
+                    g = next(it)
+                    if g is not None:
+                        dparams[i] = g if dparams[i] is None else dparams[i] + g
+
         def grads(j, kj, vj):
             """This rank's queries' share of shard j's dk, dv (and its dq, score parameters)."""
             dk = torch.zeros_like(kj, dtype=st)
@@ -378,38 +454,16 @@ class _RingAttention(torch.autograd.Function):
             if not plan.needed[r][j]:
                 return dk, dv
             t0 = time.perf_counter()
-            for rs, cs, mask in _tiles(rc, plan, r, j, setup.side, dev):
-                qt, kt, vt = q[:, :, rs], kj[:, :, cs], vj[:, :, cs]
-                if generic:
-                    with torch.enable_grad():
-                        qt = qt.detach().requires_grad_(True)
-                        kt = kt.detach().requires_grad_(True)
-                        s_graph = setup.score_fn.pairwise(qt, kt)
-                    s = s_graph.detach().to(st)
-                else:
-                    s = setup.scores(qt, kt).to(st)
-                p = torch.exp(s - lse_safe[:, :, rs, None])
-                if mask is not None:
-                    p = p.masked_fill(~mask, 0.0)
-                dot = do[:, :, rs].to(st)
-                dv[:, :, cs] += p.transpose(-1, -2) @ dot
-                ds = p * (dot @ vt.to(st).transpose(-1, -2) - delta[:, :, rs, None])
-                if generic:
-                    wrt = [qt, kt] + [p_ for p_, need in zip(params, need_params) if need]
-                    gs = torch.autograd.grad(s_graph, wrt, ds.to(s_graph.dtype), allow_unused=True)
-                    if gs[0] is not None:
-                        dq[:, :, rs] += gs[0]
-                    if gs[1] is not None:
-                        dk[:, :, cs] += gs[1]
-                    it = iter(gs[2:])
-                    for i, need in enumerate(need_params):
-                        if need:
-                            g = next(it)
-                            if g is not None:
-                                dparams[i] = g if dparams[i] is None else dparams[i] + g
-                else:
-                    dq[:, :, rs] += (ds @ kt.to(st)) * setup.scale
-                    dk[:, :, cs] += (ds.transpose(-1, -2) @ qt.to(st)) * setup.scale
+            for rs, cs, mask, diagonal in _tiles(rc, plan, r, j, setup.side, dev):
+                if setup.fused and (mask is None or diagonal):  # PyTorch's kernel, given the whole row's output and lse
+                    g_q, g_k, g_v = _FLASH_CPU_BACKWARD(do[:, :, rs], q[:, :, rs], kj[:, :, cs], vj[:, :, cs], out[:, :, rs], lse[:, :, rs],
+                                                       0.0, diagonal, scale=setup.scale)
+                    dq[:, :, rs] += g_q
+                    dk[:, :, cs] += g_k
+                    dv[:, :, cs] += g_v
+                    continue
+                for sub in setup.row_chunks(rs, cs):
+                    tile_grads(sub, cs, None if mask is None else _rows_of(mask, sub, rs), kj, vj, dk, dv)
             if setup.timings is not None:
                 setup.timings.compute += time.perf_counter() - t0
             return dk, dv
@@ -492,8 +546,9 @@ def ring_attend(
         dropout_p: must be 0 (no dropout on the weights under sequence parallelism).
         context: a :class:`RingContext` built once for many calls (then ``group``,
             ``positions`` and ``key_padding`` come from it).
-        block_size: the side of a tile of scores (queries x keys; default: tiles of about
-            :data:`attnlab.core.attend.DEFAULT_BLOCK_ELEMENTS` scores, at most half a shard).
+        block_size: the side of a tile (queries x keys; default :data:`TILE`, at most half a
+            shard). Unmasked and plain causal tiles of a dot-product score run on PyTorch's
+            fused CPU kernel; other tiles write their scores out :data:`SCORE_ELEMENTS` at a time.
         timings: a :class:`RingTimings` to add this call's compute and wait times to.
 
     Returns:
@@ -522,6 +577,8 @@ def ring_attend(
         context = RingContext.build(positions, key_padding, group=group)
     elif positions is not None or key_padding is not None:
         raise ValueError("give positions and key_padding to RingContext.build, not with context=")
+    if context.world > 1 and q.device.type != "cpu" and str(dist.get_backend(context.group)) == "gloo":
+        raise ValueError(f"the gloo backend sends CPU tensors, but q is on {q.device}: use the nccl backend for GPU tensors")
     if context.positions.shape[1] != c:
         raise ValueError(f"the ring context holds {context.positions.shape[1]} positions per rank, but q holds {c}")
     if context.key_valid is not None and context.key_valid.shape[1] != b:
@@ -529,7 +586,7 @@ def ring_attend(
     meta = torch.tensor([b, h, g, q.shape[3], k.shape[3], v.shape[3], _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1],
                         dtype=torch.int64, device=q.device)
     every = _all_gather(meta, context.group, context.world)
-    if not bool((every == meta).all()):
+    if not bool((every == meta.to(every.device)).all()):
         raise ValueError("the ranks' q, k, v shards disagree: (B, H, G, D, Dk, Dv, dtype) per rank = " + str(every.tolist()))
     if g != h:
         k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
@@ -539,12 +596,10 @@ def ring_attend(
         check(q, k)
     qp, kp = score_fn.prepare(q, k)  # per-vector work on this rank's shard; the prepared keys travel
     scale = score_fn.dot_scale(qp.shape[-1])
-    if block_size is None:
-        per_pair = b * h * max(int(getattr(score_fn, "pair_cost", 1)), 1)
-        block_size = min(max(1, math.isqrt(DEFAULT_BLOCK_ELEMENTS // per_pair)), -(-c // 2))
+    side = min(block_size or TILE, -(-c // 2))  # at most half a shard: zig-zag's chunks, a causal diagonal's quarters
     plan = context.plan(bool(causal), window)
     params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) and scale is None else []
-    setup = _Setup(context, plan, score_fn, scale, min(block_size, c), timings)
+    setup = _Setup(context, plan, score_fn, scale, side, timings, qp)
     return AttentionResult(_RingAttention.apply(setup, qp.contiguous(), kp.contiguous(), v.contiguous(), *params), None)
 
 
