@@ -41,7 +41,19 @@ def test_ring_attention_equals_attend_on_the_whole_sequence(world):
     assert all("param0" in rank[-2] for rank in per_rank)
 
 
-@pytest.mark.parametrize("causal,positional,layout", [(False, "sinusoidal", "contiguous"), (True, "rope", "zigzag")])
+def test_odd_and_six_process_rings_including_windows_that_travel_two_hops_each_way():
+    cases = [dict(seed=70 + i, dtype=F64, b=1, h=2, n=24, d=4, causal=causal, window=window, padding=padding, layout=layout, block_size=3)
+             for i, (causal, window, padding, layout) in enumerate([(False, 5, True, "contiguous"), (True, 6, False, "contiguous"),
+                                                                      (True, None, True, "zigzag"), (False, None, False, "striped")])]
+    lay = plan_layout(24, 6, "contiguous")
+    assert _Plan.make(_ctx(lay, 0), causal=False, window=5).rounds == [(1, 2), (-1, 2)]  # what the first case runs
+    for world in (3, 6):
+        per_rank = spawn(workers.exactness, world, cases)
+        for i, case in enumerate(cases):
+            assert max(max(rank[i].values()) for rank in per_rank) < 1e-10, (world, case)
+
+
+@pytest.mark.parametrize("causal,positional,layout", [(False, "sinusoidal", "contiguous"), (True, "rope", "zigzag"), (True, "learned", "zigzag")])
 def test_a_sharded_encoder_step_equals_one_process(causal, positional, layout):
     for dtype, tol in ((F64, 1e-10), (F32, 1e-5)):
         for rank in spawn(workers.encoder_step, 2, dtype, causal, positional, layout):
@@ -54,6 +66,17 @@ def test_refusals_that_need_a_process_group():
         assert "same number of positions" in m["lengths"] and "[4, 5]" in m["lengths"]
         assert "disagree" in m["shapes"]
         assert "point-to-point" in m["backend"] and "ucc-without-p2p" in m["backend"]
+        assert "positions per rank, but q holds 5" in m["context"] or "rank(s) [1]" in m["context"]
+        assert "disagree" in m["rule"] and "causal" in m["rule"]
+        assert "this rank's shards (B, H, c, D)" in m["keys"]
+    assert "positions per rank, but q holds 5" in msgs[1]["context"] and "rank(s) [1]" in msgs[0]["context"]
+
+
+def test_a_group_made_without_a_backend_name_reports_one_per_device(monkeypatch):
+    from attnlab.distributed import ring
+
+    monkeypatch.setattr(ring.dist, "get_backend", lambda group=None: "cpu:gloo,cuda:nccl")
+    assert ring._backend(None, "cpu") == "gloo" and ring._backend(None, "cuda") == "nccl"
 
 
 def test_refusals_without_a_process_group():
@@ -64,8 +87,6 @@ def test_refusals_without_a_process_group():
         ring_attend(q, q, q, normalize="relu")
     with pytest.raises(ValueError, match="no dropout"):
         ring_attend(q, q, q, dropout_p=0.1)
-    with pytest.raises(ValueError, match=r"\(B, H, c, D\)"):
-        ring_attend(q, q[:, :, :3], q)
     with pytest.raises(ValueError, match="window"):
         ring_attend(q, q, q, window=-1)
 

@@ -85,8 +85,8 @@ def encoder_step(dtype, causal, positional, layout_kind):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    b, n, e = 2, 20, 16
-    enc = Encoder(e, 4, 2, positional=positional, causal=causal, max_len=64).to(dtype)
+    b, n, e = 2, 21, 16  # 21 positions: padded to a multiple of the shards
+    enc = Encoder(e, 4, 2, positional=positional, causal=causal, max_len=n).to(dtype)
     x = torch.randn(b, n, e, dtype=dtype)
     target = torch.randn(b, n, e, dtype=dtype)
     valid = torch.ones(b, n, dtype=torch.bool)
@@ -98,7 +98,7 @@ def encoder_step(dtype, causal, positional, layout_kind):
     enc.zero_grad(set_to_none=True)
     layout = plan_layout(n, world, layout_kind, pad=True)
     ctx = RingContext.build(layout.positions(rank), shard(valid, layout, rank, fill=False))
-    mine = enc(shard(x, layout, rank), mask=ShardedMask(ctx)).output
+    mine = enc(shard(x, layout, rank), mask=ShardedMask(ctx, length=n)).output
     full = gather(mine, layout)
     loss_sp = ((full - target) ** 2 * valid[..., None]).mean()
     loss_sp.backward()
@@ -124,6 +124,20 @@ def errors():
         ring_attend(q, q, q)
     except ValueError as err:
         msgs["shapes"] = str(err)
+    q = torch.randn(1, 2, 4, 4)
+    ctx = RingContext.build(torch.arange(rank * 4, rank * 4 + 4))
+    try:  # one context for all, but rank 1's queries hold 5 positions
+        ring_attend(torch.randn(1, 2, 4 + rank, 4), torch.randn(1, 2, 4 + rank, 4), torch.randn(1, 2, 4 + rank, 4), context=ctx)
+    except ValueError as err:
+        msgs["context"] = str(err)
+    try:  # the ranks disagree on the rule
+        ring_attend(q, q, q, context=ctx, causal=rank == 0)
+    except ValueError as err:
+        msgs["rule"] = str(err)
+    try:  # keys of another length than the queries, on every rank
+        ring_attend(q, q[:, :, :3], q)
+    except ValueError as err:
+        msgs["keys"] = str(err)
     import attnlab.distributed.ring as ring
 
     real = ring.dist.get_backend

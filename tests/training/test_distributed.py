@@ -30,13 +30,13 @@ def test_two_gloo_processes_give_the_single_process_loss_trajectory(tmp_path):
     assert [h["val"] for h in two["history"]] == pytest.approx([h["val"] for h in one["history"]], abs=1e-6)
 
 
-SP_ARGS = ["train", "listops", "--size", "200", "--steps", "4", "--batch-size", "4", "--eval-every", "2"]
+SP_ARGS = ["train", "listops", "--size", "200", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--positional", "rope", "--causal"]
 
 
 def test_sequence_parallel_training_follows_the_single_process_trajectory(tmp_path):
-    """ListOps (16-128 tokens, padded, cls pooling): 2 processes each holding half of every
-    sequence (ring attention), and 4 processes as 2 data-parallel groups of 2, give one
-    process's losses."""
+    """ListOps (16-128 tokens, padded, causal with rope: zig-zag shards): 2 processes each holding
+    half of every sequence (ring attention), and 4 processes as 2 data-parallel groups of 2,
+    give one process's losses."""
     _run([sys.executable, "-m", "attnlab", *SP_ARGS, "--out", str(tmp_path / "one")], tmp_path)
     for procs in (2, 4):
         _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs), "-m", "attnlab", *SP_ARGS,
@@ -46,6 +46,7 @@ def test_sequence_parallel_training_follows_the_single_process_trajectory(tmp_pa
     for procs in (2, 4):
         run = json.loads((tmp_path / f"sp{procs}" / "checkpoint" / "config.json").read_text())
         assert run["world_size"] == procs and run["sequence_parallel"] == 2
+        assert run["ring"]["sent_bytes"] > 0 and run["ring"]["steps"] > 0  # the ring ran
         assert run["losses"] == pytest.approx(one["losses"], abs=1e-5)
         assert [h["val"] for h in run["history"]] == pytest.approx([h["val"] for h in one["history"]], abs=1e-6)
 

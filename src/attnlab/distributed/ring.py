@@ -65,11 +65,21 @@ class RingTimings:
         return self.wait / total if total else 0.0
 
 
-def _check_group(group) -> tuple[int, int, list[int]]:
+def _backend(group, device="cpu") -> str:
+    """The backend that carries ``device``'s tensors in ``group`` (a group made without naming a
+    backend reports one per device: ``"cpu:gloo,cuda:nccl"``)."""
+    name = str(dist.get_backend(group))
+    if ":" in name:
+        per_device = dict(part.split(":", 1) for part in name.split(","))
+        return per_device.get(torch.device(device).type, name)
+    return name
+
+
+def _check_group(group, device="cpu") -> tuple[int, int, list[int]]:
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("ring attention needs torch.distributed initialised: start with torchrun, or call "
                            "torch.distributed.init_process_group first")
-    backend = str(dist.get_backend(group))
+    backend = _backend(group, device)
     if backend not in P2P_BACKENDS:
         raise RuntimeError(f"ring attention needs point-to-point send / receive, which the {backend!r} backend lacks; "
                            f"use one of {', '.join(P2P_BACKENDS)}")
@@ -81,7 +91,7 @@ def _check_group(group) -> tuple[int, int, list[int]]:
 
 def _all_gather(t: torch.Tensor, group, world: int) -> torch.Tensor:
     """Every rank's ``t`` stacked (on CPU under gloo, which gathers CPU tensors; on ``t``'s device otherwise)."""
-    if str(dist.get_backend(group)) == "gloo":
+    if _backend(group, t.device) == "gloo":
         t = t.cpu()
     out = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(out, t.contiguous(), group=group)
@@ -92,7 +102,8 @@ def _all_gather(t: torch.Tensor, group, world: int) -> torch.Tensor:
 class RingContext:
     """What every ring-attention call over one sharded sequence shares: the group, every
     shard's positions and key flags. Build it once per forward with :meth:`build` and pass it
-    to each layer's :func:`ring_attend` (it costs two small all-gathers).
+    to each layer's :func:`ring_attend` (it costs three small all-gathers: sizes, positions,
+    key flags).
 
     Attributes:
         group: the process group (None: the default group). rank, world: this rank's index in
@@ -114,17 +125,22 @@ class RingContext:
         """Gather every rank's ``positions`` ``(c,)`` and key flags ``(B, c)`` (True = real key;
         None: no padding on this rank). Every rank of ``group`` must call it."""
         rank, world, ranks = _check_group(group)
+        problem = None  # checked here, raised on every rank together (a rank raising alone leaves the others waiting)
         if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"positions must be an int tensor of shape (c,), got "
-                            f"{tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__}")
-        if key_valid is not None and (not isinstance(key_valid, torch.Tensor) or key_valid.dtype != torch.bool or key_valid.dim() != 2
-                                      or key_valid.shape[1] != positions.shape[0]):
-            raise ValueError(f"key_padding must be a bool tensor (B, c) = (B, {positions.shape[0]}), True = a real key; got "
-                             f"{tuple(key_valid.shape) if isinstance(key_valid, torch.Tensor) else type(key_valid).__name__}"
-                             + (f" of dtype {key_valid.dtype}" if isinstance(key_valid, torch.Tensor) else ""))
+            problem = ("positions must be an int tensor of shape (c,), got "
+                       f"{tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__}")
+            positions = torch.zeros(0, dtype=torch.int64)
+        elif key_valid is not None and (not isinstance(key_valid, torch.Tensor) or key_valid.dtype != torch.bool or key_valid.dim() != 2
+                                        or key_valid.shape[1] != positions.shape[0]):
+            problem = (f"key_padding must be a bool tensor (B, c) = (B, {positions.shape[0]}), True = a real key; got "
+                       f"{tuple(key_valid.shape) if isinstance(key_valid, torch.Tensor) else type(key_valid).__name__}"
+                       + (f" of dtype {key_valid.dtype}" if isinstance(key_valid, torch.Tensor) else ""))
         c = positions.shape[0]
-        b = -1 if key_valid is None else key_valid.shape[0]
-        meta = _all_gather(torch.tensor([c, b], dtype=torch.int64, device=positions.device), group, world)
+        b = -1 if key_valid is None or problem else key_valid.shape[0]
+        meta = _all_gather(torch.tensor([c, b, problem is not None], dtype=torch.int64, device=positions.device), group, world)
+        bad = [r for r in range(world) if meta[r, 2]]
+        if bad:
+            raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave positions or key_padding that do not fit")
         if bool((meta[:, 0] != c).any()):
             raise ValueError(f"every rank must hold the same number of positions; they hold {meta[:, 0].tolist()} "
                              "(pad the sequence to a multiple of the ranks: attnlab.distributed.plan_layout(pad=True))")
@@ -265,19 +281,20 @@ class _Ring:
 
     def post(self, send: torch.Tensor | None, recv_like: torch.Tensor | None, to: int, frm: int, tag: int):
         """Start sending ``send`` to group rank ``to`` and receiving a tensor like ``recv_like``
-        from ``frm``; returns (works, receive buffer)."""
-        ctx, works, buf = self.ctx, [], None
-        if recv_like is not None:
-            buf = torch.empty_like(recv_like)
-            works.append(dist.irecv(buf, src=ctx.ranks[frm % ctx.world], group=ctx.group, tag=tag))
+        from ``frm``, as one batch (nccl needs a send and a receive posted together, or two
+        ranks sending to each other wait forever); returns what :meth:`wait` takes."""
+        ctx, ops, buf = self.ctx, [], None
         if send is not None:
-            works.append(dist.isend(send, dst=ctx.ranks[to % ctx.world], group=ctx.group, tag=tag))
+            ops.append(dist.P2POp(dist.isend, send, ctx.ranks[to % ctx.world], ctx.group, tag))
             if self.timings is not None:
                 self.timings.sent += send.numel() * send.element_size()
-        return works, buf
+        if recv_like is not None:
+            buf = torch.empty_like(recv_like)
+            ops.append(dist.P2POp(dist.irecv, buf, ctx.ranks[frm % ctx.world], ctx.group, tag))
+        return dist.batch_isend_irecv(ops), buf, send  # the tensor sent stays referenced until waited on
 
     def wait(self, posted) -> torch.Tensor | None:
-        works, buf = posted
+        works, buf, _ = posted
         t0 = time.perf_counter()
         for w in works:
             w.wait()
@@ -317,11 +334,11 @@ def _rows_of(mask: torch.Tensor, sub: slice, rs: slice) -> torch.Tensor:
 class _Setup:
     """The non-tensor arguments of one ring call."""
 
-    def __init__(self, ctx, plan, score_fn, scale, side, timings, q):
+    def __init__(self, ctx, plan, score_fn, scale, side, timings, q, v):
         self.ctx, self.plan, self.score_fn, self.scale, self.side, self.timings = ctx, plan, score_fn, scale, side, timings
         # the fused kernel: a plain scaled dot product on CPU in float32 / float64
         self.fused = (scale is not None and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
-                      and _FLASH_CPU is not None and _FLASH_CPU_BACKWARD is not None)
+                      and v.shape[-1] == q.shape[-1] and _FLASH_CPU is not None and _FLASH_CPU_BACKWARD is not None)
         self.pairs = q.shape[0] * q.shape[1] * max(int(getattr(score_fn, "pair_cost", 1)), 1)
 
     def row_chunks(self, rs: slice, cs: slice) -> list[slice]:
@@ -331,7 +348,7 @@ class _Setup:
 
     def scores(self, q, k):
         if self.scale is not None:
-            return (q @ k.transpose(-1, -2)) * self.scale  # (B, H, rows, cols)
+            return (q * self.scale) @ k.transpose(-1, -2)  # (B, H, rows, cols); scaled first, for half precision
         return self.score_fn.pairwise(q, k)
 
 
@@ -380,9 +397,12 @@ class _RingAttention(torch.autograd.Function):
 
         ring = _Ring(rc, setup.timings)
         own = _pack(k, v)
-        fold(r, k, v)
-        for rnd, (d, hops) in enumerate(setup.plan.rounds):
-            posted = ring.post(own, own, r + d, r - d, tag=_tag(rnd, 1, 0))
+        rounds = plan.rounds
+        posted = ring.post(own, own, r + rounds[0][0], r - rounds[0][0], tag=_tag(0, 1, 0)) if rounds else None
+        fold(r, k, v)  # this rank's own shard, while the first one travels
+        for rnd, (d, hops) in enumerate(rounds):
+            if rnd:
+                posted = ring.post(own, own, r + d, r - d, tag=_tag(rnd, 1, 0))
             for t in range(1, hops + 1):
                 held = ring.wait(posted)
                 if t < hops:  # the next shard travels while this one is computed on
@@ -469,34 +489,33 @@ class _RingAttention(torch.autograd.Function):
             return dk, dv
 
         ring = _Ring(rc, setup.timings)
-        dk_own, dv_own = grads(r, k, v)
         own = _pack(k, v)
-        for rnd, (d, hops) in enumerate(plan.rounds):
-            kv_posted = ring.post(own, own, r + d, r - d, tag=_tag(rnd, 1, 0))
-            acc_like = _pack(dk_own, dv_own)
-            acc_in, sends = None, []
+        rounds = plan.rounds
+        kv_posted = ring.post(own, own, r + rounds[0][0], r - rounds[0][0], tag=_tag(0, 1, 0)) if rounds else None
+        dk_own, dv_own = grads(r, k, v)  # this rank's queries against its own shard, while the first one travels
+        acc_like = _pack(dk_own, dv_own)
+        for rnd, (d, hops) in enumerate(rounds):
+            if rnd:
+                kv_posted = ring.post(own, own, r + d, r - d, tag=_tag(rnd, 1, 0))
+            acc_in = None
             for t in range(1, hops + 1):
                 j = (r - d * t) % rc.world
                 held = ring.wait(kv_posted)
-                if t > 1:  # the accumulators of shard j, from the rank that held it one step ago
-                    acc_in = ring.post(None, acc_like, r + d, r - d, tag=_tag(rnd, t, 1))
                 if t < hops:
                     kv_posted = ring.post(held, held, r + d, r - d, tag=_tag(rnd, t + 1, 0))
                 kj, vj = _unpack(held, k, v)
                 dk_j, dv_j = grads(j, kj, vj)
                 acc = _pack(dk_j, dv_j)
-                if t > 1:
+                if t > 1:  # shard j's accumulators from the rank that held it one step ago
                     acc = acc + ring.wait(acc_in)
-                if t < hops:  # not waited on here: its receiver posts the receive only at its next step
-                    sends.append(ring.post(acc, None, r + d, r - d, tag=_tag(rnd, t + 1, 1)))
+                if t < hops:  # on to the next holder, and the accumulators of the next shard in, as one batch
+                    acc_in = ring.post(acc, acc_like, r + d, r - d, tag=_tag(rnd, t + 1, 1))
                 else:  # the last holder hands the accumulators back to the shard's owner
                     back = ring.wait(ring.post(acc, acc_like, r - d * hops, r + d * hops, tag=_tag(rnd, 0, 2)))
                     dk_back, dv_back = _unpack(back, dk_own, dv_own)
                     dk_own, dv_own = dk_own + dk_back, dv_own + dv_back
                 if setup.timings is not None:
                     setup.timings.steps += 1
-            for posted in sends:
-                ring.wait(posted)
         return (None, dq.to(q.dtype), dk_own.to(k.dtype), dv_own.to(v.dtype),
                 *[None if g is None else g.to(p_.dtype) for g, p_ in zip(dparams, params)])
 
@@ -555,14 +574,8 @@ def ring_attend(
         :class:`attnlab.AttentionResult`, ``output`` ``(B, H, c, Dv)`` (weights: None).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"shape {tuple(t.shape)}, dtype {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a floating-point tensor (B, H|G, c, D); got {got}")
-    b, h, c, _ = q.shape
-    g = k.shape[1]
-    if k.shape[0] != b or v.shape[:3] != (b, g, c) or k.shape[2] != c or g == 0 or h % g or not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must be this rank's shards (B, H, c, D), (B, G, c, D), (B, G, c, Dv) of one dtype with G "
-                         f"dividing H; got q {tuple(q.shape)} {q.dtype}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype}")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (B, H|G, c, D), got {type(t).__name__}")
     if resolve_normalizer(normalize) is not softmax:
         raise ValueError(f"ring attention merges the shards by log-sum-exp, so it needs normalize='softmax'; got {normalize!r}")
     if dropout_p:
@@ -570,24 +583,43 @@ def ring_attend(
     if window is not None:
         window = int_at_least("window", window, 0)
     optional_int("block_size", block_size)
+    # the shapes are checked here and the verdict shared, so that every rank raises together
+    problem = None
+    if any(t.dim() != 4 or not t.is_floating_point() for t in (q, k, v)):
+        problem = (f"q, k, v must be floating-point tensors (B, H|G, c, D); got q {tuple(q.shape)} {q.dtype}, "
+                   f"k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype}")
+        q = k = v = q.new_zeros(1, 1, 0, 1, dtype=torch.float32)
+    b, h, c, _ = q.shape
+    g = k.shape[1]
+    if problem is None and (k.shape[0] != b or v.shape[:3] != (b, g, c) or k.shape[2] != c or g == 0 or h % g
+                            or not (q.dtype == k.dtype == v.dtype)):
+        problem = (f"q, k, v must be this rank's shards (B, H, c, D), (B, G, c, D), (B, G, c, Dv) of one dtype with G "
+                   f"dividing H; got q {tuple(q.shape)} {q.dtype}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype}")
     if context is None:
-        rank, world, _ = _check_group(group)
+        rank, world, _ = _check_group(group, q.device)
         if positions is None:
             positions = torch.arange(rank * c, (rank + 1) * c, device=q.device)
         context = RingContext.build(positions, key_padding, group=group)
     elif positions is not None or key_padding is not None:
         raise ValueError("give positions and key_padding to RingContext.build, not with context=")
-    if context.world > 1 and q.device.type != "cpu" and str(dist.get_backend(context.group)) == "gloo":
+    else:
+        _check_group(context.group, q.device)
+    if context.world > 1 and q.device.type != "cpu" and _backend(context.group, q.device) == "gloo":
         raise ValueError(f"the gloo backend sends CPU tensors, but q is on {q.device}: use the nccl backend for GPU tensors")
-    if context.positions.shape[1] != c:
-        raise ValueError(f"the ring context holds {context.positions.shape[1]} positions per rank, but q holds {c}")
-    if context.key_valid is not None and context.key_valid.shape[1] != b:
-        raise ValueError(f"key_padding has batch {context.key_valid.shape[1]}, q has {b}")
-    meta = torch.tensor([b, h, g, q.shape[3], k.shape[3], v.shape[3], _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1],
-                        dtype=torch.int64, device=q.device)
-    every = _all_gather(meta, context.group, context.world)
-    if not bool((every == meta.to(every.device)).all()):
-        raise ValueError("the ranks' q, k, v shards disagree: (B, H, G, D, Dk, Dv, dtype) per rank = " + str(every.tolist()))
+    if problem is None and context.positions.shape[1] != c:
+        problem = f"the ring context holds {context.positions.shape[1]} positions per rank, but q holds {c}"
+    if problem is None and context.key_valid is not None and context.key_valid.shape[1] != b:
+        problem = f"key_padding has batch {context.key_valid.shape[1]}, q has {b}"
+    code = _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1
+    meta = torch.tensor([problem is not None, b, h, g, c, q.shape[3], k.shape[3], v.shape[3], code, bool(causal),
+                         -1 if window is None else window], dtype=torch.int64)
+    every = _all_gather(meta.to(q.device), context.group, context.world).cpu()
+    bad = [r for r in range(context.world) if every[r, 0]]
+    if bad:
+        raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave q, k, v shards that do not fit")
+    if not bool((every == meta).all()):
+        raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window) per rank = "
+                         + str(every[:, 1:].tolist()))
     if g != h:
         k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
     score_fn = resolve_score(score)
@@ -599,7 +631,7 @@ def ring_attend(
     side = min(block_size or TILE, -(-c // 2))  # at most half a shard: zig-zag's chunks, a causal diagonal's quarters
     plan = context.plan(bool(causal), window)
     params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) and scale is None else []
-    setup = _Setup(context, plan, score_fn, scale, side, timings, qp)
+    setup = _Setup(context, plan, score_fn, scale, side, timings, qp, v)
     return AttentionResult(_RingAttention.apply(setup, qp.contiguous(), kp.contiguous(), v.contiguous(), *params), None)
 
 

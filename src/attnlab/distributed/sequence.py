@@ -67,17 +67,27 @@ class ShardedMask:
     Attributes:
         context: the :class:`RingContext` of this forward. causal: ``j <= i``. window: ``|i - j|
         <= window`` (``0 <= i - j <= window`` causal). timings: where ring time is added up.
+        length: the real length N when the shards were padded past it (positions from N on are
+            padding: masked keys, discarded queries), else None.
     """
 
     context: RingContext
     causal: bool = False
     window: int | None = None
     timings: RingTimings | None = None
+    length: int | None = None
 
     @property
     def positions(self) -> torch.Tensor:
         """The positions this rank holds, ``(c,)``."""
         return self.context.positions[self.context.rank]
+
+    @property
+    def encoding_positions(self) -> torch.Tensor:
+        """The positions a positional encoding sees: :attr:`positions`, padding held at N - 1
+        (so that an encoding with a largest position, such as ``learned``, takes padded shards)."""
+        pos = self.positions
+        return pos if self.length is None else pos.clamp(max=self.length - 1)
 
 
 @dataclass

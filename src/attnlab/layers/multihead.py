@@ -316,9 +316,9 @@ class MultiHeadAttention(nn.Module):
                              "does not carry: use an input encoding or rope under sequence parallelism")
         if self.training and self.dropout > 0:
             raise ValueError(f"this layer drops attention weights (dropout={self.dropout}) in training, which ring attention does not: "
-                             "set the attention dropout to 0 under sequence parallelism")
+                             "train with dropout 0 under sequence parallelism (an Encoder's one dropout covers its attention)")
         self._check_input("query", x, self.embed_dim, None)
-        pos = sharded.positions.to(x.device)
+        pos = sharded.encoding_positions.to(x.device)
         q, k, v, _ = self.project(x, positions=pos, key_positions=pos)
         res = ring_attend(q, k, v, context=sharded.context, causal=sharded.causal, window=sharded.window, score=self.score,
                           normalize=self.normalize, timings=sharded.timings)

@@ -289,7 +289,7 @@ class Encoder(nn.Module):
         if isinstance(mask, ShardedMask):
             if positions is not None or return_weights or cache is not None:
                 raise ValueError("a sharded sequence (mask=ShardedMask) takes no positions, return_weights or cache")
-            positions = mask.positions.to(x.device)
+            positions = mask.encoding_positions.to(x.device)
         elif cache is not None:
             if positions is not None:
                 raise ValueError("with a cache the positions come from it: pass no positions")

@@ -64,7 +64,7 @@ class TransformerBackbone(Backbone):
         mine = shard(tokens, layout, rank)  # (B, c): padded positions hold PAD = 0
         valid = ~shard(pad, layout, rank, fill=True)  # (B, c): True = a real key
         ctx = RingContext.build(layout.positions(rank, device=tokens.device), None if bool(valid.all()) else valid, group=sp.group)
-        out = self.encoder(self.embed(mine) * self.dim**0.5, mask=ShardedMask(ctx, timings=sp.timings))
+        out = self.encoder(self.embed(mine) * self.dim**0.5, mask=ShardedMask(ctx, timings=sp.timings, length=layout.length))
         return ModelOutput(gather(out.output, layout, group=sp.group), None)
 
 

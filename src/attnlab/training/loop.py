@@ -114,12 +114,13 @@ def train(
 
     Data parallel: started by ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE``
     > 1 in the environment), each process trains a ``DistributedDataParallel`` copy on its share
-    of every global batch (``batch_size`` examples, rows ``rank::N``; gloo on CPU, nccl on GPUs)
+    of every global batch (``batch_size`` examples, rows ``rank::N``; gloo: the loop trains on CPU)
     and the gradients are averaged; every process validates, only rank 0 writes checkpoints. With
     equal shares (classification, ``batch_size`` divisible by N) the loss trajectory equals the
     single-process one. Under sequence parallelism the P ranks of a group run the same examples,
-    each its shard of the positions, and the gradients are averaged over every process: the same
-    trajectory again, with 1/P of each sequence's activations per process.
+    each its shard of the positions (validation and test too), and the gradients are averaged
+    over every process: the same trajectory again, with 1/P of each sequence's activations in the
+    encoder blocks per process (the final vectors are gathered whole for the head and the loss).
     """
     t0 = time.perf_counter()
     out = Path(out)
@@ -163,6 +164,9 @@ def train(
         state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
         meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
                 "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent, "sequence_parallel": sequence_parallel}
+        if sp is not None:  # this process's ring traffic and time, this call's steps and validations
+            meta["ring"] = {"sent_bytes": sp.timings.sent, "wait_seconds": sp.timings.wait, "compute_seconds": sp.timings.compute,
+                            "steps": sp.timings.steps}
         if rank != 0:
             return out / "checkpoint"
         return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
@@ -220,14 +224,20 @@ def train(
                 stopped, stopped_by = True, "budget"
             save()
     folder = save() if not (out / "checkpoint").exists() else out / "checkpoint"
+    best_model = build_model(mcfg)
+    best_model.load_state_dict(best_state)
+    if sp is not None:  # the test sequences sharded too: no process holds a whole one
+        from ..distributed.sequence import parallelize
+
+        parallelize(best_model, sp)
+    value = objective.score(best_model, task, "test")
+    if sp is not None:
+        parallelize(best_model, None)
     if own_group:
         import torch.distributed as dist
 
         dist.barrier()
         dist.destroy_process_group()
-    best_model = build_model(mcfg)
-    best_model.load_state_dict(best_state)
-    value = objective.score(best_model, task, "test")
     return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
                        step_seconds, steps_run, stopped_by, task.kind)
 
@@ -244,6 +254,7 @@ def _sequence_groups(rank: int, world: int, p: int):
                          f"launch with torchrun --nproc-per-node {p} (or a multiple)")
     import torch.distributed as dist
 
+    from ..distributed.ring import RingTimings
     from ..distributed.sequence import SequenceParallel
 
     mine = None
@@ -251,7 +262,7 @@ def _sequence_groups(rank: int, world: int, p: int):
         group = dist.new_group(list(range(start, start + p)))
         if start <= rank < start + p:
             mine = group
-    return SequenceParallel(mine), rank // p, world // p
+    return SequenceParallel(mine, timings=RingTimings()), rank // p, world // p
 
 
 def _average_gradients(model: nn.Module, world: int) -> None:
@@ -259,9 +270,14 @@ def _average_gradients(model: nn.Module, world: int) -> None:
     import torch.distributed as dist
 
     params = [p for p in model.parameters() if p.requires_grad]
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int64)
+    dist.all_reduce(has)  # a parameter no process used keeps no gradient, as in one process
+    params = [p for p, n in zip(params, has.tolist()) if n]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+    if not params:
+        return
     flat = torch.cat([p.grad.reshape(-1) for p in params])
     dist.all_reduce(flat)
     flat /= world
@@ -272,8 +288,8 @@ def _average_gradients(model: nn.Module, world: int) -> None:
 
 
 def _distributed() -> tuple[int, int, bool]:
-    """``(rank, world size, whether this call started the process group)``; starts one (gloo on
-    CPU, nccl with GPUs) when launched by torchrun with ``WORLD_SIZE`` > 1."""
+    """``(rank, world size, whether this call started the process group)``; starts one (gloo: the
+    loop trains on CPU) when launched by torchrun with ``WORLD_SIZE`` > 1."""
     import torch.distributed as dist
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -281,5 +297,5 @@ def _distributed() -> tuple[int, int, bool]:
         return 0, 1, False
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), False
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group("gloo")
     return dist.get_rank(), dist.get_world_size(), True
