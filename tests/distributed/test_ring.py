@@ -21,6 +21,8 @@ def _cases():
                               layout=layout, block_size=5))
     cases += [
         dict(seed=90, dtype=F32, b=2, h=4, g=2, n=32, d=8, causal=True, window=None, padding=True, layout="zigzag"),  # grouped keys
+        dict(seed=95, dtype=F64, b=1, h=4, g=2, n=24, d=4, causal=False, window=None, padding=False, layout="contiguous", block_size=4),
+        dict(seed=96, dtype=F64, b=2, h=4, g=1, n=24, d=4, causal=True, window=None, padding=True, layout="zigzag", score="callable"),
         dict(seed=91, dtype=F32, b=1, h=2, n=32, d=8, causal=False, window=6, padding=False, layout="contiguous"),
         dict(seed=92, dtype=F64, b=1, h=2, n=22, d=4, causal=True, window=None, padding=False, layout="zigzag", pad=True),
         dict(seed=93, dtype=F64, b=1, h=2, n=24, d=4, causal=False, window=None, padding=True, layout="contiguous", score="additive"),

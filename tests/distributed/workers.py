@@ -7,6 +7,11 @@ from attnlab import attend, scores
 from attnlab.distributed import RingContext, plan_layout, ring_attend, shard
 
 
+def half_dot(q, k):
+    """A score given as a plain callable (not a dot product attnlab recognises)."""
+    return 0.5 * q @ k.transpose(-1, -2)
+
+
 def full_mask(n, causal, window, valid):
     """The dense (B, 1, N, N) mask of the rule, for the single-process reference."""
     i = torch.arange(n)[:, None]
@@ -47,6 +52,8 @@ def exactness(cases):
         if score in ("additive", "bilinear", "cosine"):  # a score with weights: the same on every rank
             torch.manual_seed(99)
             score = scores.create(score, head_dim=d, num_heads=h).to(dtype).to(device)
+        elif score == "callable":  # a plain function of q, k: autograd through it, grouped keys kept at G heads
+            score = half_dot
         # the reference: the whole sequence in this one process
         qf, kf, vf = (t.clone().requires_grad_(True) for t in (q, k, v))
         ref = attend(qf, kf, vf, mask=mask, score=score).output

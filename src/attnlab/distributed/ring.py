@@ -352,6 +352,18 @@ class _Setup:
         return self.score_fn.pairwise(q, k)
 
 
+def _heads(t: torch.Tensor, h: int) -> torch.Tensor:
+    """Grouped keys or values ``(B, G, n, D)`` repeated to H heads (key head g serves query heads
+    ``g H/G .. (g+1) H/G - 1``); unchanged when G = H."""
+    return t if t.shape[1] == h else t.repeat_interleave(h // t.shape[1], dim=1)
+
+
+def _sum_heads(t: torch.Tensor, g: int) -> torch.Tensor:
+    """Gradients over H heads ``(B, H, n, D)`` summed back to the G key heads they came from."""
+    b, h, n, d = t.shape
+    return t if h == g else t.view(b, g, h // g, n, d).sum(2)
+
+
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
@@ -362,7 +374,7 @@ class _RingAttention(torch.autograd.Function):
         rc, plan = setup.ctx, setup.plan
         r, dev = rc.rank, q.device
         st = _stat_dtype(q.dtype)
-        b, h, c, _ = q.shape
+        b, h, c, _ = q.shape  # k, v: G heads (grouped keys travel as they are)
         acc = torch.zeros(b, h, c, v.shape[-1], dtype=st, device=dev)
         mx = torch.full((b, h, c), float("-inf"), dtype=st, device=dev)
         den = torch.zeros(b, h, c, dtype=st, device=dev)
@@ -382,16 +394,16 @@ class _RingAttention(torch.autograd.Function):
             t0 = time.perf_counter()
             for rs, cs, mask, diagonal in _tiles(rc, plan, r, j, setup.side, dev):
                 if setup.fused and (mask is None or diagonal):  # PyTorch's kernel: output and log-sum-exp of the tile
-                    out_t, lse_t = _FLASH_CPU(q[:, :, rs], kj[:, :, cs], vj[:, :, cs], 0.0, diagonal, scale=setup.scale)
+                    out_t, lse_t = _FLASH_CPU(q[:, :, rs], _heads(kj[:, :, cs], h), _heads(vj[:, :, cs], h), 0.0, diagonal, scale=setup.scale)
                     merge(rs, lse_t, torch.ones_like(lse_t), out_t)
                     continue
                 for sub in setup.row_chunks(rs, cs):
-                    s = setup.scores(q[:, :, sub], kj[:, :, cs]).to(st)
+                    s = setup.scores(q[:, :, sub], _heads(kj[:, :, cs], h)).to(st)
                     if mask is not None:
                         s = s.masked_fill(~_rows_of(mask, sub, rs), float("-inf"))
                     m_t = s.amax(-1)
                     p = torch.exp(s - m_t.masked_fill(m_t == float("-inf"), 0.0)[..., None])
-                    merge(sub, m_t, p.sum(-1), (p.to(vj.dtype) @ vj[:, :, cs]).to(st))
+                    merge(sub, m_t, p.sum(-1), (p.to(vj.dtype) @ _heads(vj[:, :, cs], h)).to(st))
             if setup.timings is not None:
                 setup.timings.compute += time.perf_counter() - t0
 
@@ -427,6 +439,7 @@ class _RingAttention(torch.autograd.Function):
         st = _stat_dtype(q.dtype)
         need_params = ctx.needs_input_grad[4:]
         generic = setup.scale is None
+        h, kv_heads = q.shape[1], k.shape[1]
         do = grad_out.contiguous()
         delta = (do.to(st) * out.to(st)).sum(-1)  # (B, H, c): rowsum(dO * O)
         lse_safe = lse.masked_fill(lse == float("-inf"), 0.0)
@@ -435,12 +448,12 @@ class _RingAttention(torch.autograd.Function):
 
         def tile_grads(rs, cs, mask, kj, vj, dk, dv):
             """Rows ``rs`` x keys ``cs``, scores written out: FlashAttention's backward for one tile."""
-            qt, kt, vt = q[:, :, rs], kj[:, :, cs], vj[:, :, cs]
-            if generic:
+            qt, kt, vt = q[:, :, rs], _heads(kj[:, :, cs], h), _heads(vj[:, :, cs], h)
+            if generic:  # autograd through the score; the keys' leaf keeps their G heads
                 with torch.enable_grad():
                     qt = qt.detach().requires_grad_(True)
-                    kt = kt.detach().requires_grad_(True)
-                    s_graph = setup.score_fn.pairwise(qt, kt)
+                    kt = kj[:, :, cs].detach().requires_grad_(True)
+                    s_graph = setup.score_fn.pairwise(qt, _heads(kt, h))
                 s = s_graph.detach().to(st)
             else:
                 s = setup.scores(qt, kt).to(st)
@@ -448,11 +461,11 @@ class _RingAttention(torch.autograd.Function):
             if mask is not None:
                 p = p.masked_fill(~mask, 0.0)
             dot = do[:, :, rs].to(st)
-            dv[:, :, cs] += p.transpose(-1, -2) @ dot
+            dv[:, :, cs] += _sum_heads(p.transpose(-1, -2) @ dot, kv_heads)
             ds = p * (dot @ vt.to(st).transpose(-1, -2) - delta[:, :, rs, None])
             if not generic:
                 dq[:, :, rs] += (ds @ kt.to(st)) * setup.scale
-                dk[:, :, cs] += (ds.transpose(-1, -2) @ qt.to(st)) * setup.scale
+                dk[:, :, cs] += _sum_heads(ds.transpose(-1, -2) @ qt.to(st), kv_heads) * setup.scale
                 return
             wrt = [qt, kt] + [p_ for p_, need in zip(params, need_params) if need]
             gs = torch.autograd.grad(s_graph, wrt, ds.to(s_graph.dtype), allow_unused=True)
@@ -476,11 +489,11 @@ class _RingAttention(torch.autograd.Function):
             t0 = time.perf_counter()
             for rs, cs, mask, diagonal in _tiles(rc, plan, r, j, setup.side, dev):
                 if setup.fused and (mask is None or diagonal):  # PyTorch's kernel, given the whole row's output and lse
-                    g_q, g_k, g_v = _FLASH_CPU_BACKWARD(do[:, :, rs], q[:, :, rs], kj[:, :, cs], vj[:, :, cs], out[:, :, rs], lse[:, :, rs],
-                                                       0.0, diagonal, scale=setup.scale)
+                    g_q, g_k, g_v = _FLASH_CPU_BACKWARD(do[:, :, rs], q[:, :, rs], _heads(kj[:, :, cs], h), _heads(vj[:, :, cs], h),
+                                                       out[:, :, rs], lse[:, :, rs], 0.0, diagonal, scale=setup.scale)
                     dq[:, :, rs] += g_q
-                    dk[:, :, cs] += g_k
-                    dv[:, :, cs] += g_v
+                    dk[:, :, cs] += _sum_heads(g_k, kv_heads)
+                    dv[:, :, cs] += _sum_heads(g_v, kv_heads)
                     continue
                 for sub in setup.row_chunks(rs, cs):
                     tile_grads(sub, cs, None if mask is None else _rows_of(mask, sub, rs), kj, vj, dk, dv)
@@ -550,7 +563,8 @@ def ring_attend(
 
     Args:
         q: ``(B, H, c, D)`` this rank's queries (c positions; the same c on every rank).
-        k: ``(B, G, c, D)`` this rank's keys, G dividing H (grouped keys are repeated to H).
+        k: ``(B, G, c, D)`` this rank's keys, G dividing H (grouped keys travel as G heads and
+            are repeated to H per tile, unless the score prepares keys per head).
         v: ``(B, G, c, Dv)`` this rank's values.
         group: the process group of the sequence's shards (None: the default group).
         positions: ``(c,)`` the positions this rank holds (default: the contiguous layout,
@@ -620,12 +634,12 @@ def ring_attend(
     if not bool((every == meta).all()):
         raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window) per rank = "
                          + str(every[:, 1:].tolist()))
-    if g != h:
-        k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
     score_fn = resolve_score(score)
+    if g != h and type(score_fn).prepare is not Score.prepare:  # a score that prepares keys per head: H heads travel
+        k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
     check = getattr(score_fn, "check", None)
     if check is not None:
-        check(q, k)
+        check(q, _heads(k, h))
     qp, kp = score_fn.prepare(q, k)  # per-vector work on this rank's shard; the prepared keys travel
     scale = score_fn.dot_scale(qp.shape[-1])
     side = min(block_size or TILE, -(-c // 2))  # at most half a shard: zig-zag's chunks, a causal diagonal's quarters
