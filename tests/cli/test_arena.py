@@ -6,6 +6,8 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from attnlab.arena.live import LiveGrid
+from attnlab.cli import app
+from tests.cli.helpers import runner
 
 
 def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path):
@@ -78,3 +80,12 @@ def test_live_grid_leaves_blank_the_cells_a_task_does_not_run_and_counts_down_a_
     now[0] += 5
     grid.on_event("step", specs[0], step=10, total=1_000_000, loss=1.0)
     assert "ETA 15 s" in _text(grid)
+
+
+def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path):
+    (tmp_path / "results.sqlite").write_text("not a database")
+    for args in (["arena", "--out", str(tmp_path), "--tasks", "listops", "--variants", "dense"], ["report", str(tmp_path)]):
+        res = runner.invoke(app, args)
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2, res.output
+        assert "is not an attnlab results store" in said and "Traceback" not in said and not isinstance(res.exception, ValueError)

@@ -41,14 +41,17 @@ def arena(
     except (ValueError, KeyError) as e:
         fail(str(e))
     grid = LiveGrid(specs)
-    with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
+    try:  # a damaged store, an unwritable folder: one line, not a traceback
+        with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
 
-        def on_event(kind, spec, **info):
-            grid.on_event(kind, spec, **info)
-            live.update(grid.render())
+            def on_event(kind, spec, **info):
+                grid.on_event(kind, spec, **info)
+                live.update(grid.render())
 
-        run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event)
-    page, board = build_report(out_dir)
+            run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event)
+        page, board = build_report(out_dir)
+    except (ValueError, OSError) as e:
+        fail(str(e))
     _print_leaderboard(board)
     out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
 
@@ -59,7 +62,7 @@ def report(out_dir: str = typer.Argument(..., help="The --out folder of 'attnlab
 
     try:
         page, board = build_report(out_dir)
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         fail(str(e))
     _print_leaderboard(board)
     out.print(f"report: {page}")

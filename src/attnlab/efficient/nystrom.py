@@ -26,21 +26,31 @@ def iterative_pinv(a: torch.Tensor, iters: int = 6) -> torch.Tensor:
     return z
 
 
-def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Landmarks: the means of ``m`` consecutive segments of ``x`` ``(B, H, L, D)``, over real
+def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None, slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Landmarks: the means of consecutive segments of ``x`` ``(B, H, L, D)``, over real
     (non-padded) positions only. Returns ``(B, H, m, D)`` and ``(B, m)`` "segment has a real
-    position". Segment ``s`` holds positions ``floor(s L / m) .. floor((s + 1) L / m) - 1``."""
+    position".
+
+    Row b's ``c_b`` real positions (``valid`` ``(B, L)``, or all L) are cut into ``m_b =
+    min(slots_b, c_b)`` segments (``slots`` ``(B,)``, default m): the real position of rank r
+    goes to segment ``floor(r m_b / c_b)``; slots ``m_b .. m - 1`` stay empty. The segments
+    depend on a row's own real positions only, not on how far its batch is padded.
+    """
     b, h, length, d = x.shape
-    if valid is None and length % m == 0:  # equal segments, nothing padded: a plain mean
+    if valid is None and slots is None and length % m == 0:  # equal segments, nothing padded: a plain mean
         return x.view(b, h, m, length // m, d).mean(-2), torch.ones(b, m, dtype=torch.bool, device=x.device)
-    seg = torch.arange(length, device=x.device) * m // length  # (L,): the segment of each position
-    onehot = F.one_hot(seg, m).to(x.dtype)  # (L, m)
-    w = onehot[None].expand(b, length, m) if valid is None else onehot[None] * valid[:, :, None].to(x.dtype)  # (B, L, m)
+    real = torch.ones(b, length, dtype=torch.bool, device=x.device) if valid is None else valid
+    count = real.sum(1)  # (B,): c_b
+    per_row = torch.full((b,), m, device=x.device) if slots is None else slots.clamp(max=m)
+    per_row = torch.minimum(per_row, count)  # m_b
+    rank = real.long().cumsum(1) - 1  # (B, L): the rank of each real position in its row
+    seg = rank * per_row[:, None] // count.clamp(min=1)[:, None]  # (B, L): its segment
+    w = F.one_hot(seg.clamp(0, m - 1), m).to(x.dtype) * real[:, :, None].to(x.dtype)  # (B, L, m)
     if valid is not None:  # 0 x NaN is NaN: padded positions are zeroed, not just given weight 0
         x = torch.where(valid[:, None, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
-    count = w.sum(1)  # (B, m)
+    n_in = w.sum(1)  # (B, m)
     sums = torch.einsum("blm,bhld->bhmd", w, x)
-    return sums / count.clamp_min(1)[:, None, :, None], count > 0
+    return sums / n_in.clamp_min(1)[:, None, :, None], n_in > 0
 
 
 @register("nystrom")
@@ -48,9 +58,10 @@ class NystromAttention(EfficientAttention):
     """``softmax(Q K~^T) pinv(softmax(Q~ K~^T)) softmax(Q~ K^T) V`` with ``m`` landmarks, O(N m).
 
     Xiong et al. 2021, "Nystromformer" (https://arxiv.org/abs/2102.03902): landmarks ``Q~, K~``
-    are segment means of the queries and keys (:func:`segment_means`, taken over real
-    positions only: the padding mask is applied before pooling, and padded keys are masked in
-    the third factor). With ``landmarks = N`` and an exact pseudo-inverse it is exact
+    are segment means of the queries and keys (:func:`segment_means`, taken over each row's
+    own real positions: padded keys never enter a landmark and are masked in the third factor,
+    and a sequence gets the same landmarks however far its batch is padded, so its output does
+    not depend on its batch companions). With ``landmarks = N`` and an exact pseudo-inverse it is exact
     attention (``A pinv(A) A = A``). Not causal.
 
     Args:
@@ -80,9 +91,13 @@ class NystromAttention(EfficientAttention):
         work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         q, k, v = q.to(work), k.to(work), v.to(work)
         scale = q.shape[-1] ** -0.5
-        # query landmarks over real positions too when queries and keys are the same positions
-        ql, _ = segment_means(q, m, valid if n == mk else None)  # (B, H, m, D)
-        kl, kl_ok = segment_means(k, m, valid)  # (B, H, m, D), (B, m)
+        # every row has its own landmarks: m_b = min(landmarks, N, its real keys), segments over its
+        # own real positions (query landmarks too when queries and keys are the same positions)
+        slots = None
+        if valid is not None:
+            slots = torch.clamp(valid.sum(1), max=m)
+        ql, ql_ok = segment_means(q, m, valid if n == mk else None, slots)  # (B, H, m, D), (B, m)
+        kl, kl_ok = segment_means(k, m, valid, slots)  # (B, H, m, D), (B, m)
         if valid is None and bool(kl_ok.all()):  # nothing to mask
             f1 = (q @ (kl.transpose(-2, -1) * scale)).softmax(-1)  # (B, H, N, m)
             f2 = (ql @ (kl.transpose(-2, -1) * scale)).softmax(-1)  # (B, H, m, m)
@@ -96,6 +111,12 @@ class NystromAttention(EfficientAttention):
                 s3 = s3.masked_fill(~valid[:, None, None, :], float("-inf"))
             # a set with no real key: zeros (the caller zeroes its output)
             f1, f2, f3 = torch.nan_to_num(f1), torch.nan_to_num(f2), torch.nan_to_num(s3.softmax(-1))
+            # empty landmark slots: an identity block, so that the pseudo-inverse of the real
+            # block (and its iteration's start, set by the largest row and column sums) is what
+            # the row alone would give; f1 gives those slots weight 0
+            empty = ~(ql_ok & kl_ok)[:, None, :, None]  # (B, 1, m, 1)
+            eye = torch.eye(m, dtype=f2.dtype, device=f2.device)
+            f2 = torch.where(empty | empty.transpose(-1, -2), eye, f2)
         inv = torch.linalg.pinv(f2) if self.pinv == "exact" else iterative_pinv(f2, self.pinv_iters)
         out = f1 @ (inv @ (f3 @ v))  # right to left: never an N x N product
         return out.to(v.dtype) if out.dtype != v.dtype else out
