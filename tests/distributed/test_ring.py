@@ -138,3 +138,47 @@ def test_zigzag_balances_causal_work_and_contiguous_does_not():
     assert len(set(zig)) == 1  # every rank computes the same number of scores
     assert max(contiguous) == 5 * min(contiguous)  # the last rank: 3 full shards and its own causal third
     assert sum(zig) < n * n  # and skipped tiles save work overall
+
+
+def test_bad_input_to_the_sharding_helpers():
+    from attnlab.distributed import ShardedMask, parallelize, shard
+    from attnlab.distributed.spawn import spawn as spawn_
+
+    lay = plan_layout(8, 2)
+    with pytest.raises(ValueError, match="rank must be in \\[0, 2\\), got 2"):
+        lay.positions(2)
+    with pytest.raises(ValueError, match="x has 7 positions along dim 1, the layout 8"):
+        shard(torch.zeros(1, 7), lay, 0)
+    padded = shard(torch.ones(1, 7), plan_layout(7, 2, pad=True), 1, fill=-1)
+    assert padded.tolist() == [[1, 1, 1, -1]]  # the padding is filled, not invented from the data
+    with pytest.raises(ValueError, match="world must be a positive int"):
+        spawn_(print, 0)
+    with pytest.raises(ValueError, match="sequence parallelism runs the 'transformer' token backbone"):
+        parallelize(torch.nn.Linear(2, 2), None)
+    with pytest.raises(ValueError, match="world \\(the number of ranks\\)"):
+        plan_layout(8, 0)
+    with pytest.raises(ValueError, match="sequence length must be a positive int"):
+        plan_layout(0, 2)
+
+    from attnlab import MultiHeadAttention, efficient
+
+    ctx = _ctx(lay, 0)
+    sharded = ShardedMask(ctx)
+    x = torch.randn(1, 4, 8)
+    with pytest.raises(ValueError, match="not exact dense attention"):
+        efficient.create("local", embed_dim=8, num_heads=2, window=2)(x, mask=sharded)
+    with pytest.raises(ValueError, match="'alibi' encoding adds a bias"):
+        MultiHeadAttention(8, 2, positional="alibi")(x, mask=sharded)
+    with pytest.raises(ValueError, match="dropout 0 under sequence parallelism"):
+        MultiHeadAttention(8, 2, dropout=0.1).train()(x, mask=sharded)
+    with pytest.raises(ValueError, match="takes self-attention alone"):
+        MultiHeadAttention(8, 2)(x, x, mask=sharded)
+    assert ShardedMask(ctx, length=7).encoding_positions.tolist() == [0, 1, 2, 3]
+    assert ShardedMask(_ctx(lay, 1), length=7).encoding_positions.tolist() == [4, 5, 6, 6]  # padding held at N - 1
+
+
+def test_plot_ring_refuses_an_empty_report(tmp_path):
+    from attnlab.viz.ring import plot_ring
+
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_ring({"records": []}, tmp_path / "x.png")

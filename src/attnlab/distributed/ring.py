@@ -59,11 +59,6 @@ class RingTimings:
     sent: int = 0
     steps: int = 0
 
-    def share(self) -> float:
-        """The communication share of the ring's time: ``wait / (compute + wait)``."""
-        total = self.compute + self.wait
-        return self.wait / total if total else 0.0
-
 
 def _backend(group, device="cpu") -> str:
     """The backend that carries ``device``'s tensors in ``group`` (a group made without naming a
