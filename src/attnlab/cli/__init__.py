@@ -20,7 +20,7 @@ from __future__ import annotations
 import typer
 
 from . import arena, bench_accuracy, bench_speed, compare, complexity, decode, explain, generate, plot, pretrained, ring, train
-from .common import out
+from .common import boundary, out, set_debug
 
 __all__ = ["app", "main"]
 
@@ -50,34 +50,36 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (also ATTNLAB_DEBUG=1)."),
 ) -> None:
     """attnlab: self-attention over any vector set."""
+    set_debug(debug)
 
 
-# every command, in the order of the help
-app.command()(explain.explain)
-app.command()(pretrained.attention)
-app.command()(pretrained.view)
-bench_app.command("attention")(bench_speed.attention)
-bench_app.command("positional")(bench_accuracy.positional)
-bench_app.command("scaling")(bench_speed.scaling)
-bench_app.command("approximation")(bench_accuracy.approximation)
-bench_app.command("distance")(bench_accuracy.distance)
-bench_app.command("graph")(bench_speed.graph)
-bench_app.command("audio")(bench_speed.audio)
-bench_app.command("pretrained")(pretrained.bench_pretrained)
-bench_app.command("decode")(decode.bench_decode)
-bench_app.command("packing")(decode.bench_packing)
-bench_app.command("ring")(ring.bench_ring)
-plot_app.command("positional")(plot.positional)
-app.command()(complexity.complexity)
-app.command()(arena.arena)
-app.command()(arena.report)
-compare_app.command("vit-cnn")(compare.vit_cnn)
-app.command()(train.train)
-app.command("eval")(train.eval_cmd)
-app.command()(train.predict)
-app.command()(generate.generate)
+# every command, in the order of the help; each behind the one error boundary
+app.command()(boundary(explain.explain))
+app.command()(boundary(pretrained.attention))
+app.command()(boundary(pretrained.view))
+bench_app.command("attention")(boundary(bench_speed.attention))
+bench_app.command("positional")(boundary(bench_accuracy.positional))
+bench_app.command("scaling")(boundary(bench_speed.scaling))
+bench_app.command("approximation")(boundary(bench_accuracy.approximation))
+bench_app.command("distance")(boundary(bench_accuracy.distance))
+bench_app.command("graph")(boundary(bench_speed.graph))
+bench_app.command("audio")(boundary(bench_speed.audio))
+bench_app.command("pretrained")(boundary(pretrained.bench_pretrained))
+bench_app.command("decode")(boundary(decode.bench_decode))
+bench_app.command("packing")(boundary(decode.bench_packing))
+bench_app.command("ring")(boundary(ring.bench_ring))
+plot_app.command("positional")(boundary(plot.positional))
+app.command()(boundary(complexity.complexity))
+app.command()(boundary(arena.arena))
+app.command()(boundary(arena.report))
+compare_app.command("vit-cnn")(boundary(compare.vit_cnn))
+app.command()(boundary(train.train))
+app.command("eval")(boundary(train.eval_cmd))
+app.command()(boundary(train.predict))
+app.command()(boundary(generate.generate))
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ def arena(
     """Train and compare attention variants across tasks: resumable grid, SQLite store, leaderboard, report.html."""
     from rich.live import Live
 
-    from ..arena import build_report, plan, run_grid
+    from ..arena import Store, build_report, plan, run_grid
     from ..arena.live import LiveGrid
 
     if data and not Path(data).is_file():
@@ -40,18 +40,16 @@ def arena(
                      seeds=int_list("--seeds", seeds, minimum=0), data=data, seconds=budget_seconds)
     except (ValueError, KeyError) as e:
         fail(str(e))
+    Store(Path(out_dir) / "results.sqlite")  # a damaged store or an unwritable folder fails here, before the board is drawn
     grid = LiveGrid(specs)
-    try:  # a damaged store, an unwritable folder: one line, not a traceback
-        with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
+    with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
 
-            def on_event(kind, spec, **info):
-                grid.on_event(kind, spec, **info)
-                live.update(grid.render())
+        def on_event(kind, spec, **info):
+            grid.on_event(kind, spec, **info)
+            live.update(grid.render())
 
-            run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event)
-        page, board = build_report(out_dir)
-    except (ValueError, OSError) as e:
-        fail(str(e))
+        run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event)
+    page, board = build_report(out_dir)
     _print_leaderboard(board)
     out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
 
@@ -60,10 +58,7 @@ def report(out_dir: str = typer.Argument(..., help="The --out folder of 'attnlab
     """Rebuild report.html, the charts and the leaderboard from an arena's results store."""
     from ..arena import build_report
 
-    try:
-        page, board = build_report(out_dir)
-    except (ValueError, OSError) as e:
-        fail(str(e))
+    page, board = build_report(out_dir)  # errors: one line, through the CLI's boundary
     _print_leaderboard(board)
     out.print(f"report: {page}")
 

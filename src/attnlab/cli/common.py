@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
+import pickle
+import sqlite3
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -19,6 +22,8 @@ from rich.table import Table
 
 __all__ = [
     "Tracker",
+    "boundary",
+    "debugging",
     "chart",
     "emit_json",
     "fail",
@@ -31,10 +36,12 @@ __all__ = [
     "name_list",
     "progress",
     "records_json",
+    "set_debug",
     "settings_dict",
     "split_list",
     "table",
     "track",
+    "user_errors",
     "write_json",
 ]
 
@@ -44,9 +51,68 @@ err = Console(stderr=True)
 
 
 def fail(message: str) -> NoReturn:
-    """Print a one-line red error on stderr and exit with code 2 (a usage error)."""
-    err.print(f"[bold red]error:[/] {message}")
+    """Print a one-line red error on stderr and exit with code 2 (a usage error).
+
+    The message is printed as written (no rich markup) and is never wrapped, so it stays one line.
+    Called while an exception is handled, under ``--debug`` (:data:`DEBUG`), it re-raises that
+    exception instead, traceback and all.
+    """
+    from rich.markup import escape
+
+    if debugging() and sys.exc_info()[1] is not None:
+        raise  # noqa: PLE0704 - the exception being handled, which the caller turned into this message
+    err.print(f"[bold red]error:[/] {escape(str(message))}", soft_wrap=True)
     raise typer.Exit(2)
+
+
+#: ``attnlab --debug`` (or ``ATTNLAB_DEBUG=1``): let errors through :func:`boundary` with their traceback.
+DEBUG = False
+
+
+def set_debug(value: bool) -> None:
+    """Turn the traceback of user errors on or off (the root ``--debug`` option)."""
+    global DEBUG
+    DEBUG = bool(value)
+
+
+def debugging() -> bool:
+    """True under ``attnlab --debug`` or ``ATTNLAB_DEBUG`` set (not to 0): errors keep their traceback."""
+    return DEBUG or os.environ.get("ATTNLAB_DEBUG", "") not in ("", "0")
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a user's input can cause: bad values, files, stores, checkpoints, a missing tool.
+
+    Checkpoint and pretrained-model errors are ``ValueError`` subclasses; a damaged pickle raises
+    ``UnpicklingError``; a damaged SQLite store ``sqlite3.Error``; a missing ``espeak-ng`` the audio
+    package's ``MissingToolError``.
+    """
+    from ..audio import MissingToolError
+
+    return (ValueError, TypeError, OSError, sqlite3.Error, pickle.UnpicklingError, MissingToolError, MemoryError)
+
+
+def boundary(command: Callable) -> Callable:
+    """Wrap a command so that a user error ends as one line on stderr and exit code 2, not a traceback.
+
+    The errors are those of :func:`user_errors`; anything else (a bug) still shows its traceback, and
+    ``attnlab --debug`` or ``ATTNLAB_DEBUG=1`` shows it for user errors too. The wrapper keeps the
+    command's signature, so typer reads the same options.
+    """
+
+    @functools.wraps(command)
+    def guarded(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except Exception as e:
+            if debugging() or not isinstance(e, user_errors()):
+                raise
+            message = str(e) or type(e).__name__
+            if isinstance(e, MemoryError):
+                message = f"out of memory ({message}); try smaller sizes"
+            fail(message)
+
+    return guarded
 
 
 # ---------------------------------------------------------------- comma-separated options

@@ -126,6 +126,8 @@ def train(
     out = Path(out)
     rank, world, own_group = _distributed()
     sp, dp_rank, dp_world = _sequence_groups(rank, world, sequence_parallel)
+    if rank == 0:  # an unwritable --out fails now, not after the first stretch of training
+        out.mkdir(parents=True, exist_ok=True)
     task = task_registry.create(cfg.task, **cfg.task_options) if task is None else task
     objective = objectives.get(task)
     mcfg = model_config(cfg, task)

@@ -1,0 +1,105 @@
+"""The CLI's one error boundary: every command, given a bad argument, prints one line and exits 2.
+
+The table below has one bad invocation per command; ``test_every_command_has_a_bad_argument_case``
+fails when a command is added to the app without one, so every command is covered the day it exists.
+"""
+
+import pytest
+import typer
+
+from attnlab.cli import app, common
+from tests.cli.helpers import runner
+
+
+def _commands(cmd=None, path=()):
+    """Every leaf command of the typer app, as its path of names."""
+    cmd = typer.main.get_command(app) if cmd is None else cmd
+    if hasattr(cmd, "commands"):
+        for name, sub in cmd.commands.items():
+            yield from _commands(sub, (*path, name))
+    else:
+        yield " ".join(path)
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A plain file, a damaged arena store, a damaged checkpoint folder and a missing path."""
+    (tmp_path / "file").write_text("not json")
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "results.sqlite").write_text("not a database " * 100)
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text("{")
+    return {"file": str(tmp_path / "file"), "damaged": str(tmp_path / "damaged"), "ck": str(tmp_path / "ck"),
+            "missing": str(tmp_path / "missing"), "under_file": str(tmp_path / "file" / "out")}
+
+
+# command -> (arguments with {placeholders} from `files`, words the error line must hold)
+BAD = {
+    "explain": (["explain", "x y", "--dim", "0"], "dim must be a positive int"),
+    "attention": (["attention", "hello", "--model", "{missing}"], "neither a folder nor a known name"),
+    "view": (["view", "hello", "-o", "{under_file}.html", "--checkpoint", "{ck}"], "unreadable or truncated"),
+    "complexity": (["complexity", "--layers", "cnn", "--sizes", "8", "-o", "{under_file}/c.json"], "Not a directory"),
+    "arena": (["arena", "--out", "{damaged}"], "is not an attnlab results store"),
+    "report": (["report", "{damaged}"], "is not an attnlab results store"),
+    "train": (["train", "text", "--steps", "1", "--out", "{file}"], "File exists"),
+    "eval": (["eval", "{ck}"], "unreadable or truncated"),
+    "predict": (["predict", "{missing}", "{file}"], "no checkpoint at"),
+    "generate": (["generate", "{ck}", "hi"], "unreadable or truncated"),
+    "bench attention": (["bench", "attention", "--sizes", "a,b"], "--sizes must be comma-separated integers"),
+    "bench positional": (["bench", "positional", "--encodings", "nosuch"], "unknown --encodings"),
+    "bench scaling": (["bench", "scaling", "--from", "{file}"], "not a records file"),
+    "bench approximation": (["bench", "approximation", "--variants", "nosuch"], "nosuch"),
+    "bench distance": (["bench", "distance", "--from", "{missing}"], "No such file or directory"),
+    "bench graph": (["bench", "graph", "--nodes", "4", "--edges", "2", "--repeats", "1", "-o", "{under_file}/g.json"], "Not a directory"),
+    "bench audio": (["bench", "audio", "--dim", "6", "--heads", "2"], "head width must be even"),
+    "bench pretrained": (["bench", "pretrained", "--model", "{file}"], "is a file; give the model's folder"),
+    "bench decode": (["bench", "decode", "--checkpoint", "{ck}"], "unreadable or truncated"),
+    "bench packing": (["bench", "packing", "--min-length", "10", "--max-length", "5"], "exceeds --max-length"),
+    "bench ring": (["bench", "ring", "--from", "{file}"], "not a records file"),
+    "compare vit-cnn": (["compare", "vit-cnn", "--fractions", "x"], "--fractions must be numbers"),
+    "plot positional": (["plot", "positional", "rope", "--dim", "3", "-o", "{under_file}.png"], "head width must be even"),
+}
+
+
+def test_every_command_has_a_bad_argument_case():
+    assert sorted(_commands()) == sorted(BAD)
+
+
+@pytest.mark.parametrize("command", sorted(BAD))
+def test_a_bad_argument_gives_one_line_and_exit_2(command, files):
+    args, words = BAD[command]
+    res = runner.invoke(app, [a.format(**files) for a in args])
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], res.stderr
+
+
+def test_debug_shows_the_traceback(files):
+    assert runner.invoke(app, ["eval", files["ck"]]).exit_code == 2
+    for args, env in ((["--debug", "eval", files["ck"]], None), (["eval", files["ck"]], {"ATTNLAB_DEBUG": "1"})):
+        res = runner.invoke(app, args, env=env)
+        assert res.exit_code == 1 and type(res.exception).__name__ == "CheckpointError", res.output
+    res = runner.invoke(app, ["--debug", "bench", "distance", "--from", files["missing"]])  # a user error caught by the boundary
+    assert isinstance(res.exception, FileNotFoundError)
+    assert runner.invoke(app, ["eval", files["ck"]]).exit_code == 2  # --debug holds for its own invocation only
+
+
+def test_a_bug_is_not_hidden_and_a_message_is_printed_as_written(capsys, monkeypatch):
+    monkeypatch.delenv("ATTNLAB_DEBUG", raising=False)
+    common.set_debug(False)
+
+    def broken():
+        raise RuntimeError("a bug, not the user's mistake")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        common.boundary(broken)()
+
+    def bad_value():
+        raise ValueError("a [bold]bracketed[/bold] value")
+
+    with pytest.raises(typer.Exit) as info:
+        common.boundary(bad_value)()
+    assert info.value.exit_code == 2
+    assert capsys.readouterr().err.strip() == "error: a [bold]bracketed[/bold] value"
