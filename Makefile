@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean system
+.PHONY: demo test properties bench clean system
 
 # Debian packages, installed once if missing: espeak-ng speaks the `speech` task's words;
 # chromium renders the arena's report.html and the attention viewer in tests
@@ -24,6 +24,10 @@ demo: system $(BIN)/attnlab
 
 test: system $(BIN)/attnlab
 	$(BIN)/python -m pytest
+
+# the property tests' long profile: 10,000 examples per property (about 7 minutes on 2 cores)
+properties: $(BIN)/attnlab
+	$(BIN)/python -m pytest tests/properties --hypothesis-profile=long --hypothesis-show-statistics
 
 bench: $(BIN)/attnlab
 	$(BIN)/python benchmarks/attention.py

@@ -16,7 +16,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
     derandomize=True,  # the same examples every run: CI is reproducible
 )
-settings.load_profile("attnlab")
+settings.register_profile(
+    "long",  # the long run of the property tests: pytest tests/properties --hypothesis-profile=long (make properties)
+    deadline=None,
+    max_examples=10_000,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=False,  # fresh examples every long run; a failure prints the blob that reproduces it
+    print_blob=True,
+)
+settings.load_profile("attnlab")  # hypothesis's --hypothesis-profile, read after this file, overrides it
 
 
 @pytest.fixture(scope="session")

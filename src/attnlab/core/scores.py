@@ -161,10 +161,10 @@ class Cosine(Score):
     def __init__(self, temperature: float = 0.1, *, learnable: bool = False, num_heads: int = 1):
         super().__init__()
         number_above("cosine temperature", temperature, 0)
-        log_t = torch.full((num_heads, 1, 1), math.log(float(temperature)))
+        log_t = torch.full((num_heads, 1, 1), math.log(float(temperature)), dtype=torch.float64)
         if learnable:
-            self.log_temperature = nn.Parameter(log_t)
-        else:
+            self.log_temperature = nn.Parameter(log_t.to(torch.get_default_dtype()))
+        else:  # float64, so that a fixed temperature is exact for float64 inputs too (cast per call)
             self.register_buffer("log_temperature", log_t, persistent=False)
 
     def check(self, q, k):

@@ -25,6 +25,35 @@ __all__ = ["MultiHeadAttention"]
 HeadMode = Literal["split", "project"]
 
 
+def silence_padding(query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None, mask):
+    """Replace NaN and infinities by 0 in the input rows that ``mask`` hides from every query (padding).
+
+    A hidden key never reaches an output, but a NaN in its row would still reach gradients: in
+    self-attention the padded rows are queries too, their scores are NaN, and autograd multiplies
+    their zero upstream gradient by NaN on the way back to the valid keys and to the weights. With
+    those entries zeroed, a sequence's outputs and gradients do not depend on what its padding
+    holds. Finite rows are left as they are, so outputs (padded rows included) are unchanged for
+    finite inputs, bit for bit. Cross-attention cleans the key and value rows; the query rows of
+    cross-attention carry no padding information in the mask. Returns the inputs unchanged when
+    nothing is hidden (or the mask is not a bool tensor).
+    """
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or not 2 <= mask.dim() <= 4:
+        return query, key, value
+    source = query if key is None else key
+    if source.dim() != 3 or mask.shape[-1] != source.shape[1]:
+        return query, key, value  # a shape error: project's checks name it
+    hidden = ~mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).any(-2).any(1)  # (B or 1, M): no query sees it
+    if not hidden.any() or hidden.shape[0] not in (1, source.shape[0]):
+        return query, key, value
+
+    def clean(t: torch.Tensor) -> torch.Tensor:
+        return t.masked_fill(hidden[..., None] & ~torch.isfinite(t), 0.0)
+
+    if key is None and value is None:
+        return clean(query), None, None
+    return query, clean(source), None if value is None else clean(value)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention ``concat(head_1, ..., head_H) W^o``, ``head_h = attend(Q_h, K_h, V_h)``.
 
@@ -299,6 +328,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias, "
                                  "return_weights or positions (the mask knows every shard's positions)")
             return self._forward_sharded(query, mask)
+        query, key, value = silence_padding(query, key, value, mask)
         q, k, v, bias = self.project(query, key, value, bias=bias, positions=positions, key_positions=key_positions)
         if not self.grouped_kv:
             k, v = self.repeat_kv(k, v)
