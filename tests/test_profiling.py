@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.profiling import loglog_slope, peak_bytes
+from attnlab.profiling import allocator_env, loglog_slope, measure_in_child, peak_bytes
 
 
 def test_peak_bytes_sees_a_known_allocation():
@@ -22,3 +22,18 @@ def test_loglog_slope_recovers_power_laws_and_needs_two_points():
     assert loglog_slope([(n, 3.0 * n**2) for n in (256, 1024, 4096)]) == pytest.approx(2.0, abs=1e-12)
     assert loglog_slope([(n, 0.5 * n) for n in (256, 1024)]) == pytest.approx(1.0, abs=1e-12)
     assert loglog_slope([(256, 1.0), (1024, None)]) is None
+
+
+def test_the_keep_allocator_stops_the_page_faults_of_refreshed_large_blocks():
+    """The cause of the superlinear times at 16K-32K: glibc unmaps a freed block above its mmap
+    threshold, so the next block of that size is faulted in again; ``keep`` reuses it."""
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("the allocator setting is glibc's")
+    faults = {a: measure_in_child("tests.fault_probe", {"mib": 64, "steps": 4}, a, env=allocator_env(a)) for a in ("system", "keep")}
+    pages = 64 * 2**20 // 4096
+    assert faults["system"] >= pages // 2  # every step touches fresh pages (16K of them per 64 MiB)
+    assert faults["keep"] < pages // 20  # the freed block is reused: (almost) no page is faulted again
+    with pytest.raises(ValueError, match="unknown allocator 'tcmalloc'; expected one of keep, system"):
+        allocator_env("tcmalloc")

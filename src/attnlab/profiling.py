@@ -18,7 +18,41 @@ import sys
 import time
 from typing import Callable
 
-__all__ = ["loglog_slope", "measure_calls", "measure_in_child", "peak_bytes", "quiet_stderr", "round_robin"]
+__all__ = ["ALLOCATORS", "allocator_env", "loglog_slope", "measure_calls", "measure_in_child", "minor_faults", "peak_bytes", "quiet_stderr",
+           "round_robin"]
+
+ALLOCATORS = ("keep", "system")
+"""How a timing process's C allocator treats freed memory (:func:`allocator_env`)."""
+
+
+def allocator_env(allocator: str) -> dict[str, str]:
+    """Environment variables that set glibc's allocator for a child process.
+
+    ``"system"``: glibc's defaults. A block above its mmap threshold (which adapts up to 32 MiB)
+    is mapped on allocation and unmapped when freed, so the next step's tensor of that size
+    touches fresh pages, each a minor page fault that the kernel zeroes; past the threshold the
+    faults of a step grow with its large temporaries. ``"keep"``: no mmap and no trimming
+    (``GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=64 GiB``), so freed
+    blocks are reused from the heap, as a long-running training process reuses them (and as
+    PyTorch's caching allocator does on GPUs); the process keeps its peak resident size.
+    Other C libraries ignore the variable.
+    """
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; expected one of {', '.join(ALLOCATORS)}")
+    if allocator == "system":
+        return {}
+    keep = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+    old = os.environ.get("GLIBC_TUNABLES")
+    return {"GLIBC_TUNABLES": f"{old}:{keep}" if old else keep}
+
+
+def minor_faults() -> int | None:
+    """This process's minor page faults so far (None where ``resource`` is missing, e.g. Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def peak_bytes(fn: Callable[[], object]) -> int | None:
@@ -121,18 +155,19 @@ def loglog_slope(points: list[tuple[int, float | None]]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
 
 
-def measure_in_child(module: str, spec: dict, what: str):
+def measure_in_child(module: str, spec: dict, what: str, env: dict[str, str] | None = None):
     """Run ``python -m module`` with ``spec`` as JSON on stdin and return the JSON of its last
     stdout line; a failure raises ``RuntimeError`` naming ``what``.
 
-    Peak-memory cells run in a fresh process: the profiler's small records, interleaved with
-    thousands of large block tensors, fragment glibc's heap, so the child runs with glibc's mmap
-    threshold fixed at 128 KiB (every large tensor mapped and returned on its own; no counted
-    tensor byte changes).
+    ``env``: variables for the child (e.g. :func:`allocator_env`). Without it the child is a
+    peak-memory cell: the profiler's small records, interleaved with thousands of large block
+    tensors, fragment glibc's heap, so the child runs with glibc's mmap threshold fixed at
+    128 KiB (every large tensor mapped and returned on its own; no counted tensor byte changes).
     """
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-    proc = subprocess.run([sys.executable, "-m", module], input=json.dumps(spec), capture_output=True, text=True, env=env)
+    extra = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)} if env is None else env
+    proc = subprocess.run([sys.executable, "-m", module], input=json.dumps(spec), capture_output=True, text=True,
+                          env={**os.environ, **extra})
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-        raise RuntimeError(f"the memory process of {what} failed ({tail[0]})")
+        raise RuntimeError(f"the {'memory' if env is None else 'timing'} process of {what} failed ({tail[0]})")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnlab.studies.complexity import TEXTBOOK, exponents, path_length, run, sequential_steps
+from attnlab.studies.complexity import FIT_SIZES, TEXTBOOK, exponents, fit_ranges, path_length, run, sequential_steps
 from attnlab.studies.distance import TriggerTask
 from attnlab.cli import app
 from attnlab import recurrent
@@ -66,9 +66,27 @@ def test_run_records_and_exponents():
     assert set(TEXTBOOK) == {"cnn", "rnn", "lstm", "self_attention", "attention_rnn", "lstmn"}
 
 
+def test_each_layer_is_fitted_where_its_leading_term_dominates():
+    # a CNN-like layer: a fixed cost of 1 ms up to 8K positions, linear work beyond it
+    cnn = [{"layer": "cnn", "n": n, "seconds": max(1e-3, 1e-7 * n)} for n in (1024, 2048, 4096, 8192, *FIT_SIZES["cnn"])]
+    assert exponents(cnn, fit_from=1024)["cnn"] < 0.8  # the old fit over everything from 1024
+    assert exponents(cnn)["cnn"] == pytest.approx(1.0)
+    assert fit_ranges(cnn) == {"cnn": (16384, 262144)}
+    sa = [{"layer": "self_attention", "n": n, "seconds": 1e-9 * n**2 + 1e-7 * n} for n in (1024, 2048, *FIT_SIZES["self_attention"])]
+    assert exponents(sa)["self_attention"] == pytest.approx(2.0, abs=0.05) and fit_ranges(sa)["self_attention"] == (4096, 32768)
+    assert set(FIT_SIZES) == set(TEXTBOOK)
+
+
+def test_fit_sizes_time_only_the_layer_they_belong_to():
+    recs = run([32], ["cnn", "rnn"], dim=8, path_sizes=(), min_repeats=1, target_seconds=0.01, fit_sizes={"cnn": (64, 128)})
+    assert [(r.layer, r.n) for r in recs] == [("cnn", 32), ("rnn", 32), ("cnn", 64), ("cnn", 128)]
+    assert all(r.seconds > 0 for r in recs)
+
+
 def test_complexity_cli_json_and_files(tmp_path):
     res = CliRunner().invoke(
-        app, ["complexity", "--sizes", "32,64", "--layers", "cnn,self_attention", "--path-sizes", "16", "--dim", "8", "--json", "-o", str(tmp_path)]
+        app, ["complexity", "--sizes", "32,64", "--layers", "cnn,self_attention", "--path-sizes", "16", "--dim", "8", "--json", "--no-fit",
+              "-o", str(tmp_path)]
     )
     assert res.exit_code == 0, res.output
     lines = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
@@ -77,6 +95,7 @@ def test_complexity_cli_json_and_files(tmp_path):
     assert {(r["layer"], r["n"]) for r in per_n} == {(l, n) for l in ("cnn", "self_attention") for n in (16, 32, 64)}
     assert all(set(r) == {"layer", "n", "seconds", "sequential_steps", "path_length"} for r in per_n)
     assert {r["layer"] for r in per_layer} == {"cnn", "self_attention"}
+    assert all(r["fit_range"] is None and r["exponent"] is None for r in per_layer)  # nothing timed in their ranges or from 1024
     assert (tmp_path / "complexity.png").stat().st_size > 0
     stored = json.loads((tmp_path / "complexity.json").read_text())
     assert len(stored["records"]) == 6

@@ -28,8 +28,11 @@ def test_run_measures_every_variant_and_refuses_unknown_ones():
     recs = run([64, 128], ["dense", "local", "linformer"], min_repeats=1, target_seconds=0.0, memory=False, flex=False)
     assert [(r.variant, r.n) for r in recs] == [(v, n) for n in (64, 128) for v in ("dense", "local", "linformer")]
     assert all(r.seconds > 0 and r.mode == "fwd_bwd" for r in recs)
+    assert all(r.seconds_min <= r.seconds <= r.seconds_max and r.allocator == "keep" for r in recs)  # timed in a child process
     with pytest.raises(ValueError, match="unknown variant 'flash'"):
         run([64], ["flash"])
+    with pytest.raises(ValueError, match="unknown allocator 'jemalloc'"):
+        run([64], ["local"], allocator="jemalloc")
 
 
 def test_bench_scaling_command(tmp_path):
@@ -37,7 +40,7 @@ def test_bench_scaling_command(tmp_path):
     res = runner.invoke(
         app,
         ["bench", "scaling", "--sizes", "64,128", "--variants", "dense,performer", "--repeats", "1", "--no-flex",
-         "-o", str(out), "--plot", str(png), "--json"],
+         "--allocator", "system", "-o", str(out), "--plot", str(png), "--json"],
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
@@ -46,8 +49,11 @@ def test_bench_scaling_command(tmp_path):
     assert all(r["peak_bytes"] > 0 for r in data["records"])  # measured in a child process
     assert set(data["slopes"]) == {"dense", "performer"} and data["relative"][0]["variant"] == "performer"
     assert png.read_bytes()[:4] == b"\x89PNG"
+    assert all(r["allocator"] == "system" and r["faults"] >= 0 for r in data["records"])
     bad = runner.invoke(app, ["bench", "scaling", "--variants", "flash"])
     assert bad.exit_code == 2 and "unknown --variants" in bad.output
+    bad = runner.invoke(app, ["bench", "scaling", "--allocator", "keep,system"])
+    assert bad.exit_code == 2 and "--allocator must be one of keep, system" in bad.output
 
 
 def test_bench_scaling_from_a_records_file(tmp_path):

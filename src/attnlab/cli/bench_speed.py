@@ -79,12 +79,16 @@ def scaling(
     memory: bool = memory_option("Measure peak memory (a child process per cell)."),
     flex: bool = typer.Option(True, "--flex/--no-flex", help="At N=16384: local vs compiled FlexAttention, forward."),
     peers: bool = typer.Option(False, "--peers", help="Also time lucidrains' implementations at 16384 (pip install -e '.[bench]')."),
+    allocator: str = typer.Option(
+        "keep", help="keep: the timing processes reuse freed memory (no page faults per step); system: glibc's defaults, "
+                     "which unmap and refault every block above 32 MiB each step (see attnlab.profiling.allocator_env)."),
     as_json: bool = json_option("Print the records, slopes and ratios as JSON instead of tables."),
     output: Optional[str] = output_option("Also write the JSON to this file (after every record)."),
     plot: Optional[str] = plot_option("Also draw time and memory against N to this PNG (scaling.png)."),
     report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
+    from ..profiling import ALLOCATORS
     from ..studies.scaling import SETTINGS, relative, run, slopes
 
     if report:
@@ -95,6 +99,8 @@ def scaling(
 
     size_list = int_list("--sizes", sizes, minimum=1)
     names = name_list("--variants", variants, SETTINGS)
+    if allocator not in ALLOCATORS:
+        fail(f"--allocator must be one of {', '.join(ALLOCATORS)}, got {allocator!r}")
     peer_done: list = []
 
     def payload(done: list) -> dict:
@@ -107,7 +113,7 @@ def scaling(
 
     with track("measuring", len(size_list) * len(names) + (5 if peers else 0), output, payload) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.variant} N={rec.n}", advance=lambda rec: 1 if rec.mode == "fwd_bwd" else 0)
-        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, on_record=tick)
+        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, allocator=allocator, on_record=tick)
         if peers:
             from ..studies.peers import run_peers
 
@@ -122,9 +128,11 @@ def scaling(
 def _scaling_tables(data: dict, size_list: list[int], names: list[str]) -> None:
     """Print the scaling records: one row per (variant, N), then slopes, FlexAttention and peers."""
     rel = {(r["variant"], r["n"]): r for r in data["relative"]}
+    allocators = sorted({r.get("allocator", "in-process") for r in data["records"] if r["mode"] == "fwd_bwd"})
     t = table(
-        "forward + backward, B=1, H=4, D=64, fp32 (speed-up and memory relative to dense SDPA)",
-        ["variant", "N", "seconds", "peak MiB", "speed-up", "memory"],
+        "forward + backward, B=1, H=4, D=64, fp32 (speed-up and memory relative to dense SDPA; seconds: median, "
+        f"min-max of the timed steps; faults: minor page faults per step; allocator {', '.join(allocators)})",
+        ["variant", "N", "seconds", "min-max", "faults", "peak MiB", "speed-up", "memory"],
         no_wrap=True,
     )
     for v in names:
@@ -137,6 +145,8 @@ def _scaling_tables(data: dict, size_list: list[int], names: list[str]) -> None:
                 v,
                 str(n),
                 f"{r['seconds']:.3f}",
+                "" if r.get("seconds_min") is None else f"{r['seconds_min']:.3f}-{r['seconds_max']:.3f}",
+                "" if r.get("faults") is None else f"{r['faults']:.0f}",
                 "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}",
                 "" if x.get("speedup") is None else f"{x['speedup']:.2f}x",
                 "" if x.get("memory_ratio") is None else f"{x['memory_ratio']:.2f}",

@@ -20,6 +20,8 @@ def complexity(
     path_sizes: str = typer.Option("16,64,256", "--path-sizes", help="Lengths n at which the path length is measured."),
     dim: int = typer.Option(64, min=1, help="Layer width d."),
     repeats: int = repeats_option(),
+    fit: bool = typer.Option(True, "--fit/--no-fit", help="Also time each layer over the range its exponent is fitted over "
+                             "(CNN 16K-256K, self-attention 4K-32K, recurrent layers 1K-8K); --no-fit: --sizes only."),
     as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
     output: Optional[str] = output_option("Folder for complexity.json (after every record) and complexity.png."),
 ) -> None:
@@ -27,11 +29,11 @@ def complexity(
 
     Beside the textbook table (cost O(k n d^2) / O(n d^2) / O(n^2 d); sequential steps O(1) /
     O(n) / O(1); path length O(n/k) / O(n) / O(1)), for each layer at width d (CNN kernel 3):
-    forward time and its fitted exponent over n >= 1024; the longest chain of dependent
+    forward time and its exponent, fitted where the leading term dominates (the range is shown); the longest chain of dependent
     operations of one forward pass; and the layers or recurrent steps between input 0 and
     output n - 1, found where d out_{n-1} / d x_0 first becomes non-zero.
     """
-    from ..studies.complexity import LAYERS, exponents, run
+    from ..studies.complexity import FIT_SIZES, LAYERS, exponents, fit_ranges, run
 
     size_list = int_list("--sizes", sizes, minimum=1)
     path_list = int_list("--path-sizes", path_sizes, minimum=2) if path_sizes.strip() else []
@@ -39,19 +41,20 @@ def complexity(
     folder = Path(output) if output else None
 
     def payload(done: list) -> dict:
-        return {"records": [r.to_dict() for r in done], "exponents": exponents(done)}
+        return {"records": [r.to_dict() for r in done], "exponents": exponents(done), "fit_ranges": fit_ranges(done)}
 
-    total = len(set(size_list) | set(path_list)) * len(names)
+    fit_sizes = FIT_SIZES if fit else None
+    total = sum(len(set(size_list) | set(path_list) | set((fit_sizes or {}).get(name, ()))) for name in names)
     with track("measuring", total, folder and str(folder / "complexity.json"), payload) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.layer} n={rec.n}")
-        run(size_list, names, dim=dim, path_sizes=tuple(path_list), min_repeats=repeats, on_record=tick)
+        run(size_list, names, dim=dim, path_sizes=tuple(path_list), min_repeats=repeats, fit_sizes=fit_sizes, on_record=tick)
     data = payload(tracker.records)
     chart(folder and folder / "complexity.png", "complexity.plot_complexity", data["records"], exponents=data["exponents"])
     if as_json:
         for r in data["records"]:
             print(json.dumps(r))
         for name, e in data["exponents"].items():
-            print(json.dumps({"layer": name, "exponent": e}))
+            print(json.dumps({"layer": name, "exponent": e, "fit_range": data["fit_ranges"][name]}))
         return
     _tables(data, names, dim, path_list)
 
@@ -67,19 +70,21 @@ def _tables(data: dict, names: list[str], dim: int, path_list: list[int]) -> Non
         t.add_row(str(n), *[f"{by[name]['seconds'] * 1e3:.3g}" if name in by else "·" for name in names])
     out.print(t)
 
-    lo, hi = min(r["n"] for r in recs), max(r["n"] for r in recs)
-    left = ("layer", "book cost", "book seq", "book path")
-    columns = ["layer", "book cost", "time exp", "book seq", f"steps {lo}->{hi}", "book path", *(f"path@{n}" for n in path_list)]
+    left = ("layer", "book cost", "fit over n", "book seq", "book path")
+    columns = ["layer", "book cost", "time exp", "fit over n", "book seq", "steps (n: smallest -> largest)", "book path",
+               *(f"path@{n}" for n in path_list)]
     c = table("textbook ('book') vs measured", columns, left=left, no_wrap=True)
+    ranges = data.get("fit_ranges", {})
     for name in names:
         mine = {r["n"]: r for r in recs if r["layer"] == name}
-        e = data["exponents"].get(name)
+        lo, hi = min(mine), max(mine)
+        e, span = data["exponents"].get(name), ranges.get(name)
         cost, seq, path = TEXTBOOK[name]
-        steps = f"{mine[lo]['sequential_steps']} -> {mine[hi]['sequential_steps']}"
-        paths = [("·" if mine[n]["path_length"] is None else str(mine[n]["path_length"])) for n in path_list]
-        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", seq, steps, path, *paths)
+        steps = f"{mine[lo]['sequential_steps']} -> {mine[hi]['sequential_steps']} ({lo} -> {hi})"
+        paths = [("·" if n not in mine or mine[n]["path_length"] is None else str(mine[n]["path_length"])) for n in path_list]
+        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", "·" if not span else f"{span[0]}-{span[1]}", seq, steps, path, *paths)
     out.print(c)
     out.print(
-        "time exponent: log-log fit over n >= 1024; steps: longest chain of dependent operations in one forward pass; "
-        "path: layers (stacks) or recurrent hand-overs from input 0 to output n-1; CNN: causal, kernel 3"
+        "time exponent: log-log fit over the lengths where the layer's leading term dominates; steps: longest chain of dependent "
+        "operations in one forward pass; path: layers (stacks) or recurrent hand-overs from input 0 to output n-1; CNN: causal, kernel 3"
     )

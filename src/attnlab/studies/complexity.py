@@ -16,7 +16,11 @@ causal with kernel 3, looking back like the recurrent layers, so a signal moves 
 per layer):
 
 * **time**: median forward seconds (no gradient, B = 1, fp32) at each n, and the exponent of
-  a least-squares fit of log time against log n over n >= ``fit_from``;
+  a least-squares fit of log time against log n over the lengths where the layer's leading term
+  dominates (:data:`FIT_SIZES`, stated beside each exponent): a convolution over 8K positions
+  of width 64 still costs less than its fixed overheads, so the CNN is fitted over 16K-256K
+  (over n <= 8192 its exponent came out at 0.56), self-attention over 4K-32K, where n^2 d
+  outweighs the n d^2 projections 64 to 512 times;
 * **sequential steps**: the longest chain of dependent ATen operations in one forward pass,
   traced with a ``TorchDispatchMode``: every operation's depth is one more than the deepest
   tensor it reads (views cost nothing; an in-place write deepens the whole storage). A loop
@@ -48,6 +52,8 @@ __all__ = [
     "LAYERS",
     "TEXTBOOK",
     "ComplexityRecord",
+    "FIT_SIZES",
+    "fit_ranges",
     "sequential_steps",
     "path_length",
     "run",
@@ -70,6 +76,20 @@ TEXTBOOK: dict[str, tuple[str, str, str]] = {
 over up to n earlier states, which puts every earlier state one hand-over away)."""
 
 KERNEL = 3
+
+FIT_SIZES: dict[str, tuple[int, ...]] = {
+    "cnn": (16384, 32768, 65536, 131072, 262144),
+    "rnn": (1024, 2048, 4096, 8192),
+    "lstm": (1024, 2048, 4096, 8192),
+    "self_attention": (4096, 8192, 16384, 32768),
+    "attention_rnn": (1024, 2048, 4096, 8192),
+    "lstmn": (1024, 2048, 4096, 8192),
+}
+"""Per layer, the lengths its time exponent is fitted over: where its leading term dominates.
+The CNN's per-call overhead outweighs its O(k n d^2) work up to about 8K positions (d = 64);
+the recurrent layers pay a fixed cost per step from the start; self-attention's O(n^2 d) is
+64x its projections' O(n d^2) at n = 4096. ``attnlab complexity`` times each layer at these
+lengths too (``--no-fit``: only ``--sizes``)."""
 
 
 @dataclass
@@ -181,26 +201,33 @@ def run(
     path_sizes: tuple[int, ...] = (16, 64, 256),
     min_repeats: int = 3,
     target_seconds: float = 1.0,
+    fit_sizes: dict[str, tuple[int, ...]] | None = None,
     on_record: Callable[[ComplexityRecord], None] | None = None,
 ) -> list[ComplexityRecord]:
-    """Measure every layer at every n of ``sizes`` (and of ``path_sizes``); see the module docstring."""
-    all_sizes = sorted(set(sizes) | set(path_sizes))
+    """Measure every layer at every n of ``sizes`` (and of ``path_sizes``); see the module docstring.
+
+    ``fit_sizes``: per layer, more lengths to time that layer at (e.g. :data:`FIT_SIZES`, the
+    range its exponent is fitted over); the others are not timed there.
+    """
+    extra = {name: set((fit_sizes or {}).get(name, ())) for name in layers}
+    all_sizes = sorted(set(sizes) | set(path_sizes) | set().union(*extra.values()))
     records = []
     modules = {name: _layer(name, dim) for name in layers}
     for n in all_sizes:
         x = torch.randn(1, n, dim, generator=torch.Generator().manual_seed(n))
-        times: dict[str, list[float]] = {}
-        if n in sizes:
+        timed = [name for name in layers if n in sizes or n in extra[name]]
 
-            def forward(m):
-                def call():
-                    with torch.no_grad():
-                        m(x)
+        def forward(m):
+            def call():
+                with torch.no_grad():
+                    m(x)
 
-                return call
+            return call
 
-            times = round_robin({name: forward(m) for name, m in modules.items()}, min_repeats, target_seconds)
+        times = round_robin({name: forward(modules[name]) for name in timed}, min_repeats, target_seconds) if timed else {}
         for name in layers:
+            if name not in timed and n not in path_sizes:
+                continue
             ts = times.get(name)
             rec = ComplexityRecord(
                 layer=name,
@@ -215,12 +242,36 @@ def run(
     return records
 
 
-def exponents(records: list[ComplexityRecord] | list[dict], fit_from: int = 1024) -> dict[str, float | None]:
-    """Per layer: the slope of log seconds against log n over n >= ``fit_from``."""
+def _fit_points(rows: list[dict], name: str, fit_from: int | None) -> list[tuple[int, float]]:
+    """The (n, seconds) a layer's exponent is fitted over (see :func:`exponents`)."""
+    timed = [(r["n"], r["seconds"]) for r in rows if r["layer"] == name and r["seconds"]]
+    if fit_from is None:
+        own = FIT_SIZES.get(name, ())
+        inside = [p for p in timed if own and own[0] <= p[0] <= own[-1]]
+        if len(inside) >= 2:
+            return inside
+        fit_from = 1024
+    return [p for p in timed if p[0] >= fit_from]
+
+
+def exponents(records: list[ComplexityRecord] | list[dict], fit_from: int | None = None) -> dict[str, float | None]:
+    """Per layer: the slope of log seconds against log n over its :data:`FIT_SIZES` range
+    (over n >= 1024 where fewer than two lengths of that range were timed), or over
+    n >= ``fit_from`` when given."""
     rows = [r if isinstance(r, dict) else r.to_dict() for r in records]
     out = {}
     for name in dict.fromkeys(r["layer"] for r in rows):
-        pts = [(r["n"], r["seconds"]) for r in rows if r["layer"] == name and r["n"] >= fit_from and r["seconds"]]
+        pts = _fit_points(rows, name, fit_from)
         out[name] = loglog_slope(pts) if len(pts) >= 2 else None
+    return out
+
+
+def fit_ranges(records: list[ComplexityRecord] | list[dict], fit_from: int | None = None) -> dict[str, tuple[int, int] | None]:
+    """Per layer: the smallest and largest n that :func:`exponents` fitted over (None: no fit)."""
+    rows = [r if isinstance(r, dict) else r.to_dict() for r in records]
+    out = {}
+    for name in dict.fromkeys(r["layer"] for r in rows):
+        pts = _fit_points(rows, name, fit_from)
+        out[name] = (min(n for n, _ in pts), max(n for n, _ in pts)) if len(pts) >= 2 else None
     return out
 

@@ -5,10 +5,18 @@ vanilla Transformer at each length), made here on the attention step itself: for
 q, k, v of shape ``(B, H, N, D)`` (B = 1, H = 4, D = 64, fp32) go through each variant's
 attention step (:meth:`attnlab.MultiHeadAttention.attend_heads`, the projections left out
 because they cost the same for every variant) and the sum of the output is backpropagated to
-q, k, v. Times are medians of round-robin repetitions at each N (machine noise hits every
-variant alike); peak memory (tensor bytes alive at once above the inputs, from PyTorch's
-profiler) is measured in a fresh child process per (variant, N). ``dense`` is exact attention
-on PyTorch's fused ``scaled_dot_product_attention``.
+q, k, v. Each N is timed in a fresh child process, the variants round-robin inside it (machine
+noise hits every variant alike); a record keeps the median, the fastest and the slowest timed
+repetition, and the minor page faults of one step. Peak memory (tensor bytes alive at once above
+the inputs, from PyTorch's profiler) is measured in a fresh child process per (variant, N).
+``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``.
+
+The timing processes reuse freed memory (``allocator="keep"``, :func:`attnlab.profiling.allocator_env`).
+With glibc's defaults (``"system"``) every block above its mmap threshold (at most 32 MiB) is
+unmapped when freed and faulted in again, zeroed, on the next step; at 16K-32K the block-sparse
+and LSH paths' temporaries cross that threshold, so their page faults per step grow faster than
+N (reformer: about 115 K, 470 K and 1.0 M faults per step at 8K, 16K and 32K, against none when
+memory is kept) and so did their times: the slope then measures the allocator, not the method.
 
 Slopes are least-squares fits of log(time) and log(memory) against log(N) over N >= 4096: 1
 means linear, 2 quadratic.
@@ -20,12 +28,13 @@ import gc
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
 
 from .. import efficient
-from ..profiling import loglog_slope, measure_in_child, peak_bytes, quiet_stderr, round_robin
+from ..profiling import allocator_env, loglog_slope, measure_in_child, minor_faults, peak_bytes, quiet_stderr, round_robin
 from .records import StudyRecord, timed
 
 __all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward"]
@@ -38,14 +47,24 @@ SETTINGS: dict[str, dict] = {name: dict(b.long) for name, b in efficient.budgets
 
 
 @timed
-class Record(StudyRecord):
-    """One (variant, N): median forward+backward seconds and peak tensor bytes (None with a
-    ``note`` where not measured). ``mode`` is ``"fwd_bwd"``, or ``"fwd"`` for the forward-only
-    comparison with FlexAttention."""
-
+class _Cell(StudyRecord):
     variant: str
     n: int
     mode: str
+
+
+@dataclass
+class Record(_Cell):
+    """One (variant, N): median forward+backward seconds and peak tensor bytes (None with a
+    ``note`` where not measured). ``mode`` is ``"fwd_bwd"``, or ``"fwd"`` for the forward-only
+    comparison with FlexAttention. ``seconds_min`` / ``seconds_max``: the fastest and slowest
+    timed repetition (the spread); ``faults``: minor page faults of one step (median); ``allocator``:
+    how the timing process treated freed memory (:func:`attnlab.profiling.allocator_env`)."""
+
+    seconds_min: float | None = None
+    seconds_max: float | None = None
+    faults: float | None = None
+    allocator: str = "keep"
 
 
 def _module(variant: str, max_n: int):
@@ -68,9 +87,34 @@ def _call(module, qkv) -> Callable[[], None]:
     return call
 
 
+def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float) -> dict:
+    """In this (fresh) process: every variant at N, round-robin; per variant the warm-up and
+    timed seconds and the median minor page faults of a timed step."""
+    modules = {v: _module(v, max_n) for v in variants}
+    qkv = _inputs(n, True)
+    faults: dict[str, list[int]] = {v: [] for v in variants}
+
+    def counted(v: str, call: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            before = minor_faults()
+            call()
+            if before is not None:
+                faults[v].append(minor_faults() - before)
+
+        return run
+
+    times = round_robin({v: counted(v, _call(m, qkv)) for v, m in modules.items()}, min_repeats, target_seconds)
+    return {v: {"seconds": times[v], "faults": statistics.median(faults[v][1:] or faults[v]) if faults[v] else None} for v in variants}
+
+
+def _time_in_child(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float, allocator: str) -> dict:
+    spec = {"job": "time", "n": n, "variants": variants, "max_n": max_n, "min_repeats": min_repeats, "target_seconds": target_seconds}
+    return measure_in_child("attnlab.studies.scaling", spec, f"N={n}", env=allocator_env(allocator))
+
+
 def _peak_in_child(variant: str, n: int, max_n: int) -> int | None:
     """Peak tensor bytes of one forward+backward in a fresh process (:func:`attnlab.profiling.measure_in_child`)."""
-    return measure_in_child("attnlab.studies.scaling", {"variant": variant, "n": n, "max_n": max_n}, f"{variant} N={n}")
+    return measure_in_child("attnlab.studies.scaling", {"job": "peak", "variant": variant, "n": n, "max_n": max_n}, f"{variant} N={n}")
 
 
 def _peak_here(variant: str, n: int, max_n: int) -> int | None:
@@ -92,6 +136,7 @@ def run(
     target_seconds: float = 3.0,
     memory: bool = True,
     flex: bool = True,
+    allocator: str = "keep",
     on_record: Callable[[Record], None] | None = None,
 ) -> list[Record]:
     """Measure every variant at every N (and, at N = 16384, local vs FlexAttention forward).
@@ -101,6 +146,8 @@ def run(
         variants: names from :data:`SETTINGS` (default: all).
         min_repeats: timed repetitions at least (more while a round fits ``target_seconds``).
         memory: also measure peak memory (a child process per cell).
+        allocator: ``"keep"`` (freed memory reused) or ``"system"`` (glibc's defaults) in the
+            timing processes (:func:`attnlab.profiling.allocator_env`).
         flex: at N = 16384, time the forward pass of ``local`` and of compiled FlexAttention
             with the same sliding-window block mask.
         on_record: called with each :class:`Record` as soon as it is measured.
@@ -110,6 +157,7 @@ def run(
     for v in variants:
         if v not in SETTINGS:
             raise ValueError(f"unknown variant {v!r}; expected some of {list(SETTINGS)}")
+    allocator_env(allocator)  # an unknown allocator fails before any measurement
     max_n = max(sizes)
     records: list[Record] = []
 
@@ -119,12 +167,7 @@ def run(
             on_record(rec)
 
     for n in sizes:
-        modules = {v: _module(v, max_n) for v in variants}
-        qkv = _inputs(n, True)
-        calls = {v: _call(m, qkv) for v, m in modules.items()}
-        times = round_robin(calls, min_repeats, target_seconds)
-        del calls, modules
-        gc.collect()
+        timed_cells = _time_in_child(n, variants, max_n, min_repeats, target_seconds, allocator)
         for v in variants:
             peak, note = None, None
             if memory:
@@ -132,8 +175,9 @@ def run(
                     peak = _peak_in_child(v, n, max_n)
                 except RuntimeError as e:
                     note = str(e)
-            ts = times[v]
-            emit(Record(v, n, "fwd_bwd", statistics.median(ts[1:] or ts), peak, len(ts) - 1, note))
+            ts = timed_cells[v]["seconds"][1:] or timed_cells[v]["seconds"]
+            emit(Record(v, n, "fwd_bwd", statistics.median(ts), peak, len(ts), note, seconds_min=min(ts), seconds_max=max(ts),
+                        faults=timed_cells[v]["faults"], allocator=allocator))
         if flex and n == 16384 and "local" in variants:
             for rec in flex_local_forward(n, efficient.budget("local").long["window"], min_repeats=min_repeats):
                 emit(rec)
@@ -166,7 +210,8 @@ def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Rec
     with quiet_stderr():
         flex()  # compile
     times = round_robin({"local": ours, "flex_local": flex}, min_repeats, 3.0)
-    return [Record(name, n, "fwd", statistics.median(ts[1:]), None, len(ts) - 1) for name, ts in times.items()]
+    return [Record(name, n, "fwd", statistics.median(ts[1:]), None, len(ts) - 1, seconds_min=min(ts[1:]), seconds_max=max(ts[1:]),
+                   allocator="in-process") for name, ts in times.items()]
 
 
 def slopes(records: list[Record], min_n: int = 4096) -> dict[str, dict[str, float | None]]:
@@ -206,6 +251,9 @@ def relative(records: list[Record]) -> list[dict]:
     return out
 
 
-if __name__ == "__main__":  # worker: one cell's peak memory; spec as JSON on stdin
+if __name__ == "__main__":  # worker: one N's times, or one cell's peak memory; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
-    print(json.dumps(_peak_here(_spec["variant"], _spec["n"], _spec["max_n"])))
+    if _spec["job"] == "time":
+        print(json.dumps(_time_here(_spec["n"], _spec["variants"], _spec["max_n"], _spec["min_repeats"], _spec["target_seconds"])))
+    else:
+        print(json.dumps(_peak_here(_spec["variant"], _spec["n"], _spec["max_n"])))

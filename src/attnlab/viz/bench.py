@@ -96,7 +96,8 @@ def plot_scaling(records: list[dict], path: str | Path, *, slopes: dict | None =
     """Forward+backward time and peak memory against N, one line per variant, log-log.
 
     Args:
-        records: dicts of :meth:`attnlab.studies.scaling.Record.to_dict` (``fwd_bwd`` ones are drawn).
+        records: dicts of :meth:`attnlab.studies.scaling.Record.to_dict` (``fwd_bwd`` ones are drawn;
+            the band around a time line spans the fastest to the slowest timed step).
         path: the PNG to write.
         slopes: ``{variant: {"time_slope": s, "memory_slope": s}}`` shown in the legend.
     """
@@ -119,6 +120,9 @@ def plot_scaling(records: list[dict], path: str | Path, *, slopes: dict | None =
                 continue
             label = v + (f" (slope {s[key]:.2f})" if s.get(key) is not None else "")
             ax.plot(*zip(*xy), marker="o", color=f"C{i}", label=label, linestyle="--" if v == "dense" else "-")
+        band = sorted((r["n"], r["seconds_min"], r["seconds_max"]) for r in rows if r["variant"] == v and r.get("seconds_min"))
+        if len(band) > 1:  # the spread of the timed steps: fastest to slowest
+            axes[0].fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band], color=f"C{i}", alpha=0.15, linewidth=0)
     for ax, title in ((axes[0], "forward + backward time (s)"), (axes[1], "peak memory (MiB)")):
         log_log_axes(ax, title, "sequence length N")
     fig.suptitle("attention variants: B=1, H=4, D=64, fp32 (slopes fitted over N >= 4096)")
