@@ -25,10 +25,13 @@ def test_relative_is_long_range_arena_speed_and_memory():
 
 
 def test_run_measures_every_variant_and_refuses_unknown_ones():
-    recs = run([64, 128], ["dense", "local", "linformer"], min_repeats=1, target_seconds=0.0, memory=False, flex=False)
+    recs = run([64, 128], ["dense", "local", "linformer"], min_repeats=1, target_seconds=0.0, memory=False, flex=False, rounds=2)
     assert [(r.variant, r.n) for r in recs] == [(v, n) for n in (64, 128) for v in ("dense", "local", "linformer")]
     assert all(r.seconds > 0 and r.mode == "fwd_bwd" for r in recs)
     assert all(r.seconds_min <= r.seconds <= r.seconds_max and r.allocator == "keep" for r in recs)  # timed in a child process
+    assert all(r.repeats >= 2 for r in recs)  # the timed steps of both rounds
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        run([64], ["local"], rounds=0)
     with pytest.raises(ValueError, match="unknown variant 'flash'"):
         run([64], ["flash"])
     with pytest.raises(ValueError, match="unknown allocator 'jemalloc'"):
@@ -40,7 +43,7 @@ def test_bench_scaling_command(tmp_path):
     res = runner.invoke(
         app,
         ["bench", "scaling", "--sizes", "64,128", "--variants", "dense,performer", "--repeats", "1", "--no-flex",
-         "--allocator", "system", "-o", str(out), "--plot", str(png), "--json"],
+         "--allocator", "system", "--rounds", "2", "-o", str(out), "--plot", str(png), "--json"],
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)

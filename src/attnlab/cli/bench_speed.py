@@ -79,6 +79,8 @@ def scaling(
     memory: bool = memory_option("Measure peak memory (a child process per cell)."),
     flex: bool = typer.Option(True, "--flex/--no-flex", help="At N=16384: local vs compiled FlexAttention, forward."),
     peers: bool = typer.Option(False, "--peers", help="Also time lucidrains' implementations at 16384 (pip install -e '.[bench]')."),
+    rounds: int = typer.Option(3, min=1, help="Sweeps over every N, one after another (a fresh process per N in each): "
+                                             "the median of the rounds is reported, and their spread."),
     allocator: str = typer.Option(
         "keep", help="keep: the timing processes reuse freed memory (no page faults per step); system: glibc's defaults, "
                      "which unmap and refault every block above 32 MiB each step (see attnlab.profiling.allocator_env)."),
@@ -111,9 +113,12 @@ def scaling(
             "peers": [p.to_dict() for p in peer_done],
         }
 
-    with track("measuring", len(size_list) * len(names) + (5 if peers else 0), output, payload) as tracker:
-        tick = tracker.on_record(lambda rec: f"{rec.variant} N={rec.n}", advance=lambda rec: 1 if rec.mode == "fwd_bwd" else 0)
-        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, allocator=allocator, on_record=tick)
+    total = rounds * len(size_list) + (len(size_list) * len(names) if memory else 0) + (5 if peers else 0)
+    with track("measuring", total, output, payload) as tracker:
+        tick = tracker.on_record(lambda rec: f"{rec.variant} N={rec.n}", advance=lambda rec: 1 if rec.mode == "fwd_bwd" and memory else 0)
+        timed = lambda n, r: tracker.update(1, f"timed N={n} (round {r + 1}/{rounds})")  # noqa: E731
+        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, allocator=allocator, rounds=rounds, on_record=tick,
+            on_timed=timed)
         if peers:
             from ..studies.peers import run_peers
 
@@ -130,8 +135,8 @@ def _scaling_tables(data: dict, size_list: list[int], names: list[str]) -> None:
     rel = {(r["variant"], r["n"]): r for r in data["relative"]}
     allocators = sorted({r.get("allocator", "in-process") for r in data["records"] if r["mode"] == "fwd_bwd"})
     t = table(
-        "forward + backward, B=1, H=4, D=64, fp32 (speed-up and memory relative to dense SDPA; seconds: median, "
-        f"min-max of the timed steps; faults: minor page faults per step; allocator {', '.join(allocators)})",
+        "forward + backward, B=1, H=4, D=64, fp32 (speed-up and memory relative to dense SDPA; seconds: median of the "
+        f"rounds, min-max: fastest and slowest round; faults: minor page faults per step; allocator {', '.join(allocators)})",
         ["variant", "N", "seconds", "min-max", "faults", "peak MiB", "speed-up", "memory"],
         no_wrap=True,
     )

@@ -6,8 +6,10 @@ q, k, v of shape ``(B, H, N, D)`` (B = 1, H = 4, D = 64, fp32) go through each v
 attention step (:meth:`attnlab.MultiHeadAttention.attend_heads`, the projections left out
 because they cost the same for every variant) and the sum of the output is backpropagated to
 q, k, v. Each N is timed in a fresh child process, the variants round-robin inside it (machine
-noise hits every variant alike); a record keeps the median, the fastest and the slowest timed
-repetition, and the minor page faults of one step. Peak memory (tensor bytes alive at once above
+noise hits every variant alike), and the sweep over N is repeated (``rounds``, 3 by default),
+so that a slow spell of the machine falls on every N rather than bending one end of the fit; a
+record keeps the median of its rounds, the fastest and the slowest round, and the minor page
+faults of one step. Peak memory (tensor bytes alive at once above
 the inputs, from PyTorch's profiler) is measured in a fresh child process per (variant, N).
 ``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``.
 
@@ -57,8 +59,9 @@ class _Cell(StudyRecord):
 class Record(_Cell):
     """One (variant, N): median forward+backward seconds and peak tensor bytes (None with a
     ``note`` where not measured). ``mode`` is ``"fwd_bwd"``, or ``"fwd"`` for the forward-only
-    comparison with FlexAttention. ``seconds_min`` / ``seconds_max``: the fastest and slowest
-    timed repetition (the spread); ``faults``: minor page faults of one step (median); ``allocator``:
+    comparison with FlexAttention. ``seconds`` is the median over :func:`run`'s rounds of each
+    round's median; ``seconds_min`` / ``seconds_max``: the fastest and slowest round (the spread;
+    for ``"fwd"``, the fastest and slowest step); ``faults``: minor page faults of one step (median); ``allocator``:
     how the timing process treated freed memory (:func:`attnlab.profiling.allocator_env`)."""
 
     seconds_min: float | None = None
@@ -137,7 +140,9 @@ def run(
     memory: bool = True,
     flex: bool = True,
     allocator: str = "keep",
+    rounds: int = 3,
     on_record: Callable[[Record], None] | None = None,
+    on_timed: Callable[[int, int], None] | None = None,
 ) -> list[Record]:
     """Measure every variant at every N (and, at N = 16384, local vs FlexAttention forward).
 
@@ -148,6 +153,11 @@ def run(
         memory: also measure peak memory (a child process per cell).
         allocator: ``"keep"`` (freed memory reused) or ``"system"`` (glibc's defaults) in the
             timing processes (:func:`attnlab.profiling.allocator_env`).
+        rounds: sweeps over every N, one after the other (a fresh process per N in each), so
+            a slow spell of the machine falls on every N alike rather than on one; a record's
+            ``seconds`` is the median of its rounds' medians, ``seconds_min`` / ``seconds_max``
+            the fastest and slowest of them, ``repeats`` its timed steps over all rounds.
+        on_timed: called with ``(n, round)`` after each timing process.
         flex: at N = 16384, time the forward pass of ``local`` and of compiled FlexAttention
             with the same sliding-window block mask.
         on_record: called with each :class:`Record` as soon as it is measured.
@@ -158,6 +168,8 @@ def run(
         if v not in SETTINGS:
             raise ValueError(f"unknown variant {v!r}; expected some of {list(SETTINGS)}")
     allocator_env(allocator)  # an unknown allocator fails before any measurement
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     max_n = max(sizes)
     records: list[Record] = []
 
@@ -166,8 +178,15 @@ def run(
         if on_record is not None:
             on_record(rec)
 
+    cells: dict[tuple[str, int], list[dict]] = {}  # (variant, N) -> each round's median, steps and faults
+    for r in range(rounds):
+        for n in sizes:
+            for v, got in _time_in_child(n, variants, max_n, min_repeats, target_seconds, allocator).items():
+                ts = got["seconds"][1:] or got["seconds"]
+                cells.setdefault((v, n), []).append({"median": statistics.median(ts), "steps": len(ts), "faults": got["faults"]})
+            if on_timed is not None:
+                on_timed(n, r)
     for n in sizes:
-        timed_cells = _time_in_child(n, variants, max_n, min_repeats, target_seconds, allocator)
         for v in variants:
             peak, note = None, None
             if memory:
@@ -175,9 +194,12 @@ def run(
                     peak = _peak_in_child(v, n, max_n)
                 except RuntimeError as e:
                     note = str(e)
-            ts = timed_cells[v]["seconds"][1:] or timed_cells[v]["seconds"]
-            emit(Record(v, n, "fwd_bwd", statistics.median(ts), peak, len(ts), note, seconds_min=min(ts), seconds_max=max(ts),
-                        faults=timed_cells[v]["faults"], allocator=allocator))
+            done = cells[(v, n)]
+            medians = [c["median"] for c in done]
+            faults = [c["faults"] for c in done if c["faults"] is not None]
+            emit(Record(v, n, "fwd_bwd", statistics.median(medians), peak, sum(c["steps"] for c in done), note,
+                        seconds_min=min(medians), seconds_max=max(medians), faults=statistics.median(faults) if faults else None,
+                        allocator=allocator))
         if flex and n == 16384 and "local" in variants:
             for rec in flex_local_forward(n, efficient.budget("local").long["window"], min_repeats=min_repeats):
                 emit(rec)
