@@ -56,30 +56,34 @@ def _root(
     set_debug(debug)
 
 
-# every command, in the order of the help; each behind the one error boundary
-app.command()(boundary(explain.explain))
-app.command()(boundary(pretrained.attention))
-app.command()(boundary(pretrained.view))
-bench_app.command("attention")(boundary(bench_speed.attention))
-bench_app.command("positional")(boundary(bench_accuracy.positional))
-bench_app.command("scaling")(boundary(bench_speed.scaling))
-bench_app.command("approximation")(boundary(bench_accuracy.approximation))
-bench_app.command("distance")(boundary(bench_accuracy.distance))
-bench_app.command("graph")(boundary(bench_speed.graph))
-bench_app.command("audio")(boundary(bench_speed.audio))
-bench_app.command("pretrained")(boundary(pretrained.bench_pretrained))
-bench_app.command("decode")(boundary(decode.bench_decode))
-bench_app.command("packing")(boundary(decode.bench_packing))
-bench_app.command("ring")(boundary(ring.bench_ring))
-plot_app.command("positional")(boundary(plot.positional))
-app.command()(boundary(complexity.complexity))
-app.command()(boundary(arena.arena))
-app.command()(boundary(arena.report))
-compare_app.command("vit-cnn")(boundary(compare.vit_cnn))
-app.command()(boundary(train.train))
-app.command("eval")(boundary(train.eval_cmd))
-app.command()(boundary(train.predict))
-app.command()(boundary(generate.generate))
+# every command, in the order of the help: (group, name, function); each behind the one error boundary
+COMMANDS = [
+    (app, "explain", explain.explain),
+    (app, "attention", pretrained.attention),
+    (app, "view", pretrained.view),
+    (bench_app, "attention", bench_speed.attention),
+    (bench_app, "positional", bench_accuracy.positional),
+    (bench_app, "scaling", bench_speed.scaling),
+    (bench_app, "approximation", bench_accuracy.approximation),
+    (bench_app, "distance", bench_accuracy.distance),
+    (bench_app, "graph", bench_speed.graph),
+    (bench_app, "audio", bench_speed.audio),
+    (bench_app, "pretrained", pretrained.bench_pretrained),
+    (bench_app, "decode", decode.bench_decode),
+    (bench_app, "packing", decode.bench_packing),
+    (bench_app, "ring", ring.bench_ring),
+    (plot_app, "positional", plot.positional),
+    (app, "complexity", complexity.complexity),
+    (app, "arena", arena.arena),
+    (app, "report", arena.report),
+    (compare_app, "vit-cnn", compare.vit_cnn),
+    (app, "train", train.train),
+    (app, "eval", train.eval_cmd),
+    (app, "predict", train.predict),
+    (app, "generate", generate.generate),
+]
+for _group, _name, _command in COMMANDS:
+    _group.command(_name)(boundary(_command))
 
 
 def main() -> None:
