@@ -80,7 +80,9 @@ def test_each_layer_is_fitted_where_its_leading_term_dominates():
 def test_fit_sizes_time_only_the_layer_they_belong_to():
     recs = run([32], ["cnn", "rnn"], dim=8, path_sizes=(), min_repeats=1, target_seconds=0.01, fit_sizes={"cnn": (64, 128)})
     assert [(r.layer, r.n) for r in recs] == [("cnn", 32), ("rnn", 32), ("cnn", 64), ("cnn", 128)]
-    assert all(r.seconds > 0 for r in recs)
+    assert all(r.seconds > 0 for r in recs)  # each layer timed in its own process
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        run([32], ["cnn"], rounds=0)
 
 
 def test_complexity_cli_json_and_files(tmp_path):

@@ -20,6 +20,7 @@ def complexity(
     path_sizes: str = typer.Option("16,64,256", "--path-sizes", help="Lengths n at which the path length is measured."),
     dim: int = typer.Option(64, min=1, help="Layer width d."),
     repeats: int = repeats_option(),
+    rounds: int = typer.Option(3, min=1, help="Sweeps over a layer's lengths in its timing process (the median is kept)."),
     fit: bool = typer.Option(True, "--fit/--no-fit", help="Also time each layer over the range its exponent is fitted over "
                              "(CNN 16K-256K, self-attention 4K-32K, recurrent layers 1K-8K); --no-fit: --sizes only."),
     as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
@@ -44,10 +45,11 @@ def complexity(
         return {"records": [r.to_dict() for r in done], "exponents": exponents(done), "fit_ranges": fit_ranges(done)}
 
     fit_sizes = FIT_SIZES if fit else None
-    total = sum(len(set(size_list) | set(path_list) | set((fit_sizes or {}).get(name, ()))) for name in names)
+    total = sum(len(set(size_list) | set(path_list) | set((fit_sizes or {}).get(name, ()))) for name in names) + len(names)
     with track("measuring", total, folder and str(folder / "complexity.json"), payload) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.layer} n={rec.n}")
-        run(size_list, names, dim=dim, path_sizes=tuple(path_list), min_repeats=repeats, fit_sizes=fit_sizes, on_record=tick)
+        run(size_list, names, dim=dim, path_sizes=tuple(path_list), min_repeats=repeats, fit_sizes=fit_sizes, rounds=rounds,
+            on_record=tick, on_timed=lambda name: tracker.update(1, f"timed {name}"))
     data = payload(tracker.records)
     chart(folder and folder / "complexity.png", "complexity.plot_complexity", data["records"], exponents=data["exponents"])
     if as_json:
@@ -70,9 +72,8 @@ def _tables(data: dict, names: list[str], dim: int, path_list: list[int]) -> Non
         t.add_row(str(n), *[f"{by[name]['seconds'] * 1e3:.3g}" if name in by else "·" for name in names])
     out.print(t)
 
-    left = ("layer", "book cost", "fit over n", "book seq", "book path")
-    columns = ["layer", "book cost", "time exp", "fit over n", "book seq", "steps (n: smallest -> largest)", "book path",
-               *(f"path@{n}" for n in path_list)]
+    left = ("layer", "book cost", "fit n", "book seq", "steps", "book path")
+    columns = ["layer", "book cost", "time exp", "fit n", "book seq", "steps", "book path", *(f"path@{n}" for n in path_list)]
     c = table("textbook ('book') vs measured", columns, left=left, no_wrap=True)
     ranges = data.get("fit_ranges", {})
     for name in names:
@@ -80,11 +81,18 @@ def _tables(data: dict, names: list[str], dim: int, path_list: list[int]) -> Non
         lo, hi = min(mine), max(mine)
         e, span = data["exponents"].get(name), ranges.get(name)
         cost, seq, path = TEXTBOOK[name]
-        steps = f"{mine[lo]['sequential_steps']} -> {mine[hi]['sequential_steps']} ({lo} -> {hi})"
+        steps = f"{mine[lo]['sequential_steps']} -> {mine[hi]['sequential_steps']} (n {_short(lo)}-{_short(hi)})"
         paths = [("·" if n not in mine or mine[n]["path_length"] is None else str(mine[n]["path_length"])) for n in path_list]
-        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", "·" if not span else f"{span[0]}-{span[1]}", seq, steps, path, *paths)
+        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", "·" if not span else f"{_short(span[0])}-{_short(span[1])}", seq, steps, path,
+                  *paths)
     out.print(c)
     out.print(
-        "time exponent: log-log fit over the lengths where the layer's leading term dominates; steps: longest chain of dependent "
-        "operations in one forward pass; path: layers (stacks) or recurrent hand-overs from input 0 to output n-1; CNN: causal, kernel 3"
+        "time exponent: log-log fit over the lengths n where the layer's leading term dominates (fit n); steps: longest chain of "
+        "dependent operations in one forward pass, at the smallest and the largest n; path: layers (stacks) or recurrent hand-overs "
+        "from input 0 to output n-1; CNN: causal, kernel 3"
     )
+
+
+def _short(n: int) -> str:
+    """262144 -> "256K"; lengths below 1024 or not a multiple of it as they are."""
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)

@@ -15,7 +15,11 @@ Here each column is measured on attnlab's layers (:mod:`attnlab.recurrent.layers
 causal with kernel 3, looking back like the recurrent layers, so a signal moves k - 1 positions
 per layer):
 
-* **time**: median forward seconds (no gradient, B = 1, fp32) at each n, and the exponent of
+* **time**: median forward seconds (no gradient, B = 1, fp32) at each n, each layer timed alone
+  in a fresh process that keeps the memory it frees (:func:`attnlab.profiling.allocator_env`),
+  its lengths swept ``rounds`` times one after another (the median of the rounds is kept: a
+  slow spell of the machine falls on every n); timed side by side in one process, an RNN step
+  at n = 8192 came out 10x slower after the attention-RNNs' n^2 allocations. The exponent of
   a least-squares fit of log time against log n over the lengths where the layer's leading term
   dominates (:data:`FIT_SIZES`, stated beside each exponent): a convolution over 8K positions
   of width 64 still costs less than its fixed overheads, so the CNN is fitted over 16K-256K
@@ -35,7 +39,9 @@ per layer):
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -45,7 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ..recurrent import layers as layer_registry
-from ..profiling import loglog_slope, round_robin
+from ..profiling import allocator_env, loglog_slope, measure_in_child, round_robin
 from .records import StudyRecord
 
 __all__ = [
@@ -202,37 +208,39 @@ def run(
     min_repeats: int = 3,
     target_seconds: float = 1.0,
     fit_sizes: dict[str, tuple[int, ...]] | None = None,
+    rounds: int = 3,
     on_record: Callable[[ComplexityRecord], None] | None = None,
+    on_timed: Callable[[str], None] | None = None,
 ) -> list[ComplexityRecord]:
     """Measure every layer at every n of ``sizes`` (and of ``path_sizes``); see the module docstring.
 
     ``fit_sizes``: per layer, more lengths to time that layer at (e.g. :data:`FIT_SIZES`, the
-    range its exponent is fitted over); the others are not timed there.
+    range its exponent is fitted over); the others are not timed there. ``rounds``: sweeps over
+    a layer's lengths in its timing process. ``on_timed(layer)``: after each timing process.
     """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     extra = {name: set((fit_sizes or {}).get(name, ())) for name in layers}
     all_sizes = sorted(set(sizes) | set(path_sizes) | set().union(*extra.values()))
+    times: dict[tuple[str, int], float] = {}
+    for name in layers:
+        own = sorted(set(sizes) | extra[name])
+        spec = {"layer": name, "sizes": own, "dim": dim, "min_repeats": min_repeats, "target_seconds": target_seconds, "rounds": rounds}
+        for n, seconds in measure_in_child("attnlab.studies.complexity", spec, name, env=allocator_env("keep")).items():
+            times[(name, int(n))] = seconds
+        if on_timed is not None:
+            on_timed(name)
     records = []
     modules = {name: _layer(name, dim) for name in layers}
     for n in all_sizes:
         x = torch.randn(1, n, dim, generator=torch.Generator().manual_seed(n))
-        timed = [name for name in layers if n in sizes or n in extra[name]]
-
-        def forward(m):
-            def call():
-                with torch.no_grad():
-                    m(x)
-
-            return call
-
-        times = round_robin({name: forward(modules[name]) for name in timed}, min_repeats, target_seconds) if timed else {}
         for name in layers:
-            if name not in timed and n not in path_sizes:
+            if (name, n) not in times and n not in path_sizes:
                 continue
-            ts = times.get(name)
             rec = ComplexityRecord(
                 layer=name,
                 n=n,
-                seconds=statistics.median(ts[1:]) if ts else None,
+                seconds=times.get((name, n)),
                 sequential_steps=sequential_steps(modules[name], x),
                 path_length=path_length(name, n, dim) if n in path_sizes else None,
             )
@@ -240,6 +248,24 @@ def run(
             if on_record is not None:
                 on_record(rec)
     return records
+
+
+def _time_here(name: str, sizes: list[int], dim: int, min_repeats: int, target_seconds: float, rounds: int) -> dict[str, float]:
+    """In this (fresh) process: the layer's forward at every n, swept ``rounds`` times; per n the
+    median of the rounds' medians (keys are n as strings, for JSON)."""
+    layer = _layer(name, dim)
+    inputs = {n: torch.randn(1, n, dim, generator=torch.Generator().manual_seed(n)) for n in sizes}
+    medians: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(rounds):
+        for n in sizes:
+
+            def call(x=inputs[n]):
+                with torch.no_grad():
+                    layer(x)
+
+            ts = round_robin({name: call}, min_repeats, target_seconds)[name]
+            medians[n].append(statistics.median(ts[1:] or ts))
+    return {str(n): statistics.median(m) for n, m in medians.items()}
 
 
 def _fit_points(rows: list[dict], name: str, fit_from: int | None) -> list[tuple[int, float]]:
@@ -275,3 +301,7 @@ def fit_ranges(records: list[ComplexityRecord] | list[dict], fit_from: int | Non
         out[name] = (min(n for n, _ in pts), max(n for n, _ in pts)) if len(pts) >= 2 else None
     return out
 
+
+if __name__ == "__main__":  # worker: one layer's times; spec as JSON on stdin
+    _spec = json.loads(sys.stdin.read())
+    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["dim"], _spec["min_repeats"], _spec["target_seconds"], _spec["rounds"])))
