@@ -22,7 +22,7 @@ def complexity(
     repeats: int = repeats_option(),
     rounds: int = typer.Option(3, min=1, help="Sweeps over a layer's lengths in its timing process (the median is kept)."),
     fit: bool = typer.Option(True, "--fit/--no-fit", help="Also time each layer over the range its exponent is fitted over "
-                             "(CNN 16K-256K, self-attention 4K-32K, recurrent layers 1K-8K); --no-fit: --sizes only."),
+                             "(CNN 8K-256K, self-attention 4K-32K, recurrent layers 1K-8K); --no-fit: --sizes only."),
     as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
     output: Optional[str] = output_option("Folder for complexity.json (after every record) and complexity.png."),
 ) -> None:
@@ -74,7 +74,7 @@ def _tables(data: dict, names: list[str], dim: int, path_list: list[int]) -> Non
 
     left = ("layer", "book cost", "fit n", "book seq", "steps", "book path")
     columns = ["layer", "book cost", "time exp", "fit n", "book seq", "steps", "book path", *(f"path@{n}" for n in path_list)]
-    c = table("textbook ('book') vs measured", columns, left=left, no_wrap=True)
+    c = table("textbook ('book') vs measured", columns, left=left)  # wraps in a narrow terminal rather than cutting
     ranges = data.get("fit_ranges", {})
     for name in names:
         mine = {r["n"]: r for r in recs if r["layer"] == name}

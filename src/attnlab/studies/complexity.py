@@ -21,10 +21,9 @@ per layer):
   slow spell of the machine falls on every n); timed side by side in one process, an RNN step
   at n = 8192 came out 10x slower after the attention-RNNs' n^2 allocations. The exponent of
   a least-squares fit of log time against log n over the lengths where the layer's leading term
-  dominates (:data:`FIT_SIZES`, stated beside each exponent): a convolution over 8K positions
-  of width 64 still costs less than its fixed overheads, so the CNN is fitted over 16K-256K
-  (over n <= 8192 its exponent came out at 0.56), self-attention over 4K-32K, where n^2 d
-  outweighs the n d^2 projections 64 to 512 times;
+  dominates (:data:`FIT_SIZES`, stated beside each exponent): the CNN over 8K-256K, where its
+  fixed cost per call is under 5% of the time, self-attention over 4K-32K, where n^2 d outweighs
+  the block's n d^2 work (projections and feed-forward) several times;
 * **sequential steps**: the longest chain of dependent ATen operations in one forward pass,
   traced with a ``TorchDispatchMode``: every operation's depth is one more than the deepest
   tensor it reads (views cost nothing; an in-place write deepens the whole storage). A loop
@@ -84,7 +83,7 @@ over up to n earlier states, which puts every earlier state one hand-over away).
 KERNEL = 3
 
 FIT_SIZES: dict[str, tuple[int, ...]] = {
-    "cnn": (16384, 32768, 65536, 131072, 262144),
+    "cnn": (8192, 16384, 32768, 65536, 131072, 262144),
     "rnn": (1024, 2048, 4096, 8192),
     "lstm": (1024, 2048, 4096, 8192),
     "self_attention": (4096, 8192, 16384, 32768),
@@ -92,9 +91,10 @@ FIT_SIZES: dict[str, tuple[int, ...]] = {
     "lstmn": (1024, 2048, 4096, 8192),
 }
 """Per layer, the lengths its time exponent is fitted over: where its leading term dominates.
-The CNN's per-call overhead outweighs its O(k n d^2) work up to about 8K positions (d = 64);
-the recurrent layers pay a fixed cost per step from the start; self-attention's O(n^2 d) is
-64x its projections' O(n d^2) at n = 4096. ``attnlab complexity`` times each layer at these
+The CNN's fixed cost per call (about 0.08 ms, its time at n = 64) is under 5% of its time from
+8K positions (d = 64); the recurrent layers pay a fixed cost per step from the start;
+self-attention's O(n^2 d) outweighs its block's O(n d^2) work (projections and feed-forward)
+several times from n = 4096. ``attnlab complexity`` times each layer at these
 lengths too (``--no-fit``: only ``--sizes``)."""
 
 
