@@ -145,3 +145,29 @@ def test_bad_input_raises_clear_errors(build, exc, words):
     with pytest.raises(exc) as info:
         build()
     assert words in str(info.value)
+
+
+def test_silence_padding_zeroes_only_non_finite_entries_of_hidden_rows():
+    from attnlab.layers.multihead import silence_padding
+
+    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    x[1, 3, 0], x[1, 4, 2], x[0, 1, 1] = float("nan"), float("inf"), float("nan")  # row (0, 1) is a real position
+    pad = masks.padding(torch.tensor([5, 3]), 5)
+    q, k, v = silence_padding(x, None, None, pad)
+    assert k is None and v is None
+    want = x.clone()
+    want[1, 3, 0] = want[1, 4, 2] = 0.0
+    assert torch.equal(q[1], want[1]) and torch.equal(q[0, [0, 2, 3, 4]], x[0, [0, 2, 3, 4]])
+    assert q[0, 1, 1].isnan()  # a real position's NaN is the caller's, not padding: left as it is
+    finite = torch.randn(2, 5, 3)
+    assert torch.equal(silence_padding(finite, None, None, pad)[0], finite)  # finite inputs: bit for bit
+    # causal + padding as one (B, 1, N, N) mask: the padded positions are hidden columns too
+    both = masks.and_masks(masks.causal(5), pad)
+    assert torch.equal(silence_padding(x, None, None, both)[0][1], want[1])
+    # cross-attention: key and value rows are cleaned, the queries (no padding information) are not
+    query = torch.full((2, 2, 3), float("nan"), dtype=torch.float64)
+    q2, k2, v2 = silence_padding(query, x, x.clone(), pad)
+    assert q2 is query and torch.equal(k2[1], want[1]) and torch.equal(v2[1], want[1])
+    # nothing to do: no mask, a float mask, nothing hidden, or a mask of the wrong width (project names that error)
+    for mask in (None, pad.double(), masks.causal(5), masks.padding(torch.tensor([4, 3]), 4)):
+        assert silence_padding(x, None, None, mask)[0] is x

@@ -43,8 +43,10 @@ def silence_padding(query: torch.Tensor, key: torch.Tensor | None, value: torch.
     if source.dim() != 3 or mask.shape[-1] != source.shape[1]:
         return query, key, value  # a shape error: project's checks name it
     hidden = ~mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).any(-2).any(1)  # (B or 1, M): no query sees it
-    if not hidden.any() or hidden.shape[0] not in (1, source.shape[0]):
-        return query, key, value
+    if hidden.shape[0] not in (1, source.shape[0]):
+        return query, key, value  # a shape error: project's checks name it
+    if hidden.device.type == "cpu" and not hidden.any():
+        return query, key, value  # nothing hidden: no copy (on an accelerator the check would stall the stream)
 
     def clean(t: torch.Tensor) -> torch.Tensor:
         return t.masked_fill(hidden[..., None] & ~torch.isfinite(t), 0.0)
