@@ -68,3 +68,15 @@ def test_bench_scaling_from_a_records_file(tmp_path):
     assert "linear" in res.stdout and (tmp_path / "c.png").exists()
     bad = runner.invoke(app, ["bench", "scaling", "--from", str(tmp_path / "missing.json")])
     assert bad.exit_code == 2 and "not a records file" in " ".join(bad.output.split())
+
+
+def test_a_chart_without_memory_says_so_and_warns_nothing(tmp_path):
+    import warnings
+
+    from attnlab.viz.bench import plot_scaling
+
+    recs = [Record("local", n, "fwd_bwd", 1e-5 * n, None, 1, seconds_min=9e-6 * n, seconds_max=1.1e-5 * n).to_dict() for n in (256, 512)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "no artists with labels" warning reached the user before
+        path = plot_scaling(recs, tmp_path / "s.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"

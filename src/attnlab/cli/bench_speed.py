@@ -78,7 +78,7 @@ def scaling(
     repeats: int = repeats_option(),
     memory: bool = memory_option("Measure peak memory (a child process per cell)."),
     flex: bool = typer.Option(True, "--flex/--no-flex", help="At N=16384: local vs compiled FlexAttention, forward."),
-    peers: bool = typer.Option(False, "--peers", help="Also time lucidrains' implementations at 16384 (pip install -e '.[bench]')."),
+    peers: bool = typer.Option(False, "--peers", help="Also time lucidrains' implementations at 16384 (pip install -e '.\\[bench]')."),
     rounds: int = typer.Option(3, min=1, help="Sweeps over every N, one after another (a fresh process per N in each): "
                                              "the median of the rounds is reported, and their spread."),
     allocator: str = typer.Option(

@@ -19,13 +19,17 @@ def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
 
 
 def log_log_axes(ax, title: str, xlabel: str) -> None:
-    """Log2 x, log y, grid and a small legend: the axes of every scaling chart."""
+    """Log2 x, log y, grid and a small legend: the axes of every scaling chart. Axes with nothing
+    drawn (memory not measured) say so instead."""
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
 
 
 def plot_attention_benchmark(records: list[dict], path: str | Path) -> Path:
