@@ -43,7 +43,7 @@ def test_bench_scaling_command(tmp_path):
     res = runner.invoke(
         app,
         ["bench", "scaling", "--sizes", "64,128", "--variants", "dense,performer", "--repeats", "1", "--no-flex",
-         "--allocator", "system", "--rounds", "2", "-o", str(out), "--plot", str(png), "--json"],
+         "--allocator", "system", "--rounds", "1", "-o", str(out), "--plot", str(png), "--json"],
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)

@@ -40,6 +40,8 @@ def complexity(
     path_list = int_list("--path-sizes", path_sizes, minimum=2) if path_sizes.strip() else []
     names = name_list("--layers", layers, LAYERS)
     folder = Path(output) if output else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)  # an unwritable -o fails now, not after minutes of timing
 
     def payload(done: list) -> dict:
         return {"records": [r.to_dict() for r in done], "exponents": exponents(done), "fit_ranges": fit_ranges(done)}
