@@ -4,6 +4,10 @@ attention options among the backbone options) load and predict identically after
 tests/data/checkpoints-v1/ was written by attnlab at commit e465f0a with make.py beside it: a
 tagger (transformer, rope), a CLS classifier with local attention and a graph node labeller,
 each with the logits its best weights gave on the first test examples.
+
+The logits are compared to float32 rounding, not bit for bit: they were written on one CPU, and
+another CPU's kernels (other vector widths, other summation orders) round differently (measured:
+up to 3.9e-7 apart on an AMX Xeon), while a wrong weight or a changed model moves them by far more.
 """
 
 from pathlib import Path
@@ -31,7 +35,8 @@ def test_a_version_1_checkpoint_loads_and_predicts_identically(name):
         logits = ck.model.eval()(**inputs).output
     want = load_file(str(DATA / name / "expected-logits.safetensors"))["logits"]
     assert logits.shape == want.shape
-    assert torch.equal(logits, want)  # bitwise: the same model, weights and inputs
+    torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-5)  # the same model, weights and inputs
+    assert torch.equal(logits.argmax(-1), want.argmax(-1))
 
 
 def test_the_version_1_model_dict_becomes_typed_specs():
