@@ -15,7 +15,7 @@ PKG = SRC / "attnlab"
 
 FLOORS = [
     {"registry", "validate", "profiling"},  # helpers with no attnlab dependency
-    {"core", "masks", "scores", "normalizers"},  # the functional core and its public faces
+    {"core", "masks", "scores", "normalizers", "score_mods"},  # the functional core and its public faces
     {"distributed"},  # sequence parallelism: ring attention on the core's scores and normalisers
     {"positional"},
     {"layers"},

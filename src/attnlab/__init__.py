@@ -2,14 +2,15 @@
 
 The public API::
 
-    attnlab.attend(q, k, v, score=..., normalize=..., mask=..., bias=...)  -> AttentionResult
+    attnlab.attend(q, k, v, score=..., normalize=..., mask=..., score_mod=..., bias=...)  -> AttentionResult
     attnlab.MultiHeadAttention(embed_dim, num_heads, score=..., normalize=..., head_mode=...)
-    attnlab.masks.causal / window / padding / graph / no_self / and_masks / or_masks
+    attnlab.masks.causal / window / padding / documents / prefix_lm / global_tokens / ... (mask functions; & | ~)
+    attnlab.masks.block_map (a mask's tiles: built once, reused; attend computes only those it allows)
+    attnlab.score_mods.alibi / softcap / offset_bias / compose (score functions)
     attnlab.dot / scaled_dot / cosine, attnlab.Additive / Bilinear / Cosine (scores)
     attnlab.softmax / relu / sigmoid (normalisers)
     attnlab.reference_attention (the float64 textbook steps)
     attnlab.positional.create / names / sinusoidal_table (positional encodings by name)
-    attnlab.BlockBias (a score bias handed over block by block)
     attnlab.models.Encoder (the Transformer encoder, any encoding and score)
     attnlab.efficient.create / names (dense and efficient variants by name)
     attnlab.scores.create / names, attnlab.normalizers.create / names
@@ -25,12 +26,11 @@ Shapes follow the legend in :mod:`attnlab.core`.
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import efficient, masks, models, normalizers, positional, pretrained, recurrent, scores, tasks
+from . import efficient, masks, models, normalizers, positional, pretrained, recurrent, score_mods, scores, tasks
 from .core import (
     Additive,
     AttentionResult,
     Bilinear,
-    BlockBias,
     Cosine,
     Dot,
     ScaledDot,
@@ -63,8 +63,8 @@ __all__ = [
     "tasks",
     "scores",
     "normalizers",
+    "score_mods",
     "attend",
-    "BlockBias",
     "plan",
     "AttentionResult",
     "MultiHeadAttention",

@@ -99,7 +99,7 @@ def explain(
     w_q, w_k, w_v, w_o = (torch.randn(dim, dim, generator=g, dtype=F64) / dim**0.5 for _ in range(4))
     torch.manual_seed(seed)
     score_fn = score_registry.create(score, head_dim=dh, num_heads=heads).to(F64)
-    allowed = masks_mod.no_self(n) if no_self else masks_mod.full(n)
+    allowed = (masks_mod.no_self() if no_self else masks_mod.full()).dense(n)
 
     q_all, k_all, v_all = project(a, w_q), project(a, w_k), project(a, w_v)  # (N, d) each
     out = {"q": [], "k": [], "v": [], "scores": [], "weights": [], "head_outputs": []}

@@ -1,7 +1,8 @@
-"""Mask builders and combinators (``attnlab.masks``): bool, True = this query may attend to this key.
+"""Masks (``attnlab.masks``): functions of positions, True = this query may attend to this key.
 
-This module is :mod:`attnlab.core.masks` under its public name; see there for the convention
-and the alignment of positions when the numbers of queries and keys differ.
+This module is :mod:`attnlab.core.masks` under its public name (the masks, their combinators and
+:func:`block_map`); see there for the convention and the alignment of positions when the numbers
+of queries and keys differ.
 """
 
 from .core.masks import *  # noqa: F401,F403

@@ -28,17 +28,17 @@ def make_score(name):
 
 
 def mask_cases():
-    row_without_keys = masks.causal(N, M, align="top_left").clone()
+    row_without_keys = masks.causal(align="top_left").dense(N, M).clone()
     row_without_keys[2] = False
     return {
         "none": None,
-        "causal": masks.causal(N, M),
-        "window": masks.window(N, 1, M),
-        "window_causal": masks.window(N, 2, M, causal=True),
-        "padding": masks.padding([4, 7], M),
-        "padding_empty_batch": masks.padding([0, 3], M),
-        "graph": masks.graph(torch.tensor([[0, 1, 2, 3, 6, 5], [1, 2, 0, 0, 4, 5]]), 7)[:N, :M],
-        "no_self_causal": masks.and_masks(masks.no_self(N, M), masks.causal(N, M)),
+        "causal": masks.causal().dense(N, M),
+        "window": masks.window(1).dense(N, M),
+        "window_causal": masks.window(2, causal=True).dense(N, M),
+        "padding": masks.padding([4, 7]).dense(M, M),
+        "padding_empty_batch": masks.padding([0, 3]).dense(M, M),
+        "graph": masks.graph(torch.tensor([[0, 1, 2, 3, 6, 5], [1, 2, 0, 0, 4, 5]]), 7).dense(7)[:N, :M],
+        "no_self_causal": masks.and_masks(masks.no_self().dense(N, M), masks.causal().dense(N, M)),
         "row_without_keys": row_without_keys,
         "per_head": torch.rand(1, H, N, M, generator=torch.Generator().manual_seed(3)) > 0.4,
     }
@@ -78,7 +78,7 @@ def test_bias_is_added_to_scores_on_both_backends():
     gen = torch.Generator().manual_seed(5)
     q, k, v = randn(B, H, N, D, gen=gen), randn(B, H, M, D, gen=gen), randn(B, H, M, DV, gen=gen)
     bias = randn(1, H, N, M, gen=gen)
-    mask = masks.causal(N, M)
+    mask = masks.causal().dense(N, M)
     ref_out, _ = reference_attention(q, k, v, mask=mask, bias=bias)
     for backend in ("sdpa", "chunked"):
         assert_close_rel(attend(q, k, v, mask=mask, bias=bias, backend=backend).output, ref_out, 1e-5, backend)
@@ -94,7 +94,7 @@ def test_sdpa_path_is_taken_and_equals_scaled_dot_product_attention():
     assert attnlab.plan("scaled_dot", "relu", head_dim=16) == "chunked"
     assert attnlab.plan("scaled_dot", "softmax", head_dim=16, return_weights=True) == "chunked"
     torch.testing.assert_close(attend(q, k, v).output, F.scaled_dot_product_attention(q, k, v), rtol=0, atol=0)
-    mk = masks.padding([30, 40], 40)
+    mk = masks.padding([30, 40]).dense(40, 40)
     torch.testing.assert_close(
         attend(q, k, v, mask=mk).output, F.scaled_dot_product_attention(q, k, v, attn_mask=mk), rtol=0, atol=0
     )
@@ -118,7 +118,7 @@ def test_sdpa_backend_refuses_what_it_cannot_compute():
 def test_fully_masked_row_gives_zeros_zero_grads_and_leaves_other_rows_alone(norm, backend):
     gen = torch.Generator().manual_seed(9)
     q, k, v = (randn(1, 2, 5, 4, gen=gen, requires_grad=True) for _ in range(3))
-    mask = masks.causal(5).clone()
+    mask = masks.causal().dense(5).clone()
     mask[3] = False
     out = attend(q, k, v, normalize=norm, mask=mask, backend=backend, block_size=2).output
     assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
@@ -126,7 +126,7 @@ def test_fully_masked_row_gives_zeros_zero_grads_and_leaves_other_rows_alone(nor
     assert torch.isfinite(gq).all() and torch.equal(gq[:, :, 3], torch.zeros_like(gq[:, :, 3]))
     # the other rows equal attention computed without the dead row at all
     keep = [0, 1, 2, 4]
-    alone = attend(q[:, :, keep], k, v, normalize=norm, mask=masks.causal(5)[keep], backend=backend).output
+    alone = attend(q[:, :, keep], k, v, normalize=norm, mask=masks.causal().dense(5)[keep], backend=backend).output
     torch.testing.assert_close(out[:, :, keep], alone)
 
 
@@ -141,7 +141,7 @@ def test_nan_in_padded_keys_and_values_does_not_leak(score_name, norm, backend):
     k[1, :, 2:], v[1, :, 2:] = float("inf"), float("nan")
     k.requires_grad_(True)
     v.requires_grad_(True)
-    mask = masks.padding([4, 2], 6)
+    mask = masks.padding([4, 2]).dense(6, 6)
     score = make_score(score_name)
     if norm != "softmax" and backend == "auto":
         backend = "chunked"
@@ -285,9 +285,9 @@ def test_square_causal_mask_takes_the_fused_causal_path_with_the_same_result():
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64) for _ in range(3))
-    c = masks.causal(9)
+    c = masks.causal().dense(9)
     assert _is_causal(c) and _is_causal(c[None, None]) and not _is_causal(c.expand(2, 1, 9, 9))
-    assert not _is_causal(masks.causal(9, 10)) and not _is_causal(masks.window(9, 2)) and not _is_causal(None)
+    assert not _is_causal(masks.causal().dense(9, 10)) and not _is_causal(masks.window(2).dense(9)) and not _is_causal(None)
     fast = attend(q, k, v, mask=c).output
     slow = attend(q, k, v, mask=c.expand(2, 1, 9, 9).clone()).output
     ref = reference_attention(q, k, v, mask=c)[0]

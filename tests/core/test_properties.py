@@ -69,10 +69,15 @@ def test_gradients_are_finite_and_match_reference(problem):
     # inputs that do not reach the output (all masked) have zero gradient
     got = grads_or_none(out, (q, k, v), g)
     want = grads_or_none(ref_out, (q, k, v), g)
+    # where a gradient is exactly 0 (a row whose weight is all on one key), the block-sparse
+    # backward, FlashAttention's dS = P (dO V^T - rowsum(dO O)) (PyTorch's fused kernel's too),
+    # leaves the fp32 round-off of dO V^T (a few 1e-7 at these sizes) times the score's scale:
+    # up to sqrt(D) for a dot product, 1 / temperature = 10 for the cosine score
+    floor = 1e-5 if score == "cosine" else 1e-6
     for t, a, r in zip((q, k, v), got, want):
         a = torch.zeros_like(t) if a is None else a
         r = torch.zeros_like(t, dtype=torch.float64) if r is None else r
-        assert_close_rel(a, r, 1e-4, f"grad {score}/{norm}")
+        assert_close_rel(a, r, 1e-4, f"grad {score}/{norm}", floor=floor)
 
 
 @given(st.integers(0, 9), st.integers(1, 3), st.sampled_from(["split", "project"]), st.integers(0, 10_000))

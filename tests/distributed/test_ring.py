@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attnlab.distributed import RingContext, plan_layout, ring_attend
-from attnlab.distributed.ring import _Plan, _tiles
+from attnlab.distributed.ring import _Plan, rule_of
 from attnlab.distributed.spawn import spawn
 
 from . import workers
@@ -48,7 +48,7 @@ def test_odd_and_six_process_rings_including_windows_that_travel_two_hops_each_w
              for i, (causal, window, padding, layout) in enumerate([(False, 5, True, "contiguous"), (True, 6, False, "contiguous"),
                                                                       (True, None, True, "zigzag"), (False, None, False, "striped")])]
     lay = plan_layout(24, 6, "contiguous")
-    assert _Plan.make(_ctx(lay, 0), causal=False, window=5).rounds == [(1, 2), (-1, 2)]  # what the first case runs
+    assert _plan(_ctx(lay, 0), causal=False, window=5).rounds == [(1, 2), (-1, 2)]  # what the first case runs
     for world in (3, 6):
         per_rank = spawn(workers.exactness, world, cases)
         for i, case in enumerate(cases):
@@ -111,23 +111,27 @@ def _ctx(layout, rank):
     return RingContext(None, rank, layout.world, list(range(layout.world)), torch.stack([layout.positions(r) for r in range(layout.world)]))
 
 
+def _plan(ctx, causal, window, block=None):
+    """The ring plan of a causal / window rule (batch 1, one head)."""
+    return _Plan.make(ctx, rule_of(causal, window), 1, 1, block)
+
+
 def test_a_window_over_the_contiguous_layout_talks_to_the_neighbours_only():
     lay = plan_layout(64, 4, "contiguous")
-    plan = _Plan.make(_ctx(lay, 0), causal=False, window=5)
+    plan = _plan(_ctx(lay, 0), causal=False, window=5)
     assert plan.rounds == [(1, 1), (-1, 1)]  # one hop each way, not three
-    assert _Plan.make(_ctx(lay, 0), causal=True, window=5).rounds == [(1, 1)]
-    assert _Plan.make(_ctx(lay, 0), causal=False, window=None).rounds == [(1, 3)]
-    assert _Plan.make(_ctx(lay, 0), causal=False, window=40).rounds == [(1, 3)]
+    assert _plan(_ctx(lay, 0), causal=True, window=5).rounds == [(1, 1)]
+    assert _plan(_ctx(lay, 0), causal=False, window=None).rounds == [(1, 3)]
+    assert _plan(_ctx(lay, 0), causal=False, window=40).rounds == [(1, 3)]
 
 
 def _work(layout, causal):
-    """Score elements each rank computes over the whole ring (tiles the rule forbids are skipped)."""
+    """Score elements each rank computes over the whole ring (tiles the rule forbids are skipped):
+    the non-empty 8 x 8 tiles of its block maps."""
     out = []
     for r in range(layout.world):
-        ctx = _ctx(layout, r)
-        plan = _Plan.make(ctx, causal=causal, window=None)
-        out.append(sum((rs.stop - rs.start) * (cs.stop - cs.start)
-                       for j in range(layout.world) if plan.needed[r][j] for rs, cs, *_ in _tiles(ctx, plan, r, j, 8, "cpu")))
+        plan = _plan(_ctx(layout, r), causal=causal, window=None, block=8)
+        out.append(sum(int(bm.count.sum()) * 64 for bm in plan.maps if bm is not None))
     return out
 
 
@@ -166,6 +170,8 @@ def test_bad_input_to_the_sharding_helpers():
     sharded = ShardedMask(ctx)
     x = torch.randn(1, 4, 8)
     with pytest.raises(ValueError, match="not exact dense attention"):
+        efficient.create("linear", embed_dim=8, num_heads=2)(x, mask=sharded)
+    with pytest.raises(RuntimeError, match="torch.distributed initialised"):  # a pattern is exact: it goes to the ring
         efficient.create("local", embed_dim=8, num_heads=2, window=2)(x, mask=sharded)
     with pytest.raises(ValueError, match="'alibi' encoding adds a bias"):
         MultiHeadAttention(8, 2, positional="alibi")(x, mask=sharded)

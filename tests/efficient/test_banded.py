@@ -1,17 +1,16 @@
-"""The banded flash path of ``local`` attention: exact against a float64 dense reference,
-gradients included, at the ends of the sequence, with padding, with any input layout."""
+"""``local`` attention's banded computation (attend under a window mask, block-sparse): exact
+against a float64 dense reference, gradients included, at the ends of the sequence, with
+padding, with any input layout, on the fused kernel and without it."""
 
+import importlib
 import itertools
 
 import pytest
 import torch
 
-import attnlab.efficient.banded as banded
 from attnlab import masks
 from attnlab.profiling import peak_bytes
-from attnlab.efficient.banded import banded_flash_attention, default_block
 from attnlab.efficient.local import banded_attention
-from attnlab.efficient.sparse import block_sparse_attention
 
 
 def dense_reference(q, k, v, allowed):
@@ -36,9 +35,8 @@ def test_equals_dense_float64_reference_with_gradients(n, w, block, causal):
     q, k, v = inputs(2, 3, n, 8)
     valid = torch.ones(2, n, dtype=torch.bool)
     valid[1, n // 2 :] = False  # padded keys in the second sequence (every key when n = 1)
-    allowed = masks.window(n, w, causal=causal) & valid[:, None, None, :]
-    out = banded_flash_attention(q, k, v, w, causal=causal, valid=valid, block=block)
-    assert out is not None
+    allowed = masks.window(w, causal=causal).dense(n) & valid[:, None, None, :]
+    out = banded_attention(q, k, v, w, causal=causal, valid=valid, block=block)
     ref = dense_reference(q, k, v, allowed)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     g = torch.randn_like(out)
@@ -53,7 +51,7 @@ def test_queries_whose_window_is_all_padding_get_zeros_and_no_gradient():
     q, k, v = inputs(1, 2, n, 4)
     valid = torch.ones(1, n, dtype=torch.bool)
     valid[0, 10:30] = False  # queries 13..26 see only padded keys
-    out = banded_flash_attention(q, k, v, w, valid=valid, block=4)
+    out = banded_attention(q, k, v, w, valid=valid, block=4)
     assert torch.equal(out[0, :, 13:27], torch.zeros_like(out[0, :, 13:27]))
     assert out[0, :, 12].abs().sum() > 0 and out[0, :, 27].abs().sum() > 0
     (dq,) = torch.autograd.grad(out.sum(), (q,))
@@ -66,40 +64,52 @@ def test_any_input_layout_gives_the_same_result():
     fused = torch.randn(b, n, 3, h, d, generator=g, dtype=torch.float64, requires_grad=True)
     q, k, v = (fused[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, N, D) views, not contiguous
     assert not q.is_contiguous()
-    out = banded_flash_attention(q, k, v, w, block=8)
+    out = banded_attention(q, k, v, w, block=8)
     (g_fused,) = torch.autograd.grad(out.square().sum(), (fused,))
     qc, kc, vc = (t.detach().contiguous().requires_grad_(True) for t in (q, k, v))
-    ref = banded_flash_attention(qc, kc, vc, w, block=8)
+    ref = banded_attention(qc, kc, vc, w, block=8)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-13)
     g_ref = torch.autograd.grad(ref.square().sum(), (qc, kc, vc))
     for i, r in enumerate(g_ref):
         torch.testing.assert_close(g_fused[:, :, i].transpose(1, 2), r, rtol=0, atol=1e-12)
 
 
-def test_other_devices_and_kernels_fall_back_to_the_block_sparse_engine(monkeypatch):
+def test_without_the_fused_kernel_the_written_out_scores_give_the_same_result(monkeypatch):
+    """What other devices run (PyTorch without the fused CPU kernel): scores written out one chunk
+    at a time, FlashAttention's backward through the log-sum-exp."""
     q, k, v = inputs(1, 2, 30, 4)
-    expected = block_sparse_attention(q, k, v, 5, causal=True)
-    monkeypatch.setattr(banded, "_FWD", None)
-    assert banded_flash_attention(q, k, v, 5, causal=True) is None
-    torch.testing.assert_close(banded_attention(q, k, v, 5, causal=True), expected, rtol=0, atol=0)
+    expected = banded_attention(q, k, v, 5, causal=True, block=4)
+    g = torch.randn_like(expected)
+    want = torch.autograd.grad(expected, (q, k, v), g)
+    monkeypatch.setattr(importlib.import_module("attnlab.core.attend"), "FUSED", False)
+    out = banded_attention(q, k, v, 5, causal=True, block=4)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-13)
+    for a, r in zip(torch.autograd.grad(out, (q, k, v), g), want):
+        torch.testing.assert_close(a, r, rtol=0, atol=1e-12)
 
 
 def test_bfloat16_stays_close_to_float32():
     q, k, v = (t.detach().float() for t in inputs(1, 2, 300, 16))
-    ref = banded_flash_attention(q, k, v, 20)
-    low = banded_flash_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 20)
+    ref = banded_attention(q, k, v, 20)
+    low = banded_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 20)
     assert low.dtype == torch.bfloat16
     assert (low.float() - ref).abs().max() < 3e-2
 
 
-def test_default_block():
-    assert [default_block(w) for w in (0, 1, 32, 33, 64, 127, 128, 256, 4096)] == [8, 8, 8, 16, 16, 32, 32, 32, 32]
+def test_the_window_map_keeps_the_tiles_around_the_diagonal():
+    """A window of w over tiles of b: each interior tile row keeps 2 ceil(w / b) + 1 key tiles:
+    w = 20, b = 8: offsets within 20 of every query of the tile only for the 3 middle tiles (the
+    tiles two away reach offsets 9..23), so 2 partial tiles at each end."""
+    bm = masks.block_map(masks.window(20), 640, block_size=8)
+    assert bm.index.shape[-1] == 2 * 3 + 1 and int(bm.count[0, 0, 10]) == 7
+    assert bm.index[0, 0, 10].tolist() == list(range(7, 14))
+    assert bm.state[0, 0, 10].tolist() == [masks.PARTIAL] * 2 + [masks.FULL] * 3 + [masks.PARTIAL] * 2
 
 
 def test_mismatched_lengths_are_refused():
     q, k, v = inputs(1, 1, 5, 4)
     with pytest.raises(ValueError, match="as many keys as queries"):
-        banded_flash_attention(q, k[:, :, :4], v[:, :, :4], 2)
+        banded_attention(q, k[:, :, :4], v[:, :, :4], 2)
 
 
 def test_training_memory_is_linear_not_quadratic():
@@ -110,7 +120,7 @@ def test_training_memory_is_linear_not_quadratic():
         q, k, v = (t.detach().float().requires_grad_(True) for t in inputs(1, 1, n, 16))
 
         def run():
-            banded_flash_attention(q, k, v, 64).sum().backward()
+            banded_attention(q, k, v, 64).sum().backward()
 
         return peak_bytes(run)
 

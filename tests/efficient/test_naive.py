@@ -22,7 +22,7 @@ def pair(**options):
 def test_naive_equals_dense_with_gradients_masks_and_weights(options):
     dense, naive = pair(**options)
     n = 11
-    mask = masks.and_masks(masks.padding(torch.tensor([n, 6]), n), masks.causal(n))
+    mask = masks.and_masks(masks.padding(torch.tensor([n, 6])).dense(n, n), masks.causal().dense(n))
     x = torch.randn(2, n, E, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     outs = []
     for m in (dense, naive):
@@ -58,5 +58,5 @@ def test_an_encoder_with_dense_naive_equals_dense_causal_and_with_score_options(
         naive = Encoder(E, H, 2, attention="dense_naive", **options).double().eval()
         naive.load_state_dict(dense.state_dict())
         x = torch.randn(2, 9, E, dtype=torch.float64)
-        pad = masks.padding(torch.tensor([9, 5]), 9)
+        pad = masks.padding(torch.tensor([9, 5])).dense(9, 9)
         torch.testing.assert_close(naive(x, mask=pad).output, dense(x, mask=pad).output, rtol=1e-12, atol=1e-12)

@@ -20,6 +20,8 @@ from tests.helpers import assert_close_rel
 
 E, H = 16, 4
 VARIANTS = [n for n in efficient.names() if n not in ("dense", "dense_naive")]  # the efficient ones
+PATTERNS = ["bigbird", "local", "longformer"]  # exact attention under a sparse pattern
+APPROXIMATIONS = [n for n in VARIANTS if n not in PATTERNS]
 
 
 def dense_layer():
@@ -71,7 +73,7 @@ def test_exact_limits_equal_dense_attention_with_gradients(name, padded):
     if weights:
         m.load_state_dict({**m.state_dict(), **weights})
     x = torch.randn(3, n, E, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    mask = masks.padding(torch.tensor([n, 11, 1]), n) if padded else None
+    mask = masks.padding(torch.tensor([n, 11, 1])).dense(n, n) if padded else None
     out, g = grads(m, x, mask)
     ref, g_ref = grads(dense, x, mask)
     assert_close_rel(out, ref, 1e-10, f"{name} output")
@@ -93,13 +95,13 @@ def test_reformer_with_one_bucket_and_one_chunk_is_dense_shared_qk_attention(cau
     v = m.v_proj(x).view(2, n, H, E // H).transpose(1, 2)
     # the textbook steps of the paper: keys = normalised queries, self only as a last resort
     scores = q @ F.normalize(q, dim=-1).transpose(-2, -1) / math.sqrt(E // H)
-    allowed = masks.padding(lengths, n).expand(2, H, n, n)
+    allowed = masks.padding(lengths).dense(n, n).expand(2, H, n, n)
     if causal:
-        allowed = allowed & masks.causal(n)
+        allowed = allowed & masks.causal().dense(n)
     scores = torch.where(torch.eye(n, dtype=torch.bool) & allowed, torch.full_like(scores, SELF_LOGIT), scores)
     w = torch.nan_to_num(scores.masked_fill(~allowed, float("-inf")).softmax(-1))
     ref = m.out_proj((w @ v).transpose(1, 2).reshape(2, n, E))
-    assert_close_rel(m(x, mask=masks.padding(lengths, n)).output, ref, 1e-12, "reformer")
+    assert_close_rel(m(x, mask=masks.padding(lengths).dense(n, n)).output, ref, 1e-12, "reformer")
 
 
 def test_reformer_error_shrinks_with_more_hash_rounds():
@@ -124,11 +126,11 @@ def test_sparse_patterns_equal_dense_attention_under_the_same_mask(name, causal)
         opts["random_blocks"] = 2
     m = like(dense, name, causal=causal, **opts)
     n = 37
-    pattern = m.pattern(n) if name != "local" else masks.window(n, 3, causal=causal)
+    pattern = m.pattern(n) if name != "local" else masks.window(3, causal=causal).dense(n)
     if name == "bigbird":  # the random blocks do add pairs beyond window and globals
         assert pattern.sum() > like(dense, "longformer", causal=causal, window=3, block=4, global_tokens=[0, 9, 30]).pattern(n).sum()
     x = torch.randn(2, n, E, dtype=torch.float64)
-    pad = masks.padding(torch.tensor([n, 20]), n)
+    pad = masks.padding(torch.tensor([n, 20])).dense(n, n)
     out, g = grads(m, x, pad)
     ref, g_ref = grads(dense, x, masks.and_masks(pattern, pad))
     assert_close_rel(out, ref, 1e-10, name)
@@ -238,19 +240,19 @@ def test_padding_with_nan_does_not_leak(name):
         m.seed = 0
     x = torch.randn(2, 20, E, dtype=torch.float64)
     x[1, 12:] = float("nan")
-    out = m(x, mask=masks.padding(torch.tensor([20, 12]), 20)).output
+    out = m(x, mask=masks.padding(torch.tensor([20, 12])).dense(20, 20)).output
     assert torch.isfinite(out[:, :12]).all() and torch.isfinite(out[0]).all()
     empty = m(x[:, :0]).output
     assert empty.shape == (2, 0, E)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", APPROXIMATIONS)
 def test_what_a_variant_cannot_do_raises(name):
     opts = {"max_len": 32} if name == "linformer" else {}
     m = efficient.create(name, embed_dim=E, num_heads=H, **opts)
     x = torch.randn(1, 10, E)
     with pytest.raises(ValueError, match="key-padding masks only.*causal=True"):
-        m(x, mask=masks.causal(10))
+        m(x, mask=masks.causal().dense(10))
     with pytest.raises(ValueError, match="never builds the N x M weights"):
         m(x, return_weights=True)
     with pytest.raises(ValueError, match="cannot add a score bias"):
@@ -262,6 +264,28 @@ def test_what_a_variant_cannot_do_raises(name):
             efficient.create(name, embed_dim=E, num_heads=H, causal=True, **opts)
     else:
         efficient.create(name, embed_dim=E, num_heads=H, causal=True, **opts)(x)
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_a_sparse_pattern_is_exact_attention_under_any_mask_bias_and_encoding(name):
+    """What the approximations refuse, the patterns do: they are dense attention restricted to
+    their pattern (block-sparse), so a causal mask, a score bias, a bias encoding and the weights
+    all work, and equal the dense layer under pattern & mask."""
+    opts = {"window": 3, "block": 4} | ({} if name == "local" else {"global_tokens": [0, 9]})
+    n = 21
+    x = torch.randn(2, n, E, dtype=torch.float64)
+    bias = torch.randn(1, H, n, n, dtype=torch.float64)
+    for pe in (None, "alibi"):
+        torch.manual_seed(0)
+        dense = efficient.create("dense", embed_dim=E, num_heads=H, positional=pe).double()
+        m = efficient.create(name, embed_dim=E, num_heads=H, positional=pe, **opts).double()
+        m.load_state_dict(dense.state_dict())
+        allowed = m.pattern(n) & masks.causal().dense(n)
+        got = m(x, mask=masks.causal(), bias=bias, return_weights=True)
+        want = dense(x, mask=allowed, bias=bias, return_weights=True)
+        assert_close_rel(got.output, want.output, 1e-10, f"{name} {pe} output")
+        assert_close_rel(got.weights, want.weights, 1e-10, f"{name} {pe} weights")
+        assert bool((got.weights[:, :, ~allowed] == 0).all())  # nothing outside the pattern
 
 
 def test_variant_specific_errors():

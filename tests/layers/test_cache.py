@@ -43,7 +43,7 @@ def test_dense_cache_equals_full_for_every_encoding(pe, data):
     x, real = data
     torch.manual_seed(1)
     layer = MultiHeadAttention(E, H, positional=pe, max_len=64)
-    assert_cached_equals_full(layer, x, real, masks.causal(N) & real[:, None, None, :])
+    assert_cached_equals_full(layer, x, real, masks.causal().dense(N) & real[:, None, None, :])
 
 
 @pytest.mark.parametrize("kw", [{"num_kv_heads": 2, "positional": "rope"}, {"num_kv_heads": 1, "positional": "alibi"},
@@ -51,7 +51,7 @@ def test_dense_cache_equals_full_for_every_encoding(pe, data):
 def test_dense_cache_other_layers(kw, data):
     x, real = data
     torch.manual_seed(2)
-    assert_cached_equals_full(MultiHeadAttention(E, H, **kw), x, real, masks.causal(N) & real[:, None, None, :])
+    assert_cached_equals_full(MultiHeadAttention(E, H, **kw), x, real, masks.causal().dense(N) & real[:, None, None, :])
 
 
 VARIANTS = [("dense_naive", {}), ("local", {"window": 5}), ("longformer", {"window": 4, "global_tokens": 2}),
@@ -65,7 +65,7 @@ def test_variant_cache_equals_causal_layer(name, opts, pe, data):
     torch.manual_seed(3)
     causal = {} if name == "dense_naive" else {"causal": True}
     layer = efficient.create(name, embed_dim=E, num_heads=H, positional=pe, max_len=64, **causal, **opts)
-    full_mask = masks.causal(N) & real[:, None, None, :] if name == "dense_naive" else real[:, None, None, :]
+    full_mask = masks.causal().dense(N) & real[:, None, None, :] if name == "dense_naive" else real[:, None, None, :]
     assert_cached_equals_full(layer, x, real, full_mask)
 
 
@@ -137,8 +137,8 @@ def test_streaming_positions_are_cache_slots():
         # by hand: keys = token 0 (slot 0) and tokens 26..29 (slots 1..4); the query at slot 4
         keep = torch.tensor([0, 26, 27, 28, 29])
         q, k, v, _ = layer.project(x[:, 29:30], x[:, keep], positions=torch.tensor([4]), key_positions=torch.arange(5))
-        bias = layer.positional.score_bias(torch.tensor([4]), torch.arange(5))
-        ref = layer.merge_heads(layer.attend_heads(q, k, v, bias=bias).output)
+        bias = layer.positional.score_mod(torch.tensor([4]), torch.arange(5))
+        ref = layer.merge_heads(layer.attend_heads(q, k, v, score_mod=bias).output)
     assert (out - ref).abs().max() < 1e-12
     assert sorted(cache.slot_pos.tolist()) == [0, 26, 27, 28, 29]
 
@@ -168,7 +168,7 @@ def test_cache_errors():
     with pytest.raises(ValueError, match="query only"):
         layer(x, x, cache=layer.new_cache())
     with pytest.raises(ValueError, match="key padding"):
-        layer(x, cache=layer.new_cache(), mask=masks.causal(3))
+        layer(x, cache=layer.new_cache(), mask=masks.causal().dense(3))
     with pytest.raises(ValueError, match="needs the key"):
         layer(x, cache=layer.new_cross_cache())
     with pytest.raises(TypeError, match="new_cache"):

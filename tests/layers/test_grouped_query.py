@@ -57,7 +57,7 @@ def test_grouped_heads_equal_explicitly_repeated_keys_and_values(g, options):
     if options.get("positional") in ("rope", "alibi"):
         full.positional = m.positional
     x = torch.randn(2, 9, E, dtype=torch.float64, requires_grad=True)
-    mask = masks.and_masks(masks.padding([9, 6], 9), masks.causal(9))
+    mask = masks.and_masks(masks.padding([9, 6]).dense(9, 9), masks.causal().dense(9))
     for kwargs in ({}, {"mask": mask}):
         out, ref = m(x, **kwargs), full(x, **kwargs)
         assert (out.output - ref.output).abs().max() < 1e-10
@@ -72,7 +72,7 @@ def test_attend_takes_grouped_keys_on_the_fused_and_the_chunked_path():
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(2, 6, 5, 8, generator=gen, dtype=torch.float64)
     k, v = (torch.randn(2, 2, 7, 8, generator=gen, dtype=torch.float64) for _ in range(2))
-    mask = masks.padding([7, 4], 7)
+    mask = masks.padding([7, 4]).dense(7, 7)
     for backend in ("auto", "chunked"):
         out = attend(q, k, v, mask=mask, backend=backend).output
         ref = attend(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), mask=mask, backend=backend).output

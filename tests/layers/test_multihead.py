@@ -35,11 +35,11 @@ def test_from_torch_reproduces_outputs_and_per_head_weights(kw, case):
     lengths = torch.tensor([7, 4, 1])
     torch_kw, our_mask = {}, None
     if "padding" in case:
-        torch_kw["key_padding_mask"] = ~masks.padding(lengths, n)[:, 0, 0]  # torch: True = ignore
-        our_mask = masks.padding(lengths, n)
+        torch_kw["key_padding_mask"] = ~masks.padding(lengths).dense(n, n)[:, 0, 0]  # torch: True = ignore
+        our_mask = masks.padding(lengths).dense(n, n)
     if "causal" in case:
-        torch_kw["attn_mask"] = ~masks.causal(n)  # torch: True = not allowed
-        our_mask = masks.and_masks(our_mask, masks.causal(n))
+        torch_kw["attn_mask"] = ~masks.causal().dense(n)  # torch: True = not allowed
+        our_mask = masks.and_masks(our_mask, masks.causal().dense(n))
     with torch.no_grad():
         want, want_w = m(x, key, value, need_weights=True, average_attn_weights=False, **torch_kw)
         got = ours(x, key, value, mask=our_mask, return_weights=True)
@@ -87,7 +87,7 @@ def test_both_head_modes_equal_the_reference(head_mode, score, normalize):
     torch.manual_seed(3)
     mha = MultiHeadAttention(E, H, score=score, normalize=normalize, head_mode=head_mode)
     x = torch.randn(2, 5, E)
-    mask = masks.padding([5, 3], 5)
+    mask = masks.padding([5, 3]).dense(5, 5)
     q, k, v = head_inputs(mha, x)
     ref, ref_w = reference_attention(q, k, v, score=mha.score, normalize=normalize, mask=mask)
     concat = ref.transpose(1, 2).reshape(2, 5, E)
@@ -152,7 +152,7 @@ def test_silence_padding_zeroes_only_non_finite_entries_of_hidden_rows():
 
     x = torch.randn(2, 5, 3, dtype=torch.float64)
     x[1, 3, 0], x[1, 4, 2], x[0, 1, 1] = float("nan"), float("inf"), float("nan")  # row (0, 1) is a real position
-    pad = masks.padding(torch.tensor([5, 3]), 5)
+    pad = masks.padding(torch.tensor([5, 3])).dense(5, 5)
     q, k, v = silence_padding(x, None, None, pad)
     assert k is None and v is None
     want = x.clone()
@@ -162,12 +162,12 @@ def test_silence_padding_zeroes_only_non_finite_entries_of_hidden_rows():
     finite = torch.randn(2, 5, 3)
     assert torch.equal(silence_padding(finite, None, None, pad)[0], finite)  # finite inputs: bit for bit
     # causal + padding as one (B, 1, N, N) mask: the padded positions are hidden columns too
-    both = masks.and_masks(masks.causal(5), pad)
+    both = masks.and_masks(masks.causal().dense(5), pad)
     assert torch.equal(silence_padding(x, None, None, both)[0][1], want[1])
     # cross-attention: key and value rows are cleaned, the queries (no padding information) are not
     query = torch.full((2, 2, 3), float("nan"), dtype=torch.float64)
     q2, k2, v2 = silence_padding(query, x, x.clone(), pad)
     assert q2 is query and torch.equal(k2[1], want[1]) and torch.equal(v2[1], want[1])
     # nothing to do: no mask, a float mask, nothing hidden, or a mask of the wrong width (project names that error)
-    for mask in (None, pad.double(), masks.causal(5), masks.padding(torch.tensor([4, 3]), 4)):
+    for mask in (None, pad.double(), masks.causal().dense(5), masks.padding(torch.tensor([4, 3])).dense(4, 4)):
         assert silence_padding(x, None, None, mask)[0] is x

@@ -42,7 +42,7 @@ def test_encoder_equals_torch_transformer_encoder(norm_first, activation, masked
     ours = Encoder(16, 4, 3, ff_dim=24, norm_first=norm_first, activation=activation).double().eval()
     copy_into(ours, theirs)
     x = torch.randn(2, 9, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    mask = masks.causal(9) if masked else None
+    mask = masks.causal().dense(9) if masked else None
     expect = theirs(x, mask=None if mask is None else ~mask)  # torch: True = not allowed
     assert_close_rel(ours(x, mask=mask).output, expect, 1e-12, "encoder output")
 

@@ -72,7 +72,7 @@ def test_encoder_with_an_efficient_variant_in_its_exact_limit_equals_dense():
     local = Encoder(16, 4, 2, attention="local", attention_options={"window": 64}).double()
     local.load_state_dict(dense.state_dict())
     x = torch.randn(2, 11, 16, dtype=torch.float64)
-    pad = masks.padding(torch.tensor([11, 7]), 11)
+    pad = masks.padding(torch.tensor([11, 7])).dense(11, 11)
     out_d, out_l = dense(x, mask=pad).output, local(x, mask=pad).output
     torch.testing.assert_close(out_l[0], out_d[0], rtol=0, atol=1e-12)
     torch.testing.assert_close(out_l[1, :7], out_d[1, :7], rtol=0, atol=1e-12)
@@ -82,7 +82,7 @@ def test_causal_encoder_equals_dense_with_a_causal_mask_for_both_kinds():
     torch.manual_seed(0)
     ref = Encoder(16, 4, 1).double()
     x = torch.randn(1, 9, 16, dtype=torch.float64)
-    expected = ref(x, mask=masks.causal(9)).output
+    expected = ref(x, mask=masks.causal().dense(9)).output
     for opts in ({}, {"attention": "local", "attention_options": {"window": 64}}):
         enc = Encoder(16, 4, 1, causal=True, **opts).double()
         enc.load_state_dict(ref.state_dict())

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab import BlockBias, MultiHeadAttention, attend, masks, positional as P, reference_attention
+from attnlab import MultiHeadAttention, attend, masks, positional as P, reference_attention
 from attnlab.models import Encoder
 from attnlab.positional import sinusoidal_table
 from tests.helpers import assert_close_rel
@@ -18,18 +18,18 @@ def rel_bias(h=3, **kw):
     return pe
 
 
-@pytest.mark.parametrize("backend,normalize", [("sdpa", "softmax"), ("chunked", "softmax"), ("chunked", "relu")])
-def test_block_bias_equals_the_reference_with_gradients(backend, normalize):
+@pytest.mark.parametrize("backend,normalize", [("auto", "softmax"), ("chunked", "softmax"), ("chunked", "relu")])
+def test_bias_score_function_equals_the_reference_with_gradients(backend, normalize):
     g = torch.Generator().manual_seed(0)
     b, h, n, m, d = 2, 3, 9, 9, 4
     q, k, v = (torch.randn(b, h, x, d, generator=g, dtype=torch.float64, requires_grad=True) for x in (n, m, m))
     pe = rel_bias(h, mode="clip", max_distance=3).double()
     pos = torch.arange(n)
-    mask = masks.causal(n)
-    out = attend(q, k, v, normalize=normalize, mask=mask, bias=pe.score_bias(pos, pos), backend=backend, block_size=2).output
+    mask = masks.causal().dense(n)
+    out = attend(q, k, v, normalize=normalize, mask=mask, score_mod=pe.score_mod(pos, pos), backend=backend, block_size=2).output
     grads = torch.autograd.grad(out.square().sum(), [q, k, v, pe.weight])
     pe.weight.grad = None
-    table = pe.score_bias(pos, pos).materialize()  # (H, N, M), with autograd to the weight
+    table = pe.bias_from_offsets(pos[None, :] - pos[:, None])  # (H, N, M), with autograd to the weight
     ref, _ = reference_attention(q, k, v, normalize=normalize, mask=mask, bias=table)
     ref_grads = torch.autograd.grad(ref.square().sum(), [q, k, v, pe.weight])
     assert_close_rel(out, ref, 1e-12, "output")
@@ -38,33 +38,40 @@ def test_block_bias_equals_the_reference_with_gradients(backend, normalize):
     assert grads[3].abs().sum() > 0
 
 
-def test_chunked_path_never_materialises_the_block_bias():
+def test_block_sparse_path_never_materialises_the_bias():
+    """The score function is called on one chunk of tiles at a time, never on all N x M scores."""
     calls = []
     pe = P.create("alibi", num_heads=2)
-    pos = torch.arange(12)
-    inner = pe.score_bias(pos, pos)
-    spy = BlockBias(12, 12, lambda a, b: calls.append((a, b)) or inner.rows(a, b))
-    q = torch.randn(1, 2, 12, 4)
-    out = attend(q, q, q, normalize="relu", bias=spy, block_size=5).output
-    assert calls == [(0, 5), (5, 10), (10, 12)]
-    ref = attend(q, q, q, normalize="relu", bias=inner.materialize()).output
+    pos = torch.arange(400)
+    inner = pe.score_mod(pos, pos)
+
+    def spy(score, b, h, q_idx, kv_idx):
+        calls.append(score.numel())
+        return inner(score, b, h, q_idx, kv_idx)
+
+    q = torch.randn(1, 2, 400, 4)
+    out = attend(q, q, q, normalize="relu", score_mod=spy, mask=masks.window(3), block_size=4).output
+    assert calls and sum(calls) < 400 * 400 * 2 / 20  # the window's tiles only, never all 400 x 400 pairs
+    ref = attend(q, q, q, normalize="relu", bias=pe.table(400)[None], mask=masks.window(3).dense(400)).output
     assert torch.allclose(out, ref, atol=1e-6)
 
 
-def test_block_bias_plus_tensor_and_shape_errors():
+def test_score_functions_compose_with_a_bias_tensor_and_bad_ones_are_refused():
+    from attnlab import score_mods
+
     pe = P.create("alibi", num_heads=2)
-    pos = torch.arange(4)
-    extra = torch.randn(1, 2, 4, 4, requires_grad=True)
-    total = pe.score_bias(pos, pos) + extra
-    assert torch.allclose(total.materialize(), pe.table(4) + extra)
-    assert extra in total.params
-    q = torch.randn(1, 2, 5, 4)
-    with pytest.raises(ValueError, match="BlockBias for 4 queries x 4 keys.*N=5, M=5"):
-        attend(q, q, q, bias=total)
-    with pytest.raises(ValueError, match="cannot add a 5 x 5 BlockBias to a 4 x 4 one"):
-        total + pe.score_bias(torch.arange(5), torch.arange(5))
-    both = total + pe.score_bias(pos, pos)
-    assert torch.allclose(both.materialize(), 2 * pe.table(4) + extra)
+    pos = torch.arange(6)
+    extra = torch.randn(1, 2, 6, 6, dtype=torch.float64)
+    q = torch.randn(1, 2, 6, 4, dtype=torch.float64)
+    capped = score_mods.compose(pe.score_mod(pos, pos), score_mods.softcap(2.0))
+    out = attend(q, q, q, score_mod=capped, bias=extra, backend="chunked").output
+    scores = (q @ q.transpose(-1, -2)) / 2 + extra
+    want = torch.softmax(2.0 * torch.tanh((scores + pe.table(6).double()) / 2.0), -1) @ q
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="score_mod must be a callable"):
+        attend(q, q, q, score_mod=3)
+    with pytest.raises(ValueError, match="cap must be a number > 0"):
+        score_mods.softcap(0)
 
 
 def make_mha(name, e=16, h=4, **kw):
@@ -120,10 +127,10 @@ def test_decoding_the_last_queries_matches_full_causal_attention(name):
     """Queries fewer than keys sit at the last positions, as the masks align them."""
     mha = make_mha(name)
     x = torch.randn(2, 9, 16, dtype=torch.float64)
-    full = mha(x, mask=masks.causal(9)).output
-    last = mha(x[:, -3:], x, x, mask=masks.causal(3, 9)).output
+    full = mha(x, mask=masks.causal().dense(9)).output
+    last = mha(x[:, -3:], x, x, mask=masks.causal().dense(3, 9)).output
     assert torch.allclose(last, full[:, -3:], atol=1e-12)
-    explicit = mha(x[:, -3:], x, x, mask=masks.causal(3, 9), positions=torch.tensor([6, 7, 8])).output
+    explicit = mha(x[:, -3:], x, x, mask=masks.causal().dense(3, 9), positions=torch.tensor([6, 7, 8])).output
     assert torch.allclose(explicit, last, atol=1e-12)
 
 
@@ -147,7 +154,7 @@ def test_gradients_reach_the_encoding_parameters_through_the_encoder(name):
     torch.manual_seed(0)
     enc = Encoder(16, 4, 2, positional=name, max_len=32)
     x = torch.randn(2, 10, 16)
-    enc(x, mask=masks.causal(10)).output.square().mean().backward()
+    enc(x, mask=masks.causal().dense(10)).output.square().mean().backward()
     for pname, p in enc.positional.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, f"{name}.{pname} got no gradient"
 
@@ -200,7 +207,7 @@ def test_padding_keeps_nan_out_and_positions_of_valid_rows_unchanged(name):
     def check(n, data):
         lengths = data.draw(st.lists(st.integers(1, n), min_size=2, max_size=2))
         x = torch.randn(2, n, 16, dtype=torch.float64)
-        mask = masks.padding(torch.tensor(lengths), n)
+        mask = masks.padding(torch.tensor(lengths)).dense(n, n)
         poisoned = x.clone()
         for b, length in enumerate(lengths):
             poisoned[b, length:] = float("nan")

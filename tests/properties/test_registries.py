@@ -61,13 +61,13 @@ def attention_problems(draw):
         mask[torch.rand(n, generator=g) > 0.5] = False
     elif kind == "padding":
         lengths = torch.tensor(draw(st.lists(st.integers(0, m), min_size=b, max_size=b)))
-        mask = masks.padding(lengths, m)
+        mask = masks.padding(lengths).dense(m, m)
         padded = ~mask.expand(b, h, 1, m)[:, :, 0, :, None]  # (B, H, M, 1): keys no query may see
         k, v = k.masked_fill(padded, float("nan")), v.masked_fill(padded, float("nan"))
     elif kind == "causal":
-        mask = masks.causal(n, m)
+        mask = masks.causal().dense(n, m)
     elif kind == "window":
-        mask = masks.window(n, draw(st.integers(0, 3)), m, causal=draw(st.booleans()))
+        mask = masks.window(draw(st.integers(0, 3)), causal=draw(st.booleans())).dense(n, m)
     name = draw(st.sampled_from(scores.names()))
     score = name
     if name in ("additive", "bilinear"):
@@ -148,7 +148,7 @@ def padded_batches(draw):
     x = torch.randn(len(lengths), pad_to, E, dtype=torch.float64, generator=g)
     for row, length in enumerate(lengths):
         x[row, length:] = float("nan")
-    return x, lengths, masks.padding(torch.tensor(lengths), pad_to)
+    return x, lengths, masks.padding(torch.tensor(lengths)).dense(pad_to, pad_to)
 
 
 def _batch_invariance(layer, x, lengths, mask, exact: bool):
@@ -223,7 +223,7 @@ def test_every_variant_in_its_exact_limit_equals_dense_attention(name, n, data):
     layer.load_state_dict({**dense.state_dict(), **weights}, strict=False)
     lengths = data.draw(st.lists(st.integers(1, n), min_size=1, max_size=2))
     x = torch.randn(len(lengths), n, E, dtype=torch.float64, generator=torch.Generator().manual_seed(data.draw(st.integers(0, 999))))
-    mask = masks.padding(torch.tensor(lengths), n)
+    mask = masks.padding(torch.tensor(lengths)).dense(n, n)
     results = []
     for module in (layer, dense):
         xi = x.clone().requires_grad_(True)

@@ -12,13 +12,15 @@ Dv    width of one head's values
 E     model width (embed_dim) = H x D in the split head form
 ====  =========================================================
 
-A mask is a bool tensor broadcastable to ``(B, H, N, M)`` with True = this query may attend
-to this key (see :mod:`attnlab.core.masks`).
+A mask is a function of positions, ``mask(b, h, q_idx, kv_idx) -> bool`` with True = this query
+may attend to this key (FlexAttention's ``mask_mod``; :mod:`attnlab.core.masks`), or a bool
+tensor broadcastable to ``(B, H, N, M)``; attention computes only the tiles it allows
+(:mod:`attnlab.core.blockmap`, :mod:`attnlab.core.sparse`).
 """
 
-from . import masks, normalize, scores
+from . import masks, normalize, score_mods, scores
 from .attend import AttentionResult, attend, plan
-from .bias import BlockBias
+from .blockmap import BlockMap, block_map
 from .graph import EdgeAttentionResult, edge_attention
 from .normalize import relu, sigmoid, softmax
 from .reference import reference_attention
@@ -39,7 +41,9 @@ __all__ = [
     "attend",
     "plan",
     "AttentionResult",
-    "BlockBias",
+    "BlockMap",
+    "block_map",
+    "score_mods",
     "edge_attention",
     "EdgeAttentionResult",
     "reference_attention",

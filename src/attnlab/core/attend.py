@@ -1,13 +1,14 @@
-"""``attend(q, k, v)``: the attention core — validation, then dispatch to one of two backends.
+"""``attend(q, k, v)``: the attention core — validation, then one of two backends.
 
 * ``"sdpa"``: softmax over a dot-product score (dot, scaled dot, cosine, bilinear — all are a
-  scaled dot product after :meth:`Score.prepare`) with no weights requested goes to
-  :func:`torch.nn.functional.scaled_dot_product_attention`, PyTorch's fused kernel, which never
-  builds the N x M matrix.
-* ``"chunked"``: every other combination processes the queries in blocks of ``block_size``
-  rows, so the forward pass holds O(block x M) scores, not O(N x M); its backward pass
-  recomputes one block at a time (as FlashAttention does), so training holds O(block x M) too. Only ``return_weights=True`` materialises the full ``(B, H, N, M)`` weights, because the
-  caller asked for them.
+  scaled dot product after :meth:`Score.prepare`) with no weights requested, and no mask, the
+  causal mask or a dense bool tensor, goes to :func:`torch.nn.functional.scaled_dot_product_attention`,
+  PyTorch's fused kernel (a dense tensor mask costs every pair: the caller built it).
+* ``"chunked"``: everything else — a mask function, a block map, any score, normaliser or score
+  function — runs block-sparse (:mod:`attnlab.core.sparse`): the mask becomes a block map
+  (:mod:`attnlab.core.blockmap`) and only the tiles it allows are computed, forward and
+  backward, holding O(tile) scores at a time. Only ``return_weights=True`` materialises the
+  full ``(B, H, N, M)`` weights, because the caller asked for them.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import optional_int, probability
-from .bias import BlockBias
+from .blockmap import BlockMap, block_map, resolve_block
+from .maskfn import Mask, as_mask, broadcast_shape
 from .normalize import resolve_normalizer, softmax
 from .scores import Score, resolve_score
+from .sparse import FUSED, SparseSetup, sparse_attention, sparse_weights
 
 __all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "plan"]
 
-DEFAULT_BLOCK_ELEMENTS = 1 << 22
-"""Elements of the score block (B x H x block x M x pair_cost) the chunked path aims for: 16 MiB in fp32."""
+DEFAULT_BLOCK_ELEMENTS = 1 << 20
+"""Score elements (B x H x rows x keys x pair_cost) one chunk of the block-sparse path aims for: 4 MiB in fp32
+(the chunk's key gradients are of the same order, so this also bounds the backward pass's temporaries)."""
 
 Backend = Literal["auto", "sdpa", "chunked"]
 
@@ -52,13 +56,18 @@ def _describe(x) -> str:
 
 
 def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) -> None:
-    """Raise unless ``t`` is a valid ``mask`` (bool) or ``bias`` (float tensor or BlockBias) for
-    scores of shape ``target`` = (B, H, N, M) on ``device``."""
+    """Raise unless ``t`` is a valid ``mask`` (a bool tensor, a mask function or a block map) or
+    ``bias`` (a float tensor) for scores of shape ``target`` = (B, H, N, M) on ``device``."""
     b, h, n, m = target
-    if name == "bias" and isinstance(t, BlockBias):
-        if (t.n, t.m) != (n, m):
-            raise ValueError(f"bias is a BlockBias for {t.n} queries x {t.m} keys, but q, k give N={n}, M={m}")
+    if name == "mask" and isinstance(t, BlockMap):
+        t.check(b, h, n, m, device)
         return
+    if name == "mask" and not isinstance(t, torch.Tensor):
+        if isinstance(t, Mask) or (callable(t) and not isinstance(t, type)):
+            if isinstance(t, Mask) and t.batch is not None and t.batch not in (1, b):
+                raise ValueError(f"the mask is defined for {t.batch} batch rows, the batch has {b}")
+            return
+        raise TypeError(f"mask must be a torch.Tensor broadcastable to (B, H, N, M), a mask function or a block map, got {_describe(t)}")
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
     if name == "mask" and t.dtype != torch.bool:
@@ -69,8 +78,8 @@ def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) 
     if name == "bias" and not t.is_floating_point():
         raise TypeError(f"bias must be a floating-point tensor (added to the scores), got dtype {t.dtype}")
     try:
-        ok = t.dim() <= 4 and torch.broadcast_shapes(t.shape, target) == target
-    except RuntimeError:
+        ok = t.dim() <= 4 and broadcast_shape(t.shape, target) == target
+    except ValueError:
         ok = False
     if not ok:
         raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, N, M) = {target}")
@@ -108,7 +117,7 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
 
 
 def plan(score="scaled_dot", normalize="softmax", *, head_dim: int, return_weights: bool = False) -> str:
-    """The backend ``attend`` picks under ``backend="auto"``: ``"sdpa"`` or ``"chunked"``."""
+    """The backend ``attend`` picks under ``backend="auto"`` with no mask: ``"sdpa"`` or ``"chunked"``."""
     s = resolve_score(score)
     return "sdpa" if _sdpa_scale(s, resolve_normalizer(normalize), head_dim, return_weights) is not None else "chunked"
 
@@ -119,15 +128,6 @@ def _sdpa_scale(score: Score, norm: Callable, head_dim: int, return_weights: boo
     return score.dot_scale(head_dim)
 
 
-def _rows(t: torch.Tensor | BlockBias | None, start: int, stop: int) -> torch.Tensor | None:
-    """Rows ``start:stop`` of a mask or bias broadcastable to (B, H, N, M) (dim -2 may be 1)."""
-    if isinstance(t, BlockBias):
-        return t.rows(start, stop)
-    if t is None or t.dim() < 2 or t.shape[-2] == 1:
-        return t
-    return t[..., start:stop, :]
-
-
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -135,20 +135,22 @@ def attend(
     *,
     score: str | Score | Callable = "scaled_dot",
     normalize: str | Callable = "softmax",
-    mask: torch.Tensor | None = None,
-    bias: torch.Tensor | BlockBias | None = None,
+    mask=None,
+    score_mod: Callable | None = None,
+    bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
     backend: Backend = "auto",
-    block_size: int | None = None,
+    block_size=None,
 ) -> AttentionResult:
-    """Attention ``b_i = sum_j norm_j(score(q_i, k_j) + bias_ij) v_j`` over the allowed keys.
+    """Attention ``b_i = sum_j norm_j(mod(score(q_i, k_j)) + bias_ij) v_j`` over the allowed keys.
 
     The textbook steps (Vaswani et al. 2017, https://arxiv.org/abs/1706.03762, eq. 1 in its
-    scaled-dot/softmax form): scores ``alpha_ij = score(q_i, k_j)``, plus ``bias``; pairs the
-    mask forbids removed; ``alpha'_i. = norm(alpha_i.)``; output ``b_i = sum_j alpha'_ij v_j``.
-    A query with no allowed key gets a zero output and zero gradients; keys and values that no
-    query may see (padding) never reach the output, even if they hold NaN.
+    scaled-dot/softmax form): scores ``alpha_ij = score(q_i, k_j)``, plus ``bias``, through the
+    score function; pairs the mask forbids removed; ``alpha'_i. = norm(alpha_i.)``; output
+    ``b_i = sum_j alpha'_ij v_j``. A query with no allowed key gets a zero output and zero
+    gradients; keys and values that no query may see (padding) never reach the output, even if
+    they hold NaN. Only the tiles the mask allows are computed (module docstring).
 
     Args:
         q: ``(B, H, N, D)`` queries.
@@ -160,31 +162,47 @@ def attend(
             ``Bilinear``, ...) or a callable ``(q, k) -> (B, H, N, M)``.
         normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` (see :mod:`attnlab.core.normalize`)
             or a callable ``(scores, mask) -> weights``.
-        mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (see :mod:`attnlab.masks`).
-        bias: float, broadcastable to ``(B, H, N, M)``, added to the scores (ALiBi, relative
-            positions); or a :class:`attnlab.BlockBias`, which the chunked path asks for one
-            row block at a time and the SDPA path materialises.
+        mask: True = may attend. A mask function of :mod:`attnlab.masks` or any callable
+            ``(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's mask_mod; computed block-sparse),
+            a :class:`attnlab.core.blockmap.BlockMap` (built once, reused), or a bool tensor
+            broadcastable to ``(B, H, N, M)``. A mask that spans processes (a sharded sequence,
+            :class:`attnlab.distributed.ShardedMask`) computes the attention itself (ring attention).
+        score_mod: a score function ``(score, b, h, q_idx, kv_idx) -> score`` (FlexAttention's
+            score_mod; :mod:`attnlab.score_mods`: ALiBi, relative biases, soft-capping). Its
+            learnable tensors get gradients when it is an ``nn.Module`` or lists them in ``params``.
+        bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
         dropout_p: dropout on the weights (apply only in training; ``MultiHeadAttention`` does).
         return_weights: also return the ``(B, H, N, M)`` weights (this materialises them).
-        backend: ``"auto"`` (default), or force ``"sdpa"`` / ``"chunked"``.
-        block_size: query rows per block on the chunked path (default: about
-            :data:`DEFAULT_BLOCK_ELEMENTS` score elements per block).
+        backend: ``"auto"`` (default), or force ``"sdpa"`` (a mask function is made dense) /
+            ``"chunked"`` (block-sparse).
+        block_size: the tile of the block-sparse path, an int or ``(q_block, kv_block)`` (default
+            :data:`attnlab.core.blockmap.DEFAULT_BLOCK`; a block map keeps its own).
 
     Returns:
         :class:`AttentionResult` with ``output`` ``(B, H, N, Dv)`` and ``weights`` or None.
     """
+    sharded = getattr(mask, "sharded_attend", None)
+    if sharded is not None:  # keys live on other processes: the mask knows how to reach them
+        return sharded(q, k, v, score=score, normalize=normalize, score_mod=score_mod, bias=bias, dropout_p=dropout_p,
+                       return_weights=return_weights)
     b, h, n, m, dv = _validate(q, k, v, mask, bias, dropout_p)
     score_fn = resolve_score(score)
     norm_fn = resolve_normalizer(normalize)
-    if k.shape[1] not in (h, 0) and not _grouped_fused(score_fn, norm_fn, q.shape[-1], return_weights, mask, bias, backend):
+    if backend not in ("auto", "sdpa", "chunked"):
+        raise ValueError(f"backend must be 'auto', 'sdpa' or 'chunked', got {backend!r}")
+    if block_size is not None:
+        resolve_block(block_size)
+        if isinstance(mask, BlockMap) and resolve_block(block_size) != mask.block:
+            raise ValueError(f"block_size {block_size!r} differs from the block map's {mask.block}")
+    if score_mod is not None and not callable(score_mod):
+        raise TypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {_describe(score_mod)}")
+    fast = _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m)
+    if k.shape[1] not in (h, 0) and not (fast and _grouped_fused(score_fn, mask, bias)):
         r = h // k.shape[1]  # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
         k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
     check = getattr(score_fn, "check", None)
     if check is not None:
         check(q, k)
-    if backend not in ("auto", "sdpa", "chunked"):
-        raise ValueError(f"backend must be 'auto', 'sdpa' or 'chunked', got {backend!r}")
-    optional_int("block_size", block_size)
 
     if n == 0 or m == 0 or b * h == 0:
         weights = q.new_zeros(b, h, n, m)
@@ -192,34 +210,46 @@ def attend(
             v = v.repeat_interleave(h // v.shape[1], dim=1)
         return AttentionResult(weights @ v, weights if return_weights else None)
 
-    causal = _is_causal(mask)  # every key is seen by a later query: nothing to zero
-    if mask is not None and not causal:
-        # keys no query may see (padding): zero them so that NaN or inf there cannot leak
-        col_ok = mask.any(-2).unsqueeze(-1)  # (…, M, 1)
-        if not bool(col_ok.all()):
-            zero = torch.zeros((), dtype=v.dtype, device=v.device)
-            k, v = torch.where(col_ok, k, zero), torch.where(col_ok, v, zero)
-    qp, kp = score_fn.prepare(q, k)  # per-vector work, once: (B, H, N, D'), (B, H, M, D')
-
-    scale = _sdpa_scale(score_fn, norm_fn, qp.shape[-1], return_weights)
-    if backend == "sdpa" and scale is None:
+    if fast:
+        inner = mask.mask if isinstance(mask, BlockMap) else mask
+        if inner is None or isinstance(inner, torch.Tensor):
+            tensor_mask, causal = inner, _is_causal(inner)
+        else:
+            inner = as_mask(inner)
+            causal = bias is None and inner.is_causal(n, m)
+            tensor_mask = None if causal else inner.dense(n, m, batch=b, heads=h, device=q.device)
+        if tensor_mask is not None and not causal:
+            k, v = _zero_hidden(k, v, tensor_mask)
+        qp, kp = score_fn.prepare(q, k)
+        scale = score_fn.dot_scale(qp.shape[-1])
+        return AttentionResult(_sdpa(qp, kp, v, None if causal else tensor_mask, bias, dropout_p, scale, causal), None)
+    if backend == "sdpa":
         raise ValueError(
-            "backend='sdpa' needs softmax over a dot-product score (dot, scaled_dot, cosine, bilinear) "
+            "backend='sdpa' needs softmax over a dot-product score (dot, scaled_dot, cosine, bilinear), no score_mod "
             "and return_weights=False"
         )
-    if backend != "chunked" and scale is not None:
-        return AttentionResult(_sdpa(qp, kp, v, mask, bias, dropout_p, scale, causal), None)
-    return _chunked(qp, kp, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, block_size)
+    return _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, block_size)
 
 
-def _grouped_fused(score_fn, norm_fn, head_dim, return_weights, mask, bias, backend) -> bool:
+def _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m) -> bool:
+    """Whether PyTorch's fused kernel computes this call: softmax over a dot-product score, no
+    score function, and no mask, a dense tensor or the plain causal mask (or ``backend="sdpa"``)."""
+    if backend == "chunked" or score_mod is not None or _sdpa_scale(score_fn, norm_fn, 1, return_weights) is None:
+        return False
+    if backend == "sdpa" or mask is None or isinstance(mask, torch.Tensor):
+        return True
+    if bias is not None:
+        return False
+    inner = mask.mask if isinstance(mask, BlockMap) else mask
+    return isinstance(inner, Mask) and inner.is_causal(n, m)
+
+
+def _grouped_fused(score_fn, mask, bias) -> bool:
     """Whether grouped keys / values (G < H heads) go to PyTorch's fused kernel as they are
-    (``enable_gqa``): softmax over a plain scaled dot product, no bias, a mask without a head axis."""
-    if backend == "chunked" or bias is not None or type(score_fn).prepare is not Score.prepare:
+    (``enable_gqa``): a plain scaled dot product, no bias, a mask without a head axis."""
+    if bias is not None or type(score_fn).prepare is not Score.prepare:
         return False
-    if mask is not None and mask.dim() >= 3 and mask.shape[-3] != 1:
-        return False
-    return _sdpa_scale(score_fn, norm_fn, head_dim, return_weights) is not None
+    return not (isinstance(mask, torch.Tensor) and mask.dim() >= 3 and mask.shape[-3] != 1)
 
 
 def _is_causal(mask: torch.Tensor | None) -> bool:
@@ -231,10 +261,26 @@ def _is_causal(mask: torch.Tensor | None) -> bool:
     return torch.equal(mask.reshape(n, n), torch.ones(n, n, dtype=torch.bool, device=mask.device).tril())
 
 
+def _zero_hidden(k, v, hidden_or_mask: torch.Tensor, is_hidden: bool = False):
+    """k, v with the keys no query may see set to 0 (so NaN or inf there cannot leak); the same
+    tensors when there are none. ``hidden_or_mask``: a ``(B, H, N, M)``-broadcastable bool mask,
+    or (``is_hidden``) ``(B|1, M)`` flags of hidden keys."""
+    if is_hidden:
+        hidden = hidden_or_mask[:, None, :, None]  # (B|1, 1, M, 1)
+    else:
+        hidden = ~hidden_or_mask.any(-2).unsqueeze(-1)  # (…, M, 1)
+    if not bool(hidden.any()):
+        return k, v
+    zero = torch.zeros((), dtype=v.dtype, device=v.device)
+    return torch.where(hidden, zero, k), torch.where(hidden, zero, v)
+
+
 def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.Tensor:
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # grouped keys / values, on the fused kernel
     if bias is None and causal:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=True, **gqa)
+    if causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
     row_ok = None
     if mask is not None:
         row_ok = mask.any(-1, keepdim=True)  # (…, N, 1)
@@ -244,8 +290,6 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.
             # a row with no allowed key attends everywhere, then is zeroed: no NaN, zero gradients
             mask = mask | ~row_ok
     attn_mask = mask
-    if isinstance(bias, BlockBias):
-        bias = bias.materialize()
     if bias is not None:
         attn_mask = bias.to(q.dtype)
         if mask is not None:
@@ -256,125 +300,46 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.
     return out
 
 
-class _Blocks:
-    """What one chunked call needs besides its tensors: the score, normaliser, mask, dropout
-    seed and the block layout."""
-
-    def __init__(self, score_fn, norm_fn, mask, dropout_p, n, block_size, device):
-        self.score_fn, self.norm_fn, self.mask = score_fn, norm_fn, mask
-        self.dropout_p, self.device = dropout_p, device
-        self.block_bias: BlockBias | None = None  # a bias given rule-wise, asked for block by block
-        # one seed per call, drawn from torch's global generator (so torch.manual_seed rules);
-        # block i's dropout mask comes from seed + i, so the backward pass can replay it
-        self.seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
-        self.spans = [(a, min(a + block_size, n)) for a in range(0, n, block_size)]
-
-    def run(self, index, qb, k, v, bias_rows):
-        """Output ``(B, H, b, Dv)`` and weights ``(B, H, b, M)`` of block ``index`` (weights before dropout)."""
-        start, stop = self.spans[index]
-        s = self.score_fn.pairwise(qb, k)  # (B, H, b, M)
-        if bias_rows is not None:
-            s = s + bias_rows
-        w = self.norm_fn(s, _rows(self.mask, start, stop))
-        wd = w
-        if self.dropout_p > 0:
-            g = torch.Generator(device=self.device).manual_seed(self.seed + index)
-            keep = torch.rand(w.shape, generator=g, device=w.device) >= self.dropout_p
-            wd = w * keep / (1.0 - self.dropout_p)
-        return wd @ v, w
-
-
-class _ChunkedAttention(torch.autograd.Function):
-    """Query-blocked attention whose backward pass recomputes one block at a time.
-
-    Forward: each block's output is written into one preallocated ``(B, H, N, Dv)`` tensor and
-    nothing else is kept, so memory stays O(block x M). Backward: each block is recomputed
-    under autograd and its gradients accumulated in place into dq, dk, dv (and the bias and
-    score weights). Preallocating instead of keeping per-block autograd graphs also keeps the
-    process's heap from fragmenting over thousands of blocks.
-    """
-
-    @staticmethod
-    def forward(ctx, blocks: _Blocks, q, k, v, bias, *params):
-        b, h, n, _ = q.shape
-        out = torch.empty(b, h, n, v.shape[-1], dtype=v.dtype, device=v.device)
-        src = bias if bias is not None else blocks.block_bias
-        for i, (start, stop) in enumerate(blocks.spans):
-            out[:, :, start:stop] = blocks.run(i, q[:, :, start:stop], k, v, _rows(src, start, stop))[0]
-        ctx.blocks = blocks
-        ctx.save_for_backward(q, k, v, bias, *params)
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        q, k, v, bias, *params = ctx.saved_tensors
-        blocks: _Blocks = ctx.blocks
-        need_q, need_k, need_v, need_bias = ctx.needs_input_grad[1:5]
-        need_params = ctx.needs_input_grad[5:]
-        dq = torch.zeros_like(q) if need_q else None
-        dk = torch.zeros_like(k) if need_k else None
-        dv = torch.zeros_like(v) if need_v else None
-        dbias = torch.zeros_like(bias) if need_bias else None
-        dparams: list[torch.Tensor | None] = [None] * len(params)
-        kd = k.detach().requires_grad_(need_k)
-        vd = v.detach().requires_grad_(need_v)
-        for i, (start, stop) in enumerate(blocks.spans):
-            with torch.enable_grad():
-                qb = q[:, :, start:stop].detach().requires_grad_(need_q)
-                if bias is not None:
-                    bb = _rows(bias, start, stop).detach().requires_grad_(need_bias)
-                else:  # a BlockBias (its parameters are among params) or none
-                    bb = _rows(blocks.block_bias, start, stop)
-                out_b = blocks.run(i, qb, kd, vd, bb)[0]
-                wrt = [(name, t) for name, t in (("q", qb), ("k", kd), ("v", vd)) if t.requires_grad]
-                if bias is not None and need_bias:
-                    wrt.append(("bias", bb))
-                wrt += [(j, p) for j, p in enumerate(params) if need_params[j]]
-                if not wrt:
-                    continue
-                grads = torch.autograd.grad(out_b, [t for _, t in wrt], grad_out[:, :, start:stop], allow_unused=True)
-            for (name, _), g in zip(wrt, grads):
-                if g is None:
-                    continue
-                if name == "q":
-                    dq[:, :, start:stop] = g
-                elif name == "k":
-                    dk += g
-                elif name == "v":
-                    dv += g
-                elif name == "bias":
-                    if bias.dim() >= 2 and bias.shape[-2] != 1:
-                        dbias[..., start:stop, :] += g
-                    else:
-                        dbias += g
-                else:
-                    dparams[name] = g if dparams[name] is None else dparams[name] + g
-        return (None, dq, dk, dv, dbias, *dparams)
-
-
-def _chunked(q, k, v, score_fn, norm_fn, mask, bias, dropout_p, return_weights, block_size):
+def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, block_size) -> AttentionResult:
+    """The block-sparse path: a block map of the mask, then :mod:`attnlab.core.sparse`."""
     b, h, n, _ = q.shape
     m = k.shape[2]
-    if block_size is None:
-        per_row = b * h * m * max(int(getattr(score_fn, "pair_cost", 1)), 1)
-        block_size = max(1, DEFAULT_BLOCK_ELEMENTS // per_row)
-    blocks = _Blocks(score_fn, norm_fn, mask, dropout_p, n, min(block_size, n), q.device)
-    if not return_weights:
-        params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
-        bias_tensor = bias
-        if isinstance(bias, BlockBias):
-            # computed block by block from its parameters, which get their gradients that way too
-            params += [p for p in bias.params if p.requires_grad]
-            bias_tensor = None
-        blocks.block_bias = bias if isinstance(bias, BlockBias) else None
-        return AttentionResult(_ChunkedAttention.apply(blocks, q, k, v, bias_tensor, *params), None)
-    # weights asked for: they are materialised anyway, so plain autograd through every block
-    outs, weights = [], []
-    for i, (start, stop) in enumerate(blocks.spans):
-        out, w = blocks.run(i, q[:, :, start:stop], k, v, _rows(bias, start, stop))
-        outs.append(out)
-        weights.append(w)
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
-    w = weights[0] if len(weights) == 1 else torch.cat(weights, dim=-2)
-    return AttentionResult(out, w.expand(b, h, n, m))
+    bmap = mask if isinstance(mask, BlockMap) else block_map(
+        as_mask(mask) if mask is not None else _FULL, n, m, batch=b, heads=h, block_size=block_size, device=q.device)
+    if bmap.index.device != q.device:
+        bmap = bmap.to(q.device)
+    k, v = _zero_hidden(k, v, bmap.hidden_keys(), is_hidden=True)
+    qp, kp = score_fn.prepare(q, k)
+    scale = score_fn.dot_scale(qp.shape[-1]) if norm_fn is softmax else None
+    params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
+    params += _mod_params(score_mod)
+    if norm_fn is softmax and not dropout_p and not return_weights:
+        fused = (FUSED and q.device.type == "cpu" and scale is not None and score_mod is None and bias is None
+                 and v.shape[-1] == qp.shape[-1] and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+        kind = "fused" if fused else "softmax"
+    else:
+        kind = "generic"
+    # the fused kernel writes no scores out; the others hold a few score-sized temporaries per chunk
+    pair_cost = max(int(getattr(score_fn, "pair_cost", 1)), 1) * (1 if kind == "fused" else 8)
+    budget = max(1, DEFAULT_BLOCK_ELEMENTS // (b * h * pair_cost))
+    seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
+    setup = SparseSetup(bmap, bmap.plan(budget), b, h, score_fn, norm_fn, score_mod, scale, kind, float(dropout_p), seed,
+                        params=params)
+    if return_weights:
+        out, w = sparse_weights(setup, qp, kp, v, bias)
+        return AttentionResult(out, w)
+    return AttentionResult(sparse_attention(setup, qp, kp, v, bias), None)
+
+
+def _mod_params(score_mod) -> list[torch.Tensor]:
+    """The tensors a score function learns: an ``nn.Module``'s parameters, or its ``params``."""
+    if score_mod is None:
+        return []
+    if isinstance(score_mod, torch.nn.Module):
+        return [p for p in score_mod.parameters() if p.requires_grad]
+    return [p for p in getattr(score_mod, "params", ()) if isinstance(p, torch.Tensor) and p.requires_grad]
+
+
+from .maskfn import _Everything  # noqa: E402
+
+_FULL = _Everything()

@@ -1,17 +1,19 @@
-"""Boolean attention masks: ``True`` = this query may attend to this key.
+"""The library's masks, as functions of positions: ``mask(b, h, q_idx, kv_idx) -> bool``, True = may attend.
 
-One convention everywhere in attnlab (the one of
-:func:`torch.nn.functional.scaled_dot_product_attention` and FlexAttention's ``mask_mod``):
-a mask is a ``torch.bool`` tensor broadcastable to ``(B, H, N, M)`` whose entry ``[..., i, j]``
-is ``True`` when query ``i`` may attend to key ``j``. Additive float terms (ALiBi, relative
-biases) never travel as masks; they go to ``attend(..., bias=...)``.
+One convention everywhere in attnlab, the one of :func:`torch.nn.functional.scaled_dot_product_attention`
+and FlexAttention's ``mask_mod``. Every builder here returns a :class:`attnlab.core.maskfn.Mask`:
+a callable with FlexAttention's signature (so ``create_block_mask(masks.causal(), ...)`` works)
+that also knows its tile structure, so :func:`attnlab.attend` computes only the tiles it allows
+and never builds an ``N x M`` tensor. Compose with ``&``, ``|``, ``~`` (or :func:`and_masks`,
+:func:`or_masks`); ``mask.dense(n, m)`` gives the bool tensor when one is wanted. A bool tensor
+broadcastable to ``(B, H, N, M)`` and any plain callable are accepted wherever a mask is.
 
-Alignment when the number of queries ``n`` differs from the number of keys ``m``: the
-builders that depend on positions (:func:`causal`, :func:`window`) align the *last* query with
-the *last* key ("bottom-right" alignment, as in FlashAttention >= 2.1 and KV-cache decoding):
-query ``i`` sits at key position ``i + (m - n)``. With ``n == m`` this is the usual diagonal.
-Pass ``align="top_left"`` for the alignment of ``scaled_dot_product_attention(is_causal=True)``
-(query ``i`` sits at key position ``i``).
+Alignment when the number of queries ``n`` differs from the number of keys ``m``: the masks
+that relate positions (:func:`causal`, :func:`window`, :func:`no_self`, :func:`dilated_window`,
+:func:`prefix_lm`) align the *last* query with the *last* key by default ("bottom-right", as in
+FlashAttention >= 2.1 and KV-cache decoding): query ``i`` sits at key position ``i + (m - n)``.
+``align="top_left"`` gives ``scaled_dot_product_attention(is_causal=True)``'s (query ``i`` at
+key position ``i``). Called bare (outside attnlab, with no sizes known), indices are positions.
 
 A query row with no allowed key is legal: :func:`attnlab.attend` returns zeros (and zero
 gradients) for it.
@@ -19,32 +21,18 @@ gradients) for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 
 from ..validate import is_int
+from .band import Align, Band
+from .maskfn import (EMPTY, FULL, PARTIAL, And, Grid, Mask, Not, Or, TensorMask, _Everything, and_masks, as_mask,
+                     broadcast_shape, or_masks)
 
-__all__ = [
-    "Documents",
-    "document",
-    "key_padding_flags",
-    "causal",
-    "window",
-    "padding",
-    "graph",
-    "no_self",
-    "and_masks",
-    "or_masks",
-    "full",
-]
-
-Align = Literal["bottom_right", "top_left"]
-
+__all__ = ["Mask", "as_mask", "and_masks", "or_masks", "full", "causal", "window", "dilated_window", "no_self",
+           "padding", "valid_keys", "prefix_lm", "global_tokens", "Documents", "block_table", "random_blocks", "graph",
+           "key_padding_flags"]
 
 def _check_size(name: str, value: object) -> int:
-    # its own check: a size that is not an int is a TypeError here (a negative one a ValueError)
     if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 0:
@@ -52,283 +40,328 @@ def _check_size(name: str, value: object) -> int:
     return value
 
 
-def _offsets(n: int, m: int | None, align: str, device) -> tuple[torch.Tensor, int]:
-    """Return ``(j - i_aligned)`` as an ``(n, m)`` tensor, and ``m``."""
-    n = _check_size("n", n)
-    m = n if m is None else _check_size("m", m)
-    if align == "bottom_right":
-        shift = m - n
-    elif align == "top_left":
-        shift = 0
-    else:
-        raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
-    i = torch.arange(n, device=device).unsqueeze(1) + shift  # (n, 1) key position of query i
-    j = torch.arange(m, device=device).unsqueeze(0)  # (1, m)
-    return j - i, m
+def full() -> Mask:
+    """Every query may attend to every key."""
+    return _Everything()
 
 
-def full(n: int, m: int | None = None, *, device=None) -> torch.Tensor:
-    """All-True ``(n, m)`` mask: every query may attend to every key."""
-    n = _check_size("n", n)
-    m = n if m is None else _check_size("m", m)
-    return torch.ones(n, m, dtype=torch.bool, device=device)
+def causal(*, align: Align = "bottom_right") -> Mask:
+    """Causal: query ``i`` attends to keys ``j <= i`` (``j <= i + (m - n)`` bottom-right aligned:
+    the last query on the last key, decoding with a cache of ``m - n`` earlier keys). With
+    ``n > m`` bottom-right, the first ``n - m`` queries see no key (their output is zero)."""
+    return Band(None, 0, align=align, name="causal")
 
 
-def causal(n: int, m: int | None = None, *, align: Align = "bottom_right", device=None) -> torch.Tensor:
-    """Causal mask of shape ``(n, m)``: query ``i`` attends to keys ``j <= i + (m - n)``.
-
-    The default ``align="bottom_right"`` puts the last query on the last key (decoding with a
-    cache of ``m - n`` earlier keys); ``align="top_left"`` gives ``j <= i``, the alignment of
-    ``scaled_dot_product_attention(is_causal=True)``. With ``n > m`` and bottom-right alignment
-    the first ``n - m`` queries see no key (their output is zero).
-
-    Args:
-        n: number of queries N.
-        m: number of keys M (default ``n``).
-    """
-    off, _ = _offsets(n, m, align, device)
-    return off <= 0
-
-
-def window(
-    n: int,
-    w: int,
-    m: int | None = None,
-    *,
-    causal: bool = False,
-    align: Align = "bottom_right",
-    device=None,
-) -> torch.Tensor:
-    """Truncated (windowed) attention mask of shape ``(n, m)``.
-
-    Two-sided (default): query ``i`` attends to keys with ``|i - j| <= w`` — the truncated
-    self-attention of speech models, where a frame only looks at its neighbours.
-    One-sided (``causal=True``): ``0 <= i - j <= w``, the streaming form that looks back ``w``
-    steps and never ahead. ``w = 0`` lets each query see only its own position. Positions are
-    aligned as in :func:`causal` when ``n != m``.
-
-    Args:
-        n: number of queries N.
-        w: half-width of the window (>= 0).
-        m: number of keys M (default ``n``).
-        causal: one-sided (look-back) window.
-    """
+def window(w: int, *, causal: bool = False, align: Align = "bottom_right") -> Mask:
+    """Truncated (sliding-window) attention: ``|i - j| <= w`` (two-sided, the truncated
+    self-attention of speech models), or ``0 <= i - j <= w`` with ``causal=True`` (one-sided,
+    streaming: look back ``w`` steps). ``w = 0``: each query sees its own position only."""
     w = _check_size("w (window half-width)", w)
-    off, _ = _offsets(n, m, align, device)
-    if causal:
-        return (off <= 0) & (off >= -w)
-    return off.abs() <= w
+    return Band(-w, 0 if causal else w, align=align, name="window")
 
 
-def padding(lengths, m: int | None = None, *, device=None) -> torch.Tensor:
-    """Key-padding mask of shape ``(B, 1, 1, m)`` from the true lengths of a padded batch.
+def dilated_window(w: int, dilation: int, *, causal: bool = False, align: Align = "bottom_right") -> Mask:
+    """A dilated sliding window (Longformer, section 3.1): keys within ``w`` positions whose offset
+    ``j - i`` is a multiple of ``dilation`` (``0 <= i - j <= w`` with ``causal=True``)."""
+    w = _check_size("w (window half-width)", w)
+    if not is_int(dilation) or dilation < 1:
+        raise ValueError(f"dilation must be an int >= 1, got {dilation!r}")
+    return Band(-w, 0 if causal else w, dilation=dilation, align=align, name="dilated_window")
 
-    Entry ``[b, 0, 0, j]`` is True when ``j < lengths[b]``; it broadcasts over heads and
-    queries. Combine it with a causal or window mask through :func:`and_masks`.
 
-    Args:
-        lengths: ``(B,)`` integer tensor or sequence of ints, each in ``[0, m]``.
-        m: padded length M (default ``max(lengths)``).
-    """
-    if not isinstance(lengths, torch.Tensor):
+def no_self(*, align: Align = "bottom_right") -> Mask:
+    """Forbids each query to attend to its own position (in the lecture, attention of a vector
+    to itself is optional); combine with other masks by ``&``."""
+    return Not(Band(0, 0, align=align, name="self"))
+
+
+def _lengths(lengths, name: str) -> torch.Tensor:
+    if isinstance(lengths, torch.Tensor):
+        t = lengths
+    else:
         try:
-            lengths = torch.as_tensor(list(lengths), dtype=torch.long, device=device)
+            t = torch.as_tensor(list(lengths), dtype=torch.long)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"lengths must be a 1-D integer tensor or a sequence of ints, got {lengths!r}") from e
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
-        raise TypeError(f"lengths must have an integer dtype, got {lengths.dtype}")
-    if lengths.dim() != 1:
-        raise ValueError(f"lengths must be 1-D of shape (B,), got shape {tuple(lengths.shape)}")
-    if device is not None:
-        lengths = lengths.to(device)
-    if m is None:
-        m = int(lengths.max()) if lengths.numel() else 0
-    m = _check_size("m", m)
-    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > m):
-        raise ValueError(
-            f"lengths must lie in [0, m={m}], got min {int(lengths.min())} and max {int(lengths.max())}"
-        )
-    j = torch.arange(m, device=lengths.device)
-    return (j.unsqueeze(0) < lengths.unsqueeze(1))[:, None, None, :]  # (B, 1, 1, m)
+            raise TypeError(f"{name} must be a 1-D integer tensor or a sequence of ints, got {lengths!r}") from e
+    if t.dtype.is_floating_point or t.dtype == torch.bool or t.is_complex():
+        raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D of shape (B,), got shape {tuple(t.shape)}")
+    if t.numel() and int(t.min()) < 0:
+        raise ValueError(f"{name} must be >= 0, got a minimum of {int(t.min())}")
+    return t.long()
 
 
-def graph(edge_index: torch.Tensor, num_nodes: int, *, add_self_loops: bool = False) -> torch.Tensor:
-    """Mask of shape ``(num_nodes, num_nodes)`` that restricts attention to the graph's edges.
+class KeyBefore(Mask):
+    """``kv < limit[b]``: the first ``limit[b]`` keys of row ``b`` (key padding; a prefix)."""
 
-    ``edge_index`` has shape ``(2, E)``; column ``(j, i) = edge_index[:, e]`` is an edge
-    ``j -> i`` (source first, target second, as in PyTorch Geometric's ``source_to_target``
-    flow): it means **node i attends to node j**, so ``mask[i, j] = True``. For an undirected
-    graph list both directions. Self-attention restricted this way is a graph neural network.
+    key_only = True
+
+    def __init__(self, limit: torch.Tensor, name: str = "padding"):
+        self.limit, self.name = limit, name
+        self.batch = limit.shape[0]
+
+    def _limit(self, like: torch.Tensor) -> torch.Tensor:
+        return self.limit.to(like.device)
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        return kv_idx < self._limit(kv_idx)[b]
+
+    def tiles(self, grid):
+        lim = self._limit(grid.kv_lo)[:, None, None, None]  # (B, 1, 1, 1)
+        return torch.where(grid.kv_hi < lim, FULL, torch.where(grid.kv_lo >= lim, EMPTY, PARTIAL)).to(torch.uint8)
+
+    def hidden_keys(self, m, device=None):
+        return torch.arange(m, device=device)[None, :] >= self.limit.to(device)[:, None]
+
+    def bind(self, n, m):
+        if self.name == "padding" and self.limit.numel() and int(self.limit.max()) > m:
+            raise ValueError(f"lengths must lie in [0, m={m}], got min {int(self.limit.min())} and max {int(self.limit.max())}")
+        return self
+
+    def __repr__(self):
+        return f"{self.name}({self.limit.tolist()})"
+
+
+def padding(lengths) -> Mask:
+    """Key padding from the true lengths of a padded batch: row ``b`` attends to its first
+    ``lengths[b]`` keys. Combine with causal or window masks by ``&``.
 
     Args:
-        edge_index: ``(2, E)`` integer tensor of node indices in ``[0, num_nodes)``.
-        num_nodes: number of nodes.
-        add_self_loops: also let every node attend to itself.
+        lengths: ``(B,)`` integer tensor or sequence of ints, each >= 0.
     """
+    return KeyBefore(_lengths(lengths, "lengths"))
+
+
+def _prefix_counts(flags: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """How many of ``flags[..., lo..hi]`` are True (positions outside ``flags`` count as False),
+    and how many positions the range holds."""
+    size = flags.shape[-1]
+    cs = torch.nn.functional.pad(flags.long().cumsum(-1), (1, 0))  # (…, size + 1)
+    a, z = lo.clamp(0, size), (hi + 1).clamp(0, size)
+    shape = broadcast_shape(a.shape, z.shape)
+    a, z = a.expand(shape), z.expand(shape)
+    lead = cs.shape[:-1]
+    take = lambda idx: cs[..., idx.reshape(-1)].reshape(*lead, *shape)  # noqa: E731
+    return take(z) - take(a), (hi - lo + 1).expand(shape)
+
+
+class KeyFlags(Mask):
+    """``flags[b, kv]``: a per-row bool flag for every key (False: padding)."""
+
+    key_only = True
+
+    def __init__(self, flags: torch.Tensor):
+        if not isinstance(flags, torch.Tensor) or flags.dtype != torch.bool or flags.dim() != 2:
+            got = f"{tuple(flags.shape)} {flags.dtype}" if isinstance(flags, torch.Tensor) else type(flags).__name__
+            raise TypeError(f"valid_keys takes a bool tensor (B, M), True = a real key; got {got}")
+        self.flags = flags
+        self.batch = flags.shape[0]
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        f = self.flags.to(kv_idx.device)
+        return f[b, kv_idx.clamp(0, f.shape[1] - 1)] & (kv_idx < f.shape[1])
+
+    def tiles(self, grid):
+        count, size = _prefix_counts(self.flags.to(grid.kv_lo.device), grid.kv_lo, grid.kv_hi)  # (B, 1, J)
+        count, size = count[:, None], size
+        return torch.where(count == size, FULL, torch.where(count == 0, EMPTY, PARTIAL)).to(torch.uint8)
+
+    def hidden_keys(self, m, device=None):
+        f = self.flags.to(device)
+        if f.shape[1] != m:
+            raise ValueError(f"valid_keys holds flags for {f.shape[1]} keys, the attention has {m}")
+        return ~f
+
+
+def valid_keys(flags: torch.Tensor) -> Mask:
+    """Key padding from per-key flags: ``flags`` ``(B, M)`` bool, True = a real key."""
+    return KeyFlags(flags)
+
+
+def prefix_lm(prefix, *, align: Align = "bottom_right") -> Mask:
+    """Prefix-LM (T5, UniLM): every query sees the first ``prefix`` keys (bidirectional) and is
+    causal after them. ``prefix``: an int, or one length per batch row."""
+    if is_int(prefix):
+        return Or(_SharedPrefix(_check_size("prefix", prefix)), causal(align=align))
+    return Or(KeyBefore(_lengths(prefix, "prefix"), name="prefix"), causal(align=align))
+
+
+class _SharedPrefix(KeyBefore):
+    """``kv < prefix`` for every row."""
+
+    def __init__(self, prefix: int):
+        super().__init__(torch.tensor([prefix]), name="prefix")
+        self.batch = None
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        return kv_idx < int(self.limit[0])
+
+    def tiles(self, grid):
+        return super().tiles(grid)[0]
+
+    def hidden_keys(self, m, device=None):
+        return super().hidden_keys(m, device)
+
+
+class PositionSet(Mask):
+    """The query (``side="q"``) or the key (``side="kv"``) is one of the positions in ``members``."""
+
+    def __init__(self, members: torch.Tensor, side: str):
+        self.members, self.side = members, side  # (P,) bool over positions 0 .. P-1
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        idx = q_idx if self.side == "q" else kv_idx
+        mem = self.members.to(idx.device)
+        return mem[idx.clamp(0, max(mem.shape[0] - 1, 0))] & (idx < mem.shape[0]) if mem.numel() else torch.zeros_like(idx, dtype=torch.bool)
+
+    def tiles(self, grid):
+        lo, hi = (grid.q_lo, grid.q_hi) if self.side == "q" else (grid.kv_lo, grid.kv_hi)
+        count, size = _prefix_counts(self.members.to(lo.device), lo, hi)
+        return torch.where(count == size, FULL, torch.where(count == 0, EMPTY, PARTIAL)).to(torch.uint8)
+
+    def __repr__(self):
+        return f"{self.side}_in({self.members.nonzero().flatten().tolist()})"
+
+
+def global_tokens(tokens) -> Mask:
+    """Global tokens (Longformer, Beltagy et al. 2020): a global token attends to every key and
+    every query attends to it. ``tokens``: a count g (the first g positions, a CLS token) or a
+    list of positions. Combine with a window by ``|``: ``window(w) | global_tokens(g)``."""
+    if isinstance(tokens, bool):
+        raise TypeError("tokens must be a count or a list of positions, got a bool")
+    if is_int(tokens):
+        idx = torch.arange(_check_size("tokens", tokens))
+    else:
+        try:
+            idx = torch.as_tensor(sorted({int(i) for i in tokens}), dtype=torch.long)
+        except TypeError:
+            raise TypeError(f"tokens must be a count or a list of positions, got {type(tokens).__name__}") from None
+        if idx.numel() and int(idx[0]) < 0:
+            raise ValueError(f"global token positions must be >= 0, got {int(idx[0])}")
+    members = torch.zeros(int(idx.max()) + 1 if idx.numel() else 0, dtype=torch.bool)
+    members[idx] = True
+    return Or(PositionSet(members, "q"), PositionSet(members, "kv"))
+
+
+class BlockTable(Mask):
+    """``table[q // block, kv // block]``: a pattern of whole ``block x block`` squares (BigBird's
+    random blocks); ``draw(n, m)``, when given, makes the table for a size at :meth:`bind`."""
+
+    def __init__(self, table: torch.Tensor | None, block: int, draw=None, name: str = "block_table"):
+        self.table, self.block, self.draw, self.name = table, block, draw, name
+
+    def bind(self, n, m):
+        if self.draw is None:
+            return self
+        return BlockTable(self.draw(n, m), self.block, None, self.name)
+
+    def _table(self, device) -> torch.Tensor:
+        if self.table is None:
+            raise ValueError(f"{self.name} draws its pattern for a size: bind it (mask.bind(n, m)) or pass it to attend")
+        return self.table.to(device)
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        t = self._table(q_idx.device)
+        qi, ki = q_idx // self.block, kv_idx // self.block
+        inside = (qi < t.shape[0]) & (ki < t.shape[1])
+        return t[qi.clamp(max=t.shape[0] - 1), ki.clamp(max=t.shape[1] - 1)] & inside
+
+    def tiles(self, grid):
+        t = self._table(grid.q_lo.device)
+        cs = torch.nn.functional.pad(t.long().cumsum(0).cumsum(1), (1, 0, 1, 0))  # 2-D prefix sums
+        r0, r1 = (grid.q_lo // self.block).clamp(0, t.shape[0]), (grid.q_hi // self.block + 1).clamp(0, t.shape[0])
+        c0, c1 = (grid.kv_lo // self.block).clamp(0, t.shape[1]), (grid.kv_hi // self.block + 1).clamp(0, t.shape[1])
+        count = cs[r1, c1] - cs[r0, c1] - cs[r1, c0] + cs[r0, c0]
+        cells = (r1 - r0) * (c1 - c0)
+        inside = (grid.q_hi // self.block < t.shape[0]) & (grid.kv_hi // self.block < t.shape[1])
+        return torch.where((count == cells) & inside & (cells > 0), FULL, torch.where(count == 0, EMPTY, PARTIAL)).to(torch.uint8)
+
+    def __repr__(self):
+        return f"{self.name}(block={self.block})"
+
+
+def block_table(table: torch.Tensor, block: int) -> Mask:
+    """A pattern of whole squares: query block ``t`` attends to key block ``s`` where ``table[t, s]``
+    (``table`` a bool ``(query blocks, key blocks)`` tensor; blocks of ``block`` positions)."""
+    if not isinstance(table, torch.Tensor) or table.dtype != torch.bool or table.dim() != 2:
+        raise TypeError("table must be a 2-D bool tensor (query blocks, key blocks)")
+    return BlockTable(table, _check_size("block", block))
+
+
+def random_blocks(count: int, block: int, *, seed: int = 0, causal: bool = False) -> Mask:
+    """BigBird's random attention (Zaheer et al. 2020): each query block of ``block`` positions
+    attends to ``count`` key blocks drawn without replacement (earlier ones when ``causal``),
+    from ``seed`` and the number of blocks, so the pattern is fixed for a given size."""
+    count, block = _check_size("count", count), _check_size("block", block)
+    if block < 1:
+        raise ValueError("block must be >= 1")
+
+    def draw(n, m):
+        nq, nk = -(-n // block), -(-m // block)
+        g = torch.Generator().manual_seed(int(seed) * 1_000_003 + nq * 7919 + nk)
+        table = torch.zeros(nq, nk, dtype=torch.bool)
+        for t in range(nq):
+            pool = torch.arange(min(t + 1, nk) if causal else nk)
+            if pool.numel():
+                table[t, pool[torch.randperm(pool.numel(), generator=g)[:count]]] = True
+        return table
+
+    return BlockTable(None, block, draw, name="random_blocks")
+
+
+def graph(edge_index: torch.Tensor, num_nodes: int, *, add_self_loops: bool = False) -> Mask:
+    """Attention restricted to a graph's edges: ``(2, E)`` ``edge_index``, column ``(j, i)`` an edge
+    ``j -> i`` (source first, as in PyTorch Geometric), meaning **node i attends to node j**. For
+    an undirected graph list both directions. Self-attention restricted this way is a graph
+    neural network. (A ``(num_nodes, num_nodes)`` adjacency held as a tensor mask; for large
+    sparse graphs :func:`attnlab.core.graph.edge_attention` costs O(E).)"""
     from .graph import check_edge_index
 
     num_nodes = _check_size("num_nodes", num_nodes)
     edge_index = check_edge_index(edge_index, num_nodes)
-    mask = torch.zeros(num_nodes, num_nodes, dtype=torch.bool, device=edge_index.device)
-    mask[edge_index[1], edge_index[0]] = True  # target i attends to source j
+    adj = torch.zeros(num_nodes, num_nodes, dtype=torch.bool, device=edge_index.device)
+    adj[edge_index[1], edge_index[0]] = True  # target i attends to source j
     if add_self_loops:
-        mask.fill_diagonal_(True)
-    return mask
+        adj.fill_diagonal_(True)
+    return TensorMask(adj)
 
 
-def no_self(n: int, m: int | None = None, *, align: Align = "bottom_right", device=None) -> torch.Tensor:
-    """Mask of shape ``(n, m)`` that forbids each query to attend to its own position.
-
-    In the lecture notes attention of a vector to itself is optional; combine this with other
-    masks through :func:`and_masks`. Positions are aligned as in :func:`causal`.
-    """
-    off, _ = _offsets(n, m, align, device)
-    return off != 0
-
-
-def _combine(masks, op, name: str) -> torch.Tensor | None:
-    present = [m for m in masks if m is not None]
-    for idx, m in enumerate(present):
-        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
-            got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
-            raise TypeError(f"{name}: every mask must be a torch.bool tensor (True = may attend), got {got}")
-    if not present:
-        return None
-    out = present[0]
-    for m in present[1:]:
-        try:
-            out = op(out, m)
-        except RuntimeError as e:
-            raise ValueError(
-                f"{name}: masks of shapes {tuple(out.shape)} and {tuple(m.shape)} do not broadcast"
-            ) from e
-    return out
-
-
-def and_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """Intersection of masks (a pair is allowed only if every mask allows it); ``None`` = no
-    constraint. Shapes broadcast."""
-    return _combine(masks, torch.logical_and, "and_masks")
-
-
-def or_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """Union of masks (a pair is allowed if any mask allows it). Shapes broadcast; a ``None``
-    argument means "everything allowed", so it makes the union ``None`` too."""
-    out = _combine(masks, torch.logical_or, "or_masks")
-    return None if any(m is None for m in masks) else out
-
-
-@dataclass(frozen=True)
-class Documents:
-    """Packed documents: each row of a batch holds whole documents one after another (then
-    padding), and a token attends only within its own document (block-diagonal), causally
-    and / or within a window if asked. Positions restart at 0 in every document.
-
-    Pass it as ``mask=`` to :class:`attnlab.MultiHeadAttention`, :class:`attnlab.models.Encoder`
-    or a language model: they attend document by document (documents of one length batched
-    together), so the cost is ``sum_d L_d^2``, linear in the packed length for bounded
-    documents, instead of the ``T^2`` of :meth:`dense`; forward and backward.
-
-    Args:
-        lengths: the documents' lengths, one list per row (a flat list: one row).
-        causal: within a document, token ``i`` sees tokens ``j <= i``.
-        window: within a document, ``|i - j| <= window`` (``0 <= i - j <= window`` if causal).
-    """
-
-    lengths: tuple
-    causal: bool = False
-    window: int | None = None
-
-    def __post_init__(self):
-        rows = self.lengths
-        if isinstance(rows, torch.Tensor):
-            rows = rows.tolist()
-        rows = list(rows)
-        if not rows or not isinstance(rows[0], (list, tuple)):
-            rows = [rows]
-        clean = []
-        for row in rows:
-            for n in row:
-                if not is_int(n) or n < 1:
-                    raise ValueError(f"document lengths must be integers >= 1, got {n!r}")
-            clean.append(tuple(int(n) for n in row))
-        object.__setattr__(self, "lengths", tuple(clean))
-        if self.window is not None:
-            _check_size("window", self.window)
-
-    @property
-    def rows(self) -> int:
-        """Rows of the batch."""
-        return len(self.lengths)
-
-    def check(self, batch: int, length: int) -> None:
-        """Refuse a batch of another shape: ``batch`` rows, each of ``length`` >= its documents."""
-        if batch != self.rows:
-            raise ValueError(f"the documents describe {self.rows} row(s), the batch has {batch}")
-        longest = max(sum(r) for r in self.lengths)
-        if longest > length:
-            raise ValueError(f"the documents of a row add up to {longest} tokens, the rows hold {length}")
-
-    def pieces(self, length: int) -> list[tuple[int, bool]]:
-        """The batch flattened row after row into ``(length, real)`` pieces: every document,
-        then each row's padding (``real`` False) up to ``length``."""
-        out = []
-        for row in self.lengths:
-            out += [(n, True) for n in row]
-            if length > sum(row):
-                out.append((length - sum(row), False))
-        return out
-
-    def positions(self, length: int, device=None) -> torch.Tensor:
-        """``(B, length)`` positions restarting at 0 in every document (padding: 0)."""
-        flat = torch.cat([torch.arange(n, device=device) if real else torch.zeros(n, dtype=torch.long, device=device)
-                          for n, real in self.pieces(length)])
-        return flat.view(self.rows, length)
-
-    def block(self, n: int, device=None) -> torch.Tensor | None:
-        """The ``(n, n)`` mask inside one document of length ``n`` (None: every pair)."""
-        if self.window is not None:
-            return window(n, self.window, causal=self.causal, device=device)
-        return causal(n, device=device) if self.causal else None
-
-    def dense(self, length: int, device=None) -> torch.Tensor:
-        """The same mask as a ``(B, 1, length, length)`` bool tensor (padding sees and is seen by nothing)."""
-        out = torch.zeros(self.rows, 1, length, length, dtype=torch.bool, device=device)
-        for b, row in enumerate(self.lengths):
-            start = 0
-            for n in row:
-                blk = self.block(n, device)
-                out[b, 0, start : start + n, start : start + n] = True if blk is None else blk
-                start += n
-        return out
-
-
-def document(lengths, *, causal: bool = False, window: int | None = None, length: int | None = None, device=None) -> torch.Tensor:
-    """The dense mask of packed documents (see :class:`Documents`): ``(T, T)`` for one row
-    (``lengths`` a flat list; T = their sum, or ``length``), ``(B, 1, T, T)`` for several rows.
-    Composable with the other masks (``&``) like any mask."""
-    docs = Documents(lengths, causal=causal, window=window)
-    t = max(sum(r) for r in docs.lengths) if length is None else length
-    docs.check(docs.rows, t)
-    out = docs.dense(t, device)
-    return out[0, 0] if docs.rows == 1 and not (isinstance(lengths, (list, tuple)) and lengths and isinstance(lengths[0], (list, tuple))) else out
+from .documents import Documents  # noqa: E402  (a Mask built from the ones above)
 
 
 def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key-padding mask") -> torch.Tensor | None:
-    """The ``(B, M)`` "key is real" flags of a key-padding mask, ``(B, 1, 1, M)`` (as
-    :func:`padding` makes it) or ``(B, M)`` (B may be 1), or None for no mask.
+    """The ``(B, M)`` "key is real" flags of a key-padding mask, or None for no mask: a mask that
+    depends on the key alone (:func:`padding`, :func:`valid_keys`, a ``(B, 1, 1, M)`` tensor), or
+    a ``(B, M)`` bool tensor.
 
-    Raises ``TypeError`` for a non-bool mask and ``ValueError`` for any other shape, the message
-    naming the shape expected and got, then ``refuse``: what the caller takes instead.
+    Raises ``TypeError`` for a non-bool tensor and ``ValueError`` for any other mask, the
+    message naming what was expected and got, then ``refuse``: what the caller takes instead.
     """
     if mask is None:
         return None
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
-    shape = tuple(mask.shape)
-    ok = mask.dim() == 4 and shape[1:3] == (1, 1) and shape[0] in (1, b) and shape[3] == m
-    ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == m)
-    if not ok:
-        raise ValueError(f"expected a key-padding mask of shape (B, 1, 1, M) = ({b}, 1, 1, {m}) or (B, M), got shape {shape}; {refuse}")
-    return mask.reshape(mask.shape[0], m).expand(b, m).to(device)
+    inner = getattr(mask, "mask", None)
+    if isinstance(inner, Mask):  # a block map: its mask
+        mask = inner
+    if isinstance(mask, torch.Tensor):
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
+        shape = tuple(mask.shape)
+        ok = mask.dim() == 4 and shape[1:3] == (1, 1) and shape[0] in (1, b) and shape[3] == m
+        ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == m)
+        if not ok:
+            raise ValueError(f"expected a key-padding mask of shape (B, 1, 1, M) = ({b}, 1, 1, {m}) or (B, M), got shape {shape}; {refuse}")
+        return mask.reshape(mask.shape[0], m).expand(b, m).to(device)
+    mk = as_mask(mask) if callable(mask) else None
+    if mk is None or not mk.key_only:
+        raise ValueError(f"expected a key-padding mask (masks.padding, masks.valid_keys, a (B, 1, 1, M) tensor), "
+                         f"got {mask!r}; {refuse}")
+    if mk.batch is not None and mk.batch not in (1, b):
+        raise ValueError(f"the key-padding mask is for {mk.batch} rows, the batch has {b}")
+    flags = mk.dense(1, m, batch=b, device=device)
+    return flags.reshape(-1, m).expand(b, m)
+
+
+from .blockmap import DEFAULT_BLOCK, BlockMap, block_map  # noqa: E402
+
+__all__ += ["Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap", "block_map", "DEFAULT_BLOCK"]

@@ -91,17 +91,29 @@ def reference_attention(
     *,
     score="scaled_dot",
     normalize: str = "softmax",
-    mask: torch.Tensor | None = None,
+    mask=None,
     bias: torch.Tensor | None = None,
+    score_mod=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 2-4 in float64 for ``q`` ``(B, H, N, D)``, ``k`` ``(B, H, M, D)``, ``v`` ``(B, H, M, Dv)``.
 
-    Returns ``(output (B, H, N, Dv), weights (B, H, N, M))``, both float64; differentiable
-    with respect to q, k, v and the score's weights.
+    ``mask``: a bool tensor, or a mask function (made dense here, pair by pair);
+    ``score_mod``: a score function ``(score, b, h, q_idx, kv_idx)``, applied to each row of
+    scores. Returns ``(output (B, H, N, Dv), weights (B, H, N, M))``, both float64;
+    differentiable with respect to q, k, v and the score's weights.
     """
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     b, h, n, _ = q.shape
     m, dv = k.shape[2], v.shape[3]
+    if k.shape[1] != h:  # grouped keys / values: key head g serves query heads g H/G .. (g+1) H/G - 1
+        k, v = k.repeat_interleave(h // k.shape[1], 1), v.repeat_interleave(h // k.shape[1], 1)
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        from .blockmap import BlockMap
+        from .maskfn import as_mask
+
+        fn = mask.mask if isinstance(mask, BlockMap) else as_mask(mask)
+        mask = fn.dense(n, m, batch=b, heads=h)
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
     allowed = torch.ones(b, h, n, m, dtype=torch.bool) if mask is None else mask.cpu().expand(b, h, n, m)
     bias = None if bias is None else bias.to(F64).expand(b, h, n, m)
     outputs, weights = [], []
@@ -111,6 +123,8 @@ def reference_attention(
                 alpha = score_row(score, q[bi, hi, i], k[bi, hi], head=hi) if m else q.new_zeros(0)
                 if bias is not None:
                     alpha = alpha + bias[bi, hi, i]
+                if score_mod is not None and m:
+                    alpha = score_mod(alpha, torch.tensor(bi), torch.tensor(hi), torch.tensor(i), torch.arange(m)).to(F64)
                 alpha_prime = normalize_row(normalize, alpha, allowed[bi, hi, i])
                 b_i = v.new_zeros(dv)
                 for j in range(m):

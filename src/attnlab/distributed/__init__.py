@@ -15,7 +15,8 @@ The design for many machines is in ``docs/distributed.md``.
 """
 
 from .layout import LAYOUTS, SequenceLayout, plan_layout
-from .ring import RingContext, RingTimings, ring_attend
+from .context import RingContext, RingTimings
+from .ring import ring_attend
 from .sequence import SequenceParallel, ShardedMask, gather, parallelize, shard
 
 __all__ = ["LAYOUTS", "RingContext", "RingTimings", "SequenceLayout", "SequenceParallel", "ShardedMask", "gather", "parallelize", "plan_layout", "ring_attend", "shard"]

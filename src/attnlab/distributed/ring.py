@@ -13,195 +13,86 @@ The backward pass is a ring too: the key / value shards travel again, each rank 
 queries' share of ``dk``, ``dv`` to accumulators that travel with them and finally return
 to the shard's owner (FlashAttention's backward per tile: ``P = exp(S - lse)``,
 ``dV = P^T dO``, ``dS = P (dO V^T - rowsum(dO O))``). Memory per rank is O(N / P) in the
-sequence: nothing of size N, and scores only one tile of ``block`` rows at a time.
+sequence: nothing of size N, and scores only one chunk of tiles at a time.
 
-Masks are rules on positions, so they hold for any layout: key padding (flags that travel
-with the keys), causal (``j <= i``) and windows (``|i - j| <= w``, or ``0 <= i - j <= w``
-causal). Tiles that the rule forbids entirely are skipped, tiles it allows entirely take no
-mask, and steps that no rank needs are not taken: with a window and the contiguous layout
-only neighbouring ranks exchange shards.
+The shard rule is a mask over global positions (any :mod:`attnlab.masks` rule: causal,
+windows, documents, ...; plus key padding, flags that travel with the keys), so it holds for
+any layout. Each pair of this rank's queries and one shard's keys is a block map of the rule
+evaluated at their positions, computed by the same block-sparse engine as
+:func:`attnlab.attend` (:mod:`attnlab.core.sparse`): tiles that the rule forbids are skipped,
+tiles it allows entirely take no mask, and steps that no rank needs are not taken: with a
+window and the contiguous layout only neighbouring ranks exchange shards.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from ..core.attend import AttentionResult
+from ..core import masks
+from ..core.attend import DEFAULT_BLOCK_ELEMENTS, AttentionResult
+from ..core.blockmap import BlockMap, block_map
+from ..core.maskfn import Positioned, as_mask
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import Score, resolve_score
+from ..core.sparse import FUSED, SparseSetup, pad_inputs, sparse_backward, sparse_forward
 from ..validate import int_at_least, optional_int
+from .context import RingContext, RingTimings, _all_gather, _backend, _check_group
 
-__all__ = ["RingContext", "RingTimings", "ring_attend"]
-
-TILE = 2048
-"""The default side of a tile of queries x keys."""
-
-P2P_BACKENDS = ("gloo", "nccl", "mpi", "xccl")
-"""Backends with the point-to-point ``isend`` / ``irecv`` the ring needs."""
+__all__ = ["RingContext", "RingTimings", "ring_attend", "rule_of"]
 
 
-@dataclass
-class RingTimings:
-    """Where a rank's ring-attention time went, summed over calls (forward and backward).
-
-    Attributes:
-        compute: seconds computing tiles. wait: seconds blocked on a shard still in flight (the
-            communication that overlapping did not hide). sent: bytes this rank sent.
-        steps: ring steps taken.
-    """
-
-    compute: float = 0.0
-    wait: float = 0.0
-    sent: int = 0
-    steps: int = 0
+def rule_of(causal: bool = False, window: int | None = None):
+    """The shard rule of ``causal`` / ``window`` as a mask over positions (None: every pair)."""
+    if window is not None:
+        return masks.window(window, causal=causal, align="top_left")
+    return masks.causal(align="top_left") if causal else None
 
 
-def _backend(group, device="cpu") -> str:
-    """The backend that carries ``device``'s tensors in ``group`` (a group made without naming a
-    backend reports one per device: ``"cpu:gloo,cuda:nccl"``)."""
-    name = str(dist.get_backend(group))
-    if ":" in name:
-        per_device = dict(part.split(":", 1) for part in name.split(","))
-        return per_device.get(torch.device(device).type, name)
-    return name
-
-
-def _check_group(group, device="cpu") -> tuple[int, int, list[int]]:
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("ring attention needs torch.distributed initialised: start with torchrun, or call "
-                           "torch.distributed.init_process_group first")
-    backend = _backend(group, device)
-    if backend not in P2P_BACKENDS:
-        raise RuntimeError(f"ring attention needs point-to-point send / receive, which the {backend!r} backend lacks; "
-                           f"use one of {', '.join(P2P_BACKENDS)}")
-    world = dist.get_world_size(group)
-    rank = dist.get_rank(group)
-    ranks = [dist.get_global_rank(group, r) for r in range(world)] if group is not None else list(range(world))
-    return rank, world, ranks
-
-
-def _all_gather(t: torch.Tensor, group, world: int) -> torch.Tensor:
-    """Every rank's ``t`` stacked (on CPU under gloo, which gathers CPU tensors; on ``t``'s device otherwise)."""
-    if _backend(group, t.device) == "gloo":
-        t = t.cpu()
-    out = [torch.empty_like(t) for _ in range(world)]
-    dist.all_gather(out, t.contiguous(), group=group)
-    return torch.stack(out)
-
-
-@dataclass
-class RingContext:
-    """What every ring-attention call over one sharded sequence shares: the group, every
-    shard's positions and key flags. Build it once per forward with :meth:`build` and pass it
-    to each layer's :func:`ring_attend` (it costs three small all-gathers: sizes, positions,
-    key flags).
-
-    Attributes:
-        group: the process group (None: the default group). rank, world: this rank's index in
-            it and its size; ranks: the global rank of each member.
-        positions: ``(P, c)`` int64, the positions every rank holds.
-        key_valid: ``(P, B, c)`` bool, True = a real key, or None when no key is padding.
-    """
-
-    group: object
-    rank: int
-    world: int
-    ranks: list[int]
-    positions: torch.Tensor
-    key_valid: torch.Tensor | None = None
-    _plans: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def build(cls, positions: torch.Tensor, key_valid: torch.Tensor | None = None, *, group=None) -> "RingContext":
-        """Gather every rank's ``positions`` ``(c,)`` and key flags ``(B, c)`` (True = real key;
-        None: no padding on this rank). Every rank of ``group`` must call it."""
-        rank, world, ranks = _check_group(group)
-        problem = None  # checked here, raised on every rank together (a rank raising alone leaves the others waiting)
-        if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.dtype not in (torch.int32, torch.int64):
-            problem = ("positions must be an int tensor of shape (c,), got "
-                       f"{tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__}")
-            positions = torch.zeros(0, dtype=torch.int64)
-        elif key_valid is not None and (not isinstance(key_valid, torch.Tensor) or key_valid.dtype != torch.bool or key_valid.dim() != 2
-                                        or key_valid.shape[1] != positions.shape[0]):
-            problem = (f"key_padding must be a bool tensor (B, c) = (B, {positions.shape[0]}), True = a real key; got "
-                       f"{tuple(key_valid.shape) if isinstance(key_valid, torch.Tensor) else type(key_valid).__name__}"
-                       + (f" of dtype {key_valid.dtype}" if isinstance(key_valid, torch.Tensor) else ""))
-        c = positions.shape[0]
-        b = -1 if key_valid is None or problem else key_valid.shape[0]
-        meta = _all_gather(torch.tensor([c, b, problem is not None], dtype=torch.int64, device=positions.device), group, world)
-        bad = [r for r in range(world) if meta[r, 2]]
-        if bad:
-            raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave positions or key_padding that do not fit")
-        if bool((meta[:, 0] != c).any()):
-            raise ValueError(f"every rank must hold the same number of positions; they hold {meta[:, 0].tolist()} "
-                             "(pad the sequence to a multiple of the ranks: attnlab.distributed.plan_layout(pad=True))")
-        batches = {int(x) for x in meta[:, 1] if x >= 0}
-        if len(batches) > 1:
-            raise ValueError(f"the ranks' key_padding disagree on the batch size: {sorted(batches)}")
-        pos = _all_gather(positions.to(torch.int64), group, world)
-        valid = None
-        if batches:
-            bsz = batches.pop()
-            mine = key_valid if key_valid is not None else torch.ones(bsz, c, dtype=torch.bool, device=positions.device)
-            valid = _all_gather(mine.to(torch.uint8), group, world).bool()
-            if bool(valid.all()):
-                valid = None
-        return cls(group, rank, world, ranks, pos, valid)
-
-    def plan(self, causal: bool, window: int | None) -> "_Plan":
-        """The ring schedule for a mask rule (cached: every layer of a forward uses the same)."""
-        key = (causal, window)
-        if key not in self._plans:
-            self._plans[key] = _Plan.make(self, causal, window)
-        return self._plans[key]
-
-
-def _runs(pos: torch.Tensor) -> list[tuple[int, int]]:
-    """Index ranges of ``pos`` holding consecutive positions; one range for the whole shard
-    when there are more than two (a striped shard: its tiles are masked)."""
-    if pos.numel() == 0:
-        return []
-    breaks = (torch.nonzero(pos[1:] - pos[:-1] != 1).flatten() + 1).tolist()
-    if len(breaks) > 1:
-        return [(0, pos.numel())]
-    edges = [0, *breaks, pos.numel()]
-    return list(zip(edges[:-1], edges[1:]))
-
-
-def _needed(qpos: torch.Tensor, kpos: torch.Tensor, causal: bool, window: int | None) -> bool:
-    """Whether any query at ``qpos`` may see any key at ``kpos`` under the rule."""
-    if not causal and window is None:
-        return True
-    ks = torch.sort(kpos).values
-    if causal:  # the latest key at or before each query
-        i = torch.searchsorted(ks, qpos, right=True) - 1
-        ok = i >= 0
-        if window is not None:
-            ok &= (qpos - ks[i.clamp(min=0)]) <= window
-        return bool(ok.any())
-    i = torch.searchsorted(ks, qpos).clamp(max=ks.numel() - 1)  # the nearest keys on either side
-    j = (i - 1).clamp(min=0)
-    near = torch.minimum((ks[i] - qpos).abs(), (ks[j] - qpos).abs())
-    return bool((near <= window).any())
+def _plan_of(ctx: RingContext, rule, batch: int, heads: int, block_size) -> "_Plan":
+    """The ring schedule and the block maps of a mask rule over global positions, kept in the
+    context (every layer of a forward uses the same)."""
+    key = (id(rule), batch, heads, block_size)
+    if key not in ctx._plans:
+        if len(ctx._plans) >= 8:  # a long-lived context: the oldest plan goes
+            ctx._plans.pop(next(iter(ctx._plans)))
+        ctx._plans[key] = (rule, _Plan.make(ctx, rule, batch, heads, block_size))  # the rule kept alive with its key
+    return ctx._plans[key][1]
 
 
 @dataclass
 class _Plan:
-    """A ring schedule: ``rounds`` of ``(direction, hops)`` and which shard pairs to compute."""
+    """A ring schedule: ``rounds`` of ``(direction, hops)``, which shard pairs some tile of
+    needs (``needed[r][j]``), and this rank's block map against each shard (None: not needed)."""
 
-    causal: bool
-    window: int | None
     rounds: list[tuple[int, int]]
-    needed: list[list[bool]]  # needed[r][j]: rank r's queries see some key of shard j
+    needed: list[list[bool]]
+    maps: list[BlockMap | None]
 
     @classmethod
-    def make(cls, ctx: RingContext, causal: bool, window: int | None) -> "_Plan":
+    def make(cls, ctx: RingContext, rule, batch: int, heads: int, block_size) -> "_Plan":
         p, pos = ctx.world, ctx.positions
-        needed = [[_needed(pos[r], pos[j], causal, window) for j in range(p)] for r in range(p)]
+        c = pos.shape[1]
+        total = p * c
+        bound = None if rule is None else as_mask(rule).bind(total, total)  # a rule drawn for a size draws for the whole sequence
+
+        def pair(r, j, block):
+            mk = None if bound is None else Positioned(bound, pos[r], pos[j])
+            if ctx.key_valid is not None:
+                flags = masks.valid_keys(ctx.key_valid[j].to(pos.device))
+                mk = flags if mk is None else mk & flags
+            return block_map(mk if mk is not None else masks.full(), c, c, batch=batch, heads=heads, block_size=block, device=pos.device)
+
+        # which shards some rank needs: one tile per pair of shards (the same verdict on every rank);
+        # this rank's pairs in tiles, to compute
+        needed = [[bool((pair(r, j, max(c, 1)).count > 0).any()) for j in range(p)] for r in range(p)]
+        maps = []
+        for j in range(p):
+            bm = pair(ctx.rank, j, block_size) if needed[ctx.rank][j] else None
+            maps.append(bm if bm is not None and bool((bm.count > 0).any()) else None)
         # the hops s (shard r - s reaching rank r) that some rank needs
         hops = [s for s in range(1, p) if any(needed[r][(r - s) % p] for r in range(p))]
         best = None
@@ -211,61 +102,7 @@ class _Plan:
             if best is None or fwd + back < best[0]:
                 best = (fwd + back, fwd, back)
         _, fwd, back = best
-        rounds = [(d, n) for d, n in ((1, fwd), (-1, back)) if n]
-        return cls(causal, window, rounds, needed)
-
-
-def _split(runs: list[tuple[int, int]], side: int) -> list[tuple[int, int]]:
-    return [(a, min(a + side, b)) for start, b in runs for a in range(start, b, side)]
-
-
-def _tiles(ctx: RingContext, plan: _Plan, r: int, j: int, side: int, device):
-    """The tiles (at most ``side`` x ``side``) of rank r's queries x shard j's keys: ``(row
-    slice, col slice, mask or None, diagonal)``, masks ``(B|1, 1, rows, cols)`` bool, diagonal:
-    the mask is exactly ``j <= i`` over the same positions; tiles the rule forbids entirely are
-    left out."""
-    qpos, kpos = ctx.positions[r].to(device), ctx.positions[j].to(device)
-    valid = None if ctx.key_valid is None else ctx.key_valid[j].to(device)
-    for qa, qb in _runs(qpos):
-        for ka, kb in _split(_runs(kpos), side):
-            kp = kpos[ka:kb]
-            kmin, kmax = int(kp.min()), int(kp.max())
-            kv = None if valid is None else valid[:, ka:kb]
-            if kv is not None and bool(kv.all()):
-                kv = None
-            if kv is not None and not bool(kv.any()):
-                continue
-            for a in range(qa, qb, side):
-                b = min(a + side, qb)
-                qp = qpos[a:b]
-                qmin, qmax = int(qp.min()), int(qp.max())
-                rule, diagonal = None, False
-                if plan.causal or plan.window is not None:
-                    lo = qmin - kmax  # smallest i - j in the tile
-                    hi = qmax - kmin  # largest i - j
-                    w = plan.window
-                    if plan.causal:
-                        full = lo >= 0 and (w is None or hi <= w)
-                        empty = hi < 0 or (w is not None and lo > w)
-                    else:
-                        full = lo >= -w and hi <= w
-                        empty = lo > w or hi < -w
-                    if empty:
-                        continue
-                    if not full:
-                        d = qp[:, None] - kp[None, :]  # (rows, cols): i - j
-                        rule = (d >= 0) if plan.causal else torch.ones_like(d, dtype=torch.bool)
-                        if w is not None:
-                            rule &= d.abs() <= w
-                        if not bool(rule.any()):
-                            continue
-                        diagonal = plan.causal and w is None and kv is None and torch.equal(qp, kp)
-                        rule = rule[None, None]
-                mask = rule
-                if kv is not None:
-                    pad = kv[:, None, None, :]  # (B, 1, 1, cols)
-                    mask = pad if mask is None else mask & pad
-                yield slice(a, b), slice(ka, kb), mask, diagonal
+        return cls([(d, n) for d, n in ((1, fwd), (-1, back)) if n], needed, maps)
 
 
 class _Ring:
@@ -310,42 +147,6 @@ def _unpack(flat: torch.Tensor, *likes: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
-_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_FLASH_CPU_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-"""PyTorch's fused CPU attention kernel, which returns each row's log-sum-exp and takes it back
-for the backward pass: what an unmasked (or plain causal) tile runs on, on CPU."""
-
-SCORE_ELEMENTS = 1 << 18
-"""Scores written out at once (B x H x rows x keys) by a tile that needs a mask or a non-dot score."""
-
-
-def _rows_of(mask: torch.Tensor, sub: slice, rs: slice) -> torch.Tensor:
-    """Rows ``sub`` (inside the tile's rows ``rs``) of a tile mask ``(B|1, 1, rows|1, cols)``."""
-    if mask.shape[-2] == 1:
-        return mask
-    return mask[..., sub.start - rs.start : sub.stop - rs.start, :]
-
-
-class _Setup:
-    """The non-tensor arguments of one ring call."""
-
-    def __init__(self, ctx, plan, score_fn, scale, side, timings, q, v):
-        self.ctx, self.plan, self.score_fn, self.scale, self.side, self.timings = ctx, plan, score_fn, scale, side, timings
-        # the fused kernel: a plain scaled dot product on CPU in float32 / float64
-        self.fused = (scale is not None and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
-                      and v.shape[-1] == q.shape[-1] and _FLASH_CPU is not None and _FLASH_CPU_BACKWARD is not None)
-        self.pairs = q.shape[0] * q.shape[1] * max(int(getattr(score_fn, "pair_cost", 1)), 1)
-
-    def row_chunks(self, rs: slice, cs: slice) -> list[slice]:
-        """Rows ``rs`` cut so that a chunk's scores against keys ``cs`` hold about :data:`SCORE_ELEMENTS`."""
-        step = max(1, SCORE_ELEMENTS // (self.pairs * (cs.stop - cs.start)))
-        return [slice(a, min(a + step, rs.stop)) for a in range(rs.start, rs.stop, step)]
-
-    def scores(self, q, k):
-        if self.scale is not None:
-            return (q * self.scale) @ k.transpose(-1, -2)  # (B, H, rows, cols); scaled first, for half precision
-        return self.score_fn.pairwise(q, k)
-
 
 def _heads(t: torch.Tensor, h: int) -> torch.Tensor:
     """Grouped keys or values ``(B, G, n, D)`` repeated to H heads (key head g serves query heads
@@ -359,6 +160,25 @@ def _sum_heads(t: torch.Tensor, g: int) -> torch.Tensor:
     return t if h == g else t.view(b, g, h // g, n, d).sum(2)
 
 
+class _Setup:
+    """The non-tensor arguments of one ring call, and one engine setup per shard."""
+
+    def __init__(self, ctx: RingContext, plan: _Plan, score_fn, scale, timings, q, v, params):
+        self.ctx, self.plan, self.score_fn, self.scale, self.timings, self.params = ctx, plan, score_fn, scale, timings, params
+        self.fused = (FUSED and scale is not None and q.device.type == "cpu" and v.shape[-1] == q.shape[-1]
+                      and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+        self.b, self.h = q.shape[:2]
+        self.budget = max(1, DEFAULT_BLOCK_ELEMENTS // (self.b * self.h * max(int(getattr(score_fn, "pair_cost", 1)), 1)))
+
+    def engine(self, j: int) -> SparseSetup | None:
+        """The block-sparse setup of this rank's queries against shard j (None: not needed)."""
+        bm = self.plan.maps[j]
+        if bm is None:
+            return None
+        return SparseSetup(bm, bm.plan(self.budget), self.b, self.h, self.score_fn, softmax, None, self.scale,
+                           "fused" if self.fused else "softmax", params=self.params)
+
+
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
@@ -367,38 +187,24 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, setup: _Setup, q, k, v, *params):
         rc, plan = setup.ctx, setup.plan
-        r, dev = rc.rank, q.device
+        r = rc.rank
         st = _stat_dtype(q.dtype)
         b, h, c, _ = q.shape  # k, v: G heads (grouped keys travel as they are)
-        acc = torch.zeros(b, h, c, v.shape[-1], dtype=st, device=dev)
-        mx = torch.full((b, h, c), float("-inf"), dtype=st, device=dev)
-        den = torch.zeros(b, h, c, dtype=st, device=dev)
-
-        def merge(rs, m_t, den_t, acc_t):
-            """Fold a tile's max, denominator and weighted values into rows ``rs``."""
-            m_new = torch.maximum(mx[:, :, rs], m_t)
-            safe = m_new.masked_fill(m_new == float("-inf"), 0.0)
-            corr, corr_t = torch.exp(mx[:, :, rs] - safe), torch.exp(m_t - safe)
-            den[:, :, rs] = den[:, :, rs] * corr + den_t * corr_t
-            acc[:, :, rs] = acc[:, :, rs] * corr[..., None] + acc_t * corr_t[..., None]
-            mx[:, :, rs] = m_new
+        acc = torch.zeros(b * h, c, v.shape[-1], dtype=st, device=q.device)
+        lse = torch.full((b * h, c), float("-inf"), dtype=st, device=q.device)
 
         def fold(j, kj, vj):
-            if not plan.needed[r][j]:
+            eng = setup.engine(j)
+            if eng is None:
                 return
             t0 = time.perf_counter()
-            for rs, cs, mask, diagonal in _tiles(rc, plan, r, j, setup.side, dev):
-                if setup.fused and (mask is None or diagonal):  # PyTorch's kernel: output and log-sum-exp of the tile
-                    out_t, lse_t = _FLASH_CPU(q[:, :, rs], _heads(kj[:, :, cs], h), _heads(vj[:, :, cs], h), 0.0, diagonal, scale=setup.scale)
-                    merge(rs, lse_t, torch.ones_like(lse_t), out_t)
-                    continue
-                for sub in setup.row_chunks(rs, cs):
-                    s = setup.scores(q[:, :, sub], _heads(kj[:, :, cs], h)).to(st)
-                    if mask is not None:
-                        s = s.masked_fill(~_rows_of(mask, sub, rs), float("-inf"))
-                    m_t = s.amax(-1)
-                    p = torch.exp(s - m_t.masked_fill(m_t == float("-inf"), 0.0)[..., None])
-                    merge(sub, m_t, p.sum(-1), (p.to(vj.dtype) @ _heads(vj[:, :, cs], h)).to(st))
+            qp, kp, vp = pad_inputs(eng, q, _heads(kj, h), _heads(vj, h))
+            out_j, lse_j = sparse_forward(eng, qp, kp, vp)
+            out_j, lse_j = out_j[:, :c].to(st), lse_j[:, :c]
+            new = torch.logaddexp(lse, lse_j)
+            safe = new.masked_fill(new == float("-inf"), 0.0)
+            acc.mul_(torch.exp(lse - safe)[..., None]).add_(out_j * torch.exp(lse_j - safe)[..., None])
+            lse.copy_(new)
             if setup.timings is not None:
                 setup.timings.compute += time.perf_counter() - t0
 
@@ -418,8 +224,7 @@ class _RingAttention(torch.autograd.Function):
                 fold((r - d * t) % rc.world, kj, vj)
                 if setup.timings is not None:
                     setup.timings.steps += 1
-        lse = mx + torch.log(den)  # -inf for a row that sees no key
-        out = torch.where(den[..., None] > 0, acc / den.clamp(min=torch.finfo(st).tiny)[..., None], 0.0).to(v.dtype)
+        out = acc.to(v.dtype).view(b, h, c, -1)  # rows that see no key stayed 0
         ctx.setup = setup
         ctx.save_for_backward(q, k, v, out, lse, *params)
         return out
@@ -430,68 +235,32 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, out, lse, *params = ctx.saved_tensors
         setup: _Setup = ctx.setup
         rc, plan = setup.ctx, setup.plan
-        r, dev = rc.rank, q.device
-        st = _stat_dtype(q.dtype)
-        need_params = ctx.needs_input_grad[4:]
-        generic = setup.scale is None
-        h, kv_heads = q.shape[1], k.shape[1]
+        r = rc.rank
+        b, h, c, width = q.shape
+        kv_heads = k.shape[1]
         do = grad_out.contiguous()
-        delta = (do.to(st) * out.to(st)).sum(-1)  # (B, H, c): rowsum(dO * O)
-        lse_safe = lse.masked_fill(lse == float("-inf"), 0.0)
-        dq = torch.zeros_like(q, dtype=st)
+        dq = torch.zeros_like(q)
         dparams: list[torch.Tensor | None] = [None] * len(params)
-
-        def tile_grads(rs, cs, mask, kj, vj, dk, dv):
-            """Rows ``rs`` x keys ``cs``, scores written out: FlashAttention's backward for one tile."""
-            qt, kt, vt = q[:, :, rs], _heads(kj[:, :, cs], h), _heads(vj[:, :, cs], h)
-            if generic:  # autograd through the score; the keys' leaf keeps their G heads
-                with torch.enable_grad():
-                    qt = qt.detach().requires_grad_(True)
-                    kt = kj[:, :, cs].detach().requires_grad_(True)
-                    s_graph = setup.score_fn.pairwise(qt, _heads(kt, h))
-                s = s_graph.detach().to(st)
-            else:
-                s = setup.scores(qt, kt).to(st)
-            p = torch.exp(s - lse_safe[:, :, rs, None])
-            if mask is not None:
-                p = p.masked_fill(~mask, 0.0)
-            dot = do[:, :, rs].to(st)
-            dv[:, :, cs] += _sum_heads(p.transpose(-1, -2) @ dot, kv_heads)
-            ds = p * (dot @ vt.to(st).transpose(-1, -2) - delta[:, :, rs, None])
-            if not generic:
-                dq[:, :, rs] += (ds @ kt.to(st)) * setup.scale
-                dk[:, :, cs] += _sum_heads(ds.transpose(-1, -2) @ qt.to(st), kv_heads) * setup.scale
-                return
-            wrt = [qt, kt] + [p_ for p_, need in zip(params, need_params) if need]
-            gs = torch.autograd.grad(s_graph, wrt, ds.to(s_graph.dtype), allow_unused=True)
-            if gs[0] is not None:
-                dq[:, :, rs] += gs[0]
-            if gs[1] is not None:
-                dk[:, :, cs] += gs[1]
-            it = iter(gs[2:])
-            for i, need in enumerate(need_params):
-                if need:
-                    g = next(it)
-                    if g is not None:
-                        dparams[i] = g if dparams[i] is None else dparams[i] + g
 
         def grads(j, kj, vj):
             """This rank's queries' share of shard j's dk, dv (and its dq, score parameters)."""
-            dk = torch.zeros_like(kj, dtype=st)
-            dv = torch.zeros_like(vj, dtype=st)
-            if not plan.needed[r][j]:
+            dk, dv = torch.zeros_like(kj), torch.zeros_like(vj)
+            eng = setup.engine(j)
+            if eng is None:
                 return dk, dv
             t0 = time.perf_counter()
-            for rs, cs, mask, diagonal in _tiles(rc, plan, r, j, setup.side, dev):
-                if setup.fused and (mask is None or diagonal):  # PyTorch's kernel, given the whole row's output and lse
-                    g_q, g_k, g_v = _FLASH_CPU_BACKWARD(do[:, :, rs], q[:, :, rs], _heads(kj[:, :, cs], h), _heads(vj[:, :, cs], h),
-                                                       out[:, :, rs], lse[:, :, rs], 0.0, diagonal, scale=setup.scale)
-                    dq[:, :, rs] += g_q
-                    dk[:, :, cs] += _sum_heads(g_k, kv_heads)
-                    dv[:, :, cs] += _sum_heads(g_v, kv_heads)
-                    continue
-                for sub in setup.row_chunks(rs, cs):
-                    tile_grads(sub, cs, None if mask is None else _rows_of(mask, sub, rs), kj, vj, dk, dv)
+            qp, kp, vp = pad_inputs(eng, q, _heads(kj, h), _heads(vj, h))
+            nq = qp.shape[1]
+            pad_rows = lambda x: torch.nn.functional.pad(x, (0, 0, 0, nq - c)) if x.dim() == 3 else torch.nn.functional.pad(x, (0, nq - c))  # noqa: E731
+            need = (True, True, True, False)
+            g_q, g_k, g_v, _, g_p = sparse_backward(eng, pad_rows(do.reshape(b * h, c, -1)), qp, kp, vp,
+                                                    pad_rows(out.reshape(b * h, c, -1)), pad_rows(lse), None, need)
+            dq.add_(g_q[:, :c].reshape(b, h, c, width))
+            dk.add_(_sum_heads(g_k[:, :c].reshape(b, h, c, -1), kv_heads))
+            dv.add_(_sum_heads(g_v[:, :c].reshape(b, h, c, -1), kv_heads))
+            for i, g in enumerate(g_p):
+                if g is not None:
+                    dparams[i] = g if dparams[i] is None else dparams[i] + g
             if setup.timings is not None:
                 setup.timings.compute += time.perf_counter() - t0
             return dk, dv
@@ -524,8 +293,7 @@ class _RingAttention(torch.autograd.Function):
                     dk_own, dv_own = dk_own + dk_back, dv_own + dv_back
                 if setup.timings is not None:
                     setup.timings.steps += 1
-        return (None, dq.to(q.dtype), dk_own.to(k.dtype), dv_own.to(v.dtype),
-                *[None if g is None else g.to(p_.dtype) for g, p_ in zip(dparams, params)])
+        return (None, dq, dk_own, dv_own, *[None if g is None else g.to(p_.dtype) for g, p_ in zip(dparams, params)])
 
 
 def _tag(rnd: int, step: int, kind: int) -> int:
@@ -549,6 +317,7 @@ def ring_attend(
     context: RingContext | None = None,
     block_size: int | None = None,
     timings: RingTimings | None = None,
+    mask=None,
 ) -> AttentionResult:
     """Exact softmax attention of this rank's queries over the keys of every rank (ring attention).
 
@@ -568,15 +337,17 @@ def ring_attend(
         causal: query i attends to keys j <= i (by position).
         window: attend only to keys with ``|i - j| <= window`` (``0 <= i - j <= window`` when
             causal).
+        mask: the rule as a mask over global positions (:mod:`attnlab.masks`: documents,
+            prefix-LM, dilated windows, ...), instead of ``causal`` / ``window``.
         score: a score whose ``pairwise`` acts on prepared vectors (any of
             :func:`attnlab.scores.names`; dot products take the matrix-product path).
         normalize: must be ``"softmax"``: the shards merge by log-sum-exp.
         dropout_p: must be 0 (no dropout on the weights under sequence parallelism).
         context: a :class:`RingContext` built once for many calls (then ``group``,
             ``positions`` and ``key_padding`` come from it).
-        block_size: the side of a tile (queries x keys; default :data:`TILE`, at most half a
-            shard). Unmasked and plain causal tiles of a dot-product score run on PyTorch's
-            fused CPU kernel; other tiles write their scores out :data:`SCORE_ELEMENTS` at a time.
+        block_size: the tile of the block maps (default :data:`attnlab.masks.DEFAULT_BLOCK`). A
+            dot-product score runs on PyTorch's fused CPU kernel; other scores write their scores
+            out one chunk at a time.
         timings: a :class:`RingTimings` to add this call's compute and wait times to.
 
     Returns:
@@ -591,6 +362,9 @@ def ring_attend(
         raise ValueError("ring attention takes no dropout on the weights (dropout_p=0): drop the outputs instead")
     if window is not None:
         window = int_at_least("window", window, 0)
+    if mask is not None and (causal or window is not None):
+        raise ValueError("give the rule as mask= or as causal= / window=, not both")
+    rule = rule_of(bool(causal), window) if mask is None else as_mask(mask)
     optional_int("block_size", block_size)
     # the shapes are checked here and the verdict shared, so that every rank raises together
     problem = None
@@ -621,13 +395,13 @@ def ring_attend(
         problem = f"key_padding has batch {context.key_valid.shape[1]}, q has {b}"
     code = _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1
     meta = torch.tensor([problem is not None, b, h, g, c, q.shape[3], k.shape[3], v.shape[3], code, bool(causal),
-                         -1 if window is None else window], dtype=torch.int64)
+                         -1 if window is None else window, len(repr(rule))], dtype=torch.int64)
     every = _all_gather(meta.to(q.device), context.group, context.world).cpu()
     bad = [r for r in range(context.world) if every[r, 0]]
     if bad:
         raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave q, k, v shards that do not fit")
     if not bool((every == meta).all()):
-        raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window) per rank = "
+        raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window, rule) per rank = "
                          + str(every[:, 1:].tolist()))
     score_fn = resolve_score(score)
     if g != h and type(score_fn).prepare is not Score.prepare:  # a score that prepares keys per head: H heads travel
@@ -637,10 +411,9 @@ def ring_attend(
         check(q, _heads(k, h))
     qp, kp = score_fn.prepare(q, k)  # per-vector work on this rank's shard; the prepared keys travel
     scale = score_fn.dot_scale(qp.shape[-1])
-    side = min(block_size or TILE, -(-c // 2))  # at most half a shard: zig-zag's chunks, a causal diagonal's quarters
-    plan = context.plan(bool(causal), window)
-    params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) and scale is None else []
-    setup = _Setup(context, plan, score_fn, scale, side, timings, qp, v)
+    plan = _plan_of(context, rule, b, h, block_size)
+    params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
+    setup = _Setup(context, plan, score_fn, scale, timings, qp, v, params)
     return AttentionResult(_RingAttention.apply(setup, qp.contiguous(), kp.contiguous(), v.contiguous(), *params), None)
 
 

@@ -3,13 +3,14 @@ input is a shard (:class:`ShardedMask`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from .layout import SequenceLayout
-from .ring import RingContext, RingTimings
+from .context import RingContext, RingTimings
+from .ring import ring_attend, rule_of
 
 __all__ = ["SequenceParallel", "ShardedMask", "gather", "parallelize", "shard"]
 
@@ -60,15 +61,20 @@ def gather(x: torch.Tensor, layout: SequenceLayout, *, group=None, dim: int = 1)
 
 @dataclass(frozen=True)
 class ShardedMask:
-    """Pass as ``mask=`` to :class:`attnlab.MultiHeadAttention` (or an Encoder block): the input
-    is this rank's shard of a sequence (``context`` knows every shard's positions and key
-    padding), attended over the whole sequence by :func:`attnlab.distributed.ring_attend`.
+    """Pass as ``mask=`` to :class:`attnlab.MultiHeadAttention` (or an Encoder block, or
+    :func:`attnlab.attend`): the input is this rank's shard of a sequence (``context`` knows every
+    shard's positions and key padding), attended over the whole sequence by
+    :func:`attnlab.distributed.ring_attend`. The shard rule is a mask over global positions:
+    ``rule``, or ``causal`` / ``window``; combining with another mask (``masks.causal() & sharded``)
+    adds it to the rule.
 
     Attributes:
         context: the :class:`RingContext` of this forward. causal: ``j <= i``. window: ``|i - j|
         <= window`` (``0 <= i - j <= window`` causal). timings: where ring time is added up.
         length: the real length N when the shards were padded past it (positions from N on are
             padding: masked keys, discarded queries), else None.
+        rule: any mask over global positions (:mod:`attnlab.masks`), combined with ``causal`` and
+            ``window``.
     """
 
     context: RingContext
@@ -76,18 +82,48 @@ class ShardedMask:
     window: int | None = None
     timings: RingTimings | None = None
     length: int | None = None
-
-    @property
-    def positions(self) -> torch.Tensor:
-        """The positions this rank holds, ``(c,)``."""
-        return self.context.positions[self.context.rank]
+    rule: object = None
 
     @property
     def encoding_positions(self) -> torch.Tensor:
-        """The positions a positional encoding sees: :attr:`positions`, padding held at N - 1
-        (so that an encoding with a largest position, such as ``learned``, takes padded shards)."""
-        pos = self.positions
+        """The positions a positional encoding sees: the positions this rank holds, padding held at
+        N - 1 (so that an encoding with a largest position, such as ``learned``, takes padded shards)."""
+        pos = self.context.positions[self.context.rank]
         return pos if self.length is None else pos.clamp(max=self.length - 1)
+
+    def positions(self, n: int, device=None) -> torch.Tensor:
+        """This rank's positions for a layer's encoding (:attr:`encoding_positions`)."""
+        if n != self.context.positions.shape[1]:
+            raise ValueError(f"the ring context holds {self.context.positions.shape[1]} positions per rank, the input {n}")
+        return self.encoding_positions.to(device)
+
+    def full_rule(self):
+        """The rule as one mask over global positions (None: every pair); the same object at every
+        call, so that every layer of a forward reuses the ring's plan."""
+        from ..core.masks import and_masks
+
+        if "_rule" not in self.__dict__:
+            object.__setattr__(self, "_rule", and_masks(rule_of(self.causal, self.window), self.rule))
+        return self.__dict__["_rule"]
+
+    def __rand__(self, other):
+        return replace(self, rule=other if self.rule is None else self.rule & other)
+
+    __and__ = __rand__
+
+    def sharded_attend(self, q, k, v, *, score, normalize, score_mod, bias, dropout_p, return_weights):
+        """Ring attention of this rank's heads under the rule (what :func:`attnlab.attend` runs for this mask)."""
+        if score_mod is not None:
+            raise ValueError(f"the {getattr(score_mod, 'name', 'score function')!r} encoding adds a bias over all (query, key) pairs, which ring attention does not "
+                             "carry: use an input encoding or rope under sequence parallelism")
+        if dropout_p:
+            raise ValueError(f"this layer drops attention weights (dropout={dropout_p}) in training, which ring attention does not: "
+                             "train with dropout 0 under sequence parallelism (an Encoder's one dropout covers its attention)")
+        if bias is not None or return_weights:
+            raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias, "
+                             "return_weights or positions (the mask knows every shard's positions)")
+        return ring_attend(q, k, v, context=self.context, mask=self.full_rule(), score=score, normalize=normalize,
+                           timings=self.timings)
 
 
 @dataclass

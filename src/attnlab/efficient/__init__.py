@@ -18,14 +18,13 @@ from . import reformer as _reformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
 from . import naive as _naive  # noqa: F401
 # isort: on
-from .base import VARIANTS, Budget, EfficientAttention, Sweep, budget, budgets, create, key_padding, names, register
+from .base import VARIANTS, Budget, EfficientAttention, PatternAttention, Sweep, budget, budgets, create, key_padding, names, register
 from .kernel import kernel_attention
 from .linear import LinearAttention, LinearState, elu_feature_map
 from .linformer import LinformerAttention
 from .local import LocalAttention, banded_attention
 from .longformer import BigBirdAttention, LongformerAttention
 from .reformer import ReformerAttention, lsh_buckets
-from .sparse import block_sparse_attention, pattern
 from .naive import NaiveDenseAttention
 from .nystrom import NystromAttention, iterative_pinv, segment_means
 from .performer import PerformerAttention, favor_features, orthogonal_gaussian
@@ -40,12 +39,11 @@ __all__ = [
     "Budget",
     "Sweep",
     "EfficientAttention",
+    "PatternAttention",
     "key_padding",
     "LocalAttention",
     "LongformerAttention",
     "BigBirdAttention",
-    "block_sparse_attention",
-    "pattern",
     "LinearAttention",
     "LinearState",
     "elu_feature_map",

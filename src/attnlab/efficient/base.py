@@ -6,11 +6,16 @@ limits can be tested with identical weights), the same call signature and the sa
 :class:`attnlab.AttentionResult` output. What a variant cannot do it refuses with a clear error
 instead of silently computing something else:
 
-* masks: a key-padding mask (``(B, 1, 1, M)``, :func:`attnlab.masks.padding`) is accepted by
-  every variant; causal attention is a constructor option (``causal=True``) for the variants
-  whose method allows it; any other mask needs the dense layer;
-* a score bias (ALiBi, relative): refused — rotation (``rope``) and input encodings work;
-* ``return_weights=True``: refused — these variants never build the ``N x M`` weights.
+* masks: a key-padding mask (:func:`attnlab.masks.padding`, a ``(B, 1, 1, M)`` tensor) is
+  accepted by every variant, and packed documents (:class:`attnlab.masks.Documents`: each
+  document attended alone); causal attention is a constructor option (``causal=True``) for the
+  variants whose method allows it (their method changes with it: causal linear attention is a
+  running sum); any other mask needs exact attention. The sparse patterns (``local``,
+  ``longformer``, ``bigbird``) are exact attention under their pattern's mask
+  (:class:`PatternAttention`): they take any mask, score function and return their weights;
+* a score bias (ALiBi, relative): refused by the approximations — rotation (``rope``) and input
+  encodings work;
+* ``return_weights=True``: refused by the approximations — they never build the ``N x M`` weights.
 
 Each variant also carries its :class:`Budget` (the class attribute ``budget``): the settings
 that make it efficient at short and at long lengths and the budget axis the approximation
@@ -33,7 +38,7 @@ from ..layers.cache import KVCache, RecurrentState
 from ..layers.multihead import MultiHeadAttention
 from ..registry import Registry
 
-__all__ = ["VARIANTS", "Budget", "EfficientAttention", "Sweep", "budget", "budgets", "create", "key_padding", "names", "register"]
+__all__ = ["VARIANTS", "Budget", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets", "create", "key_padding", "names", "register"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class EfficientAttention(MultiHeadAttention):
     name: str = "efficient"
     supports_causal: bool = True
     grouped_kv = False  # grouped key / value heads (num_kv_heads) arrive repeated to H heads
+    forms_scores: bool = False  # True for the sparse patterns: they compute every allowed score, so a bias encoding works
 
     def __init__(
         self,
@@ -170,7 +176,7 @@ class EfficientAttention(MultiHeadAttention):
         if causal and not self.supports_causal:
             raise ValueError(f"the {self.name!r} attention cannot be causal: its method mixes every key into every query")
         self.causal = bool(causal)
-        if self.positional is not None and self.positional.kind == "bias":
+        if self.positional is not None and self.positional.kind == "bias" and not self.forms_scores:
             raise ValueError(
                 f"the {self.name!r} attention never forms the scores a bias encoding would add to; "
                 f"use rope or an input encoding, or the 'dense' attention for {self.positional.name!r}"
@@ -179,15 +185,21 @@ class EfficientAttention(MultiHeadAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, causal={self.causal}"
 
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False) -> AttentionResult:
         if return_weights:
             raise ValueError(f"the {self.name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
-        if bias is not None:
+        if bias is not None or score_mod is not None:
             raise ValueError(f"the {self.name!r} attention cannot add a score bias; use the 'dense' attention")
+        if getattr(mask, "sharded_attend", None) is not None:
+            raise ValueError(f"the {self.name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs the "
+                             "exact layers (dense, local, longformer, bigbird)")
         b, _, n, _ = q.shape
         m = k.shape[2]
         if self.causal and n != m:
             raise ValueError(f"causal {self.name!r} attention needs as many queries as keys, got N={n}, M={m}")
+        segments = getattr(mask, "segments", None)
+        if callable(segments) and not isinstance(mask, torch.Tensor):  # packed documents: each attended alone
+            return AttentionResult(self._segments(q, k, v, mask))
         valid = key_padding(mask, b, m, self.name, q.device)
         if n == 0 or m == 0:
             return AttentionResult(q.new_zeros(b, q.shape[1], n, v.shape[-1]))
@@ -199,6 +211,23 @@ class EfficientAttention(MultiHeadAttention):
         if valid is not None:  # a set with no real key: zeros, as everywhere in attnlab
             out = out.masked_fill(~valid.any(-1)[:, None, None, None], 0.0)
         return AttentionResult(out)
+
+    def _segments(self, q, k, v, docs) -> torch.Tensor:
+        """Packed documents: every document alone (documents of one length stacked into one
+        call), padding left at zero."""
+        if getattr(docs, "window", None) is not None or getattr(docs, "causal", self.causal) != self.causal:
+            raise ValueError(f"the {self.name} layer (causal={self.causal}) attends packed documents with its own pattern: "
+                             f"give Documents(causal={self.causal}) without a window")
+        out = q.new_zeros(*q.shape[:3], v.shape[-1])
+        by_length: dict[int, list[tuple[int, int]]] = {}
+        for row, start, n in docs.segments(q.shape[2]):
+            by_length.setdefault(n, []).append((row, start))
+        for n, where in by_length.items():
+            take = lambda x: torch.stack([x[r, :, s : s + n] for r, s in where])  # noqa: E731  (docs, H, n, D)
+            res = self.efficient(take(q), take(k), take(v), None)
+            for j, (r, s) in enumerate(where):
+                out[r, :, s : s + n] = res[j]
+        return out
 
     def new_cache(self, *, window=None, sinks=0, positions="absolute"):
         """Cached decoding: ``local`` and ``longformer`` (a bounded :class:`KVCache` that is
@@ -225,12 +254,6 @@ class EfficientAttention(MultiHeadAttention):
                              "pass no window, sinks or positions")
         return RecurrentState()
 
-    def _recurrent_heads(self, x, state: RecurrentState):
-        """q ``(B, H, n, D)``, k, v repeated to H heads, of new tokens continuing ``state``."""
-        q, k, v, _ = self.new_token_heads(x, state.seen)
-        k, v = self.repeat_kv(k, v)
-        return q, k, v
-
     def check_cache(self, cache) -> None:
         """Refuse a key / value cache other than the one :meth:`new_cache` makes (another window,
         sinks or positions would compute another pattern; a kernel variant needs its recurrent state)."""
@@ -239,16 +262,58 @@ class EfficientAttention(MultiHeadAttention):
         if not same:
             raise ValueError(f"the {self.name!r} attention decodes with the cache its new_cache() makes, not this one")
 
-    def attend_exact(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+    def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
         if return_weights:
             raise ValueError(f"the {self.name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
-        return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, bias=bias, return_weights=return_weights)
+        return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, score_mod=score_mod, return_weights=return_weights)
 
     def efficient(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         """The variant's attention: q ``(B, H, N, D)``, k ``(B, H, M, D)``, v ``(B, H, M, Dv)``,
         ``valid`` ``(B, M)`` bool or None -> ``(B, H, N, Dv)``. ``self.causal`` says whether
         query ``i`` may see only keys ``j <= i``."""
         raise NotImplementedError
+
+
+class PatternAttention(EfficientAttention):
+    """Exact attention under a fixed sparse pattern: ``local``, ``longformer``, ``bigbird``.
+
+    The pattern is a mask (:meth:`pattern_mask`, plus causal when ``causal=True``) combined with
+    the caller's, and attention is :func:`attnlab.attend` over it: block-sparse, so the tiles
+    outside the pattern are never computed, any score, normaliser, score function or mask works,
+    and ``return_weights`` gives the (mostly zero) weights. Subclasses define
+    :meth:`pattern_mask`.
+    """
+
+    forms_scores = True
+    grouped_kv = True  # the core takes G key / value heads itself
+
+    def pattern_mask(self):
+        """The pattern as a mask (:mod:`attnlab.masks`), without the causal part."""
+        raise NotImplementedError
+
+    def full_pattern(self):
+        """The pattern with the causal rule when the layer is causal."""
+        from ..core import masks
+
+        pat = self.pattern_mask()
+        return masks.causal() & pat if self.causal else pat
+
+    def pattern(self, n: int) -> torch.Tensor:
+        """The ``(n, n)`` bool mask of who attends to whom at length n."""
+        return self.full_pattern().dense(n)
+
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False) -> AttentionResult:
+        from ..core.attend import attend
+
+        n, m = q.shape[2], k.shape[2]
+        if n != m:
+            raise ValueError(f"this attention relates positions: it needs as many keys as queries, got N={n}, M={m}")
+        pat = self.full_pattern()
+        return attend(q, k, v, score=self.score, normalize=self.normalize, mask=pat if mask is None else pat & mask, score_mod=score_mod,
+                      bias=bias, dropout_p=self.dropout if self.training else 0.0, return_weights=return_weights, block_size=self.block)
+
+    def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
+        return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, score_mod=score_mod, return_weights=return_weights)
 
 
 # ---------------------------------------------------------------------------- registry

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.attend import AttentionResult
 from ..layers.cache import RecurrentState
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
@@ -75,15 +74,13 @@ class LinearAttention(EfficientAttention):
         parallel causal layer, at a cost per token independent of the length."""
         return self._recurrent_cache(window, sinks, positions)
 
-    def recurrent_step(self, x, state: RecurrentState, valid) -> AttentionResult:
-        q, k, v = self._recurrent_heads(x, state)
+    def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
         if valid is not None:
             phi_k = phi_k * valid[:, None, :, None]
         sums = None if state.s is None else (state.s, state.z)
         out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=self.eps, state=sums, return_state=True)
-        state.seen += x.shape[1]
-        return AttentionResult(self.merge_heads(out))
+        return out
 
     def initial_state(self, batch: int, *, device=None, dtype=None) -> LinearState:
         """The empty state: no token seen."""
@@ -110,5 +107,5 @@ class LinearAttention(EfficientAttention):
         if state.s.shape[0] != x_t.shape[0]:
             raise ValueError(f"the state holds {state.s.shape[0]} sequences, x_t {x_t.shape[0]}")
         running = RecurrentState(state.s, state.z, seen=state.t)  # the decoding path, one token
-        out = self.recurrent_step(x_t[:, None, :], running, None).output[:, 0]
+        out = self(x_t[:, None, :], cache=running).output[:, 0]
         return out, LinearState(running.s, running.z, running.seen)

@@ -1,13 +1,13 @@
-"""Local (truncated, sliding-window) attention, computed block by block."""
+"""Local (truncated, sliding-window) attention: exact attention under a window mask, block-sparse."""
 
 from __future__ import annotations
 
 import torch
 
+from ..core import masks
+from ..core.attend import attend
 from ..validate import int_at_least, optional_int
-from .base import Budget, EfficientAttention, Sweep, register
-from .banded import banded_flash_attention
-from .sparse import block_sparse_attention
+from .base import Budget, PatternAttention, Sweep, register
 
 __all__ = ["LocalAttention", "banded_attention"]
 
@@ -25,12 +25,10 @@ def banded_attention(
     """Softmax attention of each query ``i`` over the keys ``j`` with ``|i - j| <= window``
     (``0 <= i - j <= window`` when causal), exactly, in O(N x window) time and memory.
 
-    Query block ``t`` (of ``block`` positions) can only reach key blocks ``t - r .. t + r``,
-    ``r = ceil(window / block)`` (``t - r .. t`` when causal). On CPU every block runs PyTorch's
-    fused flash kernel over a strided view of its keys with one shared band mask
-    (:func:`attnlab.efficient.banded.banded_flash_attention`); elsewhere each block's keys are
-    gathered and run through ``scaled_dot_product_attention``
-    (:func:`attnlab.efficient.sparse.block_sparse_attention` without global or random keys).
+    :func:`attnlab.attend` under :func:`attnlab.masks.window` (and key padding): the block map
+    keeps the ``2 ceil(window / block) + 1`` key tiles around each query tile, read as strided
+    views of the keys; the band's pattern is evaluated once per chunk (the window depends on
+    ``j - i`` alone), and PyTorch's fused CPU flash kernel computes the tiles, forward and backward.
 
     Args:
         q, k: ``(B, H, N, D)`` (self-attention positions: as many keys as queries).
@@ -38,30 +36,31 @@ def banded_attention(
         window: w >= 0.
         causal: the one-sided (look-back) window.
         valid: ``(B, N)`` bool, False for padded keys.
-        block: query block length (default: :func:`attnlab.efficient.banded.default_block` on
-            CPU, ``min(max(window, 64), 128)`` on the fallback path; at most N).
+        block: the tile (default :data:`attnlab.masks.DEFAULT_BLOCK`).
     """
-    out = banded_flash_attention(q, k, v, window, causal=causal, valid=valid, block=block)
-    if out is None:
-        out = block_sparse_attention(q, k, v, window, causal=causal, valid=valid, block=block)
-    return out
+    if k.shape[2] != q.shape[2]:
+        raise ValueError(f"this attention relates positions: it needs as many keys as queries, got N={q.shape[2]}, M={k.shape[2]}")
+    mask = masks.window(int_at_least("window", window, 0), causal=causal)
+    if valid is not None:
+        mask = mask & masks.valid_keys(valid)
+    return attend(q, k, v, mask=mask, block_size=block).output
 
 
 @register("local")
-class LocalAttention(EfficientAttention):
+class LocalAttention(PatternAttention):
     """Truncated self-attention: each query sees the keys within ``window`` positions.
 
     ``b_i = sum_{|i - j| <= w} softmax_j(q_i . k_j / sqrt(D)) v_j`` — the lecture's truncated
     self-attention for long audio, where a frame only needs its neighbourhood; with
     ``causal=True``, ``0 <= i - j <= w`` (streaming: look back w frames). Exact, not an
-    approximation: it equals dense attention under :func:`attnlab.masks.window`, and dense
-    attention itself once ``w >= N - 1``. Linear in N in time and memory, forward and
-    backward (:func:`banded_attention`).
+    approximation: it is exact attention under :func:`attnlab.masks.window` (block-sparse, see
+    :func:`banded_attention`), and dense attention itself once ``w >= N - 1``. Linear in N in
+    time and memory, forward and backward; any other mask, score function or encoding combines.
 
     Args:
         embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
         window: w, the half-width (default 256).
-        block: the query block length of the computation (default: see :func:`banded_attention`).
+        block: the tile of the computation (default :data:`attnlab.masks.DEFAULT_BLOCK`).
     """
 
     budget = Budget(short={"window": 4}, long={"window": 256}, sweep=Sweep("window", (16, 64, 256, 1024), "window"))
@@ -75,9 +74,9 @@ class LocalAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window={self.window}"
 
+    def pattern_mask(self):
+        return masks.window(self.window, causal=self.causal)
+
     def new_cache(self, *, window=None, sinks=0, positions="absolute"):
         """A ring buffer of the last ``window + 1`` keys: cached decoding equals the causal layer."""
         return self._bounded_cache(0, window, sinks, positions)
-
-    def efficient(self, q, k, v, valid):
-        return banded_attention(q, k, v, self.window, causal=self.causal, valid=valid, block=self.block)

@@ -1,21 +1,21 @@
-"""Longformer (local + global) and BigBird (local + global + random) attention."""
+"""Longformer (local + global) and BigBird (local + global + random) attention: exact attention under their patterns."""
 
 from __future__ import annotations
 
 import torch
 
+from ..core import masks
 from ..validate import int_at_least
-from .base import Budget, EfficientAttention, Sweep, register
-from .sparse import block_layout, block_sparse_attention, pattern
+from .base import Budget, PatternAttention, Sweep, register
 
-__all__ = ["LongformerAttention", "BigBirdAttention"]
+__all__ = ["LongformerAttention", "BigBirdAttention", "block_layout"]
 
 
-def _global_index(global_tokens, n: int, device) -> torch.Tensor:
-    if isinstance(global_tokens, int):
-        return torch.arange(min(global_tokens, n), device=device)
-    idx = torch.as_tensor(list(global_tokens), dtype=torch.long, device=device)
-    return idx[idx < n]
+def block_layout(n: int, window: int, block: int | None) -> tuple[int, int]:
+    """``(block, number of blocks)`` of BigBird's random blocks for a sequence of ``n``: block =
+    ``min(max(window, 64), 128)`` by default, at most ``n``."""
+    blk = min(min(max(window, 64), 128) if block is None else block, max(n, 1))
+    return blk, -(-n // blk)
 
 
 def _check_global(global_tokens):
@@ -35,18 +35,18 @@ def _check_global(global_tokens):
 
 
 @register("longformer")
-class LongformerAttention(EfficientAttention):
+class LongformerAttention(PatternAttention):
     """A sliding window plus global tokens (Beltagy et al. 2020, https://arxiv.org/abs/2004.05150).
 
     Each query sees the keys within ``window`` positions and every global token; each global
-    token sees every key. Exact softmax over that pattern, O(N (w + G)). With every token
-    global it is dense attention.
+    token sees every key: exact attention under ``masks.window(w) | masks.global_tokens(g)``,
+    block-sparse, O(N (w + G)). With every token global it is dense attention.
 
     Args:
         embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
         window: the half-width w (default 256).
         global_tokens: a count g (the first g positions, e.g. a CLS token) or a list of positions.
-        block: block length of the computation.
+        block: the tile of the computation.
     """
 
     budget = Budget(
@@ -64,8 +64,8 @@ class LongformerAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window={self.window}, global_tokens={self.global_tokens}"
 
-    def random_blocks(self, n: int, device=None) -> torch.Tensor | None:
-        return None
+    def pattern_mask(self):
+        return masks.window(self.window, causal=self.causal) | masks.global_tokens(self.global_tokens)
 
     def new_cache(self, *, window=None, sinks=0, positions="absolute"):
         """Causal, with the first g tokens global: the global tokens kept as sinks plus a ring
@@ -73,20 +73,6 @@ class LongformerAttention(EfficientAttention):
         if not isinstance(self.global_tokens, int):
             raise ValueError("cached longformer decoding needs global_tokens as a count (the first g tokens)")
         return self._bounded_cache(self.global_tokens, window, sinks, positions)
-
-    def pattern(self, n: int) -> torch.Tensor:
-        """The ``(n, n)`` bool mask of who attends to whom at length n."""
-        return pattern(
-            n, self.window, causal=self.causal, block=self.block,
-            global_index=_global_index(self.global_tokens, n, None), random_blocks=self.random_blocks(n),
-        )
-
-    def efficient(self, q, k, v, valid):
-        n = q.shape[2]
-        return block_sparse_attention(
-            q, k, v, self.window, causal=self.causal, valid=valid, block=self.block,
-            global_index=_global_index(self.global_tokens, n, q.device), random_blocks=self.random_blocks(n, q.device),
-        )
 
 
 @register("bigbird")
@@ -96,11 +82,12 @@ class BigBirdAttention(LongformerAttention):
     As :class:`LongformerAttention`, and each query block also sees ``random_blocks`` key
     blocks outside its window (earlier ones when causal), drawn from ``seed`` and the number of
     blocks, so the pattern is fixed for a given length (:meth:`pattern` shows it). Exact
-    softmax over that pattern.
+    attention under that pattern.
 
     Args:
         window, global_tokens, block: as for :class:`LongformerAttention` (BigBird's defaults:
-            window 64 with blocks of 64, i.e. 3 window blocks; 2 global tokens).
+            window 64 with blocks of 64, i.e. 3 window blocks; 2 global tokens); ``block`` is
+            also the size of the random blocks (default :func:`block_layout`).
         random_blocks: R, random key blocks per query block (default 3).
         seed: the seed of the random pattern.
     """
@@ -129,6 +116,12 @@ class BigBirdAttention(LongformerAttention):
                              "decoding (random_blocks=0 makes it longformer, which has)")
         return super().new_cache(window=window, sinks=sinks, positions=positions)
 
+    def pattern_mask(self):
+        base = super().pattern_mask()
+        if not self.num_random:
+            return base
+        return base | _RandomBlocks(self)
+
     def random_blocks(self, n: int, device=None) -> torch.Tensor | None:
         """``(nb, R)`` block numbers (-1 = none) of each query block's random key blocks at length n."""
         if self.num_random == 0:
@@ -144,3 +137,23 @@ class BigBirdAttention(LongformerAttention):
                 pick = torch.randperm(len(pool), generator=g)[: self.num_random]
                 out[t, : pick.numel()] = torch.tensor(pool)[pick]
         return out.to(device) if device is not None else out
+
+
+class _RandomBlocks(masks.BlockTable):
+    """BigBird's random blocks of a layer, drawn for the length at hand."""
+
+    def __init__(self, layer: BigBirdAttention):
+        super().__init__(None, 1, self._draw, name="random_blocks")
+        self.layer = layer
+
+    def _draw(self, n: int, m: int) -> torch.Tensor:
+        self.block, nb = block_layout(n, self.layer.window, self.layer.block)
+        picks = self.layer.random_blocks(n)
+        table = torch.zeros(nb, nb, dtype=torch.bool)
+        rows = torch.arange(nb)[:, None].expand_as(picks)
+        table[rows[picks >= 0], picks[picks >= 0]] = True
+        return table
+
+    def bind(self, n, m):
+        table = self._draw(n, m)
+        return masks.BlockTable(table, self.block, None, self.name)

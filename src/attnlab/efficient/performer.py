@@ -7,7 +7,6 @@ import math
 import torch
 
 from ..validate import int_at_least, positive_int
-from ..core.attend import AttentionResult
 from ..layers.cache import RecurrentState
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import CAUSAL_CHUNK, FeatureMap, chunked_kernel_attention, kernel_attention
@@ -177,9 +176,5 @@ class PerformerAttention(EfficientAttention):
         feature logits (the sums are rescaled when it grows): decoding equals the causal layer."""
         return self._recurrent_cache(window, sinks, positions)
 
-    def recurrent_step(self, x, state: RecurrentState, valid) -> AttentionResult:
-        q, k, v = self._recurrent_heads(x, state)
-        seen = state.seen
-        out = self._causal_chunk(q, k, v, valid, state)
-        state.seen = seen + x.shape[1]
-        return AttentionResult(self.merge_heads(out))
+    def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
+        return self._causal_chunk(q, k, v, valid, state)

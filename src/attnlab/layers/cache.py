@@ -1,5 +1,9 @@
-"""Caches for decoding a few tokens at a time: what one attention layer keeps of the tokens
-it has seen, so that the next token costs one row of attention instead of the whole prefix.
+"""Where a layer's keys come from: the keys of the call itself, or a cache for decoding a few
+tokens at a time (so that the next token costs one row of attention instead of the whole prefix).
+
+:meth:`attnlab.MultiHeadAttention.forward` runs one path whatever it is given: ``begin`` (what
+the call attends with: its inputs, the positions of queries and keys, the mask), the layer's
+projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own keys) or a cache:
 
 * :class:`KVCache` — the keys and values of a self-attention layer. Unbounded, it grows
   (amortised, by doubling) and decoding with it equals recomputing the prefix. Bounded
@@ -9,7 +13,8 @@ it has seen, so that the next token costs one row of attention instead of the wh
   ``positions="cache"`` it is StreamingLLM's cache (Xiao et al. 2023,
   https://arxiv.org/abs/2309.17453), whose rotation and bias encodings use a token's place in
   the cache instead of its place in the text, so that a stream may run past the longest
-  position the model was trained on.
+  position the model was trained on. What each new query sees (earlier keys, the window, the
+  sinks, not padding) is a mask over the held keys' positions, the same kind of mask as any.
 * :class:`StaticKV` — the keys and values of cross-attention, computed once from the encoder's
   output and reused at every step.
 * :class:`RecurrentState` — the running sums of causal kernel attention (``linear``,
@@ -26,9 +31,82 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core import masks
+from ..core.attend import AttentionResult
+from ..core.masks import key_padding_flags
+from ..core.maskfn import Positioned
 from ..validate import int_at_least, positive_int
+from .padding import silence_padding
 
-__all__ = ["KVCache", "RecurrentState", "StaticKV"]
+__all__ = ["Call", "KVCache", "NO_CACHE", "NoCache", "RecurrentState", "StaticKV"]
+
+
+@dataclass
+class Call:
+    """What one forward call attends with: the inputs (padding rows silenced), the query and key
+    positions, the mask, the key padding of new tokens (caches), whether rotation happens at
+    projection, and keys already projected (a filled cross-attention cache)."""
+
+    query: torch.Tensor
+    key: torch.Tensor | None
+    value: torch.Tensor | None
+    qpos: torch.Tensor | None
+    kpos: torch.Tensor | None
+    mask: object = None
+    valid: torch.Tensor | None = None
+    rotate: bool = True
+    kv: tuple | None = None
+
+
+def _seen_positions(seen: int, n: int, device) -> torch.Tensor:
+    return torch.arange(seen, seen + n, device=device)
+
+
+def _refuse_given(positions, key_positions, bias) -> None:
+    if positions is not None or key_positions is not None:
+        raise ValueError("with a cache the positions come from it: pass neither positions nor key_positions")
+    if bias is not None:
+        raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer itself)")
+
+
+class NoCache:
+    """The call's own keys (``key``, ``value``, or the query for self-attention): positions given,
+    or the mask's (packed documents restart them, a shard holds its own), or the layer's defaults."""
+
+    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
+        if getattr(mask, "sharded_attend", None) is not None and (key is not None or value is not None or bias is not None
+                                                                   or return_weights):
+            raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias or "
+                             "return_weights (the mask knows every shard's positions)")
+        query, key, value = silence_padding(query, key, value, mask)
+        n, m = query.shape[1], (query if key is None else key).shape[1]
+        from_mask = getattr(mask, "positions", None)
+        if positions is None and key_positions is None and callable(from_mask) and not isinstance(mask, torch.Tensor):
+            pos = from_mask(n, query.device)
+            if pos is not None:
+                positions = key_positions = pos
+        qpos, kpos = None, None
+        if layer.positional is not None or positions is not None or key_positions is not None:
+            qpos, kpos = layer.positions(n, m, positions, key_positions, query.device)
+        return Call(query, key, value, qpos, kpos, mask)
+
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
+        return layer.attend_heads(q, k, v, mask=call.mask, bias=bias, score_mod=score_mod, return_weights=return_weights)
+
+
+NO_CACHE = NoCache()
+"""The source of a call without a cache."""
+
+
+def _new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse: str):
+    _refuse_given(positions, key_positions, bias)
+    if key is not None or value is not None:
+        raise ValueError("a self-attention cache takes the new tokens as query only (key and value come from the cache)")
+    layer._check_input("query", query, layer.embed_dim, None)
+    if layer.kdim != layer.embed_dim or layer.vdim != layer.embed_dim:
+        raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
+    b, n, _ = query.shape
+    return key_padding_flags(mask, b, n, query.device, refuse=refuse)
 
 
 class KVCache:
@@ -84,6 +162,40 @@ class KVCache:
         if self.k is not None:
             self.k, self.v, self.valid = self.k[index], self.v[index], self.valid[index]
 
+    # ------------------------------------------------------------------ a forward call
+    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
+        valid = _new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
+            "with a cache, mask is the new tokens' key padding (causal order and the cache's window are applied by the cache)"))
+        layer.check_cache(self)
+        if self.positions == "cache" and query.shape[1] > 1 and return_weights:
+            raise ValueError("a cache with positions='cache' returns weights one token at a time: feed one token per call")
+        pos = _seen_positions(self.seen, query.shape[1], query.device)
+        # absolute positions: the new keys are rotated once, as they enter; cache positions: at each step
+        return Call(query, None, None, pos, pos, None, valid, rotate=self.positions == "absolute")
+
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
+        if self.positions == "cache":  # StreamingLLM: each query ranks the held keys from its own window
+            outs = [self._streaming(layer, q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1],
+                                    None if call.valid is None else call.valid[:, i : i + 1], return_weights)
+                    for i in range(q.shape[2])]
+            return AttentionResult(torch.cat([o.output for o in outs], 2), outs[0].weights if len(outs) == 1 else None)
+        keys, values, key_valid, kpos = self.update(k, v, call.valid)
+        mod = layer.score_mod(call.qpos, kpos)
+        return layer.attend_exact(q, keys, values, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
+                                  return_weights=return_weights)
+
+    def _streaming(self, layer, q, k, v, valid, return_weights) -> AttentionResult:
+        qpos = self.seen
+        keys, values, key_valid, kpos = self.update(k, v, valid)
+        bk, bq = self.cache_positions(kpos, qpos)
+        pe = layer.positional
+        if pe is not None and pe.kind == "rotation":
+            q, keys = pe.rotate(q, keys, bq, bk)
+        mod = layer.score_mod(bq, bk)
+        qp = torch.tensor([qpos], device=q.device)
+        return layer.attend_exact(q, keys, values, mask=self.mask(qp, kpos, key_valid), score_mod=mod, return_weights=return_weights)
+
+    # ------------------------------------------------------------------ storage
     def _allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int) -> None:
         b, g, _, d = k.shape
         new_k = k.new_zeros(b, g, slots, d)
@@ -153,19 +265,21 @@ class KVCache:
         self.seen = int(pos[-1]) + 1 if pos.numel() else self.seen
         self.size = min(self.seen, self.sinks + self.window)
 
-    def mask(self, query_positions: torch.Tensor, key_positions: torch.Tensor, key_valid: torch.Tensor) -> torch.Tensor | None:
-        """The bool mask of what each new query sees: earlier or equal keys, within the window or
-        among the sinks, not padding: ``(B, 1, n, S)``, or ``(1, 1, n, S)`` when no held token is
-        padding; None when that is every key."""
-        qp, kp = query_positions[:, None], key_positions[None, :]
-        if qp.shape[0] == 1 and not self.padded and (not self.bounded or kp.shape[1] <= self.sinks + self.window):
-            return None  # one query at the end, nothing pushed out: every held key is visible
-        allowed = kp <= qp
+    def rule(self):
+        """What a query sees, as a mask over positions: earlier or equal keys, within the window
+        or among the sinks."""
+        rule = masks.causal(align="top_left")
         if self.bounded:
-            allowed = allowed & ((qp - kp < self.window) | (kp < self.sinks))
-        if not self.padded:  # one (N, S) mask for the batch (the square causal one runs on the fused kernel's causal path)
-            return allowed[None, None]
-        return allowed[None, None] & key_valid[:, None, None, :]
+            rule = rule & (masks.window(self.window - 1, causal=True, align="top_left") | _before(self.sinks))
+        return rule
+
+    def mask(self, query_positions: torch.Tensor, key_positions: torch.Tensor, key_valid: torch.Tensor):
+        """The mask of what each new query sees: :meth:`rule` at the queries' and the held keys'
+        positions (the keys in ring-buffer order), and no padding; None when that is every key."""
+        if query_positions.shape[0] == 1 and not self.padded and (not self.bounded or key_positions.shape[0] <= self.sinks + self.window):
+            return None  # one query at the end, nothing pushed out: every held key is visible
+        out = Positioned(self.rule(), query_positions, key_positions)
+        return out & masks.valid_keys(key_valid) if self.padded else out
 
     def cache_positions(self, key_positions: torch.Tensor, query_position: int) -> tuple[torch.Tensor, torch.Tensor]:
         """StreamingLLM's positions (``positions="cache"``, one query): the keys' and the
@@ -174,6 +288,13 @@ class KVCache:
         def rank(p):
             return torch.where(p < self.sinks, p, self.sinks + (p - start))
         return rank(key_positions), rank(torch.tensor([query_position], device=key_positions.device))
+
+
+def _before(count: int):
+    """Keys at positions ``< count`` (the sinks)."""
+    from ..core.masks import _SharedPrefix
+
+    return _SharedPrefix(count)
 
 
 class StaticKV:
@@ -200,6 +321,24 @@ class StaticKV:
         if self.k is not None:
             self.k, self.v = self.k[index], self.v[index]
 
+    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
+        _refuse_given(positions, key_positions, bias)
+        if layer.positional is not None:
+            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to the decoder)")
+        layer._check_input("query", query, layer.embed_dim, None)
+        if self.k is None:
+            if key is None:
+                raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's output)")
+            value = key if value is None else value
+            self.k, self.v = layer.key_heads(key, value, query.shape[0])
+        if query.shape[0] != self.k.shape[0]:
+            raise ValueError(f"the cross-attention cache holds keys of {self.k.shape[0]} row(s), the query has {query.shape[0]} "
+                             "(reorder() the cache to follow the rows)")
+        return Call(query, None, None, None, None, mask, kv=(self.k, self.v))
+
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
+        return layer.attend_exact(q, k, v, mask=call.mask, return_weights=return_weights)
+
 
 @dataclass
 class RecurrentState:
@@ -222,3 +361,29 @@ class RecurrentState:
         """Forget every token."""
         self.s = self.z = self.shift = None
         self.seen = 0
+
+    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
+        valid = _new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
+            "with a cache, mask is the new tokens' key padding (causal order is the state's)"))
+        if return_weights:
+            raise ValueError(f"{type(layer).__name__} decodes with running sums: it has no attention weights to return")
+        pos = _seen_positions(self.seen, query.shape[1], query.device)
+        return Call(query, None, None, pos, pos, None, valid)
+
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
+        seen = self.seen
+        out = layer.recurrent_attend(q, k, v, self, call.valid)
+        self.seen = seen + q.shape[2]
+        return AttentionResult(out)
+
+
+def source_of(cache) -> NoCache | KVCache | StaticKV | RecurrentState:
+    """The source of a forward call: ``cache``, or :data:`NO_CACHE`."""
+    if cache is None:
+        return NO_CACHE
+    if not callable(getattr(cache, "begin", None)) or not callable(getattr(cache, "attend", None)):
+        raise TypeError(f"cache must come from new_cache() or new_cross_cache(), got {type(cache).__name__}")
+    return cache
+
+
+__all__ += ["source_of"]

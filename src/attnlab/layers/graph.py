@@ -143,7 +143,7 @@ class GraphAttention(nn.Module):
     def _dense(self, q, k, v, e, edge_index, drop, return_weights):
         """The textbook form on the ``N x N`` adjacency mask."""
         n, h, c = q.shape
-        mask = graph_mask(edge_index, n)
+        mask = graph_mask(edge_index, n).dense(n)
         bias = None
         if e is not None:  # per-edge key term as a dense score bias
             bias = q.new_zeros(h, n, n)

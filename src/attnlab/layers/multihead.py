@@ -9,51 +9,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.attend import AttentionResult, attend, check_mask_or_bias
-from ..core.masks import Documents, key_padding_flags
-from .cache import KVCache, RecurrentState, StaticKV
-from ..core.normalize import resolve_normalizer, softmax
 from ..core import scores as score_registry
-from ..core.scores import ScaledDot, Score, resolve_score
-from ..distributed.ring import ring_attend
-from ..distributed.sequence import ShardedMask
+from ..core.attend import AttentionResult, attend
+from ..core.normalize import resolve_normalizer
+from ..core.scores import Score, resolve_score
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
 from ..validate import positive_int, probability
+from . import interop
+from .cache import KVCache, RecurrentState, StaticKV, source_of
+from .padding import silence_padding
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "silence_padding"]
 
 HeadMode = Literal["split", "project"]
-
-
-def silence_padding(query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None, mask):
-    """Replace NaN and infinities by 0 in the input rows that ``mask`` hides from every query (padding).
-
-    A hidden key never reaches an output, but a NaN in its row would still reach gradients: in
-    self-attention the padded rows are queries too, their scores are NaN, and autograd multiplies
-    their zero upstream gradient by NaN on the way back to the valid keys and to the weights. With
-    those entries zeroed, a sequence's outputs and gradients do not depend on what its padding
-    holds. Finite rows are left as they are, so outputs (padded rows included) are unchanged for
-    finite inputs, bit for bit. Cross-attention cleans the key and value rows; the query rows of
-    cross-attention carry no padding information in the mask. Returns the inputs unchanged when
-    nothing is hidden (or the mask is not a bool tensor).
-    """
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or not 2 <= mask.dim() <= 4:
-        return query, key, value
-    source = query if key is None else key
-    if source.dim() != 3 or mask.shape[-1] != source.shape[1]:
-        return query, key, value  # a shape error: project's checks name it
-    hidden = ~mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).any(-2).any(1)  # (B or 1, M): no query sees it
-    if hidden.shape[0] not in (1, source.shape[0]):
-        return query, key, value  # a shape error: project's checks name it
-    if hidden.device.type == "cpu" and not hidden.any():
-        return query, key, value  # nothing hidden: no copy (on an accelerator the check would stall the stream)
-
-    def clean(t: torch.Tensor) -> torch.Tensor:
-        return t.masked_fill(hidden[..., None] & ~torch.isfinite(t), 0.0)
-
-    if key is None and value is None:
-        return clean(query), None, None
-    return query, clean(source), None if value is None else clean(value)
 
 
 class MultiHeadAttention(nn.Module):
@@ -84,8 +52,8 @@ class MultiHeadAttention(nn.Module):
         positional: a name from :func:`attnlab.positional.names` or a
             :class:`attnlab.positional.PositionalEncoding`, applied the way it acts: input
             encodings are added to the query, key and value inputs before the projections, bias
-            encodings are added to every head's scores, ``rope`` rotates each head's q and k.
-            ``None`` (default) or ``"none"``: no positional information.
+            encodings are a score function on every head's scores, ``rope`` rotates each head's q
+            and k. ``None`` (default) or ``"none"``: no positional information.
         positional_options: keyword options for an encoding given by name.
         max_len: the longest sequence, for encodings bounded by it (``learned``).
         num_kv_heads: G, the key / value heads (default H): grouped-query attention (Ainslie et
@@ -208,8 +176,9 @@ class MultiHeadAttention(nn.Module):
         )
 
     def positions(self, n: int, m: int, positions=None, key_positions=None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The query and key positions a forward pass uses: given, or by default keys at
-        ``0..M-1`` and queries ending at the last key (``M-N..M-1``; ``0..N-1`` when N > M)."""
+        """The query and key positions a forward pass uses: given (``(N,)``, or ``(B, N)`` per
+        row), or by default keys at ``0..M-1`` and queries ending at the last key (``M-N..M-1``;
+        ``0..N-1`` when N > M)."""
         kp = torch.arange(m, device=device) if key_positions is None else check_positions(key_positions, m, "key_positions").to(device)
         if positions is None:
             qp = torch.arange(max(m - n, 0), max(m - n, 0) + n, device=device)
@@ -239,7 +208,7 @@ class MultiHeadAttention(nn.Module):
         k and v ``(B, G, N, D)``."""
         b, n, _ = x.shape
         projs = [self.q_proj, self.k_proj, self.v_proj] if self.uses_keys else [self.q_proj, self.v_proj]
-        w, bias = self._fused_weights(projs)
+        w, bias = interop.fused_weights(self, projs)
         out = F.linear(x, w, bias)
         if self.num_kv_heads != self.num_heads:  # grouped: q of H heads, k and v of G
             q, k, v = out.split([self.embed_dim, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
@@ -251,24 +220,13 @@ class MultiHeadAttention(nn.Module):
             return heads[0], heads[0], heads[1]
         return heads
 
-    def _fused_weights(self, projs: list) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``[W^q; W^k; W^v]`` ((3E, E), (E + 2 G D, E) grouped, or (2E, E) without keys) and its
-        bias. Without gradients (inference, decoding) it is kept while the weights are unchanged
-        (same storage, same version), so a decoding step does not copy the weights again. Writes
-        through ``.data`` bypass the version counter: write to the parameters themselves (under
-        ``torch.no_grad()``), as optimisers and ``load_state_dict`` do."""
-        tensors = [t for p in projs for t in (p.weight, p.bias) if t is not None]
-        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
-        memo = self.__dict__.get("_fused_memo")
-        if torch.is_grad_enabled():
-            self.__dict__.pop("_fused_memo", None)  # training: nothing kept (the weights change at every step)
-        elif memo is not None and memo[0] == key:
-            return memo[1], memo[2]
-        w = torch.cat([p.weight for p in projs])
-        bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
-        if not torch.is_grad_enabled():  # the detached views keep the storages alive: no new tensor can reuse their addresses
-            self.__dict__["_fused_memo"] = (key, w, bias, [t.detach() for t in tensors])
-        return w, bias
+    def key_heads(self, key: torch.Tensor, value: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """k and v ``(B, G, M, D)`` of cross-attention inputs (what a cross-attention cache keeps)."""
+        self._check_input("key", key, self.kdim, batch)
+        self._check_input("value", value, self.vdim, batch)
+        project = self.head_mode == "project"
+        return (self._heads(key, self.k_proj, self.head_k if project else None, self.num_kv_heads),
+                self._heads(value, self.v_proj, self.head_v if project else None, self.num_kv_heads))
 
     def repeat_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Grouped keys and values ``(B, G, M, D)`` repeated to ``(B, H, M, D)``: key head g serves
@@ -284,7 +242,7 @@ class MultiHeadAttention(nn.Module):
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
         *,
-        mask: torch.Tensor | None = None,
+        mask=None,
         bias: torch.Tensor | None = None,
         return_weights: bool = False,
         positions: torch.Tensor | None = None,
@@ -293,21 +251,25 @@ class MultiHeadAttention(nn.Module):
     ) -> AttentionResult:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
 
+        One path whatever the mask or the cache: where the keys come from and their positions
+        (the call's own, or a cache's), the projections and positional encoding, the attention
+        step (:meth:`attend_heads`) under the mask, then ``W^o``.
+
         Args:
             query: ``(B, N, E)``.
             key: ``(B, M, kdim)``, default ``query``.
             value: ``(B, M, vdim)``, default ``key``.
-            mask: bool, broadcastable to ``(B, H, N, M)``, True = may attend (:mod:`attnlab.masks`);
-                or :class:`attnlab.masks.Documents`: packed documents, attended one by one
-                (cost linear in the packed length; positions restart in every document);
-                or :class:`attnlab.distributed.ShardedMask`: ``query`` is this rank's shard of a
-                sequence sharded across a process group, attended over the whole sequence by
-                ring attention (exact softmax attention; positions come from the mask).
+            mask: True = may attend. A mask function (:mod:`attnlab.masks`: causal, windows,
+                padding, :class:`attnlab.masks.Documents` — packed documents, whose positions
+                restart in every document — ...), a block map, a bool tensor broadcastable to
+                ``(B, H, N, M)``, or :class:`attnlab.distributed.ShardedMask`: ``query`` is this
+                rank's shard of a sequence sharded across a process group, attended over the
+                whole sequence by ring attention (positions come from the mask).
             bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
             return_weights: also return the ``(B, H, N, M)`` attention weights.
-            positions: integer ``(N,)`` positions of the queries, for the positional encoding
-                (default: see :meth:`positions`).
-            key_positions: integer ``(M,)`` positions of the keys (default ``0..M-1``).
+            positions: integer ``(N,)`` (or ``(B, N)``) positions of the queries, for the
+                positional encoding (default: the mask's, else see :meth:`positions`).
+            key_positions: integer ``(M,)`` (or ``(B, M)``) positions of the keys (default ``0..M-1``).
             cache: decode with a cache from :meth:`new_cache` (self-attention: ``query`` holds the
                 new tokens only, which continue the cached ones, causally; ``mask`` is then their
                 key padding ``(B, 1, 1, N)`` or ``(B, N)``, or None) or from
@@ -317,126 +279,64 @@ class MultiHeadAttention(nn.Module):
         Returns:
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
         """
-        if cache is not None:
-            return self._forward_cached(query, key, value, cache, mask=mask, bias=bias, return_weights=return_weights,
-                                        given_positions=positions is not None or key_positions is not None)
-        if isinstance(mask, Documents):
-            if key is not None or value is not None or bias is not None or return_weights or positions is not None or key_positions is not None:
-                raise ValueError("packed documents (mask=Documents) take self-attention alone: no key, value, bias, "
-                                 "return_weights or positions (they restart in every document)")
-            return self._forward_documents(query, mask)
-        if isinstance(mask, ShardedMask):
-            if key is not None or value is not None or bias is not None or return_weights or positions is not None or key_positions is not None:
-                raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias, "
-                                 "return_weights or positions (the mask knows every shard's positions)")
-            return self._forward_sharded(query, mask)
-        query, key, value = silence_padding(query, key, value, mask)
-        q, k, v, bias = self.project(query, key, value, bias=bias, positions=positions, key_positions=key_positions)
+        source = source_of(cache)
+        call = source.begin(self, query, key, value, mask=mask, positions=positions, key_positions=key_positions, bias=bias,
+                            return_weights=return_weights)
+        q, k, v, score_mod = self.project(call.query, call.key, call.value, positions=call.qpos, key_positions=call.kpos,
+                                          rotate=call.rotate, kv=call.kv)
         if not self.grouped_kv:
             k, v = self.repeat_kv(k, v)
-        res = self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
+        res = source.attend(self, q, k, v, call, score_mod, bias=bias, return_weights=return_weights)
         return AttentionResult(self.merge_heads(res.output), res.weights)  # concat heads, then W^o
 
-    def _forward_sharded(self, x: torch.Tensor, sharded: ShardedMask) -> AttentionResult:
-        """Self-attention of this rank's shard ``x`` ``(B, c, E)`` over the whole sharded sequence
-        (:func:`attnlab.distributed.ring_attend`): output ``(B, c, E)``, this rank's positions."""
-        if type(self).attend_heads is not MultiHeadAttention.attend_heads:
-            raise ValueError(f"{type(self).__name__} is not exact dense attention: ring attention (mask=ShardedMask) runs the dense "
-                             "layer only; give a window to the ShardedMask for local attention")
-        if self.positional is not None and self.positional.kind == "bias":
-            raise ValueError(f"the {self.positional.name!r} encoding adds a bias over all (query, key) pairs, which ring attention "
-                             "does not carry: use an input encoding or rope under sequence parallelism")
-        if self.training and self.dropout > 0:
-            raise ValueError(f"this layer drops attention weights (dropout={self.dropout}) in training, which ring attention does not: "
-                             "train with dropout 0 under sequence parallelism (an Encoder's one dropout covers its attention)")
-        self._check_input("query", x, self.embed_dim, None)
-        pos = sharded.encoding_positions.to(x.device)
-        q, k, v, _ = self.project(x, positions=pos, key_positions=pos)
-        res = ring_attend(q, k, v, context=sharded.context, causal=sharded.causal, window=sharded.window, score=self.score,
-                          normalize=self.normalize, timings=sharded.timings)
-        return AttentionResult(self.merge_heads(res.output), None)
-
-    def project(self, query, key=None, value=None, *, bias=None, positions=None, key_positions=None):
-        """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, G, M, D)``
-        (G = ``num_kv_heads``; :meth:`repeat_kv` repeats them to H) after the projections and the positional encoding (input encodings added first, ``rope``
-        rotation after), and the score bias (the caller's plus a bias encoding's, or None).
-        Arguments as for :meth:`forward`; :meth:`forward` is ``attend_heads`` on these, then
-        ``W^o``. The attention viewer reads q, k and v through this method."""
-        self._check_input("query", query, self.embed_dim, None)
-        key = query if key is None else key
-        value = key if value is None else value
-        self._check_input("key", key, self.kdim, query.shape[0])
-        self._check_input("value", value, self.vdim, query.shape[0])
-        if key.shape[1] != value.shape[1]:
-            raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and {tuple(value.shape)}")
+    def score_mod(self, q_positions: torch.Tensor | None, k_positions: torch.Tensor | None):
+        """The bias encoding's score function at these positions, or None (no bias encoding)."""
         pe = self.positional
-        if pe is not None or positions is not None or key_positions is not None:
-            qpos, kpos = self.positions(query.shape[1], key.shape[1], positions, key_positions, query.device)
+        if pe is None or pe.kind != "bias":
+            return None
+        return pe.score_mod(q_positions, k_positions)
+
+    def project(self, query, key=None, value=None, *, positions=None, key_positions=None, rotate: bool = True, kv=None):
+        """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, G, M, D)``
+        (G = ``num_kv_heads``; :meth:`repeat_kv` repeats them to H) after the projections and the
+        positional encoding (input encodings added first, ``rope`` rotation after, unless
+        ``rotate`` is False), and the bias encoding's score function at these positions (or None).
+        ``kv``: keys and values already projected (a cross-attention cache). The attention
+        viewer reads q, k and v through this method."""
+        self._check_input("query", query, self.embed_dim, None)
+        if kv is None:
+            key = query if key is None else key
+            value = key if value is None else value
+            self._check_input("key", key, self.kdim, query.shape[0])
+            self._check_input("value", value, self.vdim, query.shape[0])
+            if key.shape[1] != value.shape[1]:
+                raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and {tuple(value.shape)}")
+        m = kv[0].shape[2] if kv is not None else key.shape[1]
+        pe = self.positional
+        qpos, kpos = positions, key_positions
+        if pe is not None and (qpos is None or kpos is None):
+            qpos, kpos = self.positions(query.shape[1], m, positions, key_positions, query.device)
         if pe is not None and pe.kind == "input":
             # a^i + e^i before the projections; inputs that are one tensor stay one tensor
             new_query = pe.add_to(query, qpos)
-            new_key = new_query if key is query and qpos.equal(kpos) else pe.add_to(key, kpos)
-            value = new_key if value is key else pe.add_to(value, kpos)
-            query, key = new_query, new_key
-        if pe is not None and pe.kind == "bias":
-            pos_bias = pe.score_bias(qpos, kpos)
-            if bias is not None:
-                target = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
-                check_mask_or_bias("bias", bias, target, query.device)
-            bias = pos_bias if bias is None else pos_bias + bias
+            if kv is None:
+                new_key = new_query if key is query and qpos.equal(kpos) else pe.add_to(key, kpos)
+                value = new_key if value is key else pe.add_to(value, kpos)
+                key = new_key
+            query = new_query
         project = self.head_mode == "project"
-        if not project and key is query and value is query:
+        if kv is not None:
+            q = self._heads(query, self.q_proj, self.head_q if project else None)
+            k, v = kv
+        elif not project and key is query and value is query:
             q, k, v = self._self_heads(query)
         else:
             q = self._heads(query, self.q_proj, self.head_q if project else None)
             k = self._heads(key, self.k_proj, self.head_k if project else None, self.num_kv_heads)
             v = self._heads(value, self.v_proj, self.head_v if project else None, self.num_kv_heads)
-        if pe is not None and pe.kind == "rotation":
+        if rotate and pe is not None and pe.kind == "rotation":
             q, k = pe.rotate(q, k, qpos, kpos)
-        return q, k, v, bias
-
-    # ---------------------------------------------------------------- packed documents
-    def _forward_documents(self, x: torch.Tensor, docs: Documents) -> AttentionResult:
-        """Self-attention within each packed document: the batch flattened into one row, the
-        documents of one length stacked and attended together (mask and bias of one document
-        each), padding left at zero."""
-        self._check_input("query", x, self.embed_dim, None)
-        b, t, _ = x.shape
-        docs.check(b, t)
-        pe = self.positional
-        exact = not hasattr(self, "causal")  # exact attention takes the documents' mask; an efficient variant has its own causal flag
-        if not exact and (docs.window is not None or docs.causal != self.causal):
-            raise ValueError(f"the {type(self).__name__} layer (causal={self.causal}) attends packed documents with its own pattern: "
-                             f"give Documents(causal={self.causal}) without a window")
-        pos = docs.positions(t, device=x.device).reshape(-1)
-        q, k, v, _ = self.project(x.reshape(1, b * t, self.embed_dim), positions=pos, key_positions=pos)
-        if not self.grouped_kv:
-            k, v = self.repeat_kv(k, v)
-        pieces = docs.pieces(t)
-        starts = [0]
-        for n, _ in pieces:
-            starts.append(starts[-1] + n)
-        by_length: dict[int, list[int]] = {}
-        for i, (n, real) in enumerate(pieces):
-            if real:
-                by_length.setdefault(n, []).append(i)
-        outputs: list = [None] * len(pieces)
-
-        def take(heads, idx, n):  # the documents idx, all of length n, stacked: (docs, H, n, D)
-            return torch.cat([heads[:, :, starts[i] : starts[i] + n] for i in idx])
-
-        for n, idx in by_length.items():
-            local = torch.arange(n, device=x.device)
-            bias = pe.score_bias(local, local) if pe is not None and pe.kind == "bias" else None
-            mask = docs.block(n, x.device) if exact else None
-            res = self.attend_heads(take(q, idx, n), take(k, idx, n), take(v, idx, n), mask=mask, bias=bias)
-            for j, i in enumerate(idx):
-                outputs[i] = res.output[j : j + 1]
-        for i, (n, real) in enumerate(pieces):
-            if not real:
-                outputs[i] = q.new_zeros(1, self.num_heads, n, v.shape[-1])
-        out = self.merge_heads(torch.cat(outputs, dim=2))  # (1, B T, E)
-        return AttentionResult(out.reshape(b, t, self.embed_dim))
+        return q, k, v, self.score_mod(qpos, kpos)
 
     # ---------------------------------------------------------------- cached decoding
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute"):
@@ -449,71 +349,27 @@ class MultiHeadAttention(nn.Module):
         """An empty cache of cross-attention's keys and values (filled on the first call)."""
         return StaticKV()
 
-    def _forward_cached(self, query, key, value, cache, *, mask, bias, return_weights, given_positions) -> AttentionResult:
-        if given_positions:
-            raise ValueError("with a cache the positions come from it: pass neither positions nor key_positions")
-        if bias is not None:
-            raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer itself)")
-        if isinstance(cache, StaticKV):
-            return self._cross_cached(query, key, value, cache, mask=mask, return_weights=return_weights)
-        if key is not None or value is not None:
-            raise ValueError("a self-attention cache takes the new tokens as query only (key and value come from the cache)")
-        self._check_input("query", query, self.embed_dim, None)
-        if self.kdim != self.embed_dim or self.vdim != self.embed_dim:
-            raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
-        b, n, _ = query.shape
-        valid = key_padding_flags(mask, b, n, query.device, refuse="with a cache, mask is the new tokens' key padding "
-                                  "(causal order and the cache's window are applied by the cache)")
-        if isinstance(cache, RecurrentState):
-            if return_weights:
-                raise ValueError(f"{type(self).__name__} decodes with running sums: it has no attention weights to return")
-            return self.recurrent_step(query, cache, valid)
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must come from new_cache() or new_cross_cache(), got {type(cache).__name__}")
-        self.check_cache(cache)
-        if cache.positions == "cache" and n > 1:  # StreamingLLM's positions: one token at a time
-            if return_weights:
-                raise ValueError("a cache with positions='cache' returns weights one token at a time: feed one token per call")
-            outs = [self._cached_self(query[:, i : i + 1], cache, None if valid is None else valid[:, i : i + 1], False)
-                    for i in range(n)]
-            return AttentionResult(torch.cat([o.output for o in outs], 1))
-        return self._cached_self(query, cache, valid, return_weights)
+    def check_cache(self, cache) -> None:
+        """Refuse a cache this layer cannot decode with (exact attention takes any key / value cache)."""
 
-    def check_cache(self, cache: KVCache) -> None:
-        """Refuse a cache this layer cannot decode with (exact attention takes any)."""
+    def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
+        """Exact attention over held keys (``k``, ``v`` with H or G heads), as decoding with a
+        :class:`attnlab.layers.cache.KVCache` uses it: :meth:`attend_heads` here; the efficient
+        variants that decode with such a cache (``local``, ``longformer``) attend exactly over it."""
+        return self.attend_heads(q, k, v, mask=mask, score_mod=score_mod, return_weights=return_weights)
 
-    def _cached_self(self, x, cache: KVCache, valid, return_weights) -> AttentionResult:
-        b, n, _ = x.shape
-        pe = self.positional
-        rotation = pe is not None and pe.kind == "rotation"
-        # absolute positions: the new keys are rotated once, as they enter
-        q, k, v, qpos = self.new_token_heads(x, cache.seen, rotate=cache.positions == "absolute")
-        keys, values, key_valid, kpos = cache.update(k, v, valid)
-        bq, bk = qpos, kpos
-        if cache.positions == "cache":  # positions in the cache (StreamingLLM): rotate every held key now
-            bk, bq = cache.cache_positions(kpos, int(qpos[0]))
-            if rotation:
-                q, keys = pe.rotate(q, keys, bq, bk)
-        bias = pe.score_bias(bq, bk) if pe is not None and pe.kind == "bias" else None
-        res = self.attend_exact(q, keys, values, mask=cache.mask(qpos, kpos, key_valid), bias=bias, return_weights=return_weights)
-        return AttentionResult(self.merge_heads(res.output), res.weights)
+    def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
+        """Attention over a :class:`attnlab.layers.cache.RecurrentState` (q ``(B, H, n, D)``, k, v
+        of the new tokens, ``valid`` their padding): the kernel variants (``linear``,
+        ``performer``) override this."""
+        raise ValueError(f"{type(self).__name__} decodes with a KVCache (new_cache()), not a recurrent state")
 
     def new_token_heads(self, x, start: int, *, rotate: bool = True):
         """q ``(B, H, n, D)``, k and v ``(B, G, n, D)`` of ``n`` new tokens ``x`` ``(B, n, E)`` at
         positions ``start .. start + n - 1`` (an input encoding added first; rope applied when
         ``rotate``), and those positions."""
-        pe = self.positional
         qpos = torch.arange(start, start + x.shape[1], device=x.device)
-        if pe is not None and pe.kind == "input":
-            x = pe.add_to(x, qpos)
-        if self.head_mode == "split":
-            q, k, v = self._self_heads(x)
-        else:
-            q = self._heads(x, self.q_proj, self.head_q)
-            k = self._heads(x, self.k_proj, self.head_k, self.num_kv_heads)
-            v = self._heads(x, self.v_proj, self.head_v, self.num_kv_heads)
-        if rotate and pe is not None and pe.kind == "rotation":
-            q, k = pe.rotate(q, k, qpos, qpos)
+        q, k, v, _ = self.project(x, positions=qpos, key_positions=qpos, rotate=rotate)
         return q, k, v, qpos
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
@@ -521,69 +377,13 @@ class MultiHeadAttention(nn.Module):
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
 
-    def _cross_cached(self, query, key, value, cache: StaticKV, *, mask, return_weights) -> AttentionResult:
-        if self.positional is not None:
-            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to the decoder)")
-        if cache.k is None:
-            if key is None:
-                raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's output)")
-            value = key if value is None else value
-            self._check_input("key", key, self.kdim, query.shape[0])
-            self._check_input("value", value, self.vdim, query.shape[0])
-            project = self.head_mode == "project"
-            cache.k = self._heads(key, self.k_proj, self.head_k if project else None, self.num_kv_heads)
-            cache.v = self._heads(value, self.v_proj, self.head_v if project else None, self.num_kv_heads)
-        self._check_input("query", query, self.embed_dim, None)
-        if query.shape[0] != cache.k.shape[0]:
-            raise ValueError(f"the cross-attention cache holds keys of {cache.k.shape[0]} row(s), the query has {query.shape[0]} "
-                             "(reorder() the cache to follow the rows)")
-        q = self._heads(query, self.q_proj, self.head_q if self.head_mode == "project" else None)
-        res = self.attend_exact(q, cache.k, cache.v, mask=mask, bias=None, return_weights=return_weights)
-        return AttentionResult(self.merge_heads(res.output), res.weights)
-
-    def attend_exact(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
-        """Exact attention over held keys (``k``, ``v`` with H or G heads), as decoding with a
-        :class:`attnlab.layers.cache.KVCache` uses it: :meth:`attend_heads` here; the efficient
-        variants that decode with such a cache (``local``, ``longformer``) attend exactly over it."""
-        return self.attend_heads(q, k, v, mask=mask, bias=bias, return_weights=return_weights)
-
-    def recurrent_step(self, x, state: RecurrentState, valid) -> AttentionResult:
-        """Decoding with a :class:`attnlab.layers.cache.RecurrentState`: the kernel variants
-        (``linear``, ``performer``) override this."""
-        raise ValueError(f"{type(self).__name__} decodes with a KVCache (new_cache()), not a recurrent state")
-
-    def grouped(self, num_kv_heads: int) -> "MultiHeadAttention":
-        """A copy with ``num_kv_heads`` key / value heads, each projection the mean of its group's
-        H / G heads (Ainslie et al. 2023, section 2: converting a multi-head checkpoint to
-        grouped-query attention by mean-pooling; the paper then uptrains it briefly)."""
-        import copy
-
-        g = positive_int("num_kv_heads", num_kv_heads)
-        if self.head_mode != "split" or self.num_kv_heads != self.num_heads:
-            raise ValueError("grouped() converts a layer with head_mode='split' and one key / value head per query head")
-        if self.num_heads % g:
-            raise ValueError(f"num_kv_heads must divide num_heads, got num_kv_heads={g} and num_heads={self.num_heads}")
-        if not self.uses_keys and g != self.num_heads:
-            raise ValueError(f"{type(self).__name__} derives its keys from the queries: it takes no num_kv_heads")
-        new = copy.deepcopy(self)
-        new.num_kv_heads = g
-        r, d = self.num_heads // g, self.head_dim
-        for name in ("k_proj", "v_proj"):
-            old = getattr(self, name)
-            lin = nn.Linear(old.in_features, g * d, bias=old.bias is not None, device=old.weight.device, dtype=old.weight.dtype)
-            with torch.no_grad():
-                lin.weight.copy_(old.weight.view(g, r, d, old.in_features).mean(1).reshape(g * d, old.in_features))
-                if old.bias is not None:
-                    lin.bias.copy_(old.bias.view(g, r, d).mean(1).reshape(g * d))
-            setattr(new, name, lin)
-        return new
-
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, return_weights=False) -> AttentionResult:
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False) -> AttentionResult:
         """The attention step on projected heads: q ``(B, H, N, D)``, k ``(B, H|G, M, D)``, v
         ``(B, H|G, M, D)`` -> :class:`attnlab.AttentionResult` with output ``(B, H, N, D)``.
 
-        Exact attention here (:func:`attnlab.attend`); the efficient variants of
-        :mod:`attnlab.efficient` override this step and keep the projections around it.
+        Exact attention here (:func:`attnlab.attend`, block-sparse under a mask function); the
+        efficient variants of :mod:`attnlab.efficient` override this step and keep the
+        projections around it.
         """
         return attend(
             q,
@@ -592,12 +392,19 @@ class MultiHeadAttention(nn.Module):
             score=self.score,
             normalize=self.normalize,
             mask=mask,
+            score_mod=score_mod,
             bias=bias,
             dropout_p=self.dropout if self.training else 0.0,
             return_weights=return_weights,
         )
 
-    # ---------------------------------------------------------------- torch interop
+    # ---------------------------------------------------------------- interop (attnlab.layers.interop)
+    def grouped(self, num_kv_heads: int) -> "MultiHeadAttention":
+        """A copy with ``num_kv_heads`` key / value heads, each projection the mean of its group's
+        H / G heads (Ainslie et al. 2023, section 2: converting a multi-head checkpoint to
+        grouped-query attention by mean-pooling; the paper then uptrains it briefly)."""
+        return interop.grouped(self, num_kv_heads)
+
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
         """A ``MultiHeadAttention`` with the weights of a ``torch.nn.MultiheadAttention``.
@@ -607,64 +414,11 @@ class MultiHeadAttention(nn.Module):
         torch's bool ``attn_mask`` / ``key_padding_mask`` mean True = *not* allowed, attnlab's
         True = allowed.
         """
-        if not isinstance(m, nn.MultiheadAttention):
-            raise TypeError(f"from_torch expects a torch.nn.MultiheadAttention, got {type(m).__name__}")
-        if m.bias_k is not None or m.add_zero_attn:
-            raise ValueError("from_torch does not support add_bias_kv=True or add_zero_attn=True")
-        has_bias = m.in_proj_bias is not None
-        new = cls(m.embed_dim, m.num_heads, kdim=m.kdim, vdim=m.vdim, bias=has_bias, dropout=m.dropout)
-        new = new.to(device=m.out_proj.weight.device, dtype=m.out_proj.weight.dtype)
-        e = m.embed_dim
-        with torch.no_grad():
-            if m._qkv_same_embed_dim:
-                wq, wk, wv = m.in_proj_weight.split(e, dim=0)
-            else:
-                wq, wk, wv = m.q_proj_weight, m.k_proj_weight, m.v_proj_weight
-            for lin, w in ((new.q_proj, wq), (new.k_proj, wk), (new.v_proj, wv)):
-                lin.weight.copy_(w)
-            new.out_proj.weight.copy_(m.out_proj.weight)
-            if has_bias:
-                for lin, b in zip((new.q_proj, new.k_proj, new.v_proj), m.in_proj_bias.split(e)):
-                    lin.bias.copy_(b)
-                new.out_proj.bias.copy_(m.out_proj.bias)
-        return new
+        return interop.from_torch(cls, m)
 
     def to_torch(self) -> nn.MultiheadAttention:
         """The equivalent ``torch.nn.MultiheadAttention`` (``batch_first=True``).
 
         Only the form torch has: ``head_mode="split"``, scaled-dot score, softmax.
         """
-        same_math = type(self.score) is ScaledDot and resolve_normalizer(self.normalize) is softmax
-        if self.num_kv_heads != self.num_heads:
-            raise ValueError("to_torch needs one key / value head per query head (torch.nn.MultiheadAttention has no grouped heads)")
-        if self.head_mode != "split" or not same_math or self.positional is not None:
-            raise ValueError(
-                "to_torch needs head_mode='split', score='scaled_dot', normalize='softmax' and no positional "
-                f"encoding, got head_mode={self.head_mode!r}, score={self.score_name!r}, normalize={self.normalize!r}, "
-                f"positional={None if self.positional is None else self.positional.name!r}"
-            )
-        has_bias = self.q_proj.bias is not None
-        ref = self.out_proj.weight
-        m = nn.MultiheadAttention(
-            self.embed_dim,
-            self.num_heads,
-            dropout=self.dropout,
-            bias=has_bias,
-            kdim=self.kdim,
-            vdim=self.vdim,
-            batch_first=True,
-            device=ref.device,
-            dtype=ref.dtype,
-        )
-        with torch.no_grad():
-            ws = (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
-            if m._qkv_same_embed_dim:
-                m.in_proj_weight.copy_(torch.cat(ws, dim=0))
-            else:
-                for dst, w in zip((m.q_proj_weight, m.k_proj_weight, m.v_proj_weight), ws):
-                    dst.copy_(w)
-            m.out_proj.weight.copy_(self.out_proj.weight)
-            if has_bias:
-                m.in_proj_bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
-                m.out_proj.bias.copy_(self.out_proj.bias)
-        return m
+        return interop.to_torch(self)

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from ..core.attend import AttentionResult
-from ..core.masks import Documents
-from ..distributed.sequence import ShardedMask
+from ..core.masks import causal as causal_mask
 from ..layers.feedforward import ACTIVATIONS, FeedForward
 from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
@@ -39,8 +38,8 @@ class EncoderConfig:
             ``head_mode``; any other name is an efficient variant created with
             ``attention_options``, ``max_len`` and the encoding, and ignores the score
             options). Variants registered later work unchanged.
-        causal: every block is causal (dense: a causal mask is combined with the caller's;
-            efficient variants: created with ``causal=True``).
+        causal: every block is causal (exact attention: the causal mask is combined with the
+            caller's; efficient variants: created with ``causal=True``).
         num_kv_heads: G key / value heads per block (grouped-query attention; None: H).
     """
 
@@ -155,19 +154,10 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x, *, mask=None, positions=None, return_weights=False, cache=None) -> AttentionResult:
         """``(B, N, E)`` -> :class:`attnlab.AttentionResult` (output ``(B, N, E)``, weights or None).
-        With ``cache`` (this block's), ``x`` holds new tokens and ``mask`` their key padding."""
+        ``positions``: the tokens' positions for the attention's encoding (None: the mask's or
+        ``0..N-1``). With ``cache`` (this block's), ``x`` holds new tokens and ``mask`` their key
+        padding."""
         where = {"cache": cache} if cache is not None else {"positions": positions, "key_positions": positions}
-        if isinstance(mask, Documents):  # positions restart in every document: the attention takes them from the mask
-            where = {}
-        elif isinstance(mask, ShardedMask):  # a rank's shard: positions come from the mask
-            where = {}
-            if self.causal_mask and not mask.causal:
-                mask = dataclasses.replace(mask, causal=True)
-        elif self.causal_mask and cache is None:
-            from ..core import masks as _masks
-
-            causal = _masks.causal(x.shape[1], device=x.device)
-            mask = causal if mask is None else mask & causal
         if self.norm_first:
             res = self.attn(self.norm1(x), mask=mask, return_weights=return_weights, **where)
             x = x + self.drop1(res.output)
@@ -225,24 +215,6 @@ class Encoder(nn.Module):
         d = dataclasses.asdict(cfg)
         return cls(d.pop("embed_dim"), d.pop("num_heads"), d.pop("num_layers"), **d)
 
-    def _forward_documents(self, x, docs: Documents, positions, return_weights, return_hidden, cache) -> EncoderOutput:
-        """Packed documents: the input encoding at positions restarting in every document, then
-        every block attending document by document."""
-        if positions is not None or return_weights or cache is not None:
-            raise ValueError("packed documents (mask=Documents) take no positions, return_weights or cache")
-        if self.config.causal and not docs.causal:
-            docs = dataclasses.replace(docs, causal=True)
-        b, t, e = x.shape
-        docs.check(b, t)
-        pos = docs.positions(t, device=x.device).reshape(-1)
-        x = self.input_dropout(self.positional.add_to(x.reshape(1, b * t, e), pos).reshape(b, t, e))
-        hidden = [x] if return_hidden else None
-        for layer in self.layers:
-            x = layer(x, mask=docs).output
-            if hidden is not None:
-                hidden.append(x)
-        return EncoderOutput(self.final_norm(x), None, hidden)
-
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute") -> EncoderCache:
         """An empty cache for decoding with a causal encoder (``causal=True``): every block's
         (:meth:`attnlab.MultiHeadAttention.new_cache`; ``window``, ``sinks`` and ``positions``
@@ -267,13 +239,13 @@ class Encoder(nn.Module):
 
         Args:
             x: the input vectors ``(B, N, E)``.
-            mask: bool, broadcastable to ``(B, H, N, N)``, True = may attend (padding, causal, ...);
-                or :class:`attnlab.masks.Documents` (packed documents, attended one by one,
-                positions restarting in each; causal within each when the encoder is causal);
-                or :class:`attnlab.distributed.ShardedMask`: ``x`` is this rank's shard of a
-                sequence sharded across a process group (every block attends over the whole
-                sequence by ring attention; causal when the encoder is).
-            positions: integer ``(N,)`` positions (default ``0..N-1``).
+            mask: True = may attend (padding, windows, ...): a mask function (:mod:`attnlab.masks`),
+                a block map or a bool tensor broadcastable to ``(B, H, N, N)``; a causal encoder
+                adds the causal mask. :class:`attnlab.masks.Documents`: packed documents, whose
+                positions restart in every document; :class:`attnlab.distributed.ShardedMask`:
+                ``x`` is this rank's shard of a sequence sharded across a process group (every
+                block attends over the whole sequence by ring attention).
+            positions: integer ``(N,)`` (or ``(B, N)``) positions (default: the mask's, else ``0..N-1``).
             return_weights: also return each block's ``(B, H, N, N)`` weights.
             return_hidden: also return the hidden states (:class:`EncoderOutput`).
             cache: decode with a cache from :meth:`new_cache`: ``x`` holds the new tokens, which
@@ -284,26 +256,24 @@ class Encoder(nn.Module):
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"Encoder expects inputs of shape (B, N, {self.config.embed_dim}), got {got}")
         n = x.shape[1]
-        if isinstance(mask, Documents):
-            return self._forward_documents(x, mask, positions, return_weights, return_hidden, cache)
-        if isinstance(mask, ShardedMask):
-            if positions is not None or return_weights or cache is not None:
-                raise ValueError("a sharded sequence (mask=ShardedMask) takes no positions, return_weights or cache")
-            positions = mask.encoding_positions.to(x.device)
-        elif cache is not None:
+        if cache is not None:
             if positions is not None:
                 raise ValueError("with a cache the positions come from it: pass no positions")
             positions = torch.arange(cache.seen, cache.seen + n, device=x.device)
         elif positions is None:
-            positions = positions_for(n, device=x.device)
+            from_mask = getattr(mask, "positions", None)
+            positions = from_mask(n, x.device) if callable(from_mask) and not isinstance(mask, torch.Tensor) else None
+            positions = positions_for(n, device=x.device) if positions is None else positions
         else:
             positions = check_positions(positions, n, "positions").to(x.device)
+        if self.config.causal and cache is None and self.layers and self.layers[0].causal_mask:
+            mask = causal_mask() & mask if mask is not None else causal_mask()
         x = self.input_dropout(self.positional.add_to(x, positions))
         weights = [] if return_weights else None
         hidden = [x] if return_hidden else None
         for i, layer in enumerate(self.layers):
             extra = {} if cache is None else {"cache": cache.layers[i]}
-            res = layer(x, mask=mask, positions=positions, return_weights=return_weights, **extra)
+            res = layer(x, mask=mask, positions=None if cache is not None else positions, return_weights=return_weights, **extra)
             x = res.output
             if weights is not None:
                 weights.append(res.weights)

@@ -77,7 +77,7 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"target of length {start + m} exceeds the decoder's max_len {self.max_len}")
         x = self.tgt_embed(tgt_in) * self.dim**0.5 + self.tgt_pos[start : start + m].to(memory.dtype)
         real = (tgt_in != TGT_PAD)[:, None, None, :]
-        self_mask = real if cache is not None else masks.causal(m, device=tgt_in.device) & real
+        self_mask = real if cache is not None else masks.causal() & real
         weights = None
         for i, layer in enumerate(self.layers):
             x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask, return_weights=return_weights and i == len(self.layers) - 1,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..distributed.ring import RingContext
+from ..distributed.context import RingContext
 from ..distributed.sequence import SequenceParallel, ShardedMask, gather, shard
 from ..validate import int_at_least
 from .base import Backbone, ModelOutput, register, residual_blocks, run_residual

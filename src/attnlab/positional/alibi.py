@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ..validate import positive_int
+from ..core.score_mods import alibi_slopes
 from .base import BiasEncoding, register
 
 __all__ = ["ALiBi", "alibi_slopes"]
-
-
-def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """The heads' slopes ``m_h``: a geometric sequence, float64 ``(H,)``.
-
-    For H a power of two: ``m_h = 2^(-8 h / H)``, h = 1..H (8 heads: 1/2, 1/4, ..., 1/256).
-    Otherwise, as in the paper's code: the slopes of the largest power of two ``P < H``, then
-    every other slope of ``2 P`` heads (the odd-numbered ones) until there are H.
-    """
-    h = positive_int("num_heads", num_heads)
-
-    def power_of_two(n: int) -> list[float]:
-        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
-
-    if h & (h - 1) == 0:
-        return torch.tensor(power_of_two(h), dtype=torch.float64)
-    p = 2 ** int(math.floor(math.log2(h)))
-    return torch.tensor(power_of_two(p) + power_of_two(2 * p)[0::2][: h - p], dtype=torch.float64)
 
 
 @register("alibi")
@@ -50,10 +30,10 @@ class ALiBi(BiasEncoding):
         self.symmetric = bool(symmetric)
         self.register_buffer("slopes", alibi_slopes(self.num_heads).float(), persistent=False)
 
-    def bias_from_offsets(self, offsets):
+    def head_bias(self, h, offsets):
         d = offsets.to(self.slopes.device)
         d = -d.abs() if self.symmetric else d
-        return self.slopes[:, None, None] * d.to(self.slopes.dtype)  # (H, n, m)
+        return self.slopes[h] * d.to(self.slopes.dtype)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, symmetric={self.symmetric}"

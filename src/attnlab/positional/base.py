@@ -5,13 +5,14 @@ any encoding plugs in anywhere:
 
 * ``"input"`` — a vector ``e^i`` added to the input vector ``a^i`` (sinusoidal, learned, rnn,
   floater): :meth:`PositionalEncoding.add_to`;
-* ``"bias"`` — a term ``b_h(i, j)`` added to the scores of head ``h`` (relative, alibi):
-  :meth:`PositionalEncoding.score_bias`;
+* ``"bias"`` — a term ``b_h(i, j)`` added to the scores of head ``h`` (relative, alibi): a
+  score function, :meth:`PositionalEncoding.score_mod`;
 * ``"rotation"`` — q and k rotated by angles proportional to their positions (rope):
   :meth:`PositionalEncoding.rotate`;
 * ``"none"`` — nothing.
 
-Positions are integer tensors: ``(L,)`` shared by the batch. When the queries are fewer than
+Positions are integer tensors: ``(L,)`` shared by the batch, or ``(B, L)`` per row (packed
+documents restart them in every document). When the queries are fewer than
 the keys (N < M, cached decoding), the default query positions are ``M - N, ..., M - 1``:
 the last query sits at the last key, as in :mod:`attnlab.masks`.
 """
@@ -23,7 +24,7 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from ..core.bias import BlockBias
+from ..core.score_mods import ScoreMod, offset_bias
 from ..registry import Registry
 from ..validate import positive_int
 
@@ -39,13 +40,14 @@ def positions_for(length: int, *, total: int | None = None, device=None) -> torc
 
 
 def check_positions(positions, length: int, what: str) -> torch.Tensor:
-    """Validate user positions: a 1-D integer tensor of ``length`` non-negative entries."""
+    """Validate user positions: an integer tensor ``(length,)`` (or ``(B, length)``, one row per
+    sequence) of non-negative entries."""
     if not isinstance(positions, torch.Tensor):
         raise TypeError(f"{what} must be a 1-D integer torch.Tensor of length {length}, got {type(positions).__name__}")
     if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"{what} must have an integer dtype, got {positions.dtype}")
-    if positions.dim() != 1 or positions.shape[0] != length:
-        raise ValueError(f"{what} must have shape ({length},), got {tuple(positions.shape)}")
+    if positions.dim() not in (1, 2) or positions.shape[-1] != length:
+        raise ValueError(f"{what} must have shape ({length},) or (B, {length}), got {tuple(positions.shape)}")
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"{what} must be >= 0, got a minimum of {int(positions.min())}")
     return positions
@@ -71,8 +73,9 @@ class PositionalEncoding(nn.Module):
         """``a^i + e^i`` for inputs ``x`` ``(B, L, E)`` at ``positions`` ``(L,)`` (default 0..L-1)."""
         return x
 
-    def score_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> BlockBias | None:
-        """The ``(H, N, M)`` bias on the scores as a :class:`attnlab.BlockBias`, or None."""
+    def score_mod(self, q_positions: torch.Tensor | None, k_positions: torch.Tensor | None) -> ScoreMod | None:
+        """The bias on the scores as a score function at these positions (``(N,)``, ``(B, N)``; None:
+        the indices), or None (an encoding that does not act on scores)."""
         return None
 
     def rotate(
@@ -128,7 +131,8 @@ class InputEncoding(PositionalEncoding):
             raise ValueError(f"the {self.name!r} encoding adds to inputs of shape (B, L, {self.dim}), got {got}")
         length = x.shape[1]
         positions = positions_for(length, device=x.device) if positions is None else check_positions(positions, length, "positions")
-        return x + self.encode(positions.to(x.device)).to(x.dtype)
+        flat = positions.to(x.device).reshape(-1)  # (L,) or (B L,): encoded row after row
+        return x + self.encode(flat).view(*positions.shape, self.dim).to(x.dtype)
 
     def table(self, length):
         with torch.no_grad():
@@ -149,26 +153,22 @@ class BiasEncoding(PositionalEncoding):
             raise ValueError(f"the {self.name!r} encoding biases each head's scores: pass num_heads")
         self.num_heads = positive_int("num_heads", num_heads)
 
-    def bias_from_offsets(self, offsets: torch.Tensor) -> torch.Tensor:
-        """``(H, n, m)`` bias for integer offsets ``j - i`` ``(n, m)``."""
+    def head_bias(self, h: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """``b_h(offset)`` elementwise, with broadcasting: ``h`` head indices, ``offsets`` ``j - i``."""
         raise NotImplementedError
 
-    def _params(self) -> list[torch.Tensor]:
-        return [p for p in self.parameters()]
+    def bias_from_offsets(self, offsets: torch.Tensor) -> torch.Tensor:
+        """``(H, n, m)`` bias for integer offsets ``j - i`` ``(n, m)``."""
+        h = torch.arange(self.num_heads, device=offsets.device).view(-1, *([1] * offsets.dim()))
+        return self.head_bias(h, offsets[None])
 
-    def score_bias(self, q_positions, k_positions):
-        qp, kp = q_positions, k_positions
-
-        def rows(start: int, stop: int) -> torch.Tensor:
-            offsets = kp[None, :] - qp[start:stop, None]  # (b, M): j - i
-            return self.bias_from_offsets(offsets)  # (H, b, M)
-
-        return BlockBias(qp.shape[0], kp.shape[0], rows, self._params())
+    def score_mod(self, q_positions, k_positions):
+        return offset_bias(self.head_bias, q_positions, k_positions, params=list(self.parameters()), name=self.name)
 
     def table(self, length):
         pos = torch.arange(length)
         with torch.no_grad():
-            return self.score_bias(pos, pos).materialize().float()
+            return self.bias_from_offsets(pos[None, :] - pos[:, None]).float()
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}"

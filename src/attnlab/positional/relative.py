@@ -99,8 +99,8 @@ class Relative(BiasEncoding):
             return offsets.clamp(-k, k) + k
         return (-offsets).clamp(0, k)
 
-    def bias_from_offsets(self, offsets):
-        return self.weight[:, self.bucket(offsets.to(self.weight.device))]  # (H, n, m)
+    def head_bias(self, h, offsets):
+        return self.weight[h, self.bucket(offsets.to(self.weight.device))]
 
     def extra_repr(self) -> str:
         return (

@@ -41,16 +41,19 @@ class RoPE(PositionalEncoding):
         self.base, self.interleaved = number_above("base", base, 1), bool(interleaved)
 
     def angles(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """``m theta_i`` for integer positions ``(L,)``: ``(L, D/2)`` in ``dtype`` (float32 or float64)."""
+        """``m theta_i`` for integer positions ``(L,)`` (or ``(B, L)``): ``(…, L, D/2)`` in ``dtype``
+        (float32 or float64)."""
         i = torch.arange(0, self.dim, 2, device=positions.device, dtype=dtype)
         theta = self.base ** (-i / self.dim)  # (D/2,)
-        return positions.to(dtype)[:, None] * theta[None, :]
+        return positions.to(dtype)[..., None] * theta
 
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.dim:
             raise ValueError(f"rope was created for head width {self.dim}, got q/k of shape {tuple(x.shape)}")
         work = torch.float64 if x.dtype == torch.float64 else torch.float32
-        ang = self.angles(positions.to(x.device), work)  # (L, D/2)
+        ang = self.angles(positions.to(x.device), work)  # (L, D/2), or (B, L, D/2) per row
+        if ang.dim() == 3:
+            ang = ang[:, None]  # (B, 1, L, D/2): the same angles for every head
         cos, sin = ang.cos(), ang.sin()
         xw = x.to(work)
         if self.interleaved:

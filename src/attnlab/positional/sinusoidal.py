@@ -19,13 +19,13 @@ def sinusoidal_encode(positions: torch.Tensor, dim: int, *, base: float = 10000.
     accuracy (a float32 product ``pos x frequency`` would be off by up to pos x 6e-8 radians).
     """
     dim = positive_int("dim", dim)
-    pos = positions.detach().to("cpu", torch.float64)[:, None]  # (L, 1)
+    pos = positions.detach().to("cpu", torch.float64).reshape(-1, 1)  # (L, 1)
     i = torch.arange(0, dim, 2, dtype=torch.float64)  # the 2i of each sin/cos pair
     angle = pos / base ** (i / dim)  # (L, ceil(d/2))
     table = torch.empty(pos.shape[0], dim, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle[:, : dim // 2])
-    return table.to(device=positions.device, dtype=torch.float32)
+    return table.view(*positions.shape, dim).to(device=positions.device, dtype=torch.float32)
 
 
 def sinusoidal_table(length: int, dim: int, *, base: float = 10000.0) -> torch.Tensor:

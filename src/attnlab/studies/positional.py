@@ -116,7 +116,7 @@ class _Model(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[1]
-        h = self.encoder(self.embed(x), mask=masks.causal(n, device=x.device)).output
+        h = self.encoder(self.embed(x), mask=masks.causal()).output
         return self.readout(h)  # (B, N, vocab)
 
 

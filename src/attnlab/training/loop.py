@@ -256,7 +256,7 @@ def _sequence_groups(rank: int, world: int, p: int):
                          f"launch with torchrun --nproc-per-node {p} (or a multiple)")
     import torch.distributed as dist
 
-    from ..distributed.ring import RingTimings
+    from ..distributed.context import RingTimings
     from ..distributed.sequence import SequenceParallel
 
     mine = None

@@ -36,12 +36,12 @@ class Captured:
     why: str = ""
 
 
-def _scale(mod: MultiHeadAttention, mask, bias) -> tuple[float | None, str]:
+def _scale(mod: MultiHeadAttention, mask, bias, score_mod=None) -> tuple[float | None, str]:
     if resolve_normalizer(mod.normalize) is not softmax:
         return None, f"normaliser {mod.normalize!r} (the steps panel recomputes softmax only)"
-    if bias is not None:
+    if bias is not None or score_mod is not None:
         return None, "a score bias (relative / ALiBi): the steps panel recomputes plain dot scores only"
-    if mask is not None and not bool(mask.all()):
+    if mask is not None and not (isinstance(mask, torch.Tensor) and bool(mask.all())):
         return None, "a mask (causal, window, ...): the steps panel recomputes unmasked rows only"
     scale = mod.score.dot_scale(mod.head_dim)
     if scale is None:
@@ -65,15 +65,15 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
             return
         mask, bias = kwargs.get("mask"), kwargs.get("bias")
         with torch.no_grad():
-            q, k, v, full_bias = mod.project(query, bias=bias, positions=kwargs.get("positions"), key_positions=kwargs.get("key_positions"))
+            q, k, v, score_mod = mod.project(query, positions=kwargs.get("positions"), key_positions=kwargs.get("key_positions"))
             k, v = mod.repeat_kv(k, v)  # grouped-query layers: one key / value head per query head
             weights = output.weights
             if weights is None:  # an efficient variant refuses: it never builds the weights
                 try:
-                    weights = mod.attend_heads(q, k, v, mask=mask, bias=full_bias, return_weights=True).weights
+                    weights = mod.attend_heads(q, k, v, mask=mask, bias=bias, score_mod=score_mod, return_weights=True).weights
                 except ValueError as e:
                     raise ValueError(f"{names.get(mod) or type(mod).__name__}: {e}") from None
-            scale, why = _scale(mod, mask, full_bias)
+            scale, why = _scale(mod, mask, bias, score_mod)
             if scale is not None:  # the vectors the scores are made of (cosine: normalised, bilinear: W k)
                 q, k = mod.score.prepare(q, k)
         records.append(Captured(names.get(mod, ""), weights, q, k, v, scale, why))

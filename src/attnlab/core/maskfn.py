@@ -1,0 +1,398 @@
+"""The mask protocol: a mask is a function of positions, ``mask(b, h, q_idx, kv_idx) -> bool``.
+
+FlexAttention's ``mask_mod`` signature (``torch.nn.attention.flex_attention``): ``True`` = this
+query may attend to this key. attnlab calls it with broadcasting index tensors (``b`` of shape
+``(B, 1, 1, 1)``, ``h`` ``(1, H, 1, 1)``, ``q_idx`` ``(…, n, 1)``, ``kv_idx`` ``(…, 1, m)``), so any
+function built from elementwise torch operations and tensor indexing runs unchanged on both
+(attention-gym's mask_mods included); the shape of its result tells whether it depends on the
+batch row or the head.
+
+A :class:`Mask` is such a function that also knows its own structure: given the position
+ranges of a grid of tiles it says which tiles are :data:`EMPTY` (no pair allowed), :data:`FULL`
+(every pair allowed) or :data:`PARTIAL`, without evaluating a single pair
+(:meth:`Mask.tiles`). That is what lets :func:`attnlab.core.blockmap.block_map` build the map of
+a 128K-token mask in milliseconds; a plain callable's tiles are found by evaluating it, one
+batch of tiles at a time, never N x M at once. Masks compose with ``&``, ``|`` and ``~``.
+
+This module holds the protocol, the combinators and the adapters (a bool tensor, a plain
+callable, a mask evaluated at given positions); :mod:`attnlab.core.masks` holds the library.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .tiles import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, broadcast_shape, combine_and, combine_or
+
+__all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask", "Positioned",
+           "And", "Or", "Not", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
+
+class Mask:
+    """Base class of masks: a callable ``(b, h, q_idx, kv_idx) -> bool tensor`` that knows its structure.
+
+    Subclasses implement :meth:`__call__` and, where they can, :meth:`tiles`. Attributes:
+
+    * ``batch``: the batch rows the mask is defined for (key padding, documents), or None;
+    * ``key_only``: the mask depends on the batch row and the key alone (padding): efficient
+      variants that take key padding take it;
+    * ``shift_invariant``: the mask depends on ``kv_idx - q_idx`` alone (windows, causal), so
+      every tile row of a band has the same pattern: the engine evaluates it once.
+    """
+
+    batch: int | None = None
+    key_only: bool = False
+    shift_invariant: bool = False
+
+    def __call__(self, b, h, q_idx, kv_idx) -> torch.Tensor:
+        raise NotImplementedError
+
+    def tiles(self, grid: Grid) -> torch.Tensor | None:
+        """The state of every tile of ``grid``, a uint8 tensor broadcastable to ``(B, H, I, J)``
+        with values :data:`EMPTY`, :data:`PARTIAL`, :data:`FULL` or :data:`UNKNOWN`; None when
+        the structure says nothing (every tile is evaluated)."""
+        return None
+
+    def bind(self, n: int, m: int) -> "Mask":
+        """This mask for ``n`` queries and ``m`` keys (masks aligned to the last key resolve
+        their offset here; random patterns are drawn for the size). Default: itself."""
+        return self
+
+    def hidden_keys(self, m: int, device=None) -> torch.Tensor | None:
+        """``(B or 1, m)`` bool, True for keys no query may attend to (padding), as far as the
+        structure tells; None when it does not."""
+        return None
+
+    def positions(self, n: int, device=None) -> torch.Tensor | None:
+        """The positions a positional encoding should see for ``n`` tokens (packed documents
+        restart at 0 in every document: ``(B, n)``), or None for the usual ``0 .. n-1``."""
+        return None
+
+    def is_causal(self, n: int, m: int) -> bool:
+        """Whether this is exactly ``kv <= q`` on an ``n x m`` grid (PyTorch's fused causal path)."""
+        return False
+
+    def dense(self, n: int, m: int | None = None, *, batch: int | None = None, heads: int | None = None,
+              device=None) -> torch.Tensor:
+        """The mask as a bool tensor: ``(n, m)``, or ``(B, 1|H, n, m)`` / ``(B, 1, 1, m)`` when it
+        depends on the batch row (leading dimensions of size 1 dropped down to 2-D)."""
+        for name, size in (("n", n), ("m", m)):
+            if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+                raise TypeError(f"{name} must be an int, got {type(size).__name__}")
+            if size is not None and size < 0:
+                raise ValueError(f"{name} must be >= 0, got {size}")
+        m = n if m is None else m
+        bound = self.bind(n, m)
+        b = torch.arange(batch or self.batch or 1, device=device)[:, None, None, None]
+        h = torch.arange(heads or 1, device=device)[None, :, None, None]
+        q = torch.arange(n, device=device)[:, None]
+        kv = torch.arange(m, device=device)[None, :]
+        out = torch.as_tensor(bound(b, h, q, kv), device=device)
+        if self.key_only:  # key padding keeps the (B, 1, 1, M) shape that layers and torch expect
+            return out.reshape((1,) * (4 - out.dim()) + tuple(out.shape)).expand(-1, -1, 1, m).to(torch.bool)
+        out = out.reshape((1,) * max(0, 2 - out.dim()) + tuple(out.shape))
+        out = out.expand(*out.shape[:-2], n, m)
+        while out.dim() > 2 and out.shape[0] == 1 and all(s == 1 for s in out.shape[:-2]):
+            out = out[0]
+        return out.to(torch.bool)
+
+    def __and__(self, other):
+        other = _maybe_mask(other)
+        return NotImplemented if other is None else And(self, other)
+
+    def __rand__(self, other):
+        other = _maybe_mask(other)
+        return NotImplemented if other is None else And(other, self)
+
+    def __or__(self, other):
+        other = _maybe_mask(other)
+        return NotImplemented if other is None else Or(self, other)
+
+    def __ror__(self, other):
+        other = _maybe_mask(other)
+        return NotImplemented if other is None else Or(other, self)
+
+    def __invert__(self):
+        return Not(self)
+
+
+class TensorMask(Mask):
+    """A bool tensor broadcastable to ``(B, H, N, M)`` used as a mask function (indexed by position)."""
+
+    def __init__(self, tensor: torch.Tensor):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"a mask must be a torch.Tensor, a callable or an attnlab mask, got {type(tensor).__name__}")
+        if tensor.dtype != torch.bool:
+            raise TypeError(f"a mask tensor must have dtype torch.bool (True = this query may attend to this key), got {tensor.dtype}")
+        if not 1 <= tensor.dim() <= 4:
+            raise ValueError(f"a mask tensor must have 1 to 4 dimensions, broadcastable to (B, H, N, M); got shape {tuple(tensor.shape)}")
+        self.tensor = tensor.reshape((1,) * (4 - tensor.dim()) + tuple(tensor.shape))  # (B|1, H|1, N|1, M|1)
+        self.batch = self.tensor.shape[0] if self.tensor.shape[0] > 1 else None
+        self.key_only = self.tensor.shape[1] == 1 and self.tensor.shape[2] == 1
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        t = self.tensor
+        idx = [x if size > 1 else torch.zeros_like(torch.as_tensor(x)) for x, size in zip((b, h, q_idx, kv_idx), t.shape)]
+        return t[idx[0], idx[1], idx[2], idx[3]]
+
+    def tiles(self, grid):
+        if grid.uniform is None:
+            return None
+        bq, bk, q0, q1, m = grid.uniform
+        t = self.tensor
+        if t.shape[3] not in (1, m) or (t.shape[2] != 1 and t.shape[2] < q1):
+            raise ValueError(f"a mask of shape {tuple(t.shape)} does not broadcast to a grid of {q1} queries x {m} keys")
+        if t.shape[2] > 1:
+            t = t[:, :, q0:q1]
+        full = _reduce_blocks(t, bq, bk, all_=True)
+        some = _reduce_blocks(t, bq, bk, all_=False)
+        return torch.where(full, FULL, torch.where(some, PARTIAL, EMPTY)).to(torch.uint8)
+
+    def hidden_keys(self, m, device=None):
+        seen = self.tensor.any(2).any(1)  # (B|1, M|1)
+        return ~seen.expand(seen.shape[0], m)
+
+
+def _reduce_blocks(t: torch.Tensor, bq: int, bk: int, *, all_: bool) -> torch.Tensor:
+    """All / any of ``t`` ``(B, H, N|1, M|1)`` over each ``bq x bk`` tile (a size-1 axis stays 1);
+    a ragged last tile reduces over its real entries only."""
+    fill = all_
+    n, m = t.shape[2], t.shape[3]
+    if n > 1 and n % bq:
+        t = torch.cat([t, t.new_full((*t.shape[:2], bq - n % bq, t.shape[3]), fill)], 2)
+    if m > 1 and m % bk:
+        t = torch.cat([t, t.new_full((*t.shape[:3], bk - m % bk), fill)], 3)
+    b, h, n2, m2 = t.shape
+    qb, kb = (bq, n2 // bq) if n2 > 1 else (1, 1), (bk, m2 // bk) if m2 > 1 else (1, 1)
+    v = t.view(b, h, qb[1], qb[0], kb[1], kb[0])
+    return v.all(5).all(3) if all_ else v.any(5).any(3)
+
+
+class FunctionMask(Mask):
+    """A plain callable ``(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's mask_mod): no structure known."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        return self.fn(b, h, q_idx, kv_idx)
+
+    def __repr__(self):
+        return f"FunctionMask({getattr(self.fn, '__name__', self.fn)!r})"
+
+
+class Positioned(Mask):
+    """``inner`` evaluated at given positions: index ``i`` of the queries is position
+    ``q_positions[i]``, index ``j`` of the keys ``kv_positions[j]`` (a rank's shard of a sharded
+    sequence; the keys of a cache, in ring-buffer order)."""
+
+    def __init__(self, inner, q_positions: torch.Tensor, kv_positions: torch.Tensor):
+        self.inner = as_mask(inner)
+        self.q_positions, self.kv_positions = q_positions.long(), kv_positions.long()
+        self.batch, self.key_only = self.inner.batch, self.inner.key_only
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        qp, kp = self.q_positions.to(q_idx.device), self.kv_positions.to(kv_idx.device)
+        return self.inner(b, h, qp[q_idx], kp[kv_idx])
+
+    def tiles(self, grid):
+        if grid.uniform is None:
+            return None
+        bq, bk, q0, q1, m = grid.uniform
+        ql, qh = _block_range(self.q_positions.to(grid.q_lo.device)[q0:q1], bq)
+        kl, kh = _block_range(self.kv_positions.to(grid.kv_lo.device), bk)
+        return self.inner.tiles(Grid(ql[:, None], qh[:, None], kl[None, :], kh[None, :]))
+
+    def hidden_keys(self, m, device=None):
+        return None
+
+    def bind(self, n, m):
+        if self.q_positions.shape[-1] != n or self.kv_positions.shape[-1] != m:
+            raise ValueError(f"the mask holds positions of {self.q_positions.shape[-1]} queries x {self.kv_positions.shape[-1]} keys, "
+                             f"but the attention has {n} x {m}")
+        return self
+
+
+def _block_range(pos: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Smallest and largest position of each block of ``block`` consecutive entries of ``pos``."""
+    n = pos.shape[0]
+    pad = -n % block
+    if pad:
+        pos = torch.cat([pos, pos[-1:].expand(pad)])
+    v = pos.view(-1, block)
+    return v.amin(1), v.amax(1)
+
+
+class _Combination(Mask):
+    def __init__(self, *parts):
+        self.parts = tuple(as_mask(p) for p in parts)
+        rows = {p.batch for p in self.parts if p.batch is not None}
+        if len(rows) > 1:
+            raise ValueError(f"masks defined for different batch sizes cannot be combined: {sorted(rows)}")
+        self.batch = rows.pop() if rows else None
+        self.key_only = all(p.key_only for p in self.parts)
+        self.shift_invariant = all(p.shift_invariant for p in self.parts)
+
+    def bind(self, n, m):
+        return type(self)(*(p.bind(n, m) for p in self.parts))
+
+    def positions(self, n, device=None):
+        for p in self.parts:
+            pos = p.positions(n, device)
+            if pos is not None:
+                return pos
+        return None
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(map(repr, self.parts))})"
+
+
+class And(_Combination):
+    """Pairs every part allows (``a & b``)."""
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        out = None
+        for p in self.parts:
+            r = p(b, h, q_idx, kv_idx)
+            out = r if out is None else out & r
+        return out
+
+    def tiles(self, grid):
+        return combine_and([p.tiles(grid) for p in self.parts])
+
+    def hidden_keys(self, m, device=None):
+        known = [k for k in (p.hidden_keys(m, device) for p in self.parts) if k is not None]
+        if not known:
+            return None
+        out = known[0]
+        for k in known[1:]:
+            out = out | k
+        return out
+
+    def is_causal(self, n, m):
+        causal = [p for p in self.parts if p.is_causal(n, m)]
+        return bool(causal) and all(p.is_causal(n, m) or isinstance(p, _Everything) for p in self.parts)
+
+
+class Or(_Combination):
+    """Pairs some part allows (``a | b``)."""
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        out = None
+        for p in self.parts:
+            r = p(b, h, q_idx, kv_idx)
+            out = r if out is None else out | r
+        return out
+
+    def tiles(self, grid):
+        return combine_or([p.tiles(grid) for p in self.parts])
+
+    def hidden_keys(self, m, device=None):
+        known = [p.hidden_keys(m, device) for p in self.parts]
+        if any(k is None for k in known):
+            return None
+        out = known[0]
+        for k in known[1:]:
+            out = out & k
+        return out
+
+
+class Not(Mask):
+    """Pairs ``inner`` forbids (``~mask``)."""
+
+    def __init__(self, inner):
+        self.inner = as_mask(inner)
+        self.batch, self.key_only, self.shift_invariant = self.inner.batch, self.inner.key_only, self.inner.shift_invariant
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        return ~self.inner(b, h, q_idx, kv_idx)
+
+    def tiles(self, grid):
+        s = self.inner.tiles(grid)
+        if s is None:
+            return None
+        return torch.where(s == EMPTY, FULL, torch.where(s == FULL, EMPTY, s)).to(torch.uint8)
+
+    def bind(self, n, m):
+        return Not(self.inner.bind(n, m))
+
+    def __repr__(self):
+        return f"~{self.inner!r}"
+
+
+class _Everything(Mask):
+    """Every pair (the neutral element of ``&``)."""
+
+    shift_invariant = True
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        return torch.ones((), dtype=torch.bool, device=q_idx.device).expand(broadcast_shape(q_idx.shape, kv_idx.shape))
+
+    def tiles(self, grid):
+        return torch.full((), FULL, dtype=torch.uint8, device=grid.q_lo.device)
+
+    def hidden_keys(self, m, device=None):
+        return torch.zeros(1, m, dtype=torch.bool, device=device)
+
+    def __repr__(self):
+        return "full()"
+
+
+def _maybe_mask(x) -> Mask | None:
+    if isinstance(x, Mask):
+        return x
+    if isinstance(x, torch.Tensor) or (callable(x) and not isinstance(x, type)):
+        return as_mask(x)
+    return None
+
+
+def as_mask(x) -> Mask:
+    """A :class:`Mask` from a mask, a bool tensor broadcastable to ``(B, H, N, M)`` or a
+    callable ``(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's mask_mod)."""
+    if isinstance(x, Mask):
+        return x
+    if isinstance(x, torch.Tensor):
+        return TensorMask(x)
+    if callable(x) and not isinstance(x, type):
+        return FunctionMask(x)
+    raise TypeError(f"a mask must be a bool torch.Tensor, a callable (b, h, q_idx, kv_idx) -> bool or an attnlab mask, "
+                    f"got {type(x).__name__}")
+
+
+def and_masks(*masks):
+    """Pairs every mask allows; ``None`` arguments (no constraint) are skipped (all None: None).
+    Bool tensors alone combine into a bool tensor; anything else into a :class:`Mask`."""
+    present = [m for m in masks if m is not None]
+    wrapped = [as_mask(m) for m in present]
+    _check_tensor_shapes(wrapped, "and_masks")
+    if present and all(isinstance(m, torch.Tensor) for m in present):
+        return _tensor_fold(present, torch.logical_and)
+    return None if not present else wrapped[0] if len(wrapped) == 1 else And(*wrapped)
+
+
+def or_masks(*masks):
+    """Pairs some mask allows; a ``None`` argument means "every pair", so it makes the union None.
+    Bool tensors alone combine into a bool tensor; anything else into a :class:`Mask`."""
+    wrapped = [as_mask(m) for m in masks if m is not None]
+    if any(m is None for m in masks):
+        return None
+    _check_tensor_shapes(wrapped, "or_masks")
+    if masks and all(isinstance(m, torch.Tensor) for m in masks):
+        return _tensor_fold(list(masks), torch.logical_or)
+    return None if not wrapped else wrapped[0] if len(wrapped) == 1 else Or(*wrapped)
+
+
+def _tensor_fold(tensors: list, op) -> torch.Tensor:
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = op(out, t)
+    return out
+
+
+def _check_tensor_shapes(present: list[Mask], name: str) -> None:
+    shapes = [p.tensor.shape for p in present if isinstance(p, TensorMask)]
+    try:
+        broadcast_shape(*shapes)
+    except ValueError as e:
+        raise ValueError(f"{name}: masks of shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast") from e

@@ -1,0 +1,433 @@
+"""Block-sparse exact attention: only the tiles a :class:`attnlab.core.blockmap.BlockMap` allows.
+
+The queries are cut into tiles of ``q_block`` rows and grouped into chunks (the map's plan);
+each chunk reads its rows' non-empty key tiles, either as a strided view of the keys (rows
+whose tiles run consecutively, as in a window, causal attention or documents: no copy) or by
+gathering them (scattered tiles: global tokens, random blocks). Empty tiles are never read; full
+tiles take no mask; the mask is evaluated on partial tiles only. Three kernels compute a chunk:
+
+* ``fused`` (CPU, softmax over a dot-product score, no score function): PyTorch's fused flash
+  kernel (``aten::_scaled_dot_product_flash_attention_for_cpu``, what
+  ``scaled_dot_product_attention`` runs on CPU) with the chunk's mask, keeping the output and
+  the row log-sum-exp; the backward pass is the kernel's own backward on the same views.
+* ``softmax`` (any score and score function, any device): scores written out one chunk at a
+  time, the log-sum-exp kept; backward FlashAttention's way, ``P = exp(S - lse)``,
+  ``dS = P (dO V^T - rowsum(dO O))``, through autograd for the score and score function.
+* ``generic`` (any normaliser, dropout): the chunk recomputed under autograd in the backward pass.
+
+Forward and backward hold O(chunk) scores and O(N) of everything else: never an N x M tensor.
+Rows with no allowed key give zeros and zero gradients. The same functions serve ring attention
+(:mod:`attnlab.distributed.ring`), which merges shards by their log-sum-exp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .blockmap import BlockMap, Chunk, _evaluate
+from .maskfn import FULL, PARTIAL
+
+__all__ = ["SparseSetup", "sparse_attention", "sparse_forward", "sparse_backward", "FUSED"]
+
+_FWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+FUSED = _FWD is not None and _BWD is not None
+"""Whether this PyTorch has the fused CPU flash kernel and its backward."""
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _index4(t: torch.Tensor, b, h, q, kv) -> torch.Tensor:
+    """``t[b, h, q, kv]`` of a tensor broadcastable to (B, H, N, M), size-1 axes read at 0."""
+    t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
+    idx = [x if s > 1 else torch.zeros_like(x) for x, s in zip((b, h, q, kv), t.shape)]
+    return t[idx[0], idx[1], idx[2], idx[3]]
+
+
+@dataclass
+class SparseSetup:
+    """One call's constants: the map and its plan, the score, normaliser, score function, kernel."""
+
+    bmap: BlockMap
+    chunks: list[Chunk]
+    b: int
+    h: int
+    score_fn: object = None
+    norm_fn: object = None
+    score_mod: object = None
+    scale: float | None = None  # the dot product's scale: the fused kernel is possible
+    kind: str = "generic"  # "fused", "softmax" or "generic"
+    dropout_p: float = 0.0
+    seed: int = 0
+    params: list = field(default_factory=list)
+    memo: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ geometry
+    # A chunk is R' groups of query rows, each against its own keys: R' = R tile rows (the keys
+    # move with the row: a window, gathered tiles), or R' = 1 when every row reads the same keys
+    # (a run that does not move: causal prefixes, documents, no mask), then one block of R bq rows.
+    @staticmethod
+    def merged(c: Chunk) -> bool:
+        """Every row of the chunk reads the same key tiles: one query block of ``R bq`` rows."""
+        return c.mode == "run" and c.step == 0
+
+    def groups(self, c: Chunk) -> tuple[int, int]:
+        """``(R', rows per group)``."""
+        bq = self.bmap.block[0]
+        return (1, (c.r1 - c.r0) * bq) if self.merged(c) else (c.r1 - c.r0, bq)
+
+    def rows_of(self, x: torch.Tensor, c: Chunk) -> torch.Tensor:
+        """``(R', BH, rows, ·)`` view of a chunk's rows of ``x`` ``(BH, NQ bq, ·)`` (or ``(BH, NQ bq)``)."""
+        g, rows = self.groups(c)
+        part = x[:, c.r0 * self.bmap.block[0] : c.r1 * self.bmap.block[0]]
+        return part.reshape(x.shape[0], g, rows, *x.shape[2:]).transpose(0, 1)
+
+    def put_rows(self, dst: torch.Tensor, c: Chunk, val: torch.Tensor) -> None:
+        """Write ``(R', BH, rows, ·)`` into the chunk's rows of ``dst`` ``(BH, NQ bq, ·)``."""
+        bq = self.bmap.block[0]
+        dst[:, c.r0 * bq : c.r1 * bq] = val.transpose(0, 1).reshape(dst.shape[0], -1, *dst.shape[2:])
+
+    def qpos(self, c: Chunk, device) -> torch.Tensor:
+        """``(R', rows)`` query positions of a chunk (clamped into ``0 .. N-1``)."""
+        g, rows = self.groups(c)
+        bq = self.bmap.block[0]
+        return (torch.arange(c.r0 * bq, c.r1 * bq, device=device).view(g, rows)).clamp(max=max(self.bmap.n - 1, 0))
+
+    def tiles(self, c: Chunk, device, groups: bool = False) -> torch.Tensor:
+        """``(R, S)`` key tiles of a chunk's tile rows (run mode: may reach outside ``0 .. NK-1``);
+        ``(R', S)`` with ``groups``."""
+        if c.mode == "gather":
+            return c.tiles.to(device)
+        rows = torch.arange(1 if (groups and self.merged(c)) else c.r1 - c.r0, device=device)
+        return c.start + rows[:, None] * c.step + torch.arange(c.S, device=device)[None, :]
+
+    def kpos(self, c: Chunk, device) -> torch.Tensor:
+        """``(R', L)`` key positions of a chunk's slots (clamped into ``0 .. M-1``)."""
+        bk = self.bmap.block[1]
+        pos = self.tiles(c, device, groups=True)[..., None] * bk + torch.arange(bk, device=device)
+        return pos.reshape(pos.shape[0], -1).clamp(0, max(self.bmap.m - 1, 0))
+
+    def inside(self, c: Chunk) -> bool:
+        """Whether a run's tiles all exist (a strided view of the keys); runs that reach past
+        either end gather their tiles instead, clamped (the slots outside are masked)."""
+        last = c.start + (0 if self.merged(c) else (c.r1 - c.r0 - 1) * c.step) + c.S
+        return c.mode == "run" and c.start >= 0 and last <= self.bmap.shape[1]
+
+    def keys(self, x: torch.Tensor, c: Chunk) -> torch.Tensor:
+        """``(R', BH, S bk, D)`` keys (or values) of a chunk from ``x`` ``(BH, NK bk, D)``."""
+        bk = self.bmap.block[1]
+        bh, _, d = x.shape
+        if self.inside(c):
+            if self.merged(c):
+                return x[None, :, c.start * bk : (c.start + c.S) * bk]
+            if x.stride(-1) != 1:
+                x = x.contiguous()
+            s0, s1 = x.stride(0), x.stride(1)
+            return x.as_strided((c.r1 - c.r0, bh, c.S * bk, d), (c.step * bk * s1, s0, s1, x.stride(2)),
+                                x.storage_offset() + c.start * bk * s1)
+        t = self.tiles(c, x.device, groups=True).clamp(0, self.bmap.shape[1] - 1)  # (R', S)
+        g = x.view(bh, -1, bk, d)[:, t.reshape(-1)]  # (BH, R' S, bk, D)
+        return g.view(bh, t.shape[0], c.S * bk, d).transpose(0, 1)
+
+    def fold(self, grad_acc: torch.Tensor, g: torch.Tensor, c: Chunk) -> None:
+        """Add a chunk's key (or value) gradients ``g`` ``(R', BH, S bk, D)`` into ``grad_acc`` ``(BH, NK, bk, D)``."""
+        bk = self.bmap.block[1]
+        r, bh, _, d = g.shape
+        if self.merged(c) and self.inside(c):
+            grad_acc[:, c.start : c.start + c.S] += g[0].view(bh, c.S, bk, d)
+            return
+        t = self.tiles(c, g.device, groups=True).clamp(0, self.bmap.shape[1] - 1)  # (R', S): outside slots carry 0
+        src = g.reshape(r, bh, c.S, bk, d).transpose(0, 1).reshape(bh, r * c.S, bk, d)
+        grad_acc.index_add_(1, t.reshape(-1), src)
+
+    # ------------------------------------------------------------------ masks
+    def allowed(self, c: Chunk, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(allowed, dead)``: ``(Bm, Hm, R, bq, L)`` bool (None when every slot is full and real)
+        and ``(Bm, Hm, R, bq)`` rows with no allowed key (None when there are none)."""
+        if not c.masked:
+            return None, None
+        bq, bk = self.bmap.block
+        states = c.states.to(device)
+        tiles = self.tiles(c, device)
+        if c.shared:  # every row the same: the first one stands for all (broadcast over R)
+            states, tiles = states[:, :, :1], tiles[:1]
+        bm, hm, r, s = states.shape
+        allowed = (states == FULL)[:, :, :, None, :, None].expand(bm, hm, r, bq, s, bk).clone()
+        part = states == PARTIAL
+        if bool(part.any()):
+            b_i, h_i, r_i, s_i = part.nonzero(as_tuple=True)
+            vals = _evaluate(self.bmap.mask, b_i, h_i, (c.r0 + r_i) * bq, tiles[r_i, s_i] * bk, bq, bk, self.bmap.n, self.bmap.m)
+            allowed[b_i, h_i, r_i, :, s_i, :] = vals
+        kpos = tiles[..., None] * bk + torch.arange(bk, device=device)  # (R, S, bk)
+        inside = (kpos >= 0) & (kpos < self.bmap.m)
+        allowed &= inside[None, None, :, None]
+        allowed = allowed.view(bm, hm, r, bq, s * bk)
+        if self.merged(c) and not c.shared:  # one block of R bq rows
+            allowed = allowed.view(bm, hm, 1, r * bq, s * bk)
+        dead = ~allowed.any(-1)
+        return allowed, (dead if bool(dead.any()) else None)
+
+    def kernel_mask(self, allowed: torch.Tensor, dead: torch.Tensor | None, dtype, open_dead: bool) -> torch.Tensor:
+        """The fused kernel's float mask ``(R, BH or 1, bq, L)``: 0 allowed, -inf not; rows with no
+        allowed key opened (forward) so that the kernel sees no empty row."""
+        if open_dead and dead is not None:
+            allowed = allowed | dead[..., None]
+        bm, hm, r, bq, length = allowed.shape
+        a = allowed.permute(2, 0, 1, 3, 4)  # (R or 1, Bm, Hm, bq, L)
+        if bm * hm not in (1, self.b * self.h):
+            a = a.expand(r, self.b, self.h, bq, length)
+        a = a.reshape(r, -1, bq, length)
+        return torch.zeros(a.shape, dtype=dtype, device=a.device).masked_fill_(~a, float("-inf"))
+
+    @staticmethod
+    def rows5(x: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor | None:
+        """``dead`` ``(Bm, Hm, R, bq)`` as ``(R, Bm, Hm, bq)``, to mask a ``(R, B, H, bq, ·)`` tensor."""
+        return None if dead is None else dead.permute(2, 0, 1, 3)
+
+
+def _split_heads(x: torch.Tensor, b: int, h: int) -> torch.Tensor:
+    """``(R, BH, a, c)`` -> ``(R, B, H, a, c)`` (a view)."""
+    return x.view(x.shape[0], b, h, *x.shape[2:])
+
+
+def _scores(setup: SparseSetup, c: Chunk, qc, kc, bias, allowed, fill: bool = True) -> torch.Tensor:
+    """A chunk's scores ``(R, B, H, bq, L)`` in the statistics dtype, plus the bias (its rows of
+    this chunk, or one row for all) and the score function; forbidden pairs at -inf if ``fill``."""
+    b, h = setup.b, setup.h
+    q5, k5 = _split_heads(qc, b, h), _split_heads(kc, b, h)
+    s = setup.score_fn.pairwise(q5, k5)
+    dev = s.device
+    if bias is not None or setup.score_mod is not None:
+        bi = torch.arange(b, device=dev)[None, :, None, None, None]
+        hi = torch.arange(h, device=dev)[None, None, :, None, None]
+        qi = setup.qpos(c, dev)[:, None, None, :, None]
+        ki = setup.kpos(c, dev)[:, None, None, None, :]
+        if bias is not None:
+            rel = qi - c.r0 * setup.bmap.block[0] if bias.dim() >= 2 and bias.shape[-2] > 1 else qi
+            s = s + _index4(bias, bi, hi, rel, ki).to(s.dtype)
+        if setup.score_mod is not None:
+            s = setup.score_mod(s, bi, hi, qi, ki)
+    s = s.to(_stat_dtype(qc.dtype))
+    if fill and allowed is not None:
+        s = s.masked_fill(~allowed.permute(2, 0, 1, 3, 4), float("-inf"))
+    return s
+
+
+
+def _softmax_chunk(s: torch.Tensor, v5: torch.Tensor):
+    """Output ``(R, B, H, bq, Dv)`` and log-sum-exp ``(R, B, H, bq)`` of scores with -inf where forbidden."""
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(m == float("-inf"), 0.0, m)
+    e = torch.exp(s - m)
+    den = e.sum(-1, keepdim=True)
+    out = (e / den.clamp_min(torch.finfo(e.dtype).tiny)).to(v5.dtype) @ v5
+    return out, (m + torch.log(den)).squeeze(-1)
+
+
+def _generic_chunk(setup: SparseSetup, c: Chunk, index: int, qc, kc, vc, bias, allowed, weights: bool = False):
+    """Output ``(R, B, H, bq, Dv)`` (and the weights before dropout) of any normaliser."""
+    s = _scores(setup, c, qc, kc, bias, allowed, fill=False)
+    mask = None if allowed is None else allowed.permute(2, 0, 1, 3, 4)
+    w = setup.norm_fn(s, mask)
+    wd = w
+    if setup.dropout_p > 0:
+        g = torch.Generator(device=w.device).manual_seed(setup.seed + index)
+        keep = torch.rand(w.shape, generator=g, device=w.device) >= setup.dropout_p
+        wd = w * keep / (1.0 - setup.dropout_p)
+    out = wd.to(vc.dtype) @ _split_heads(vc, setup.b, setup.h)
+    return (out, w.to(qc.dtype)) if weights else out
+
+
+def _bias_rows(bias: torch.Tensor | None, c: Chunk, bq: int) -> torch.Tensor | None:
+    if bias is None or bias.dim() < 2 or bias.shape[-2] == 1:
+        return bias
+    return bias[..., c.r0 * bq : c.r1 * bq, :]
+
+
+def sparse_forward(setup: SparseSetup, qp, kp, vp, bias=None):
+    """Every chunk's output into ``out`` ``(BH, NQ bq, Dv)`` and, for softmax kernels, the row
+    log-sum-exp ``(BH, NQ bq)`` (-inf for rows that see no key; None for the generic kernel).
+    ``qp`` ``(BH, NQ bq, D)``; ``kp``, ``vp`` ``(BH, NK bk, D)`` (padded to whole tiles). Rows in no
+    chunk stay 0."""
+    bh, nqp, _ = qp.shape
+    dv = vp.shape[-1]
+    out = qp.new_zeros(bh, nqp, dv, dtype=vp.dtype)
+    lse = None if setup.kind == "generic" else torch.full((bh, nqp), float("-inf"), dtype=_stat_dtype(qp.dtype), device=qp.device)
+    for i, c in enumerate(setup.chunks):
+        g, rows = setup.groups(c)
+        qc = setup.rows_of(qp, c)  # (R', BH, rows, D)
+        kc, vc = setup.keys(kp, c), setup.keys(vp, c)
+        allowed, dead = setup.allowed(c, qp.device)
+        if setup.kind == "fused":
+            mask = None if allowed is None else setup.kernel_mask(allowed, dead, qp.dtype, True)
+            o, l = _FWD(qc, kc, vc, attn_mask=mask, scale=setup.scale)
+            o5, l5 = _split_heads(o, setup.b, setup.h), l.view(g, setup.b, setup.h, rows)
+            d5 = SparseSetup.rows5(o, dead)
+            if d5 is not None:
+                o5 = o5.masked_fill(d5[..., None], 0.0)
+                l5 = l5.masked_fill(d5, float("-inf"))
+        elif setup.kind == "softmax":
+            s = _scores(setup, c, qc, kc, _bias_rows(bias, c, setup.bmap.block[0]), allowed)
+            o5, l5 = _softmax_chunk(s, _split_heads(vc, setup.b, setup.h))
+        else:
+            o5 = _generic_chunk(setup, c, i, qc, kc, vc, _bias_rows(bias, c, setup.bmap.block[0]), allowed)
+            l5 = None
+        setup.put_rows(out, c, o5.reshape(g, bh, rows, dv))
+        if lse is not None:
+            setup.put_rows(lse, c, l5.reshape(g, bh, rows))
+    return out, lse
+
+
+def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, need=(True, True, True, False)):
+    """Gradients ``(dq, dk, dv, dbias, dparams)`` of :func:`sparse_forward`'s output given ``do``
+    ``(BH, NQ bq, Dv)``; ``out`` and ``lse`` as it returned them (the ring passes the merged
+    ones). ``dk``, ``dv`` are ``(BH, NKp bk, ·)``, padding tiles included."""
+    bmap = setup.bmap
+    bq, bk = bmap.block
+    bh = qp.shape[0]
+    st = _stat_dtype(qp.dtype)
+    need_q, need_k, need_v, need_bias = need
+    dq = torch.zeros_like(qp)
+    dk = torch.zeros(bh, kp.shape[1] // bk, bk, kp.shape[-1], dtype=kp.dtype, device=kp.device)
+    dv = torch.zeros(bh, vp.shape[1] // bk, bk, vp.shape[-1], dtype=vp.dtype, device=vp.device)
+    dbias = torch.zeros_like(bias) if (bias is not None and need_bias) else None
+    dparams: list = [None] * len(setup.params)
+    if lse is not None:
+        delta = (do.to(st) * out.to(st)).sum(-1)  # (BH, NQ bq): rowsum(dO * O)
+        lse_safe = lse.masked_fill(lse == float("-inf"), 0.0)
+    for i, c in enumerate(setup.chunks):
+        r = setup.groups(c)[0]
+        rows = slice(c.r0 * bq, c.r1 * bq)
+        qc, doc = setup.rows_of(qp, c), setup.rows_of(do, c)
+        kc, vc = setup.keys(kp, c), setup.keys(vp, c)
+        allowed, dead = setup.allowed(c, qp.device)
+        if setup.kind == "fused":
+            mask = None if allowed is None else setup.kernel_mask(allowed, dead, qp.dtype, False)
+            oc, lc = setup.rows_of(out, c), setup.rows_of(lse_safe, c)
+            gq, gk, gv = _BWD(doc.contiguous(), qc, kc, vc, oc.contiguous(), lc.contiguous(), 0.0, False, attn_mask=mask, scale=setup.scale)
+            setup.put_rows(dq, c, gq)
+            setup.fold(dk, gk, c)
+            setup.fold(dv, gv, c)
+            continue
+        with torch.enable_grad():
+            ql = qc.detach().requires_grad_(need_q)
+            kl = kc.detach().requires_grad_(need_k)
+            vl = vc.detach().requires_grad_(need_v)
+            brows = _bias_rows(bias, c, bq)
+            if brows is not None:
+                brows = brows.detach().requires_grad_(need_bias)
+            cb = brows
+            if setup.kind == "softmax":
+                s = _scores(setup, c, ql, kl, cb, allowed)
+                p = torch.exp(s.detach() - _split_heads(setup.rows_of(lse_safe, c)[..., None], setup.b, setup.h))
+                d5 = _split_heads(doc, setup.b, setup.h).to(st)
+                gv5 = p.transpose(-1, -2) @ d5  # (R, B, H, L, Dv)
+                dp = d5 @ _split_heads(vc, setup.b, setup.h).to(st).transpose(-1, -2)
+                dl = _split_heads(setup.rows_of(delta, c)[..., None], setup.b, setup.h)
+                ds = p * (dp - dl)
+                if dead is not None:
+                    ds = ds.masked_fill(SparseSetup.rows5(ds, dead)[..., None], 0.0)
+                target, grad = s, ds
+                if need_v:
+                    setup.fold(dv, gv5.reshape(r, bh, *gv5.shape[3:]).to(vp.dtype), c)
+                wrt = [(n, t) for n, t in (("q", ql), ("k", kl)) if t.requires_grad]
+            else:
+                target = _generic_chunk(setup, c, i, ql, kl, vl, cb, allowed)
+                grad = _split_heads(doc, setup.b, setup.h)
+                wrt = [(n, t) for n, t in (("q", ql), ("k", kl), ("v", vl)) if t.requires_grad]
+            if brows is not None and need_bias:
+                wrt.append(("bias", brows))
+            wrt += [(j, p_) for j, p_ in enumerate(setup.params) if p_.requires_grad]
+            if not wrt:
+                continue
+            grads = torch.autograd.grad(target, [t for _, t in wrt], grad.to(target.dtype), allow_unused=True)
+        for (name, _), g in zip(wrt, grads):
+            if g is None:
+                continue
+            if name == "q":
+                setup.put_rows(dq, c, g)
+            elif name == "k":
+                setup.fold(dk, g, c)
+            elif name == "v":
+                setup.fold(dv, g, c)
+            elif name == "bias":
+                if bias.dim() >= 2 and bias.shape[-2] != 1:
+                    dbias[..., rows, :] += g
+                else:
+                    dbias += g
+            else:
+                dparams[name] = g if dparams[name] is None else dparams[name] + g
+    return dq, dk.view(bh, -1, dk.shape[-1]), dv.view(bh, -1, dv.shape[-1]), dbias, dparams
+
+
+class _SparseAttention(torch.autograd.Function):
+    """``sparse_forward`` with ``sparse_backward`` as its gradient (inputs already padded)."""
+
+    @staticmethod
+    def forward(ctx, setup: SparseSetup, qp, kp, vp, bias, *params):
+        out, lse = sparse_forward(setup, qp, kp, vp, bias)
+        ctx.setup = setup
+        ctx.save_for_backward(qp, kp, vp, bias, out, lse, *params)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        qp, kp, vp, bias, out, lse, *params = ctx.saved_tensors
+        need = ctx.needs_input_grad[1:5]
+        dq, dk, dv, dbias, dparams = sparse_backward(ctx.setup, grad.contiguous(), qp, kp, vp, out, lse, bias, need)
+        return (None, dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, dbias, *dparams)
+
+
+def pad_inputs(setup: SparseSetup, q, k, v):
+    """q ``(B, H, N, D)`` -> ``(BH, NQ bq, D)``; k, v ``(B, H, M, ·)`` -> ``(BH, NK bk, ·)``: views when
+    the lengths are whole tiles (and the tensors allow it), else padded to whole tiles with zeros,
+    through autograd (so gradients fold back)."""
+    bq, bk = setup.bmap.block
+    b, h, n, d = q.shape
+    nq, nk = setup.bmap.shape
+    m = k.shape[2]
+
+    def whole(x, rows, length):
+        x = x if length == rows else F.pad(x, (0, 0, 0, length - rows))
+        return x.reshape(b * h, length, x.shape[-1])
+
+    return whole(q, n, nq * bq), whole(k, m, nk * bk), whole(v, m, nk * bk)
+
+
+def sparse_attention(setup: SparseSetup, q, k, v, bias=None) -> torch.Tensor:
+    """Block-sparse attention of q ``(B, H, N, D)`` over k ``(B, H, M, D)``, v ``(B, H, M, Dv)``
+    (prepared, H heads): ``(B, H, N, Dv)``, differentiable through :func:`sparse_backward`."""
+    b, h, n, _ = q.shape
+    qp, kp, vp = pad_inputs(setup, q, k, v)
+    out = _SparseAttention.apply(setup, qp, kp, vp, bias, *setup.params)
+    return out.view(b, h, -1, v.shape[-1])[:, :, :n]
+
+
+def sparse_weights(setup: SparseSetup, q, k, v, bias=None):
+    """Output ``(B, H, N, Dv)`` and weights ``(B, H, N, M)`` through plain autograd (the weights
+    are asked for, so they are materialised anyway)."""
+    b, h, n, _ = q.shape
+    m = k.shape[2]
+    bq, bk = setup.bmap.block
+    qp, kp, vp = pad_inputs(setup, q, k, v)
+    nqp = qp.shape[1]
+    dev = q.device
+    out = q.new_zeros(b, h, nqp, v.shape[-1])
+    weights = q.new_zeros(b, h, nqp, m)
+    bi, hi = torch.arange(b, device=dev)[None, :, None, None, None], torch.arange(h, device=dev)[None, None, :, None, None]
+    for i, c in enumerate(setup.chunks):
+        qc = setup.rows_of(qp, c)
+        allowed, _ = setup.allowed(c, dev)
+        o5, w5 = _generic_chunk(setup, c, i, qc, setup.keys(kp, c), setup.keys(vp, c), _bias_rows(bias, c, bq), allowed, weights=True)
+        g, rows = setup.groups(c)
+        qi = torch.arange(c.r0 * bq, c.r1 * bq, device=dev).view(g, rows)[:, None, None, :, None]  # (R', 1, 1, rows, 1)
+        out.index_put_((bi[..., 0], hi[..., 0], qi[..., 0]), o5)
+        kpos = setup.kpos(c, dev)[:, None, None, None, :]  # (R, 1, 1, 1, L): padding slots hold weight 0
+        weights.index_put_((bi, hi, qi, kpos), w5.to(weights.dtype), accumulate=True)
+    return out[:, :, :n], weights[:, :, :n]
