@@ -55,6 +55,19 @@ def test_odd_and_six_process_rings_including_windows_that_travel_two_hops_each_w
             assert max(max(rank[i].values()) for rank in per_rank) < 1e-10, (world, case)
 
 
+def test_any_mask_over_global_positions_is_a_shard_rule():
+    """Documents, prefix-LM, a dilated window, a window with global tokens: rules the ring never
+    had before the masks became functions of positions, on every layout, with key padding."""
+    cases = [dict(seed=80 + i, dtype=F64, b=2, h=2, n=24, d=4, causal=False, window=None, padding=padding, layout=layout, rule=rule,
+                  block_size=4)
+             for i, (rule, layout, padding) in enumerate([("documents", "contiguous", False), ("documents", "zigzag", True),
+                                                           ("prefix_lm", "striped", False), ("dilated", "zigzag", True),
+                                                           ("longformer", "contiguous", True)])]
+    for rank in spawn(workers.exactness, 2, cases):
+        for case, errs in zip(cases, rank):
+            assert max(errs.values()) < 1e-10, (case, errs)
+
+
 @pytest.mark.parametrize("causal,positional,layout", [(False, "sinusoidal", "contiguous"), (True, "rope", "zigzag"), (True, "learned", "zigzag")])
 def test_a_sharded_encoder_step_equals_one_process(causal, positional, layout):
     for dtype, tol in ((F64, 1e-10), (F32, 1e-5)):

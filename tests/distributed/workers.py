@@ -3,7 +3,7 @@
 import torch
 import torch.distributed as dist
 
-from attnlab import attend, scores
+from attnlab import attend, masks, scores
 from attnlab.distributed import RingContext, plan_layout, ring_attend, shard
 
 
@@ -27,6 +27,15 @@ def full_mask(n, causal, window, valid):
     return mask
 
 
+RULES = {
+    "documents": lambda n: masks.Documents([5, 9, n - 14], causal=True),
+    "prefix_lm": lambda n: masks.prefix_lm(7),
+    "dilated": lambda n: masks.dilated_window(6, 2) & masks.causal(),
+    "longformer": lambda n: masks.window(2) | masks.global_tokens([0, 11]),
+}
+"""Shard rules given as masks over global positions (ring_attend(mask=...))."""
+
+
 def exactness(cases):
     """For each case: max |ring - attend| of the output and dq, dk, dv, on this rank's shard."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -45,6 +54,9 @@ def exactness(cases):
             lengths[0] = n  # one full row, one padded
             valid = torch.arange(n)[None, :] < lengths[:, None]
         mask = full_mask(n, case["causal"], case["window"], valid)
+        rule = RULES[case["rule"]](n) if case.get("rule") else None  # a mask over global positions
+        if rule is not None:
+            mask = rule.dense(n)[None, None] & mask
         device = case.get("device", "cpu")  # drawn on CPU, then moved: the same numbers on every device
         q, k, v, grad, mask = (t.to(device) for t in (q, k, v, grad, mask))
         valid = None if valid is None else valid.to(device)
@@ -68,8 +80,8 @@ def exactness(cases):
         if layout.padded != n:
             vmask = shard(torch.ones(b, n, dtype=torch.bool, device=device) if valid is None else valid, layout, rank, dim=1, fill=False)
         ctx = RingContext.build(layout.positions(rank, device=device), vmask)
-        res = ring_attend(ql, kl, vl, context=ctx, causal=case["causal"], window=case["window"], score=score,
-                          block_size=case.get("block_size"))
+        rule_args = {"mask": rule} if rule is not None else {"causal": case["causal"], "window": case["window"]}
+        res = ring_attend(ql, kl, vl, context=ctx, score=score, block_size=case.get("block_size"), **rule_args)
         res.output.backward(shard(grad, layout, rank, dim=2))
         pos = layout.positions(rank, device=device)
         real = pos < n  # padded positions have no reference

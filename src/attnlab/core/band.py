@@ -47,12 +47,14 @@ class Band(Mask):
         s = self._shift()
         dmin = grid.kv_lo - (grid.q_hi + s)  # smallest kv - q' in the tile
         dmax = grid.kv_hi - (grid.q_lo + s)
-        empty = torch.zeros((), dtype=torch.bool, device=dmin.device)
-        full = torch.ones((), dtype=torch.bool, device=dmin.device) if self.dilation == 1 else empty
-        if self.lo is not None:
-            empty, full = empty | (dmax < self.lo), full & (dmin >= self.lo)
-        if self.hi is not None:
-            empty, full = empty | (dmin > self.hi), full & (dmax <= self.hi)
+        lo = dmin if self.lo is None else dmin.clamp(min=self.lo)  # the tile's offsets inside the band: lo .. hi
+        hi = dmax if self.hi is None else dmax.clamp(max=self.hi)
+        inside = (dmin >= lo) & (dmax <= hi)  # every offset of the tile lies in the band
+        if self.dilation == 1:
+            empty, full = lo > hi, inside
+        else:  # offsets divisible by the dilation: none between lo and hi, or the tile holds one offset, divisible
+            empty = torch.div(hi, self.dilation, rounding_mode="floor") < -torch.div(-lo, self.dilation, rounding_mode="floor")
+            full = inside & (dmin == dmax) & (dmin % self.dilation == 0)
         return torch.where(empty, EMPTY, torch.where(full, FULL, PARTIAL)).to(torch.uint8)
 
     def is_causal(self, n, m):

@@ -30,7 +30,10 @@ DEFAULT_BLOCK = 64
 """The default side of a tile (queries and keys) on every device."""
 
 BUILD_ELEMENTS = 1 << 24
-"""Mask evaluations (or tile states) held at once while a map is built."""
+"""Tile states held at once while a map is built."""
+
+EVAL_ELEMENTS = 1 << 20
+"""Pairs a mask is evaluated on at once (tiles the structure does not settle)."""
 
 
 def resolve_block(block_size) -> tuple[int, int]:
@@ -231,7 +234,7 @@ def _classify(mk: Mask, grid: Grid, bsz: int, hsz: int, shape, n, m, bq, bk) -> 
     r_i, c_i = unknown.nonzero(as_tuple=True)
     b_ix = torch.arange(bsz, device=dev)
     h_ix = torch.arange(hsz, device=dev)
-    per = max(1, BUILD_ELEMENTS // (bsz * hsz * bq * bk))
+    per = max(1, EVAL_ELEMENTS // (bsz * hsz * bq * bk))
     results = []
     for a in range(0, r_i.numel(), per):
         rr, cc = r_i[a : a + per], c_i[a : a + per]

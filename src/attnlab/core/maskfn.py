@@ -15,7 +15,8 @@ a 128K-token mask in milliseconds; a plain callable's tiles are found by evaluat
 batch of tiles at a time, never N x M at once. Masks compose with ``&``, ``|`` and ``~``.
 
 This module holds the protocol, the combinators and the adapters (a bool tensor, a plain
-callable, a mask evaluated at given positions); :mod:`attnlab.core.masks` holds the library.
+callable); :mod:`attnlab.core.positioned` evaluates a mask at given positions, and
+:mod:`attnlab.core.masks` holds the library.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 from .tiles import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, broadcast_shape, combine_and, combine_or
 
-__all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask", "Positioned",
+__all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask",
            "And", "Or", "Not", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
 
 class Mask:
@@ -170,67 +171,79 @@ def _reduce_blocks(t: torch.Tensor, bq: int, bk: int, *, all_: bool) -> torch.Te
 
 
 class FunctionMask(Mask):
-    """A plain callable ``(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's mask_mod): no structure known."""
+    """A plain callable ``(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's mask_mod): no structure known.
 
-    def __init__(self, fn: Callable):
+    Evaluated as FlexAttention evaluates it: under ``torch.vmap``, one scalar ``(b, h, q, kv)`` at
+    a time (so indexing a table with ``q_idx`` gives a scalar, whatever the table's shape), a
+    million pairs per batch. Whether it depends on the batch row or the head is read off a
+    probe of 4096 pairs at every ``b`` and ``h`` the first time it is called with several
+    (``batch`` / ``heads`` True or False say it instead).
+    """
+
+    PAIRS = 1 << 18
+
+    def __init__(self, fn: Callable, *, batch: bool | None = None, heads: bool | None = None):
         self.fn = fn
+        self.uses_b, self.uses_h = batch, heads
+        self._vmapped = torch.vmap(fn)
+
+    def _probe(self, b, h, q_idx, kv_idx) -> None:
+        """Decide ``uses_b`` / ``uses_h``: evaluate a sample of pairs at every b and h given."""
+        bs, hs = torch.unique(torch.as_tensor(b)), torch.unique(torch.as_tensor(h))
+        shape = broadcast_shape(q_idx.shape, kv_idx.shape)
+        q, kv = q_idx.expand(shape).reshape(-1), kv_idx.expand(shape).reshape(-1)
+        take = torch.randperm(q.numel(), generator=torch.Generator().manual_seed(0))[:4096].to(q.device)
+        q, kv = q[take], kv[take]
+        grid = torch.stack([torch.stack([self._flat(bb.expand_as(q), hh.expand_as(q), q, kv) for hh in hs]) for bb in bs])
+        if self.uses_b is None:
+            self.uses_b = bool(bs.numel() > 1 and (grid != grid[:1]).any())
+        if self.uses_h is None:
+            self.uses_h = bool(hs.numel() > 1 and (grid != grid[:, :1]).any())
+
+    def _flat(self, b, h, q, kv) -> torch.Tensor:
+        return torch.as_tensor(self._vmapped(b, h, q, kv)).to(torch.bool)
 
     def __call__(self, b, h, q_idx, kv_idx):
-        return self.fn(b, h, q_idx, kv_idx)
+        b, h = torch.as_tensor(b, device=q_idx.device), torch.as_tensor(h, device=q_idx.device)
+        if (self.uses_b is None and b.numel() > 1) or (self.uses_h is None and h.numel() > 1):
+            self._probe(b, h, q_idx, kv_idx)
+        b = b if self.uses_b else torch.zeros((), dtype=b.dtype, device=b.device)
+        h = h if self.uses_h else torch.zeros((), dtype=h.dtype, device=h.device)
+        shape = broadcast_shape(b.shape, h.shape, q_idx.shape, kv_idx.shape)
+        args = [x.reshape((1,) * (len(shape) - x.dim()) + tuple(x.shape)) for x in (b, h, q_idx, kv_idx)]
+        levels = [d for d in range(len(shape)) if shape[d] > 1]
+        if not levels:
+            return self._flat(*(a.reshape(1) for a in args)).reshape(shape)
+        # one vmap per dimension of the grid, each argument batched only where it varies: no index grid is built
+        first = levels[0]
+        step = max(1, self.PAIRS // max(1, torch.Size(shape).numel() // shape[first]))
+        out = torch.empty(shape, dtype=torch.bool, device=q_idx.device)
+        for a in range(0, shape[first], step):
+            part = [x.narrow(first, a, min(step, shape[first] - a)) if x.shape[first] > 1 else x for x in args]
+            sub = list(shape)
+            sub[first] = min(step, shape[first] - a)
+            out.narrow(first, a, sub[first]).copy_(self._grid(part, sub, levels))
+        return out
+
+    def _grid(self, args: list, shape: list, levels: list) -> torch.Tensor:
+        kept = [[a.shape[d] > 1 for d in levels] for a in args]
+        squeezed = [a.reshape([a.shape[d] for d in levels if a.shape[d] > 1]) for a in args]
+        fn = self.fn
+        for i in reversed(range(len(levels))):
+            fn = torch.vmap(fn, in_dims=tuple(0 if k[i] else None for k in kept))
+        return torch.as_tensor(fn(*squeezed)).to(torch.bool).reshape(shape)
 
     def __repr__(self):
         return f"FunctionMask({getattr(self.fn, '__name__', self.fn)!r})"
-
-
-class Positioned(Mask):
-    """``inner`` evaluated at given positions: index ``i`` of the queries is position
-    ``q_positions[i]``, index ``j`` of the keys ``kv_positions[j]`` (a rank's shard of a sharded
-    sequence; the keys of a cache, in ring-buffer order)."""
-
-    def __init__(self, inner, q_positions: torch.Tensor, kv_positions: torch.Tensor):
-        self.inner = as_mask(inner)
-        self.q_positions, self.kv_positions = q_positions.long(), kv_positions.long()
-        self.batch, self.key_only = self.inner.batch, self.inner.key_only
-
-    def __call__(self, b, h, q_idx, kv_idx):
-        qp, kp = self.q_positions.to(q_idx.device), self.kv_positions.to(kv_idx.device)
-        return self.inner(b, h, qp[q_idx], kp[kv_idx])
-
-    def tiles(self, grid):
-        if grid.uniform is None:
-            return None
-        bq, bk, q0, q1, m = grid.uniform
-        ql, qh = _block_range(self.q_positions.to(grid.q_lo.device)[q0:q1], bq)
-        kl, kh = _block_range(self.kv_positions.to(grid.kv_lo.device), bk)
-        return self.inner.tiles(Grid(ql[:, None], qh[:, None], kl[None, :], kh[None, :]))
-
-    def hidden_keys(self, m, device=None):
-        return None
-
-    def bind(self, n, m):
-        if self.q_positions.shape[-1] != n or self.kv_positions.shape[-1] != m:
-            raise ValueError(f"the mask holds positions of {self.q_positions.shape[-1]} queries x {self.kv_positions.shape[-1]} keys, "
-                             f"but the attention has {n} x {m}")
-        return self
-
-
-def _block_range(pos: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Smallest and largest position of each block of ``block`` consecutive entries of ``pos``."""
-    n = pos.shape[0]
-    pad = -n % block
-    if pad:
-        pos = torch.cat([pos, pos[-1:].expand(pad)])
-    v = pos.view(-1, block)
-    return v.amin(1), v.amax(1)
 
 
 class _Combination(Mask):
     def __init__(self, *parts):
         self.parts = tuple(as_mask(p) for p in parts)
         rows = {p.batch for p in self.parts if p.batch is not None}
-        if len(rows) > 1:
+        if len(rows - {1}) > 1:  # one row broadcasts over any batch
             raise ValueError(f"masks defined for different batch sizes cannot be combined: {sorted(rows)}")
-        self.batch = rows.pop() if rows else None
+        self.batch = max(rows) if rows else None
         self.key_only = all(p.key_only for p in self.parts)
         self.shift_invariant = all(p.shift_invariant for p in self.parts)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ..registry import Registry
 from ..validate import is_int
 from .band import Align, Band
 from .maskfn import (EMPTY, FULL, PARTIAL, And, Grid, Mask, Not, Or, TensorMask, _Everything, and_masks, as_mask,
@@ -105,7 +106,8 @@ class KeyBefore(Mask):
         return self.limit.to(like.device)
 
     def __call__(self, b, h, q_idx, kv_idx):
-        return kv_idx < self._limit(kv_idx)[b]
+        lim = self._limit(kv_idx)
+        return kv_idx < (lim[b] if lim.shape[0] > 1 else lim[0])
 
     def tiles(self, grid):
         lim = self._limit(grid.kv_lo)[:, None, None, None]  # (B, 1, 1, 1)
@@ -160,6 +162,7 @@ class KeyFlags(Mask):
 
     def __call__(self, b, h, q_idx, kv_idx):
         f = self.flags.to(kv_idx.device)
+        b = b if f.shape[0] > 1 else torch.zeros_like(torch.as_tensor(b))
         return f[b, kv_idx.clamp(0, f.shape[1] - 1)] & (kv_idx < f.shape[1])
 
     def tiles(self, grid):
@@ -330,6 +333,13 @@ def graph(edge_index: torch.Tensor, num_nodes: int, *, add_self_loops: bool = Fa
 from .documents import Documents  # noqa: E402  (a Mask built from the ones above)
 
 
+def positions_of(mask, n: int, device=None) -> torch.Tensor | None:
+    """The positions a positional encoding should see for ``n`` tokens under ``mask`` (packed
+    documents restart them; a shard of a sharded sequence holds its own), or None: the usual ones."""
+    method = getattr(mask, "positions", None)
+    return method(n, device) if callable(method) else None
+
+
 def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key-padding mask") -> torch.Tensor | None:
     """The ``(B, M)`` "key is real" flags of a key-padding mask, or None for no mask: a mask that
     depends on the key alone (:func:`padding`, :func:`valid_keys`, a ``(B, 1, 1, M)`` tensor), or
@@ -364,4 +374,17 @@ def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key
 
 from .blockmap import DEFAULT_BLOCK, BlockMap, block_map  # noqa: E402
 
-__all__ += ["Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap", "block_map", "DEFAULT_BLOCK"]
+LIBRARY: Registry = Registry("mask")
+"""Every mask builder of the library by name (what the property tests and ``attnlab bench masks`` iterate)."""
+for _fn in (full, causal, window, dilated_window, no_self, padding, valid_keys, prefix_lm, global_tokens, Documents, block_table,
+            random_blocks, graph):
+    LIBRARY.add(_fn.__name__, _fn)
+
+
+def names() -> list[str]:
+    """The mask builders by name."""
+    return LIBRARY.names()
+
+
+__all__ += ["Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap", "block_map", "DEFAULT_BLOCK", "LIBRARY",
+            "names", "positions_of"]

@@ -35,7 +35,8 @@ import torch.distributed as dist
 from ..core import masks
 from ..core.attend import DEFAULT_BLOCK_ELEMENTS, AttentionResult
 from ..core.blockmap import BlockMap, block_map
-from ..core.maskfn import Positioned, as_mask
+from ..core.maskfn import as_mask
+from ..core.positioned import Positioned
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import Score, resolve_score
 from ..core.sparse import FUSED, SparseSetup, pad_inputs, sparse_backward, sparse_forward

@@ -33,8 +33,8 @@ import torch
 
 from ..core import masks
 from ..core.attend import AttentionResult
-from ..core.masks import key_padding_flags
-from ..core.maskfn import Positioned
+from ..core.masks import key_padding_flags, positions_of
+from ..core.positioned import Positioned
 from ..validate import int_at_least, positive_int
 from .padding import silence_padding
 
@@ -80,11 +80,8 @@ class NoCache:
                              "return_weights (the mask knows every shard's positions)")
         query, key, value = silence_padding(query, key, value, mask)
         n, m = query.shape[1], (query if key is None else key).shape[1]
-        from_mask = getattr(mask, "positions", None)
-        if positions is None and key_positions is None and callable(from_mask) and not isinstance(mask, torch.Tensor):
-            pos = from_mask(n, query.device)
-            if pos is not None:
-                positions = key_positions = pos
+        if positions is None and key_positions is None:
+            positions = key_positions = positions_of(mask, n, query.device)
         qpos, kpos = None, None
         if layer.positional is not None or positions is not None or key_positions is not None:
             qpos, kpos = layer.positions(n, m, positions, key_positions, query.device)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..core.attend import AttentionResult
-from ..core.masks import causal as causal_mask
+from ..core.masks import causal as causal_mask, positions_of
 from ..layers.feedforward import ACTIVATIONS, FeedForward
 from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
@@ -261,8 +261,7 @@ class Encoder(nn.Module):
                 raise ValueError("with a cache the positions come from it: pass no positions")
             positions = torch.arange(cache.seen, cache.seen + n, device=x.device)
         elif positions is None:
-            from_mask = getattr(mask, "positions", None)
-            positions = from_mask(n, x.device) if callable(from_mask) and not isinstance(mask, torch.Tensor) else None
+            positions = positions_of(mask, n, x.device)
             positions = positions_for(n, device=x.device) if positions is None else positions
         else:
             positions = check_positions(positions, n, "positions").to(x.device)
