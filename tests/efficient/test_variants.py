@@ -104,6 +104,27 @@ def test_reformer_with_one_bucket_and_one_chunk_is_dense_shared_qk_attention(cau
     assert_close_rel(m(x, mask=masks.padding(lengths).dense(n, n)).output, ref, 1e-12, "reformer")
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_reformer_chunk_groups_recomputed_in_backward_equal_one_group(causal, monkeypatch):
+    """The LSH step holds one group of chunks at a time (its backward recomputes each group and
+    adds its gradients into the slots it read, the wrapped-around chunk included): groups of one
+    chunk give what one group of all the chunks gives, outputs and gradients, with padding."""
+    import importlib
+
+    reformer = importlib.import_module("attnlab.efficient.reformer")
+    x = torch.randn(2, 70, E, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    pad = masks.padding([70, 52])
+    results = []
+    for group in (1 << 30, 1):
+        monkeypatch.setattr(reformer, "GROUP_ELEMENTS", group)
+        m = like(dense_layer(), "reformer", num_buckets=4, num_hashes=2, chunk_size=8, seed=0, causal=causal)
+        results.append(grads(m, x, pad))
+    (out, g), (out1, g1) = results
+    assert_close_rel(out1, out, 1e-12, "output")
+    for a, r in zip(g1, g):
+        assert_close_rel(a, r, 1e-12, "gradient")
+
+
 def test_reformer_error_shrinks_with_more_hash_rounds():
     dense = dense_layer()
     x = 4 * torch.randn(1, 256, E, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

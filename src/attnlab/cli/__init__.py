@@ -5,6 +5,7 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.explain` — ``explain``;
 * :mod:`~attnlab.cli.pretrained` — ``attention``, ``view``, ``bench pretrained`` (pretrained models);
 * :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory);
+* :mod:`~attnlab.cli.bench_masks` — ``bench masks`` (masks as dense tensors, block-sparse, FlexAttention);
 * :mod:`~attnlab.cli.decode` — ``bench decode`` (cached decoding, streaming), ``bench packing``;
 * :mod:`~attnlab.cli.ring` — ``bench ring`` (sequence parallelism: memory and time per process count);
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import typer
 
-from . import arena, bench_accuracy, bench_speed, compare, complexity, decode, explain, generate, plot, pretrained, ring, train
+from . import arena, bench_accuracy, bench_masks, bench_speed, compare, complexity, decode, explain, generate, plot, pretrained, ring, train
 from .common import boundary, out, set_debug
 
 __all__ = ["app", "main"]
@@ -64,6 +65,7 @@ COMMANDS = [
     (bench_app, "attention", bench_speed.attention),
     (bench_app, "positional", bench_accuracy.positional),
     (bench_app, "scaling", bench_speed.scaling),
+    (bench_app, "masks", bench_masks.bench_masks),
     (bench_app, "approximation", bench_accuracy.approximation),
     (bench_app, "distance", bench_accuracy.distance),
     (bench_app, "graph", bench_speed.graph),

@@ -2,8 +2,9 @@
 
 * ``"sdpa"``: softmax over a dot-product score (dot, scaled dot, cosine, bilinear — all are a
   scaled dot product after :meth:`Score.prepare`) with no weights requested, and no mask, the
-  causal mask or a dense bool tensor, goes to :func:`torch.nn.functional.scaled_dot_product_attention`,
-  PyTorch's fused kernel (a dense tensor mask costs every pair: the caller built it).
+  causal mask or a dense bool tensor (or any mask below :data:`DENSE_PAIRS` pairs, made dense),
+  goes to :func:`torch.nn.functional.scaled_dot_product_attention`, PyTorch's fused kernel (a
+  dense tensor mask costs every pair: the caller built it).
 * ``"chunked"``: everything else — a mask function, a block map, any score, normaliser or score
   function — runs block-sparse (:mod:`attnlab.core.sparse`): the mask becomes a block map
   (:mod:`attnlab.core.blockmap`) and only the tiles it allows are computed, forward and
@@ -31,6 +32,12 @@ __all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "plan"]
 DEFAULT_BLOCK_ELEMENTS = 1 << 20
 """Score elements (B x H x rows x keys x pair_cost) one chunk of the block-sparse path aims for: 4 MiB in fp32
 (the chunk's key gradients are of the same order, so this also bounds the backward pass's temporaries)."""
+
+DENSE_PAIRS = 1 << 20
+"""Below this many (query, key) pairs a mask function under a fused-kernel computation is made
+dense and run on PyTorch's kernel: at ~1K x 1K that is faster than building and walking tiles
+(measured with ``attnlab bench masks``); a block map given as the mask, or a ``block_size``,
+keeps the block-sparse path."""
 
 Backend = Literal["auto", "sdpa", "chunked"]
 
@@ -196,7 +203,7 @@ def attend(
             raise ValueError(f"block_size {block_size!r} differs from the block map's {mask.block}")
     if score_mod is not None and not callable(score_mod):
         raise TypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {_describe(score_mod)}")
-    fast = _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m)
+    fast = _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size)
     if k.shape[1] not in (h, 0) and not (fast and _grouped_fused(score_fn, mask, bias)):
         r = h // k.shape[1]  # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
         k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
@@ -231,13 +238,15 @@ def attend(
     return _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, block_size)
 
 
-def _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m) -> bool:
+def _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size=None) -> bool:
     """Whether PyTorch's fused kernel computes this call: softmax over a dot-product score, no
     score function, and no mask, a dense tensor or the plain causal mask (or ``backend="sdpa"``)."""
     if backend == "chunked" or score_mod is not None or _sdpa_scale(score_fn, norm_fn, 1, return_weights) is None:
         return False
     if backend == "sdpa" or mask is None or isinstance(mask, torch.Tensor):
         return True
+    if not isinstance(mask, BlockMap) and block_size is None and n * m <= DENSE_PAIRS and getattr(mask, "sharded_attend", None) is None:
+        return True  # small (and no tile asked for): the dense mask on the fused kernel
     if bias is not None:
         return False
     inner = mask.mask if isinstance(mask, BlockMap) else mask

@@ -86,7 +86,7 @@ class Documents(Mask):
 
     def _doc(self, b, idx: torch.Tensor) -> torch.Tensor:
         ids = self.ids.to(idx.device)
-        b = b if self.batch > 1 else torch.zeros_like(torch.as_tensor(b))  # one row: the same for every batch row
+        b = b if self.batch > 1 else 0  # one row: the same for every batch row
         inside = idx < ids.shape[1]
         return torch.where(inside, ids[b, idx.clamp(0, ids.shape[1] - 1)], self._pad_id)
 

@@ -134,7 +134,8 @@ class TensorMask(Mask):
 
     def __call__(self, b, h, q_idx, kv_idx):
         t = self.tensor
-        idx = [x if size > 1 else torch.zeros_like(torch.as_tensor(x)) for x, size in zip((b, h, q_idx, kv_idx), t.shape)]
+        zero = torch.zeros((), dtype=torch.long, device=t.device)  # a size-1 axis: read at 0, broadcast nothing
+        idx = [x if size > 1 else zero for x, size in zip((b, h, q_idx, kv_idx), t.shape)]
         return t[idx[0], idx[1], idx[2], idx[3]]
 
     def tiles(self, grid):

@@ -162,7 +162,7 @@ class KeyFlags(Mask):
 
     def __call__(self, b, h, q_idx, kv_idx):
         f = self.flags.to(kv_idx.device)
-        b = b if f.shape[0] > 1 else torch.zeros_like(torch.as_tensor(b))
+        b = b if f.shape[0] > 1 else 0
         return f[b, kv_idx.clamp(0, f.shape[1] - 1)] & (kv_idx < f.shape[1])
 
     def tiles(self, grid):

@@ -131,15 +131,15 @@ class SparseSetup:
             return x.as_strided((c.r1 - c.r0, bh, c.S * bk, d), (c.step * bk * s1, s0, s1, x.stride(2)),
                                 x.storage_offset() + c.start * bk * s1)
         t = self.tiles(c, x.device, groups=True).clamp(0, self.bmap.shape[1] - 1)  # (R', S)
-        g = x.view(bh, -1, bk, d)[:, t.reshape(-1)]  # (BH, R' S, bk, D)
-        return g.view(bh, t.shape[0], c.S * bk, d).transpose(0, 1)
+        g = x.reshape(bh, -1, bk, d)[:, t.reshape(-1)]  # (BH, R' S, bk, D)
+        return g.reshape(bh, t.shape[0], c.S * bk, d).transpose(0, 1)
 
     def fold(self, grad_acc: torch.Tensor, g: torch.Tensor, c: Chunk) -> None:
         """Add a chunk's key (or value) gradients ``g`` ``(R', BH, S bk, D)`` into ``grad_acc`` ``(BH, NK, bk, D)``."""
         bk = self.bmap.block[1]
         r, bh, _, d = g.shape
         if self.merged(c) and self.inside(c):
-            grad_acc[:, c.start : c.start + c.S] += g[0].view(bh, c.S, bk, d)
+            grad_acc[:, c.start : c.start + c.S] += g[0].reshape(bh, c.S, bk, d)
             return
         t = self.tiles(c, g.device, groups=True).clamp(0, self.bmap.shape[1] - 1)  # (R', S): outside slots carry 0
         src = g.reshape(r, bh, c.S, bk, d).transpose(0, 1).reshape(bh, r * c.S, bk, d)

@@ -23,6 +23,101 @@ def lsh_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     return torch.cat([proj, -proj], dim=-1).argmax(-1)
 
 
+GROUP_ELEMENTS = 1 << 20
+"""Scores one group of chunks holds (B x H x chunks x c x 2c): the working set of the LSH step."""
+
+
+def _chunk_group(q, kv_q, v, kv_v, b_q, b_kv, p_q, p_kv, ok_kv, c: int, causal: bool):
+    """LSH attention of consecutive chunks ``q`` ``(B, H, g c, D)`` over themselves and the chunk
+    before each (``kv_*``: the chunk before the first, or None when there is one chunk): output
+    ``(B, H, g c, Dv)`` and log-sum-exp ``(B, H, g c)`` (-inf for a row with no key)."""
+    b, h, length, d = q.shape
+    g = length // c
+
+    def with_prev(t, prev):  # (B, H, g, c, ...) with each chunk's predecessor after it: (B, H, g, 2c, ...)
+        t = t.view(b, h, g, c, *t.shape[3:])
+        if prev is None:
+            return t
+        before = torch.cat([prev.view(b, h, 1, c, *prev.shape[3:]), t[:, :, :-1]], dim=2)
+        return torch.cat([t, before], dim=3)
+
+    ck = with_prev(F.normalize(q, dim=-1), None if kv_q is None else F.normalize(kv_q, dim=-1))  # shared QK
+    cv, cb, cp = with_prev(v, kv_v), with_prev(b_q, b_kv), with_prev(p_q, p_kv)
+    s = (q * d**-0.5).view(b, h, g, c, d) @ ck.transpose(-2, -1)  # (B, H, g, c, c')
+    s = s.float() if s.dtype in (torch.float16, torch.bfloat16) else s  # normalised in float32 at least
+    forbidden = b_q.view(b, h, g, c, 1) != cb[..., None, :]  # another bucket (or round)
+    if ok_kv is not None:
+        forbidden = forbidden | ~with_prev(ok_kv[0], ok_kv[1])[..., None, :]
+    if causal:
+        forbidden = forbidden | (cp[..., None, :] > p_q.view(b, h, g, c, 1))
+    # a query's own key is the same sorted slot: the diagonal of the chunk's own block
+    own = torch.eye(c, dtype=torch.bool, device=q.device)
+    own = F.pad(own, (0, cb.shape[-1] - c))
+    s = torch.where(own, torch.where(forbidden, float("-inf"), SELF_LOGIT) if ok_kv is not None else SELF_LOGIT, s.masked_fill(forbidden, float("-inf")))
+    dead = (s == float("-inf")).all(-1)  # (B, H, g, c): a row with no allowed key: weights 0, lse -inf, no NaN either way
+    lse = torch.logsumexp(s.masked_fill(dead[..., None], 0.0), dim=-1).masked_fill(dead, float("-inf"))
+    w = torch.exp(s - lse.masked_fill(dead, 0.0)[..., None])
+    return (w.to(v.dtype) @ cv).view(b, h, length, -1), lse.view(b, h, length)
+
+
+class _LSHChunks(torch.autograd.Function):
+    """The chunks of the sorted slots attended a group at a time; the backward pass recomputes
+    each group and adds its gradients into the slots it read, so the step holds one group's
+    scores, however long the sequence (fewer, reused temporaries: no N-sized score tensor)."""
+
+    @staticmethod
+    def forward(ctx, sq, sv, sb, pos, ok, c: int, causal: bool):
+        b, h, length, _ = sq.shape
+        nc = length // c
+        per = max(1, GROUP_ELEMENTS // (b * h * c * 2 * c))
+        ctx.groups = [(a, min(nc, a + per)) for a in range(0, nc, per)]
+        ctx.c, ctx.causal = c, causal
+        out = sv.new_empty(b, h, length, sv.shape[-1])
+        lse = torch.empty(b, h, length, dtype=torch.float32 if sq.dtype in (torch.float16, torch.bfloat16) else sq.dtype, device=sq.device)
+        for a, z in ctx.groups:
+            o, l_ = _chunk_group(*_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a, z), c, causal)
+            out[:, :, a * c : z * c], lse[:, :, a * c : z * c] = o, l_
+        ctx.save_for_backward(sq, sv, sb, pos, ok)
+        return out, lse
+
+    @staticmethod
+    def _inputs(sq, sv, sb, pos, ok, c: int, a: int, z: int, leaf=None):
+        """A group's slots and the chunk before its first (chunk nc - 1 before chunk 0; none with one chunk)."""
+        nc = sq.shape[2] // c
+        rows = slice(a * c, z * c)
+        prev = None if nc == 1 else slice(((a - 1) % nc) * c, ((a - 1) % nc) * c + c)
+        take = (lambda t, r: t[:, :, r]) if leaf is None else leaf
+        q, v = take(sq, rows), take(sv, rows)
+        kv_q, kv_v = (None, None) if prev is None else (take(sq, prev), take(sv, prev))
+        b_q, p_q = sb[:, :, rows], pos[:, :, rows]
+        b_kv, p_kv = (None, None) if prev is None else (sb[:, :, prev], pos[:, :, prev])
+        okk = None if ok is None else (ok[:, :, rows], None if prev is None else ok[:, :, prev])
+        return q, kv_q, v, kv_v, b_q, b_kv, p_q, p_kv, okk
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do, dlse):
+        sq, sv, sb, pos, ok = ctx.saved_tensors
+        c = ctx.c
+        dq, dv = torch.zeros_like(sq), torch.zeros_like(sv)
+        for a, z in ctx.groups:
+            leaves = []
+
+            def leaf(t, r):
+                x = t[:, :, r].detach().requires_grad_(True)
+                leaves.append((t is sq, r, x))
+                return x
+
+            with torch.enable_grad():
+                o, l_ = _chunk_group(*_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a, z, leaf), c, ctx.causal)
+                grads = torch.autograd.grad((o, l_), [x for *_, x in leaves], (do[:, :, a * c : z * c], dlse[:, :, a * c : z * c]),
+                                            allow_unused=True)
+            for (is_q, r, _), g in zip(leaves, grads):
+                if g is not None:
+                    (dq if is_q else dv)[:, :, r] += g
+        return dq, dv, None, None, None, None, None
+
+
 @register("reformer")
 class ReformerAttention(EfficientAttention):
     """LSH attention: queries attend to the keys hashed into their bucket, O(N c) per hash round.
@@ -103,42 +198,16 @@ class ReformerAttention(EfficientAttention):
         sq = torch.gather(qx, 2, pos[..., None].expand(-1, -1, -1, d))  # (B, H, nc c, D)
         sv = torch.gather(vx, 2, pos[..., None].expand(-1, -1, -1, vx.shape[-1]))
         sb = torch.gather(buckets, 2, order)  # (B, H, nc c)
-        sk = F.normalize(sq, dim=-1)  # shared QK: the keys are the normalised queries
-
-        def with_prev(t):  # each chunk with the chunk before it (none when there is one chunk)
-            t = t.view(b, h, nc, c, *t.shape[3:])
-            return t if nc == 1 else torch.cat([t, t.roll(1, dims=2)], dim=3)  # (B, H, nc, 2c, ...)
-
-        ck, cv, cb, cpos = with_prev(sk), with_prev(sv), with_prev(sb), with_prev(pos)
-        s = (sq * d**-0.5).view(b, h, nc, c, d) @ ck.transpose(-2, -1)  # (B, H, nc, c, c')
-        qpos = pos.view(b, h, nc, c, 1)
-        forbidden = sb.view(b, h, nc, c, 1) != cb[..., None, :]  # another bucket (or round)
         slot_ok = None
         if valid is not None or pad:
             ok = valid if valid is not None else torch.ones(b, n, dtype=torch.bool, device=dev)
             ok = F.pad(ok, (0, 1), value=False)[:, None].expand(b, h, n + 1)
             slot_ok = torch.gather(ok, 2, pos)  # (B, H, nc c): the key in this slot is real
-            forbidden = forbidden | ~with_prev(slot_ok)[..., None, :]
-        if self.causal:
-            forbidden = forbidden | (cpos[..., None, :] > qpos)
-        s = s.masked_fill(forbidden, float("-inf"))
-        # a query's own key is the same sorted slot: the diagonal of the chunk's own block
-        own = torch.full((b, h, nc, c), SELF_LOGIT, dtype=s.dtype, device=dev)
-        if slot_ok is not None:
-            own = own.masked_fill(~slot_ok.view(b, h, nc, c), float("-inf"))
-        s[..., :c].diagonal(dim1=-2, dim2=-1).copy_(own)
-        s = s.float() if s.dtype in (torch.float16, torch.bfloat16) else s  # normalised in float32 at least
-        lse = torch.logsumexp(s, dim=-1)  # (B, H, nc, c)
-        w = torch.softmax(s, dim=-1)
-        if valid is not None or pad or self.causal:  # a row with no allowed key: zeros, not NaN
-            w = torch.nan_to_num(w)
-        o = (w.to(v.dtype) @ cv).view(b, h, nc * c, -1)
+        o, lse = _LSHChunks.apply(sq, sv, sb, pos, slot_ok, c, self.causal)  # (B, H, nc c, Dv), (B, H, nc c)
         # back to slot order (padding slots dropped), then the rounds combined
         idx = order[..., None].expand(-1, -1, -1, o.shape[-1])
         back = (o.new_zeros(b, h, total + 1, o.shape[-1]) if pad else torch.empty_like(o)).scatter(2, idx, o)[:, :, :total]
-        l_back = (lse.new_full((b, h, total + 1), float("-inf")) if pad else lse.new_empty(b, h, total)).scatter(
-            2, order, lse.view(b, h, nc * c)
-        )[:, :, :total]
+        l_back = (lse.new_full((b, h, total + 1), float("-inf")) if pad else lse.new_empty(b, h, total)).scatter(2, order, lse)[:, :, :total]
         back = back.view(b, h, rounds, n, -1)
         if rounds == 1:
             return back[:, :, 0]

@@ -1,0 +1,95 @@
+"""``attnlab bench masks``: a mask as a dense tensor, as a function computed block-sparse, on
+PyTorch's causal kernel and on compiled FlexAttention, against N (:mod:`attnlab.studies.masks`)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .common import chart, emit_json, fail, int_list, load_report, name_list, out, table, track
+from .options import from_option, json_option, output_option, plot_option, repeats_option
+
+__all__ = ["bench_masks"]
+
+
+def bench_masks(
+    sizes: str = typer.Option("4096,8192,16384,32768,65536,131072", help="Comma-separated sequence lengths N."),
+    patterns: str = typer.Option("causal,window,documents,prefix_lm,dilated,global+window,bigbird", help="Comma-separated patterns."),
+    methods: str = typer.Option("dense mask,block-sparse,pytorch causal,flex", help="Comma-separated methods."),
+    repeats: int = repeats_option("Timed steps at least (more while they fit 4 s; one for a step over 20 s)."),
+    dense_up_to: int = typer.Option(16384, min=1, help="The dense mask only up to this N (its N x N mask and every pair)."),
+    flex_up_to: int = typer.Option(16384, min=1, help="Compiled FlexAttention only up to this N."),
+    quadratic_up_to: int = typer.Option(32768, min=1, help="Causal and prefix-LM (N^2 allowed pairs) only up to this N."),
+    layer_step: int = typer.Option(131072, min=0, help="One training step of one layer under the window at this N (0: none)."),
+    as_json: bool = json_option("Print the records, slopes and FlexAttention ratios as JSON instead of tables."),
+    output: Optional[str] = output_option("Also write the JSON to this file (after every record)."),
+    plot: Optional[str] = plot_option("Also draw time and memory against N per pattern to this PNG."),
+    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+) -> None:
+    """Masks that scale: dense mask vs block-sparse vs PyTorch's causal kernel vs compiled FlexAttention (B=1, H=4, D=64, fp32)."""
+    from ..studies.masks import METHODS, PATTERNS, flex_ratios, run, slopes
+
+    if report:
+        data = load_report(report, "bench masks", _checked)
+    else:
+        size_list = int_list("--sizes", sizes, minimum=1)
+        names = name_list("--patterns", patterns, PATTERNS)
+        kinds = name_list("--methods", methods, METHODS)
+        if not size_list:
+            fail("--sizes: give at least one length")
+
+        def payload(done: list) -> dict:
+            return {"records": [r.to_dict() for r in done], "slopes": slopes(done), "flex": flex_ratios(done)}
+
+        total = sum(len(kinds) for p in names for n in size_list if not (PATTERNS[p][1] and n > quadratic_up_to)) + (1 if layer_step else 0)
+        with track("measuring masks", total, output, payload) as tracker:
+            run(size_list, names, kinds, min_repeats=repeats, dense_up_to=dense_up_to, flex_up_to=flex_up_to,
+                quadratic_up_to=quadratic_up_to, layer_step=layer_step or None,
+                on_record=tracker.on_record(lambda r: f"{r.pattern} N={r.n} {r.method}"))
+        data = payload(tracker.records)
+    chart(plot, "masks.plot_masks", data)
+    if not emit_json(data, as_json, None if report else output):
+        _report(data)
+
+
+def _checked(data: dict) -> dict:
+    for r in data["records"]:
+        for f in ("pattern", "n", "method", "mode", "seconds", "rss_bytes", "map_bytes", "dense_bytes"):
+            if f not in r:
+                raise KeyError(f)
+    data["slopes"], data["flex"] = data.get("slopes", {}), data.get("flex", [])
+    return data
+
+
+def _mib(x) -> str:
+    return "-" if x is None else f"{x / 2**20:,.0f}"
+
+
+def _report(data: dict) -> None:
+    recs = data["records"]
+    t = table("forward + backward, B=1, H=4, D=64, fp32; each cell its own plain process; s: median step; MiB: peak resident "
+              "above the process before its first step; dense/sparse: time ratio; map, mask: KiB of the block map and of a dense mask",
+              ["pattern", "N", "dense s", "MiB", "sparse s", "MiB", "dense/sparse", "torch causal s", "map", "mask", "tiles"],
+              left=("pattern",), no_wrap=True)
+    for p in dict.fromkeys(r["pattern"] for r in recs if r["mode"] == "fwd_bwd"):
+        for n in sorted({r["n"] for r in recs if r["pattern"] == p and r["mode"] == "fwd_bwd"}):
+            cell = {r["method"]: r for r in recs if r["pattern"] == p and r["n"] == n and r["mode"] == "fwd_bwd"}
+            dense, ours, causal = cell.get("dense mask"), cell.get("block-sparse"), cell.get("pytorch causal")
+            geo = next(iter(cell.values()))
+            t.add_row(p, f"{n:,}", f"{dense['seconds']:.3f}" if dense else "-", _mib(dense and dense["rss_bytes"]),
+                      f"{ours['seconds']:.3f}" if ours else "-", _mib(ours and ours["rss_bytes"]),
+                      f"{dense['seconds'] / ours['seconds']:.1f}" if dense and ours else "-",
+                      f"{causal['seconds']:.3f}" if causal else "-",
+                      f"{geo['map_bytes'] / 1024:,.1f}", f"{geo['dense_bytes'] / 1024:,.0f}", f"{geo['density']:.3f}")
+    out.print(t)
+    if data["slopes"]:
+        out.print("block-sparse forward+backward time, log-log slope against N over 4K-32K: "
+                  + ", ".join(f"{p} {s:.2f}" for p, s in data["slopes"].items() if s is not None))
+    for f in data["flex"]:
+        out.print(f"forward only, {f['pattern']} N={f['n']:,}: block-sparse {f['ours']:.3f} s, compiled FlexAttention {f['flex']:.3f} s "
+                  f"(block-sparse / FlexAttention = {f['ratio']:.2f})")
+    for r in recs:
+        if r["mode"] == "layer_step":
+            out.print(f"one training step of a MultiHeadAttention (E=256, 4 heads) under a window of 256 at N={r['n']:,}: "
+                      f"{r['seconds']:.1f} s, {_mib(r['rss_bytes'])} MiB resident above the process's start")
