@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnlab import MultiHeadAttention, attend, masks
+from attnlab.core.maskfn import FULL
 from attnlab.models import Encoder
 from attnlab.profiling import peak_bytes
 
@@ -50,7 +51,7 @@ def test_a_block_map_is_reused_by_attend_a_layer_and_every_layer_of_an_encoder()
     enc = Encoder(16, 4, 2).double().eval()
     ref = enc(x, mask=rule.dense(40)).output
     assert (enc(x, mask=bm).output - ref).abs().max() < 1e-12
-    budgets = [k for k in bm._memo if isinstance(k, int)]
+    budgets = [k for k in bm._memo if isinstance(k, tuple)]  # (budget, lead_budget)
     assert budgets  # the plan was computed once and kept for the next call
     q = torch.randn(2, 4, 40, 4, dtype=torch.float64)
     assert (attend(q, q, q, mask=bm).output - attend(q, q, q, mask=rule.dense(40)).output).abs().max() < 1e-12
@@ -79,6 +80,29 @@ def test_bad_masks_and_maps_raise_clear_errors(call, exc, words):
     with pytest.raises(exc) as info:
         call(q)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("rule", [masks.causal(), masks.prefix_lm(44), masks.Documents([40, 56, 32], causal=True)],
+                         ids=["causal", "prefix_lm", "documents"])
+def test_leading_full_tiles_are_read_unmasked_and_merged_exactly(rule):
+    """The fused kernel reads a chunk's leading FULL tiles without a mask and the rest with one,
+    merged by their log-sum-exp; forward and backward equal the dense reference in float64."""
+    torch.manual_seed(0)
+    n = 128
+    bm = masks.block_map(rule, n, block_size=8)
+    chunks = bm.plan(1 << 20, 1 << 20)
+    assert any(c.lead > 0 for c in chunks)
+    for c in chunks:  # every lead slot is FULL for every row, and a whole tile
+        assert (c.states[..., : c.lead] == FULL).all()
+    q, k, v = (torch.randn(2, 3, n, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    dense = rule.dense(n)
+    out = attend(q, k, v, mask=bm, backend="chunked").output  # (causal alone would go to PyTorch's is_causal)
+    ref = attend(q, k, v, mask=dense).output
+    assert (out - ref).abs().max() < 1e-10
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), g)
+    want = torch.autograd.grad(ref, (q, k, v), g)
+    assert max((a - b).abs().max().item() for a, b in zip(got, want)) < 1e-10
 
 
 def test_keys_no_query_sees_are_zeroed_before_the_tiles_read_them():

@@ -20,18 +20,15 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 
-from ..validate import optional_int, probability
+from ..validate import probability
 from .blockmap import BlockMap, block_map, resolve_block
 from .maskfn import Mask, as_mask, broadcast_shape
 from .normalize import resolve_normalizer, softmax
 from .scores import Score, resolve_score
-from .sparse import FUSED, SparseSetup, sparse_attention, sparse_weights
+from .sparse import DEFAULT_BLOCK_ELEMENTS, FUSED, SparseSetup, budgets, sparse_attention, sparse_weights
 
 __all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "plan"]
 
-DEFAULT_BLOCK_ELEMENTS = 1 << 20
-"""Score elements (B x H x rows x keys x pair_cost) one chunk of the block-sparse path aims for: 4 MiB in fp32
-(the chunk's key gradients are of the same order, so this also bounds the backward pass's temporaries)."""
 
 DENSE_PAIRS = 1 << 20
 """Below this many (query, key) pairs a mask function under a fused-kernel computation is made
@@ -328,11 +325,8 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
         kind = "fused" if fused else "softmax"
     else:
         kind = "generic"
-    # the fused kernel writes no scores out; the others hold a few score-sized temporaries per chunk
-    pair_cost = max(int(getattr(score_fn, "pair_cost", 1)), 1) * (1 if kind == "fused" else 8)
-    budget = max(1, DEFAULT_BLOCK_ELEMENTS // (b * h * pair_cost))
     seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
-    setup = SparseSetup(bmap, bmap.plan(budget), b, h, score_fn, norm_fn, score_mod, scale, kind, float(dropout_p), seed,
+    setup = SparseSetup(bmap, bmap.plan(*budgets(kind, bmap, b, h, score_fn)), b, h, score_fn, norm_fn, score_mod, scale, kind, float(dropout_p), seed,
                         params=params)
     if return_weights:
         out, w = sparse_weights(setup, qp, kp, v, bias)

@@ -55,7 +55,9 @@ class Chunk:
     ``states`` ``(Bm, Hm, R, S)`` is each slot's state (EMPTY: not allowed for that row, batch
     row or head); ``masked``: some slot is not FULL or reaches past the last key, so the chunk
     needs a mask; ``shared``: every row has the same mask (a shift-invariant mask on a run that
-    follows the diagonal), evaluated once for the chunk.
+    follows the diagonal), evaluated once for the chunk; ``lead``: the first ``lead`` slots are
+    whole key tiles FULL for every row, batch row and head (a run that does not move: the prefix
+    of a causal or document block), which a kernel may read without a mask.
     """
 
     r0: int
@@ -68,6 +70,7 @@ class Chunk:
     step: int = 0
     tiles: torch.Tensor | None = None
     shared: bool = False
+    lead: int = 0
 
 
 @dataclass
@@ -154,12 +157,14 @@ class BlockMap:
         """The map on ``device``."""
         return BlockMap(self.n, self.m, self.block, self.mask, self.index.to(device), self.state.to(device), self.count.to(device))
 
-    def plan(self, budget: int) -> list[Chunk]:
+    def plan(self, budget: int, lead_budget: int | None = None) -> list[Chunk]:
         """The chunks of one attention call over this map, each computing at most about
-        ``budget`` tile elements per (batch x head) (see :class:`Chunk`); kept for the next call."""
-        if budget not in self._memo:
-            self._memo[budget] = _plan(self, budget)
-        return self._memo[budget]
+        ``budget`` tile elements per (batch x head) (see :class:`Chunk`); kept for the next call.
+        ``lead_budget``: a chunk with leading FULL slots (:attr:`Chunk.lead`, which a kernel that
+        writes no scores out reads unmasked) counts only its other slots, against this budget."""
+        if (budget, lead_budget) not in self._memo:
+            self._memo[budget, lead_budget] = _plan(self, budget, lead_budget)
+        return self._memo[budget, lead_budget]
 
 
 def _evaluate(mask: Mask, b_i, h_i, q0, k0, bq: int, bk: int, n: int, m: int) -> torch.Tensor:
@@ -276,24 +281,30 @@ def _compress(st: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return index, state, count
 
 
-def _plan(bmap: BlockMap, budget: int) -> list[Chunk]:
+def _plan(bmap: BlockMap, budget: int, lead_budget: int | None = None) -> list[Chunk]:
     """Group query tile rows into chunks (see :class:`Chunk`): consecutive rows whose key tiles
     are runs at a constant step go in "run" mode (strided views), others gather their tiles; a
     chunk grows while its padded slots stay within 1.3x of the tiles it needs and its elements
-    within ``budget``."""
+    within ``budget`` (with ``lead_budget``: a chunk with leading FULL slots, its other
+    elements within ``lead_budget``)."""
     nq, nk = bmap.shape
     bq, bk = bmap.block
     chunks: list[Chunk] = []
     per_rows = 256
-    lo, hi, union = [], [], []
+    lo, hi, union, full = [], [], [], []
+    ragged = bmap.m % bk != 0
     for r0 in range(0, nq, per_rows):
         st = bmap.rows(r0, min(nq, r0 + per_rows))
         any_ = (st != EMPTY).any(0).any(0)  # (R, NK): the union over batch rows and heads
         cnt = any_.sum(-1)
         col = torch.arange(nk, device=st.device)
-        lo += torch.where(any_, col, nk).amin(-1).tolist() if nk else [0] * any_.shape[0]
+        first = torch.where(any_, col, nk).amin(-1)
+        lo += first.tolist() if nk else [0] * any_.shape[0]
         hi += torch.where(any_, col, -1).amax(-1).tolist() if nk else [-1] * any_.shape[0]
         union += cnt.tolist()
+        # each row's run of whole tiles FULL for every batch row and head, from its first tile
+        broken = ~(st == FULL).all(0).all(0) | (col < first[:, None]) | ((col == nk - 1) & ragged)
+        full += (torch.where(broken, col, nk).amin(-1) - first).clamp_min(0).tolist() if nk else [0] * any_.shape[0]
     step1 = bq // bk if bq % bk == 0 else None  # the diagonal's move per query tile row
     r = 0
     while r < nq:
@@ -304,12 +315,23 @@ def _plan(bmap: BlockMap, budget: int) -> list[Chunk]:
         while r1 < nq:
             cand = _costs(lo, hi, union, r, r1 + 1, step1)
             need = sum(union[r : r1 + 1])
-            if cand[0] * bq * bk > budget or cand[0] > max(1.3 * need, need + 2 * (r1 + 1 - r)):
+            lead = _lead(lo, full, union, r, r1 + 1, cand) if lead_budget is not None else 0
+            paid, limit = (cand[0] - (r1 + 1 - r) * lead, lead_budget) if lead else (cand[0], budget)
+            if paid * bq * bk > limit or cand[0] > max(1.3 * need, need + 2 * (r1 + 1 - r)):
                 break
             r1, best = r1 + 1, cand
         chunks.append(_chunk(bmap, r, r1, best, lo, union))
         r = r1
     return chunks
+
+
+def _lead(lo, full, union, r0, r1, cost) -> int:
+    """The leading slots of a candidate chunk FULL for all its rows (see :attr:`Chunk.lead`)."""
+    _, mode, start, step, width = cost
+    live = [i for i in range(r0, r1) if union[i]]
+    if mode != "run" or step != 0 or any(lo[i] != start for i in live):
+        return 0
+    return min(min(full[i] for i in live), width)
 
 
 def _costs(lo, hi, union, r0, r1, step1):
@@ -347,5 +369,9 @@ def _chunk(bmap: BlockMap, r0: int, r1: int, best, lo, union) -> Chunk:
     masked = bool((states != FULL).any()) or ragged
     shared = (masked and mode == "run" and step * bmap.block[1] == bmap.block[0] and bmap.mask.shift_invariant
               and not ragged and bool(inside.all()) and bool((states == states[:, :, :1]).all()))
+    lead = 0
+    if masked and mode == "run" and step == 0 and bool(inside.all()):
+        whole = (states == FULL).all(0).all(0).all(0) & ~((tiles[0] == nk - 1) & (bmap.m % bmap.block[1] != 0))  # (S,)
+        lead = int(whole.long().cumprod(0).sum())
     return Chunk(r0, r1, mode, width, states.contiguous(), masked, start, step, None if mode == "run" else tiles.contiguous(),
-                 shared)
+                 shared, lead)

@@ -33,13 +33,14 @@ import torch
 import torch.distributed as dist
 
 from ..core import masks
-from ..core.attend import DEFAULT_BLOCK_ELEMENTS, AttentionResult
+from ..core.attend import AttentionResult
 from ..core.blockmap import BlockMap, block_map
 from ..core.maskfn import as_mask
 from ..core.positioned import Positioned
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import Score, resolve_score
-from ..core.sparse import FUSED, SparseSetup, pad_inputs, sparse_backward, sparse_forward
+from ..core.sparse import FUSED, SparseSetup, budgets, pad_inputs, sparse_backward, sparse_forward
+from ..core.sparse_setup import _stat_dtype
 from ..validate import int_at_least, optional_int
 from .context import RingContext, RingTimings, _all_gather, _backend, _check_group
 
@@ -169,19 +170,15 @@ class _Setup:
         self.fused = (FUSED and scale is not None and q.device.type == "cpu" and v.shape[-1] == q.shape[-1]
                       and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
         self.b, self.h = q.shape[:2]
-        self.budget = max(1, DEFAULT_BLOCK_ELEMENTS // (self.b * self.h * max(int(getattr(score_fn, "pair_cost", 1)), 1)))
 
     def engine(self, j: int) -> SparseSetup | None:
         """The block-sparse setup of this rank's queries against shard j (None: not needed)."""
         bm = self.plan.maps[j]
         if bm is None:
             return None
-        return SparseSetup(bm, bm.plan(self.budget), self.b, self.h, self.score_fn, softmax, None, self.scale,
-                           "fused" if self.fused else "softmax", params=self.params)
-
-
-def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        kind = "fused" if self.fused else "softmax"
+        return SparseSetup(bm, bm.plan(*budgets(kind, bm, self.b, self.h, self.score_fn)), self.b, self.h, self.score_fn,
+                           softmax, None, self.scale, kind, params=self.params)
 
 
 class _RingAttention(torch.autograd.Function):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from ..core.score_mods import alibi_slopes
 from .base import BiasEncoding, register
 

@@ -115,7 +115,6 @@ class _Model(nn.Module):
         self.readout = nn.Linear(s.embed_dim, s.vocab)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[1]
         h = self.encoder(self.embed(x), mask=masks.causal()).output
         return self.readout(h)  # (B, N, vocab)
 
