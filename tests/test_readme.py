@@ -33,6 +33,26 @@ def test_the_ten_lines_run_and_give_the_shapes_they_state():
     assert ns["rope"].positional.name == "rope" and len(ns["enc"].layers) == 2
 
 
+def test_the_masks_block_computes_what_it_states():
+    """Rows of both calls recomputed by hand in float64 from the rule the comments state."""
+    ns: dict = {}
+    exec(_block("masks.block_map(sliding"), ns)
+    q, k, v = (t.detach().double()[0] for t in (ns["q"], ns["k"], ns["v"]))
+    assert ns["bm"].nbytes() == 12544 and round(ns["bm"].density(), 3) == 0.035
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (ns["q"], ns["k"], ns["v"]))
+    starts = [0, 4096, 12288]
+    for i in (0, 4095, 4096, 4700, 12288 + 511, 16383):
+        doc = max(s for s in starts if s <= i)
+        keys = torch.arange(max(doc, i - 512), i + 1)
+        s = 30.0 * torch.tanh(torch.einsum("hd,hkd->hk", q[:, i], k[:, keys]) / 8 / 30.0)
+        want = torch.einsum("hk,hkd->hd", torch.softmax(s, -1), v[:, keys])
+        assert (ns["out"][0, :, i].double() - want).abs().max() < 1e-4
+        keys = torch.arange(max(0, i - 256), min(16384, i + 257))
+        s = torch.einsum("hd,hkd->hk", q[:, i], k[:, keys]) / 8
+        want = torch.einsum("hk,hkd->hd", torch.softmax(s, -1), v[:, keys])
+        assert (ns["near"][0, :, i].double() - want).abs().max() < 1e-4
+
+
 def test_the_pretrained_block_runs(minilm):
     ns: dict = {}
     exec(_block("pretrained.load("), ns)

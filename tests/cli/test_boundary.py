@@ -55,6 +55,7 @@ BAD = {
     "bench pretrained": (["bench", "pretrained", "--model", "{file}"], "is a file; give the model's folder"),
     "bench decode": (["bench", "decode", "--checkpoint", "{ck}"], "unreadable or truncated"),
     "bench packing": (["bench", "packing", "--min-length", "10", "--max-length", "5"], "exceeds --max-length"),
+    "bench masks": (["bench", "masks", "--patterns", "nosuch"], "unknown --patterns"),
     "bench ring": (["bench", "ring", "--from", "{file}"], "not a records file"),
     "compare vit-cnn": (["compare", "vit-cnn", "--fractions", "x"], "--fractions must be numbers"),
     "plot positional": (["plot", "positional", "rope", "--dim", "3", "-o", "{under_file}.png"], "head width must be even"),

@@ -54,41 +54,26 @@ def broadcast_shape(*shapes) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _counts(states: list[torch.Tensor | None]):
-    """Per tile: how many parts are EMPTY, FULL, PARTIAL (an unknown part counts in none)."""
+def _combine(states: list[torch.Tensor | None], absorbing: int, identity: int) -> torch.Tensor | None:
+    """Per tile: ``absorbing`` if a part is, ``identity`` if all are, PARTIAL if one part is
+    PARTIAL and the rest ``identity``, else UNKNOWN (an unknown part, None, counts as none)."""
     known = [s for s in states if s is not None]
     if not known:
         return None
-    dev = known[0].device
-    zero = torch.zeros((), dtype=torch.int32, device=dev)
-    empty, full, partial = zero, zero, zero
-    for s in known:
-        empty = empty + (s == EMPTY).int()
-        full = full + (s == FULL).int()
-        partial = partial + (s == PARTIAL).int()
-    return empty, full, partial
+    k = len(states)
+    absorb, ident, partial = (sum((s == state).int() for s in known) for state in (absorbing, identity, PARTIAL))
+    out = torch.where(absorb > 0, absorbing, torch.where(ident == k, identity, torch.where((partial == 1) & (ident == k - 1), PARTIAL, UNKNOWN)))
+    return out.to(torch.uint8)
 
 
 def combine_and(states: list[torch.Tensor | None]) -> torch.Tensor | None:
     """States of ``a & b & ...``: EMPTY if a part is EMPTY, FULL if all are FULL, PARTIAL if one
     is PARTIAL and the rest FULL; otherwise (two partials, or an unknown part) UNKNOWN, for the
     map builder to settle by evaluation."""
-    c = _counts(states)
-    if c is None:
-        return None
-    empty, full, partial = c
-    k = len(states)
-    out = torch.where(empty > 0, EMPTY, torch.where(full == k, FULL, torch.where((partial == 1) & (full == k - 1), PARTIAL, UNKNOWN)))
-    return out.to(torch.uint8)
+    return _combine(states, EMPTY, FULL)
 
 
 def combine_or(states: list[torch.Tensor | None]) -> torch.Tensor | None:
     """States of ``a | b | ...``: FULL if a part is FULL, EMPTY if all are EMPTY, PARTIAL if one is
     PARTIAL and the rest EMPTY; otherwise UNKNOWN."""
-    c = _counts(states)
-    if c is None:
-        return None
-    empty, full, partial = c
-    k = len(states)
-    out = torch.where(full > 0, FULL, torch.where(empty == k, EMPTY, torch.where((partial == 1) & (empty == k - 1), PARTIAL, UNKNOWN)))
-    return out.to(torch.uint8)
+    return _combine(states, FULL, EMPTY)
