@@ -18,7 +18,8 @@ length N, with q, k, v of shape ``(1, 4, N, 64)`` in fp32, forward + backward:
 Each cell runs in its own plain process (glibc's default allocator: what a user's process gets;
 the scaling study's ``allocator=keep`` would hide it): seconds are the median of the timed steps
 after a warm-up, and memory is the peak resident size above the process's size before the first
-step (``ru_maxrss``: everything the step needed, the allocator's slack included). The patterns
+step (the kernel's VmHWM, reset once the inputs and the dense mask are built: everything the steps
+needed, the allocator's slack included). The patterns
 whose allowed pairs grow as N^2 (causal, prefix-LM) stop at ``quadratic_up_to``. ``layer_step``:
 one training step (forward, backward, SGD) of a :class:`attnlab.MultiHeadAttention` (E = 256,
 4 heads) under the sliding window at that N.
@@ -110,6 +111,27 @@ def _rss_now() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
+def _reset_peak() -> bool:
+    """Start the kernel's peak-resident counter (VmHWM) afresh, so what building the inputs (a
+    dense mask) held and freed is not counted as the step's; False where Linux does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss(reset: bool) -> int:
+    """Peak resident bytes since :func:`_reset_peak` (or, without it, over the process's life)."""
+    if reset:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _inputs(n: int, grad: bool) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(n)
     return [torch.randn(1, HEADS, n, HEAD_DIM, generator=g).requires_grad_(grad) for _ in range(3)]
@@ -156,9 +178,9 @@ def _time_here(pattern: str, n: int, method: str, min_repeats: int, target_secon
     if method == "flex":
         return _flex_here(pattern, n, min_repeats, target_seconds)
     step = _step(pattern, n, method)
-    before = _rss_now()
+    before, reset = _rss_now(), _reset_peak()
     times = round_robin({"x": step}, min_repeats, target_seconds, max_repeats=5, slow_seconds=20.0)["x"]
-    return {"seconds": times, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before}
+    return {"seconds": times, "rss": _peak_rss(reset) - before}
 
 
 def _flex_here(pattern: str, n: int, min_repeats: int, target_seconds: float) -> dict:

@@ -28,7 +28,7 @@ def log_log_axes(ax, title: str, xlabel: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    else:
+    elif not (ax.lines or ax.collections):
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
 
 

@@ -22,6 +22,7 @@ def plot_masks(data: dict, path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from .bench import log_log_axes, save_figure
 
@@ -30,24 +31,31 @@ def plot_masks(data: dict, path: str | Path) -> Path:
         raise ValueError("nothing to plot: no forward + backward records")
     fig, (sec, mem) = plt.subplots(1, 2, figsize=(13, 5))
     styles = {"block-sparse": "-", "dense mask": "--", "pytorch causal": ":"}
-    for i, p in enumerate(dict.fromkeys(r["pattern"] for r in recs)):
+    patterns = list(dict.fromkeys(r["pattern"] for r in recs))
+    for i, p in enumerate(patterns):
         for method, style in styles.items():
             pts = sorted((r["n"], r["seconds"], r["rss_bytes"]) for r in recs if r["pattern"] == p and r["method"] == method)
             if not pts:
                 continue
-            label = p if method == "block-sparse" else f"{p}, {method}"
-            sec.plot([x[0] for x in pts], [x[1] for x in pts], style, marker="o", ms=3, color=f"C{i}", label=label)
+            sec.plot([x[0] for x in pts], [x[1] for x in pts], style, marker="o", ms=3, color=f"C{i}")
             mem_pts = [x for x in pts if x[2]]
             if mem_pts:
-                mem.plot([x[0] for x in mem_pts], [x[2] / 2**20 for x in mem_pts], style, marker="o", ms=3, color=f"C{i}", label=label)
-    for r in data["records"]:
-        if r["mode"] == "layer_step" and r["seconds"]:
-            sec.scatter([r["n"]], [r["seconds"]], marker="*", s=120, color="black", zorder=3, label=f"one layer's training step, window, N={r['n']:,}")
-            if r["rss_bytes"]:
-                mem.scatter([r["n"]], [r["rss_bytes"] / 2**20], marker="*", s=120, color="black", zorder=3,
-                            label=f"one layer's training step, window, N={r['n']:,}")
-    log_log_axes(sec, "forward + backward seconds (solid: block-sparse; dashed: the dense mask)", "N")
+                mem.plot([x[0] for x in mem_pts], [x[2] / 2**20 for x in mem_pts], style, marker="o", ms=3, color=f"C{i}")
+    # One legend under both panels: a colour per pattern, a line style per method.
+    handles = [Line2D([], [], color=f"C{i}", marker="o", ms=3, label=p) for i, p in enumerate(patterns)]
+    handles += [Line2D([], [], color="black", linestyle=style, label=method) for method, style in styles.items()
+                if any(r["method"] == method for r in recs)]
+    steps = [r for r in data["records"] if r["mode"] == "layer_step" and r["seconds"]]
+    for r in steps:
+        sec.scatter([r["n"]], [r["seconds"]], marker="*", s=120, color="black", zorder=3)
+        if r["rss_bytes"]:
+            mem.scatter([r["n"]], [r["rss_bytes"] / 2**20], marker="*", s=120, color="black", zorder=3)
+    if steps:
+        handles.append(Line2D([], [], color="black", marker="*", ms=10, linestyle="",
+                              label=f"one layer's training step, window, N={steps[-1]['n']:,}"))
+    log_log_axes(sec, "forward + backward seconds", "N")
     log_log_axes(mem, "peak resident MiB above the process's start", "N")
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=6, fontsize=8, frameon=False)
     sizes = sorted({r["n"] for r in data["records"]})
     for ax in (sec, mem):
         ax.set_xticks(sizes, [f"{n // 1024}K" if n >= 1024 else str(n) for n in sizes])
