@@ -4,9 +4,10 @@ normalisers, backbones, tasks, sequence layers) is found by name, with the same 
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+import inspect
+from typing import Callable, Collection, Generic, TypeVar
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "keyword_options"]
 
 T = TypeVar("T")
 
@@ -52,8 +53,28 @@ class Registry(Generic[T]):
         return list(self._items)
 
     def create(self, name: str, *args, **options):
-        """Call what is registered as ``name`` with ``args`` and ``options`` (build an instance)."""
+        """Call what is registered as ``name`` with ``args`` and ``options`` (build an instance);
+        an option it does not take raises a ``ValueError`` that lists the ones it does."""
+        self.check_options(name, options)
         return self.get(name)(*args, **options)
+
+    def options(self, name: str) -> list[str] | None:
+        """The keyword options ``create(name, ...)`` takes (:func:`keyword_options`), or None
+        when it passes further options on to something that cannot be inspected."""
+        return keyword_options(self.get(name))
+
+    def check_options(self, name: str, options: Collection[str], *, hidden: Collection[str] = (), what: str = "option") -> None:
+        """Raise a ``ValueError`` naming each of ``options`` that ``name`` does not take and listing
+        the ones it does (less ``hidden``: those set another way, e.g. by their own flag);
+        ``what`` names the options in the message (``"--attention-option"``)."""
+        valid = self.options(name)
+        if valid is None:
+            return
+        bad = [o for o in options if o not in valid]
+        if bad:
+            shown = [o for o in valid if o not in hidden]
+            takes = f"it takes {', '.join(shown)}" if shown else "it takes none"
+            raise ValueError(f"unknown {what} {', '.join(map(repr, bad))} for the {self.kind} {name!r}; {takes}")
 
     def __contains__(self, name: object) -> bool:
         return name in self._items
@@ -66,3 +87,32 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             raise ValueError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self.names())}") from None
+
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def keyword_options(obj) -> list[str] | None:
+    """The keyword options a class (its ``__init__``) or a function takes, sorted.
+
+    A class whose ``__init__`` takes ``**options`` passes them to its base class, whose options
+    are followed in turn, or, when it declares ``options_target`` (a class or function), to that
+    target. None when options go somewhere that cannot be followed (any option may be valid).
+    """
+    seen: list[str] = []
+    targets = [c for c in obj.__mro__ if "__init__" in vars(c)] if isinstance(obj, type) else [obj]
+    for i, fn in enumerate(targets):
+        if fn is object:
+            return sorted(set(seen))
+        try:
+            params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        seen += [p.name for p in params if p.kind in _NAMED and p.name != "self"]
+        if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params):
+            return sorted(set(seen))
+        target = vars(fn).get("options_target") if isinstance(fn, type) else None
+        if target is not None:
+            more = keyword_options(target)
+            return None if more is None else sorted(set(seen) | set(more))
+    return None

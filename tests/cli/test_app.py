@@ -20,7 +20,7 @@ def test_version():
         (["explain", "x y", "--heads", "3"], "heads must be a positive divisor of dim=4"),
         (["explain", "x y", "--score", "euclid"], "unknown score 'euclid'"),
         (["explain", "x y", "--normalize", "max"], "unknown normaliser 'max'"),
-        (["explain", "   "], "no tokens"),
+        (["explain", "   "], "the text is empty"),
         (["bench", "attention", "--sizes", "a,b"], "--sizes must be comma-separated integers"),
         (["bench", "attention", "--configs", "dot+max"], "unknown --configs"),
     ],

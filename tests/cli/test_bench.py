@@ -3,12 +3,15 @@
 import json
 
 
-from tests.cli.helpers import run_ok
+from attnlab.cli import app
+from tests.cli.helpers import run_ok, runner
 
 
 def test_bench_attention_json_records():
-    out = run_ok("bench", "attention", "--sizes", "16,24", "--configs", "scaled_dot+softmax,scaled_dot+relu", "--modes", "fwd_bwd", "--repeats", "1", "--json")
-    records = json.loads(out[out.index("["):])
+    res = runner.invoke(app, ["bench", "attention", "--sizes", "16,24", "--configs", "scaled_dot+softmax,scaled_dot+relu", "--modes", "fwd_bwd",
+                              "--repeats", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    records = json.loads(res.stdout)  # stdout holds the JSON and nothing else (the progress lines are on stderr)
     assert {r["impl"] for r in records} == {"attend", "sdpa", "naive", "attend_chunked"}
     assert len(records) == (4 + 2) * 2
     for r in records:

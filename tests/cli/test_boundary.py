@@ -59,6 +59,7 @@ BAD = {
     "bench ring": (["bench", "ring", "--from", "{file}"], "not a records file"),
     "compare vit-cnn": (["compare", "vit-cnn", "--fractions", "x"], "--fractions must be numbers"),
     "plot positional": (["plot", "positional", "rope", "--dim", "3", "-o", "{under_file}.png"], "head width must be even"),
+    "list": (["list", "nosuch"], "choose one of tasks, variants"),
 }
 
 

@@ -66,8 +66,8 @@ def test_train_then_predict_from_the_checkpoint_alone(tmp_path):
     r = CliRunner().invoke(app, ["predict", str(tmp_path / "run"), str(inp)])
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert rows[0]["labels"] == ["PRON", "VERB", "DET", "NOUN", "PRON", "VERB"]  # the two saws tagged apart
-    assert len(rows[1]["labels"]) == 4
+    assert rows[0]["prediction"] == ["PRON", "VERB", "DET", "NOUN", "PRON", "VERB"]  # the two saws tagged apart
+    assert len(rows[1]["prediction"]) == 4 and rows[1]["tokens"] == ["I", "cut", "a", "unseenword"]
     bad = write(tmp_path / "bad.jsonl", [{"text": "no tokens field"}])
     r = CliRunner().invoke(app, ["predict", str(tmp_path / "run"), str(bad)])
     assert r.exit_code == 2 and "missing field 'tokens'" in " ".join(r.output.split())

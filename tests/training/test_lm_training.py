@@ -53,7 +53,7 @@ def test_generate_streams_the_same_text_with_and_without_cache(trained):
 def test_generate_refuses_other_checkpoints_and_empty_prompts(trained, tmp_path):
     out, _ = trained
     r = CliRunner().invoke(app, ["generate", str(out), ""])
-    assert r.exit_code == 2 and "prompt is empty" in r.output
+    assert r.exit_code == 2 and "the text is empty" in r.output
     train(TrainConfig.for_task("recall", task_options={"size": 64}, steps=1, eval_every=1, dim=16, layers=1, heads=2), tmp_path)
     r = CliRunner().invoke(app, ["generate", str(tmp_path), "x"])
     assert r.exit_code == 2 and "needs a language model" in " ".join(r.output.split())

@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from attnlab.cli import app
-from attnlab.training import CheckpointError, TrainConfig, evaluate, load_checkpoint, train
+from attnlab.training import CheckpointError, ConfigMismatchError, TrainConfig, evaluate, load_checkpoint, train
 
 TINY = dict(task_options={"size": 128}, steps=8, eval_every=4, dim=16, layers=1, heads=2, warmup=2, batch_size=16)
 
@@ -52,8 +52,9 @@ def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
 
 def test_resume_refuses_a_different_config(tmp_path):
     train(TrainConfig.for_task("pos", **TINY), tmp_path)
-    with pytest.raises(CheckpointError, match="different run config"):
+    with pytest.raises(ConfigMismatchError, match="lr: 0.002 there, 0.5 now") as info:
         train(TrainConfig.for_task("pos", **{**TINY, "lr": 0.5}), tmp_path, resume=True)
+    assert info.value.differences == [("lr", 0.002, 0.5)]
 
 
 def test_mlp_refuses_attention_options():
@@ -102,7 +103,9 @@ def test_cli_train_and_eval_json(tmp_path):
                                  "--heads", "2", "--out", str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(summary) == {"task", "model", "attention", "metric", "value", "seconds", "checkpoint"}
+    assert set(summary) == {"task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint",
+                            "warnings"}
+    assert summary["test_size"] == 64 and summary["test_unit"] == "examples" and summary["steps"] == 4
     assert summary["task"] == "pos" and summary["metric"] == "token_accuracy" and summary["attention"] == "dense"
     r = CliRunner().invoke(app, ["eval", str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from pathlib import Path
 
 from .presets import NO_ATTENTION
 from .store import Store
 
-__all__ = ["budget_of", "build_report", "leaderboard", "plot_curves", "plot_lra", "plot_maps"]
+__all__ = ["budget_of", "build_report", "caveats", "leaderboard", "plot_curves", "plot_lra", "plot_maps"]
 
 
 def budget_of(config: dict) -> str:
@@ -34,7 +35,7 @@ def leaderboard(rows: list[dict]) -> dict:
     """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``; an entry has ``variant``,
     ``value`` (mean over seeds), ``speed`` and ``memory`` relative to dense (None without a
     dense run), ``params``, ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time budget), ``error``
-    (failed runs: the message)."""
+    (failed runs: the message), ``caveats`` (:func:`caveats`: why the score means less than it seems)."""
     tasks: dict[str, list[dict]] = {}
     by_cell: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
@@ -42,7 +43,8 @@ def leaderboard(rows: list[dict]) -> dict:
     for (task, variant), rs in by_cell.items():
         ok = [r for r in rs if r["status"] == "done"]
         entry = {"variant": variant, "seeds": len(ok), "metric": rs[0]["metric"] or (ok[0]["metric"] if ok else None),
-                 "budget": budget_of(rs[0]["config"]), "timed": rs[0]["config"].get("seconds") is not None}
+                 "budget": budget_of(rs[0]["config"]), "timed": rs[0]["config"].get("seconds") is not None,
+                 "caveats": caveats(ok, rows)}
         if ok:
             entry.update(
                 value=sum(r["value"] for r in ok) / len(ok),
@@ -73,6 +75,38 @@ def leaderboard(rows: list[dict]) -> dict:
         })
     average.sort(key=lambda e: -e["value"])
     return {"tasks": tasks, "average": average}
+
+
+def _same_setup(config: dict) -> str:
+    """A run's configuration less its seed and budget: runs with the same key train the same model
+    on the same task, so they should make the same steps per second."""
+    return json.dumps({k: v for k, v in config.items() if k not in ("seed", "seconds", "steps", "epochs", "patience")}, sort_keys=True)
+
+
+def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
+    """Why a leaderboard cell's score (its finished runs ``cell``) means less than it seems
+    (:mod:`attnlab.training.caveats`): a tiny test split, a time-budgeted run with too few steps,
+    or one whose steps per second fell far below other stored runs of the same configuration
+    (a busy machine). Rows stored before ``test_size`` existed skip that check."""
+    from ..training.caveats import busy, few_steps, tiny_test
+
+    found = []
+    sizes = [r["test_size"] for r in cell if r.get("test_size") is not None]
+    if sizes and tiny_test(min(sizes)):
+        found.append(tiny_test(min(sizes)))
+    for r in cell:
+        if few_steps(r["steps"] or 0, r["config"].get("seconds") is not None):
+            found.append(few_steps(r["steps"] or 0, True) + (f" (seed {r['seed']})" if len(cell) > 1 else ""))
+            break
+    for r in cell:
+        if r["config"].get("seconds") is None:
+            continue
+        key = _same_setup(r["config"])
+        others = [o["steps_per_second"] for o in rows if o is not r and o["status"] == "done" and _same_setup(o["config"]) == key]
+        if busy(r["steps_per_second"], others):
+            found.append(busy(r["steps_per_second"], others) + (f" (seed {r['seed']})" if len(cell) > 1 else ""))
+            break
+    return found
 
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
@@ -218,7 +252,7 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnlab arena</title><style>",
         "body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}table{border-collapse:collapse;margin:1em 0}",
         "td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}td:first-child,th:first-child{text-align:left}",
-        "img{max-width:100%}.failed{color:#a00}</style></head><body>",
+        "img{max-width:100%}.failed{color:#a00}.caveat{color:#b60}</style></head><body>",
         "<h1>attnlab arena</h1>",
         (f"<p>{len(rows)} runs ({sum(r['status'] == 'done' for r in rows)} done, {sum(r['status'] == 'failed' for r in rows)} failed). "
          "Speed: training steps per second relative to dense on the same task; memory: peak tensor bytes of one training step "
@@ -247,10 +281,15 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
                 parts.append(f"<tr class='failed'><td>{html.escape(e['variant'])}</td><td colspan='7'>failed: {html.escape(str(e['error']))}</td></tr>")
                 continue
             mib = e["peak_bytes"] / 2**20 if e["peak_bytes"] else None
-            parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}</td><td>{e['seeds']}</td>"
+            mark = (f" <span class='caveat' title='{html.escape(' / '.join(e['caveats']), quote=True)}'>&#9888;</span>"
+                    if e["caveats"] else "")
+            parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}{mark}</td><td>{e['seeds']}</td>"
                          f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(mib, '.1f')}</td>"
                          f"<td>{_fmt(e['memory'], '.2f')}x</td><td>{e['params']:,}</td></tr>")
         parts.append("</table>")
+        notes = [f"<li>{html.escape(e['variant'])}: {html.escape(c)}</li>" for e in entries for c in e.get("caveats", [])]
+        if notes:
+            parts.append("<p class='caveat'>&#9888; marks a score that means less than it seems:</p><ul>" + "".join(notes) + "</ul>")
         maps = {}
         for r in rows:
             f = out / "runs" / r["run_id"] / "attention.safetensors"

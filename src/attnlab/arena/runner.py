@@ -230,7 +230,7 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
         row.update(
             status="done", metric=res.metric, value=res.value, train_seconds=res.step_seconds, steps=res.steps,
             steps_per_second=(res.steps_run / res.step_seconds) if res.step_seconds > 0 else None, peak_bytes=peak,
-            params=sum(p.numel() for p in ck.model.parameters()), history=res.history,
+            params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size,
         )
     except Exception as e:  # noqa: BLE001 - a failed run is a result (e.g. a variant with no causal form)
         row.update(status="failed", error=f"{type(e).__name__}: {e}")

@@ -18,11 +18,12 @@ __all__ = ["COLUMNS", "Store"]
 
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
-    "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history",
+    "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size",
 )
 """The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
 ``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
-the training time so far; stores written before it have the column added, empty)."""
+the training time so far; ``test_size``: the examples, or nodes, the test score was measured on;
+stores written before a column have it added, empty)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -41,7 +42,8 @@ CREATE TABLE IF NOT EXISTS runs (
     params INTEGER,
     error TEXT,
     finished_at REAL NOT NULL,
-    history TEXT
+    history TEXT,
+    test_size INTEGER
 )
 """
 
@@ -60,11 +62,12 @@ class Store:
             with self._connect() as con:
                 con.execute(_SCHEMA)
                 have = {r[1] for r in con.execute("PRAGMA table_info(runs)")}
-                if "history" not in have:  # a store from before the column
-                    try:
-                        con.execute("ALTER TABLE runs ADD COLUMN history TEXT")
-                    except sqlite3.OperationalError:  # read-only, or another process added it first: rows() copes
-                        pass
+                for column, kind in (("history", "TEXT"), ("test_size", "INTEGER")):
+                    if column not in have:  # a store from before the column
+                        try:
+                            con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+                        except sqlite3.OperationalError:  # read-only, or another process added it first: rows() copes
+                            pass
         except sqlite3.DatabaseError as e:
             raise ValueError(f"{self.path} is not an attnlab results store ({e})") from None
 
@@ -84,7 +87,8 @@ class Store:
         row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time(),
                "history": json.dumps(row["history"]) if row.get("history") is not None else None}
         missing = [c for c in COLUMNS if c not in row and c not in ("error", "metric", "value", "train_seconds", "steps",
-                                                                     "steps_per_second", "peak_bytes", "params", "history")]
+                                                                     "steps_per_second", "peak_bytes", "params", "history",
+                                                                     "test_size")]
         if missing:
             raise ValueError(f"a run row needs {', '.join(missing)}")
         if row["status"] not in ("done", "failed"):
@@ -109,6 +113,7 @@ class Store:
             q = "SELECT * FROM runs" + (" WHERE status = ?" if status else "") + " ORDER BY finished_at"
             out = [dict(r) for r in con.execute(q, (status,) if status else ())]
         for r in out:
+            r.setdefault("test_size", None)
             r["config"] = json.loads(r["config"])
             r["history"] = json.loads(r["history"]) if r.get("history") else []
         return out

@@ -11,7 +11,8 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
-* :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``; :mod:`~attnlab.cli.generate` — ``generate``.
+* :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``; :mod:`~attnlab.cli.generate` — ``generate``;
+* :mod:`~attnlab.cli.listing` — ``list`` (the names of tasks, variants, encodings, models, scores, normalisers).
 
 Library imports happen inside the commands, so that ``attnlab --help`` stays fast.
 """
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 import typer
 
-from . import arena, bench_accuracy, bench_masks, bench_speed, compare, complexity, decode, explain, generate, plot, pretrained, ring, train
-from .common import boundary, out, set_debug
+from . import (arena, bench_accuracy, bench_masks, bench_speed, compare, complexity, decode, explain, generate, listing, plot, pretrained,
+               ring, train)
+from .common import OneLineErrors, boundary, out, set_debug
 
 __all__ = ["app", "main"]
 
@@ -31,12 +33,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
+    rich_markup_mode=None,  # click's plain help: option names never cut, one wrap, readable at 80 columns
 )
-bench_app = typer.Typer(help="Measure speed, memory and accuracy, side by side in one run.", no_args_is_help=True)
+bench_app = typer.Typer(help="Measure speed, memory and accuracy, side by side in one run.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(bench_app, name="bench")
-compare_app = typer.Typer(help="Train rival models on the same data and compare them.", no_args_is_help=True)
+compare_app = typer.Typer(help="Train rival models on the same data and compare them.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(compare_app, name="compare")
-plot_app = typer.Typer(help="Draw attnlab's parts to PNG files.", no_args_is_help=True)
+plot_app = typer.Typer(help="Draw attnlab's parts to PNG files.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(plot_app, name="plot")
 
 
@@ -83,6 +87,7 @@ COMMANDS = [
     (app, "eval", train.eval_cmd),
     (app, "predict", train.predict),
     (app, "generate", generate.generate),
+    (app, "list", listing.list_names),
 ]
 for _group, _name, _command in COMMANDS:
     _group.command(_name)(boundary(_command))

@@ -7,7 +7,10 @@ from typing import Optional
 
 import typer
 
-from .common import err, fail, fmt_x, int_list, out, split_list, table
+from rich.markup import escape
+
+from .common import err, fail, fmt_x, int_list, out, print_json, split_list, table
+from .options import json_option
 
 __all__ = ["arena", "report"]
 
@@ -26,6 +29,7 @@ def arena(
     data: Optional[str] = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
     workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run the stored failures again."),
+    as_json: bool = json_option("End by printing the leaderboard as one JSON object (tasks, average, report) instead of tables."),
 ) -> None:
     """Train and compare attention variants across tasks: resumable grid, SQLite store, leaderboard, report.html."""
     from rich.live import Live
@@ -47,24 +51,38 @@ def arena(
         def on_event(kind, spec, **info):
             grid.on_event(kind, spec, **info)
             live.update(grid.render())
+            if kind == "end" and not err.is_terminal:  # a log file: one plain line per finished run
+                row = info["row"]
+                result = f"{row['metric']} {row['value']:.3f} after {row['steps']} steps" if row["status"] == "done" else "failed"
+                err.print(f"{spec.task} / {spec.variant} / seed {spec.seed}: {result}", highlight=False, markup=False)
 
         run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event)
     page, board = build_report(out_dir)
+    if as_json:
+        print_json({**board, "report": str(page), "wall_seconds": grid.elapsed()})
+        return
     _print_leaderboard(board)
     out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
 
 
-def report(out_dir: str = typer.Argument(..., help="The --out folder of 'attnlab arena'.")) -> None:
+def report(
+    out_dir: str = typer.Argument(..., metavar="DIR", help="The --out folder of 'attnlab arena'."),
+    as_json: bool = json_option("Print the leaderboard as one JSON object (tasks, average, report) instead of tables."),
+) -> None:
     """Rebuild report.html, the charts and the leaderboard from an arena's results store."""
     from ..arena import build_report
 
     page, board = build_report(out_dir)  # errors: one line, through the CLI's boundary
+    if as_json:
+        print_json({**board, "report": str(page)})
+        return
     _print_leaderboard(board)
     out.print(f"report: {page}")
 
 
 def _print_leaderboard(board: dict) -> None:
-    """The arena's leaderboard: per task, then the average."""
+    """The arena's leaderboard: per task, then the average; ``!`` marks a score with a caveat,
+    explained under its table."""
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
         first = entries[0] if entries else {}
@@ -74,8 +92,13 @@ def _print_leaderboard(board: dict) -> None:
             if e["value"] is None:
                 t.add_row(e["variant"], "[red]failed[/]", "", "", "", (e["error"] or "")[:60].replace("[", "\\["))
                 continue
-            t.add_row(e["variant"], f"{e['value']:.3f}", fmt_x(e["speed"]), fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}", f"{e['params']:,}")
+            mark = " [yellow]![/]" if e.get("caveats") else ""
+            t.add_row(e["variant"], f"{e['value']:.3f}{mark}", fmt_x(e["speed"]), fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}",
+                      f"{e['params']:,}")
         out.print(t)
+        for e in entries:
+            for c in e.get("caveats", []):
+                out.print(f"  [yellow]![/] {escape(e['variant'])}: {escape(c)}", highlight=False)
     if board["average"]:
         t = table("average over tasks", ["variant", "mean score", "tasks", "speed vs dense", "memory vs dense"])
         for e in board["average"]:

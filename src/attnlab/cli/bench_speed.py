@@ -205,7 +205,7 @@ def graph(
         "max_abs_output_difference": diff,
         "speedup_over_pyg": (recs[1].seconds / base.seconds) if len(recs) > 1 else None,
     }
-    if emit_json(data, as_json, output, pretty=True):
+    if emit_json(data, as_json, output):
         return
     t = table(
         f"forward + backward, {nodes:,} nodes, {edges:,} edges, {in_dim} -> {heads} x {head_dim}",
@@ -238,7 +238,7 @@ def audio(
         bar.add_task(f"{seconds:g} s of audio", total=None)
         recs = run(seconds, window=window, dim=dim, heads=heads, layers=layers, min_repeats=repeats, memory=memory)
     data = {"setting": {"seconds": seconds, "window": window, "dim": dim, "heads": heads, "layers": layers}, "records": [r.to_dict() for r in recs]}
-    if emit_json(data, as_json, output, pretty=True):
+    if emit_json(data, as_json, output):
         return
     t = table(
         f"forward + backward on {seconds:g} s of audio ({recs[0].frames} frames), dim {dim}, {layers} blocks",

@@ -16,11 +16,18 @@ from pathlib import Path
 from typing import Callable, Collection, Iterator, NoReturn, Optional
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.26 carries its own copy of click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # older typer: click itself
+    from click import exceptions as click_exceptions
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 __all__ = [
+    "OneLineErrors",
     "Tracker",
     "boundary",
     "debugging",
@@ -30,12 +37,15 @@ __all__ = [
     "fmt",
     "fmt_x",
     "int_list",
+    "json_stdout",
     "jsonable",
     "load_report",
     "matrix",
     "name_list",
+    "print_json",
     "progress",
     "records_json",
+    "require_text",
     "set_debug",
     "settings_dict",
     "split_list",
@@ -43,6 +53,7 @@ __all__ = [
     "track",
     "user_errors",
     "write_json",
+    "write_text",
 ]
 
 # a log file or pipe gets wide tables; a terminal gets its own width
@@ -103,7 +114,8 @@ def boundary(command: Callable) -> Callable:
     @functools.wraps(command)
     def guarded(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with json_stdout(bool(kwargs.get("as_json"))):
+                return command(*args, **kwargs)
         except Exception as e:
             if debugging() or not isinstance(e, user_errors()):
                 raise
@@ -113,6 +125,96 @@ def boundary(command: Callable) -> Callable:
             fail(message)
 
     return guarded
+
+
+class OneLineErrors(TyperGroup):
+    """The root command group: a usage error (a bad option value, a missing argument, an unknown
+    option) ends as one line on stderr, ``error: ... (attnlab CMD --help)``, and exit code 2,
+    like every other error of the command line; typer would draw a multi-line box."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Run the command line; with ``standalone_mode`` exit with its code."""
+        try:
+            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
+        except click_exceptions.NoArgsIsHelpError as e:  # a group called alone: its help
+            if not standalone_mode:
+                raise
+            e.show()
+            sys.exit(e.exit_code)
+        except click_exceptions.ClickException as e:
+            if not standalone_mode:
+                raise
+            where = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) is not None else ""
+            err.print(f"[bold red]error:[/] {_escape(e.format_message() + where)}", soft_wrap=True, highlight=False)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            err.print("aborted", highlight=False)
+            sys.exit(1)
+        if standalone_mode:
+            sys.exit(code if isinstance(code, int) else 0)
+        return code
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(" ".join(str(text).split()))
+
+
+# ---------------------------------------------------------------- --json: nothing but JSON on stdout
+
+_JSON_OUT = None  # the real standard output while a --json command runs
+
+
+@contextmanager
+def json_stdout(active: bool) -> Iterator[None]:
+    """While a ``--json`` command runs, everything it or a library prints goes to stderr and only
+    :func:`print_json` reaches the real stdout: ``sys.stdout`` points at stderr, and so does file
+    descriptor 1 when it is the process's own stdout (progress bars written by native code, such
+    as the tokenizers library's)."""
+    global _JSON_OUT
+    if not active or _JSON_OUT is not None:
+        yield
+        return
+    real = sys.stdout
+    real.flush()
+    saved = None
+    if real is sys.__stdout__ and real is not None:
+        try:
+            fd = real.fileno()
+        except (OSError, ValueError):  # not a real file
+            fd = None
+        if fd is not None:
+            saved = os.dup(fd)
+            os.dup2(sys.__stderr__.fileno(), fd)
+    _JSON_OUT = os.fdopen(saved, "w", closefd=False) if saved is not None else real
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        _JSON_OUT.flush()
+        if saved is not None:
+            os.dup2(saved, fd)
+            os.close(saved)
+        _JSON_OUT = None
+
+
+def print_json(data) -> None:
+    """Print ``data`` as one line of JSON on the real stdout (the only thing there under ``--json``)."""
+    stream = _JSON_OUT if _JSON_OUT is not None else sys.stdout
+    stream.write(json.dumps(data) + "\n")
+    stream.flush()
+
+
+def require_text(text: str) -> str:
+    """The one refusal of empty text, the same for every command that reads some (explain,
+    attention, view, generate): a one-line error when ``text`` holds nothing but whitespace."""
+    if not text.strip():
+        fail('the text is empty: give some words, e.g. "I saw a saw"')
+    return text
 
 
 # ---------------------------------------------------------------- comma-separated options
@@ -153,7 +255,8 @@ def name_list(option: str, text: str, known: Collection[str], hint: str | None =
 
 
 def progress():
-    """A progress bar on stderr (description, bar, done/total, elapsed, remaining), gone when done."""
+    """A progress bar on stderr (description, bar, done/total, elapsed, remaining), gone when done;
+    drawn only where stderr is a terminal (a log file gets the plain lines of :class:`Tracker`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     return Progress(
@@ -164,6 +267,7 @@ def progress():
         TimeRemainingColumn(),
         console=err,
         transient=True,
+        disable=not err.is_terminal,
     )
 
 
@@ -184,9 +288,14 @@ class Tracker:
         self.payload = payload or (lambda records: records)
 
     def update(self, advance: int = 0, description: str | None = None) -> None:
-        """Move the bar on by ``advance`` and (if given) show ``description``."""
+        """Move the bar on by ``advance`` and (if given) show ``description``; where stderr is not a
+        terminal (no bar), print ``[done/total] description`` as a plain line instead."""
         extra = {} if description is None else {"description": description}
         self.bar.update(self.task, advance=advance, **extra)
+        if self.bar.disable and description is not None:
+            task = self.bar.tasks[0] if len(self.bar.tasks) == 1 else next(t for t in self.bar.tasks if t.id == self.task)
+            of = "" if task.total is None else f"/{task.total:g}"
+            err.print(f"[{task.completed:g}{of}] {description}", highlight=False, markup=False, soft_wrap=True)
 
     def save(self) -> None:
         """Rewrite the output file (atomically: an interrupted run keeps what it measured)."""
@@ -226,25 +335,28 @@ def track(description: str, total: int | None, output: str | None = None, payloa
 
 def write_json(path: str, data) -> None:
     """Write JSON atomically: a temporary file beside the target, then a rename."""
+    write_text(path, json.dumps(data, indent=1))
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a text file atomically (a temporary file beside the target, then a rename), with the
+    permissions of any file the user creates (their umask)."""
+    from ..training.checkpoint import umask_mode
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
-        json.dump(data, f, indent=1)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(f.name, 0o666 & ~umask)  # a temporary file is private; the result is an ordinary file
+        f.write(text)
+    os.chmod(f.name, umask_mode())  # a temporary file is private; the result is an ordinary file
     os.replace(f.name, target)
 
 
-def emit_json(data, as_json: bool, output: Optional[str] = None, pretty: bool = False) -> bool:
-    """``-o``: write ``data`` to ``output``; ``--json``: print it (``pretty``: indented and coloured). True if printed."""
+def emit_json(data, as_json: bool, output: Optional[str] = None) -> bool:
+    """``-o``: write ``data`` to ``output``; ``--json``: print it (one line, :func:`print_json`). True if printed."""
     if output:
         write_json(output, data)
     if as_json:
-        if pretty:
-            out.print_json(data=data)
-        else:
-            print(json.dumps(data))
+        print_json(data)
     return as_json
 
 

@@ -38,7 +38,7 @@ def vit_cnn(
         fail(str(e))
     recs = [r.to_dict() for r in tracker.records]
     chart(plot, "bench.plot_vit_cnn", recs)
-    if emit_json({"records": recs}, as_json, pretty=True):
+    if emit_json({"records": recs}, as_json):
         return
     fracs = sorted({r["fraction"] for r in recs})
     columns = ["model"]

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import chart, int_list, name_list, out, table, track
+from .common import chart, int_list, name_list, out, print_json, table, track
 from .options import json_option, layer_types_option, output_option, repeats_option
 
 __all__ = ["complexity"]
@@ -56,9 +56,9 @@ def complexity(
     chart(folder and folder / "complexity.png", "complexity.plot_complexity", data["records"], exponents=data["exponents"])
     if as_json:
         for r in data["records"]:
-            print(json.dumps(r))
+            print_json(r)
         for name, e in data["exponents"].items():
-            print(json.dumps({"layer": name, "exponent": e, "fit_range": data["fit_ranges"][name]}))
+            print_json({"layer": name, "exponent": e, "fit_range": data["fit_ranges"][name]})
         return
     _tables(data, names, dim, path_list)
 

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from .common import fail, matrix, out
+from .common import fail, matrix, out, print_json, require_text
 from .options import json_option
 
 __all__ = ["explain"]
@@ -25,12 +25,13 @@ def explain(
     """Compute self-attention on a sentence and print every step: I, Q, K, V, A, A', O."""
     from ..explain import explain as run_explain
 
+    require_text(sentence)
     try:
         ex = run_explain(sentence, score=score, normalize=normalize, no_self=no_self, heads=heads, dim=dim, seed=seed)
     except ValueError as e:
         fail(str(e))
     if as_json:
-        print(json.dumps(ex.to_dict()))
+        print_json(ex.to_dict())
         return
     labels = [f"{i}:{t}" for i, t in enumerate(ex.tokens)]
     dims = [f"d{c}" for c in range(dim)]

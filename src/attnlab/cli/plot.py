@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from .common import err, fail
-from .options import output_option
+from .common import err, fail, print_json
+from .options import json_option, output_option
 
 __all__ = ["positional"]
 
@@ -21,6 +21,7 @@ def positional(
     heads: int = typer.Option(8, min=1, help="Heads of a bias encoding."),
     seed: int = typer.Option(0, help="Seed of a trainable encoding's initialisation."),
     output: Optional[str] = output_option("The PNG file (default positional-NAME.png)."),
+    as_json: bool = json_option("Print one JSON object (encoding, kind, path) instead of a sentence."),
 ) -> None:
     """Draw a positional encoding: vectors (one column per position), per-head biases, or RoPE's angles."""
     import torch
@@ -40,4 +41,7 @@ def positional(
     trained = any(True for _ in pe.parameters())
     title = f"{name} at initialisation (seed {seed}): " + _WHAT.get(pe.kind, "") if trained else None
     path = plot_positional(pe, length, output or f"positional-{name}.png", title=title)
+    if as_json:
+        print_json({"encoding": name, "kind": pe.kind, "path": str(path)})
+        return
     err.print(f"written to {path}")

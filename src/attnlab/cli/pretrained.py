@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .common import chart, emit_json, err, fail, fmt_x, name_list, out, records_json, table, track, int_list, load_report
+from .common import chart, emit_json, err, fail, fmt_x, int_list, load_report, name_list, out, print_json, records_json, require_text, table, track
 from .options import from_option, json_option, memory_option, output_option, plot_option
 
 __all__ = ["attention", "bench_pretrained", "view"]
@@ -22,6 +22,15 @@ def _load(model: str, **options):
         return load(model, **options)
     except (ValueError, TypeError, OSError) as e:  # PretrainedError is a ValueError
         fail(str(e))
+
+
+def _cli_message(e: Exception) -> str:
+    """An error in the command line's spelling (a too-long text names --truncate)."""
+    from ..pretrained import TextTooLongError
+
+    if isinstance(e, TextTooLongError):
+        return f"the text has {e.tokens} tokens, more than the model's {e.limit} positions: shorten it, or add --truncate to cut it"
+    return str(e)
 
 
 def attention(
@@ -41,6 +50,7 @@ def attention(
     """
     from ..pretrained.heads import attention_map, find_links
 
+    require_text(sentence)
     words = [w for f in (find or []) for w in f.split()]
     if find is not None and len(words) != 2:
         fail(f"--find takes two words, SOURCE and TARGET (e.g. --find its --find law), got {words}")
@@ -49,7 +59,7 @@ def attention(
         amap = attention_map(m, sentence, truncate=truncate)
         links = find_links(amap, words[0], words[1], top) if words else None
     except ValueError as e:
-        fail(str(e))
+        fail(_cli_message(e))
     n_layers, n_heads = amap.weights.shape[:2]
     if layer is not None and layer > n_layers:
         fail(f"--layer must be in 1 .. {n_layers}, got {layer}")
@@ -59,7 +69,7 @@ def attention(
             data["links"] = [{"layer": x.layer + 1, "head": x.head + 1, "source": x.source, "target": x.target, "weight": x.weight} for x in links]
         else:
             data["strongest"] = [[amap.strongest(li, h) for h in range(n_heads)] for li in range(n_layers)]
-        print(json.dumps(data))
+        print_json(data)
         return
     toks = amap.tokens
     if links is not None:
@@ -87,6 +97,7 @@ def view(
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="An attnlab checkpoint (a token model) instead of --model."),
     topk: int = typer.Option(32, min=1, help="Weights kept per token and head (the largest)."),
     truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
+    as_json: bool = json_option("Print one JSON object (path, bytes, tokens, layers, heads) instead of a sentence."),
 ) -> None:
     """Write an interactive attention viewer: one self-contained HTML file (no network).
 
@@ -97,13 +108,17 @@ def view(
     from ..training.checkpoint import CheckpointError
     from ..viz.viewer import checkpoint_view, pretrained_view, write_viewer
 
+    require_text(text)
     try:
         data = checkpoint_view(checkpoint, text) if checkpoint else pretrained_view(_load(model), text, truncate=truncate)
         path = write_viewer(out_path, data, topk=topk)
     except (ValueError, CheckpointError, OSError) as e:
-        fail(str(e))
+        fail(_cli_message(e))
     n = len(data.tokens)
     layers, heads = data.weights.shape[:2]
+    if as_json:
+        print_json({"path": str(path), "bytes": path.stat().st_size, "tokens": list(data.tokens), "layers": int(layers), "heads": int(heads)})
+        return
     out.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {n} tokens, {layers} layers x {heads} heads; open it in a browser")
 
 

@@ -9,101 +9,185 @@ from typing import Callable, Optional
 
 import typer
 
-from .common import err, fail, out, progress
+from rich.markup import escape
+
+from .common import err, fail, out, print_json, progress
 from .options import blocks_option, heads_option, json_option, plot_option, width_option
 
 __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
 
 
+TASK_HELP = "The task (pos, recall, listops, text, docs, digits, karate, jsonl, ...: 'attnlab list tasks')."
+
+
 def train(
-    task: str = typer.Argument(..., help="Task name (pos, recall, listops, ...)."),
-    model: Optional[str] = typer.Option(None, help="Backbone: transformer, mlp, window_mlp, graph_transformer, ... (default: the task's, else transformer)."),
-    attention: Optional[str] = typer.Option(None, help="Attention variant by name (transformer only; default dense)."),
-    positional: Optional[str] = typer.Option(None, help="Positional encoding by name (transformer only; default: the task's)."),
+    task: str = typer.Argument(..., metavar="TASK", help=TASK_HELP),
+    model: Optional[str] = typer.Option(None, help="Backbone (default: the task's, else transformer; 'attnlab list models')."),
+    attention: Optional[str] = typer.Option(None, help="Attention variant (default dense; 'attnlab list variants')."),
+    positional: Optional[str] = typer.Option(None, help="Positional encoding (default: the task's; 'attnlab list encodings')."),
     causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", help="Causal attention (default: the task's)."),
     steps: Optional[int] = typer.Option(None, min=1, help="Optimizer steps (default: the task's)."),
     epochs: Optional[int] = typer.Option(None, min=1, help="Passes over the training split instead of --steps."),
-    seed: int = typer.Option(0, help="Seed of the weights, dropout and example order."),
-    out_dir: str = typer.Option("runs/latest", "--out", help="Output folder (its checkpoint/ is written atomically)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the weights, dropout and example order (default 0)."),
+    out_dir: str = typer.Option("runs/latest", "--out", metavar="DIR", help="Output folder (its checkpoint/ is written atomically)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; more --steps or --seconds extend a finished one."),
+    force: bool = typer.Option(False, "--force", help="Replace a run already in --out (without it, such a run is never touched)."),
     size: Optional[int] = typer.Option(None, min=1, help="Task size knob: training examples."),
-    task_option: list[str] = typer.Option([], "--task-option", help="key=value task option (repeatable)."),
-    model_option: list[str] = typer.Option([], "--model-option", help="key=value backbone option (repeatable)."),
-    attention_option: list[str] = typer.Option([], "--attention-option", help="key=value option of the attention variant, e.g. window=16 (repeatable)."),
+    task_option: list[str] = typer.Option([], "--task-option", metavar="KEY=VALUE", help="A task option (repeatable)."),
+    model_option: list[str] = typer.Option([], "--model-option", metavar="KEY=VALUE", help="A backbone option (repeatable)."),
+    attention_option: list[str] = typer.Option([], "--attention-option", metavar="KEY=VALUE",
+                                               help="An option of the attention variant, e.g. window=16 (repeatable)."),
     dim: Optional[int] = width_option(None),
     layers: Optional[int] = blocks_option(None),
     heads: Optional[int] = heads_option(None),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
-    lr: Optional[float] = typer.Option(None, min=0.0),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Examples per optimizer step (default: the task's)."),
+    lr: Optional[float] = typer.Option(None, min=0.0, help="Peak learning rate of AdamW (default: the task's)."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
     patience: Optional[int] = typer.Option(None, min=1, help="Stop after this many validations without improvement."),
     seconds: Optional[float] = typer.Option(
         None, "--seconds", min=0.1,
-        help="Time budget: train this many seconds of training steps, learning rate annealed over them (no step limit unless "
-             "--steps, no early stop unless --patience)."),
+        help="Time budget: train this many seconds, the learning rate annealed over them (no step limit unless --steps, no "
+             "early stop unless --patience)."),
     sequence_parallel: int = typer.Option(
         1, "--sequence-parallel", min=1,
-        help="Under torchrun: P processes share every sequence, each holding 1/P of its positions (ring attention); P divides "
-             "the number of processes, the rest is data parallelism."),
+        help="Under torchrun: P processes share every sequence (ring attention); the rest is data parallelism."),
     baseline: Optional[bool] = typer.Option(
         None, "--baseline/--no-baseline",
-        help="Also train the task's no-attention baseline (same steps, batch, seed; into --out/baseline) and print its score "
-             "beside the model's (default: on for your own data: jsonl, graph_files)."),
-    as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, seconds, checkpoint; "
-                                "baseline: its model and value)."),
+        help="Also train the no-attention baseline into --out/baseline and print its score beside the model's (default: on for "
+             "jsonl and graph_files)."),
+    as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, test_size, steps, "
+                                "seconds, checkpoint, warnings; baseline: its model and value)."),
 ) -> None:
-    """Train a model on a task with validation, early stopping and atomic checkpoints; --resume continues a run."""
-    from ..audio import MissingToolError
-    from ..tasks import baseline_model
-    from ..training import CheckpointError, train as run_train
+    """Train a model on a task with validation, early stopping and atomic checkpoints.
 
+    A run already in --out is never overwritten: --resume continues it (more --steps or --seconds
+    extend a finished one), --force replaces it.
+    """
+    from ..tasks import baseline_model
+    from ..training import ConfigMismatchError, RunExistsError, train as run_train
+
+    base_dir = os.path.join(out_dir, "baseline")
+    previous = _previous_run(out_dir, task) if resume else None
+    if not resume and not force:
+        _refuse_existing(out_dir)
+    cfg = _config(
+        task, size, task_option, model_option, attention_option, previous=previous, model=model, attention=attention,
+        positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers, heads=heads,
+        batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience, seconds=seconds,
+    )
+    base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
+    base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
     try:
-        cfg = _config(
-            task, size, task_option, model_option, attention_option, model=model, attention=attention, positional=positional, causal=causal,
-            steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers, heads=heads, batch_size=batch_size, lr=lr,
-            eval_every=eval_every, patience=patience, seconds=seconds,
-        )
-        base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
-        base_dir = os.path.join(out_dir, "baseline")
-        base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
         if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently (both runs, as rank 0)
-            first = run_train(cfg, out_dir, resume=resume, sequence_parallel=sequence_parallel)
+            first = run_train(cfg, out_dir, resume=resume, sequence_parallel=sequence_parallel, overwrite=force)
             if base_cfg is not None and first.kind != "seq2seq":
-                run_train(base_cfg, base_dir, resume=base_resume)
+                run_train(base_cfg, base_dir, resume=base_resume, overwrite=force)
             return
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
-            result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval, sequence_parallel=sequence_parallel)
+            result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval, sequence_parallel=sequence_parallel,
+                               overwrite=force)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")
-                base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval)
-    except (CheckpointError, ValueError, TypeError, MissingToolError) as e:
-        fail(str(e))
+                base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval, overwrite=force)
+    except ConfigMismatchError as e:
+        fail(_mismatch_message(out_dir, e))
+    except RunExistsError as e:
+        fail(_exists_message(e.folder, e.step, e.total))
+    caveats = _caveats(result, cfg)
     if as_json:
-        summary = result.summary()
+        summary = {**result.summary(), "warnings": caveats}
         if base is not None:
             summary["baseline"] = {"model": base.model, "value": base.value}
-        print(json.dumps(summary))
+        print_json(summary)
         return
-    _show(result, False, lambda r: f"test {r.metric} = {r.value:.4f} after {r.steps} steps, {r.seconds:.0f} s; checkpoint {r.checkpoint}")
+    _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, {r.seconds:.0f} s; "
+                            f"checkpoint {r.checkpoint}")
     if base is not None:
         from ..objectives import create as objective
 
         lower = objective(result.kind).lower_is_better
-        out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f}; "
-                  f"attention {'changes it by' if lower else 'adds'} {result.value - base.value:+.4f}" + (" (lower is better)" if lower else ""))
+        out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f} on the same {base.test_size} {base.test_unit}; "
+                  f"attention {'changes it by' if lower else 'adds'} {result.value - base.value:+.4f}" + (" (lower is better)" if lower else ""),
+                  highlight=False)
+    for c in caveats:
+        err.print(f"[yellow]warning:[/] {escape(c)}", soft_wrap=True, highlight=False)
+
+
+def _caveats(result, cfg) -> list[str]:
+    """The warnings a run's score deserves (:mod:`attnlab.training.caveats`)."""
+    from ..training.caveats import few_steps, tiny_test
+
+    return [c for c in (tiny_test(result.test_size, result.test_unit), few_steps(result.steps, cfg.seconds is not None)) if c]
+
+
+FLAGS = {
+    "task": "TASK", "task_options": "--task-option/--size", "model": "--model", "attention": "--attention", "positional": "--positional",
+    "causal": "--causal/--bidirectional", "dim": "--dim", "heads": "--heads", "layers": "--layers", "model_options": "--model-option",
+    "attention_options": "--attention-option", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed", "eval_every": "--eval-every",
+    "steps": "--steps", "epochs": "--epochs", "seconds": "--seconds", "patience": "--patience",
+}
+"""The command-line spelling of each :class:`~attnlab.training.TrainConfig` field (others have no flag)."""
+
+
+def _previous_run(out_dir: str, task: str):
+    """``--resume``: the :class:`~attnlab.training.TrainConfig` of the run in ``out_dir`` (its options are
+    the defaults of the resumed run), or a one-line error when there is none or it is another task's."""
+    from ..training import load_checkpoint
+
+    cfg = load_checkpoint(out_dir).config  # none, or damaged: CheckpointError, one line at the boundary
+    if cfg.task != task:
+        fail(f"--out {out_dir} holds a run of task {cfg.task!r}, not {task!r}: resume it as 'attnlab train {cfg.task} --out {out_dir} --resume'")
+    return cfg
+
+
+def _refuse_existing(out_dir: str) -> None:
+    """A one-line refusal when ``out_dir`` holds a run (and neither --resume nor --force was given)."""
+    from pathlib import Path
+
+    for folder in (Path(out_dir), Path(out_dir) / "baseline"):
+        config = folder / "checkpoint" / "config.json"
+        if config.exists():
+            try:
+                meta = json.loads(config.read_text())
+                step, total = meta.get("step", 0), meta.get("total_steps")
+            except (OSError, ValueError, AttributeError):
+                step, total = 0, None
+            fail(_exists_message(folder, step, total))
+
+
+def _exists_message(folder, step: int, total) -> str:
+    state = "a finished run" if total and step >= total else "an unfinished run"
+    done = f"{step} of {total} steps" if total else f"{step} steps"
+    return (f"--out {folder} already holds {state} ({done}); add --resume to continue it (more --steps or --seconds extend it), "
+            "--force to replace it, or choose another --out")
+
+
+def _mismatch_message(out_dir: str, e) -> str:
+    diff = "; ".join(f"{FLAGS.get(f, f)}: {_show_value(old)} there, {_show_value(new)} now" for f, old, new in e.differences)
+    return (f"--out {out_dir} holds a run with other options ({diff}); resume without them (the run's own are kept; only --steps, "
+            "--epochs, --seconds and --patience may change), --force to replace the run, or choose another --out")
+
+
+def _show_value(v) -> str:
+    return json.dumps(v) if isinstance(v, (dict, list)) else str(v)
 
 
 USER_DATA_TASKS = ("jsonl", "graph_files")
 """Tasks on the user's own data: ``attnlab train`` reports the no-attention baseline by default."""
 
 
-def _config(task: str, size: Optional[int], task_option: list[str], model_option: list[str], attention_option: list[str], **overrides):
-    """The :class:`~attnlab.training.TrainConfig` of ``attnlab train``'s options (None: the task's default)."""
+def _config(task: str, size: Optional[int], task_option: list[str], model_option: list[str], attention_option: list[str], *,
+            previous=None, **overrides):
+    """The :class:`~attnlab.training.TrainConfig` of ``attnlab train``'s options (None: the task's
+    default, or with ``previous``, a resumed run's config, that run's own value), its option keys
+    checked against what the task, backbone and attention variant take."""
     import dataclasses
 
+    from .. import efficient
     from .. import tasks as task_registry
+    from ..models.base import BACKBONES
     from ..training import TrainConfig
     from ..training.config import TIME_BUDGET_STEPS
 
@@ -112,21 +196,43 @@ def _config(task: str, size: Optional[int], task_option: list[str], model_option
     topts = _option_pairs(task_option, "--task-option")
     if size is not None:
         topts["size"] = size
-    if topts:
-        overrides["task_options"] = topts
-    if model_option:
-        overrides["model_options"] = _option_pairs(model_option, "--model-option")
-    if attention_option:
-        overrides["attention_options"] = _option_pairs(attention_option, "--attention-option")
+    given = {"task_options": topts, "model_options": _option_pairs(model_option, "--model-option"),
+             "attention_options": _option_pairs(attention_option, "--attention-option")}
     if overrides["steps"] is not None and overrides["epochs"] is not None:
         fail("give --steps or --epochs, not both")
     timed = overrides.get("seconds") is not None
     if timed and overrides["steps"] is None and overrides["epochs"] is None:
         overrides["steps"] = TIME_BUDGET_STEPS  # the seconds are the limit
-    cfg = TrainConfig.for_task(task, **overrides)  # epochs replace the task's default steps there
-    if timed and overrides["patience"] is None:
-        cfg = dataclasses.replace(cfg, patience=None)  # a time budget runs to its end
+    if previous is not None:  # the resumed run's own options, then those given now
+        values = dataclasses.asdict(previous)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        for k, v in given.items():
+            values[k] = {**values[k], **v}
+        if overrides["epochs"] is not None and overrides["steps"] is None:
+            values["steps"] = None
+        elif overrides["steps"] is not None and overrides["epochs"] is None:
+            values["epochs"] = None
+        if timed and overrides["patience"] is None:
+            values["patience"] = None
+        cfg = TrainConfig(**values)
+    else:
+        cfg = TrainConfig.for_task(task, **overrides, **{k: v for k, v in given.items() if v})  # epochs replace the task's default steps
+        if timed and overrides["patience"] is None:
+            cfg = dataclasses.replace(cfg, patience=None)
+    task_registry.TASKS.check_options(task, given["task_options"], what="--task-option")
+    if cfg.model in BACKBONES:
+        BACKBONES.check_options(cfg.model, given["model_options"], what="--model-option", hidden=_SET_BY_FLAGS)
+    if cfg.attention in efficient.names() and given["attention_options"]:
+        if cfg.attention in ("dense", "dense_naive"):
+            fail(f"--attention-option: the {cfg.attention} attention takes none (its score and normaliser are --model-option "
+                 "score=... / normalize=...); the efficient variants take them ('attnlab list variants')")
+        efficient.VARIANTS.check_options(cfg.attention, given["attention_options"], what="--attention-option", hidden=_SET_BY_FLAGS)
     return cfg
+
+
+_SET_BY_FLAGS = ("vocab_size", "dim", "embed_dim", "feature_dim", "edge_dim", "num_heads", "num_layers", "attention", "attention_options",
+                 "positional", "causal", "max_len", "image_size", "kdim", "vdim", "positional_options")
+"""Backbone and attention options set by their own flags (--dim, --heads, --layers, --attention, ...) or by the task."""
 
 
 def _option_pairs(pairs: list[str], what: str) -> dict:
@@ -144,7 +250,9 @@ def _option_pairs(pairs: list[str], what: str) -> dict:
 
 
 class _TrainingBar:
-    """The progress bar of one training run: step, loss, the last validation score, steps per second."""
+    """The progress of one training run: a bar (step, loss, the last validation score, steps per
+    second) where stderr is a terminal, else one plain line per validation (a log file shows the
+    run as it goes)."""
 
     def __init__(self, bar, label: str):
         self.bar, self.label = bar, label
@@ -152,39 +260,49 @@ class _TrainingBar:
         self.start: float | None = None
         self.first_step = 0
         self.val: float | None = None
+        self.loss, self.total, self.rate = float("nan"), None, 0.0
+        self.plain = not err.is_terminal
 
     def on_step(self, step: int, total: int, loss: float) -> None:
         """After each optimizer step."""
         now = time.perf_counter()
         if self.start is None:
             self.start, self.first_step = now, step
-        rate = (step - self.first_step) / max(now - self.start, 1e-9)
+        self.rate = (step - self.first_step) / max(now - self.start, 1e-9)
+        self.loss, self.total = loss, total
         val = "" if self.val is None else f" val={self.val:.4f}"
-        self.bar.update(self.task, completed=step, total=total, description=f"{self.label} loss={loss:.4f}{val} {rate:.1f} steps/s")
+        self.bar.update(self.task, completed=step, total=total, description=f"{self.label} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
 
     def on_eval(self, step: int, val: float) -> None:
         """After each validation."""
         self.val = val
+        if self.plain:
+            from ..training.config import TIME_BUDGET_STEPS
+
+            of = "" if self.total in (None, TIME_BUDGET_STEPS) else f"/{self.total}"
+            err.print(f"{self.label}: step {step}{of} loss {self.loss:.4f} val {val:.4f} {self.rate:.1f} steps/s", highlight=False,
+                      soft_wrap=True)
 
 
-def _show(result, as_json: bool, detail: Callable[[object], str]) -> None:
-    """Print a run's result: one JSON object, or ``task / model / attention: detail(result)``."""
-    if as_json:
-        print(json.dumps(result.summary()))
-        return
-    out.print(f"{result.task} / {result.model} / {result.attention}: " + detail(result))
+def _show(result, detail: Callable[[object], str]) -> None:
+    """Print ``task / model / attention: detail(result)``."""
+    out.print(f"{result.task} / {result.model} / {result.attention}: " + detail(result), highlight=False, soft_wrap=True)
 
 
 def eval_cmd(
-    checkpoint: str = typer.Argument(..., help="A checkpoint folder, or the --out folder of 'attnlab train'."),
+    checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint folder, or the --out folder of 'attnlab train'."),
     split: str = typer.Option("test", help="train, val or test."),
-    as_json: bool = json_option("Print one JSON object (task, model, attention, metric, value, seconds, checkpoint)."),
+    as_json: bool = json_option("Print one JSON object (task, model, attention, metric, value, test_size, steps, seconds, "
+                                "checkpoint, warnings)."),
     plot: Optional[str] = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
     index: int = typer.Option(0, min=0, help="The example of the split that --plot draws."),
 ) -> None:
     """Score a checkpoint's best weights on a split of its task (and draw a cross-attention map)."""
     from ..training import CheckpointError, cross_attention_example, evaluate
+    from ..training.caveats import tiny_test
 
+    if split not in ("train", "val", "test"):
+        fail(f"--split must be train, val or test, got {split!r}")
     try:
         result = evaluate(checkpoint, split)
         if plot:
@@ -194,24 +312,52 @@ def eval_cmd(
             err.print(f"cross-attention written to {plot_cross_attention(w, src, tgt, plot, title=f'{split} example {index}')}")
     except (CheckpointError, ValueError) as e:
         fail(str(e))
-    _show(result, as_json, lambda r: f"{split} {r.metric} = {r.value:.4f} ({r.checkpoint})")
+    caveat = tiny_test(result.test_size, result.test_unit)
+    if as_json:
+        print_json({**result.summary(), "split": split, "warnings": [caveat] if caveat else []})
+        return
+    _show(result, lambda r: f"{split} {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit} ({r.checkpoint})")
+    if caveat:
+        err.print(f"[yellow]warning:[/] {escape(caveat.replace('test split', split + ' split'))}", soft_wrap=True, highlight=False)
 
 
 def predict(
-    checkpoint: str = typer.Argument(..., help="A checkpoint trained on a jsonl file (attnlab train jsonl --task-option path=...)."),
-    input_file: str = typer.Argument(..., metavar="INPUT", help="jsonl with the input field: tokens, text or source."),
+    checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint trained on a jsonl file (attnlab train jsonl --task-option path=...)."),
+    input_file: str = typer.Argument(..., metavar="INPUT", help="jsonl with the input field: tokens, text or source (labels optional)."),
     beam: Optional[int] = typer.Option(None, min=1, help="seq2seq: beam search of this width instead of greedy decoding."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),
+    force: bool = typer.Option(False, "--force", help="With -o: replace an existing file."),
+    as_json: bool = json_option("JSON lines on stdout (the default output; the accuracy line goes to stderr)."),
 ) -> None:
-    """Predict with a checkpoint trained on user data; prints one JSON object per input line."""
-    from ..tasks.jsonl import read_records
-    from ..training import CheckpointError, load_checkpoint, predict as run_predict
+    """Predict with a checkpoint trained on user data: each input line again, with its "prediction".
 
+    Output: JSON lines, one per input line, every field of the input kept (a label too) and the
+    model's "prediction" beside it. When the input has labels, the accuracy is printed on stderr.
+    """
+    from pathlib import Path
+
+    from ..tasks.jsonl import read_records
+    from ..training import CheckpointError, load_checkpoint, predict as run_predict, prediction_accuracy
+
+    if output and Path(output).exists() and not force:
+        fail(f"-o {output} exists; add --force to replace it, or choose another file")
     try:
         art = load_checkpoint(checkpoint).meta.get("task_artifacts") or {}
         if "kind" not in art:
             raise CheckpointError(f"{checkpoint} was not trained on user data (attnlab train jsonl): nothing to predict from")
         _, records = read_records(input_file, art["kind"], inputs_only=True)
-        for row in run_predict(checkpoint, records, beam_size=beam):
-            print(json.dumps(row))
+        rows = run_predict(checkpoint, records, beam_size=beam)
     except (CheckpointError, ValueError) as e:
         fail(str(e))
+    if output:
+        from .common import write_text
+
+        write_text(output, "".join(json.dumps(r) + "\n" for r in rows))
+        err.print(f"{len(rows)} predictions written to {output}", highlight=False)
+    else:
+        for row in rows:
+            print_json(row)
+    scored = prediction_accuracy(art, rows)
+    if scored is not None:
+        right, total, unit = scored
+        err.print(f"accuracy {right / max(total, 1):.4f} ({right} of {total} {unit} right, against the input's labels)", highlight=False)

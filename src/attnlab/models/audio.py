@@ -32,6 +32,7 @@ class FrameBackbone(nn.Module):
     inputs = "features"
     uses_attention = True
     encoder_class: type = Encoder
+    options_target = Encoder  # where **encoder_options go (a subclass with another encoder_class sets both)
 
     def __init__(self, feature_dim: int, dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
         super().__init__()
@@ -63,4 +64,4 @@ class AudioTransformerBackbone(FrameBackbone):
 class ConformerBackbone(FrameBackbone):
     """Frames -> linear -> Conformer blocks (``conv_kernel`` option; any attention variant)."""
 
-    encoder_class = Conformer
+    encoder_class = options_target = Conformer

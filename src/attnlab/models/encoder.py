@@ -182,11 +182,14 @@ class Encoder(nn.Module):
         embed_dim, num_heads, num_layers, and keyword options: see :class:`EncoderConfig`.
     """
 
+    options_target = EncoderConfig  # its **options (for the list of valid options in errors)
+
     def __init__(self, embed_dim: int, num_heads: int, num_layers: int, **options):
         super().__init__()
-        unknown = set(options) - {f.name for f in dataclasses.fields(EncoderConfig)}
+        valid = [f.name for f in dataclasses.fields(EncoderConfig) if f.name not in ("embed_dim", "num_heads", "num_layers")]
+        unknown = set(options) - set(valid)
         if unknown:
-            raise TypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}")
+            raise TypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}; it takes {', '.join(sorted(valid))}")
         cfg = EncoderConfig(embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, **options)
         positive_int("num_layers", num_layers)
         if cfg.activation not in ACTIVATIONS:

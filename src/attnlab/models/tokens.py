@@ -29,6 +29,7 @@ class TransformerBackbone(Backbone):
     :class:`attnlab.models.EncoderConfig` field are options."""
 
     uses_attention = True
+    options_target = Encoder  # its **encoder_options (for the list of valid options in errors)
 
     sequence_parallel: SequenceParallel | None = None
     """When set (:func:`attnlab.distributed.parallelize`), each rank computes its shard of every

@@ -9,7 +9,7 @@ run time: the folder is read with ``safetensors`` (or ``torch.load``) and ``toke
 """
 
 from .bert import BertConfig, BertEmbeddings, BertModel, PretrainedError, load_weights, read_tensors
-from .model import MODELS, Encoded, Pretrained, available, load, locate
+from .model import MODELS, Encoded, Pretrained, TextTooLongError, available, load, locate
 
 __all__ = [
     "BertConfig",
@@ -18,6 +18,7 @@ __all__ = [
     "Encoded",
     "MODELS",
     "Pretrained",
+    "TextTooLongError",
     "PretrainedError",
     "available",
     "load",

@@ -14,7 +14,7 @@ from ..validate import int_at_least, positive_int
 from ..models.encoder import EncoderOutput
 from .bert import BertConfig, BertModel, PretrainedError, load_weights, read_tensors
 
-__all__ = ["Encoded", "MODELS", "POOLING", "Pretrained", "available", "load", "locate"]
+__all__ = ["Encoded", "MODELS", "POOLING", "Pretrained", "TextTooLongError", "available", "load", "locate"]
 
 POOLING = ("mean", "cls", "max")
 """The sentence-embedding poolings of sentence-transformers that :class:`Pretrained` computes."""
@@ -62,6 +62,19 @@ def locate(name_or_path: str | Path) -> Path:
         raise PretrainedError(f"{path} is a file; give the model's folder (config.json, model.safetensors, tokenizer.json)")
     known = "; ".join(f"{k} ({v})" for k, v in available().items())
     raise PretrainedError(f"unknown model {text!r}: neither a folder nor a known name. Known: {known}")
+
+
+class TextTooLongError(ValueError):
+    """A text with more tokens than the model's positions (or ``max_length``), without ``truncate=True``.
+
+    Attributes:
+        index: the text's place in the batch. tokens: its tokens. limit: the most allowed.
+    """
+
+    def __init__(self, index: int, tokens: int, limit: int):
+        self.index, self.tokens, self.limit = index, tokens, limit
+        super().__init__(f"text {index} has {tokens} tokens, more than {limit} (the model's positions or max_length); "
+                         "shorten it or pass truncate=True to cut it")
 
 
 @dataclass
@@ -125,10 +138,7 @@ class Pretrained(torch.nn.Module):
             ids, types, toks = e.ids, e.type_ids, e.tokens
             if len(ids) > limit:
                 if not truncate:
-                    raise ValueError(
-                        f"text {i} has {len(ids)} tokens, more than {limit} (the model's positions or max_length); "
-                        "shorten it or pass truncate=True (--truncate) to cut it"
-                    )
+                    raise TextTooLongError(i, len(ids), limit)
                 # keep the closing special token ([SEP]) where the tokenizer adds one, as Hugging Face truncates
                 keep_last = e.special_tokens_mask[-1] == 1
                 cut = limit - 1 if keep_last else limit

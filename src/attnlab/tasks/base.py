@@ -90,6 +90,14 @@ class Task:
     feature_dim: int = 0
     edge_dim: int | None = None
 
+    def split_size(self, split: str) -> tuple[int, str]:
+        """``(count, unit)``: how many things a split's score is measured on: its labelled nodes
+        for node tasks on graphs (one graph can hold every split), else its examples."""
+        data = self.split(split)
+        if self.inputs == "graph" and self.kind == "tagging":
+            return int((data.labels != IGNORE).sum()), "nodes"
+        return len(data), "examples"
+
     @property
     def max_len(self) -> int:
         """The longest sequence of any split."""

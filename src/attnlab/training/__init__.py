@@ -17,10 +17,14 @@ from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
 from ..objectives import collate as make_batch
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from .config import TrainConfig, model_config
-from .inference import cross_attention_example, evaluate, generate, predict, score
-from .loop import TrainResult, attention_label, train
+from .inference import cross_attention_example, evaluate, generate, predict, prediction_accuracy, score
+from .loop import BUDGET_FIELDS, ConfigMismatchError, RunExistsError, TrainResult, attention_label, config_differences, train
 
 __all__ = [
+    "BUDGET_FIELDS",
+    "ConfigMismatchError",
+    "RunExistsError",
+    "config_differences",
     "AttentionSpec",
     "Checkpoint",
     "CheckpointError",
@@ -36,6 +40,7 @@ __all__ = [
     "make_batch",
     "model_config",
     "predict",
+    "prediction_accuracy",
     "score",
     "train",
 ]

@@ -28,7 +28,7 @@ from ..models.build import build_model
 from ..models.config import ModelConfig
 from .config import TrainConfig
 
-__all__ = ["FORMAT", "VERSION", "Checkpoint", "CheckpointError", "load_checkpoint", "write_checkpoint"]
+__all__ = ["FORMAT", "VERSION", "Checkpoint", "CheckpointError", "load_checkpoint", "umask_mode", "write_checkpoint"]
 
 FORMAT = "attnlab-checkpoint"
 VERSION = 2
@@ -82,7 +82,9 @@ def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainCo
     torch.save(state, tmp / "state.pt")
     payload = {"format": FORMAT, "version": VERSION, "train": dataclasses.asdict(cfg), "model": mcfg.to_dict(), **meta}
     (tmp / "config.json").write_text(json.dumps(payload, indent=1))
+    mode = umask_mode()
     for f in tmp.iterdir():
+        os.chmod(f, mode)  # safetensors writes 0600, the rest follows the umask: one mode for every file
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     if final.exists():
@@ -94,6 +96,13 @@ def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainCo
         shutil.rmtree(old)
     _remove_stale(out)
     return final
+
+
+def umask_mode() -> int:
+    """The permissions of a new file under the user's umask (``0o644`` under the usual ``022``)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _remove_stale(out: Path) -> None:

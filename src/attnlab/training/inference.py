@@ -16,7 +16,7 @@ from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint
 from .loop import TrainResult, attention_label
 
-__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "score"]
+__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "score"]
 
 
 def score(model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
@@ -31,9 +31,10 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
     ck = load_checkpoint(path)
     task = task_registry.create(ck.config.task, **ck.config.task_options) if task is None else task
     value = objectives.get(task).score(ck.model, task, split)
+    size, unit = task.split_size(split)
     return TrainResult(
         task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),
-        ck.meta.get("step", 0), ck.meta.get("history", []),
+        ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit,
     )
 
 
@@ -59,12 +60,14 @@ def cross_attention_example(path: str | Path, index: int = 0, split: str = "test
 
 
 def predict(path: str | Path, records: list[dict], *, beam_size: int | None = None) -> list[dict]:
-    """Predictions of a checkpoint for user records (the input field of its jsonl kind):
-    tagging ``{"tokens", "labels"}``, classification ``{"text", "label"}``, seq2seq ``{"source", "target"}``."""
+    """Predictions of a checkpoint for user records (the input field of its jsonl kind: tagging
+    ``tokens``, classification ``text``, seq2seq ``source``): each record with every field it
+    has (its label too, when it has one) and the model's ``"prediction"`` (tagging: a list of
+    labels; classification: a label; seq2seq: the decoded text)."""
     from tokenizers import Tokenizer
 
     from ..tasks.base import pad_rows
-    from ..tasks.jsonl import FIELDS, encode_inputs
+    from ..tasks.jsonl import encode_inputs
 
     ck = load_checkpoint(path)
     art = ck.meta.get("task_artifacts") or {}
@@ -82,14 +85,37 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
             if kind == "seq2seq":
                 tgt = Tokenizer.from_str(art["target_tokenizer"])
                 rows = model.beam(toks, beam_size) if beam_size else model.greedy(toks)
-                out += [{"source": r["source"], "target": tgt.decode(row)} for r, row in zip(recs, rows)]
+                out += [{**r, "prediction": tgt.decode(row)} for r, row in zip(recs, rows)]
             elif kind == "tagging":
                 pred = model(toks).output.argmax(-1).tolist()
-                out += [{"tokens": r["tokens"], "labels": [names[p] for p in row[: len(ids_)]]} for r, row, ids_ in zip(recs, pred, chunk)]
+                out += [{**r, "prediction": [names[p] for p in row[: len(ids_)]]} for r, row, ids_ in zip(recs, pred, chunk)]
             else:
                 pred = model(toks).output.argmax(-1).tolist()
-                out += [{FIELDS[kind][0]: r[FIELDS[kind][0]], "label": names[p]} for r, p in zip(recs, pred)]
+                out += [{**r, "prediction": names[p]} for r, p in zip(recs, pred)]
     return out
+
+
+def prediction_accuracy(artifacts: dict, rows: list[dict]) -> tuple[int, int, str] | None:
+    """``(right, total, unit)`` of :func:`predict`'s rows against the labels they carry, or None
+    when no row has one: classification counts lines, tagging tokens, seq2seq lines whose
+    prediction equals the target token for token (under the checkpoint's target tokenizer)."""
+    from ..tasks.jsonl import FIELDS
+
+    kind = artifacts["kind"]
+    label = FIELDS[kind][1]
+    rows = [r for r in rows if label in r]
+    if not rows:
+        return None
+    if kind == "tagging":
+        pairs = [(str(a), str(b)) for r in rows for a, b in zip(r[label], r["prediction"])]
+        return sum(a == b for a, b in pairs), len(pairs), "tokens"
+    if kind == "seq2seq":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(artifacts["target_tokenizer"])
+        same = sum(tok.encode(str(r[label])).ids == tok.encode(r["prediction"]).ids for r in rows)
+        return same, len(rows), "lines"
+    return sum(str(r[label]) == str(r["prediction"]) for r in rows), len(rows), "lines"
 
 
 def generate(

@@ -29,7 +29,7 @@ from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint, write_checkpoint
 from .config import TrainConfig, model_config
 
-__all__ = ["TrainResult", "attention_label", "train"]
+__all__ = ["BUDGET_FIELDS", "ConfigMismatchError", "RunExistsError", "TrainResult", "attention_label", "config_differences", "train"]
 
 
 @dataclass
@@ -54,10 +54,48 @@ class TrainResult:
     steps_run: int = 0
     stopped_by: str = "steps"
     kind: str = ""
+    test_size: int = 0
+    test_unit: str = "examples"
 
     def summary(self) -> dict:
-        """The JSON object ``attnlab train --json`` prints."""
-        return {k: getattr(self, k) for k in ("task", "model", "attention", "metric", "value", "seconds", "checkpoint")}
+        """The JSON object ``attnlab train --json`` prints (``test_size``: the examples, or nodes,
+        the score was measured on)."""
+        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint")
+        return {k: getattr(self, k) for k in keys}
+
+
+BUDGET_FIELDS = ("steps", "epochs", "seconds", "patience")
+"""The :class:`TrainConfig` fields a resumed run may change: its budget and stopping rule (a finished run extended)."""
+
+
+class RunExistsError(CheckpointError):
+    """The output folder already holds a run, and neither resuming nor replacing it was asked for."""
+
+    def __init__(self, folder: Path, step: int, total: int | None):
+        self.folder, self.step, self.total = folder, step, total
+        done = f"{step} of {total} steps" if total else f"{step} steps"
+        super().__init__(f"{folder} already holds a run ({done}); pass resume=True to continue it, overwrite=True to replace it, "
+                         "or another folder")
+
+
+class ConfigMismatchError(CheckpointError):
+    """A resumed run whose config differs from the checkpoint's in more than its budget.
+
+    Attributes:
+        differences: ``[(field, value in the checkpoint, value now), ...]``.
+    """
+
+    def __init__(self, folder: Path, differences: list[tuple[str, object, object]]):
+        self.folder, self.differences = folder, differences
+        diff = "; ".join(f"{f}: {old!r} there, {new!r} now" for f, old, new in differences)
+        super().__init__(f"{folder} holds a run with other settings ({diff}); resume with the same settings "
+                         f"(only {', '.join(BUDGET_FIELDS)} may change) or use another folder")
+
+
+def config_differences(old: TrainConfig, new: TrainConfig, ignore=BUDGET_FIELDS) -> list[tuple[str, object, object]]:
+    """``[(field, old value, new value), ...]`` where two run configs differ, less ``ignore``."""
+    a, b = dataclasses.asdict(old), dataclasses.asdict(new)
+    return [(f, a[f], b[f]) for f in a if f not in ignore and a[f] != b[f]]
 
 
 def _batch_indices(n: int, batch: int, seed: int, step: int) -> torch.Tensor:
@@ -96,12 +134,18 @@ def train(
     max_seconds: float | None = None,
     task: Task | None = None,
     sequence_parallel: int = 1,
+    overwrite: bool = False,
 ) -> TrainResult:
     """Run (or resume) training; returns the test score of the best validation weights.
 
     Args:
         cfg: the run. out: the output folder (``checkpoint/`` goes in it).
-        resume: continue from ``out``'s checkpoint (its config must equal ``cfg``).
+        resume: continue from ``out``'s checkpoint. Its config must equal ``cfg`` but for the
+            budget (:data:`BUDGET_FIELDS`): more steps or seconds extend a finished run, the
+            learning rate following the new budget's schedule from the step reached
+            (:class:`ConfigMismatchError` names every other difference).
+        overwrite: replace a run already in ``out``; without it (or ``resume``) such a run is
+            never touched (:class:`RunExistsError`).
         on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
         max_seconds: stop (validate, checkpoint, test) once this call has run this long (setup and
             validation included; ``cfg.seconds`` is the run's own budget of training time).
@@ -126,6 +170,9 @@ def train(
     out = Path(out)
     rank, world, own_group = _distributed()
     sp, dp_rank, dp_world = _sequence_groups(rank, world, sequence_parallel)
+    if not resume and not overwrite and (out / "checkpoint" / "config.json").exists():
+        meta = load_checkpoint(out).meta  # a damaged one raises CheckpointError: still not overwritten
+        raise RunExistsError(out, meta.get("step", 0), meta.get("total_steps"))
     if rank == 0:  # an unwritable --out fails now, not after the first stretch of training
         out.mkdir(parents=True, exist_ok=True)
     task = task_registry.create(cfg.task, **cfg.task_options) if task is None else task
@@ -141,8 +188,9 @@ def train(
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume:
         ck = load_checkpoint(out, weights="last", with_state=True)
-        if dataclasses.asdict(ck.config) != dataclasses.asdict(cfg):
-            raise CheckpointError(f"{ck.path} was written by a different run config; resume with the same options or another --out")
+        differences = config_differences(ck.config, cfg)
+        if differences:
+            raise ConfigMismatchError(out, differences)
         model.load_state_dict(ck.model.state_dict())
         opt.load_state_dict(ck.state["optimizer"])
         torch.set_rng_state(ck.state["rng"])
@@ -241,7 +289,7 @@ def train(
         dist.barrier()
         dist.destroy_process_group()
     return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
-                       step_seconds, steps_run, stopped_by, task.kind)
+                       step_seconds, steps_run, stopped_by, task.kind, *task.split_size("test"))
 
 
 def _sequence_groups(rank: int, world: int, p: int):

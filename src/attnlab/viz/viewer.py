@@ -149,10 +149,18 @@ def pretrained_view(model, text: str, *, truncate: bool = False) -> ViewerData:
     return _from_captured(records, batch.tokens[0], f"{model.name}: {text[:80]}")
 
 
+def _byte_label(b: int) -> str:
+    """A byte as a viewer token: its character when printable ASCII (a space as ``␣``), else ``\\xNN``."""
+    if b == 0x20:
+        return "␣"
+    return chr(b) if 0x20 < b < 0x7F else f"\\x{b:02x}"
+
+
 def checkpoint_view(path: str | Path, text: str) -> ViewerData:
-    """:class:`ViewerData` of an attnlab checkpoint of a token model on ``text``: encoded with the
-    checkpoint's own tokenizer (user data), or split on whitespace into the words of its built-in
-    task's vocabulary (raises ``ValueError`` naming the words it lacks)."""
+    """:class:`ViewerData` of an attnlab checkpoint of a token model on ``text``, tokenised as its
+    task does: the UTF-8 bytes for a byte-level model (the ``docs`` language model), the
+    checkpoint's own tokenizer for user data, or split on whitespace into the words of its
+    built-in task's vocabulary (raises ``ValueError`` naming the words it lacks)."""
     from .. import tasks as task_registry
     from ..models.base import CLS
     from ..tasks.jsonl import FIELDS, encode_inputs
@@ -162,8 +170,16 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
     ck = load_checkpoint(path)
     art = ck.meta.get("task_artifacts") or {}
     if not text.split():
-        raise ValueError("the text is empty")
-    if "tokenizer" in art:
+        raise ValueError("the text is empty: give some words to attend over")
+    if art.get("codec") == "bytes":  # a byte-level model (the docs language model): its tokens are the text's UTF-8 bytes
+        from ..tasks.docs import encode_bytes
+
+        ids = encode_bytes(text)
+        limit = (ck.model_config.max_len or len(ids) + 1) - 1
+        if len(ids) > limit:
+            raise ValueError(f"the text is {len(ids)} bytes, over the {limit} the model was trained on: shorten it")
+        tokens = [_byte_label(b) for b in text.encode("utf-8")]
+    elif "tokenizer" in art:
         from tokenizers import Tokenizer
 
         kind = art["kind"]

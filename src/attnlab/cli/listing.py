@@ -1,0 +1,71 @@
+"""``attnlab list``: the names every option that takes one accepts, with a line on each."""
+
+from __future__ import annotations
+
+import typer
+
+from .common import fail, out, print_json, table
+from .options import json_option
+
+__all__ = ["KINDS", "list_names"]
+
+KINDS = {
+    "tasks": "the tasks of 'attnlab train TASK' and the arena (--tasks)",
+    "variants": "the attention variants of --attention and the arena's --variants",
+    "encodings": "the positional encodings of --positional",
+    "models": "the backbones of --model",
+    "scores": "the score functions of 'attnlab explain --score'",
+    "normalizers": "the normalisers of 'attnlab explain --normalize'",
+}
+
+
+def _registry(kind: str):
+    if kind == "tasks":
+        from ..tasks import TASKS
+
+        return TASKS
+    if kind == "variants":
+        from ..efficient import VARIANTS
+
+        return VARIANTS
+    if kind == "encodings":
+        from ..positional import ENCODINGS
+
+        return ENCODINGS
+    if kind == "models":
+        from ..models.base import BACKBONES
+
+        return BACKBONES
+    if kind == "scores":
+        from ..core.scores import SCORES
+
+        return SCORES
+    from ..core.normalize import NORMALIZERS
+
+    return NORMALIZERS
+
+
+def _summary(obj) -> str:
+    """The first sentence of a registered object's docstring."""
+    doc = (getattr(obj, "__doc__", None) or "").replace("``", "").strip()
+    first = " ".join(doc.split("\n\n")[0].split())
+    return first.split(". ")[0].rstrip(".") if first else ""
+
+
+def list_names(
+    what: str = typer.Argument(..., metavar="WHAT", help=f"One of {', '.join(KINDS)}."),
+    as_json: bool = json_option("Print one JSON object: {name: {summary, options}}."),
+) -> None:
+    """List the names an option accepts: tasks, variants, encodings, models, scores, normalizers."""
+    if what not in KINDS:
+        fail(f"unknown list {what!r}; choose one of {', '.join(KINDS)}")
+    registry = _registry(what)
+    rows = {n: {"summary": _summary(registry.get(n)), "options": registry.options(n)} for n in registry.names()}
+    if as_json:
+        print_json(rows)
+        return
+    t = table(f"{what}: {KINDS[what]}", ["name", "what it is", "options"], left=["name", "what it is", "options"])
+    for name, row in rows.items():
+        opts = row["options"]
+        t.add_row(name, row["summary"], "any" if opts is None else ", ".join(opts))
+    out.print(t)
