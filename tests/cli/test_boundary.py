@@ -105,3 +105,32 @@ def test_a_bug_is_not_hidden_and_a_message_is_printed_as_written(capsys, monkeyp
         common.boundary(bad_value)()
     assert info.value.exit_code == 2
     assert capsys.readouterr().err.strip() == "error: a [bold]bracketed[/bold] value"
+
+
+# a bad name -> a valid choice its one-line error must list
+CHOICES = [
+    (["train", "pos", "--model", "nosuch"], "window_mlp"),
+    (["train", "pos", "--attention", "nosuch"], "longformer"),
+    (["train", "pos", "--positional", "nosuch"], "rope"),
+    (["train", "nosuch"], "listops"),
+    (["train", "pos", "--attention", "local", "--attention-option", "nosuch=1"], "window"),
+    (["arena", "--tasks", "nosuch"], "listops"),
+    (["arena", "--variants", "nosuch"], "performer"),
+    (["arena", "--preset", "nosuch"], "standard"),
+    (["explain", "a b", "--score", "nosuch"], "scaled_dot"),
+    (["explain", "a b", "--normalize", "nosuch"], "softmax"),
+    (["eval", "x", "--split", "nosuch"], "val"),
+    (["bench", "masks", "--patterns", "nosuch"], "window"),
+    (["bench", "positional", "--encodings", "nosuch"], "alibi"),
+    (["bench", "scaling", "--variants", "nosuch"], "nystrom"),
+    (["plot", "positional", "nosuch"], "sinusoidal"),
+    (["list", "nosuch"], "encodings"),
+]
+
+
+@pytest.mark.parametrize("args, choice", CHOICES)
+def test_a_bad_name_lists_the_valid_choices(args, choice, tmp_path):
+    res = runner.invoke(app, [*args, *(["--out", str(tmp_path / "o")] if args[0] in ("train", "arena") else [])])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.count("\n") == 1 and choice in res.stderr, res.stderr
+    assert not (tmp_path / "o").exists()

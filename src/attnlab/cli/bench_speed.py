@@ -32,7 +32,7 @@ def attention(
     mode_list = name_list("--modes", modes, ("fwd", "fwd_bwd"), hint="expected fwd and/or fwd_bwd", required=False)
     total = sum(len(CONFIGS[c]["impls"]) for c in cfg_list) * len(size_list) * len(mode_list)
     with track("benchmarking attention", total, output, lambda done: [r.to_dict() for r in done]) as tracker:
-        tick = tracker.on_record(lambda rec: f"{rec.path} N={rec.n} {rec.mode}")
+        tick = tracker.on_record(lambda rec: f"{rec.path} {rec.impl} N={rec.n} {rec.mode}")
         records = run(size_list, cfg_list, mode_list, min_repeats=repeats, on_record=tick)
     data = [r.to_dict() for r in records]
     chart(plot, "bench.plot_attention_benchmark", data)

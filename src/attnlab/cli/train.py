@@ -219,6 +219,12 @@ def _config(task: str, size: Optional[int], task_option: list[str], model_option
         cfg = TrainConfig.for_task(task, **overrides, **{k: v for k, v in given.items() if v})  # epochs replace the task's default steps
         if timed and overrides["patience"] is None:
             cfg = dataclasses.replace(cfg, patience=None)
+    from .. import positional as encodings
+
+    for flag, name, known in (("--model", cfg.model, BACKBONES.names()), ("--attention", cfg.attention, efficient.names()),
+                              ("--positional", cfg.positional, encodings.names())):
+        if name not in known:
+            fail(f"unknown {flag} {name!r}; choose one of {', '.join(known)}")
     task_registry.TASKS.check_options(task, given["task_options"], what="--task-option")
     if cfg.model in BACKBONES:
         BACKBONES.check_options(cfg.model, given["model_options"], what="--model-option", hidden=_SET_BY_FLAGS)

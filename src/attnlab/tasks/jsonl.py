@@ -101,7 +101,7 @@ def _word_tokenizer(corpus: list[list[str]]):
     from tokenizers import Tokenizer, models, trainers
 
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["<pad>", "<cls>", "[UNK]"]))
+    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["<pad>", "<cls>", "[UNK]"], show_progress=False))
     return tok
 
 
@@ -111,7 +111,7 @@ def _text_tokenizer(texts: list[str], specials: list[str], vocab_size: int):
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*specials, "[UNK]"]))
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*specials, "[UNK]"], show_progress=False))
     return tok
 
 
