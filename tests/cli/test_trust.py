@@ -54,6 +54,10 @@ def test_2_resume_extends_a_finished_run_and_names_each_differing_option(tmp_pat
     res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--lr", "0.01", "--dim", "32"])
     assert res.exit_code == 2 and res.stderr.count("\n") == 1
     assert "--dim: 16 there, 32 now" in res.stderr and "--lr: 0.002 there, 0.01 now" in res.stderr
+    res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--steps", "5", "--json"])
+    assert any("nothing was trained" in w for w in json.loads(res.stdout)["warnings"])
+    res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--attention", "local", "--attention-option", "kdim=8"])
+    assert res.exit_code == 2 and "--attention-option kdim: set by the model" in res.stderr
     res = runner.invoke(app, ["train", "recall", "--out", out, "--resume"])
     assert res.exit_code == 2 and "holds a run of task 'pos'" in res.stderr
 
@@ -141,6 +145,16 @@ def test_8_generate_escapes_control_bytes_on_a_terminal(runs):
     raw = subprocess.run([sys.executable, "-m", "attnlab", "generate", str(runs["docs"]), "\x01x", "--max-new-tokens", "2", "--raw"],
                          capture_output=True, timeout=120)
     assert raw.stdout.startswith(b"\x01x")
+
+
+def test_a_closed_pipe_ends_quietly(runs, tmp_path):
+    """`attnlab predict ... | head -1`: the reader leaves early (the output is far over a pipe's
+    buffer, so the writer meets the closed pipe); no 'Broken pipe' error line."""
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(json.dumps(r) + "\n" for r in labelled_lines(4000)))
+    cmd = f"'{sys.executable}' -m attnlab predict '{runs['jsonl']}' '{big}' | head -1"
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert json.loads(res.stdout) and "Broken pipe" not in res.stderr and "error" not in res.stderr
 
 
 def test_8_generate_refuses_sinks_without_a_window_and_warns_past_its_context(runs):

@@ -116,6 +116,10 @@ def boundary(command: Callable) -> Callable:
         try:
             with json_stdout(bool(kwargs.get("as_json"))):
                 return command(*args, **kwargs)
+        except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as a pipeline's writer should
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.__stdout__.fileno())  # the interpreter's final flush must not fail again
+            raise typer.Exit(1) from None
         except Exception as e:
             if debugging() or not isinstance(e, user_errors()):
                 raise

@@ -96,6 +96,9 @@ def train(
     except RunExistsError as e:
         fail(_exists_message(e.folder, e.step, e.total))
     caveats = _caveats(result, cfg)
+    if resume and result.steps_run == 0:
+        caveats.append(f"nothing was trained: the run had already reached its budget ({result.steps} steps); give more --steps or "
+                       "--seconds to extend it")
     if as_json:
         summary = {**result.summary(), "warnings": caveats}
         if base is not None:
@@ -228,6 +231,11 @@ def _config(task: str, size: Optional[int], task_option: list[str], model_option
     task_registry.TASKS.check_options(task, given["task_options"], what="--task-option")
     if cfg.model in BACKBONES:
         BACKBONES.check_options(cfg.model, given["model_options"], what="--model-option", hidden=_SET_BY_FLAGS)
+    for what, opts in (("--model-option", given["model_options"]), ("--attention-option", given["attention_options"])):
+        fixed = sorted(set(opts) & set(_SET_BY_FLAGS))
+        if fixed:
+            fail(f"{what} {', '.join(fixed)}: set by the model from its own flags (--dim, --heads, --layers, --attention, "
+                 "--positional, --causal) and the task, not as an option")
     if cfg.attention in efficient.names() and given["attention_options"]:
         if cfg.attention in ("dense", "dense_naive"):
             fail(f"--attention-option: the {cfg.attention} attention takes none (its score and normaliser are --model-option "
