@@ -101,8 +101,8 @@ def keyword_options(obj) -> list[str] | None:
     """
     seen: list[str] = []
     targets = [c for c in obj.__mro__ if "__init__" in vars(c)] if isinstance(obj, type) else [obj]
-    for i, fn in enumerate(targets):
-        if fn is object or not getattr(fn, "__module__", "").startswith("attnlab"):  # **options into code we cannot follow
+    for fn in targets:
+        if fn is object:  # **options passed up to object (a builtin such as dict): cannot be followed
             return None
         try:
             params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters.values()
