@@ -90,23 +90,23 @@ def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
     (a busy machine). Rows stored before ``test_size`` existed skip that check."""
     from ..training.caveats import busy, few_steps, tiny_test
 
-    found = []
     sizes = [r["test_size"] for r in cell if r.get("test_size") is not None]
-    if sizes and tiny_test(min(sizes)):
-        found.append(tiny_test(min(sizes)))
-    for r in cell:
-        if few_steps(r["steps"] or 0, r["config"].get("seconds") is not None):
-            found.append(few_steps(r["steps"] or 0, True) + (f" (seed {r['seed']})" if len(cell) > 1 else ""))
-            break
-    for r in cell:
-        if r["config"].get("seconds") is None:
-            continue
+    found = [tiny_test(min(sizes)) if sizes else None]
+
+    def first(rule) -> str | None:  # the rule's caveat for the first run of the cell it holds for, naming its seed
+        for r in cell:
+            if (c := rule(r)) is not None:
+                return c + (f" (seed {r['seed']})" if len(cell) > 1 else "")
+        return None
+
+    def peers(r) -> list[float]:
         key = _same_setup(r["config"])
-        others = [o["steps_per_second"] for o in rows if o is not r and o["status"] == "done" and _same_setup(o["config"]) == key]
-        if busy(r["steps_per_second"], others):
-            found.append(busy(r["steps_per_second"], others) + (f" (seed {r['seed']})" if len(cell) > 1 else ""))
-            break
-    return found
+        return [o["steps_per_second"] for o in rows if o is not r and o["status"] == "done" and _same_setup(o["config"]) == key]
+
+    timed = lambda r: r["config"].get("seconds") is not None  # noqa: E731
+    found.append(first(lambda r: few_steps(r["steps"] or 0, timed(r))))
+    found.append(first(lambda r: busy(r["steps_per_second"], peers(r)) if timed(r) else None))
+    return [c for c in found if c]
 
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",

@@ -297,7 +297,7 @@ class Tracker:
         extra = {} if description is None else {"description": description}
         self.bar.update(self.task, advance=advance, **extra)
         if self.bar.disable and description is not None:
-            task = self.bar.tasks[0] if len(self.bar.tasks) == 1 else next(t for t in self.bar.tasks if t.id == self.task)
+            task = next(t for t in self.bar.tasks if t.id == self.task)
             of = "" if task.total is None else f"/{task.total:g}"
             err.print(f"[{task.completed:g}{of}] {description}", highlight=False, markup=False, soft_wrap=True)
 

@@ -41,7 +41,7 @@ def generate(
     warnings = []
     try:
         ck = load_checkpoint(checkpoint)
-        context = _context(ck)
+        context = ck.context
         length = len(prompt.encode("utf-8"))
         if context and window is None and length + max_new_tokens > context:
             warnings.append(f"the prompt ({length} bytes) and {max_new_tokens} new tokens run past the {context}-byte context the "
@@ -63,13 +63,6 @@ def generate(
         sys.stdout.write("\n")
     except (CheckpointError, ValueError) as e:
         fail(str(e))
-
-
-def _context(ck) -> int | None:
-    """The sequence length a language model was trained on (its task's windows; the model's
-    positions are one more), if known."""
-    max_len = getattr(ck.model_config, "max_len", None)
-    return int(max_len) - 1 if max_len else None
 
 
 def printable(text: str) -> str:

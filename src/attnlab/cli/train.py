@@ -68,8 +68,6 @@ def train(
 
     base_dir = os.path.join(out_dir, "baseline")
     previous = _previous_run(out_dir, task) if resume else None
-    if not resume and not force:
-        _refuse_existing(out_dir)
     cfg = _config(
         task, size, task_option, model_option, attention_option, previous=previous, model=model, attention=attention,
         positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers, heads=heads,
@@ -143,21 +141,6 @@ def _previous_run(out_dir: str, task: str):
     if cfg.task != task:
         fail(f"--out {out_dir} holds a run of task {cfg.task!r}, not {task!r}: resume it as 'attnlab train {cfg.task} --out {out_dir} --resume'")
     return cfg
-
-
-def _refuse_existing(out_dir: str) -> None:
-    """A one-line refusal when ``out_dir`` holds a run (and neither --resume nor --force was given)."""
-    from pathlib import Path
-
-    for folder in (Path(out_dir), Path(out_dir) / "baseline"):
-        config = folder / "checkpoint" / "config.json"
-        if config.exists():
-            try:
-                meta = json.loads(config.read_text())
-                step, total = meta.get("step", 0), meta.get("total_steps")
-            except (OSError, ValueError, AttributeError):
-                step, total = 0, None
-            fail(_exists_message(folder, step, total))
 
 
 def _exists_message(folder, step: int, total) -> str:
@@ -275,7 +258,7 @@ class _TrainingBar:
         self.first_step = 0
         self.val: float | None = None
         self.loss, self.total, self.rate = float("nan"), None, 0.0
-        self.plain = not err.is_terminal
+        self.plain = bar.disable  # no bar (stderr is not a terminal): plain lines
 
     def on_step(self, step: int, total: int, loss: float) -> None:
         """After each optimizer step."""
@@ -326,13 +309,13 @@ def eval_cmd(
             err.print(f"cross-attention written to {plot_cross_attention(w, src, tgt, plot, title=f'{split} example {index}')}")
     except (CheckpointError, ValueError) as e:
         fail(str(e))
-    caveat = tiny_test(result.test_size, result.test_unit)
+    caveat = tiny_test(result.test_size, result.test_unit, split)
     if as_json:
         print_json({**result.summary(), "split": split, "warnings": [caveat] if caveat else []})
         return
     _show(result, lambda r: f"{split} {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit} ({r.checkpoint})")
     if caveat:
-        err.print(f"[yellow]warning:[/] {escape(caveat.replace('test split', split + ' split'))}", soft_wrap=True, highlight=False)
+        err.print(f"[yellow]warning:[/] {escape(caveat)}", soft_wrap=True, highlight=False)
 
 
 def predict(

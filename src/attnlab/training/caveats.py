@@ -21,12 +21,12 @@ BUSY_RATIO = 0.5
 earlier runs ran on a busy machine: it got fewer steps than its budget buys."""
 
 
-def tiny_test(size: int, unit: str = "examples") -> str | None:
-    """A caveat when a score is measured on fewer than :data:`MIN_TEST` examples (None otherwise)."""
+def tiny_test(size: int, unit: str = "examples", split: str = "test") -> str | None:
+    """A caveat when a score is measured on fewer than :data:`MIN_TEST` examples of ``split`` (None otherwise)."""
     if size >= MIN_TEST:
         return None
     one = unit[:-1] if unit.endswith("s") else unit
-    return (f"the test split has only {size} {unit}: one {one} moves the score by {1 / max(size, 1):.3f}; "
+    return (f"the {split} split has only {size} {unit}: one {one} moves the score by {1 / max(size, 1):.3f}; "
             f"use more data (at least {MIN_TEST}) for a score that means something")
 
 

@@ -50,6 +50,13 @@ class Checkpoint:
     meta: dict
     state: dict | None
 
+    @property
+    def context(self) -> int | None:
+        """The longest sequence the model was trained on (its positions hold one more: a summary
+        token), or None for a model without positions."""
+        max_len = getattr(self.model_config, "max_len", None)
+        return int(max_len) - 1 if max_len else None
+
 
 def _unshared(state: dict) -> dict:
     """The tensors of a state dict, contiguous, each with its own memory: safetensors refuses

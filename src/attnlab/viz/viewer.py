@@ -175,7 +175,7 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
         from ..tasks.docs import encode_bytes
 
         ids = encode_bytes(text)
-        limit = (ck.model_config.max_len or len(ids) + 1) - 1
+        limit = ck.context or len(ids)
         if len(ids) > limit:
             raise ValueError(f"the text is {len(ids)} bytes, over the {limit} the model was trained on: shorten it")
         tokens = [_byte_label(b) for b in text.encode("utf-8")]
