@@ -8,6 +8,7 @@ noise hits them alike); memory is the profiler's peak of tensor bytes alive at o
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -18,8 +19,8 @@ import sys
 import time
 from typing import Callable
 
-__all__ = ["ALLOCATORS", "allocator_env", "loglog_slope", "measure_calls", "measure_in_child", "minor_faults", "peak_bytes", "quiet_stderr",
-           "round_robin"]
+__all__ = ["ALLOCATORS", "PEAK_SIZE", "allocator_env", "count_flops", "loglog_slope", "measure_calls", "measure_in_child", "minor_faults",
+           "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]
 
 ALLOCATORS = ("keep", "system")
 """How a timing process's C allocator treats freed memory (:func:`allocator_env`)."""
@@ -80,6 +81,58 @@ def peak_bytes(fn: Callable[[], object]) -> int | None:
         live += nd.extra_fields.alloc_size
         peak = max(peak, live)
     return peak
+
+
+PEAK_SIZE = 2048
+"""The side of the square matrix product :func:`peak_flops` times."""
+
+
+@functools.cache
+def peak_flops(dtype: str = "float32", device: str = "cpu") -> float:
+    """This machine's peak: FLOP/s of a ``PEAK_SIZE``-cubed matrix product in ``dtype``
+    (``"float32"`` or ``"bfloat16"``) on ``device``, the best of five after a warm-up, with
+    every thread torch uses. Measured once per process (cached), about a second on a 2-core CPU."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    n = PEAK_SIZE
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
+    best = math.inf
+    for _ in range(6):  # the first is the warm-up
+        _sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t0) if _ else math.inf
+    return 2 * n**3 / best
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """Floating-point operations of ``fn()`` as PyTorch's :class:`~torch.utils.flop_counter.FlopCounterMode`
+    counts them (matrix products, convolutions and fused attention, forward and backward: 2 per
+    multiply-add; elementwise work is not counted). PyTorch's CPU flash-attention kernel, which its
+    counter leaves out, is counted with PyTorch's own formulas for fused attention (no saving for
+    a causal mask: the kernel's work is that of the full product, less the blocks it skips)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+    aten = torch.ops.aten
+    cpu_attention = {
+        aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v),
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v),
+    }
+    with FlopCounterMode(display=False, custom_mapping=cpu_attention) as counter:
+        fn()
+    return int(counter.get_total_flops())
 
 
 @contextlib.contextmanager

@@ -104,7 +104,9 @@ def test_cli_train_and_eval_json(tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(summary) == {"task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint",
-                            "warnings"}
+                            "warnings", "precision", "flop_rate", "peak_fraction", "pretrain"}
+    assert summary["precision"] in ("fp32", "bf16") and summary["flop_rate"] > 0 and 0 < summary["peak_fraction"] < 1
+    assert summary["pretrain"] is None
     assert summary["test_size"] == 64 and summary["test_unit"] == "examples" and summary["steps"] == 4
     assert summary["task"] == "pos" and summary["metric"] == "token_accuracy" and summary["attention"] == "dense"
     r = CliRunner().invoke(app, ["eval", str(tmp_path), "--json"])

@@ -14,12 +14,13 @@ import base64
 import html
 import json
 import math
+import statistics
 from pathlib import Path
 
 from .presets import NO_ATTENTION
 from .store import Store
 
-__all__ = ["budget_of", "build_report", "caveats", "leaderboard", "plot_curves", "plot_lra", "plot_maps"]
+__all__ = ["budget_of", "build_report", "caveats", "leaderboard", "peak_share", "plot_curves", "plot_lra", "plot_maps"]
 
 
 def budget_of(config: dict) -> str:
@@ -33,8 +34,9 @@ def budget_of(config: dict) -> str:
 
 def leaderboard(rows: list[dict]) -> dict:
     """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``; an entry has ``variant``,
-    ``value`` (mean over seeds), ``speed`` and ``memory`` relative to dense (None without a
-    dense run), ``params``, ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time budget), ``error``
+    ``value`` (mean over seeds), ``spread`` (the seeds' sample standard deviation; None with one
+    seed), ``speed`` and ``memory`` relative to dense (None without a dense run), ``flop_rate``
+    (FLOP/s) and ``peak_fraction`` (of the machine's peak in the run's ``precision``), ``params``, ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time budget), ``error``
     (failed runs: the message), ``caveats`` (:func:`caveats`: why the score means less than it seems)."""
     tasks: dict[str, list[dict]] = {}
     by_cell: dict[tuple[str, str], list[dict]] = {}
@@ -46,14 +48,17 @@ def leaderboard(rows: list[dict]) -> dict:
                  "budget": budget_of(rs[0]["config"]), "timed": rs[0]["config"].get("seconds") is not None,
                  "caveats": caveats(ok, rows)}
         if ok:
+            values = [r["value"] for r in ok]
             entry.update(
-                value=sum(r["value"] for r in ok) / len(ok),
+                value=statistics.fmean(values), spread=statistics.stdev(values) if len(values) > 1 else None,
                 steps_per_second=sum(r["steps_per_second"] or 0 for r in ok) / len(ok),
                 peak_bytes=max(r["peak_bytes"] or 0 for r in ok) or None,
-                params=ok[0]["params"], error=None,
+                params=ok[0]["params"], error=None, precision=ok[0].get("precision"),
+                flop_rate=_mean_of(ok, "flop_rate"), peak_fraction=_mean_of(ok, "peak_fraction"),
             )
         else:
-            entry.update(value=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"])
+            entry.update(value=None, spread=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"], precision=None,
+                         flop_rate=None, peak_fraction=None)
         tasks.setdefault(task, []).append(entry)
     for entries in tasks.values():
         dense = next((e for e in entries if e["variant"] == "dense" and e["value"] is not None), None)
@@ -75,6 +80,12 @@ def leaderboard(rows: list[dict]) -> dict:
         })
     average.sort(key=lambda e: -e["value"])
     return {"tasks": tasks, "average": average}
+
+
+def _mean_of(rows: list[dict], key: str) -> float | None:
+    """The mean of ``key`` over the rows that have it (None: none has; stores from before the column)."""
+    got = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.fmean(got) if got else None
 
 
 def _same_setup(config: dict) -> str:
@@ -128,6 +139,8 @@ def _bubbles(ax, entries: list[dict], title: str) -> None:
     for e in pts:
         size = 600 * (e.get("memory") or 1.0)
         ax.scatter(e["speed"], e["value"], s=size, alpha=0.45, color=_color(e["variant"]))
+        if e.get("spread"):  # the seeds' spread: +- one standard deviation
+            ax.errorbar(e["speed"], e["value"], yerr=e["spread"], color=_color(e["variant"]), capsize=3, lw=1)
         ax.annotate(e["variant"], (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
     ax.set_xscale("log", base=2)
     ax.axvline(1.0, color="grey", lw=0.6, ls=":")
@@ -156,7 +169,7 @@ def plot_lra(board: dict, path: str | Path) -> Path:
         _bubbles(ax, es, title)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense)")
+    fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense; bars: +-1 sd over seeds)")
     fig.subplots_adjust(hspace=0.35)
     return _save(fig, path)
 
@@ -229,6 +242,15 @@ def _fmt(x, spec=".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _giga(x: float | None) -> float | None:
+    return None if x is None else x / 1e9
+
+
+def peak_share(fraction: float | None, precision: str | None) -> str:
+    """``"12% bf16"``: a share of the machine's peak in the run's precision (``-``: not measured)."""
+    return "-" if fraction is None else f"{100 * fraction:.0f}% {precision or ''}".strip()
+
+
 def _img(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
@@ -258,6 +280,9 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
          "Speed: training steps per second relative to dense on the same task; memory: peak tensor bytes of one training step "
          "relative to dense.</p>"),
         "<h2>Score against speed (the Long Range Arena chart)</h2>", _img(lra, "Long Range Arena chart"),
+        ("<p>GFLOP/s: floating-point operations of the training steps per second (counted once per run by PyTorch's "
+         "FlopCounterMode); of peak: that over this machine's matrix-product peak in the run's precision (fp32 or bf16). "
+         "+- sd: the standard deviation of the score over seeds (one seed: -).</p>"),
         ("<p>Budgets per task: " + "; ".join(f"{html.escape(t)}: {html.escape(es[0]['budget'])}" for t, es in board["tasks"].items())
          + ". A budget in seconds is time-budgeted (every variant trains for the same seconds: the fair comparison on "
          "a CPU, not bitwise reproducible); a budget in steps is step-budgeted (reproducible).</p>"),
@@ -274,17 +299,19 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
     parts.append("</table>")
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
-        parts.append(f"<h2>{html.escape(task)} ({html.escape(entries[0]['budget'])} per run)</h2><table><tr><th>variant</th><th>{html.escape(metric)}</th><th>seeds</th>"
-                     "<th>steps/s</th><th>speed</th><th>peak MiB</th><th>memory</th><th>parameters</th></tr>")
+        parts.append(f"<h2>{html.escape(task)} ({html.escape(entries[0]['budget'])} per run)</h2><table><tr><th>variant</th><th>{html.escape(metric)}</th>"
+                     "<th>+- sd</th><th>seeds</th><th>steps/s</th><th>GFLOP/s</th><th>of peak</th><th>speed</th><th>peak MiB</th><th>memory</th>"
+                     "<th>parameters</th></tr>")
         for e in entries:
             if e["value"] is None:
-                parts.append(f"<tr class='failed'><td>{html.escape(e['variant'])}</td><td colspan='7'>failed: {html.escape(str(e['error']))}</td></tr>")
+                parts.append(f"<tr class='failed'><td>{html.escape(e['variant'])}</td><td colspan='10'>failed: {html.escape(str(e['error']))}</td></tr>")
                 continue
             mib = e["peak_bytes"] / 2**20 if e["peak_bytes"] else None
             mark = (f" <span class='caveat' title='{html.escape(' / '.join(e['caveats']), quote=True)}'>&#9888;</span>"
                     if e["caveats"] else "")
-            parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}{mark}</td><td>{e['seeds']}</td>"
-                         f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(mib, '.1f')}</td>"
+            parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}{mark}</td><td>{_fmt(e['spread'])}</td><td>{e['seeds']}</td>"
+                         f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(_giga(e['flop_rate']), '.1f')}</td>"
+                         f"<td>{peak_share(e['peak_fraction'], e['precision'])}</td><td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(mib, '.1f')}</td>"
                          f"<td>{_fmt(e['memory'], '.2f')}x</td><td>{e['params']:,}</td></tr>")
         parts.append("</table>")
         notes = [f"<li>{html.escape(e['variant'])}: {html.escape(c)}</li>" for e in entries for c in e.get("caveats", [])]

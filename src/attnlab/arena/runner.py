@@ -45,10 +45,16 @@ class RunSpec:
     config: TrainConfig
 
 
+_LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5}
+"""Config fields added after runs were first stored, with the value every earlier run had: a
+run at those values keeps the id it was planned under before the field existed."""
+
+
 def _run_id(cfg: TrainConfig) -> str:
     fields = dataclasses.asdict(cfg)
-    if fields["seconds"] is None:  # runs planned before time budgets existed keep their ids
-        del fields["seconds"]
+    for name, before in _LATER_FIELDS.items():
+        if fields[name] == before:
+            del fields[name]
     blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -122,9 +128,11 @@ def plan(
     return specs
 
 
-def training_step_peak(model: torch.nn.Module, task, batch_size: int) -> int | None:
-    """Peak tensor bytes of one training step (forward + backward) on the first training batch."""
+def training_step_peak(model: torch.nn.Module, task, batch_size: int, precision: str = "fp32") -> int | None:
+    """Peak tensor bytes of one training step (forward + backward) on the first training batch,
+    at ``precision`` (:mod:`attnlab.training.precision`)."""
     from ..profiling import peak_bytes
+    from ..training.precision import autocast
 
     objective = objectives.get(task)
     data = task.split("train")
@@ -133,7 +141,9 @@ def training_step_peak(model: torch.nn.Module, task, batch_size: int) -> int | N
 
     def step():
         model.zero_grad(set_to_none=True)
-        objective.loss(model, inputs, labels).backward()
+        with autocast(precision, next(model.parameters()).device):
+            loss = objective.loss(model, inputs, labels)
+        loss.backward()
 
     step()  # warm-up: lazy buffers stay out of the measurement
     return peak_bytes(step)
@@ -226,11 +236,12 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
             from safetensors.torch import save_file
 
             save_file({f"map_{i}": m.contiguous() for i, m in enumerate(maps)}, str(folder / "attention.safetensors"))
-        peak = training_step_peak(ck.model, task, spec.config.batch_size)
+        peak = training_step_peak(ck.model, task, spec.config.batch_size, res.precision)
         row.update(
             status="done", metric=res.metric, value=res.value, train_seconds=res.step_seconds, steps=res.steps,
             steps_per_second=(res.steps_run / res.step_seconds) if res.step_seconds > 0 else None, peak_bytes=peak,
-            params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size,
+            params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size, precision=res.precision,
+            flop_rate=res.flop_rate, peak_fraction=res.peak_fraction,
         )
     except Exception as e:  # noqa: BLE001 - a failed run is a result (e.g. a variant with no causal form)
         row.update(status="failed", error=f"{type(e).__name__}: {e}")

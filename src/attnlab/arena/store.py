@@ -18,12 +18,18 @@ __all__ = ["COLUMNS", "Store"]
 
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
-    "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size",
+    "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size", "precision", "flop_rate",
+    "peak_fraction",
 )
 """The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
 ``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
 the training time so far; ``test_size``: the examples, or nodes, the test score was measured on;
+``precision``: ``fp32`` or ``bf16``; ``flop_rate``: FLOP/s of its training steps, ``peak_fraction``
+that over the machine's peak in its precision (:class:`attnlab.training.TrainResult`);
 stores written before a column have it added, empty)."""
+
+_ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"), ("peak_fraction", "REAL"))
+"""Columns added after the first stores were written: a store without them gains them (empty)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -43,7 +49,10 @@ CREATE TABLE IF NOT EXISTS runs (
     error TEXT,
     finished_at REAL NOT NULL,
     history TEXT,
-    test_size INTEGER
+    test_size INTEGER,
+    precision TEXT,
+    flop_rate REAL,
+    peak_fraction REAL
 )
 """
 
@@ -62,7 +71,7 @@ class Store:
             with self._connect() as con:
                 con.execute(_SCHEMA)
                 have = {r[1] for r in con.execute("PRAGMA table_info(runs)")}
-                for column, kind in (("history", "TEXT"), ("test_size", "INTEGER")):
+                for column, kind in _ADDED:
                     if column not in have:  # a store from before the column
                         try:
                             con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
@@ -86,9 +95,8 @@ class Store:
         already stored. ``row`` has :data:`COLUMNS` (``config`` a dict, ``finished_at`` optional)."""
         row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time(),
                "history": json.dumps(row["history"]) if row.get("history") is not None else None}
-        missing = [c for c in COLUMNS if c not in row and c not in ("error", "metric", "value", "train_seconds", "steps",
-                                                                     "steps_per_second", "peak_bytes", "params", "history",
-                                                                     "test_size")]
+        optional = ("error", "metric", "value", "train_seconds", "steps", "steps_per_second", "peak_bytes", "params", *(c for c, _ in _ADDED))
+        missing = [c for c in COLUMNS if c not in row and c not in optional]
         if missing:
             raise ValueError(f"a run row needs {', '.join(missing)}")
         if row["status"] not in ("done", "failed"):
@@ -113,7 +121,8 @@ class Store:
             q = "SELECT * FROM runs" + (" WHERE status = ?" if status else "") + " ORDER BY finished_at"
             out = [dict(r) for r in con.execute(q, (status,) if status else ())]
         for r in out:
-            r.setdefault("test_size", None)
+            for column, _ in _ADDED[1:]:
+                r.setdefault(column, None)
             r["config"] = json.loads(r["config"])
             r["history"] = json.loads(r["history"]) if r.get("history") else []
         return out

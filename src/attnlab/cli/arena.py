@@ -83,18 +83,21 @@ def report(
 def _print_leaderboard(board: dict) -> None:
     """The arena's leaderboard: per task, then the average; ``!`` marks a score with a caveat,
     explained under its table."""
+    from ..arena.report import peak_share
+
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
         first = entries[0] if entries else {}
         mode = f", {first['budget']} per run, {'time' if first['timed'] else 'step'}-budgeted" if first else ""
-        t = table(f"{task} ({metric}{mode})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "params"])
+        t = table(f"{task} ({metric}{mode})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "of peak", "params"])
         for e in entries:
             if e["value"] is None:
-                t.add_row(e["variant"], "[red]failed[/]", "", "", "", (e["error"] or "")[:60].replace("[", "\\["))
+                t.add_row(e["variant"], "[red]failed[/]", "", "", "", "", (e["error"] or "")[:60].replace("[", "\\["))
                 continue
             mark = " [yellow]![/]" if e.get("caveats") else ""
-            t.add_row(e["variant"], f"{e['value']:.3f}{mark}", fmt_x(e["speed"]), fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}",
-                      f"{e['params']:,}")
+            spread = f" ± {e['spread']:.3f}" if e.get("spread") is not None else ""
+            t.add_row(e["variant"], f"{e['value']:.3f}{spread}{mark}", fmt_x(e["speed"]), fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}",
+                      peak_share(e["peak_fraction"], e["precision"]), f"{e['params']:,}")
         out.print(t)
         for e in entries:
             for c in e.get("caveats", []):

@@ -15,6 +15,7 @@ __all__ = [
     "memory_option",
     "output_option",
     "plot_option",
+    "precision_option",
     "repeats_option",
     "width_option",
 ]
@@ -68,3 +69,10 @@ def blocks_option(default: Optional[int]):
 def layer_types_option(default: str):
     """``--layers a,b``: the sequence layers compared (names of :mod:`attnlab.recurrent`)."""
     return typer.Option(default, help="Comma-separated layer types.")
+
+
+def precision_option(default: Optional[str]):
+    """``--precision fp32|bf16|auto``: the arithmetic of training and evaluation (:mod:`attnlab.training.precision`)."""
+    return typer.Option(default, metavar="fp32|bf16|auto",
+                        help="Matrix products in float32, in bfloat16 (mixed precision: float32 weights and loss), or auto: bf16 where "
+                             "the device does it natively (AVX-512 BF16 / AMX CPUs, CUDA) (default: auto).")

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from .common import err, fail, out, print_json, progress
-from .options import blocks_option, heads_option, json_option, plot_option, width_option
+from .options import blocks_option, heads_option, json_option, plot_option, precision_option, width_option
 
 __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
 
@@ -48,6 +48,15 @@ def train(
         None, "--seconds", min=0.1,
         help="Time budget: train this many seconds, the learning rate annealed over them (no step limit unless --steps, no "
              "early stop unless --patience)."),
+    precision: Optional[str] = precision_option(None),
+    compile_step: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="Run the training forward through torch.compile."),
+    pretrain_steps: Optional[int] = typer.Option(
+        None, "--pretrain-steps", min=0,
+        help="Self-pretraining first: this many steps restoring masked tokens (next token for causal models) on the task's own "
+             "inputs, then fine-tuning on the labels (default 0: none)."),
+    pretrain_share: Optional[float] = typer.Option(
+        None, "--pretrain-share", min=0.01, max=0.99,
+        help="Under --seconds: the share of the budget self-pretraining may take at most (default 0.5)."),
     sequence_parallel: int = typer.Option(
         1, "--sequence-parallel", min=1,
         help="Under torchrun: P processes share every sequence (ring attention); the rest is data parallelism."),
@@ -71,7 +80,8 @@ def train(
     cfg = _config(
         task, size, task_option, model_option, attention_option, previous=previous, model=model, attention=attention,
         positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers, heads=heads,
-        batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience, seconds=seconds,
+        batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience, seconds=seconds, precision=precision,
+        compile=compile_step, pretrain_steps=pretrain_steps, pretrain_share=pretrain_share,
     )
     base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
     base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
@@ -83,8 +93,9 @@ def train(
             return
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
+            pre = _TrainingBar(bar, f"{task} {cfg.model} self-pretraining")
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval, sequence_parallel=sequence_parallel,
-                               overwrite=force)
+                               overwrite=force, on_pretrain_step=pre.on_step)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")
@@ -103,8 +114,12 @@ def train(
             summary["baseline"] = {"model": base.model, "value": base.value}
         print_json(summary)
         return
+    if result.pretrain:
+        p = result.pretrain
+        out.print(f"self-pretraining: {p['steps']} steps, {p['seconds']:.0f} s, {'next' if p['causal'] else 'masked'}-token loss "
+                  f"{p['loss_first']:.3f} -> {p['loss_last']:.3f}, validation accuracy {p['val_accuracy']:.3f}", highlight=False)
     _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, {r.seconds:.0f} s; "
-                            f"checkpoint {r.checkpoint}")
+                            f"{_utilisation(r)}checkpoint {r.checkpoint}")
     if base is not None:
         from ..objectives import create as objective
 
@@ -114,6 +129,13 @@ def train(
                   highlight=False)
     for c in caveats:
         err.print(f"[yellow]warning:[/] {escape(c)}", soft_wrap=True, highlight=False)
+
+
+def _utilisation(r) -> str:
+    """``"bf16, 23.4 GFLOP/s (6% of peak); "``: the run's precision and how much of the machine it used."""
+    if not r.flop_rate:
+        return f"{r.precision}; "
+    return f"{r.precision}, {r.flop_rate / 1e9:.1f} GFLOP/s ({100 * r.peak_fraction:.0f}% of this machine's {r.precision} peak); "
 
 
 def _caveats(result, cfg) -> list[str]:
@@ -127,7 +149,8 @@ FLAGS = {
     "task": "TASK", "task_options": "--task-option/--size", "model": "--model", "attention": "--attention", "positional": "--positional",
     "causal": "--causal/--bidirectional", "dim": "--dim", "heads": "--heads", "layers": "--layers", "model_options": "--model-option",
     "attention_options": "--attention-option", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed", "eval_every": "--eval-every",
-    "steps": "--steps", "epochs": "--epochs", "seconds": "--seconds", "patience": "--patience",
+    "steps": "--steps", "epochs": "--epochs", "seconds": "--seconds", "patience": "--patience", "precision": "--precision",
+    "compile": "--compile", "pretrain_steps": "--pretrain-steps", "pretrain_share": "--pretrain-share",
 }
 """The command-line spelling of each :class:`~attnlab.training.TrainConfig` field (others have no flag)."""
 

@@ -22,7 +22,15 @@ from .base import PAD, Backbone, ModelOutput, register
 from .encoder import EncoderCache
 from .tokens import TransformerBackbone
 
-__all__ = ["LMBackbone", "LanguageModel", "pack", "sample_next"]
+__all__ = ["LMBackbone", "LanguageModel", "pack", "sample_next", "tied_logits"]
+
+
+def tied_logits(h: torch.Tensor, embed: nn.Embedding, bias: torch.Tensor) -> torch.Tensor:
+    """``(..., E)`` states -> ``(..., V)`` token logits through the input embedding (tied weights,
+    as GPT-2 and BERT), scaled by ``1 / sqrt(E)`` as the input side scales it by ``sqrt(E)``, so
+    that the first logits have unit variance; plus a bias per token."""
+    w = embed.weight
+    return (h @ w.T) * w.shape[1] ** -0.5 + bias
 
 
 @register("lm")
@@ -60,9 +68,8 @@ class LanguageModel(nn.Module):
         return self.backbone.embed.num_embeddings
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """``(B, N, E)`` states -> ``(B, N, V)`` logits through the tied embedding."""
-        w = self.backbone.embed.weight
-        return (h @ w.T) * w.shape[1] ** -0.5 + self.bias
+        """``(B, N, E)`` states -> ``(B, N, V)`` logits through the tied embedding (:func:`tied_logits`)."""
+        return tied_logits(h, self.backbone.embed, self.bias)
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False, cache: EncoderCache | None = None,
                 last: bool = False, documents: Documents | None = None) -> ModelOutput:

@@ -11,6 +11,9 @@ kind                loss                                         metric
 ``lm``              next-token cross-entropy                     perplexity (lower is better)
 ==================  ===========================================  ===========================
 
+Beside them, :class:`Denoising` (``objectives/denoising.py``) is the self-pretraining objective of
+any token task: restore masked tokens, or predict the next one, on the task's own inputs.
+
 ``objectives.get(task)`` gives a task's objective; :func:`collate` makes a batch from any input
 form (tokens, vectors, images, graphs as one disjoint union).
 """
@@ -21,6 +24,7 @@ from . import pair as _pair  # noqa: F401
 from . import regression as _regression  # noqa: F401
 from . import seq2seq as _seq2seq  # noqa: F401
 from . import tagging as _tagging  # noqa: F401
+from .denoising import Denoising, DenoisingModel
 from .base import OBJECTIVES, Objective, batches, collate, create, get, names, register
 
-__all__ = ["OBJECTIVES", "Objective", "batches", "collate", "create", "get", "names", "register"]
+__all__ = ["OBJECTIVES", "Denoising", "DenoisingModel", "Objective", "batches", "collate", "create", "get", "names", "register"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..models.base import BACKBONES
 from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
 from ..tasks import TASKS, Task, baseline_model, train_defaults
+from .precision import PRECISIONS
 
 __all__ = ["TIME_BUDGET_STEPS", "TrainConfig", "model_config"]
 
@@ -40,6 +41,15 @@ class TrainConfig:
             following the budget's elapsed fraction (or the steps', whichever is further), so a
             run that stops on time has annealed. ``steps`` still caps the run. Runs under a time
             budget are not bitwise reproducible: how far they get depends on the machine.
+        precision: ``fp32``, ``bf16`` (matrix products in bfloat16 under autocast, float32
+            weights and loss) or ``auto`` (``bf16`` where the device does it natively): see
+            :mod:`attnlab.training.precision`. Validation and test run at the same precision.
+        compile: run the training forward through :func:`torch.compile`.
+        pretrain_steps: self-pretraining first (:mod:`attnlab.objectives.denoising`: restore masked
+            tokens, or predict the next one, on the training split's own inputs) for at most this
+            many steps, then fine-tuning on the labels from those weights (0: none). Under a time
+            budget, pretraining stops after ``pretrain_share`` of ``seconds`` and fine-tuning gets
+            the rest: the budget covers both phases.
     """
 
     task: str
@@ -64,6 +74,10 @@ class TrainConfig:
     patience: int | None = 5
     attention_options: dict = field(default_factory=dict)
     seconds: float | None = None
+    precision: str = "fp32"
+    compile: bool = False
+    pretrain_steps: int = 0
+    pretrain_share: float = 0.5
 
     def __post_init__(self):
         if "attention_options" in self.model_options:  # where version-1 configs kept them
@@ -74,6 +88,12 @@ class TrainConfig:
             raise ValueError(f"give steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
         if self.seconds is not None and not self.seconds > 0:
             raise ValueError(f"seconds (a time budget) must be > 0, got {self.seconds}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if not isinstance(self.pretrain_steps, int) or self.pretrain_steps < 0:
+            raise ValueError(f"pretrain_steps must be an int >= 0, got {self.pretrain_steps!r}")
+        if not 0 < self.pretrain_share < 1:
+            raise ValueError(f"pretrain_share (of a time budget) must be in (0, 1), got {self.pretrain_share}")
 
     @classmethod
     def for_task(cls, task: str, **overrides) -> TrainConfig:
@@ -97,8 +117,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
-        """The config of a checkpoint's or a record's ``train`` dict (any version)."""
-        return cls(**data)
+        """The config of a checkpoint's or a record's ``train`` dict (any version; runs stored
+        before precisions existed trained in float32)."""
+        return cls(**{"precision": "fp32", **data})
 
     def baseline(self) -> TrainConfig:
         """This run's **no-attention baseline**: the task's :func:`attnlab.tasks.baseline_model`

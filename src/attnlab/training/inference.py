@@ -15,6 +15,7 @@ from ..models.base import BOS, EOS, FIRST, PAD
 from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint
 from .loop import TrainResult, attention_label
+from .precision import autocast, resolve
 
 __all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "score"]
 
@@ -26,15 +27,18 @@ def score(model: nn.Module, task: Task, split: str, batch_size: int | None = Non
 
 def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None) -> TrainResult:
     """Score a checkpoint's best weights on a split of its task (rebuilt from its config, or
-    ``task`` for one built in Python)."""
+    ``task`` for one built in Python), at the precision the run trained and validated in."""
     t0 = time.perf_counter()
     ck = load_checkpoint(path)
     task = task_registry.create(ck.config.task, **ck.config.task_options) if task is None else task
-    value = objectives.get(task).score(ck.model, task, split)
+    device = next(ck.model.parameters()).device
+    precision = resolve(ck.config.precision, device)
+    with autocast(precision, device):
+        value = objectives.get(task).score(ck.model, task, split)
     size, unit = task.split_size(split)
     return TrainResult(
         task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),
-        ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit,
+        ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit, precision=precision,
     )
 
 

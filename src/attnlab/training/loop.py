@@ -27,7 +27,9 @@ from ..models.build import build_model
 from ..objectives import collate
 from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint, write_checkpoint
+from ..profiling import count_flops, peak_flops
 from .config import TrainConfig, model_config
+from .precision import autocast, resolve
 
 __all__ = ["BUDGET_FIELDS", "ConfigMismatchError", "RunExistsError", "TrainResult", "attention_label", "config_differences", "train"]
 
@@ -39,6 +41,13 @@ class TrainResult:
     ``step_seconds`` is the time spent in optimizer steps by this call (``steps_run`` of them;
     a resumed run counts only its own), so ``steps_run / step_seconds`` is the training speed.
     ``stopped_by``: ``"steps"``, ``"patience"`` or ``"budget"``. ``kind``: the task's kind.
+    ``precision``: the arithmetic it trained in (``fp32`` or ``bf16``, ``auto`` resolved).
+    ``flops_per_step``: floating-point operations of one training step (forward and backward,
+    counted on the first batch by :func:`attnlab.profiling.count_flops`; 0 when not counted);
+    ``flop_rate``: those achieved per second of this call's steps; ``peak_fraction``: that rate
+    over this machine's peak in the run's precision (:func:`attnlab.profiling.peak_flops`).
+    ``pretrain``: the self-pretraining phase (steps, seconds, first and last loss, validation
+    accuracy of the restored tokens), or None.
     """
 
     task: str
@@ -56,11 +65,17 @@ class TrainResult:
     kind: str = ""
     test_size: int = 0
     test_unit: str = "examples"
+    precision: str = "fp32"
+    flops_per_step: int = 0
+    flop_rate: float | None = None
+    peak_fraction: float | None = None
+    pretrain: dict | None = None
 
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints (``test_size``: the examples, or nodes,
         the score was measured on)."""
-        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint")
+        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint", "precision",
+                "flop_rate", "peak_fraction", "pretrain")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -115,12 +130,17 @@ def attention_label(cfg: TrainConfig) -> str:
     return getattr(backbone, "attention_kind", "none")
 
 
-def _lr(cfg: TrainConfig, step: int, total: int, spent: float = 0.0) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, total - cfg.warmup)
-    if cfg.seconds is not None:  # a time budget: anneal over the seconds, whichever ends first
-        progress = max(progress, spent / cfg.seconds)
+def _lr(cfg: TrainConfig, step: int, total: int, spent: float = 0.0, budget: float | None = None, warmup: int | None = None) -> float:
+    """The learning rate of ``step`` of ``total``: linear warm-up, then cosine decay over the
+    steps, or over ``budget`` seconds (default: ``cfg.seconds``; ``spent`` of them gone) when
+    that is further along."""
+    warmup = cfg.warmup if warmup is None else warmup
+    budget = cfg.seconds if budget is None else budget
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    if budget is not None:  # a time budget: anneal over the seconds, whichever ends first
+        progress = max(progress, spent / budget)
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
@@ -135,6 +155,7 @@ def train(
     task: Task | None = None,
     sequence_parallel: int = 1,
     overwrite: bool = False,
+    on_pretrain_step: Callable[[int, int, float], None] | None = None,
 ) -> TrainResult:
     """Run (or resume) training; returns the test score of the best validation weights.
 
@@ -147,6 +168,7 @@ def train(
         overwrite: replace a run already in ``out``; without it (or ``resume``) such a run is
             never touched (:class:`RunExistsError`).
         on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
+            on_pretrain_step: ``(step, total, loss)`` after each self-pretraining step.
         max_seconds: stop (validate, checkpoint, test) once this call has run this long (setup and
             validation included; ``cfg.seconds`` is the run's own budget of training time).
         task: a task built in Python (e.g. :func:`attnlab.tasks.graphs.task_from_graphs` on
@@ -182,9 +204,12 @@ def train(
     total = cfg.total_steps(len(train_split))
     torch.manual_seed(cfg.seed)
     model = build_model(mcfg)
+    device = next(model.parameters()).device
+    precision = resolve(cfg.precision, device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     step, best, since_best, history, resumes, losses = 0, None, 0, [], [], []
-    spent = 0.0  # seconds in optimizer steps, over every call of the run
+    spent = 0.0  # seconds in optimizer steps, over every call of the run (self-pretraining's included)
+    pretrain = None  # the self-pretraining phase's record, once run
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume:
         ck = load_checkpoint(out, weights="last", with_state=True)
@@ -199,8 +224,11 @@ def train(
         resumes = ck.meta.get("resumes", []) + [step]
         losses = ck.meta.get("losses", [])
         spent = ck.meta.get("train_seconds", 0.0)
+        pretrain = ck.meta.get("pretrain")
         best_state = load_checkpoint(out, weights="best").model.state_dict()
-    train_model = model
+    if (cfg.pretrain_steps or cfg.compile) and (world > 1 or sp is not None):
+        raise ValueError("self-pretraining and compile run in one process: not under torchrun")
+    train_model = torch.compile(model) if cfg.compile else model
     if sp is not None:
         from ..distributed.sequence import parallelize
 
@@ -213,7 +241,8 @@ def train(
     def save():
         state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
         meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
-                "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent, "sequence_parallel": sequence_parallel}
+                "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent, "sequence_parallel": sequence_parallel,
+                "precision": precision, "pretrain": pretrain}
         if sp is not None:  # this process's ring traffic and time, this call's steps and validations
             meta["ring"] = {"sent_bytes": sp.timings.sent, "wait_seconds": sp.timings.wait, "compute_seconds": sp.timings.compute,
                             "steps": sp.timings.steps}
@@ -221,6 +250,17 @@ def train(
             return out / "checkpoint"
         return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
 
+    if cfg.pretrain_steps and pretrain is None:
+        pretrain = _pretrain(model, task, cfg, precision, on_pretrain_step)
+        spent = pretrain["seconds"]
+        best_state = {k: v.clone() for k, v in model.state_dict().items()}
+        save()  # the pretrained weights survive a crash: a resumed run fine-tunes them
+    pre_seconds = pretrain["seconds"] if pretrain else 0.0
+    budget = None if cfg.seconds is None else max(cfg.seconds - pre_seconds, 1e-9)  # fine-tuning's share of the time budget
+    flops = 0
+    if rank == 0 and sp is None and step < total:
+        flops = _step_flops(model, objective, *collate(task, train_split, _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step),
+                                                      objective), precision)
     stopped = cfg.seconds is not None and spent >= cfg.seconds  # resumed after its budget ran out: nothing to train
     stopped_by = "budget" if stopped else "steps"
     step_seconds, steps_run = 0.0, 0
@@ -232,8 +272,9 @@ def train(
             idx = idx[dp_rank::dp_world]  # this process's share of the global batch (its sequence group's)
         inputs, labels = collate(task, train_split, idx, objective)
         for group in opt.param_groups:
-            group["lr"] = _lr(cfg, step, total, spent)
-        loss = objective.loss(train_model, inputs, labels)
+            group["lr"] = _lr(cfg, step, total, spent - pre_seconds, budget)
+        with autocast(precision, device):
+            loss = objective.loss(train_model, inputs, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if sp is not None:
@@ -259,7 +300,8 @@ def train(
         if on_step is not None:
             on_step(step, total, float(loss.detach()))
         if step % cfg.eval_every == 0 or step == total or over_budget:
-            val = objective.score(model, task, "val")
+            with autocast(precision, device):
+                val = objective.score(model, task, "val")
             history.append({"step": step, "val": val, "loss": float(loss.detach()), "seconds": spent})
             if objective.better(val, best):
                 best, since_best = val, 0
@@ -280,7 +322,8 @@ def train(
         from ..distributed.sequence import parallelize
 
         parallelize(best_model, sp)
-    value = objective.score(best_model, task, "test")
+    with autocast(precision, device):
+        value = objective.score(best_model, task, "test")
     if sp is not None:
         parallelize(best_model, None)
     if own_group:
@@ -288,8 +331,69 @@ def train(
 
         dist.barrier()
         dist.destroy_process_group()
+    rate = flops * steps_run / step_seconds if flops and step_seconds > 0 else None
+    peak = peak_flops("bfloat16" if precision == "bf16" else "float32", str(device)) if rate else None
     return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
-                       step_seconds, steps_run, stopped_by, task.kind, *task.split_size("test"))
+                       step_seconds, steps_run, stopped_by, task.kind, *task.split_size("test"), precision=precision, flops_per_step=flops,
+                       flop_rate=rate, peak_fraction=rate / peak if rate else None, pretrain=pretrain)
+
+
+def _step_flops(model: nn.Module, objective, inputs: dict, labels: torch.Tensor, precision: str) -> int:
+    """FLOPs of one training step (forward and backward) of ``model`` on a batch, counted by
+    :func:`attnlab.profiling.count_flops`; the random state and the gradients are left as they were."""
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+
+        def step():
+            with autocast(precision, device):
+                loss = objective.loss(model, inputs, labels)
+            loss.backward()
+
+        model.train()
+        flops = count_flops(step)
+    model.zero_grad(set_to_none=True)
+    return flops
+
+
+def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
+              on_step: Callable[[int, int, float], None] | None = None) -> dict:
+    """Self-pretraining of ``model``'s token backbone on the training split's inputs
+    (:class:`attnlab.objectives.Denoising`): AdamW at the run's learning rate, warm-up then cosine
+    decay over ``cfg.pretrain_steps`` (or the budget's ``pretrain_share``, whichever ends first).
+    Returns the phase's record: steps, seconds, mean loss of its first and last ten steps, and the
+    validation accuracy of the restored (or next) tokens."""
+    from ..objectives.denoising import Denoising, DenoisingModel, token_backbone
+
+    den = DenoisingModel(token_backbone(model))
+    objective = Denoising()
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(den.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    data = task.split("train")
+    total = cfg.pretrain_steps
+    budget = None if cfg.seconds is None else cfg.seconds * cfg.pretrain_share
+    warmup = min(cfg.warmup, max(1, total // 10))
+    spent, losses, step = 0.0, [], 0
+    while step < total and (budget is None or spent < budget):
+        t = time.perf_counter()
+        den.train()
+        inputs, _ = collate(task, data, _batch_indices(len(data), cfg.batch_size, cfg.seed + 1, step), objective)
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, step, total, spent, budget, warmup)
+        with autocast(precision, device):
+            loss = objective.loss(den, inputs)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(den.parameters(), 1.0)
+        opt.step()
+        step += 1
+        spent += time.perf_counter() - t
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step, total, losses[-1])
+    with autocast(precision, device):
+        val = objective.score(den, task, "val")
+    return {"steps": step, "seconds": spent, "loss_first": sum(losses[:10]) / max(1, len(losses[:10])),
+            "loss_last": sum(losses[-10:]) / max(1, len(losses[-10:])), "val_accuracy": val, "causal": den.causal}
 
 
 def _sequence_groups(rank: int, world: int, p: int):
