@@ -87,11 +87,15 @@ PEAK_SIZE = 2048
 """The side of the square matrix product :func:`peak_flops` times."""
 
 
-@functools.cache
 def peak_flops(dtype: str = "float32", device: str = "cpu") -> float:
     """This machine's peak: FLOP/s of a ``PEAK_SIZE``-cubed matrix product in ``dtype``
     (``"float32"`` or ``"bfloat16"``) on ``device``, the best of five after a warm-up, with
     every thread torch uses. Measured once per process (cached), about a second on a 2-core CPU."""
+    return _peak_flops(str(dtype).removeprefix("torch."), str(device))
+
+
+@functools.cache
+def _peak_flops(dtype: str, device: str) -> float:
     import torch
 
     dt = getattr(torch, dtype)

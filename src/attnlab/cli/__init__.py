@@ -4,7 +4,8 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 
 * :mod:`~attnlab.cli.explain` — ``explain``;
 * :mod:`~attnlab.cli.pretrained` — ``attention``, ``view``, ``bench pretrained`` (pretrained models);
-* :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory);
+* :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory), ``bench peak | precision``
+  (this machine's peak, float32 against bfloat16 training);
 * :mod:`~attnlab.cli.bench_masks` — ``bench masks`` (masks as dense tensors, block-sparse, FlexAttention);
 * :mod:`~attnlab.cli.decode` — ``bench decode`` (cached decoding, streaming), ``bench packing``;
 * :mod:`~attnlab.cli.ring` — ``bench ring`` (sequence parallelism: memory and time per process count);
@@ -69,6 +70,8 @@ COMMANDS = [
     (bench_app, "attention", bench_speed.attention),
     (bench_app, "positional", bench_accuracy.positional),
     (bench_app, "scaling", bench_speed.scaling),
+    (bench_app, "peak", bench_speed.peak),
+    (bench_app, "precision", bench_speed.precision),
     (bench_app, "masks", bench_masks.bench_masks),
     (bench_app, "approximation", bench_accuracy.approximation),
     (bench_app, "distance", bench_accuracy.distance),

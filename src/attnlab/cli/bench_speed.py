@@ -1,4 +1,4 @@
-"""``attnlab bench attention | scaling | graph | audio``: time and peak memory, side by side."""
+"""``attnlab bench attention | scaling | graph | audio | peak | precision``: time and peak memory, side by side."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .common import chart, emit_json, fail, int_list, load_report, name_list, ou
 from .options import blocks_option, from_option, heads_option, json_option, memory_option, output_option, plot_option
 from .options import repeats_option, width_option
 
-__all__ = ["attention", "audio", "graph", "scaling"]
+__all__ = ["attention", "audio", "graph", "peak", "precision", "scaling"]
 
 
 def attention(
@@ -250,4 +250,71 @@ def audio(
         mib = f"{r.peak_bytes / 2**20:.0f}" if r.peak_bytes else "-"
         mem = f"{r.peak_bytes / dense.peak_bytes:.3f}" if r.peak_bytes and dense.peak_bytes else "-"
         t.add_row(r.model, r.attention, f"{r.seconds:.3f}", mib, f"{r.seconds / dense.seconds:.3f}", mem)
+    out.print(t)
+
+
+def peak(as_json: bool = json_option("Print {fp32, bf16} in FLOP/s as one JSON object.")) -> None:
+    """This machine's peak: FLOP/s of a 2048^3 matrix product in float32 and in bfloat16 (what utilisation is a share of)."""
+    from ..studies.precision import peaks
+    from ..training.precision import fast_bf16
+
+    with progress() as bar:
+        bar.add_task("timing 2048^3 matrix products", total=None)
+        got = peaks()
+    if as_json:
+        from .common import print_json
+
+        print_json({**got, "native_bf16": fast_bf16("cpu")})
+        return
+    out.print(f"fp32 {got['fp32'] / 1e9:.0f} GFLOP/s, bf16 {got['bf16'] / 1e9:.0f} GFLOP/s ({got['bf16'] / got['fp32']:.2f}x); "
+              f"native bfloat16 on this CPU: {'yes' if fast_bf16('cpu') else 'no'} (--precision auto uses "
+              f"{'bf16' if fast_bf16('cpu') else 'fp32'})", highlight=False)
+
+
+def precision(
+    variants: str = typer.Option("dense,dense_naive,local,longformer,linformer,performer,linear,nystrom,reformer,bigbird",
+                                 help="Comma-separated attention variants."),
+    sizes: str = typer.Option("1024,4096", help="Comma-separated sequence lengths N."),
+    tokens: int = typer.Option(8192, min=1, help="Tokens per batch (8 sequences of 1K, as the arena's text task; 2 of 4K)."),
+    dim: int = width_option(64),
+    heads: int = heads_option(4),
+    layers: int = blocks_option(1),
+    naive_max: int = typer.Option(1024, "--naive-max", min=1, help="dense_naive only up to this N (it holds every N x N weight)."),
+    repeats: int = repeats_option(),
+    as_json: bool = json_option("Print the records as JSON."),
+    output: Optional[str] = output_option("Also write the JSON to this file."),
+    plot: Optional[str] = plot_option("Draw the bf16 speed-up and the share of peak per variant to this PNG."),
+) -> None:
+    """Float32 against bfloat16 mixed precision: training steps/s of every variant on the arena's long-task model, and the share of peak."""
+    from .. import efficient
+    from ..studies.precision import peaks, run
+
+    names = name_list("--variants", variants, efficient.names())
+    lengths = int_list("--sizes", sizes, minimum=16)
+    peak_rates = peaks()
+
+    def payload(done: list) -> dict:
+        return {"setting": {"tokens": tokens, "dim": dim, "heads": heads, "layers": layers}, "peaks": peak_rates,
+                "records": [r.to_dict() for r in done]}
+
+    with track("timing training steps", 2 * len(names) * len(lengths), output, payload) as tracker:
+        run(names, lengths, tokens=tokens, dim=dim, heads=heads, layers=layers, min_repeats=repeats,
+            skip=lambda v, n: "holds every N x N weight: left out above --naive-max" if v == "dense_naive" and n > naive_max else None,
+            on_record=tracker.on_record(lambda r: f"{r.variant} N={r.n} {r.precision}"))
+    data = payload(tracker.records)
+    chart(plot, "bench.plot_precision", data)
+    if emit_json(data, as_json, output):
+        return
+    t = table(f"training step, fp32 vs bf16 (width {dim}, {heads} heads, {layers} blocks, {tokens} tokens a batch); peak fp32 "
+              f"{peak_rates['fp32'] / 1e9:.0f}, bf16 {peak_rates['bf16'] / 1e9:.0f} GFLOP/s",
+              ["variant", "N", "fp32 steps/s", "bf16 steps/s", "bf16 speed-up", "GFLOP/step", "fp32 of peak", "bf16 of peak"])
+    by = {(r.variant, r.n, r.precision): r for r in tracker.records}
+    for n in lengths:
+        for v in names:
+            a, b = by[(v, n, "fp32")], by[(v, n, "bf16")]
+            if a.seconds is None:
+                t.add_row(v, str(n), "-", "-", "-", "-", "-", a.note or "-")
+                continue
+            t.add_row(v, str(n), f"{a.steps_per_second:.2f}", f"{b.steps_per_second:.2f}", f"{b.speedup:.2f}x", f"{a.flops_per_step / 1e9:.1f}",
+                      f"{100 * a.peak_fraction:.0f}%", f"{100 * b.peak_fraction:.0f}%")
     out.print(t)

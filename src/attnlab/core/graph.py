@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from ..validate import probability
+from .amp import same_autocast_backward, same_autocast_forward
 
 __all__ = ["EdgeAttentionResult", "check_edge_index", "edge_attention"]
 
@@ -124,6 +125,7 @@ class _EdgeAttention(torch.autograd.Function):
     """Forward and backward of sparse edge attention on a :class:`_Pattern` (edges target-major)."""
 
     @staticmethod
+    @same_autocast_forward
     def forward(ctx, q, k, v, bias, ev, pat: _Pattern, scale: float, keep):
         # q, k: (H, N, D); v: (H, N, Dv); bias: (E, H) or None; ev: (E, H, Dv) or None;
         # keep: (E, H) dropout multipliers (0 or 1 / (1 - p)) or None
@@ -140,6 +142,7 @@ class _EdgeAttention(torch.autograd.Function):
         return out, alpha
 
     @staticmethod
+    @same_autocast_backward
     def backward(ctx, g, g_alpha):
         q, k, v, ev, alpha, keep = ctx.saved_tensors
         pat, scale = ctx.pat, ctx.scale

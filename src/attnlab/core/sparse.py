@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .amp import same_autocast_backward, same_autocast_forward
 from .blockmap import BlockMap, Chunk
 from .sparse_setup import SparseSetup, _index4, _split_heads, _stat_dtype
 
@@ -268,6 +269,7 @@ class _SparseAttention(torch.autograd.Function):
     """``sparse_forward`` with ``sparse_backward`` as its gradient (inputs already padded)."""
 
     @staticmethod
+    @same_autocast_forward
     def forward(ctx, setup: SparseSetup, qp, kp, vp, bias, *params):
         out, lse = sparse_forward(setup, qp, kp, vp, bias)
         ctx.setup = setup
@@ -276,6 +278,7 @@ class _SparseAttention(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @same_autocast_backward
     def backward(ctx, grad):
         qp, kp, vp, bias, out, lse, *params = ctx.saved_tensors
         need = ctx.needs_input_grad[1:5]

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ..core import masks
+from ..core.amp import same_autocast_backward, same_autocast_forward
 from ..core.attend import AttentionResult
 from ..core.blockmap import BlockMap, block_map
 from ..core.maskfn import as_mask
@@ -183,6 +184,7 @@ class _Setup:
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
+    @same_autocast_forward
     def forward(ctx, setup: _Setup, q, k, v, *params):
         rc, plan = setup.ctx, setup.plan
         r = rc.rank
@@ -229,6 +231,7 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @same_autocast_backward
     def backward(ctx, grad_out):
         q, k, v, out, lse, *params = ctx.saved_tensors
         setup: _Setup = ctx.setup

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..core.amp import same_autocast_backward, same_autocast_forward
+
 __all__ = ["kernel_attention", "chunked_kernel_attention", "FeatureMap", "CAUSAL_CHUNK"]
 
 CAUSAL_CHUNK = 128
@@ -107,6 +109,7 @@ class _ChunkedKernel(torch.autograd.Function):
     """
 
     @staticmethod
+    @same_autocast_forward
     def forward(ctx, fmap, chunk, eps, valid, q, k, v):
         b, h, m, dv = v.shape
         kvz, shift = None, None
@@ -138,6 +141,7 @@ class _ChunkedKernel(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @same_autocast_backward
     def backward(ctx, grad_out):
         q, k, v, kvz, out = ctx.saved_tensors
         fmap, chunk, eps, valid, shift = ctx.fmap, ctx.chunk, ctx.eps, ctx.valid, ctx.shift

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..core.amp import same_autocast_backward, same_autocast_forward
 from ..validate import positive_int
 from .base import Budget, EfficientAttention, Sweep, register
 
@@ -66,6 +67,7 @@ class _LSHChunks(torch.autograd.Function):
     scores, however long the sequence (fewer, reused temporaries: no N-sized score tensor)."""
 
     @staticmethod
+    @same_autocast_forward
     def forward(ctx, sq, sv, sb, pos, ok, c: int, causal: bool):
         b, h, length, _ = sq.shape
         nc = length // c
@@ -96,6 +98,7 @@ class _LSHChunks(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @same_autocast_backward
     def backward(ctx, do, dlse):
         sq, sv, sb, pos, ok = ctx.saved_tensors
         c = ctx.c

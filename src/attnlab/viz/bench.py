@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["log_log_axes", "plot_attention_benchmark", "plot_scaling", "plot_vit_cnn"]
+__all__ = ["log_log_axes", "plot_attention_benchmark", "plot_precision", "plot_scaling", "plot_vit_cnn"]
 
 
 def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
@@ -168,3 +168,35 @@ def plot_vit_cnn(records: list[dict], path: str | Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     return save_figure(fig, path, dpi=120)
+
+
+def plot_precision(data: dict, path: str | Path) -> Path:
+    """``attnlab bench precision``: per variant, the bfloat16 step's speed-up over float32 (left)
+    and the share of this machine's peak each precision reaches (right), one group per length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in data["records"] if r["seconds"] is not None]
+    lengths = sorted({r["n"] for r in recs})
+    variants = list(dict.fromkeys(r["variant"] for r in recs))
+    by = {(r["variant"], r["n"], r["precision"]): r for r in recs}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2))
+    width = 0.8 / max(1, len(lengths))
+    for i, n in enumerate(lengths):
+        xs = [j + i * width for j, v in enumerate(variants) if (v, n, "bf16") in by]
+        left.bar(xs, [by[(v, n, "bf16")]["speedup"] for v in variants if (v, n, "bf16") in by], width, label=f"N = {n}")
+        for k, prec in enumerate(("fp32", "bf16")):
+            ys = [100 * by[(v, n, prec)]["peak_fraction"] for v in variants if (v, n, prec) in by]
+            right.bar([x + k * width / 2 for x in xs], ys, width / 2, label=f"{prec}, N = {n}", alpha=0.9 if prec == "bf16" else 0.5)
+    for ax in (left, right):
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(variants))], variants, rotation=30, ha="right", fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    left.axhline(1.0, color="grey", lw=0.8, ls=":")
+    left.set_ylabel("bf16 steps/s over fp32 steps/s")
+    left.set_title("bfloat16 mixed precision: training-step speed-up", fontsize=10)
+    right.set_ylabel("% of this machine's peak in that precision")
+    right.set_title("achieved FLOP/s over the matrix-product peak", fontsize=10)
+    return save_figure(fig, path)

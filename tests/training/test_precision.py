@@ -1,0 +1,155 @@
+"""Mixed precision: ``auto`` resolves from the CPU's flags, every attention path runs under bf16
+autocast within bfloat16's error of float32 with float32 weights and gradients, runs store their
+precision and evaluate in it, and the utilisation figures are what they claim."""
+
+import math
+
+import pytest
+import torch
+
+from attnlab import efficient
+from attnlab.arena.presets import VARIANT_OPTIONS
+from attnlab.models import Encoder, ModelConfig, build_model
+from attnlab.models.config import AttentionSpec, PositionalSpec
+from attnlab.profiling import count_flops, peak_flops
+from attnlab.training import ConfigMismatchError, TrainConfig, evaluate, load_checkpoint, train
+from attnlab.training import precision as P
+from tests.helpers import assert_close_rel
+
+TINY = dict(task_options={"size": 128}, steps=6, eval_every=3, dim=16, layers=1, heads=2, warmup=2, batch_size=16)
+
+BF16_TOL = 0.05
+"""Relative error of a bf16-autocast forward against float32: a few of bfloat16's 2^-8 roundings
+through two blocks."""
+
+
+@pytest.mark.parametrize("flags, expected", [({"avx512_bf16"}, "bf16"), ({"amx_bf16", "avx2"}, "bf16"), ({"avx512f", "avx2"}, "fp32"),
+                                             (set(), "fp32")])
+def test_auto_is_bf16_exactly_where_the_cpu_has_native_bfloat16(monkeypatch, flags, expected):
+    monkeypatch.setattr(P, "_cpu_flags", lambda: frozenset(flags))
+    assert P.resolve("auto", "cpu") == expected
+    assert P.resolve("fp32", "cpu") == "fp32" and P.resolve("bf16", "cpu") == "bf16"  # asked for: given, native or not
+
+
+def test_bad_precisions_are_refused_with_the_choices():
+    with pytest.raises(ValueError, match="fp32, bf16, auto"):
+        P.resolve("fp16")
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto"):
+        TrainConfig.for_task("pos", precision="half")
+
+
+def test_autocast_runs_matrix_products_in_bf16_and_nothing_in_fp32():
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(2, 8)
+    with P.autocast("fp32"):
+        assert lin(x).dtype == torch.float32
+    with P.autocast("bf16"):
+        assert lin(x).dtype == torch.bfloat16
+
+
+def _variant_cases():
+    for name in efficient.names():
+        for causal in (False, True):
+            yield name, causal
+
+
+@pytest.mark.parametrize("name, causal", list(_variant_cases()))
+def test_every_variant_under_bf16_autocast_stays_within_bfloat16_error_with_float32_gradients(name, causal):
+    opts = dict(VARIANT_OPTIONS.get(name, {}))
+    if name == "reformer":
+        opts["seed"] = 0  # the same hash rotations in both runs
+    if name == "linformer":
+        opts["max_len"] = 96
+    torch.manual_seed(0)
+    try:
+        enc = Encoder(32, 4, 2, attention=name, attention_options=opts, causal=causal)
+    except ValueError as e:
+        assert "causal" in str(e)  # a variant with no causal form says so
+        return
+    x = torch.randn(2, 96, 32)
+    pad = torch.zeros(2, 96, dtype=torch.bool)
+    pad[1, 70:] = True
+    mask = ~pad[:, None, None, :]
+    ref = enc(x, mask=mask).output
+    ref.pow(2).mean().backward()
+    params = [p for p in enc.parameters() if p.grad is not None]  # reformer's shared QK leaves the key projection unused
+    ref_grads = [p.grad.clone() for p in params]
+    enc.zero_grad()
+    with P.autocast("bf16"):
+        out = enc(x, mask=mask).output
+    out.float().pow(2).mean().backward()
+    tol = 0.3 if name == "reformer" else BF16_TOL  # a bf16 rounding may move a key to another hash bucket
+    assert_close_rel(out.float()[~pad], ref[~pad], tol, f"{name} causal={causal}")
+    for p in params:
+        assert p.dtype == torch.float32 and p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all()
+    grad = torch.cat([p.grad.flatten() for p in params])
+    ref_grad = torch.cat([g.flatten() for g in ref_grads])
+    cos = torch.nn.functional.cosine_similarity(grad.double(), ref_grad.double(), dim=0)
+    assert cos > (0.9 if name == "reformer" else 0.99), f"{name}: gradient direction off, cosine {cos:.4f}"
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "sinusoidal"])
+def test_cached_decoding_under_bf16_follows_the_full_forward(positional):
+    torch.manual_seed(0)
+    cfg = ModelConfig(kind="lm", model="lm", num_labels=40, dim=32, num_layers=2, num_heads=4, vocab_size=40,
+                      attention=AttentionSpec("dense", {}), positional=PositionalSpec(positional), max_len=64, causal=True)
+    lm = build_model(cfg).eval()
+    tokens = torch.randint(2, 40, (2, 30))
+    with torch.no_grad(), P.autocast("bf16"):
+        full = lm(tokens).output.float()
+        cache = lm.new_cache()
+        steps = [lm(tokens[:, :10], cache=cache).output.float()]
+        steps += [lm(tokens[:, i : i + 1], cache=cache).output.float() for i in range(10, 30)]
+    assert_close_rel(torch.cat(steps, dim=1), full, BF16_TOL, f"cache bf16 {positional}")
+
+
+def test_a_bf16_run_keeps_float32_weights_stores_its_precision_and_evaluates_in_it(tmp_path):
+    cfg = TrainConfig.for_task("pos", **TINY, precision="bf16")
+    res = train(cfg, tmp_path)
+    assert res.precision == "bf16"
+    ck = load_checkpoint(tmp_path)
+    assert ck.config.precision == "bf16" and ck.meta["precision"] == "bf16"
+    assert all(p.dtype == torch.float32 for p in ck.model.parameters())
+    again = evaluate(tmp_path)
+    assert again.precision == "bf16" and again.value == res.value  # the test score is reproduced in the run's precision
+    with pytest.raises(ConfigMismatchError, match="precision"):
+        train(TrainConfig.for_task("pos", **{**TINY, "steps": 8}, precision="fp32"), tmp_path, resume=True)
+
+
+def test_runs_stored_before_precisions_existed_read_as_float32():
+    data = {k: v for k, v in TrainConfig.for_task("pos", precision="bf16").__dict__.items() if k != "precision"}
+    assert TrainConfig.from_dict(data).precision == "fp32"
+
+
+def test_flops_are_counted_as_two_per_multiply_add_cpu_flash_attention_included():
+    a, b = torch.randn(6, 7), torch.randn(7, 5)
+    assert count_flops(lambda: a @ b) == 2 * 6 * 7 * 5
+    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    # q k^T and the weights times v: 2 x (2 * B * H * N * M * D)
+    assert count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)) == 2 * (2 * 2 * 3 * 16 * 16 * 8)
+
+
+def test_the_peak_is_measured_once_per_process():
+    first = peak_flops("float32")
+    assert first > 1e8 and peak_flops("float32") is first  # cached: the same measurement
+
+
+def test_a_runs_utilisation_is_its_flops_over_its_step_time_and_the_peak(tmp_path):
+    res = train(TrainConfig.for_task("pos", **TINY), tmp_path)
+    assert res.flops_per_step > 0
+    assert math.isclose(res.flop_rate, res.flops_per_step * res.steps_run / res.step_seconds)
+    assert math.isclose(res.peak_fraction, res.flop_rate / peak_flops("float32" if res.precision == "fp32" else "bfloat16"))
+
+
+def test_counting_flops_leaves_the_run_bitwise_unchanged(tmp_path, monkeypatch):
+    """The count runs a step under a forked RNG and drops its gradients: the run is the one it
+    would be without it."""
+    from attnlab.training import loop
+
+    cfg = TrainConfig.for_task("pos", **TINY, model_options={"dropout": 0.1})
+    a = train(cfg, tmp_path / "a")
+    monkeypatch.setattr(loop, "_step_flops", lambda *args: 0)
+    b = train(cfg, tmp_path / "b")
+    assert b.flops_per_step == 0 and b.flop_rate is None
+    sa, sb = (load_checkpoint(p, weights="last").model.state_dict() for p in (tmp_path / "a", tmp_path / "b"))
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
