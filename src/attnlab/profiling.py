@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Callable
 
-__all__ = ["ALLOCATORS", "PEAK_SIZE", "allocator_env", "count_flops", "loglog_slope", "measure_calls", "measure_in_child", "minor_faults",
+__all__ = ["ALLOCATORS", "PEAK_SIZE", "allocator_env", "count_flops", "flop_counter", "loglog_slope", "measure_calls", "measure_in_child", "minor_faults",
            "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]
 
 ALLOCATORS = ("keep", "system")
@@ -121,11 +121,19 @@ def _sync(device: str) -> None:
 
 
 def count_flops(fn: Callable[[], object]) -> int:
-    """Floating-point operations of ``fn()`` as PyTorch's :class:`~torch.utils.flop_counter.FlopCounterMode`
-    counts them (matrix products, convolutions and fused attention, forward and backward: 2 per
-    multiply-add; elementwise work is not counted). PyTorch's CPU flash-attention kernel, which its
-    counter leaves out, is counted with PyTorch's own formulas for fused attention (no saving for
-    a causal mask: the kernel's work is that of the full product, less the blocks it skips)."""
+    """Floating-point operations of ``fn()`` as :func:`flop_counter` counts them."""
+    with flop_counter() as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def flop_counter():
+    """PyTorch's :class:`~torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions and
+    fused attention, forward and backward: 2 per multiply-add; elementwise work is not counted), with
+    PyTorch's CPU flash-attention kernel, which its counter leaves out, counted by PyTorch's own
+    formulas for fused attention: the full N x M product, as PyTorch counts it, so a causal kernel
+    (which skips the blocks above the diagonal) is counted at about twice its attention work. Use it
+    as a context manager; ``get_total_flops()`` afterwards."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
@@ -134,9 +142,7 @@ def count_flops(fn: Callable[[], object]) -> int:
         aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v),
         aten._scaled_dot_product_flash_attention_for_cpu_backward: lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v),
     }
-    with FlopCounterMode(display=False, custom_mapping=cpu_attention) as counter:
-        fn()
-    return int(counter.get_total_flops())
+    return FlopCounterMode(display=False, custom_mapping=cpu_attention)
 
 
 @contextlib.contextmanager

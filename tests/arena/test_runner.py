@@ -39,6 +39,28 @@ def test_plans_are_deterministic_and_checked():
     assert plan("quick", tasks=["jsonl"], variants=["dense"], data="d.jsonl")[0].config.task_options == {"path": "d.jsonl"}
 
 
+def test_precision_is_each_tasks_own_or_the_one_asked_for_and_old_run_ids_stay():
+    import dataclasses
+    import hashlib
+    import json
+
+    from attnlab.arena.runner import _run_id
+
+    quick = plan("quick")
+    assert {s.config.precision for s in quick if s.task == "text"} == {"auto"}  # the long task: bfloat16 where the CPU has it
+    assert {s.config.precision for s in quick if s.task != "text"} == {"fp32"}
+    assert {s.config.precision for s in plan("quick", precision="bf16")} == {"bf16"}
+    with pytest.raises(ValueError, match="precision must be one of"):
+        plan("quick", precision="fp8")
+    cfg = TrainConfig.for_task("pos", steps=10)  # at the values every run had before the fields existed: the id it had then
+    fields = dataclasses.asdict(cfg)
+    for later in ("seconds", "precision", "compile", "pretrain_steps", "pretrain_share"):
+        del fields[later]
+    assert _run_id(cfg) == hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+    assert _run_id(dataclasses.replace(cfg, precision="bf16")) != _run_id(cfg)
+    assert _run_id(dataclasses.replace(cfg, pretrain_steps=5)) != _run_id(cfg)
+
+
 def test_the_none_variant_is_each_tasks_model_without_attention():
     specs = plan("quick", tasks=["recall", "digits", "speech"], variants=["dense", "none"])
     none = {s.task: s.config for s in specs if s.variant == "none"}

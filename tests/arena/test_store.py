@@ -58,3 +58,7 @@ def test_history_round_trips_and_an_old_store_gains_the_column(tmp_path):
     rows = {r["run_id"]: r for r in store.rows()}
     assert rows["old"]["history"] == [] and rows["old"]["value"] == 0.5
     assert rows["new"]["history"] == hist
+    assert rows["old"]["precision"] is None and rows["old"]["peak_fraction"] is None  # the columns of later issues, empty
+    store.add(_row("fast", precision="bf16", flop_rate=2.5e10, peak_fraction=0.06))
+    fast = next(r for r in store.rows() if r["run_id"] == "fast")
+    assert (fast["precision"], fast["flop_rate"], fast["peak_fraction"]) == ("bf16", 2.5e10, 0.06)

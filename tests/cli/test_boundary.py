@@ -57,6 +57,8 @@ BAD = {
     "bench packing": (["bench", "packing", "--min-length", "10", "--max-length", "5"], "exceeds --max-length"),
     "bench masks": (["bench", "masks", "--patterns", "nosuch"], "unknown --patterns"),
     "bench ring": (["bench", "ring", "--from", "{file}"], "not a records file"),
+    "bench peak": (["bench", "peak", "--nosuch"], "No such option: --nosuch"),
+    "bench precision": (["bench", "precision", "--variants", "nosuch"], "unknown --variants"),
     "compare vit-cnn": (["compare", "vit-cnn", "--fractions", "x"], "--fractions must be numbers"),
     "plot positional": (["plot", "positional", "rope", "--dim", "3", "-o", "{under_file}.png"], "head width must be even"),
     "list": (["list", "nosuch"], "choose one of tasks, variants"),

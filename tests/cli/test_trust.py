@@ -121,7 +121,7 @@ def test_6_the_leaderboard_marks_cells_that_mean_little(capsys):
     assert any(f"only {MIN_TEST - 1} examples" in c for c in cells["linear"])
     _print_leaderboard(board)
     text = _flat(capsys.readouterr().out)
-    assert "0.535 !" in text and "! dense: the time budget allowed only 12" in text and "0.770 !" not in text
+    assert "0.535 ± 0.516 !" in text and "! dense: the time budget allowed only 12" in text and "0.770 !" not in text
 
 
 def test_7_predict_keeps_the_label_beside_its_prediction_and_scores_it(runs):

@@ -106,3 +106,17 @@ def test_the_baseline_config_drops_attention_and_its_summary_token():
     with pytest.raises(ValueError, match="no no-attention baseline"):
         TrainConfig.for_task("translate").baseline()
     assert TrainConfig.for_task("jsonl").positional == "rope"  # measured: benchmarks/user_data.py
+
+
+def test_the_defaults_follow_the_datas_length(tmp_path, monkeypatch):
+    from attnlab.tasks import jsonl
+
+    monkeypatch.setattr(jsonl, "LONG_DEFAULTS", {"positional": "none", "layers": 1})  # whatever was measured: chosen by length
+    short, long = tmp_path / "short.jsonl", tmp_path / "long.jsonl"
+    short.write_text("".join(json.dumps({"text": "a few words here", "label": i % 2}) + "\n" for i in range(10)))
+    long.write_text("".join(json.dumps({"text": " ".join(["word"] * (jsonl.LONG_WORDS + 1)), "label": i % 2}) + "\n" for i in range(10)))
+    assert TrainConfig.for_task("jsonl", task_options={"path": str(short)}).positional == jsonl.SHORT_DEFAULTS["positional"]
+    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(long)})
+    assert (cfg.positional, cfg.layers) == ("none", 1)
+    assert TrainConfig.for_task("jsonl", task_options={"path": str(long)}, layers=3).layers == 3  # a given option still wins
+    assert TrainConfig.for_task("jsonl", task_options={"path": str(tmp_path / "missing.jsonl")}).positional == "rope"

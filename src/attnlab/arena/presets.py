@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .. import efficient
 from ..training.config import TIME_BUDGET_STEPS
 
-__all__ = ["DEFAULT_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "TIME_BUDGET_STEPS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
+__all__ = ["DEFAULT_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "TIME_BUDGET_STEPS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
 
 VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
 """Per variant, its ``attention_options`` in the arena (a view of each variant's
@@ -25,6 +25,11 @@ LONG_VARIANTS = ("dense", "dense_naive", "local", "linformer", "performer", "lin
 """The default run's variants on its long task: ``dense_naive`` (the N x N weights held, as in
 2020) beside ``dense`` (PyTorch's fused kernel) shows what fused kernels changed in the memory
 column; reformer, the slowest variant per step at 1K, is left to the ``lra`` preset."""
+
+
+QUICK_VARIANTS = tuple(v for v in DEFAULT_VARIANTS if v != "reformer")
+"""The default run's variants on its short tasks: reformer, the slowest per step there (about 95 s
+of the default run's ten minutes on recall and digits), is left to the ``standard`` and ``lra`` presets."""
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,13 @@ _LRA_VARIANTS = ("dense", "dense_naive", "local", "longformer", "linformer", "pe
 PRESETS: dict[str, Preset] = {
     "quick": Preset(
         {
-            "text": TaskSetting({"length": 1024}, _timed(20, layers=1, eval_every=100), LONG_VARIANTS),
+            "text": TaskSetting({"length": 1024}, _timed(20, layers=1, eval_every=100, precision="auto"), LONG_VARIANTS),
             "recall": TaskSetting(_SMALL_RECALL, {"steps": 1000, "eval_every": 250}),
             "digits": TaskSetting({}, {"steps": 400, "eval_every": 100, "layers": 2}),
         },
-        description="the default: a 1K-byte real-text task (time-budgeted, 20 s a run) and two short ones, about 9 minutes on a 2-core CPU",
+        variants=QUICK_VARIANTS,
+        description="the default: a 1K-byte real-text task (time-budgeted, 20 s a run, bfloat16 where the CPU has it) and two short "
+                    "ones, about 8 minutes on a 2-core CPU",
     ),
     "standard": Preset(
         {

@@ -50,7 +50,7 @@ def leaderboard(rows: list[dict]) -> dict:
         if ok:
             values = [r["value"] for r in ok]
             entry.update(
-                value=statistics.fmean(values), spread=statistics.stdev(values) if len(values) > 1 else None,
+                value=statistics.fmean(values), spread=_spread(values),
                 steps_per_second=sum(r["steps_per_second"] or 0 for r in ok) / len(ok),
                 peak_bytes=max(r["peak_bytes"] or 0 for r in ok) or None,
                 params=ok[0]["params"], error=None, precision=ok[0].get("precision"),
@@ -80,6 +80,16 @@ def leaderboard(rows: list[dict]) -> dict:
         })
     average.sort(key=lambda e: -e["value"])
     return {"tasks": tasks, "average": average}
+
+
+def _spread(values: list[float]) -> float | None:
+    """The sample standard deviation of the seeds' scores: None with one seed, NaN when one
+    diverged (a NaN or infinite score)."""
+    if len(values) < 2:
+        return None
+    if not all(math.isfinite(v) for v in values):
+        return math.nan
+    return statistics.stdev(values)
 
 
 def _mean_of(rows: list[dict], key: str) -> float | None:
@@ -139,7 +149,7 @@ def _bubbles(ax, entries: list[dict], title: str) -> None:
     for e in pts:
         size = 600 * (e.get("memory") or 1.0)
         ax.scatter(e["speed"], e["value"], s=size, alpha=0.45, color=_color(e["variant"]))
-        if e.get("spread"):  # the seeds' spread: +- one standard deviation
+        if e.get("spread") and math.isfinite(e["spread"]):  # the seeds' spread: +- one standard deviation
             ax.errorbar(e["speed"], e["value"], yerr=e["spread"], color=_color(e["variant"]), capsize=3, lw=1)
         ax.annotate(e["variant"], (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
     ax.set_xscale("log", base=2)

@@ -71,13 +71,15 @@ def plan(
     seeds: Iterable[int] = (0,),
     data: str | None = None,
     seconds: float | None = None,
+    precision: str | None = None,
 ) -> list[RunSpec]:
     """The runs of a preset (restricted to ``tasks`` / ``variants`` when given; otherwise each
     task's own variants, or the preset's), one per seed;
     ``data`` adds the user's jsonl file as task ``jsonl``. The variant :data:`NO_ATTENTION`
     (``"none"``) is each task's no-attention baseline. ``seconds`` makes every run
     time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
-    training seconds, the step count no longer limits it, no early stopping)."""
+    training seconds, the step count no longer limits it, no early stopping). ``precision``
+    (``fp32``, ``bf16``, ``auto``) replaces every task's own (:mod:`attnlab.training.precision`)."""
     from .. import efficient
     from .. import tasks as task_registry
 
@@ -112,6 +114,8 @@ def plan(
             if seconds is not None:
                 train.pop("epochs", None)
                 train.update(seconds=float(seconds), steps=TIME_BUDGET_STEPS)
+            if precision is not None:
+                train["precision"] = precision
             for v in chosen(s):
                 opts = VARIANT_OPTIONS.get(v, {})
                 cfg = TrainConfig.for_task(

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from .common import err, fail, fmt_x, int_list, out, print_json, split_list, table
-from .options import json_option
+from .options import json_option, precision_option
 
 __all__ = ["arena", "report"]
 
@@ -25,6 +25,7 @@ def arena(
         None, "--budget-seconds", min=1.0,
         help="Time-budgeted mode: every run trains for these seconds (learning rate annealed over them, no step limit, "
              "no early stop). Default: the preset's budgets (steps, or seconds for its long tasks)."),
+    precision: Optional[str] = precision_option(None),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
     data: Optional[str] = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
     workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process."),
@@ -41,7 +42,7 @@ def arena(
         fail(f"--data {data}: no such file (a jsonl file, see 'attnlab train jsonl')")
     try:
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
-                     seeds=int_list("--seeds", seeds, minimum=0), data=data, seconds=budget_seconds)
+                     seeds=int_list("--seeds", seeds, minimum=0), data=data, seconds=budget_seconds, precision=precision)
     except (ValueError, KeyError) as e:
         fail(str(e))
     Store(Path(out_dir) / "results.sqlite")  # a damaged store or an unwritable folder fails here, before the board is drawn

@@ -75,4 +75,5 @@ def precision_option(default: Optional[str]):
     """``--precision fp32|bf16|auto``: the arithmetic of training and evaluation (:mod:`attnlab.training.precision`)."""
     return typer.Option(default, metavar="fp32|bf16|auto",
                         help="Matrix products in float32, in bfloat16 (mixed precision: float32 weights and loss), or auto: bf16 where "
-                             "the device does it natively (AVX-512 BF16 / AMX CPUs, CUDA) (default: auto).")
+                             "the device does it natively (AVX-512 BF16 / AMX CPUs, CUDA). Default: fp32 (the arena: each task's own); "
+                             "'attnlab bench precision' measures what bf16 gains here, variant by variant.")

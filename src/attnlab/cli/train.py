@@ -93,9 +93,9 @@ def train(
             return
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
-            pre = _TrainingBar(bar, f"{task} {cfg.model} self-pretraining")
+            pre = _TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval, sequence_parallel=sequence_parallel,
-                               overwrite=force, on_pretrain_step=pre.on_step)
+                               overwrite=force, on_pretrain_step=pre.on_step if pre else None)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")

@@ -28,6 +28,7 @@ token, in every task's vocabulary; a task's own tokens start at :data:`FIRST`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -127,19 +128,21 @@ class Task:
 TASKS: Registry = Registry("task")
 
 
-def register(name: str, *, train_defaults: dict | None = None, baseline_model: str | None = "mlp"):
+def register(name: str, *, train_defaults: dict | Callable[..., dict] | None = None, baseline_model: str | None = "mlp"):
     """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``.
 
     Args:
         train_defaults: the task's own training settings (any :class:`attnlab.training.TrainConfig`
-            field: steps, lr, model, positional, ...), calibrated on a 2-core CPU.
+            field: steps, lr, model, positional, ...), calibrated on a 2-core CPU; or a function
+            ``(**task_options) -> dict`` (taking every option the task takes) for defaults that
+            depend on the data, e.g. its length.
         baseline_model: the task's **no-attention baseline**, a backbone that uses no attention
             (default ``"mlp"``: each token alone, pooled for a set; ``"cnn"``, ``"node_mlp"``), or
             None where no such backbone reads the task; see :func:`baseline_model`.
     """
 
     def deco(fn):
-        fn.train_defaults = dict(train_defaults or {})
+        fn.train_defaults = train_defaults if callable(train_defaults) else dict(train_defaults or {})
         fn.baseline_model = baseline_model
         TASKS.add(name, fn)
         return fn
@@ -147,9 +150,13 @@ def register(name: str, *, train_defaults: dict | None = None, baseline_model: s
     return deco
 
 
-def train_defaults(name: str) -> dict:
-    """The training defaults the task ``name`` registered (a copy; ``{}`` when none)."""
-    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in getattr(TASKS.get(name), "train_defaults", {}).items()}
+def train_defaults(name: str, options: dict | None = None) -> dict:
+    """The training defaults the task ``name`` registered (a copy; ``{}`` when none), for the task
+    built with ``options`` where they depend on its data."""
+    found = getattr(TASKS.get(name), "train_defaults", {})
+    if callable(found):
+        found = found(**(options or {}))
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in found.items()}
 
 
 def baseline_model(name: str) -> str | None:

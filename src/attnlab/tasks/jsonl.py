@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .base import IGNORE, Split, Task, pad_rows, register
 
-__all__ = ["make_jsonl", "read_records", "kind_of_record", "encode_inputs", "FIELDS"]
+__all__ = ["FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "SHORT_DEFAULTS", "encode_inputs", "kind_of_record", "make_jsonl", "read_records", "train_defaults_for"]
 
 FIELDS = {"tagging": ("tokens", "labels"), "classification": ("text", "label"), "seq2seq": ("source", "target")}
 
@@ -125,12 +125,37 @@ def encode_inputs(kind: str, artifacts: dict, records: list[dict]) -> list[list[
     return [tok.encode(r[FIELDS[kind][0]]).ids for r in records]
 
 
-# defaults measured on real user-like data (benchmarks/user_data.py: token roles in 48-token windows of
-# standard-library source, 600 steps): rope 0.944, sinusoidal 0.878, none 0.877 (the old default),
-# alibi 0.872, relative 0.872; rope at width 128 0.958 (2.6x the time), 1 layer 0.856. Without
-# attention: each token alone (mlp) 0.897, +-2 tokens (window_mlp) 0.977: the baseline that
-# `attnlab train jsonl` trains and shows beside the model
-@register("jsonl", train_defaults={"positional": "rope"}, baseline_model="window_mlp")
+SHORT_DEFAULTS = {"positional": "rope"}
+"""Training defaults of short records, measured on real user-like data (benchmarks/user_data.py:
+token roles in 48-token windows of standard-library source, 600 steps): rope 0.944, sinusoidal
+0.878, none 0.877 (the old default), alibi 0.872, relative 0.872; rope at width 128 0.958 (2.6x
+the time), 1 layer 0.856. Without attention: each token alone (mlp) 0.897, +-2 tokens
+(window_mlp) 0.977: the baseline that ``attnlab train jsonl`` trains and shows beside the model."""
+
+LONG_WORDS = 200
+"""Texts of more than this many whitespace-separated words on average are long documents."""
+
+LONG_DEFAULTS = {"positional": "rope"}
+"""Training defaults of long documents (benchmarks/long_documents.py: 2,600-character pieces of
+five standard-library packages, about 700 tokens each)."""
+
+
+def train_defaults_for(path: str | None = None, **options) -> dict:
+    """The training defaults of a jsonl file, by its length: :data:`LONG_DEFAULTS` for
+    classification texts of more than :data:`LONG_WORDS` words on average, else
+    :data:`SHORT_DEFAULTS` (also when the file cannot be read: building the task reports why)."""
+    if path is None:
+        return dict(SHORT_DEFAULTS)
+    try:
+        kind, records = read_records(path)
+    except ValueError:
+        return dict(SHORT_DEFAULTS)
+    if kind == "classification" and sum(len(r["text"].split()) for r in records) / len(records) > LONG_WORDS:
+        return dict(LONG_DEFAULTS)
+    return dict(SHORT_DEFAULTS)
+
+
+@register("jsonl", train_defaults=train_defaults_for, baseline_model="window_mlp")
 def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000, size: int | None = None) -> Task:
     """The user's file as a task (see the module docstring); ``size`` keeps that many training lines."""
     if path is None:

@@ -7,6 +7,8 @@ module              what it holds
 ``checkpoint``      atomic checkpoint folders, :func:`load_checkpoint` (versions 1 and 2)
 ``loop``            :func:`train` (incl. resuming, time budgets, DDP under torchrun)
 ``inference``       :func:`evaluate`, :func:`predict`, :func:`cross_attention_example`, :func:`generate`
+``precision``       mixed precision: ``fp32``, ``bf16`` (autocast), ``auto``
+``caveats``         why a score means less than it seems (tiny test split, too few steps)
 ==================  ===================================================================
 
 The loss and the metric of each kind of output are :mod:`attnlab.objectives`; the per-task

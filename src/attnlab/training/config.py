@@ -99,7 +99,7 @@ class TrainConfig:
     def for_task(cls, task: str, **overrides) -> TrainConfig:
         """The config with the task's own training defaults (:func:`attnlab.tasks.train_defaults`),
         then ``overrides`` (None values ignored). ``epochs`` replaces a default ``steps``."""
-        defaults = train_defaults(task) if task in TASKS else {}
+        defaults = train_defaults(task, overrides.get("task_options")) if task in TASKS else {}
         model = overrides.get("model") or defaults.get("model") or "transformer"
         if model in BACKBONES and not BACKBONES.get(model).uses_attention:
             for key in ("positional", "causal"):  # a task's attention defaults are for attention models

@@ -32,13 +32,14 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
     ck = load_checkpoint(path)
     task = task_registry.create(ck.config.task, **ck.config.task_options) if task is None else task
     device = next(ck.model.parameters()).device
-    precision = resolve(ck.config.precision, device)
+    precision = ck.meta.get("precision") or resolve(ck.config.precision, device)  # as it trained (auto resolved then)
     with autocast(precision, device):
         value = objectives.get(task).score(ck.model, task, split)
     size, unit = task.split_size(split)
     return TrainResult(
         task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),
         ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit, precision=precision,
+        pretrain=ck.meta.get("pretrain"),
     )
 
 

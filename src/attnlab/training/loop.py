@@ -9,6 +9,7 @@ from a checkpoint continues exactly as the uninterrupted run would have (bitwise
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -27,7 +28,7 @@ from ..models.build import build_model
 from ..objectives import collate
 from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint, write_checkpoint
-from ..profiling import count_flops, peak_flops
+from ..profiling import flop_counter, peak_flops
 from .config import TrainConfig, model_config
 from .precision import autocast, resolve
 
@@ -43,7 +44,8 @@ class TrainResult:
     ``stopped_by``: ``"steps"``, ``"patience"`` or ``"budget"``. ``kind``: the task's kind.
     ``precision``: the arithmetic it trained in (``fp32`` or ``bf16``, ``auto`` resolved).
     ``flops_per_step``: floating-point operations of one training step (forward and backward,
-    counted on the first batch by :func:`attnlab.profiling.count_flops`; 0 when not counted);
+    counted once per run, during the first step it runs, by :func:`attnlab.profiling.flop_counter`;
+    0 when not counted: under torchrun, or with nothing to train);
     ``flop_rate``: those achieved per second of this call's steps; ``peak_fraction``: that rate
     over this machine's peak in the run's precision (:func:`attnlab.profiling.peak_flops`).
     ``pretrain``: the self-pretraining phase (steps, seconds, first and last loss, validation
@@ -168,7 +170,7 @@ def train(
         overwrite: replace a run already in ``out``; without it (or ``resume``) such a run is
             never touched (:class:`RunExistsError`).
         on_step: ``(step, total, loss)`` after each step. on_eval: ``(step, val score)``.
-            on_pretrain_step: ``(step, total, loss)`` after each self-pretraining step.
+        on_pretrain_step: ``(step, total, loss)`` after each self-pretraining step.
         max_seconds: stop (validate, checkpoint, test) once this call has run this long (setup and
             validation included; ``cfg.seconds`` is the run's own budget of training time).
         task: a task built in Python (e.g. :func:`attnlab.tasks.graphs.task_from_graphs` on
@@ -192,6 +194,8 @@ def train(
     out = Path(out)
     rank, world, own_group = _distributed()
     sp, dp_rank, dp_world = _sequence_groups(rank, world, sequence_parallel)
+    if (cfg.pretrain_steps or cfg.compile) and (world > 1 or sp is not None):
+        raise ValueError("self-pretraining and compile run in one process: not under torchrun")
     if not resume and not overwrite and (out / "checkpoint" / "config.json").exists():
         meta = load_checkpoint(out).meta  # a damaged one raises CheckpointError: still not overwritten
         raise RunExistsError(out, meta.get("step", 0), meta.get("total_steps"))
@@ -210,6 +214,7 @@ def train(
     step, best, since_best, history, resumes, losses = 0, None, 0, [], [], []
     spent = 0.0  # seconds in optimizer steps, over every call of the run (self-pretraining's included)
     pretrain = None  # the self-pretraining phase's record, once run
+    flops = 0  # FLOPs of one training step, counted once per run
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     if resume:
         ck = load_checkpoint(out, weights="last", with_state=True)
@@ -225,9 +230,9 @@ def train(
         losses = ck.meta.get("losses", [])
         spent = ck.meta.get("train_seconds", 0.0)
         pretrain = ck.meta.get("pretrain")
+        precision = ck.meta.get("precision") or precision  # the run keeps its arithmetic, wherever it resumes (auto resolved once)
+        flops = ck.meta.get("flops_per_step", 0)
         best_state = load_checkpoint(out, weights="best").model.state_dict()
-    if (cfg.pretrain_steps or cfg.compile) and (world > 1 or sp is not None):
-        raise ValueError("self-pretraining and compile run in one process: not under torchrun")
     train_model = torch.compile(model) if cfg.compile else model
     if sp is not None:
         from ..distributed.sequence import parallelize
@@ -242,7 +247,7 @@ def train(
         state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
         meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
                 "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent, "sequence_parallel": sequence_parallel,
-                "precision": precision, "pretrain": pretrain}
+                "precision": precision, "pretrain": pretrain, "flops_per_step": flops}
         if sp is not None:  # this process's ring traffic and time, this call's steps and validations
             meta["ring"] = {"sent_bytes": sp.timings.sent, "wait_seconds": sp.timings.wait, "compute_seconds": sp.timings.compute,
                             "steps": sp.timings.steps}
@@ -251,16 +256,13 @@ def train(
         return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
 
     if cfg.pretrain_steps and pretrain is None:
-        pretrain = _pretrain(model, task, cfg, precision, on_pretrain_step)
+        deadline = None if max_seconds is None else t0 + max_seconds
+        pretrain = _pretrain(model, task, cfg, precision, on_pretrain_step, deadline)
         spent = pretrain["seconds"]
         best_state = {k: v.clone() for k, v in model.state_dict().items()}
         save()  # the pretrained weights survive a crash: a resumed run fine-tunes them
     pre_seconds = pretrain["seconds"] if pretrain else 0.0
     budget = None if cfg.seconds is None else max(cfg.seconds - pre_seconds, 1e-9)  # fine-tuning's share of the time budget
-    flops = 0
-    if rank == 0 and sp is None and step < total:
-        flops = _step_flops(model, objective, *collate(task, train_split, _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step),
-                                                      objective), precision)
     stopped = cfg.seconds is not None and spent >= cfg.seconds  # resumed after its budget ran out: nothing to train
     stopped_by = "budget" if stopped else "steps"
     step_seconds, steps_run = 0.0, 0
@@ -273,10 +275,14 @@ def train(
         inputs, labels = collate(task, train_split, idx, objective)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step, total, spent - pre_seconds, budget)
-        with autocast(precision, device):
-            loss = objective.loss(train_model, inputs, labels)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        count = not flops and world == 1  # one process (its rate is over its own peak): the first step it runs is counted, eagerly
+        with flop_counter() if count else contextlib.nullcontext() as counter:
+            with autocast(precision, device):
+                loss = objective.loss(model if count else train_model, inputs, labels)
+            loss.backward()
+        if count:
+            flops = int(counter.get_total_flops())
         if sp is not None:
             _average_gradients(model, world)
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -338,28 +344,12 @@ def train(
                        flop_rate=rate, peak_fraction=rate / peak if rate else None, pretrain=pretrain)
 
 
-def _step_flops(model: nn.Module, objective, inputs: dict, labels: torch.Tensor, precision: str) -> int:
-    """FLOPs of one training step (forward and backward) of ``model`` on a batch, counted by
-    :func:`attnlab.profiling.count_flops`; the random state and the gradients are left as they were."""
-    device = next(model.parameters()).device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-
-        def step():
-            with autocast(precision, device):
-                loss = objective.loss(model, inputs, labels)
-            loss.backward()
-
-        model.train()
-        flops = count_flops(step)
-    model.zero_grad(set_to_none=True)
-    return flops
-
-
 def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
-              on_step: Callable[[int, int, float], None] | None = None) -> dict:
+              on_step: Callable[[int, int, float], None] | None = None, deadline: float | None = None) -> dict:
     """Self-pretraining of ``model``'s token backbone on the training split's inputs
     (:class:`attnlab.objectives.Denoising`): AdamW at the run's learning rate, warm-up then cosine
-    decay over ``cfg.pretrain_steps`` (or the budget's ``pretrain_share``, whichever ends first).
+    decay over ``cfg.pretrain_steps`` (or the budget's ``pretrain_share``, whichever ends first),
+    stopping early at ``deadline`` (a :func:`time.perf_counter` reading: ``train``'s ``max_seconds``).
     Returns the phase's record: steps, seconds, mean loss of its first and last ten steps, and the
     validation accuracy of the restored (or next) tokens."""
     from ..objectives.denoising import Denoising, DenoisingModel, token_backbone
@@ -373,7 +363,7 @@ def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
     budget = None if cfg.seconds is None else cfg.seconds * cfg.pretrain_share
     warmup = min(cfg.warmup, max(1, total // 10))
     spent, losses, step = 0.0, [], 0
-    while step < total and (budget is None or spent < budget):
+    while step < total and (budget is None or spent < budget) and (deadline is None or time.perf_counter() < deadline):
         t = time.perf_counter()
         den.train()
         inputs, _ = collate(task, data, _batch_indices(len(data), cfg.batch_size, cfg.seed + 1, step), objective)
