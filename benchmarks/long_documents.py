@@ -8,14 +8,19 @@ Python files of five standard-library packages (``asyncio``, ``email``, ``multip
 ``tkinter``, ``xml``; at most 100 pieces each, 5 balanced classes), one ``{"text", "label"}``
 line per piece; ``attnlab train jsonl`` tokenizes it (WordPiece, 2,000 words: about 700 tokens a
 piece) and splits it 80 / 10 / 10. Every configuration trains the same ``--seconds`` of
-optimizer steps (time-budgeted, no early stop) at ``--precision`` (default ``auto``), from the
-task's defaults (:func:`attnlab.tasks.train_defaults` for ``jsonl``) with one change each; the
-no-attention baseline (``window_mlp``) is what ``attnlab train jsonl`` shows beside the model.
+optimizer steps (time-budgeted, no early stop) at ``--precision`` (default ``auto``): the
+short-data defaults (``SHORT``: :data:`attnlab.tasks.jsonl.SHORT_DEFAULTS` on TrainConfig's own
+batch, warm-up and learning rate, what ``jsonl`` used for every file before) with the changes
+named, and the long-document defaults this measurement chose
+(:data:`attnlab.tasks.jsonl.LONG_DEFAULTS`, what ``attnlab train jsonl`` now uses on this file),
+for the transformer and for its no-attention baseline (``window_mlp``, what ``attnlab train
+jsonl`` shows beside the model).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sysconfig
 import tempfile
@@ -47,15 +52,25 @@ def write_dataset(path: Path) -> int:
     return rows
 
 
+SHORT = {"positional": "rope", "batch_size": 32, "warmup": 100, "lr": 0.001}
+
 CONFIGS = {
-    "defaults": {},
-    "positional none": {"positional": "none"},
-    "positional sinusoidal": {"positional": "sinusoidal"},
-    "1 layer": {"layers": 1},
-    "lr 0.002": {"lr": 0.002},
-    "self-pretraining (half the budget)": {"pretrain_steps": 10**6},
-    "window_mlp (no attention: +-2 tokens)": {"model": "window_mlp"},
+    "short-data defaults": SHORT,
+    "positional none": {**SHORT, "positional": "none"},
+    "positional sinusoidal": {**SHORT, "positional": "sinusoidal"},
+    "1 layer": {**SHORT, "layers": 1},
+    "lr 0.002": {**SHORT, "lr": 0.002},
+    "self-pretraining (half the budget)": {**SHORT, "pretrain_steps": 10**6},
+    "batch 8": {**SHORT, "batch_size": 8},
+    "batch 8 + warm-up 20": {**SHORT, "batch_size": 8, "warmup": 20},
+    "batch 8 + warm-up 20 + 1 layer": {**SHORT, "batch_size": 8, "warmup": 20, "layers": 1},
+    "batch 8 + warm-up 20 + lr 0.002": {**SHORT, "batch_size": 8, "warmup": 20, "lr": 0.002},
+    "batch 8 + warm-up 20 + local attention": {**SHORT, "batch_size": 8, "warmup": 20, "attention": "local"},
+    "window_mlp (no attention: +-2 tokens)": {**SHORT, "model": "window_mlp"},
+    "long-document defaults": {},
+    "window_mlp at the long-document defaults": {"model": "window_mlp"},
 }
+"""Training options on top of the task's own defaults for this (long) file, LONG_DEFAULTS."""
 
 
 def main() -> None:
@@ -64,6 +79,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--configs", default=None, help="comma-separated names of CONFIGS (default: all)")
+    ap.add_argument("--append", action="store_true", help="add to the results already in --output")
     args = ap.parse_args()
     from attnlab.training import TrainConfig, train
 
@@ -72,20 +88,22 @@ def main() -> None:
         data = Path(tmp) / "packages.jsonl"
         n = write_dataset(data)
         print(f"{n} pieces of {PIECE} characters from {', '.join(PACKAGES)}", flush=True)
-        results = []
+        out = Path(args.output) if args.output else None
+        results = json.loads(out.read_text())["results"] if args.append and out and out.exists() else []
         for name in names:
             overrides = CONFIGS[name]
-            cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, seconds=args.seconds, steps=10**6, patience=None,
+            cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, seconds=args.seconds, steps=10**6,
                                        precision=args.precision, **overrides)
+            cfg = dataclasses.replace(cfg, patience=None)  # for_task ignores None overrides
             t = time.perf_counter()
-            res = train(cfg, Path(tmp) / f"run{len(results)}")
+            res = train(cfg, Path(tmp) / f"run{len(results)}-{name}")
             row = {"config": name, "overrides": overrides, "accuracy": res.value, "steps": res.steps, "test_size": res.test_size,
                    "wall_seconds": round(time.perf_counter() - t, 1), "positional": cfg.positional, "dim": cfg.dim, "layers": cfg.layers,
-                   "lr": cfg.lr, "batch_size": cfg.batch_size, "precision": res.precision}
+                   "lr": cfg.lr, "batch_size": cfg.batch_size, "warmup": cfg.warmup, "precision": res.precision, "stopped_by": res.stopped_by}
             results.append(row)
             print(f"{name:40s} {res.value:.4f}  ({res.steps} steps, {row['wall_seconds']} s)", flush=True)
-            if args.output:
-                Path(args.output).write_text(json.dumps({"pieces": n, "seconds": args.seconds, "results": results}, indent=1))
+            if out:
+                out.write_text(json.dumps({"pieces": n, "seconds": args.seconds, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

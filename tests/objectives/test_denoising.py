@@ -67,8 +67,9 @@ def test_the_loss_is_the_cross_entropy_at_exactly_the_scored_positions():
     scored = y != IGNORE
     expected = -torch.log_softmax(logits, -1)[scored].gather(-1, y[scored][:, None]).mean()
     assert abs(float(loss.detach()) - float(expected.detach())) < 1e-5
-    # the output layer is the input embedding: a model that copies its input would be right at every unmasked token
-    assert den(tokens).output.shape == (4, 12, V)
+    # the output layer is the input embedding (tied, scaled by 1 / sqrt(width)) plus a bias: the states against every embedding
+    states, w = den.backbone(tokens, tokens == PAD).output, den.backbone.embed.weight
+    assert torch.allclose(den(tokens).output, states @ w.T / w.shape[1] ** 0.5 + den.bias, atol=1e-5)
 
 
 def test_models_without_tokens_are_refused_by_name():

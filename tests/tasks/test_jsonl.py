@@ -108,15 +108,18 @@ def test_the_baseline_config_drops_attention_and_its_summary_token():
     assert TrainConfig.for_task("jsonl").positional == "rope"  # measured: benchmarks/user_data.py
 
 
-def test_the_defaults_follow_the_datas_length(tmp_path, monkeypatch):
+def test_the_defaults_follow_the_datas_length(tmp_path):
+    """Measured (benchmarks/long_documents.py): long documents train at batch 8, warm-up 20, lr 0.002."""
     from attnlab.tasks import jsonl
 
-    monkeypatch.setattr(jsonl, "LONG_DEFAULTS", {"positional": "none", "layers": 1})  # whatever was measured: chosen by length
     short, long = tmp_path / "short.jsonl", tmp_path / "long.jsonl"
     short.write_text("".join(json.dumps({"text": "a few words here", "label": i % 2}) + "\n" for i in range(10)))
     long.write_text("".join(json.dumps({"text": " ".join(["word"] * (jsonl.LONG_WORDS + 1)), "label": i % 2}) + "\n" for i in range(10)))
-    assert TrainConfig.for_task("jsonl", task_options={"path": str(short)}).positional == jsonl.SHORT_DEFAULTS["positional"]
+    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(short)})
+    assert (cfg.positional, cfg.batch_size, cfg.warmup, cfg.lr) == ("rope", 32, 100, 1e-3)
     cfg = TrainConfig.for_task("jsonl", task_options={"path": str(long)})
-    assert (cfg.positional, cfg.layers) == ("none", 1)
-    assert TrainConfig.for_task("jsonl", task_options={"path": str(long)}, layers=3).layers == 3  # a given option still wins
-    assert TrainConfig.for_task("jsonl", task_options={"path": str(tmp_path / "missing.jsonl")}).positional == "rope"
+    assert (cfg.positional, cfg.batch_size, cfg.warmup, cfg.lr) == ("rope", 8, 20, 0.002)
+    base = cfg.baseline()  # the baseline trains on the same recipe
+    assert (base.model, base.batch_size, base.warmup, base.lr) == ("window_mlp", 8, 20, 0.002)
+    assert TrainConfig.for_task("jsonl", task_options={"path": str(long)}, batch_size=16).batch_size == 16  # a given option still wins
+    assert TrainConfig.for_task("jsonl", task_options={"path": str(tmp_path / "missing.jsonl")}).batch_size == 32

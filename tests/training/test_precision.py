@@ -134,6 +134,7 @@ def test_a_runs_utilisation_is_its_flops_over_its_step_time_and_the_peak(tmp_pat
     assert res.flops_per_step > 0
     assert math.isclose(res.flop_rate, res.flops_per_step * res.steps_run / res.step_seconds)
     assert math.isclose(res.peak_fraction, res.flop_rate / peak_flops("float32" if res.precision == "fp32" else "bfloat16"))
+    assert 0 < res.peak_fraction < 1  # a small model's step (norms, softmax, the optimizer) cannot beat a large matrix product
 
 
 @pytest.mark.parametrize("options", [{"model_options": {"dropout": 0.1}},
@@ -166,3 +167,17 @@ def test_counting_flops_leaves_the_run_bitwise_unchanged(tmp_path, monkeypatch, 
     monkeypatch.setattr(loop, "flop_counter", lambda: counted.append(1) or Nothing())
     longer = train(TrainConfig.for_task("pos", **{**TINY, "steps": 9}, **options), tmp_path / "a", resume=True)
     assert longer.flops_per_step == a.flops_per_step and counted == []  # read back from the checkpoint, not counted again
+
+
+def test_predict_runs_in_the_runs_precision(tmp_path, monkeypatch):
+    from attnlab.training import inference, predict
+    from tests.tasks.test_jsonl import tagging_rows, write
+
+    data = write(tmp_path / "t.jsonl", tagging_rows(60))
+    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, steps=4, eval_every=2, dim=16, layers=1, heads=2, precision="bf16")
+    train(cfg, tmp_path / "run")
+    seen = []
+    real = inference.autocast
+    monkeypatch.setattr(inference, "autocast", lambda precision, device: seen.append(precision) or real(precision, device))
+    rows = predict(tmp_path / "run", [{"tokens": ["I", "saw", "a", "saw"]}])
+    assert seen == ["bf16"] and len(rows[0]["prediction"]) == 4

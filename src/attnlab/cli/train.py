@@ -116,8 +116,9 @@ def train(
         return
     if result.pretrain:
         p = result.pretrain
+        loss = "-" if p["loss_first"] is None else f"{p['loss_first']:.3f} -> {p['loss_last']:.3f}"  # None: no step before the deadline
         out.print(f"self-pretraining: {p['steps']} steps, {p['seconds']:.0f} s, {'next' if p['causal'] else 'masked'}-token loss "
-                  f"{p['loss_first']:.3f} -> {p['loss_last']:.3f}, validation accuracy {p['val_accuracy']:.3f}", highlight=False)
+                  f"{loss}, validation accuracy {p['val_accuracy']:.3f}", highlight=False)
     _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, {r.seconds:.0f} s; "
                             f"{_utilisation(r)}checkpoint {r.checkpoint}")
     if base is not None:

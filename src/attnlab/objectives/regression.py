@@ -17,8 +17,9 @@ class Regression(Objective):
     """One value per set: outputs ``(B, 1)``, float labels ``(B,)``."""
 
     def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
-        """Mean squared error."""
+        """Mean squared error, in float32 or wider (a bfloat16 output is widened, the labels never rounded)."""
         out = model(**inputs).output
+        out = out.float() if out.dtype in (torch.bfloat16, torch.float16) else out
         return nn.functional.mse_loss(out.squeeze(-1), labels.to(out.dtype))
 
     @torch.no_grad()

@@ -119,14 +119,15 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """The config of a checkpoint's or a record's ``train`` dict (any version; runs stored
         before precisions existed trained in float32)."""
-        return cls(**{"precision": "fp32", **data})
+        return cls(**data)
 
     def baseline(self) -> TrainConfig:
         """This run's **no-attention baseline**: the task's :func:`attnlab.tasks.baseline_model`
         (``mlp``: each token alone, mean-pooled for a set) on the same task, budget (steps,
         epochs or seconds), batch, learning rate and seed, with no attention settings (a summary
-        token means nothing without attention: ``cls`` pooling becomes ``mean``). ``ValueError``
-        when the task has no such model."""
+        token means nothing without attention: ``cls`` pooling becomes ``mean``); its precision,
+        ``compile`` and self-pretraining are this run's (the same recipe). ``ValueError`` when the
+        task has no such model."""
         model = baseline_model(self.task) if self.task in TASKS else None
         if model is None:
             raise ValueError(f"task {self.task!r} has no no-attention baseline model")

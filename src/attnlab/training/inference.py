@@ -31,9 +31,8 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
     t0 = time.perf_counter()
     ck = load_checkpoint(path)
     task = task_registry.create(ck.config.task, **ck.config.task_options) if task is None else task
-    device = next(ck.model.parameters()).device
-    precision = ck.meta.get("precision") or resolve(ck.config.precision, device)  # as it trained (auto resolved then)
-    with autocast(precision, device):
+    precision = _precision(ck)
+    with autocast(precision, next(ck.model.parameters()).device):
         value = objectives.get(task).score(ck.model, task, split)
     size, unit = task.split_size(split)
     return TrainResult(
@@ -41,6 +40,11 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
         ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit, precision=precision,
         pretrain=ck.meta.get("pretrain"),
     )
+
+
+def _precision(ck) -> str:
+    """The precision a checkpoint's run trained and validated in (``auto`` resolved then)."""
+    return ck.meta.get("precision") or resolve(ck.config.precision, next(ck.model.parameters()).device)
 
 
 def cross_attention_example(path: str | Path, index: int = 0, split: str = "test") -> tuple[torch.Tensor, list[str], list[str]]:
@@ -68,7 +72,7 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
     """Predictions of a checkpoint for user records (the input field of its jsonl kind: tagging
     ``tokens``, classification ``text``, seq2seq ``source``): each record with every field it
     has (its label too, when it has one) and the model's ``"prediction"`` (tagging: a list of
-    labels; classification: a label; seq2seq: the decoded text)."""
+    labels; classification: a label; seq2seq: the decoded text), computed at the run's precision."""
     from tokenizers import Tokenizer
 
     from ..tasks.base import pad_rows
@@ -83,7 +87,7 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
     names = art["labels"]
     model = ck.model.eval()
     out = []
-    with torch.no_grad():
+    with torch.no_grad(), autocast(_precision(ck), next(model.parameters()).device):
         for i in range(0, len(ids), 64):
             chunk, recs = ids[i : i + 64], records[i : i + 64]
             toks = pad_rows(chunk, PAD)

@@ -44,12 +44,13 @@ class TrainResult:
     ``stopped_by``: ``"steps"``, ``"patience"`` or ``"budget"``. ``kind``: the task's kind.
     ``precision``: the arithmetic it trained in (``fp32`` or ``bf16``, ``auto`` resolved).
     ``flops_per_step``: floating-point operations of one training step (forward and backward,
-    counted once per run, during the first step it runs, by :func:`attnlab.profiling.flop_counter`;
+    counted once per run, during the first step it runs, on that step's batch, by
+    :func:`attnlab.profiling.flop_counter`;
     0 when not counted: under torchrun, or with nothing to train);
     ``flop_rate``: those achieved per second of this call's steps; ``peak_fraction``: that rate
     over this machine's peak in the run's precision (:func:`attnlab.profiling.peak_flops`).
-    ``pretrain``: the self-pretraining phase (steps, seconds, first and last loss, validation
-    accuracy of the restored tokens), or None.
+    ``pretrain``: the self-pretraining phase (steps, seconds, mean loss of its first and last ten
+    steps, None when it ran none, validation accuracy of the restored tokens), or None.
     """
 
     task: str
@@ -382,8 +383,8 @@ def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
             on_step(step, total, losses[-1])
     with autocast(precision, device):
         val = objective.score(den, task, "val")
-    return {"steps": step, "seconds": spent, "loss_first": sum(losses[:10]) / max(1, len(losses[:10])),
-            "loss_last": sum(losses[-10:]) / max(1, len(losses[-10:])), "val_accuracy": val, "causal": den.causal}
+    return {"steps": step, "seconds": spent, "loss_first": sum(losses[:10]) / len(losses[:10]) if losses else None,
+            "loss_last": sum(losses[-10:]) / len(losses[-10:]) if losses else None, "val_accuracy": val, "causal": den.causal}
 
 
 def _sequence_groups(rank: int, world: int, p: int):

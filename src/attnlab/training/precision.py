@@ -47,7 +47,7 @@ def fast_bf16(device: torch.device | str = "cpu") -> bool:
     AMX (read from ``/proc/cpuinfo``; False elsewhere), a CUDA device that supports bfloat16."""
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     if device.type == "cpu":
         return any(f in _cpu_flags() for f in _CPU_BF16_FLAGS)
     return False
