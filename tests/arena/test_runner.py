@@ -132,9 +132,9 @@ run_grid(plan(Preset({task: TaskSetting(options, train)}, ("dense", "linear"))),
 """
 
 GRIDS = {
-    "pos": ({"size": 400}, {"steps": 1500, "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6}),
+    "pos": ({"size": 400}, {"steps": 500, "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6}),
     # a long task: 1024-byte windows of real text
-    "text": ({"size": 48, "length": 1024}, {"steps": 200, "eval_every": 10, "dim": 16, "heads": 2, "layers": 1, "batch_size": 4,
+    "text": ({"size": 48, "length": 1024}, {"steps": 100, "eval_every": 10, "dim": 16, "heads": 2, "layers": 1, "batch_size": 4,
                                               "patience": 10**6}),
 }
 
