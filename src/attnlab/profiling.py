@@ -92,7 +92,10 @@ def peak_flops(dtype: str = "float32", device: str = "cpu") -> float:
     (``"float32"`` or ``"bfloat16"``) on ``device``, the best of five after a warm-up, with
     every thread torch uses. Measured once per process (cached): about a second on the 2-core Zen 4 CPU of the README,
     longer for bfloat16 on a CPU that does not multiply it natively."""
-    return _peak_flops(str(dtype).removeprefix("torch."), str(device))
+    dtype = str(dtype).removeprefix("torch.")
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"peak_flops measures float32 or bfloat16 (the precisions a run trains in), got {dtype!r}")
+    return _peak_flops(dtype, str(device))
 
 
 @functools.cache

@@ -127,6 +127,8 @@ def test_flops_are_counted_as_two_per_multiply_add_cpu_flash_attention_included(
 def test_the_peak_is_measured_once_per_process():
     first = peak_flops("float32")
     assert first > 1e8 and peak_flops("float32") is first  # cached: the same measurement
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        peak_flops("float16")
 
 
 def test_a_runs_utilisation_is_its_flops_over_its_step_time_and_the_peak(tmp_path):
