@@ -8,7 +8,8 @@ from attnlab import efficient
 from attnlab.efficient import Budget, Sweep
 
 E, H = 16, 4
-CATALOGUE = ["dense", "local", "longformer", "bigbird", "linformer", "performer", "linear", "reformer", "nystrom", "dense_naive"]
+CATALOGUE = ["dense", "local", "longformer", "bigbird", "linformer", "performer", "linear", "retnet", "gla", "deltanet", "gated_deltanet",
+             "mamba2", "reformer", "nystrom", "dense_naive"]
 
 
 def build(name, options):

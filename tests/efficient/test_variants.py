@@ -44,8 +44,8 @@ def grads(module, x, mask=None):
 
 
 def test_registry():
-    assert efficient.names() == ["bigbird", "dense", "dense_naive", "linear", "linformer", "local", "longformer", "nystrom", "performer",
-                                 "reformer"]
+    assert efficient.names() == ["bigbird", "deltanet", "dense", "dense_naive", "gated_deltanet", "gla", "linear", "linformer", "local",
+                                 "longformer", "mamba2", "nystrom", "performer", "reformer", "retnet"]
     for name in VARIANTS:
         assert isinstance(efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})), EfficientAttention)
     with pytest.raises(ValueError, match="unknown attention 'flash'"):

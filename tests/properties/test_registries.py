@@ -205,6 +205,9 @@ EXACT_LIMITS: dict[str, object] = {
                  "shrinking with the number of features is tested in tests/efficient/test_variants.py",
     "linear": "a different kernel (elu + 1), not an approximation of softmax: tests/efficient/test_variants.py checks its "
               "formula and its RNN form",
+    **{name: "a gated recurrence, not an approximation of softmax: tests/efficient/test_gated.py checks its parallel, chunkwise and "
+             "recurrent forms against each other and against fla's reference implementations"
+       for name in ("retnet", "gla", "deltanet", "gated_deltanet", "mamba2")},
 }
 """Every variant's exact limit: ``n -> (options, weights to load)`` where it equals dense softmax
 attention, or the reason it has none (and where its own formula is tested)."""

@@ -2,7 +2,9 @@
 
 ``create(name, embed_dim=..., num_heads=..., **options)`` returns a module with
 :class:`attnlab.MultiHeadAttention`'s call signature and output; ``names()`` names
-them (the registry is :data:`VARIANTS`). ``"dense"`` is the exact layer. ``budget(name)``
+them (the registry is :data:`VARIANTS`). The gated linear-attention family (``retnet``, ``gla``,
+``deltanet``, ``gated_deltanet``, ``mamba2``) shares :class:`GatedRecurrence` and the three
+forms of :mod:`attnlab.efficient.recurrence`. ``"dense"`` is the exact layer. ``budget(name)``
 is a variant's :class:`Budget`: its settings at short and long lengths and its budget axis.
 """
 
@@ -14,11 +16,18 @@ from . import longformer as _longformer  # noqa: F401  (longformer, bigbird)
 from . import linformer as _linformer  # noqa: F401
 from . import performer as _performer  # noqa: F401
 from . import linear as _linear  # noqa: F401
+from . import retnet as _retnet  # noqa: F401
+from . import gla as _gla  # noqa: F401
+from . import deltanet as _deltanet  # noqa: F401  (deltanet, gated_deltanet)
+from . import mamba2 as _mamba2  # noqa: F401
 from . import reformer as _reformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
 from . import naive as _naive  # noqa: F401
 # isort: on
 from .base import VARIANTS, Budget, EfficientAttention, PatternAttention, Sweep, budget, budgets, create, key_padding, names, register
+from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
+from .gated import GatedRecurrence, MatrixState
+from .gla import GatedLinearAttention
 from .kernel import kernel_attention
 from .linear import LinearAttention, LinearState, elu_feature_map
 from .linformer import LinformerAttention
@@ -27,7 +36,9 @@ from .longformer import BigBirdAttention, LongformerAttention
 from .reformer import ReformerAttention, lsh_buckets
 from .naive import NaiveDenseAttention
 from .nystrom import NystromAttention, iterative_pinv, segment_means
+from .mamba2 import Mamba2Attention
 from .performer import PerformerAttention, favor_features, orthogonal_gaussian
+from .retnet import RetentionAttention, retention_decays
 
 __all__ = [
     "VARIANTS",
@@ -59,4 +70,12 @@ __all__ = [
     "favor_features",
     "orthogonal_gaussian",
     "banded_attention",
+    "GatedRecurrence",
+    "MatrixState",
+    "RetentionAttention",
+    "retention_decays",
+    "GatedLinearAttention",
+    "DeltaNetAttention",
+    "GatedDeltaNetAttention",
+    "Mamba2Attention",
 ]
