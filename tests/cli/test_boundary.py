@@ -50,6 +50,7 @@ BAD = {
     "bench scaling": (["bench", "scaling", "--from", "{file}"], "not a records file"),
     "bench approximation": (["bench", "approximation", "--variants", "nosuch"], "nosuch"),
     "bench distance": (["bench", "distance", "--from", "{missing}"], "No such file or directory"),
+    "bench recall": (["bench", "recall", "--variants", "dense,nosuch"], "nosuch"),
     "bench graph": (["bench", "graph", "--nodes", "4", "--edges", "2", "--repeats", "1", "-o", "{under_file}/g.json"], "Not a directory"),
     "bench audio": (["bench", "audio", "--dim", "6", "--heads", "2"], "head width must be even"),
     "bench pretrained": (["bench", "pretrained", "--model", "{file}"], "is a file; give the model's folder"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .. import efficient
 from ..training.config import TIME_BUDGET_STEPS
 
-__all__ = ["DEFAULT_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "TIME_BUDGET_STEPS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
+__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "TIME_BUDGET_STEPS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
 
 VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
 """Per variant, its ``attention_options`` in the arena (a view of each variant's
@@ -26,6 +26,11 @@ LONG_VARIANTS = ("dense", "dense_naive", "local", "linformer", "performer", "lin
 2020) beside ``dense`` (PyTorch's fused kernel) shows what fused kernels changed in the memory
 column; reformer, the slowest variant per step at 1K, is left to the ``lra`` preset."""
 
+
+GATED_VARIANTS = ("retnet", "gla", "deltanet", "gated_deltanet", "mamba2")
+"""The gated linear-attention family (:class:`attnlab.efficient.GatedRecurrence`): in the
+``standard`` and ``lra`` presets, causal on the causal tasks (recall) and scanning both ways on
+the others; left out of the default run, whose ten minutes they would stretch by about half."""
 
 QUICK_VARIANTS = tuple(v for v in DEFAULT_VARIANTS if v != "reformer")
 """The default run's variants on its short tasks: reformer, the slowest per step there (about 95 s
@@ -60,7 +65,7 @@ def _timed(seconds: float, **train) -> dict:
 
 
 _LRA_VARIANTS = ("dense", "dense_naive", "local", "longformer", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird",
-                 NO_ATTENTION)
+                 *GATED_VARIANTS, NO_ATTENTION)
 # listops leaves out dense_naive: at 2000 tokens its N x N weights make each step ~13 s and its
 # evaluation minutes (measured), a quarter of the preset's hour for one cell
 
@@ -83,7 +88,8 @@ PRESETS: dict[str, Preset] = {
             "digits": TaskSetting({}, {}),
             "speech": TaskSetting({}, {}),
         },
-        description="the short tasks at their own default sizes and step counts (about an hour and a half)",
+        variants=(*(v for v in DEFAULT_VARIANTS if v != NO_ATTENTION), *GATED_VARIANTS, NO_ATTENTION),
+        description="the short tasks at their own default sizes and step counts (about two hours)",
     ),
     "lra": Preset(
         {
@@ -94,7 +100,7 @@ PRESETS: dict[str, Preset] = {
             "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, layers=2, eval_every=100)),
         },
         variants=_LRA_VARIANTS,
-        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), under an hour on a 2-core CPU",
+        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), about 75 minutes on a 2-core CPU",
     ),
 }
 """The arena's presets by name (``attnlab arena --preset``)."""

@@ -10,6 +10,7 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.decode` — ``bench decode`` (cached decoding, streaming), ``bench packing``;
 * :mod:`~attnlab.cli.ring` — ``bench ring`` (sequence parallelism: memory and time per process count);
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
+* :mod:`~attnlab.cli.bench_recall` — ``bench recall`` (associative recall against state size);
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
 * :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``; :mod:`~attnlab.cli.generate` — ``generate``;
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import typer
 
-from . import (arena, bench_accuracy, bench_masks, bench_speed, compare, complexity, decode, explain, generate, listing, plot, pretrained,
+from . import (arena, bench_accuracy, bench_masks, bench_recall, bench_speed, compare, complexity, decode, explain, generate, listing, plot, pretrained,
                ring, train)
 from .common import OneLineErrors, boundary, out, set_debug
 
@@ -75,6 +76,7 @@ COMMANDS = [
     (bench_app, "masks", bench_masks.bench_masks),
     (bench_app, "approximation", bench_accuracy.approximation),
     (bench_app, "distance", bench_accuracy.distance),
+    (bench_app, "recall", bench_recall.recall),
     (bench_app, "graph", bench_speed.graph),
     (bench_app, "audio", bench_speed.audio),
     (bench_app, "pretrained", pretrained.bench_pretrained),

@@ -175,9 +175,9 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
     writes = (kc * (last - gd).exp()).transpose(-1, -2) @ vc  # (B, H, T, D, Dv): what each chunk adds
     carry = last[..., 0, :, None].exp()  # (B, H, T, D, 1)
     s, starts = _state(q, v, state), []
-    for t in range(qc.shape[2]):  # the states entering each chunk
+    for cr, wr in zip(carry.unbind(2), writes.unbind(2)):  # the states entering each chunk (unbind: one backward op, not one per slice)
         starts.append(s)
-        s = carry[:, :, t] * s + writes[:, :, t]
+        s = cr * s + wr
     inter = (qc * gd.exp()) @ torch.stack(starts, 2)
     out = (intra + inter).flatten(2, 3)[:, :, :n]
     return out, s
@@ -208,9 +208,10 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None):
         tail, carry = (big[..., -1:] - big).exp(), big[..., -1].exp()  # exp(G_C - G_j), exp(G_C)
     kt = (kc * tail[..., None]).transpose(-1, -2)  # (B, H, T, D, C)
     s, outs = _state(q, v, state), []
-    for t in range(qc.shape[2]):
-        u = u0[:, :, t] - w[:, :, t] @ s
-        outs.append(qd[:, :, t] @ s + scores[:, :, t] @ u)
-        s = (s if carry is None else carry[:, :, t, None, None] * s) + kt[:, :, t] @ u
+    carries = [None] * qc.shape[2] if carry is None else carry[..., None, None].unbind(2)
+    for u0t, wt, qdt, st, ktt, ct in zip(u0.unbind(2), w.unbind(2), qd.unbind(2), scores.unbind(2), kt.unbind(2), carries):
+        u = u0t - wt @ s
+        outs.append(qdt @ s + st @ u)
+        s = (s if ct is None else ct * s) + ktt @ u
     out = torch.stack(outs, 2).flatten(2, 3)[:, :, :n]
     return out, s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Budget, Sweep, register
+from .base import Budget, register
 from .gated import GatedRecurrence, HeadNorm, wide
 
 __all__ = ["RetentionAttention", "retention_decays"]
@@ -28,7 +28,7 @@ class RetentionAttention(GatedRecurrence):
     scaling, which the decay already provides). No short convolution (the paper has none).
     """
 
-    budget = Budget(sweep=Sweep(None, (0,), "(none)"))  # exact recurrence: no knob
+    budget = Budget()  # exact recurrence, no knob; not an approximation of softmax, so not in the approximation table
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
         super().__init__(embed_dim, num_heads, **options)

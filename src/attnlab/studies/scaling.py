@@ -11,7 +11,11 @@ so that a slow spell of the machine falls on every N rather than bending one end
 record keeps the median of its rounds, the fastest and the slowest round, and the minor page
 faults of one step. Peak memory (tensor bytes alive at once above
 the inputs, from PyTorch's profiler) is measured in a fresh child process per (variant, N).
-``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``.
+``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``. The gated
+linear-attention family (``retnet``, ``gla``, ``deltanet``, ``gated_deltanet``, ``mamba2``)
+computes its gates from the layer's inputs, so its whole layer is timed, projections, gates,
+convolution and output norm included (against the others' attention step alone), in its
+bidirectional form (two scans, as the others attend non-causally).
 
 The timing processes reuse freed memory (``allocator="keep"``, :func:`attnlab.profiling.allocator_env`).
 With glibc's defaults (``"system"``) every block above its mmap threshold (at most 32 MiB) is
@@ -82,6 +86,15 @@ def _inputs(n: int, grad: bool) -> list[torch.Tensor]:
 
 
 def _call(module, qkv) -> Callable[[], None]:
+    if isinstance(module, efficient.GatedRecurrence):  # gates come from the layer's inputs: the whole layer is timed
+        x = qkv[0].detach().transpose(1, 2).reshape(1, -1, HEADS * HEAD_DIM).requires_grad_(True)
+
+        def layer_call():
+            x.grad = None
+            module(x).output.sum().backward()
+
+        return layer_call
+
     def call():
         for t in qkv:
             t.grad = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["log_log_axes", "plot_attention_benchmark", "plot_precision", "plot_scaling", "plot_vit_cnn"]
+__all__ = ["log_log_axes", "plot_attention_benchmark", "plot_precision", "plot_recall", "plot_scaling", "plot_vit_cnn"]
 
 
 def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
@@ -199,4 +199,27 @@ def plot_precision(data: dict, path: str | Path) -> Path:
     left.set_title("bfloat16 mixed precision: training-step speed-up", fontsize=10)
     right.set_ylabel("% of this machine's peak in that precision")
     right.set_title("achieved FLOP/s over the matrix-product peak", fontsize=10)
+    return save_figure(fig, path)
+
+
+def plot_recall(records: list[dict], path: str | Path) -> Path:
+    """``attnlab bench recall``: test accuracy against recurrent state size (log), one panel per
+    number of key-value pairs, one line per variant through its widths (Based's figure 2)."""
+    import matplotlib.pyplot as plt
+
+    pairs = sorted({r["pairs"] for r in records})
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False, sharey=True)
+    for ax, p in zip(axes[0], pairs):
+        for variant in dict.fromkeys(r["variant"] for r in records):
+            pts = sorted((r["state_floats"], r["accuracy"]) for r in records if r["pairs"] == p and r["variant"] == variant)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=variant)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.02)
+        length = next(r["length"] for r in records if r["pairs"] == p)
+        ax.set_title(f"{p} key-value pairs (N = {length})")
+        ax.set_xlabel("state size (float32 numbers per layer)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("test query accuracy")
+    axes[0][-1].legend(fontsize=7)
     return save_figure(fig, path)

@@ -1,0 +1,50 @@
+"""``attnlab bench recall``: associative recall against recurrent state size."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .common import chart, emit_json, fail, int_list, load_report, name_list, out, records_json, table, track
+from .options import from_option, json_option, output_option, plot_option
+
+__all__ = ["recall"]
+
+
+def recall(
+    variants: str = typer.Option("dense,local,linear,retnet,gla,deltanet,gated_deltanet,mamba2", help="Comma-separated variants."),
+    pairs: str = typer.Option("8,32", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
+    dims: str = typer.Option("32,64", help="Comma-separated model widths (the state grows with them)."),
+    seconds: float = typer.Option(20.0, min=0.1, help="Training seconds per model."),
+    precision: str = typer.Option("fp32", help="fp32, bf16 or auto."),
+    as_json: bool = json_option("Print the records as JSON instead of a table."),
+    output: Optional[str] = output_option("Also write the JSON to this file (after every model)."),
+    plot: Optional[str] = plot_option("Also draw accuracy against state size to this PNG."),
+    source: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+) -> None:
+    """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same seconds."""
+    from .. import efficient
+    from ..studies.recall import run
+
+    if source:
+        records = load_report(source, "bench recall", lambda d: d["records"])
+    else:
+        names = name_list("--variants", variants, efficient.names(), hint=f"choose from {', '.join(efficient.names())}")
+        pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--dims", dims, minimum=4)
+        if precision not in ("fp32", "bf16", "auto"):
+            fail(f"--precision: expected fp32, bf16 or auto, got {precision!r}")
+        total = len(names) * len(pair_list) * len(dim_list)
+        with track("training", total, output, records_json) as tracker:
+            run(names, pair_list, dim_list, seconds=seconds, precision=precision,
+                on_record=tracker.on_record(lambda r: f"{r.variant} pairs={r.pairs} d={r.dim}: {r.accuracy:.3f}"))
+        records = [r.to_dict() for r in tracker.records]
+    chart(plot, "bench.plot_recall", records)
+    if emit_json({"records": records}, as_json):
+        return
+    out.print("multi-query associative recall: test query accuracy (chance 1/values) and state size (float32 numbers per layer)")
+    t = table(None, ["variant", "pairs", "N", "width", "state", "accuracy", "steps"], no_wrap=True)
+    for r in records:
+        t.add_row(r["variant"], str(r["pairs"]), str(r["length"]), str(r["dim"]), f"{r['state_floats']:,}", f"{r['accuracy']:.3f}",
+                  str(r["steps"]))
+    out.print(t)

@@ -1,0 +1,103 @@
+"""Associative recall against recurrent state size: what separates the linear-attention family.
+
+After Zoology (Arora et al. 2023, https://arxiv.org/abs/2312.04927, figure 2: MQAR accuracy
+against model dimension) and Based (Arora et al. 2024, https://arxiv.org/abs/2402.18668, figure 2:
+recall against recurrent state size): each variant is trained on multi-query associative recall
+(:mod:`attnlab.tasks.recall`) for the same wall-clock seconds, at several numbers of key-value
+pairs (the sequence holds ``2 pairs + queries`` tokens) and model widths, and scored on the test
+queries. The **state size** is measured, not assumed: the bytes one layer's decoding cache holds
+after reading a whole sequence (:meth:`attnlab.MultiHeadAttention.new_cache`), in float32 numbers —
+the keys and values of every token for dense attention, of the window for ``local``, the running
+sums for ``linear`` and the ``D x D`` state per head (and the short convolution's last inputs) for
+the gated family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from .. import efficient, tasks
+from ..training.config import TIME_BUDGET_STEPS, TrainConfig
+from .records import StudyRecord
+
+__all__ = ["DEFAULT_VARIANTS", "RecallRecord", "WINDOW", "run", "state_floats"]
+
+WINDOW = 8
+"""The sliding window's width in the study (``local``): a state of 2 (w + 1) d numbers."""
+
+DEFAULT_VARIANTS = ("dense", "local", "linear", "retnet", "gla", "deltanet", "gated_deltanet", "mamba2")
+
+
+@dataclass
+class RecallRecord(StudyRecord):
+    """One trained model: the variant, the task's size, the width, the state it decodes with
+    (float32 numbers per layer), the test query accuracy and the training it had."""
+
+    variant: str
+    pairs: int
+    length: int
+    dim: int
+    state_floats: int
+    accuracy: float
+    steps: int
+    train_seconds: float
+    chance: float
+
+
+def _options(variant: str) -> dict:
+    return {"window": WINDOW} if variant == "local" else {}
+
+
+def state_floats(variant: str, dim: int, heads: int, length: int) -> int:
+    """Numbers one causal layer of ``variant`` keeps to decode the next token after ``length``
+    tokens: its cache's bytes after reading them, over 4."""
+    torch.manual_seed(0)
+    causal = {} if variant == "dense" else {"causal": True}  # dense decodes causally with any cache
+    layer = efficient.create(variant, embed_dim=dim, num_heads=heads, **causal, **_options(variant)).eval()
+    cache = layer.new_cache()
+    with torch.no_grad():
+        layer(torch.randn(1, length, dim), cache=cache)
+    return cache.nbytes() // 4
+
+
+def run(
+    variants: Iterable[str] = DEFAULT_VARIANTS,
+    pairs: Iterable[int] = (8, 32),
+    dims: Iterable[int] = (32, 64),
+    *,
+    seconds: float = 20.0,
+    num_keys: int = 64,
+    size: int = 4000,
+    seed: int = 0,
+    precision: str = "fp32",
+    on_record: Callable[[RecallRecord], None] | None = None,
+) -> list[RecallRecord]:
+    """Train and score every (pairs, dim, variant) for ``seconds`` each; ``queries = pairs``."""
+    from ..training import train
+
+    out: list[RecallRecord] = []
+    work = Path(tempfile.mkdtemp(prefix="attnlab-recall-"))
+    for p in pairs:
+        options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys, "size": size, "seed": seed}
+        task = tasks.create("recall", **options)
+        length = 3 * p
+        for dim in dims:
+            for variant in variants:
+                cfg = TrainConfig.for_task("recall", task_options=options, attention=variant, attention_options=_options(variant), dim=dim,
+                                           seconds=float(seconds), steps=TIME_BUDGET_STEPS, eval_every=100, precision=precision, seed=seed)
+                cfg = dataclasses.replace(cfg, patience=None)
+                t0 = time.perf_counter()
+                res = train(cfg, work / f"{variant}-{p}-{dim}", task=task)
+                rec = RecallRecord(variant, p, length, dim, state_floats(variant, dim, cfg.heads, length), res.value, res.steps,
+                                   time.perf_counter() - t0, 1 / task.num_labels)
+                out.append(rec)
+                if on_record is not None:
+                    on_record(rec)
+    return out
