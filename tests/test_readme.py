@@ -53,6 +53,12 @@ def test_the_masks_block_computes_what_it_states():
         assert (ns["near"][0, :, i].double() - want).abs().max() < 1e-4
 
 
+def test_the_gated_block_decodes_what_the_chunkwise_form_computes():
+    ns: dict = {}
+    exec(_block("layer.new_cache()"), ns)  # its own asserts: cache = full forward, constant bytes
+    assert ns["cache"].seen == 100 and ns["full"].shape == (2, 100, 64)
+
+
 def test_the_pretrained_block_runs(minilm):
     ns: dict = {}
     exec(_block("pretrained.load("), ns)

@@ -89,7 +89,7 @@ PRESETS: dict[str, Preset] = {
             "speech": TaskSetting({}, {}),
         },
         variants=(*(v for v in DEFAULT_VARIANTS if v != NO_ATTENTION), *GATED_VARIANTS, NO_ATTENTION),
-        description="the short tasks at their own default sizes and step counts (about two hours)",
+        description="the short tasks at their own default sizes and step counts, with the gated linear-attention family (an estimated two hours)",
     ),
     "lra": Preset(
         {
@@ -100,7 +100,7 @@ PRESETS: dict[str, Preset] = {
             "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, layers=2, eval_every=100)),
         },
         variants=_LRA_VARIANTS,
-        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), about 75 minutes on a 2-core CPU",
+        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), an estimated 75 minutes on a 2-core CPU",
     ),
 }
 """The arena's presets by name (``attnlab arena --preset``)."""

@@ -19,7 +19,7 @@ def arena(
     tasks: Optional[str] = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
     variants: Optional[str] = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
     preset: str = typer.Option("quick", help="quick (the default, about 9 minutes on 2 cores: a 1K-byte text task and two short ones), standard (the short tasks, "
-         "about two hours, with the gated linear-attention family) or lra (the long tasks at 1K-2K, about 75 minutes)."),
+         "an estimated two hours, with the gated linear-attention family) or lra (the long tasks at 1K-2K, an estimated 75 minutes)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds."),
     budget_seconds: Optional[float] = typer.Option(
         None, "--budget-seconds", min=1.0,

@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, load_report, name_list, out, records_json, table, track
-from .options import from_option, json_option, output_option, plot_option
+from .common import chart, emit_json, int_list, load_report, name_list, out, records_json, table, track
+from .options import from_option, json_option, output_option, plot_option, precision_option
 
 __all__ = ["recall"]
 
@@ -17,7 +17,7 @@ def recall(
     pairs: str = typer.Option("8,32", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
     dims: str = typer.Option("32,64", help="Comma-separated model widths (the state grows with them)."),
     seconds: float = typer.Option(20.0, min=0.1, help="Training seconds per model."),
-    precision: str = typer.Option("fp32", help="fp32, bf16 or auto."),
+    precision: str = precision_option("fp32"),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
     output: Optional[str] = output_option("Also write the JSON to this file (after every model)."),
     plot: Optional[str] = plot_option("Also draw accuracy against state size to this PNG."),
@@ -32,8 +32,6 @@ def recall(
     else:
         names = name_list("--variants", variants, efficient.names(), hint=f"choose from {', '.join(efficient.names())}")
         pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--dims", dims, minimum=4)
-        if precision not in ("fp32", "bf16", "auto"):
-            fail(f"--precision: expected fp32, bf16 or auto, got {precision!r}")
         total = len(names) * len(pair_list) * len(dim_list)
         with track("training", total, output, records_json) as tracker:
             run(names, pair_list, dim_list, seconds=seconds, precision=precision,

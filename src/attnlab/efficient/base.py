@@ -246,13 +246,15 @@ class EfficientAttention(MultiHeadAttention):
             raise ValueError(f"the {self.name!r} attention's cache is its own window: pass no window, sinks or positions")
         return KVCache(window=self.window + 1, sinks=sinks)
 
-    def _recurrent_cache(self, window, sinks, positions) -> RecurrentState:
+    def _recurrent_cache(self, window, sinks, positions, make=RecurrentState):
+        """``make()``: a recurrent state (running sums, a matrix state), which only a causal layer
+        decodes with and which no window, sinks or positions bound (it is of constant size)."""
         if not self.causal:
             raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
         if window is not None or sinks or positions != "absolute":
-            raise ValueError(f"the {self.name!r} attention's cache is its running sums, already of constant size: "
+            raise ValueError(f"the {self.name!r} attention's cache is its state, already of constant size: "
                              "pass no window, sinks or positions")
-        return RecurrentState()
+        return make()
 
     def check_cache(self, cache) -> None:
         """Refuse a key / value cache other than the one :meth:`new_cache` makes (another window,

@@ -143,12 +143,7 @@ class GatedRecurrence(EfficientAttention):
     # ---------------------------------------------------------------- the layer
     def new_cache(self, *, window=None, sinks=0, positions="absolute") -> MatrixState:
         """The decoding state (:class:`MatrixState`): constant size, equal to the full forward."""
-        if not self.causal:
-            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
-        if window is not None or sinks or positions != "absolute":
-            raise ValueError(f"the {self.name!r} attention's cache is its state, already of constant size: "
-                             "pass no window, sinks or positions")
-        return MatrixState()
+        return self._recurrent_cache(window, sinks, positions, MatrixState)
 
     def check_cache(self, cache) -> None:
         if not isinstance(cache, MatrixState):
@@ -256,7 +251,10 @@ class GatedRecurrence(EfficientAttention):
         full = torch.cat([before.to(flat.dtype), flat], 1)  # (B, K - 1 + N, C)
         if cache is not None:
             cache.conv = full[:, full.shape[1] - (self.conv_size - 1):]
-        mixed = F.silu(F.conv1d(full.transpose(1, 2), self.conv.weight.to(flat.dtype), groups=flat.shape[-1]).transpose(1, 2))
+        # channels-first and contiguous: conv1d's CPU kernel is fastest so (forward and backward at
+        # N = 16K: 0.16 s, against 0.20 s on a transposed view and 0.33 s as K shifted products)
+        mixed = F.conv1d(full.transpose(1, 2).contiguous(), self.conv.weight.to(flat.dtype), groups=flat.shape[-1])
+        mixed = F.silu(mixed.transpose(1, 2))
         heads = [t.shape[1] for t in (q, k, v)]
         return tuple(part.view(b, n, h, -1).transpose(1, 2) for part, h in zip(mixed.split(widths, -1), heads))
 

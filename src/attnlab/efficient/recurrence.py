@@ -174,13 +174,23 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
     last = gd[..., -1:, :]  # (B, H, T, 1, D): the chunk's total log-decay
     writes = (kc * (last - gd).exp()).transpose(-1, -2) @ vc  # (B, H, T, D, Dv): what each chunk adds
     carry = last[..., 0, :, None].exp()  # (B, H, T, D, 1)
-    s, starts = _state(q, v, state), []
-    for cr, wr in zip(carry.unbind(2), writes.unbind(2)):  # the states entering each chunk (unbind: one backward op, not one per slice)
-        starts.append(s)
-        s = cr * s + wr
-    inter = (qc * gd.exp()) @ torch.stack(starts, 2)
+    starts, s = _scan(_state(q, v, state), carry, writes)
+    inter = (qc * gd.exp()) @ starts
     out = (intra + inter).flatten(2, 3)[:, :, :n]
     return out, s
+
+
+def _scan(s, carry, writes):
+    """``S_{t+1} = carry_t ⊙ S_t + writes_t`` over the chunks: the states entering each chunk
+    ``(B, H, T, D, Dv)`` and the last. One fused op per chunk on ``(B H, D, Dv)`` views, the
+    chunks unbound once (a slice per step would give autograd a full-size zero tensor per step)."""
+    b, h = s.shape[:2]
+    flat = lambda x: x.flatten(0, 1)  # noqa: E731
+    s, starts = flat(s), []
+    for cr, wr in zip(flat(carry).unbind(1), flat(writes).unbind(1)):
+        starts.append(s)
+        s = torch.addcmul(wr, cr, s)
+    return torch.stack(starts, 1).unflatten(0, (b, h)), s.unflatten(0, (b, h))
 
 
 def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None):
@@ -207,11 +217,17 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None):
         big = gc.cumsum(-1)
         tail, carry = (big[..., -1:] - big).exp(), big[..., -1].exp()  # exp(G_C - G_j), exp(G_C)
     kt = (kc * tail[..., None]).transpose(-1, -2)  # (B, H, T, D, C)
-    s, outs = _state(q, v, state), []
-    carries = [None] * qc.shape[2] if carry is None else carry[..., None, None].unbind(2)
-    for u0t, wt, qdt, st, ktt, ct in zip(u0.unbind(2), w.unbind(2), qd.unbind(2), scores.unbind(2), kt.unbind(2), carries):
-        u = u0t - wt @ s
-        outs.append(qdt @ s + st @ u)
-        s = (s if ct is None else ct * s) + ktt @ u
-    out = torch.stack(outs, 2).flatten(2, 3)[:, :, :n]
-    return out, s
+    # the state entering the next chunk is affine in the state entering this one:
+    # S_{c+1} = carry_c S_c + K~_c^T (U_c - W_c S_c) = A_c S_c + B_c, with A_c = carry_c I - K~_c^T W_c
+    # and B_c = K~_c^T U_c for every chunk at once; the sequential part is one product per chunk
+    eye_d = torch.eye(k.shape[-1], dtype=q.dtype, device=q.device)
+    step = (eye_d if carry is None else carry[..., None, None] * eye_d) - kt @ w  # (B, H, T, D, D)
+    shift = kt @ u0  # (B, H, T, D, Dv)
+    b, h = q.shape[:2]
+    s, starts = _state(q, v, state).flatten(0, 1), []
+    for a_t, b_t in zip(step.flatten(0, 1).unbind(1), shift.flatten(0, 1).unbind(1)):
+        starts.append(s)
+        s = torch.baddbmm(b_t, a_t, s)
+    starts_t = torch.stack(starts, 1).unflatten(0, (b, h))  # (B, H, T, D, Dv): the state entering each chunk
+    out = qd @ starts_t + scores @ (u0 - w @ starts_t)
+    return out.flatten(2, 3)[:, :, :n], s.unflatten(0, (b, h))
