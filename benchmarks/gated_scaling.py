@@ -103,9 +103,8 @@ def slope(points: list[tuple[int, float]]) -> float | None:
 
 
 def main() -> None:
-    keep = allocator_env("keep")
-    if os.environ.get("GLIBC_TUNABLES") != keep["GLIBC_TUNABLES"]:  # freed memory reused, as `attnlab bench scaling` times
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **keep})
+    if "ATTNLAB_ALLOCATOR" not in os.environ:  # restart once with freed memory reused, as `attnlab bench scaling` times
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **allocator_env("keep"), "ATTNLAB_ALLOCATOR": "keep"})
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4096,8192,16384,32768")
     ap.add_argument("--dense-up-to", type=int, default=16384)
