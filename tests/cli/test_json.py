@@ -25,7 +25,7 @@ JSON = {
                     "--flex-up-to", "1", "--layer-step", "0"],
     "bench approximation": ["bench", "approximation", "--n", "32", "--variants", "local", "--seeds", "1"],
     "bench distance": ["bench", "distance", "--distances", "3", "--layers", "rnn", "--steps", "2", "--seeds", "0"],
-    "bench recall": ["bench", "recall", "--variants", "deltanet", "--pairs", "2", "--dims", "8", "--seconds", "0.2"],
+    "bench recall": ["bench", "recall", "--variants", "deltanet", "--pairs", "2", "--dims", "8", "--steps", "2"],
     "bench graph": ["bench", "graph", "--nodes", "50", "--edges", "100", "--in-dim", "8", "--heads", "2", "--head-dim", "4",
                     "--repeats", "1", "--no-memory"],
     "bench audio": ["bench", "audio", "--seconds", "1", "--dim", "16", "--heads", "2", "--layers", "1", "--repeats", "1", "--no-memory"],

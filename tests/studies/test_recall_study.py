@@ -18,6 +18,6 @@ def test_state_sizes_are_what_each_cache_holds():
 
 @pytest.mark.parametrize("variant", ["gated_deltanet"])
 def test_a_run_trains_and_scores_every_cell(variant):
-    records = run([variant, "dense"], pairs=[2], dims=[8], seconds=0.3)
+    records = run([variant, "dense"], pairs=[2], dims=[8], steps=4, seconds=30)
     assert [(r.variant, r.pairs, r.length, r.dim) for r in records] == [(variant, 2, 6, 8), ("dense", 2, 6, 8)]
-    assert all(0.0 <= r.accuracy <= 1.0 and r.steps >= 1 and r.chance == 1 / 64 for r in records)
+    assert all(0.0 <= r.accuracy <= 1.0 and r.steps == 4 and r.chance == 1 / 32 for r in records)

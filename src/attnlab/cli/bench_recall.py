@@ -14,16 +14,17 @@ __all__ = ["recall"]
 
 def recall(
     variants: str = typer.Option("dense,local,linear,retnet,gla,deltanet,gated_deltanet,mamba2", help="Comma-separated variants."),
-    pairs: str = typer.Option("8,32", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
+    pairs: str = typer.Option("8,16", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
     dims: str = typer.Option("32,64", help="Comma-separated model widths (the state grows with them)."),
-    seconds: float = typer.Option(20.0, min=0.1, help="Training seconds per model."),
+    steps: int = typer.Option(1500, min=1, help="Training steps per model (the same for every variant)."),
+    seconds: float = typer.Option(60.0, min=0.1, help="At most this many training seconds per model (a slower variant trains fewer steps)."),
     precision: str = precision_option("fp32"),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
     output: Optional[str] = output_option("Also write the JSON to this file (after every model)."),
     plot: Optional[str] = plot_option("Also draw accuracy against state size to this PNG."),
     source: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
-    """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same seconds."""
+    """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same steps."""
     from .. import efficient
     from ..studies.recall import run
 
@@ -34,7 +35,7 @@ def recall(
         pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--dims", dims, minimum=4)
         total = len(names) * len(pair_list) * len(dim_list)
         with track("training", total, output, records_json) as tracker:
-            run(names, pair_list, dim_list, seconds=seconds, precision=precision,
+            run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=precision,
                 on_record=tracker.on_record(lambda r: f"{r.variant} pairs={r.pairs} d={r.dim}: {r.accuracy:.3f}"))
         records = [r.to_dict() for r in tracker.records]
     chart(plot, "bench.plot_recall", records)

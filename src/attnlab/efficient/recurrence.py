@@ -160,7 +160,8 @@ def _check_chunk(chunk: int) -> int:
 def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
     """:func:`recurrent_gated` chunk by chunk: within each chunk its parallel form (every chunk at
     once), across chunks the recurrence on the chunk-end states."""
-    c, n = _check_chunk(chunk), q.shape[2]
+    n = q.shape[2]
+    c = min(_check_chunk(chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
     qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)  # (B, H, T, C, D)
     gd = _chunks(_decay_rows(g, q).contiguous(), c).cumsum(3)  # G within each chunk, (B, H, T, C, D)
     if g is None or g.dim() == 3:  # scalar: the mask exp(G_i - G_j) of one channel
@@ -197,7 +198,8 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None):
     """:func:`recurrent_delta` chunk by chunk: the pseudo-values of every chunk at once from its
     WY form (a unit-triangular solve per chunk), then the recurrence on the chunk-end states, which
     corrects each chunk's pseudo-values for the state it starts from."""
-    c, n = _check_chunk(chunk), q.shape[2]
+    n = q.shape[2]
+    c = min(_check_chunk(chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
     qc, kc, vc, bc = _chunks(q, c), _chunks(k, c), _chunks(v, c), _chunks(beta, c)
     gc = None if g is None else _chunks(g, c)
     strict, decay = _scalar_mask(gc, c, kc, diagonal=-1)  # per chunk
