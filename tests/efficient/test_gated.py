@@ -259,3 +259,16 @@ def test_mamba2_layer_equals_the_papers_recurrence_written_as_a_loop():
     y = y * torch.rsqrt(y.square().mean(-1, keepdim=True) + 1e-6) * m.out_norm.norm.weight * z
     ref = m.out_proj(y.transpose(1, 2).reshape(b, n, E))
     assert_close_rel(m(x).output, ref, 1e-10, "mamba2")
+
+
+def test_a_strong_per_channel_decay_stays_finite_in_float32():
+    """GLA's factored chunk scores: e^-G_j grows with a chunk's decay; chunks of CHANNEL_CHUNK keep
+    it in float32's range where one chunk of 150 positions at a decay of e^-3 a step would not."""
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 150, 8, generator=g) for _ in range(3))
+    decay = torch.full((1, 2, 150, 8), -3.0)
+    decay[..., ::2] = -0.01
+    ref, _ = recurrence.recurrent_gated(q.double(), k.double(), v.double(), decay.double())
+    out, _ = recurrence.chunk_gated(q, k, v, decay, chunk=150)
+    assert torch.exp(torch.tensor(3.0 * 150 / 2)).isinf()  # what a single chunk of 150 would have to hold
+    assert_close_rel(out.double(), ref, 1e-5, "float32, strong decay")

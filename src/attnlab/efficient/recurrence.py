@@ -26,18 +26,24 @@ Every function takes ``q``, ``k`` ``(B, H, N, D)``, ``v`` ``(B, H, N, Dv)`` and 
 state ``(B, H, D, Dv)`` or None (zeros), and returns ``(o, final_state)``. Decays are given in
 log space (``g <= 0``); cumulative sums of ``g`` are taken inside each chunk, so that only
 differences ``G_i - G_j <= 0`` are exponentiated on the paths that can (the scalar decays, the
-delta rule); GLA's per-channel decay is factored inside a chunk as ``(q ⊙ e^{G_i}) (k ⊙ e^{-G_j})``,
-exact while a chunk's total log-decay stays above about -80 (float32's range).
+delta rule); GLA's per-channel decay is factored inside chunks of at most
+:data:`CHANNEL_CHUNK` positions, so that no exponent is large.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["CHUNK", "chunk_delta", "chunk_gated", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
+__all__ = ["CHANNEL_CHUNK", "CHUNK", "chunk_delta", "chunk_gated", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
 
 CHUNK = 64
 """Positions per chunk of the chunkwise form."""
+
+CHANNEL_CHUNK = 16
+"""At most this many positions per chunk under a per-channel decay (GLA), whose scores are
+factored as ``(q_i e^{G_i}) . (k_j e^{-G_j})`` inside a chunk: float32 overflows when a chunk's
+log-decay passes -88, which 16 positions reach only at a mean decay below ``e^-5.5`` a step (fla's
+kernels bound it the same way, with sub-chunks of 16)."""
 
 
 def _state(q: torch.Tensor, v: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
@@ -162,6 +168,8 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
     once), across chunks the recurrence on the chunk-end states."""
     n = q.shape[2]
     c = min(_check_chunk(chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
+    if g is not None and g.dim() == 4:  # per channel: e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay)
+        c = min(c, CHANNEL_CHUNK)
     qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)  # (B, H, T, C, D)
     gd = _chunks(_decay_rows(g, q).contiguous(), c).cumsum(3)  # G within each chunk, (B, H, T, C, D)
     if g is None or g.dim() == 3:  # scalar: the mask exp(G_i - G_j) of one channel
@@ -169,7 +177,7 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
         causal = _causal(c, q.device)
         mask = (gs[..., :, None] - gs[..., None, :]).masked_fill(~causal, float("-inf")).exp()
         intra = ((qc @ kc.transpose(-1, -2)) * mask) @ vc
-    else:  # per channel: factored at the chunk start (G <= 0 within a chunk)
+    else:  # per channel: no mask of one channel; factored at the chunk start, (q e^G_i) . (k e^-G_j)
         scores = (qc * gd.exp()) @ (kc * (-gd).exp()).transpose(-1, -2)
         intra = scores.masked_fill(~_causal(c, q.device), 0.0) @ vc
     last = gd[..., -1:, :]  # (B, H, T, 1, D): the chunk's total log-decay
