@@ -57,12 +57,12 @@ def _options(variant: str) -> dict:
     return {"window": WINDOW} if variant == "local" else {}
 
 
-def state_floats(variant: str, dim: int, heads: int, length: int) -> int:
+def state_floats(variant: str, dim: int, heads: int, length: int, options: dict | None = None) -> int:
     """Numbers one causal layer of ``variant`` keeps to decode the next token after ``length``
     tokens: its cache's bytes after reading them, over 4."""
     torch.manual_seed(0)
     causal = {} if variant == "dense" else {"causal": True}  # dense decodes causally with any cache
-    layer = efficient.create(variant, embed_dim=dim, num_heads=heads, **causal, **_options(variant)).eval()
+    layer = efficient.create(variant, embed_dim=dim, num_heads=heads, **causal, **_options(variant), **(options or {})).eval()
     cache = layer.new_cache()
     with torch.no_grad():
         layer(torch.randn(1, length, dim), cache=cache)
@@ -80,26 +80,31 @@ def run(
     size: int = 4000,
     seed: int = 0,
     precision: str = "fp32",
+    options: dict[str, dict] | None = None,
     on_record: Callable[[RecallRecord], None] | None = None,
 ) -> list[RecallRecord]:
     """Train and score every (pairs, dim, variant) for ``steps`` steps (at most ``seconds`` each);
-    ``queries = pairs``, ``num_keys`` keys and values."""
+    ``queries = pairs``, ``num_keys`` keys and values. ``options``: extra attention options per
+    variant (an ablation: ``{"deltanet": {"conv_size": 0}}``), named in the record's ``variant``."""
     from ..training import train
 
     out: list[RecallRecord] = []
     work = Path(tempfile.mkdtemp(prefix="attnlab-recall-"))
     for p in pairs:
-        options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys, "size": size, "seed": seed}
-        task = tasks.create("recall", **options)
+        task_options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys, "size": size, "seed": seed}
+        task = tasks.create("recall", **task_options)
         length = 3 * p
         for dim in dims:
             for variant in variants:
-                cfg = TrainConfig.for_task("recall", task_options=options, attention=variant, attention_options=_options(variant), dim=dim,
+                extra = (options or {}).get(variant, {})
+                label = variant + "".join(f" {k}={v}" for k, v in extra.items())
+                cfg = TrainConfig.for_task("recall", task_options=task_options, attention=variant,
+                                           attention_options={**_options(variant), **extra}, dim=dim,
                                            seconds=float(seconds), steps=steps, eval_every=100, precision=precision, seed=seed)
                 cfg = dataclasses.replace(cfg, patience=None)
                 t0 = time.perf_counter()
-                res = train(cfg, work / f"{variant}-{p}-{dim}", task=task)
-                rec = RecallRecord(variant, p, length, dim, state_floats(variant, dim, cfg.heads, length), res.value, res.steps,
+                res = train(cfg, work / f"{label}-{p}-{dim}".replace(" ", "_"), task=task)
+                rec = RecallRecord(label, p, length, dim, state_floats(variant, dim, cfg.heads, length, extra), res.value, res.steps,
                                    time.perf_counter() - t0, 1 / task.num_labels)
                 out.append(rec)
                 if on_record is not None:
