@@ -113,7 +113,7 @@ def test_decoding_500_tokens_with_the_cache_equals_the_full_forward_at_constant_
 @pytest.mark.parametrize("name", GATED)
 def test_key_padding_anywhere_and_packed_documents(name):
     """Padding anywhere for the recurrence alone; at the end of the row with a short convolution,
-    whose window counts positions (bidirectional: padding is then at the start of the reverse scan)."""
+    whose window counts positions (left padding: tests/models/test_lm.py's padded batches)."""
     m = layer(name, causal=True)
     x = torch.randn(1, 10, E, dtype=torch.float64)
     at = 10 if m.conv_size else 4

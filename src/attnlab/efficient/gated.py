@@ -8,7 +8,8 @@ and what happens to the heads' outputs (:meth:`GatedRecurrence.finish`).
 
 Masks, as everywhere in attnlab: key padding (a padded token writes nothing and decays nothing,
 so the state passes it unchanged, wherever it is; with a short convolution, whose window counts
-positions, padding must end the row, as in every batch attnlab pads) and packed documents (each
+positions, padding must lie at the start or the end of a row, not between real tokens: it then
+enters the convolution as the convolution's own zero padding) and packed documents (each
 document alone). Under bfloat16 autocast the projections run in bfloat16 and the recurrence in
 float32.
 The methods are causal recurrences; ``causal=False`` (an encoder's default) runs the layer's
