@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 
 from attnlab import efficient, masks
 from attnlab.efficient import recurrence
-from attnlab.profiling import allocator_env, round_robin
+from attnlab.profiling import allocator_env, loglog_slope, round_robin
 
 GATED = ("retnet", "gla", "deltanet", "gated_deltanet", "mamba2")
 B, H, D = 1, 4, 64
@@ -95,11 +94,8 @@ def layer_steps(n: int, dense: bool) -> dict:
 
 
 def slope(points: list[tuple[int, float]]) -> float | None:
-    pts = [(math.log(n), math.log(s)) for n, s in points if n >= 4096]
-    if len(pts) < 2:
-        return None
-    mx, my = statistics.fmean(p[0] for p in pts), statistics.fmean(p[1] for p in pts)
-    return sum((a - mx) * (b - my) for a, b in pts) / sum((a - mx) ** 2 for a, _ in pts)
+    """The log-log slope over N >= 4096."""
+    return loglog_slope([(n, t) for n, t in points if n >= 4096])
 
 
 def main() -> None:

@@ -149,11 +149,11 @@ def test_bfloat16_autocast_trains_close_to_float32():
 
 
 def test_errors_name_what_was_expected():
-    with pytest.raises(ValueError, match="mode must be one of chunk, parallel, recurrent"):
+    with pytest.raises(ValueError, match="mode must be one of 'chunk', 'parallel', 'recurrent'"):
         layer("gla", mode="fast")
     with pytest.raises(ValueError, match="chunk must be a positive int"):
         layer("retnet", chunk=0)
-    with pytest.raises(ValueError, match="conv_size must be a non-negative int"):
+    with pytest.raises(ValueError, match="conv_size must be an int >= 0"):
         layer("deltanet", conv_size=-1)
     m = layer("deltanet")
     x = torch.randn(1, 5, E, dtype=torch.float64)

@@ -30,6 +30,7 @@ from torch import nn
 
 from ..core.attend import AttentionResult
 from ..core.masks import key_padding_flags
+from ..validate import choice, int_at_least, positive_int
 from . import recurrence
 from .base import EfficientAttention, key_padding
 
@@ -109,13 +110,8 @@ class GatedRecurrence(EfficientAttention):
     def __init__(self, embed_dim: int, num_heads: int, *, chunk: int = recurrence.CHUNK, mode: str = "chunk",
                  conv_size: int | None = None, **options):
         super().__init__(embed_dim, num_heads, **options)
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        self.chunk, self.mode = recurrence._check_chunk(chunk), mode
-        k = self.default_conv if conv_size is None else conv_size
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"conv_size must be a non-negative int, got {conv_size!r}")
-        self.conv_size = k
+        self.chunk, self.mode = positive_int("chunk", chunk), choice("mode", mode, MODES)
+        self.conv_size = k = int_at_least("conv_size", self.default_conv if conv_size is None else conv_size, 0)
         width = 3 * self.embed_dim  # q, k and v (keys and values repeated to H heads)
         self.conv = nn.Conv1d(width, width, k, groups=width, bias=False) if k else None
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from ..validate import positive_int
+
 __all__ = ["CHANNEL_CHUNK", "CHUNK", "chunk_delta", "chunk_gated", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
 
 CHUNK = 64
@@ -113,8 +115,9 @@ def parallel_gated(q, k, v, g=None, *, state=None):
     s0 = _state(q, v, state)
     scores, qd = _gated_scores(q, k, g)
     out = scores @ v + qd @ s0
-    total = _decay_rows(g, q).sum(2)  # (B, H, D): the log-decay of the whole sequence
-    tail = (total[:, :, None, :] - _decay_rows(g, q).cumsum(2)).exp()  # exp(G_N - G_j)
+    rows = _decay_rows(g, q)
+    total = rows.sum(2)  # (B, H, D): the log-decay of the whole sequence
+    tail = (total[:, :, None, :] - rows.cumsum(2)).exp()  # exp(G_N - G_j)
     return out, total.exp()[..., None] * s0 + (k * tail).transpose(-1, -2) @ v
 
 
@@ -157,17 +160,11 @@ def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
     return x.view(*x.shape[:2], (n + pad) // c, c, *x.shape[3:])
 
 
-def _check_chunk(chunk: int) -> int:
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
-    return chunk
-
-
 def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
     """:func:`recurrent_gated` chunk by chunk: within each chunk its parallel form (every chunk at
     once), across chunks the recurrence on the chunk-end states."""
     n = q.shape[2]
-    c = min(_check_chunk(chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
+    c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
     if g is not None and g.dim() == 4:  # per channel: e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay)
         c = min(c, CHANNEL_CHUNK)
     qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)  # (B, H, T, C, D)
@@ -207,7 +204,7 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None):
     WY form (a unit-triangular solve per chunk), then the recurrence on the chunk-end states, which
     corrects each chunk's pseudo-values for the state it starts from."""
     n = q.shape[2]
-    c = min(_check_chunk(chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
+    c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
     qc, kc, vc, bc = _chunks(q, c), _chunks(k, c), _chunks(v, c), _chunks(beta, c)
     gc = None if g is None else _chunks(g, c)
     strict, decay = _scalar_mask(gc, c, kc, diagonal=-1)  # per chunk

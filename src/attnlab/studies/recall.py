@@ -89,24 +89,23 @@ def run(
     from ..training import train
 
     out: list[RecallRecord] = []
-    work = Path(tempfile.mkdtemp(prefix="attnlab-recall-"))
-    for p in pairs:
-        task_options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys, "size": size, "seed": seed}
-        task = tasks.create("recall", **task_options)
-        length = 3 * p
-        for dim in dims:
-            for variant in variants:
-                extra = (options or {}).get(variant, {})
-                label = variant + "".join(f" {k}={v}" for k, v in extra.items())
-                cfg = TrainConfig.for_task("recall", task_options=task_options, attention=variant,
-                                           attention_options={**_options(variant), **extra}, dim=dim,
-                                           seconds=float(seconds), steps=steps, eval_every=100, precision=precision, seed=seed)
-                cfg = dataclasses.replace(cfg, patience=None)
-                t0 = time.perf_counter()
-                res = train(cfg, work / f"{label}-{p}-{dim}".replace(" ", "_"), task=task)
-                rec = RecallRecord(label, p, length, dim, state_floats(variant, dim, cfg.heads, length, extra), res.value, res.steps,
-                                   time.perf_counter() - t0, 1 / task.num_labels)
-                out.append(rec)
-                if on_record is not None:
-                    on_record(rec)
+    with tempfile.TemporaryDirectory(prefix="attnlab-recall-") as tmp:  # the runs' checkpoints, removed after
+        for p in pairs:
+            task_options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys, "size": size, "seed": seed}
+            task = tasks.create("recall", **task_options)
+            for dim in dims:
+                for variant in variants:
+                    extra = (options or {}).get(variant, {})
+                    label = variant + "".join(f" {k}={v}" for k, v in extra.items())
+                    cfg = TrainConfig.for_task("recall", task_options=task_options, attention=variant,
+                                               attention_options={**_options(variant), **extra}, dim=dim, seconds=float(seconds),
+                                               steps=steps, eval_every=100, precision=precision, seed=seed)
+                    cfg = dataclasses.replace(cfg, patience=None)
+                    t0 = time.perf_counter()
+                    res = train(cfg, Path(tmp) / f"{label}-{p}-{dim}".replace(" ", "_"), task=task)
+                    rec = RecallRecord(label, p, 3 * p, dim, state_floats(variant, dim, cfg.heads, 3 * p, extra), res.value, res.steps,
+                                       time.perf_counter() - t0, 1 / task.num_labels)
+                    out.append(rec)
+                    if on_record is not None:
+                        on_record(rec)
     return out
