@@ -3,6 +3,7 @@ chunkwise = recurrent in float64 (outputs and gradients), decoding with the cach
 forward at constant memory, agreement with fla's reference implementations, errors."""
 
 import importlib.util
+import math
 import pathlib
 import types
 
@@ -272,3 +273,50 @@ def test_a_strong_per_channel_decay_stays_finite_in_float32():
     out, _ = recurrence.chunk_gated(q, k, v, decay, chunk=150)
     assert torch.exp(torch.tensor(3.0 * 150 / 2)).isinf()  # what a single chunk of 150 would have to hold
     assert_close_rel(out.double(), ref, 1e-5, "float32, strong decay")
+
+
+def test_the_forms_name_inputs_that_do_not_fit():
+    x = inputs(n=6)
+    q, k, v, beta = x["q"], x["k"], x["v"], x["beta"]
+    for fn in (recurrence.recurrent_gated, recurrence.parallel_gated, recurrence.chunk_gated):
+        with pytest.raises(ValueError, match=r"k must have q's shape \(B, H, N, D\) = \(2, 3, 6, 5\)"):
+            fn(q, k[..., :4], v)
+        with pytest.raises(ValueError, match=r"g \(the log decay\) must have shape \(B, H, N\) = \(2, 3, 6\) or"):
+            fn(q, k, v, x["g_head"][..., :5])
+        with pytest.raises(ValueError, match=r"state must have shape \(B, H, D, Dv\) = \(2, 3, 5, 4\), got \(2, 3, 4, 4\)"):
+            fn(q, k, v, state=x["s0"][:, :, :4])
+    for fn in (recurrence.recurrent_delta, recurrence.parallel_delta, recurrence.chunk_delta):
+        with pytest.raises(ValueError, match=r"beta must have shape \(B, H, N\) = \(2, 3, 6\), got \(2, 3\)"):
+            fn(q, k, v, beta[..., 0])
+        with pytest.raises(ValueError, match=r"must have shape \(B, H, N\) = \(2, 3, 6\), got \(2, 3, 6, 5\)"):
+            fn(q, k, v, beta, x["g_channel"])  # the delta rule's decay is one per head
+    with pytest.raises(ValueError, match=r"q, k, v must be \(B, H, N, D\) tensors"):
+        recurrence.chunk_gated(q[0], k, v)
+    with pytest.raises(ValueError, match="chunk must be a positive int, got 0"):
+        recurrence.chunk_delta(q, k, v, beta, chunk=0)
+
+
+def test_the_cache_follows_reordered_rows():
+    """Beam search keeps some rows of the cache: decoding on from them equals the full forward of
+    those rows."""
+    m = layer("mamba2", causal=True)
+    x = torch.randn(3, 12, E, dtype=torch.float64)
+    cache = m.new_cache()
+    m(x[:, :7], cache=cache)
+    order = torch.tensor([2, 0])
+    cache.reorder(order)
+    out = torch.cat([m(x[order, t : t + 1], cache=cache).output for t in range(7, 12)], 1)
+    assert_close_rel(out, m(x[order]).output[:, 7:], 1e-10, "reordered")
+    cache.reset()
+    assert cache.nbytes() == 0 and cache.seen == 0
+
+
+def test_time_step_initialisation_inverts_softplus():
+    from attnlab.efficient.gated import inverse_softplus, time_step_bias
+
+    x = torch.tensor([1e-3, 0.05, 0.1, 2.0], dtype=torch.float64)
+    torch.testing.assert_close(F.softplus(inverse_softplus(x)), x, rtol=1e-12, atol=0)
+    torch.manual_seed(0)
+    dt = F.softplus(time_step_bias(1000).double())
+    assert 1e-3 <= dt.min() < 2e-3 and 0.05 < dt.max() <= 0.1  # log-uniform over [1e-3, 0.1]
+    assert abs(dt.log().mean().item() - (math.log(1e-3) + math.log(0.1)) / 2) < 0.1

@@ -26,3 +26,25 @@ def test_a_run_trains_and_scores_every_cell(variant):
 def test_an_ablation_names_its_options_and_measures_their_state():
     (rec,) = run(["deltanet"], pairs=[2], dims=[8], steps=2, seconds=30, options={"deltanet": {"conv_size": 0}})
     assert rec.variant == "deltanet conv_size=0" and rec.state_floats == 4 * 2 * 2  # no convolution: the 2 x 2 states alone
+
+
+def test_from_reads_the_records_back_and_the_chart_has_a_panel_per_pair_count(tmp_path):
+    import json
+    import struct
+
+    from attnlab.cli import app
+    from tests.cli.helpers import runner
+
+    recs = [{"variant": v, "pairs": p, "length": 3 * p, "dim": d, "state_floats": 16 * d, "accuracy": a, "steps": 10,
+             "train_seconds": 1.0, "chance": 1 / 32} for v, a in (("dense", 0.9), ("deltanet", 0.5)) for p in (8, 16) for d in (32, 64)]
+    widths = {}
+    for count, chosen in ((1, [r for r in recs if r["pairs"] == 8]), (2, recs)):
+        src = tmp_path / f"r{count}.json"
+        src.write_text(json.dumps({"records": chosen}))
+        res = runner.invoke(app, ["bench", "recall", "--from", str(src), "--plot", str(tmp_path / f"r{count}.png"), "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout) == {"records": chosen}  # JSON alone on stdout, the records unchanged
+        png = (tmp_path / f"r{count}.png").read_bytes()
+        assert png[:4] == b"\x89PNG"
+        widths[count] = struct.unpack(">I", png[16:20])[0]
+    assert widths[2] > 1.6 * widths[1]  # one panel per number of pairs

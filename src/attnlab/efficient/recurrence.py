@@ -48,6 +48,25 @@ log-decay passes -88, which 16 positions reach only at a mean decay below ``e^-5
 kernels bound it the same way, with sub-chunks of 16)."""
 
 
+def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False) -> None:
+    """``ValueError`` naming the shapes when the inputs do not fit together (see the module)."""
+    def shape(t):
+        return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        raise ValueError(f"q, k, v must be (B, H, N, D) tensors, got {shape(q)}, {shape(k)}, {shape(v)}")
+    b, h, n, d = q.shape
+    if k.shape != q.shape or v.shape[:3] != (b, h, n):
+        raise ValueError(f"k must have q's shape (B, H, N, D) = {tuple(q.shape)} and v its (B, H, N), got k {shape(k)}, v {shape(v)}")
+    if g is not None and (not isinstance(g, torch.Tensor) or tuple(g.shape) not in ((b, h, n), (b, h, n, d)) or (delta and g.dim() == 4)):
+        allowed = f"(B, H, N) = {(b, h, n)}" + ("" if delta else f" or (B, H, N, D) = {(b, h, n, d)}")
+        raise ValueError(f"g (the log decay) must have shape {allowed}, got {shape(g)}")
+    if delta and (not isinstance(beta, torch.Tensor) or tuple(beta.shape) != (b, h, n)):
+        raise ValueError(f"beta must have shape (B, H, N) = {(b, h, n)}, got {shape(beta)}")
+    if state is not None and (not isinstance(state, torch.Tensor) or tuple(state.shape) != (b, h, d, v.shape[-1])):
+        raise ValueError(f"state must have shape (B, H, D, Dv) = {(b, h, d, v.shape[-1])}, got {shape(state)}")
+
+
 def _state(q: torch.Tensor, v: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
     b, h, _, d = q.shape
     return q.new_zeros(b, h, d, v.shape[-1]) if state is None else state
@@ -63,6 +82,7 @@ def _decay_rows(g: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------- recurrent forms
 def recurrent_gated(q, k, v, g=None, *, state=None):
     """``S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T``, ``o_t = S_t^T q_t``, one token at a time."""
+    _check(q, k, v, g, state=state)
     s, gd, outs = _state(q, v, state), _decay_rows(g, q), []
     for t in range(q.shape[2]):
         s = gd[:, :, t, :, None].exp() * s + k[:, :, t, :, None] * v[:, :, t, None, :]
@@ -72,6 +92,7 @@ def recurrent_gated(q, k, v, g=None, *, state=None):
 
 def recurrent_delta(q, k, v, beta, g=None, *, state=None):
     """``S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``, ``o_t = S_t^T q_t``."""
+    _check(q, k, v, g, beta, state, delta=True)
     s, outs = _state(q, v, state), []
     for t in range(q.shape[2]):
         if g is not None:
@@ -112,6 +133,7 @@ def _gated_scores(q, k, g):
 
 def parallel_gated(q, k, v, g=None, *, state=None):
     """The quadratic form of :func:`recurrent_gated`: ``O = (Q K^T ⊙ M) V + (Q ⊙ e^G) S_0``."""
+    _check(q, k, v, g, state=state)
     s0 = _state(q, v, state)
     scores, qd = _gated_scores(q, k, g)
     out = scores @ v + qd @ s0
@@ -135,6 +157,7 @@ def _pseudo_values(k, v, beta, g, s0):
 
 def parallel_delta(q, k, v, beta, g=None, *, state=None):
     """The quadratic form of :func:`recurrent_delta`: ``O = (Q K^T ⊙ M) U + diag(e^G) Q S_0``."""
+    _check(q, k, v, g, beta, state, delta=True)
     s0 = _state(q, v, state)
     n = q.shape[2]
     u, decay = _pseudo_values(k, v, beta, g, s0)
@@ -163,6 +186,7 @@ def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
 def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
     """:func:`recurrent_gated` chunk by chunk: within each chunk its parallel form (every chunk at
     once), across chunks the recurrence on the chunk-end states."""
+    _check(q, k, v, g, state=state)
     n = q.shape[2]
     c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
     if g is not None and g.dim() == 4:  # per channel: e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay)
@@ -203,6 +227,7 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None):
     """:func:`recurrent_delta` chunk by chunk: the pseudo-values of every chunk at once from its
     WY form (a unit-triangular solve per chunk), then the recurrence on the chunk-end states, which
     corrects each chunk's pseudo-values for the state it starts from."""
+    _check(q, k, v, g, beta, state, delta=True)
     n = q.shape[2]
     c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
     qc, kc, vc, bc = _chunks(q, c), _chunks(k, c), _chunks(v, c), _chunks(beta, c)
