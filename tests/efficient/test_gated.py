@@ -169,6 +169,8 @@ def test_errors_name_what_was_expected():
         c(x, cache=layer("local", causal=True, window=2).new_cache())
     with pytest.raises(ValueError, match="pass no window, sinks or positions"):
         c.new_cache(window=4)
+    with pytest.raises(ValueError, match="key_positions must equal positions"):
+        c(x, positions=torch.arange(5), key_positions=torch.arange(1, 6))
 
 
 # ---------------------------------------------------------------- fla's reference implementations

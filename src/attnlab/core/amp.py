@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-__all__ = ["same_autocast_backward", "same_autocast_forward"]
+__all__ = ["same_autocast_backward", "same_autocast_forward", "upcast"]
 
 
 def same_autocast_forward(forward):
@@ -36,3 +36,9 @@ def same_autocast_backward(backward):
             return backward(ctx, *grads)
 
     return wrapped
+
+
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 when it is half precision (float16, bfloat16), else unchanged: where
+    softmax statistics, gates and recurrent states are computed under autocast."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t

@@ -25,24 +25,21 @@ from typing import Callable
 import torch
 
 from ..registry import Registry
+from .amp import upcast
 
 __all__ = ["softmax", "relu", "sigmoid", "NORMALIZERS", "create", "names", "resolve_normalizer"]
-
-
-def _upcast(scores: torch.Tensor) -> torch.Tensor:
-    return scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
 
 
 def _allowed_count(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | float:
     """Number of allowed keys per row, shape broadcastable to ``(…, N, 1)``, at least 1."""
     if mask is None:
         return float(max(scores.shape[-1], 1))
-    return mask.sum(-1, keepdim=True).clamp_min(1).to(_upcast(scores).dtype)
+    return mask.sum(-1, keepdim=True).clamp_min(1).to(upcast(scores).dtype)
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax over the allowed keys of each row; an all-masked row gives zeros."""
-    s = _upcast(scores)
+    s = upcast(scores)
     if mask is None:
         return torch.softmax(s, dim=-1).to(scores.dtype)
     row_ok = mask.any(-1, keepdim=True)  # (…, N, 1)
@@ -59,7 +56,7 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
 
 def relu(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """ReLU attention ``max(s, 0) / n_i`` (``n_i`` = allowed keys of row ``i``)."""
-    s = _upcast(scores)
+    s = upcast(scores)
     w = torch.relu(s) / _allowed_count(s, mask)
     if mask is not None:
         w = torch.where(mask, w, torch.zeros((), dtype=w.dtype, device=w.device))
@@ -68,7 +65,7 @@ def relu(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor
 
 def sigmoid(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Sigmoid attention ``sigmoid(s - log n_i)`` (``n_i`` = allowed keys of row ``i``)."""
-    s = _upcast(scores)
+    s = upcast(scores)
     n = _allowed_count(s, mask)
     w = torch.sigmoid(s - (math.log(n) if isinstance(n, float) else torch.log(n)))
     if mask is not None:

@@ -6,8 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.amp import upcast
 from .base import Budget, register
-from .gated import GatedRecurrence, HeadNorm, time_step_bias, wide
+from .gated import GatedRecurrence, HeadNorm, time_step_bias
 
 __all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
 
@@ -27,6 +28,7 @@ class DeltaNetAttention(GatedRecurrence):
 
     delta = True
     default_conv = 4
+    output_gate = False  # fla's DeltaNet layer has none; Gated DeltaNet has
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
@@ -34,15 +36,13 @@ class DeltaNetAttention(GatedRecurrence):
         self.beta_proj = nn.Linear(self.embed_dim, self.num_heads)
         self.out_norm = HeadNorm(self.embed_dim, self.num_heads, gate=self.output_gate)
 
-    output_gate = False
-
     def features(self, q, k):
         if self.conv is None:  # the convolution already applied SiLU
             q, k = F.silu(q), F.silu(k)
         return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
 
     def _beta(self, x):
-        return torch.sigmoid(wide(self.beta_proj(x))).transpose(1, 2)  # (B, H, N)
+        return torch.sigmoid(upcast(self.beta_proj(x))).transpose(1, 2)  # (B, H, N)
 
     def gates(self, x):
         return None, self._beta(x)
@@ -72,5 +72,5 @@ class GatedDeltaNetAttention(DeltaNetAttention):
         self.time_bias = nn.Parameter(time_step_bias(self.num_heads))
 
     def gates(self, x):
-        dt = F.softplus(wide(self.decay_proj(x)) + self.time_bias)  # (B, N, H)
+        dt = F.softplus(upcast(self.decay_proj(x)) + self.time_bias)  # (B, N, H)
         return (-self.log_rate.exp() * dt).transpose(1, 2), self._beta(x)

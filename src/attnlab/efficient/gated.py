@@ -28,13 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.amp import upcast
 from ..core.attend import AttentionResult
 from ..core.masks import key_padding_flags
 from ..validate import choice, int_at_least, positive_int
 from . import recurrence
 from .base import EfficientAttention, key_padding
 
-__all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "inverse_softplus", "time_step_bias", "wide"]
+__all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "inverse_softplus", "time_step_bias"]
 
 MODES = ("chunk", "parallel", "recurrent")
 """The forms a layer computes with: chunkwise (training, the default), the quadratic parallel
@@ -70,12 +71,6 @@ class MatrixState:
         """Keep the rows ``index`` (beam search)."""
         self.state = None if self.state is None else self.state.index_select(0, index)
         self.conv = None if self.conv is None else self.conv.index_select(0, index)
-
-
-def wide(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in at least float32 (gates are computed in float32 under bfloat16 autocast; a float64
-    layer keeps float64)."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -176,7 +171,11 @@ class GatedRecurrence(EfficientAttention):
         if n == 0:
             return AttentionResult(query.new_zeros(b, 0, self.embed_dim))
         start = 0 if cache is None else cache.seen
-        pos = torch.arange(start, start + n, device=query.device) if positions is None else positions
+        if positions is not None and key_positions is not None and not torch.equal(positions, key_positions):
+            raise ValueError(f"the {self.name!r} attention is self-attention: its keys are its queries, so key_positions must "
+                             "equal positions (or be left out)")
+        given = positions if positions is not None else key_positions
+        pos = torch.arange(start, start + n, device=query.device) if given is None else given
         x = query if valid is None else torch.where(valid[..., None], query, torch.zeros((), dtype=query.dtype, device=query.device))
         q, k, v, _ = self.project(x, positions=pos, key_positions=pos, rotate=False)
         k, v = self.repeat_kv(k, v)
@@ -231,7 +230,7 @@ class GatedRecurrence(EfficientAttention):
             fn = {"chunk": recurrence.chunk_gated, "parallel": recurrence.parallel_gated, "recurrent": recurrence.recurrent_gated}[mode]
         extra = {"chunk": self.chunk} if mode == "chunk" else {}
         with torch.autocast(q.device.type, enabled=False):  # the recurrence in at least float32, as softmax's statistics
-            out, state = fn(*(None if a is None else wide(a) for a in args), state=None if state is None else wide(state), **extra)
+            out, state = fn(*(None if a is None else upcast(a) for a in args), state=None if state is None else upcast(state), **extra)
         if cache is not None:
             cache.state = state
         return out, v

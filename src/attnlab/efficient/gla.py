@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.amp import upcast
 from .base import Budget, register
-from .gated import GatedRecurrence, HeadNorm, wide
+from .gated import GatedRecurrence, HeadNorm
 
 __all__ = ["GatedLinearAttention"]
 
@@ -37,7 +38,7 @@ class GatedLinearAttention(GatedRecurrence):
 
     def gates(self, x):
         b, n, _ = x.shape
-        logit = wide(self.gate_up(self.gate_down(x)))
+        logit = upcast(self.gate_up(self.gate_down(x)))
         g = F.logsigmoid(logit) / self.gate_temperature  # (B, N, E): log alpha
         return g.view(b, n, self.num_heads, self.head_dim).transpose(1, 2), None
 

@@ -6,8 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.amp import upcast
 from .base import Budget, register
-from .gated import GatedRecurrence, HeadNorm, time_step_bias, wide
+from .gated import GatedRecurrence, HeadNorm, time_step_bias
 
 __all__ = ["Mamba2Attention"]
 
@@ -39,7 +40,7 @@ class Mamba2Attention(GatedRecurrence):
         self.out_norm = HeadNorm(self.embed_dim, self.num_heads, gate=True)
 
     def gates(self, x):
-        dt = F.softplus(wide(self.dt_proj(x)) + self.dt_bias).transpose(1, 2)  # (B, H, N)
+        dt = F.softplus(upcast(self.dt_proj(x)) + self.dt_bias).transpose(1, 2)  # (B, H, N)
         return -self.log_rate.exp()[:, None] * dt, dt  # log decay dt A, and dt scales the write
 
     def finish(self, o, x, v):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from ..core.amp import upcast
 from .base import Budget, register
-from .gated import GatedRecurrence, HeadNorm, wide
+from .gated import GatedRecurrence, HeadNorm
 
 __all__ = ["RetentionAttention", "retention_decays"]
 
@@ -37,7 +38,7 @@ class RetentionAttention(GatedRecurrence):
 
     def gates(self, x):
         b, n, _ = x.shape
-        return wide(self.log_decay)[None, :, None].expand(b, -1, n), None
+        return upcast(self.log_decay)[None, :, None].expand(b, -1, n), None
 
     def finish(self, o, x, v):
         return self.out_norm(o, x)
