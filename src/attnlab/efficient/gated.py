@@ -219,17 +219,18 @@ class GatedRecurrence(EfficientAttention):
             g = None if g is None else torch.where(keep if g.dim() == 4 else keep[..., 0], g, 0.0)
             beta = None if beta is None else torch.where(keep[..., 0], beta, 0.0)
         if beta is not None and not self.delta:
-            k = k * beta[..., None].to(k.dtype)
+            k = upcast(k) * beta[..., None]  # beta in its own float32: no rounding to the projections' bfloat16
         state = None if cache is None else cache.state
         mode = "recurrent" if cache is not None and q.shape[2] == 1 else self.mode
         if self.delta:
-            args = (q, k, v, beta.to(q.dtype), None if g is None else g.to(q.dtype))
+            args = (q, k, v, beta, g)
             fn = {"chunk": recurrence.chunk_delta, "parallel": recurrence.parallel_delta, "recurrent": recurrence.recurrent_delta}[mode]
         else:
-            args = (q, k, v, None if g is None else g.to(q.dtype))
+            args = (q, k, v, g)
             fn = {"chunk": recurrence.chunk_gated, "parallel": recurrence.parallel_gated, "recurrent": recurrence.recurrent_gated}[mode]
         extra = {"chunk": self.chunk} if mode == "chunk" else {}
-        with torch.autocast(q.device.type, enabled=False):  # the recurrence in at least float32, as softmax's statistics
+        # the recurrence in at least float32, as softmax's statistics (the gates were computed so: never rounded to bfloat16)
+        with torch.autocast(q.device.type, enabled=False):
             out, state = fn(*(None if a is None else upcast(a) for a in args), state=None if state is None else upcast(state), **extra)
         if cache is not None:
             cache.state = state
