@@ -21,7 +21,7 @@ FLOORS = [
     {"layers"},
     {"efficient"},
     {"models"},
-    {"pretrained"},  # trained weights loaded into models
+    {"pretrained", "integrations"},  # trained weights loaded into models; attnlab inside other libraries' models
     {"recurrent", "audio"},
     {"tasks"},
     {"objectives"},

@@ -1,0 +1,362 @@
+"""attnlab as an attention backend of Hugging Face ``transformers`` (5.x): any model, any variant.
+
+Importing this module registers, in ``transformers``' ``AttentionInterface`` and
+``AttentionMaskInterface``:
+
+* ``attn_implementation="attnlab"``: :func:`attnlab.attend` computes every attention of the
+  model, exactly (float64 parity with transformers' ``sdpa`` path), with the mask transformers
+  builds handed over as an attnlab mask function of positions (:class:`ModelMask`: causal,
+  sliding window, padding, cache offsets), grouped key/value heads, soft-capping (a score
+  function), dropout, and ``return`` of the weights when the model asks for them. The model's
+  config may set ``attnlab_options={"score": ..., "normalize": ...}`` to swap the score or the
+  normaliser into a trained model (and ``"backend"``, ``"block_size"``: :func:`attnlab.attend`'s).
+* ``attn_implementation="attnlab:<variant>"`` for every variant of :mod:`attnlab.efficient`
+  that takes a model's q, k, v (all but the gated recurrences, which compute their own gates
+  from the layer's input): the trained projections stay, the attention step is the variant's.
+  Its options come from ``config.attnlab_options`` (e.g. ``{"window": 64}``, ``{"seed": 1}``
+  for the draw of a variant's own parameters; ``max_len`` defaults to the model's positions).
+  What the model needs and the variant cannot give (a causal model and a variant with no
+  causal form, a sliding window that cuts, soft-capping, dropout, cached decoding) raises
+  :class:`UnsupportedError` naming both.
+
+Usage::
+
+    import attnlab.integrations.transformers
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="attnlab")
+    model = AutoModel.from_pretrained(folder, attn_implementation="attnlab:local", attnlab_options={"window": 64})
+
+``from_pretrained`` passes ``attnlab_options`` to the config, which saves it with the model.
+:func:`implementation` turns a variant name into the ``attn_implementation`` string and lists
+the known names when it is not one of them.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers import masking_utils as hf_masks
+
+from .. import efficient
+from ..core.attend import AttentionResult, attend
+from ..core.band import Band
+from ..core.maskfn import FunctionMask, Mask, _Everything
+from ..core.masks import causal as causal_mask, valid_keys
+from ..core.score_mods import softcap as softcap_mod
+from ..efficient.base import EfficientAttention, PatternAttention
+from ..efficient.gated import GatedRecurrence
+
+__all__ = ["NAME", "OPTIONS", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask"]
+
+NAME = "attnlab"
+"""The exact backend's ``attn_implementation``; ``"attnlab:<variant>"`` for a variant."""
+
+OPTIONS = "attnlab_options"
+"""The config field that holds the backend's options (a dict, saved with the model's config)."""
+
+DENSE_OPTIONS = ("score", "normalize", "backend", "block_size")
+"""The options of the exact backend: a score and a normaliser by name (:mod:`attnlab.scores`,
+:mod:`attnlab.normalizers`), and :func:`attnlab.attend`'s ``backend`` and ``block_size``."""
+
+
+class UnsupportedError(ValueError):
+    """The model needs something the chosen attention cannot give (the message names both)."""
+
+
+def _swappable() -> list[str]:
+    return [v for v in efficient.names() if v != "dense" and not issubclass(efficient.VARIANTS.get(v), GatedRecurrence)]
+
+
+def implementations() -> list[str]:
+    """Every ``attn_implementation`` this module registers: ``"attnlab"`` and ``"attnlab:<variant>"``."""
+    return [NAME] + [f"{NAME}:{v}" for v in _swappable()]
+
+
+def implementation(variant: str = "dense") -> str:
+    """The ``attn_implementation`` string of ``variant`` (``"dense"``: ``"attnlab"``).
+
+    Raises:
+        ValueError: an unknown variant (the message lists the known ones), or a gated recurrence,
+            which computes its gates from the layer's input and so cannot take a model's q, k, v.
+    """
+    if variant == "dense":
+        return NAME
+    if variant not in efficient.names():
+        raise ValueError(f"unknown attention variant {variant!r}; known: {', '.join(['dense'] + _swappable())}")
+    if variant not in _swappable():
+        raise ValueError(f"the {variant!r} attention computes its gates from the layer's input, so it cannot take a trained model's "
+                         f"q, k and v; swappable: {', '.join(['dense'] + _swappable())}")
+    return f"{NAME}:{variant}"
+
+
+# ------------------------------------------------------------------------------------------ the mask
+class ModelMask(Mask):
+    """The mask a transformers model builds, as an attnlab mask of positions (True = may attend).
+
+    ``rule``: the position rule (transformers' causal, bidirectional and sliding-window functions
+    are recognised as attnlab's :class:`~attnlab.core.band.Band` / full masks, so the core knows
+    their tiles without evaluating a pair; any other function is evaluated as FlexAttention
+    would), and ``flags`` ``(B, M)``: the real keys of a padded batch (None without padding).
+    ``kind``: ``("full",)``, ``("band", lo, hi)`` (``lo <= kv - q' <= hi``, None = open, the last
+    query on the last key) or ``("custom",)``. ``offset``: the position of the first key (a
+    sliding-window cache drops the oldest keys). The dense form is computed once per size and
+    shared by every layer.
+    """
+
+    def __init__(self, rule: Mask, kind: tuple, flags: torch.Tensor | None, offset: int = 0):
+        self.rule, self.kind, self.flags, self.offset = rule, kind, flags, offset
+        self.inner = rule if flags is None else rule & valid_keys(flags)
+        self.batch = None if flags is None else flags.shape[0]
+        self.key_only = kind == ("full",) and flags is not None
+        self._dense: dict = {}
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        return self.inner(b, h, q_idx, kv_idx)
+
+    def tiles(self, grid):
+        return self.inner.tiles(grid)
+
+    def bind(self, n, m):
+        return self.inner.bind(n, m)
+
+    def hidden_keys(self, m, device=None):
+        return self.inner.hidden_keys(m, device)
+
+    def is_causal(self, n, m):
+        return self.inner.is_causal(n, m)
+
+    def dense(self, n, m=None, *, batch=None, heads=None, device=None):
+        key = (n, m, batch, heads, str(device))
+        if key not in self._dense:
+            self._dense[key] = self.inner.dense(n, m, batch=batch, heads=heads, device=device)
+        return self._dense[key]
+
+    def __repr__(self):
+        return f"ModelMask({self.kind}, padding={self.flags is not None})"
+
+
+def _cell(fn, factory: str, var: str):
+    """The value ``var`` captured by the closure that transformers' ``factory`` returns, or None."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not fn.__qualname__.startswith(f"{factory}.<locals>.") or var not in code.co_freevars:
+        return None
+    return fn.__closure__[code.co_freevars.index(var)].cell_contents
+
+
+def _shape(fn) -> tuple | None:
+    """``("full",)``, ``("band", lo, hi)`` for transformers' own position rules, None for another function."""
+    if fn is hf_masks.causal_mask_function:
+        return ("band", None, 0)
+    if fn is hf_masks.bidirectional_mask_function:
+        return ("full",)
+    w = _cell(fn, "sliding_window_overlay", "sliding_window")
+    if w is not None:
+        return ("band", -(int(w) - 1), None)  # kv > q - w
+    w = _cell(fn, "sliding_window_bidirectional_overlay", "sliding_window")
+    if w is not None:
+        return ("band", -int(w), int(w))
+    parts = _cell(fn, "and_masks", "mask_functions")
+    if parts is None:
+        return None
+    lo = hi = None
+    for p in parts:
+        s = _shape(p)
+        if s is None:
+            return None
+        if s[0] == "band":
+            lo = s[1] if lo is None else (lo if s[1] is None else max(lo, s[1]))
+            hi = s[2] if hi is None else (hi if s[2] is None else min(hi, s[2]))
+    return ("full",) if lo is None and hi is None else ("band", lo, hi)
+
+
+def model_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
+               mask_function=hf_masks.causal_mask_function, attention_mask: torch.Tensor | None = None, **_) -> ModelMask:
+    """transformers' mask interface (``AttentionMaskInterface``): the :class:`ModelMask` of queries
+    at positions ``q_offset ..`` and keys at ``kv_offset ..`` under ``mask_function``
+    (``(b, h, q_idx, kv_idx) -> bool``, FlexAttention's signature: the same callable attnlab
+    takes) and the 2-D padding ``attention_mask`` ``(B, kv_offset + kv_length)`` (1 = real)."""
+    q_offset, kv_offset = int(q_offset), int(kv_offset)
+    flags = None
+    if attention_mask is not None:
+        a = attention_mask.to(torch.bool)
+        if a.shape[-1] < kv_offset + kv_length:  # keys beyond the 2-D mask are not real (transformers pads with 0)
+            a = F.pad(a, (0, kv_offset + kv_length - a.shape[-1]))
+        a = a[:, kv_offset : kv_offset + kv_length]
+        flags = None if bool(a.all()) else a.expand(batch_size, -1)
+    shape = _shape(mask_function)
+    if shape == ("full",):
+        return ModelMask(_Everything(), shape, flags, kv_offset)
+    if shape is not None and q_offset - kv_offset == kv_length - q_length:  # the last query on the last key
+        return ModelMask(Band(shape[1], shape[2], name="model"), shape, flags, kv_offset)
+
+    def shifted(b, h, q_idx, kv_idx):
+        return mask_function(b, h, q_idx + q_offset, kv_idx + kv_offset)
+
+    return ModelMask(FunctionMask(shifted), ("custom",), flags, kv_offset)
+
+
+# ------------------------------------------------------------------------------------------ attention
+def _who(module) -> str:
+    config = getattr(module, "config", None)
+    kind = getattr(config, "model_type", None)
+    return f"{type(module).__name__}" + (f" (a {kind} model)" if kind else "")
+
+
+def _options(module) -> dict:
+    opts = getattr(getattr(module, "config", None), OPTIONS, None) or {}
+    if not isinstance(opts, dict):
+        raise TypeError(f"config.{OPTIONS} must be a dict of options, got {type(opts).__name__}")
+    return dict(opts)
+
+
+def _mask_and_bias(attention_mask, module, n: int, is_causal) -> tuple:
+    """The attnlab mask and additive bias of what the model hands over."""
+    if attention_mask is None:
+        causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
+        return (causal_mask(align="top_left") if causal and n > 1 else None), None
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.is_floating_point():
+        return None, attention_mask  # an additive mask (0 / very negative), as sdpa takes it
+    return attention_mask, None
+
+
+def attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                      softcap: float | None = None, *, variant: str = "dense", **kwargs):
+    """transformers' attention interface: ``query`` ``(B, H, N, D)``, ``key`` / ``value``
+    ``(B, G, M, D)`` (G dividing H) -> ``(B, N, H, D)`` and the weights (or None)."""
+    options = _options(module)
+    d = query.shape[-1]
+    if scaling is not None and not math.isclose(scaling * math.sqrt(d), 1.0, rel_tol=1e-12):
+        query = query * (scaling * math.sqrt(d))  # the model's scale, on the 1 / sqrt(D) every attnlab score assumes
+    mask, bias = _mask_and_bias(attention_mask, module, query.shape[2], kwargs.get("is_causal"))
+    weights = bool(kwargs.get("output_attentions", False))
+    mod = softcap_mod(softcap) if softcap else None
+    if variant == "dense":
+        unknown = sorted(set(options) - set(DENSE_OPTIONS))
+        if unknown:
+            raise ValueError(f"config.{OPTIONS}: the exact attention takes {', '.join(DENSE_OPTIONS)}, not {', '.join(unknown)}")
+        res = attend(query, key, value, score=options.get("score", "scaled_dot"), normalize=options.get("normalize", "softmax"),
+                     mask=mask, bias=bias, score_mod=mod, dropout_p=dropout, return_weights=weights,
+                     backend=options.get("backend", "auto"), block_size=options.get("block_size"))
+    else:
+        res = _swapped(module, variant, options, query, key, value, mask, bias, mod, softcap, dropout, weights)
+    return res.output.transpose(1, 2).contiguous(), res.weights
+
+
+def _decodes(layer) -> bool:
+    """Whether the variant attends a query at the end of a longer sequence the way it attends
+    the whole sequence (it has cached decoding)."""
+    return type(layer).new_cache is not EfficientAttention.new_cache
+
+
+def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropout, weights) -> AttentionResult:
+    cls = efficient.VARIANTS.get(variant)
+    n, m = q.shape[2], k.shape[2]
+    who = _who(module)
+    exact = issubclass(cls, PatternAttention) or not issubclass(cls, EfficientAttention)  # exact attention under a pattern
+    if not exact:
+        lacks = [what for what, needed in (("a score bias", bias is not None), (f"soft-capping ({softcap})", mod is not None),
+                                           (f"attention dropout ({dropout})", bool(dropout)), ("the attention weights", weights)) if needed]
+        if lacks:
+            raise UnsupportedError(f"{who} needs {' and '.join(lacks)}; the {variant!r} attention never forms the scores: "
+                                   "use attn_implementation='attnlab' (exact) or a sparse pattern (local, longformer, bigbird)")
+        causal, flags = _structure(mask, n, m, who, variant)
+        if causal and not cls.supports_causal:
+            raise UnsupportedError(f"{who} attends causally; the {variant!r} attention has no causal form "
+                                   "(its method mixes every key into every query)")
+    layer = _layer(module, variant, options, False if exact else causal, q)
+    pad = m - n
+    if pad:  # queries at the end of a longer sequence (decoding with a cache): the variant's last rows of the whole
+        if not _decodes(layer):
+            raise UnsupportedError(f"{who} decodes with a cache; the {variant!r} attention has no cached decoding")
+        if pad < 0 or (exact and getattr(mask, "kind", None) == ("custom",)):
+            raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under its own mask rule; the {variant!r} "
+                                   "attention decodes queries at the end of the sequence only")
+        q = F.pad(q, (0, 0, pad, 0))
+    if exact and isinstance(layer, PatternAttention):
+        pattern = layer.full_pattern()
+        if getattr(mask, "offset", 0) and not pattern.shift_invariant:
+            raise UnsupportedError(f"{who} keeps a sliding-window cache (its keys start at position {mask.offset}); the {variant!r} "
+                                   "attention's pattern is tied to absolute positions: use 'local' or the exact 'attnlab'")
+        res = attend(q, k, v, score=layer.score, normalize=layer.normalize, mask=pattern if mask is None else pattern & mask,
+                     bias=bias, score_mod=mod, dropout_p=dropout, return_weights=weights, block_size=layer.block)
+    elif exact:
+        if dropout:
+            raise UnsupportedError(f"{who} applies attention dropout {dropout}; the {variant!r} attention has none")
+        res = layer.attend_heads(q, k, v, mask=mask, bias=bias, score_mod=mod, return_weights=weights)
+    else:
+        if k.shape[1] != q.shape[1]:  # grouped keys / values, repeated to H heads
+            k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
+        res = layer.attend_heads(q, k, v, mask=None if flags is None else valid_keys(flags))
+    if not pad:
+        return res
+    return AttentionResult(res.output[:, :, pad:], None if res.weights is None else res.weights[:, :, pad:])
+
+
+def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torch.Tensor | None]:
+    """(causal, key flags) of the model's mask at ``n`` queries and ``m`` keys, or UnsupportedError."""
+    if mask is None:
+        return False, None
+    if isinstance(mask, ModelMask):
+        if mask.kind == ("full",):
+            return False, mask.flags
+        if mask.kind[0] == "band":
+            lo, hi = mask.kind[1:]
+            sees_all_past = lo is None or lo <= -(m - 1)
+            if sees_all_past and (hi is None or hi >= m - 1):
+                return False, mask.flags
+            if sees_all_past and hi == 0:
+                return True, mask.flags
+            if hi == 0:
+                raise UnsupportedError(f"{who} attends within a sliding window of {1 - lo} positions, which cuts at {m} keys; the "
+                                       f"{variant!r} attention cannot keep to a window: use 'local' (window={-lo}) or the exact 'attnlab'")
+        raise UnsupportedError(f"{who}'s mask is a rule of its own ({mask.kind[0]}); the {variant!r} attention takes causal or full "
+                               "attention with padding: use the exact 'attnlab'")
+    if isinstance(mask, torch.Tensor) and mask.dim() == 4 and mask.shape[1:3] == (1, 1):
+        return False, mask[:, 0, 0].expand(-1, m)
+    if isinstance(mask, Mask) and mask.is_causal(n, m):
+        return True, None
+    raise UnsupportedError(f"{who} hands over a mask ({type(mask).__name__}) other than causal or key padding; the {variant!r} "
+                           "attention cannot apply it: use the exact 'attnlab'")
+
+
+_LAYERS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
+    """The variant serving ``module`` (built once per model attention, options and causality,
+    its own parameters drawn with ``seed`` and the layer's index; on q's device and dtype)."""
+    per = _LAYERS.setdefault(module, {})
+    key = (variant, repr(sorted(options.items())), causal)
+    layer = per.get(key)
+    h, d = q.shape[1], q.shape[-1]
+    if layer is None:
+        opts = dict(options)
+        seed = opts.pop("seed", 0)
+        if efficient.budget(variant).max_len and "max_len" not in opts:
+            opts["max_len"] = int(getattr(module.config, "max_position_embeddings", 512))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed) * 1000 + int(getattr(module, "layer_idx", 0) or 0))
+            if issubclass(efficient.VARIANTS.get(variant), EfficientAttention):
+                opts["causal"] = causal
+            layer = efficient.create(variant, embed_dim=h * d, num_heads=h, **opts)  # an unknown option: ValueError naming them
+        layer.requires_grad_(False).eval()
+        per[key] = layer
+    p = next(iter(layer.parameters()), None)
+    if p is not None and (p.device != q.device or p.dtype != q.dtype):
+        layer.to(device=q.device, dtype=q.dtype)
+    return layer
+
+
+def _register() -> None:
+    AttentionInterface.register(NAME, attention_forward)
+    AttentionMaskInterface.register(NAME, model_mask)
+    for v in _swappable():
+        AttentionInterface.register(f"{NAME}:{v}", partial(attention_forward, variant=v))
+        AttentionMaskInterface.register(f"{NAME}:{v}", model_mask)
+
+
+_register()
