@@ -109,7 +109,7 @@ class ModelMask(Mask):
 
     def __init__(self, rule: Mask, kind: tuple, flags: torch.Tensor | None, offset: int = 0):
         self.rule, self.kind, self.flags, self.offset = rule, kind, flags, offset
-        self.inner = rule if flags is None else rule & valid_keys(flags)
+        self.inner = rule if flags is None else valid_keys(flags) if kind == ("full",) else rule & valid_keys(flags)
         self.batch = None if flags is None else flags.shape[0]
         self.key_only = kind == ("full",) and flags is not None
         self._dense: dict = {}
@@ -220,6 +220,8 @@ def _mask_and_bias(attention_mask, module, n: int, is_causal) -> tuple:
         return (causal_mask(align="top_left") if causal and n > 1 else None), None
     if isinstance(attention_mask, torch.Tensor) and attention_mask.is_floating_point():
         return None, attention_mask  # an additive mask (0 / very negative), as sdpa takes it
+    if isinstance(attention_mask, ModelMask) and attention_mask.kind == ("full",) and attention_mask.flags is None:
+        return None, None  # every query sees every key: no mask to read
     return attention_mask, None
 
 
