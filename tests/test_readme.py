@@ -53,6 +53,17 @@ def test_the_masks_block_computes_what_it_states():
         assert (ns["near"][0, :, i].double() - want).abs().max() < 1e-4
 
 
+def test_the_transformers_block_generates_what_sdpa_generates_and_the_variant_changes_it():
+    pytest.importorskip("transformers")
+    ns: dict = {}
+    exec(_block("import attnlab.integrations.transformers"), ns)
+    model, ids = ns["model"], ns["ids"]
+    assert ns["exact"].shape == (1, 25) and ns["local"].shape == (1, 25)
+    model.set_attn_implementation("sdpa")
+    assert torch.equal(model.generate(ids, max_new_tokens=20, do_sample=False), ns["exact"])
+    assert not torch.equal(ns["local"], ns["exact"])
+
+
 def test_the_gated_block_decodes_what_the_chunkwise_form_computes():
     ns: dict = {}
     exec(_block("layer.new_cache()"), ns)  # its own asserts: cache = full forward, constant bytes

@@ -88,3 +88,14 @@ def test_a_bad_config_is_one_line(tmp_path, tiny_bert):
         assert message in fails("attention", SENTENCE, "--model", str(folder))
     (folder / "config.json").write_text("[1, 2]")
     assert "not a JSON object" in fails("attention", SENTENCE, "--model", str(folder))
+
+
+def test_bench_pretrained_measures_a_decoder_by_perplexity(tmp_path, tiny_decoder):
+    out_json, png = tmp_path / "d.json", tmp_path / "d.png"
+    text = run_ok("bench", "pretrained", "--model", str(tiny_decoder), "--variants", "local", "--lengths", "32", "--windows", "4",
+                  "--budgets", "1", "-o", str(out_json), "--plot", str(png))
+    recs = json.loads(out_json.read_text())["records"]
+    assert [(r["variant"], r["budget"]) for r in recs] == [("sdpa", "trained"), ("attnlab", "exact"), ("local", "window=16")]
+    assert "4 held-out windows" in " ".join(text.split()) and png.stat().st_size > 10_000
+    assert "window=16" in run_ok("bench", "pretrained", "--from", str(out_json))
+    assert "unknown --variants ['nystrom']; a causal language model takes a variant with a causal form" in fails("bench", "pretrained", "--model", str(tiny_decoder), "--variants", "nystrom")

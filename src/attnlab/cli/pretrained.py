@@ -122,13 +122,20 @@ def view(
     out.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {n} tokens, {layers} layers x {heads} heads; open it in a browser")
 
 
+DECODER_HELP = (" Or a decoder: docs-llama (a small Llama trained here on first use, about 5 minutes, then cached) or the folder of a"
+                " transformers causal language model: perplexity instead of embeddings, the variants swapped in through"
+                " attn_implementation='attnlab:<variant>'.")
+
+
 def bench_pretrained(
-    model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
-    variants: str = typer.Option(
-        "local,longformer,bigbird,linformer,performer,linear,reformer,nystrom", help="Comma-separated attention variants."
-    ),
-    lengths: str = typer.Option("128,512", help="Comma-separated sequence lengths (tokens)."),
+    model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP + DECODER_HELP),
+    variants: Optional[str] = typer.Option(
+        None, help="Comma-separated attention variants [default: local,longformer,bigbird,linformer,performer,linear,reformer,nystrom; "
+                   "a decoder: every variant with a causal form].", show_default=False),
+    lengths: Optional[str] = typer.Option(None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
+                                          show_default=False),
     pairs: int = typer.Option(200, min=2, help="Retrieval pairs (standard-library docstrings) per length."),
+    windows: int = typer.Option(32, min=1, help="A decoder: held-out windows per length."),
     budgets: int = typer.Option(3, min=1, help="Budgets per variant (the largest of its sweep below N)."),
     memory: bool = memory_option(),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
@@ -138,20 +145,27 @@ def bench_pretrained(
 ) -> None:
     """Swap every efficient attention into a trained model, no retraining: fidelity vs speed.
 
-    For each variant and budget: the cosine of the documents' sentence embeddings to the trained
-    model's, recall@1 of docstring first lines among their documents (and its change), one
-    forward pass's time and memory and the attention step's time relative to the trained model,
-    side by side in one run.
+    An encoder (BERT family): for each variant and budget, the cosine of the documents' sentence
+    embeddings to the trained model's, recall@1 of docstring first lines among their documents
+    (and its change), one forward pass's time and memory and the attention step's time relative
+    to the trained model. A decoder: perplexity on held-out text and one forward pass's time
+    relative to the model under transformers' own sdpa (the exact 'attnlab' backend among the
+    rows). Side by side in one run.
     """
     from .. import efficient
+    from ..studies.decoder import is_decoder
     from ..studies.pretrained import budgets_for, run
 
     if report:
         recs = load_report(report, "bench pretrained", _checked_records)
         _pretrained_report(recs, plot, as_json)
         return
-    names = name_list("--variants", variants, [v for v in efficient.names() if v != "dense"])
-    ns = int_list("--lengths", lengths, minimum=2)
+    if is_decoder(model):
+        _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot)
+        return
+    names = name_list("--variants", variants or "local,longformer,bigbird,linformer,performer,linear,reformer,nystrom",
+                      [v for v in efficient.names() if v != "dense"])
+    ns = int_list("--lengths", lengths or "128,512", minimum=2)
     total = sum(1 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
     with track("swapping attention", total, output, records_json) as tracker:
         tick = tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}")
@@ -162,20 +176,42 @@ def bench_pretrained(
     _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
 
 
+def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot) -> None:
+    from ..studies.decoder import DECODERS, TRAINING, decoder_folder, decoder_variants, run
+    from ..studies.pretrained import budgets_for
+
+    known = decoder_variants()
+    names = name_list("--variants", variants or ",".join(known), known,
+                      "a causal language model takes a variant with a causal form: " + ", ".join(known))
+    ns = int_list("--lengths", lengths or "512", minimum=2)
+    try:
+        if model in DECODERS:
+            with track(f"training {model} (first use; cached after)", TRAINING["steps"]) as bar:
+                decoder_folder(model, on_step=lambda s, loss: bar.update(1, f"step {s}: loss {loss:.3f}") if s % 50 == 0 else bar.update(1))
+        total = sum(2 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
+        with track("swapping attention into the decoder", total, output, records_json) as tracker:
+            run(model, names, ns, windows=windows, max_points=budgets, on_record=tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}"))
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
+
+
 FIELDS = ("model", "variant", "budget", "n", "documents", "batch", "cosine_mean", "cosine_min", "recall_at_1", "recall_delta",
           "seconds", "time_ratio", "memory_ratio", "step_ratio")
+DECODER_FIELDS = ("model", "variant", "budget", "n", "windows", "batch", "perplexity", "ratio", "seconds", "time_ratio")
 
 
 def _checked_records(data: dict) -> list[dict]:
     """The records of a ``bench pretrained -o`` file: every field there and a trained (dense) row per length."""
     recs = data["records"]
+    decoder = bool(recs) and "perplexity" in recs[0]
     for r in recs:
-        lacking = [f for f in FIELDS if f not in r]
+        lacking = [f for f in (DECODER_FIELDS if decoder else FIELDS) if f not in r]
         if lacking:
             raise KeyError(f"a record lacks {', '.join(lacking)}")
     for n in {r["n"] for r in recs}:
-        if not any(r["n"] == n and r["variant"] == "dense" for r in recs):
-            raise ValueError(f"no trained-model (dense) record at N={n}")
+        if not any(r["n"] == n and r["variant"] == ("sdpa" if decoder else "dense") for r in recs):
+            raise ValueError(f"no trained-model ({'sdpa' if decoder else 'dense'}) record at N={n}")
     if not recs:
         raise ValueError("no records")
     return recs
@@ -187,6 +223,9 @@ def _pretrained_report(recs: list[dict], plot: Optional[str], as_json: bool) -> 
     except ValueError as e:
         fail(f"--plot: {e}")
     if emit_json({"records": recs}, as_json):
+        return
+    if "perplexity" in recs[0]:
+        _decoder_table(recs)
         return
     for n in sorted({r["n"] for r in recs}):
         rows = [r for r in recs if r["n"] == n]
@@ -203,4 +242,22 @@ def _pretrained_report(recs: list[dict], plot: Optional[str], as_json: bool) -> 
         out.print(t)
         keep = [r for r in rows if r["variant"] != "dense" and r["cosine_mean"] > 0.95]
         err.print(f"N={n}: cosine > 0.95 without retraining: "
+                  + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep) or "none"))
+
+
+def _decoder_table(recs: list[dict]) -> None:
+    for n in sorted({r["n"] for r in recs}):
+        rows = [r for r in recs if r["n"] == n]
+        base = next(r for r in rows if r["variant"] == "sdpa")
+        t = table(f"{base['model']}, N = {n} tokens, {base['windows']} held-out windows; trained model: perplexity "
+                  f"{base['perplexity']:.3f}, {base['seconds'] * 1e3:.0f} ms per forward pass over {base['batch']} windows",
+                  ["attention", "budget", "perplexity", "vs trained", "time"], left=["attention", "budget"])
+        for r in rows:
+            t.add_row(r["variant"], r["budget"], f"{r['perplexity']:.3f}", fmt_x(r["ratio"]), fmt_x(r["time_ratio"]))
+        out.print(t)
+        keep = [r for r in rows if r["variant"] not in ("sdpa", "attnlab") and r["ratio"] < 1.1]
+        exact = next((r for r in rows if r["variant"] == "attnlab"), None)
+        if exact is not None:
+            err.print(f"N={n}: the exact attnlab backend takes {fmt_x(exact['time_ratio'])} sdpa's time, perplexity {exact['perplexity']:.4f}")
+        err.print(f"N={n}: perplexity within 10% of the trained model without retraining: "
                   + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep) or "none"))

@@ -23,9 +23,9 @@ Usage::
 
     import attnlab.integrations.transformers
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="attnlab")
-    model = AutoModel.from_pretrained(folder, attn_implementation="attnlab:local", attnlab_options={"window": 64})
+    model = AutoModel.from_pretrained(folder, attn_implementation="attnlab:local")
+    model.config.attnlab_options = {"window": 64}  # read at every call; saved with the config
 
-``from_pretrained`` passes ``attnlab_options`` to the config, which saves it with the model.
 :func:`implementation` turns a variant name into the ``attn_implementation`` string and lists
 the known names when it is not one of them.
 """

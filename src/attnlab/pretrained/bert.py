@@ -69,7 +69,8 @@ class BertConfig:
             what = f"model_type {kind!r}" + (f" ({', '.join(archs)})" if archs else "")
             raise PretrainedError(
                 f"{path.parent} holds a {what} model; attnlab.pretrained loads the BERT family (model_type 'bert': "
-                "BERT, MiniLM, ...)"
+                "BERT, MiniLM, ...); run any other architecture in transformers with attnlab as its attention "
+                "(attnlab.integrations.transformers)"
             )
         if raw.get("position_embedding_type", "absolute") != "absolute":
             raise PretrainedError(f"{path}: position_embedding_type {raw['position_embedding_type']!r}; only 'absolute' is supported")

@@ -1,0 +1,50 @@
+"""The decoder half of bench pretrained: the trained folder, the byte tokenizer, and the rows."""
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attnlab.studies import decoder  # noqa: E402
+
+
+def test_the_byte_tokenizer_has_one_token_per_byte_and_round_trips():
+    tok = decoder.byte_tokenizer()
+    text = "naïve café: x = 1 \u2192 2\n\ttabs"
+    ids = tok.encode(text).ids
+    assert len(ids) == len(text.encode("utf-8")) and tok.get_vocab_size() == 256
+    assert tok.decode(ids) == text
+
+
+def test_the_trained_folder_is_a_transformers_model_with_its_record(tiny_decoder):
+    info = json.loads((tiny_decoder / "training.json").read_text())
+    assert info["steps"] == 3 and info["length"] == 32 and info["validation_perplexity"] > 1
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_decoder), attn_implementation="sdpa")
+    assert type(model).__name__ == "LlamaForCausalLM" and model.config.num_key_value_heads == 2
+    assert decoder.is_decoder(tiny_decoder) and decoder.is_decoder("docs-llama")
+    assert not list(tiny_decoder.parent.glob("tiny.*"))  # the temporary folder is gone
+
+
+def test_rows_the_exact_backend_keeps_the_perplexity_and_a_window_changes_it(tiny_decoder):
+    recs = decoder.run(str(tiny_decoder), ["local", "linear"], [32], windows=6, timing_batch=2, max_points=1)
+    assert [(r.variant, r.budget) for r in recs] == [("sdpa", "trained"), ("attnlab", "exact"), ("local", "window=16"), ("linear", "(none)")]
+    sdpa, exact, local, linear = recs
+    assert sdpa.ratio == 1.0 and sdpa.time_ratio == 1.0 and sdpa.windows == 6
+    assert abs(exact.ratio - 1) < 1e-6  # float32, the same attention computed by attnlab
+    assert abs(local.ratio - 1) > 1e-6 and abs(linear.ratio - 1) > 1e-4
+    # the held-out windows are the docs text's test part, never trained on
+    train, _, test = decoder._splits(decoder.byte_tokenizer())
+    assert torch.equal(decoder.heldout_windows(tiny_decoder, 32, 6)[0], test[:32])
+
+
+def test_a_variant_without_a_causal_form_and_a_bad_folder_are_refused(tmp_path, tiny_decoder, tiny_bert):
+    assert "linformer" not in decoder.decoder_variants() and "gla" not in decoder.decoder_variants()
+    with pytest.raises(ValueError, match="the 'linformer' attention cannot serve a causal language model; expected some of .*local"):
+        decoder.run(str(tiny_decoder), ["linformer"], [32])
+    with pytest.raises(ValueError, match="neither a decoder folder .* nor a known name \\(docs-llama\\)"):
+        decoder.run(str(tmp_path), ["local"], [32])
+    with pytest.raises(ValueError, match="lengths must be in 2 .. 32"):
+        decoder.run(str(tiny_decoder), ["local"], [64])
+    assert not decoder.is_decoder(tiny_bert)
