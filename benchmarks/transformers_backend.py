@@ -33,7 +33,9 @@ MODELS = {
     "llama": ("LlamaModel", "LlamaConfig", {**DECODER, "num_key_value_heads": 4}),
     "mistral": ("MistralModel", "MistralConfig", {**DECODER, "num_key_value_heads": 4, "sliding_window": 256}),
     "qwen2": ("Qwen2Model", "Qwen2Config", {**DECODER, "num_key_value_heads": 4}),
-    "modernbert": ("ModernBertModel", "ModernBertConfig", {**DECODER, "local_attention": 128, "global_attn_every_n_layers": 3}),
+    "modernbert": ("ModernBertModel", "ModernBertConfig", {**DECODER, "local_attention": 128, "global_attn_every_n_layers": 3,
+                                                           "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                                                           "cls_token_id": 1, "sep_token_id": 2}),
 }
 
 
@@ -84,10 +86,10 @@ def main() -> None:
               f"{r['attnlab_s'] * 1e3:7.1f} ms, sdpa/attnlab {r['speed']:.3f}x ({r['repeats']} rounds; max |diff| {diff:.1e})",
               flush=True)
         del sdpa, ours
-    if args.output:
-        with open(args.output + ".tmp", "w") as f:
-            json.dump({"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "records": rows}, f, indent=1)
-        os.replace(args.output + ".tmp", args.output)
+        if args.output:  # after every model, atomically: an interrupted run keeps what it measured
+            with open(args.output + ".tmp", "w") as f:
+                json.dump({"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "records": rows}, f, indent=1)
+            os.replace(args.output + ".tmp", args.output)
 
 
 if __name__ == "__main__":

@@ -274,7 +274,7 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
     if pad:  # queries at the end of a longer sequence (decoding with a cache): the variant's last rows of the whole
         if not _decodes(layer):
             raise UnsupportedError(f"{who} decodes with a cache; the {variant!r} attention has no cached decoding")
-        if pad < 0 or (exact and getattr(mask, "kind", None) == ("custom",)):
+        if pad < 0 or bias is not None or (exact and getattr(mask, "kind", None) == ("custom",)):
             raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under its own mask rule; the {variant!r} "
                                    "attention decodes queries at the end of the sequence only")
         q = F.pad(q, (0, 0, pad, 0))

@@ -235,10 +235,7 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
         windows: held-out windows per length. timing_batch: windows per timed forward pass.
         on_step: ``(step, loss)`` while a named decoder is trained.
     """
-    from transformers import AutoModelForCausalLM
-
-    from ..integrations.transformers import implementation
-    from .pretrained import budgets_for
+    from transformers.utils import logging as hf_logging
 
     known = decoder_variants()
     variants = known if variants is None else list(variants)
@@ -251,31 +248,46 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
     config = json.loads((folder / "config.json").read_text())
     longest = config.get("max_position_embeddings") or config.get("n_positions")
     out = []
-    for n in [int(x) for x in lengths]:
-        if not 2 <= n <= (longest or n):
-            raise ValueError(f"lengths must be in 2 .. {longest} (the model's positions), got {n}")
-        data = heldout_windows(folder, n, windows)
-        if len(data) < 1:
-            raise ValueError(f"no held-out window of {n} tokens")
-        rows = [("sdpa", "trained", {}, "sdpa"), ("attnlab", "exact", {}, "attnlab")]
-        rows += [(v, label, opts, implementation(v)) for v in variants for label, opts in budgets_for(v, n, max_points)]
-        models, recs = {}, {}
-        base = None
-        for i, (v, label, opts, impl) in enumerate(rows):
-            m = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation=impl).eval()
-            m.config.attnlab_options = opts or None
-            ppl = _perplexity(m, data)
-            base = ppl if base is None else base
-            recs[i] = DecoderRecord(str(model), v, opts, label, n, len(data), timing_batch, ppl, ppl / base)
-            models[i] = m
-        x = data[:timing_batch]
-        with torch.no_grad():
-            measured = measure_calls({i: (lambda m=m: m(input_ids=x)) for i, m in models.items()}, memory=False)
-        for i, rec in recs.items():
-            rec.seconds = measured[i][0]
-            rec.time_ratio = rec.seconds / measured[0][0]
-            out.append(rec)
-            if on_record is not None:
-                on_record(rec)
-        del models
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # one "loading weights" bar per row would bury the study's own
+    try:
+        for n in [int(x) for x in lengths]:
+            out += _length(folder, str(model), n, longest, variants, windows, timing_batch, max_points, on_record)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    return out
+
+
+def _length(folder, model, n, longest, variants, windows, timing_batch, max_points, on_record) -> list[DecoderRecord]:
+    """The rows at length ``n``: each loaded, its perplexity measured, then all timed round-robin."""
+    from transformers import AutoModelForCausalLM
+
+    from ..integrations.transformers import implementation
+    from .pretrained import budgets_for
+
+    if not 2 <= n <= (longest or n):
+        raise ValueError(f"lengths must be in 2 .. {longest} (the model's positions), got {n}")
+    data = heldout_windows(folder, n, windows)
+    if len(data) < 1:
+        raise ValueError(f"no held-out window of {n} tokens")
+    rows = [("sdpa", "trained", {}, "sdpa"), ("attnlab", "exact", {}, "attnlab")]
+    rows += [(v, label, opts, implementation(v)) for v in variants for label, opts in budgets_for(v, n, max_points)]
+    models, recs = {}, {}
+    for i, (v, label, opts, impl) in enumerate(rows):
+        m = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation=impl).eval()
+        m.config.attnlab_options = opts or None
+        ppl = _perplexity(m, data)
+        recs[i] = DecoderRecord(model, v, opts, label, n, len(data), timing_batch, ppl, ppl / (recs[0].perplexity if recs else ppl))
+        models[i] = m
+    x = data[:timing_batch]
+    with torch.no_grad():
+        measured = measure_calls({i: (lambda m=m: m(input_ids=x)) for i, m in models.items()}, memory=False)
+    out = []
+    for i, rec in recs.items():
+        rec.seconds = measured[i][0]
+        rec.time_ratio = rec.seconds / measured[0][0]
+        out.append(rec)
+        if on_record is not None:
+            on_record(rec)
     return out

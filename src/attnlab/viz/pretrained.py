@@ -21,6 +21,7 @@ def plot_pretrained(records: list[dict], path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     from .bench import save_figure
 
@@ -47,6 +48,9 @@ def plot_pretrained(records: list[dict], path: str | Path) -> Path:
         ax.set_xscale("log")
         if decoder:
             ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers (1.5, 2, 6), not powers of ten, on the log axes
+            axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}" if str(v)[0] in "235" else ""))
         docs = next(r["windows" if decoder else "documents"] for r in rows if r["n"] == n)
         ax.set_title(f"N = {n} tokens ({docs} {'held-out windows' if decoder else 'documents'})")
         ax.set_xlabel("forward time relative to the trained model" + (" under sdpa" if decoder else "") + " (log)")
