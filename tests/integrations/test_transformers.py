@@ -220,3 +220,16 @@ def test_minilm_embeddings_through_transformers_equal_attnlab_pretrained_and_sen
     ours = model.encode(SENTENCES, convert_to_tensor=True)
     assert (ours - plain).abs().max().item() < 1e-5
     assert (ours - minilm.embed(SENTENCES)).abs().max().item() < 1e-5
+
+
+def test_a_vision_transformer_gives_the_logits_of_its_own_attention():
+    """transformers' ViT (timm cannot be imported on this machine: its torchvision wheels need CUDA torch)."""
+    arch = {"vit": ("ViTForImageClassification", "ViTConfig", dict(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
+                                                                      num_attention_heads=4, intermediate_size=128, num_labels=10))}
+    pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with torch.no_grad():
+        want = build("vit", "sdpa", arch=arch)(pixel_values=pixels).logits
+        for options in (None, {"backend": "chunked", "block_size": 4}):
+            assert (build("vit", "attnlab", options, arch=arch)(pixel_values=pixels).logits - want).abs().max().item() < 1e-10
+        swapped = build("vit", "attnlab:nystrom", {"landmarks": 17, "pinv": "exact"}, arch=arch)(pixel_values=pixels).logits  # 17 tokens: its exact limit
+    assert (swapped - want).abs().max().item() < 1e-8
