@@ -233,3 +233,38 @@ def test_a_vision_transformer_gives_the_logits_of_its_own_attention():
             assert (build("vit", "attnlab", options, arch=arch)(pixel_values=pixels).logits - want).abs().max().item() < 1e-10
         swapped = build("vit", "attnlab:nystrom", {"landmarks": 17, "pinv": "exact"}, arch=arch)(pixel_values=pixels).logits  # 17 tokens: its exact limit
     assert (swapped - want).abs().max().item() < 1e-8
+
+
+def test_a_relative_position_bias_is_added_as_t5_adds_it():
+    """T5 hands its learnt relative-position bias to the attention (position_bias=): encoder,
+    causal decoder and cross-attention equal sdpa's."""
+    arch = {"t5": ("T5Model", "T5Config", dict(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                                              pad_token_id=0, decoder_start_token_id=0))}
+    ids, am = batch(20)
+    dec = batch(9, seed=3)[0][:, :9].clamp(min=3)
+    with torch.no_grad():
+        a = build("t5", "sdpa", arch=arch)(input_ids=ids, attention_mask=am, decoder_input_ids=dec)
+        b = build("t5", "attnlab", arch=arch)(input_ids=ids, attention_mask=am, decoder_input_ids=dec)
+    assert (a.encoder_last_hidden_state - b.encoder_last_hidden_state)[am.bool()].abs().max().item() < 1e-10
+    assert (a.last_hidden_state - b.last_hidden_state).abs().max().item() < 1e-10
+    with pytest.raises(UnsupportedError, match=r"T5Attention \(a t5 model\) needs a score bias; the 'linear' attention"):
+        build("t5", "attnlab:linear", arch=arch)(input_ids=ids, attention_mask=am, decoder_input_ids=dec)
+
+
+def test_generate_with_a_static_cache_gives_the_tokens_of_transformers_own_attention():
+    ids, am = batch(12, seed=2)
+    ids, am = ids[[0, 2]], am[[0, 2]]
+    a = generate(build("llama", "sdpa", arch=LMS), ids, am, cache_implementation="static")
+    b = generate(build("llama", "attnlab", arch=LMS), ids, am, cache_implementation="static")
+    assert torch.equal(a, b) and torch.equal(a, generate(build("llama", "sdpa", arch=LMS), ids, am))
+
+
+def test_a_variant_is_refused_the_same_with_a_cache_as_without():
+    """A sliding-window cache has dropped the keys a window cut: linear attention over what is left
+    would be a windowed variant, so decoding past the window is refused as the whole sequence is;
+    bigbird's random blocks are drawn for the whole length: no cached decoding."""
+    ids, am = batch(12, seed=2)
+    with pytest.raises(UnsupportedError, match=r"sliding window of 16 positions, which cuts at 17 keys; the 'linear'"):
+        generate(build("mistral", "attnlab:linear", arch=LMS), ids[:1], am[:1])
+    with pytest.raises(UnsupportedError, match=r"decodes with a cache; the 'bigbird' attention has no cached decoding"):
+        generate(build("llama", "attnlab:bigbird", {"random_blocks": 2, "window": 2, "global_tokens": 1}, arch=LMS), ids[:1], am[:1])

@@ -48,3 +48,10 @@ def test_a_variant_without_a_causal_form_and_a_bad_folder_are_refused(tmp_path, 
     with pytest.raises(ValueError, match="lengths must be in 2 .. 32"):
         decoder.run(str(tiny_decoder), ["local"], [64])
     assert not decoder.is_decoder(tiny_bert)
+
+
+def test_an_unknown_variant_is_named_as_unknown(tiny_decoder):
+    with pytest.raises(ValueError, match="unknown attention variant 'locl'; expected some of .*local"):
+        decoder.run(str(tiny_decoder), ["locl"], [32])
+    with pytest.raises(ValueError, match=r"lengths must be in 2 .. 512 \(the model's positions\), got \[1024\]"):
+        decoder.run("docs-llama", ["local"], [1024])  # refused before the model is trained

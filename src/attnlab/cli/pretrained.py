@@ -177,22 +177,24 @@ def bench_pretrained(
 
 
 def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot) -> None:
-    from ..studies.decoder import DECODERS, TRAINING, decoder_folder, decoder_variants, run
+    from ..studies.decoder import TRAINING, decoder_variants, run
     from ..studies.pretrained import budgets_for
 
     known = decoder_variants()
     names = name_list("--variants", variants or ",".join(known), known,
                       "a causal language model takes a variant with a causal form: " + ", ".join(known))
     ns = int_list("--lengths", lengths or "512", minimum=2)
-    try:
-        if model in DECODERS:
-            with track(f"training {model} (first use; cached after)", TRAINING["steps"]) as bar:
-                decoder_folder(model, on_step=lambda s, loss: bar.update(1, f"step {s}: loss {loss:.3f}") if s % 50 == 0 else bar.update(1))
-        total = sum(2 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
-        with track("swapping attention into the decoder", total, output, records_json) as tracker:
-            run(model, names, ns, windows=windows, max_points=budgets, on_record=tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}"))
-    except (ValueError, OSError) as e:
-        fail(str(e))
+    total = sum(2 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
+    with track("swapping attention into the decoder", total, output, records_json) as tracker:
+        def trained(step, loss):  # a named decoder's first use: its training shows on the bar
+            if step % 50 == 0:
+                tracker.update(0, f"training {model} (first use, cached after): step {step}/{TRAINING['steps']}, loss {loss:.3f}")
+
+        try:
+            run(model, names, ns, windows=windows, max_points=budgets, on_step=trained,
+                on_record=tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}"))
+        except (ValueError, OSError) as e:
+            fail(str(e))
     _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
 
 

@@ -32,6 +32,7 @@ the known names when it is not one of them.
 
 from __future__ import annotations
 
+import inspect
 import math
 import weakref
 from functools import partial
@@ -68,7 +69,8 @@ class UnsupportedError(ValueError):
 
 
 def _swappable() -> list[str]:
-    return [v for v in efficient.names() if v != "dense" and not issubclass(efficient.VARIANTS.get(v), GatedRecurrence)]
+    """Every variant but dense (``"attnlab"`` itself), dense_naive (the same, materialised) and the gated recurrences."""
+    return [v for v in efficient.names() if v not in ("dense", "dense_naive") and not issubclass(efficient.VARIANTS.get(v), GatedRecurrence)]
 
 
 def implementations() -> list[str]:
@@ -106,6 +108,8 @@ class ModelMask(Mask):
     sliding-window cache drops the oldest keys). The dense form is computed once per size and
     shared by every layer.
     """
+
+    ndim = 4  # what transformers asks of a prepared mask before handing it back (generate() with a static cache)
 
     def __init__(self, rule: Mask, kind: tuple, flags: torch.Tensor | None, offset: int = 0):
         self.rule, self.kind, self.flags, self.offset = rule, kind, flags, offset
@@ -179,6 +183,8 @@ def model_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
     at positions ``q_offset ..`` and keys at ``kv_offset ..`` under ``mask_function``
     (``(b, h, q_idx, kv_idx) -> bool``, FlexAttention's signature: the same callable attnlab
     takes) and the 2-D padding ``attention_mask`` ``(B, kv_offset + kv_length)`` (1 = real)."""
+    if isinstance(attention_mask, ModelMask):  # prepared once for a whole generation (a static cache): as it is
+        return attention_mask
     q_offset, kv_offset = int(q_offset), int(kv_offset)
     flags = None
     if attention_mask is not None:
@@ -213,27 +219,30 @@ def _options(module) -> dict:
     return dict(opts)
 
 
-def _mask_and_bias(attention_mask, module, n: int, is_causal) -> tuple:
-    """The attnlab mask and additive bias of what the model hands over."""
+def _mask_and_bias(attention_mask, module, n: int, is_causal, position_bias) -> tuple:
+    """The attnlab mask and additive bias of what the model hands over (``position_bias``: T5's
+    relative-position bias and the like, added to the scores)."""
+    mask, bias = attention_mask, position_bias
     if attention_mask is None:
         causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
-        return (causal_mask(align="top_left") if causal and n > 1 else None), None
-    if isinstance(attention_mask, torch.Tensor) and attention_mask.is_floating_point():
-        return None, attention_mask  # an additive mask (0 / very negative), as sdpa takes it
-    if isinstance(attention_mask, ModelMask) and attention_mask.kind == ("full",) and attention_mask.flags is None:
-        return None, None  # every query sees every key: no mask to read
-    return attention_mask, None
+        mask = causal_mask(align="top_left") if causal and n > 1 else None
+    elif isinstance(attention_mask, torch.Tensor) and attention_mask.is_floating_point():
+        mask = None  # an additive mask (0 / very negative), as sdpa takes it
+        bias = attention_mask if bias is None else bias + attention_mask
+    elif isinstance(attention_mask, ModelMask) and attention_mask.kind == ("full",) and attention_mask.flags is None:
+        mask = None  # every query sees every key: no mask to read
+    return mask, bias
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                      softcap: float | None = None, *, variant: str = "dense", **kwargs):
+                      softcap: float | None = None, position_bias: torch.Tensor | None = None, *, variant: str = "dense", **kwargs):
     """transformers' attention interface: ``query`` ``(B, H, N, D)``, ``key`` / ``value``
     ``(B, G, M, D)`` (G dividing H) -> ``(B, N, H, D)`` and the weights (or None)."""
     options = _options(module)
     d = query.shape[-1]
     if scaling is not None and not math.isclose(scaling * math.sqrt(d), 1.0, rel_tol=1e-12):
         query = query * (scaling * math.sqrt(d))  # the model's scale, on the 1 / sqrt(D) every attnlab score assumes
-    mask, bias = _mask_and_bias(attention_mask, module, query.shape[2], kwargs.get("is_causal"))
+    mask, bias = _mask_and_bias(attention_mask, module, query.shape[2], kwargs.get("is_causal"), position_bias)
     weights = bool(kwargs.get("output_attentions", False))
     mod = softcap_mod(softcap) if softcap else None
     if variant == "dense":
@@ -249,17 +258,21 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
 
 
 def _decodes(layer) -> bool:
-    """Whether the variant attends a query at the end of a longer sequence the way it attends
-    the whole sequence (it has cached decoding)."""
-    return type(layer).new_cache is not EfficientAttention.new_cache
+    """Whether the variant attends queries at the end of a longer sequence as it attends the whole
+    sequence: it has cached decoding (its ``new_cache()`` does not refuse)."""
+    try:
+        layer.new_cache()
+    except ValueError:
+        return False
+    return True
 
 
 def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropout, weights) -> AttentionResult:
     cls = efficient.VARIANTS.get(variant)
     n, m = q.shape[2], k.shape[2]
     who = _who(module)
-    exact = issubclass(cls, PatternAttention) or not issubclass(cls, EfficientAttention)  # exact attention under a pattern
-    if not exact:
+    pattern = issubclass(cls, PatternAttention)  # exact attention under a sparse pattern: any score, bias, dropout, weights
+    if not pattern:
         lacks = [what for what, needed in (("a score bias", bias is not None), (f"soft-capping ({softcap})", mod is not None),
                                            (f"attention dropout ({dropout})", bool(dropout)), ("the attention weights", weights)) if needed]
         if lacks:
@@ -269,26 +282,26 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
         if causal and not cls.supports_causal:
             raise UnsupportedError(f"{who} attends causally; the {variant!r} attention has no causal form "
                                    "(its method mixes every key into every query)")
-    layer = _layer(module, variant, options, False if exact else causal, q)
+    else:
+        kind = getattr(mask, "kind", ("custom",))
+        causal = (kind[0] == "band" and kind[2] == 0) or (isinstance(mask, Mask) and mask.is_causal(n, m))
+    layer = _layer(module, variant, options, causal, q)
     pad = m - n
     if pad:  # queries at the end of a longer sequence (decoding with a cache): the variant's last rows of the whole
         if not _decodes(layer):
             raise UnsupportedError(f"{who} decodes with a cache; the {variant!r} attention has no cached decoding")
-        if pad < 0 or bias is not None or (exact and getattr(mask, "kind", None) == ("custom",)):
-            raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under its own mask rule; the {variant!r} "
-                                   "attention decodes queries at the end of the sequence only")
+        if pad < 0 or bias is not None or (pattern and getattr(mask, "kind", None) == ("custom",)):
+            raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under a mask that does not place them at the end of "
+                                   f"the sequence (a static cache, or a rule of its own); the {variant!r} attention decodes with "
+                                   "transformers' dynamic cache")
         q = F.pad(q, (0, 0, pad, 0))
-    if exact and isinstance(layer, PatternAttention):
-        pattern = layer.full_pattern()
-        if getattr(mask, "offset", 0) and not pattern.shift_invariant:
+    if pattern:
+        rule = layer.full_pattern()
+        if getattr(mask, "offset", 0) and not rule.shift_invariant:
             raise UnsupportedError(f"{who} keeps a sliding-window cache (its keys start at position {mask.offset}); the {variant!r} "
                                    "attention's pattern is tied to absolute positions: use 'local' or the exact 'attnlab'")
-        res = attend(q, k, v, score=layer.score, normalize=layer.normalize, mask=pattern if mask is None else pattern & mask,
+        res = attend(q, k, v, score=layer.score, normalize=layer.normalize, mask=rule if mask is None else rule & mask,
                      bias=bias, score_mod=mod, dropout_p=dropout, return_weights=weights, block_size=layer.block)
-    elif exact:
-        if dropout:
-            raise UnsupportedError(f"{who} applies attention dropout {dropout}; the {variant!r} attention has none")
-        res = layer.attend_heads(q, k, v, mask=mask, bias=bias, score_mod=mod, return_weights=weights)
     else:
         if k.shape[1] != q.shape[1]:  # grouped keys / values, repeated to H heads
             k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
@@ -307,16 +320,16 @@ def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torc
             return False, mask.flags
         if mask.kind[0] == "band":
             lo, hi = mask.kind[1:]
-            sees_all_past = lo is None or lo <= -(m - 1)
+            sees_all_past = lo is None or lo <= -(mask.offset + m - 1)  # from position 0: a sliding cache has dropped keys
             if sees_all_past and (hi is None or hi >= m - 1):
                 return False, mask.flags
             if sees_all_past and hi == 0:
                 return True, mask.flags
             if hi == 0:
-                raise UnsupportedError(f"{who} attends within a sliding window of {1 - lo} positions, which cuts at {m} keys; the "
+                raise UnsupportedError(f"{who} attends within a sliding window of {1 - lo} positions, which cuts at {mask.offset + m} keys; the "
                                        f"{variant!r} attention cannot keep to a window: use 'local' (window={-lo}) or the exact 'attnlab'")
-        raise UnsupportedError(f"{who}'s mask is a rule of its own ({mask.kind[0]}); the {variant!r} attention takes causal or full "
-                               "attention with padding: use the exact 'attnlab'")
+        raise UnsupportedError(f"{who}'s mask is a rule of its own ({mask.kind[0]}: another mask function, or a static cache); the "
+                               f"{variant!r} attention takes causal or full attention with padding: use the exact 'attnlab'")
     if isinstance(mask, torch.Tensor) and mask.dim() == 4 and mask.shape[1:3] == (1, 1):
         return False, mask[:, 0, 0].expand(-1, m)
     if isinstance(mask, Mask) and mask.is_causal(n, m):
@@ -329,26 +342,28 @@ _LAYERS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDic
 
 
 def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
-    """The variant serving ``module`` (built once per model attention, options and causality,
-    its own parameters drawn with ``seed`` and the layer's index; on q's device and dtype)."""
+    """The variant serving ``module``: built once per model attention, options and causality (its
+    own parameters drawn with ``seed`` and the layer's index; its projections, which the model's
+    own replace, freed), kept on q's device and dtype."""
     per = _LAYERS.setdefault(module, {})
     key = (variant, repr(sorted(options.items())), causal)
     layer = per.get(key)
     h, d = q.shape[1], q.shape[-1]
     if layer is None:
+        cls = efficient.VARIANTS.get(variant)
         opts = dict(options)
-        seed = opts.pop("seed", 0)
+        seed = opts.get("seed", 0) if "seed" in inspect.signature(cls.__init__).parameters else opts.pop("seed", 0)
         if efficient.budget(variant).max_len and "max_len" not in opts:
             opts["max_len"] = int(getattr(module.config, "max_position_embeddings", 512))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed) * 1000 + int(getattr(module, "layer_idx", 0) or 0))
-            if issubclass(efficient.VARIANTS.get(variant), EfficientAttention):
-                opts["causal"] = causal
-            layer = efficient.create(variant, embed_dim=h * d, num_heads=h, **opts)  # an unknown option: ValueError naming them
+            layer = efficient.create(variant, embed_dim=h * d, num_heads=h, causal=causal, **opts)  # unknown options: ValueError
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(layer, name, None)
         layer.requires_grad_(False).eval()
         per[key] = layer
-    p = next(iter(layer.parameters()), None)
-    if p is not None and (p.device != q.device or p.dtype != q.dtype):
+    t = next(iter([*layer.parameters(), *layer.buffers()]), None)
+    if t is not None and (t.device != q.device or (t.is_floating_point() and t.dtype != q.dtype)):
         layer.to(device=q.device, dtype=q.dtype)
     return layer
 

@@ -82,7 +82,7 @@ def _perplexity(model, windows: torch.Tensor, batch: int = 8) -> float:
     total, count = 0.0, 0
     for i in range(0, len(windows), batch):
         x = windows[i : i + batch]
-        logits = model(input_ids=x).logits[:, :-1].double()
+        logits = model(input_ids=x, use_cache=False).logits[:, :-1].double()
         total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum").item()
         count += x[:, 1:].numel()
     return math.exp(total / count)
@@ -240,10 +240,15 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
     known = decoder_variants()
     variants = known if variants is None else list(variants)
     for v in variants:
+        if v not in efficient.names():
+            raise ValueError(f"unknown attention variant {v!r}; expected some of {', '.join(known)}")
         if v not in known:
             raise ValueError(f"the {v!r} attention cannot serve a causal language model; expected some of {', '.join(known)}")
     positive_int("windows", windows)
     positive_int("timing_batch", timing_batch)
+    lengths = [int(x) for x in lengths]
+    if str(model) in DECODERS and any(not 2 <= n <= TRAINING["length"] for n in lengths):  # before training it
+        raise ValueError(f"lengths must be in 2 .. {TRAINING['length']} (the model's positions), got {lengths}")
     folder = decoder_folder(model, on_step=on_step)
     config = json.loads((folder / "config.json").read_text())
     longest = config.get("max_position_embeddings") or config.get("n_positions")
@@ -251,7 +256,7 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # one "loading weights" bar per row would bury the study's own
     try:
-        for n in [int(x) for x in lengths]:
+        for n in lengths:
             out += _length(folder, str(model), n, longest, variants, windows, timing_batch, max_points, on_record)
     finally:
         if bars:
@@ -276,13 +281,15 @@ def _length(folder, model, n, longest, variants, windows, timing_batch, max_poin
     models, recs = {}, {}
     for i, (v, label, opts, impl) in enumerate(rows):
         m = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation=impl).eval()
+        if models:  # one set of weights for every row: the first model's tensors
+            m.load_state_dict(models[0].state_dict(), assign=True)
         m.config.attnlab_options = opts or None
         ppl = _perplexity(m, data)
         recs[i] = DecoderRecord(model, v, opts, label, n, len(data), timing_batch, ppl, ppl / (recs[0].perplexity if recs else ppl))
         models[i] = m
     x = data[:timing_batch]
     with torch.no_grad():
-        measured = measure_calls({i: (lambda m=m: m(input_ids=x)) for i, m in models.items()}, memory=False)
+        measured = measure_calls({i: (lambda m=m: m(input_ids=x, use_cache=False)) for i, m in models.items()}, memory=False)
     out = []
     for i, rec in recs.items():
         rec.seconds = measured[i][0]
