@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..extras import require
+
 __all__ = ["HOP_SECONDS", "SAMPLE_RATE", "WINDOW_SECONDS", "features", "frames_per_second", "load_wav", "normalize", "save_wav", "synthesize"]
 
 SAMPLE_RATE = 16_000
@@ -37,8 +39,8 @@ def frames_per_second() -> float:
 def load_wav(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """Mono float32 samples of an audio file, resampled to ``sample_rate``; a clear ``ValueError``
     names a file that cannot be read."""
-    import librosa
-    import soundfile
+    librosa = require("librosa", "audio", "reading audio")
+    soundfile = require("soundfile", "audio", "reading audio")
 
     try:
         data, sr = soundfile.read(str(path), dtype="float32", always_2d=True)
@@ -54,7 +56,7 @@ def load_wav(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
 def save_wav(path: str | Path, samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
     """Write 16-bit PCM WAV atomically (a temporary file renamed into place)."""
-    import soundfile
+    soundfile = require("soundfile", "audio", "writing audio")
 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -68,7 +70,7 @@ def features(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, *, kind: str =
     Args:
         kind: ``"logmel"`` (``log(mel power + 1e-6)``, F = ``n_mels``) or ``"mfcc"`` (F = ``n_mfcc``).
     """
-    import librosa
+    librosa = require("librosa", "audio", "audio features")
 
     if kind not in ("logmel", "mfcc"):
         raise ValueError(f"kind must be 'logmel' or 'mfcc', got {kind!r}")

@@ -96,11 +96,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
     Checkpoint and pretrained-model errors are ``ValueError`` subclasses; a damaged pickle raises
     ``UnpicklingError``; a damaged SQLite store ``sqlite3.Error``; a missing ``espeak-ng`` the audio
-    package's ``MissingToolError``.
+    package's ``MissingToolError``; a missing optional package :class:`attnlab.extras.MissingExtraError`.
     """
     from ..audio import MissingToolError
+    from ..extras import MissingExtraError
 
-    return (ValueError, TypeError, OSError, sqlite3.Error, pickle.UnpicklingError, MissingToolError, MemoryError)
+    return (ValueError, TypeError, OSError, sqlite3.Error, pickle.UnpicklingError, MissingToolError, MissingExtraError, MemoryError)
 
 
 def boundary(command: Callable) -> Callable:

@@ -71,7 +71,9 @@ class Floater(InputEncoding):
 
     def solve(self, steps: int) -> torch.Tensor:
         """``z(0), z(dt), ..., z((steps - 1) dt)``: ``(steps, E)``."""
-        from torchdiffeq import odeint
+        from ..extras import require
+
+        odeint = require("torchdiffeq", "ode", "the FLOATER encoding (an ODE solved with torchdiffeq)").odeint
 
         t = torch.arange(steps, device=self.z0.device, dtype=self.z0.dtype) * self.dt
         if steps == 1:

@@ -27,6 +27,7 @@ import os
 import torch
 
 from ..core.graph import check_edge_index
+from ..extras import require
 from .base import IGNORE, Split, Task, register, split_sizes
 from ..validate import int_at_least
 
@@ -53,7 +54,7 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
         seed: which members are labelled for training and validation.
         train_per_class, val_per_class: labelled members per faction; the rest are the test set.
     """
-    import networkx as nx
+    nx = require("networkx", "graphs", "the graph tasks")
 
     int_at_least("train_per_class", train_per_class, 1), int_at_least("val_per_class", val_per_class, 1)
     g = nx.karate_club_graph()
@@ -96,7 +97,7 @@ def sbm(
             inside a block and across blocks. signal: length of each block's mean feature
             vector (noise is N(0, 1) per coordinate). dim: feature width.
     """
-    import networkx as nx
+    nx = require("networkx", "graphs", "the graph tasks")
 
     int_at_least("nodes", nodes, 2), int_at_least("blocks", blocks, 2), int_at_least("dim", dim, 1)
     if not (0 <= p_out <= 1 and 0 <= p_in <= 1):
@@ -125,6 +126,7 @@ def sbm(
 
 
 def _nci_path() -> str:
+    require("rdkit", "molecules", "the molecules task (RDKit's bundled NCI molecules)")
     from rdkit import RDConfig
 
     return os.path.join(RDConfig.RDDataDir, "NCI", "first_5K.smi")
@@ -148,6 +150,7 @@ BOND_DIM = len(_BONDS)
 
 def _molecule_graphs(limit: int | None, alerts: bool):
     """(features, edges, edge_attr, logp, tpsa, alert) of every parseable molecule of the file."""
+    require("rdkit", "molecules", "the molecules task (RDKit's bundled NCI molecules)")
     from rdkit import Chem, RDLogger
     from rdkit.Chem import Crippen, FilterCatalog, rdMolDescriptors
 

@@ -37,7 +37,9 @@ def digits(seed: int = 0, train_fraction: float = 1.0) -> Task:
         seed: the test / validation split and the training subset.
         train_fraction: in (0, 1], the share of the training images to keep.
     """
-    from sklearn.datasets import load_digits
+    from ..extras import require
+
+    load_digits = require("sklearn.datasets", "digits", "the digits task (scikit-learn's bundled images)").load_digits
 
     if isinstance(train_fraction, bool) or not isinstance(train_fraction, (int, float)) or not 0 < train_fraction <= 1:
         raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction!r}")
