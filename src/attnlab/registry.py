@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from typing import Callable, Collection, Generic, TypeVar
+from .validate import ArgumentTypeError
 
 __all__ = ["Registry", "keyword_options"]
 
@@ -82,7 +83,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The class registered as ``name``."""
         if not isinstance(name, str):
-            raise TypeError(f"a {self.kind} name must be a str, got {type(name).__name__}")
+            raise ArgumentTypeError(f"a {self.kind} name must be a str, got {type(name).__name__}")
         try:
             return self._items[name]
         except KeyError:

@@ -11,6 +11,11 @@ from collections.abc import Iterable
 __all__ = ["choice", "int_at_least", "is_int", "number_above", "optional_int", "positive_int", "probability"]
 
 
+class ArgumentTypeError(TypeError):
+    """A value of the wrong type given to attnlab: a deliberate argument check, which the command
+    line reports as a one-line usage error (any other ``TypeError`` is a bug and keeps its traceback)."""
+
+
 def is_int(value) -> bool:
     """Whether ``value`` is an ``int`` and not a ``bool`` (for checks whose message is their own)."""
     return isinstance(value, int) and not isinstance(value, bool)

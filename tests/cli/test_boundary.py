@@ -101,6 +101,23 @@ def test_a_bug_is_not_hidden_and_a_message_is_printed_as_written(capsys, monkeyp
     with pytest.raises(RuntimeError, match="a bug"):
         common.boundary(broken)()
 
+    def a_bug():  # a TypeError that no argument check raised: a call with a wrong argument, inside attnlab
+        return len(3)
+
+    with pytest.raises(TypeError, match="has no len"):
+        common.boundary(a_bug)()
+
+    def bad_type():  # a deliberate argument check (the attention core's, here) is a user error
+        import torch
+
+        from attnlab import attend
+
+        attend(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), "v")
+
+    with pytest.raises(typer.Exit):
+        common.boundary(bad_type)()
+    assert "error: v must be a torch.Tensor" in capsys.readouterr().err
+
     def bad_value():
         raise ValueError("a [bold]bracketed[/bold] value")
 

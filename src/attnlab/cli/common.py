@@ -92,7 +92,9 @@ def debugging() -> bool:
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions a user's input can cause: bad values, files, stores, checkpoints, a missing tool.
+    """The exceptions a user's input can cause: bad values (``ValueError``, and the deliberate type
+    checks' :class:`attnlab.validate.ArgumentTypeError`; any other ``TypeError`` is a bug and keeps
+    its traceback), files, stores, checkpoints, a missing tool or package.
 
     Checkpoint and pretrained-model errors are ``ValueError`` subclasses; a damaged pickle raises
     ``UnpicklingError``; a damaged SQLite store ``sqlite3.Error``; a missing ``espeak-ng`` the audio
@@ -100,8 +102,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """
     from ..audio import MissingToolError
     from ..extras import MissingExtraError
+    from ..validate import ArgumentTypeError
 
-    return (ValueError, TypeError, OSError, sqlite3.Error, pickle.UnpicklingError, MissingToolError, MissingExtraError, MemoryError)
+    return (ValueError, ArgumentTypeError, OSError, sqlite3.Error, pickle.UnpicklingError, MissingToolError, MissingExtraError,
+            MemoryError)
 
 
 def boundary(command: Callable) -> Callable:

@@ -17,10 +17,11 @@ MODEL_HELP = "A model name (all-MiniLM-L6-v2, from the attnlab[pretrained] extra
 
 def _load(model: str, **options):
     from ..pretrained import load
+    from ..validate import ArgumentTypeError
 
     try:
         return load(model, **options)
-    except (ValueError, TypeError, OSError) as e:  # PretrainedError is a ValueError
+    except (ValueError, ArgumentTypeError, OSError) as e:  # PretrainedError is a ValueError
         fail(str(e))
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 
-from ..validate import probability
+from ..validate import ArgumentTypeError, probability
 from .blockmap import BlockMap, block_map, resolve_block
 from .maskfn import Mask, as_mask, broadcast_shape
 from .normalize import resolve_normalizer, softmax
@@ -71,16 +71,16 @@ def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) 
             if isinstance(t, Mask) and t.batch is not None and t.batch not in (1, b):
                 raise ValueError(f"the mask is defined for {t.batch} batch rows, the batch has {b}")
             return
-        raise TypeError(f"mask must be a torch.Tensor broadcastable to (B, H, N, M), a mask function or a block map, got {_describe(t)}")
+        raise ArgumentTypeError(f"mask must be a torch.Tensor broadcastable to (B, H, N, M), a mask function or a block map, got {_describe(t)}")
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
     if name == "mask" and t.dtype != torch.bool:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"mask must have dtype torch.bool (True = this query may attend to this key), got {t.dtype}; "
             "pass additive float terms as bias="
         )
     if name == "bias" and not t.is_floating_point():
-        raise TypeError(f"bias must be a floating-point tensor (added to the scores), got dtype {t.dtype}")
+        raise ArgumentTypeError(f"bias must be a floating-point tensor (added to the scores), got dtype {t.dtype}")
     try:
         ok = t.dim() <= 4 and broadcast_shape(t.shape, target) == target
     except ValueError:
@@ -94,13 +94,13 @@ def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) 
 def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, N|M, D), got {_describe(t)}")
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape (B, H, N|M, D), got {_describe(t)}")
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4, shape (B, H, N|M, D); got rank {t.dim()}, shape {tuple(t.shape)}")
         if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+            raise ArgumentTypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ArgumentTypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
     b, h, n, _ = q.shape
@@ -199,7 +199,7 @@ def attend(
         if isinstance(mask, BlockMap) and resolve_block(block_size) != mask.block:
             raise ValueError(f"block_size {block_size!r} differs from the block map's {mask.block}")
     if score_mod is not None and not callable(score_mod):
-        raise TypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {_describe(score_mod)}")
+        raise ArgumentTypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {_describe(score_mod)}")
     fast = _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size)
     if k.shape[1] not in (h, 0) and not (fast and _grouped_fused(score_fn, mask, bias)):
         r = h // k.shape[1]  # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..validate import is_int
+from ..validate import ArgumentTypeError, is_int
 from .band import Band
 from .maskfn import EMPTY, FULL, PARTIAL, Mask, combine_and
 
@@ -41,7 +41,7 @@ class Documents(Mask):
                     raise ValueError(f"document lengths must be integers >= 1, got {n!r}")
             clean.append(tuple(int(n) for n in row))
         if window is not None and (not is_int(window) or window < 0):
-            raise (TypeError if not is_int(window) else ValueError)(f"window must be an int >= 0, got {window!r}")
+            raise (ArgumentTypeError if not is_int(window) else ValueError)(f"window must be an int >= 0, got {window!r}")
         self.lengths, self.causal, self.window = tuple(clean), bool(causal), window
         self.batch = len(clean)
         longest = max(sum(r) for r in clean)

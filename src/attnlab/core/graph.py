@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..validate import probability
+from ..validate import ArgumentTypeError, probability
 from .amp import same_autocast_backward, same_autocast_forward
 
 __all__ = ["EdgeAttentionResult", "check_edge_index", "edge_attention"]
@@ -52,9 +52,9 @@ def check_edge_index(edge_index, num_nodes: int) -> torch.Tensor:
     """Validate ``edge_index`` ``(2, E)`` (integer node indices in ``[0, num_nodes)``) and
     return it as ``int64``; raises ``TypeError``/``ValueError`` naming what came."""
     if not isinstance(edge_index, torch.Tensor):
-        raise TypeError(f"edge_index must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
+        raise ArgumentTypeError(f"edge_index must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
     if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool or edge_index.is_complex():
-        raise TypeError(f"edge_index must have an integer dtype, got {edge_index.dtype}")
+        raise ArgumentTypeError(f"edge_index must have an integer dtype, got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
     if edge_index.numel():

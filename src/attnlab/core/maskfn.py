@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from .tiles import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, broadcast_shape, combine_and, combine_or
+from ..validate import ArgumentTypeError
 
 __all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask",
            "And", "Or", "Not", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
@@ -80,7 +81,7 @@ class Mask:
         depends on the batch row (leading dimensions of size 1 dropped down to 2-D)."""
         for name, size in (("n", n), ("m", m)):
             if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
-                raise TypeError(f"{name} must be an int, got {type(size).__name__}")
+                raise ArgumentTypeError(f"{name} must be an int, got {type(size).__name__}")
             if size is not None and size < 0:
                 raise ValueError(f"{name} must be >= 0, got {size}")
         m = n if m is None else m
@@ -123,9 +124,9 @@ class TensorMask(Mask):
 
     def __init__(self, tensor: torch.Tensor):
         if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"a mask must be a torch.Tensor, a callable or an attnlab mask, got {type(tensor).__name__}")
+            raise ArgumentTypeError(f"a mask must be a torch.Tensor, a callable or an attnlab mask, got {type(tensor).__name__}")
         if tensor.dtype != torch.bool:
-            raise TypeError(f"a mask tensor must have dtype torch.bool (True = this query may attend to this key), got {tensor.dtype}")
+            raise ArgumentTypeError(f"a mask tensor must have dtype torch.bool (True = this query may attend to this key), got {tensor.dtype}")
         if not 1 <= tensor.dim() <= 4:
             raise ValueError(f"a mask tensor must have 1 to 4 dimensions, broadcastable to (B, H, N, M); got shape {tuple(tensor.shape)}")
         self.tensor = tensor.reshape((1,) * (4 - tensor.dim()) + tuple(tensor.shape))  # (B|1, H|1, N|1, M|1)
@@ -370,7 +371,7 @@ def as_mask(x) -> Mask:
         return TensorMask(x)
     if callable(x) and not isinstance(x, type):
         return FunctionMask(x)
-    raise TypeError(f"a mask must be a bool torch.Tensor, a callable (b, h, q_idx, kv_idx) -> bool or an attnlab mask, "
+    raise ArgumentTypeError(f"a mask must be a bool torch.Tensor, a callable (b, h, q_idx, kv_idx) -> bool or an attnlab mask, "
                     f"got {type(x).__name__}")
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import Registry
-from ..validate import is_int
+from ..validate import ArgumentTypeError, is_int
 from .band import Align, Band
 from .maskfn import (EMPTY, FULL, PARTIAL, And, Grid, Mask, Not, Or, TensorMask, _Everything, and_masks, as_mask,
                      broadcast_shape, or_masks)
@@ -35,7 +35,7 @@ __all__ = ["Mask", "as_mask", "and_masks", "or_masks", "full", "causal", "window
 
 def _check_size(name: str, value: object) -> int:
     if not is_int(value):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
     return value
@@ -83,9 +83,9 @@ def _lengths(lengths, name: str) -> torch.Tensor:
         try:
             t = torch.as_tensor(list(lengths), dtype=torch.long)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"{name} must be a 1-D integer tensor or a sequence of ints, got {lengths!r}") from e
+            raise ArgumentTypeError(f"{name} must be a 1-D integer tensor or a sequence of ints, got {lengths!r}") from e
     if t.dtype.is_floating_point or t.dtype == torch.bool or t.is_complex():
-        raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
+        raise ArgumentTypeError(f"{name} must have an integer dtype, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-D of shape (B,), got shape {tuple(t.shape)}")
     if t.numel() and int(t.min()) < 0:
@@ -156,7 +156,7 @@ class KeyFlags(Mask):
     def __init__(self, flags: torch.Tensor):
         if not isinstance(flags, torch.Tensor) or flags.dtype != torch.bool or flags.dim() != 2:
             got = f"{tuple(flags.shape)} {flags.dtype}" if isinstance(flags, torch.Tensor) else type(flags).__name__
-            raise TypeError(f"valid_keys takes a bool tensor (B, M), True = a real key; got {got}")
+            raise ArgumentTypeError(f"valid_keys takes a bool tensor (B, M), True = a real key; got {got}")
         self.flags = flags
         self.batch = flags.shape[0]
 
@@ -232,14 +232,14 @@ def global_tokens(tokens) -> Mask:
     every query attends to it. ``tokens``: a count g (the first g positions, a CLS token) or a
     list of positions. Combine with a window by ``|``: ``window(w) | global_tokens(g)``."""
     if isinstance(tokens, bool):
-        raise TypeError("tokens must be a count or a list of positions, got a bool")
+        raise ArgumentTypeError("tokens must be a count or a list of positions, got a bool")
     if is_int(tokens):
         idx = torch.arange(_check_size("tokens", tokens))
     else:
         try:
             idx = torch.as_tensor(sorted({int(i) for i in tokens}), dtype=torch.long)
         except TypeError:
-            raise TypeError(f"tokens must be a count or a list of positions, got {type(tokens).__name__}") from None
+            raise ArgumentTypeError(f"tokens must be a count or a list of positions, got {type(tokens).__name__}") from None
         if idx.numel() and int(idx[0]) < 0:
             raise ValueError(f"global token positions must be >= 0, got {int(idx[0])}")
     members = torch.zeros(int(idx.max()) + 1 if idx.numel() else 0, dtype=torch.bool)
@@ -288,7 +288,7 @@ def block_table(table: torch.Tensor, block: int) -> Mask:
     """A pattern of whole squares: query block ``t`` attends to key block ``s`` where ``table[t, s]``
     (``table`` a bool ``(query blocks, key blocks)`` tensor; blocks of ``block`` positions)."""
     if not isinstance(table, torch.Tensor) or table.dtype != torch.bool or table.dim() != 2:
-        raise TypeError("table must be a 2-D bool tensor (query blocks, key blocks)")
+        raise ArgumentTypeError("table must be a 2-D bool tensor (query blocks, key blocks)")
     return BlockTable(table, _check_size("block", block))
 
 
@@ -355,7 +355,7 @@ def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key
         mask = inner
     if isinstance(mask, torch.Tensor):
         if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
+            raise ArgumentTypeError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
         shape = tuple(mask.shape)
         ok = mask.dim() == 4 and shape[1:3] == (1, 1) and shape[0] in (1, b) and shape[3] == m
         ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == m)

@@ -26,6 +26,7 @@ import torch
 
 from ..registry import Registry
 from .amp import upcast
+from ..validate import ArgumentTypeError
 
 __all__ = ["softmax", "relu", "sigmoid", "NORMALIZERS", "create", "names", "resolve_normalizer"]
 
@@ -97,4 +98,4 @@ def resolve_normalizer(normalize) -> Callable:
         raise ValueError(f"unknown normaliser {normalize!r}; expected one of {names()} or a callable (scores, mask) -> weights")
     if callable(normalize):
         return normalize
-    raise TypeError(f"normalize must be a name or a callable, got {type(normalize).__name__}")
+    raise ArgumentTypeError(f"normalize must be a name or a callable, got {type(normalize).__name__}")

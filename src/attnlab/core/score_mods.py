@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..validate import number_above, positive_int
+from ..validate import ArgumentTypeError, number_above, positive_int
 
 __all__ = ["ScoreMod", "alibi", "compose", "offset_bias", "softcap"]
 
@@ -37,7 +37,7 @@ class ScoreMod:
 
     def __init__(self, fn: Callable, params: Iterable[torch.Tensor] = (), name: str = "score_mod"):
         if not callable(fn):
-            raise TypeError(f"a score function must be callable (score, b, h, q_idx, kv_idx) -> score, got {type(fn).__name__}")
+            raise ArgumentTypeError(f"a score function must be callable (score, b, h, q_idx, kv_idx) -> score, got {type(fn).__name__}")
         self.fn, self.params, self.name = fn, list(params), name
 
     def __call__(self, score, b, h, q_idx, kv_idx):
@@ -52,7 +52,7 @@ def compose(*mods) -> ScoreMod | None:
     present = [m for m in mods if m is not None]
     for m in present:
         if not callable(m):
-            raise TypeError(f"a score function must be callable, got {type(m).__name__}")
+            raise ArgumentTypeError(f"a score function must be callable, got {type(m).__name__}")
     if not present:
         return None
     if len(present) == 1:

@@ -28,7 +28,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..registry import Registry
-from ..validate import number_above, positive_int
+from ..validate import ArgumentTypeError, number_above, positive_int
 
 __all__ = [
     "dot",
@@ -312,7 +312,7 @@ def create(name: str, *, head_dim: int, num_heads: int = 1, **options) -> Score:
     if name == "cosine":
         return cls(num_heads=num_heads if options.get("learnable") else 1, **options)
     if options:
-        raise TypeError(f"score {name!r} takes no options, got {sorted(options)}")
+        raise ArgumentTypeError(f"score {name!r} takes no options, got {sorted(options)}")
     return cls()
 
 
@@ -335,4 +335,4 @@ def resolve_score(score) -> Score:
         raise _unknown(score)
     if callable(score):
         return _CallableScore(score)
-    raise TypeError(f"score must be a name, a Score module or a callable, got {type(score).__name__}")
+    raise ArgumentTypeError(f"score must be a name, a Score module or a callable, got {type(score).__name__}")

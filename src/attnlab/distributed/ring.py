@@ -42,7 +42,7 @@ from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import Score, resolve_score
 from ..core.sparse import FUSED, SparseSetup, budgets, pad_inputs, sparse_backward, sparse_forward
 from ..core.sparse_setup import _stat_dtype
-from ..validate import int_at_least, optional_int
+from ..validate import ArgumentTypeError, int_at_least, optional_int
 from .context import RingContext, RingTimings, _all_gather, _backend, _check_group
 
 __all__ = ["RingContext", "RingTimings", "ring_attend", "rule_of"]
@@ -356,7 +356,7 @@ def ring_attend(
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor (B, H|G, c, D), got {type(t).__name__}")
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor (B, H|G, c, D), got {type(t).__name__}")
     if resolve_normalizer(normalize) is not softmax:
         raise ValueError(f"ring attention merges the shards by log-sum-exp, so it needs normalize='softmax'; got {normalize!r}")
     if dropout_p:

@@ -37,6 +37,7 @@ from ..core.masks import key_padding_flags
 from ..layers.cache import KVCache, RecurrentState
 from ..layers.multihead import MultiHeadAttention
 from ..registry import Registry
+from ..validate import ArgumentTypeError
 
 __all__ = ["VARIANTS", "Budget", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets", "create", "key_padding", "names", "register"]
 
@@ -340,7 +341,7 @@ def budget(name: str) -> Budget:
     """The :class:`Budget` of the variant ``name`` (its class attribute ``budget``)."""
     found = getattr(VARIANTS.get(name), "budget", None)
     if not isinstance(found, Budget):
-        raise TypeError(f"the {name!r} attention has no budget: give its class a Budget as the attribute 'budget'")
+        raise ArgumentTypeError(f"the {name!r} attention has no budget: give its class a Budget as the attribute 'budget'")
     return found
 
 

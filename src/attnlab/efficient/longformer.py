@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core import masks
-from ..validate import int_at_least
+from ..validate import ArgumentTypeError, int_at_least
 from .base import Budget, PatternAttention, Sweep, register
 
 __all__ = ["LongformerAttention", "BigBirdAttention", "block_layout"]
@@ -20,7 +20,7 @@ def block_layout(n: int, window: int, block: int | None) -> tuple[int, int]:
 
 def _check_global(global_tokens):
     if isinstance(global_tokens, bool):
-        raise TypeError("global_tokens must be a count or a list of positions, got a bool")
+        raise ArgumentTypeError("global_tokens must be a count or a list of positions, got a bool")
     if isinstance(global_tokens, int):
         if global_tokens < 0:
             raise ValueError(f"global_tokens must be >= 0, got {global_tokens}")
@@ -28,7 +28,7 @@ def _check_global(global_tokens):
     try:
         idx = sorted({int(i) for i in global_tokens})
     except TypeError:
-        raise TypeError(f"global_tokens must be a count or a list of positions, got {type(global_tokens).__name__}") from None
+        raise ArgumentTypeError(f"global_tokens must be a count or a list of positions, got {type(global_tokens).__name__}") from None
     if idx and idx[0] < 0:
         raise ValueError(f"global token positions must be >= 0, got {idx[0]}")
     return tuple(idx)

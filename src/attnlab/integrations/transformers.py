@@ -50,6 +50,7 @@ from ..core.masks import causal as causal_mask, valid_keys
 from ..core.score_mods import softcap as softcap_mod
 from ..efficient.base import EfficientAttention, PatternAttention
 from ..efficient.gated import GatedRecurrence
+from ..validate import ArgumentTypeError
 
 __all__ = ["NAME", "OPTIONS", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask"]
 
@@ -215,7 +216,7 @@ def _who(module) -> str:
 def _options(module) -> dict:
     opts = getattr(getattr(module, "config", None), OPTIONS, None) or {}
     if not isinstance(opts, dict):
-        raise TypeError(f"config.{OPTIONS} must be a dict of options, got {type(opts).__name__}")
+        raise ArgumentTypeError(f"config.{OPTIONS} must be a dict of options, got {type(opts).__name__}")
     return dict(opts)
 
 

@@ -35,7 +35,7 @@ from ..core import masks
 from ..core.attend import AttentionResult
 from ..core.masks import key_padding_flags, positions_of
 from ..core.positioned import Positioned
-from ..validate import int_at_least, positive_int
+from ..validate import ArgumentTypeError, int_at_least, positive_int
 from .padding import silence_padding
 
 __all__ = ["Call", "KVCache", "NO_CACHE", "NoCache", "RecurrentState", "StaticKV"]
@@ -379,7 +379,7 @@ def source_of(cache) -> NoCache | KVCache | StaticKV | RecurrentState:
     if cache is None:
         return NO_CACHE
     if not callable(getattr(cache, "begin", None)) or not callable(getattr(cache, "attend", None)):
-        raise TypeError(f"cache must come from new_cache() or new_cross_cache(), got {type(cache).__name__}")
+        raise ArgumentTypeError(f"cache must come from new_cache() or new_cross_cache(), got {type(cache).__name__}")
     return cache
 
 

@@ -25,7 +25,7 @@ from torch import nn
 from ..core.attend import AttentionResult, attend
 from ..core.graph import check_edge_index, edge_attention
 from ..core.masks import graph as graph_mask
-from ..validate import positive_int
+from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["GraphAttention"]
 
@@ -88,7 +88,7 @@ class GraphAttention(nn.Module):
         """A layer holding a copy of the weights of a PyTorch Geometric ``TransformerConv``
         (same equations, same output); ``mode="sparse"``."""
         if getattr(conv, "lin_query", None) is None or isinstance(conv.in_channels, tuple) and conv.in_channels[0] != conv.in_channels[1]:
-            raise TypeError("expected a torch_geometric.nn.TransformerConv with one input width")
+            raise ArgumentTypeError("expected a torch_geometric.nn.TransformerConv with one input width")
         in_dim = conv.in_channels[0] if isinstance(conv.in_channels, tuple) else conv.in_channels
         layer = cls(
             in_dim, conv.out_channels, conv.heads, edge_dim=conv.edge_dim, concat=conv.concat,
@@ -97,7 +97,7 @@ class GraphAttention(nn.Module):
         theirs = dict(conv.named_parameters())
         for name, p in layer.named_parameters():  # (PyG keeps an unused lin_skip when root_weight=False)
             if name not in theirs or theirs[name].shape != p.shape:
-                raise TypeError(f"TransformerConv has no parameter {name!r} of shape {tuple(p.shape)}")
+                raise ArgumentTypeError(f"TransformerConv has no parameter {name!r} of shape {tuple(p.shape)}")
             with torch.no_grad():
                 p.copy_(theirs[name])
         return layer.to(next(conv.parameters()).dtype)

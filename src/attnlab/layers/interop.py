@@ -12,7 +12,7 @@ from torch import nn
 
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import ScaledDot
-from ..validate import positive_int
+from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["fused_weights", "grouped", "from_torch", "to_torch"]
 
@@ -63,7 +63,7 @@ def grouped(layer, num_kv_heads: int):
 def from_torch(cls, m: nn.MultiheadAttention):
     """See :meth:`attnlab.MultiHeadAttention.from_torch`."""
     if not isinstance(m, nn.MultiheadAttention):
-        raise TypeError(f"from_torch expects a torch.nn.MultiheadAttention, got {type(m).__name__}")
+        raise ArgumentTypeError(f"from_torch expects a torch.nn.MultiheadAttention, got {type(m).__name__}")
     if m.bias_k is not None or m.add_zero_attn:
         raise ValueError("from_torch does not support add_bias_kv=True or add_zero_attn=True")
     has_bias = m.in_proj_bias is not None

@@ -14,7 +14,7 @@ from ..core.attend import AttentionResult, attend
 from ..core.normalize import resolve_normalizer
 from ..core.scores import Score, resolve_score
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
-from ..validate import positive_int, probability
+from ..validate import ArgumentTypeError, positive_int, probability
 from . import interop
 from .cache import KVCache, RecurrentState, StaticKV, source_of
 from .padding import silence_padding
@@ -113,7 +113,7 @@ class MultiHeadAttention(nn.Module):
             self.score = score_registry.create(score, head_dim=self.head_dim, num_heads=h, **(score_options or {}))
         else:
             if score_options:
-                raise TypeError("score_options apply only to a score given by name")
+                raise ArgumentTypeError("score_options apply only to a score given by name")
             self.score = resolve_score(score)
         self.score_name = score if isinstance(score, str) else type(self.score).__name__
         self.positional = self._make_positional(positional, positional_options, max_len)
@@ -131,7 +131,7 @@ class MultiHeadAttention(nn.Module):
     def _make_positional(self, positional, options, max_len) -> PositionalEncoding | None:
         if positional is None:
             if options:
-                raise TypeError("positional_options given without a positional encoding")
+                raise ArgumentTypeError("positional_options given without a positional encoding")
             return None
         if isinstance(positional, str):
             kind = kind_of(positional)
@@ -139,10 +139,10 @@ class MultiHeadAttention(nn.Module):
             pe = create_positional(positional, dim=dim, num_heads=self.num_heads, max_len=max_len, **(options or {}))
         elif isinstance(positional, PositionalEncoding):
             if options:
-                raise TypeError("positional_options apply only to an encoding given by name")
+                raise ArgumentTypeError("positional_options apply only to an encoding given by name")
             pe = positional
         else:
-            raise TypeError(f"positional must be a name or a PositionalEncoding, got {type(positional).__name__}")
+            raise ArgumentTypeError(f"positional must be a name or a PositionalEncoding, got {type(positional).__name__}")
         if pe.kind == "none":
             return None
         if pe.kind == "input" and (pe.dim != self.embed_dim or self.kdim != self.embed_dim or self.vdim != self.embed_dim):
@@ -188,7 +188,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check_input(self, name: str, x, width: int, batch: int | None) -> None:
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (B, N, {width}), got {type(x).__name__}")
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape (B, N, {width}), got {type(x).__name__}")
         if x.dim() != 3:
             raise ValueError(f"{name} must have rank 3, shape (B, N, {width}); got shape {tuple(x.shape)}")
         if x.shape[-1] != width:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from ..validate import ArgumentTypeError
 
 __all__ = ["AttentionSpec", "ModelConfig", "PositionalSpec"]
 
@@ -99,7 +100,7 @@ class ModelConfig:
     def from_dict(cls, data: dict) -> ModelConfig:
         """The config of :meth:`to_dict`'s output, or of a version-1 checkpoint's flat dict."""
         if not isinstance(data, dict):
-            raise TypeError(f"a model config is a dict, got {type(data).__name__}")
+            raise ArgumentTypeError(f"a model config is a dict, got {type(data).__name__}")
         data = dict(data)
         opts = dict(data.pop("options", None) or {})  # version 1 kept the typed fields among the options
         if "attention" in opts:
@@ -117,5 +118,5 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise TypeError(f"unknown model config field(s): {', '.join(unknown)}")
+            raise ArgumentTypeError(f"unknown model config field(s): {', '.join(unknown)}")
         return cls(**data)

@@ -13,7 +13,7 @@ from ..core.masks import causal as causal_mask, positions_of
 from ..layers.feedforward import ACTIVATIONS, FeedForward
 from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
-from ..validate import positive_int
+from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["Encoder", "EncoderCache", "EncoderConfig", "EncoderLayer", "EncoderOutput"]
 
@@ -189,13 +189,13 @@ class Encoder(nn.Module):
         valid = [f.name for f in dataclasses.fields(EncoderConfig) if f.name not in ("embed_dim", "num_heads", "num_layers")]
         unknown = set(options) - set(valid)
         if unknown:
-            raise TypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}; it takes {', '.join(sorted(valid))}")
+            raise ArgumentTypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}; it takes {', '.join(sorted(valid))}")
         cfg = EncoderConfig(embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, **options)
         positive_int("num_layers", num_layers)
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}")
         if not isinstance(cfg.positional, str):
-            raise TypeError(f"positional must be a name (see attnlab.positional.names()), got {type(cfg.positional).__name__}")
+            raise ArgumentTypeError(f"positional must be a name (see attnlab.positional.names()), got {type(cfg.positional).__name__}")
         self.config = cfg
         kind = kind_of(cfg.positional)
         head_dim = embed_dim // num_heads if isinstance(num_heads, int) and num_heads > 0 else embed_dim

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..layers.graph import GraphAttention
-from ..validate import positive_int
+from ..validate import ArgumentTypeError, positive_int
 from .base import ModelOutput, register, residual_blocks, run_residual
 
 __all__ = [
@@ -44,7 +44,7 @@ def graph_inputs(data) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None,
     x = getattr(data, "x", None)
     ei = getattr(data, "edge_index", None)
     if x is None or ei is None:
-        raise TypeError(f"expected a graph with .x and .edge_index (a torch_geometric Data), got {type(data).__name__}")
+        raise ArgumentTypeError(f"expected a graph with .x and .edge_index (a torch_geometric Data), got {type(data).__name__}")
     return x, ei, getattr(data, "edge_attr", None), getattr(data, "batch", None)
 
 

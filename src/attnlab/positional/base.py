@@ -26,7 +26,7 @@ from torch import nn
 
 from ..core.score_mods import ScoreMod, offset_bias
 from ..registry import Registry
-from ..validate import positive_int
+from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["PositionalEncoding", "NoPositional", "register", "create", "names", "ENCODINGS", "kind_of", "positions_for"]
 
@@ -43,9 +43,9 @@ def check_positions(positions, length: int, what: str) -> torch.Tensor:
     """Validate user positions: an integer tensor ``(length,)`` (or ``(B, length)``, one row per
     sequence) of non-negative entries."""
     if not isinstance(positions, torch.Tensor):
-        raise TypeError(f"{what} must be a 1-D integer torch.Tensor of length {length}, got {type(positions).__name__}")
+        raise ArgumentTypeError(f"{what} must be a 1-D integer torch.Tensor of length {length}, got {type(positions).__name__}")
     if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"{what} must have an integer dtype, got {positions.dtype}")
+        raise ArgumentTypeError(f"{what} must have an integer dtype, got {positions.dtype}")
     if positions.dim() not in (1, 2) or positions.shape[-1] != length:
         raise ValueError(f"{what} must have shape ({length},) or (B, {length}), got {tuple(positions.shape)}")
     if positions.numel() and int(positions.min()) < 0:

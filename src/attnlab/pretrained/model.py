@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..validate import int_at_least, positive_int
+from ..validate import ArgumentTypeError, int_at_least, positive_int
 from ..models.encoder import EncoderOutput
 from .bert import BertConfig, BertModel, PretrainedError, load_weights, read_tensors
 
@@ -128,7 +128,7 @@ class Pretrained(torch.nn.Module):
         """
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts or not all(isinstance(t, str) for t in texts):
-            raise TypeError("texts must be a string or a non-empty list of strings")
+            raise ArgumentTypeError("texts must be a string or a non-empty list of strings")
         limit = self.max_length if max_length is None else int_at_least("max_length", max_length, 2)
         if limit > self.max_length:
             raise ValueError(f"max_length {limit} exceeds the model's {self.max_length} positions")

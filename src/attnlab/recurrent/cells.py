@@ -23,7 +23,7 @@ from torch import nn
 from ..core.normalize import resolve_normalizer
 from ..core import scores as score_registry
 from ..core.scores import Score, resolve_score
-from ..validate import optional_int, positive_int
+from ..validate import ArgumentTypeError, optional_int, positive_int
 
 __all__ = ["AttentionRNN", "LSTMN", "RecurrentOutput", "check_prefix_mask"]
 
@@ -64,7 +64,7 @@ def _align(align, hidden: int, options: dict | None) -> Score:
             raise ValueError(f"unknown align score {align!r}; expected one of {score_registry.names()}, a Score module or a callable")
         return score_registry.create(align, head_dim=hidden, num_heads=1, **(options or {}))
     if options:
-        raise TypeError("align_options apply only when align is given by name")
+        raise ArgumentTypeError("align_options apply only when align is given by name")
     return resolve_score(align)
 
 

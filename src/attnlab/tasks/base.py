@@ -35,7 +35,7 @@ import torch
 
 from ..models.base import CLS, FIRST, IGNORE, PAD
 from ..registry import Registry
-from ..validate import positive_int
+from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "baseline_model", "KINDS", "INPUTS"]
 
@@ -173,7 +173,7 @@ def create(name: str, **options) -> Task:
     known = list(inspect.signature(make).parameters)
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise TypeError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: {', '.join(known)}")
+        raise ArgumentTypeError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: {', '.join(known)}")
     return make(**options)
 
 

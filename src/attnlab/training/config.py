@@ -12,6 +12,7 @@ from ..models.base import BACKBONES
 from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
 from ..tasks import TASKS, Task, baseline_model, train_defaults
 from .precision import PRECISIONS
+from ..validate import ArgumentTypeError
 
 __all__ = ["TIME_BUDGET_STEPS", "TrainConfig", "model_config"]
 
@@ -112,7 +113,7 @@ class TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - names
         if unknown:
-            raise TypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+            raise ArgumentTypeError(f"unknown training option(s): {', '.join(sorted(unknown))}")
         return cls(task=task, **values)
 
     @classmethod
