@@ -69,7 +69,7 @@ def test_the_none_variant_is_each_tasks_model_without_attention():
 
 
 def test_a_time_budgeted_plan_gives_every_variant_the_same_seconds_and_its_own_ids():
-    from attnlab.arena import TIME_BUDGET_STEPS
+    from attnlab.training.config import TIME_BUDGET_STEPS
 
     steps = plan(TINY)
     timed = plan(TINY, seconds=20)

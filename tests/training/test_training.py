@@ -186,6 +186,17 @@ def test_train_seconds_is_a_time_budget_without_step_limit_or_early_stop(monkeyp
     assert r.exit_code == 2 and "no no-attention baseline" in " ".join(r.output.split()) and len(seen) == 2  # refused before training
 
 
+def test_the_time_budget_rule_lives_in_the_config():
+    """seconds alone: no step limit, no early stop; a caller's steps, epochs or patience are kept."""
+    from attnlab.training.config import TIME_BUDGET_STEPS
+
+    cfg = TrainConfig.for_task("pos", seconds=5)
+    assert (cfg.steps, cfg.epochs, cfg.patience) == (TIME_BUDGET_STEPS, None, None)
+    cfg = TrainConfig.for_task("pos", seconds=5, epochs=2, patience=3)
+    assert (cfg.steps, cfg.epochs, cfg.patience) == (None, 2, 3)
+    assert TrainConfig.for_task("pos").patience is not None  # without a budget, the task's early stop stays
+
+
 def test_a_positional_table_shared_by_every_layer_checkpoints_and_loads(tmp_path):
     cfg = TrainConfig.for_task("pos", **{**TINY, "layers": 2}, positional="relative")
     res = train(cfg, tmp_path)

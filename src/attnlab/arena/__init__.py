@@ -8,7 +8,7 @@
 """
 
 from .live import LiveGrid
-from .presets import DEFAULT_VARIANTS, LONG_VARIANTS, NO_ATTENTION, PRESETS, QUICK_VARIANTS, TIME_BUDGET_STEPS, VARIANT_OPTIONS, Preset, TaskSetting
+from .presets import DEFAULT_VARIANTS, LONG_VARIANTS, NO_ATTENTION, PRESETS, QUICK_VARIANTS, VARIANT_OPTIONS, Preset, TaskSetting
 from .report import budget_of, build_report, leaderboard, plot_curves, plot_lra, plot_maps
 from .runner import RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
 from .store import COLUMNS, Store
@@ -25,7 +25,6 @@ __all__ = [
     "Preset",
     "RunSpec",
     "Store",
-    "TIME_BUDGET_STEPS",
     "TaskSetting",
     "attention_maps",
     "budget_of",

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import efficient
-from ..training.config import TIME_BUDGET_STEPS
 
-__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "TIME_BUDGET_STEPS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
+__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
 
 VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
 """Per variant, its ``attention_options`` in the arena (a view of each variant's
@@ -60,8 +59,9 @@ _SMALL_RECALL = {"pairs": 8, "queries": 8, "num_keys": 32, "num_values": 32, "si
 
 
 def _timed(seconds: float, **train) -> dict:
-    """Training settings of a time-budgeted task: ``seconds`` each run, no step limit."""
-    return {"seconds": float(seconds), "steps": TIME_BUDGET_STEPS, **train}
+    """Training settings of a time-budgeted task: ``seconds`` each run (no step limit, no early stop:
+    :func:`attnlab.training.config.time_budget`)."""
+    return {"seconds": float(seconds), **train}
 
 
 _LRA_VARIANTS = ("dense", "dense_naive", "local", "longformer", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird",

@@ -28,10 +28,10 @@ import torch
 from .. import objectives
 from ..objectives import collate
 from ..training import TrainConfig, load_checkpoint, train
-from .presets import NO_ATTENTION, PRESETS, TIME_BUDGET_STEPS, VARIANT_OPTIONS, Preset, TaskSetting
+from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
 
-__all__ = ["NO_ATTENTION", "TIME_BUDGET_STEPS", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
+__all__ = ["NO_ATTENTION", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
 
 
 @dataclass(frozen=True)
@@ -111,9 +111,9 @@ def plan(
         for t in names:
             s = settings[t]
             train = dict(s.train)
-            if seconds is not None:
-                train.pop("epochs", None)
-                train.update(seconds=float(seconds), steps=TIME_BUDGET_STEPS)
+            if seconds is not None:  # the budget replaces the preset's: steps and patience follow the time-budget rule
+                train.pop("epochs", None), train.pop("steps", None)
+                train["seconds"] = float(seconds)
             if precision is not None:
                 train["precision"] = precision
             for v in chosen(s):
@@ -126,8 +126,6 @@ def plan(
                     if task_registry.baseline_model(t) is None:
                         continue  # no backbone without attention reads this task
                     cfg = cfg.baseline()
-                if cfg.seconds is not None:  # the same seconds for every variant: no early stop
-                    cfg = dataclasses.replace(cfg, patience=None)
                 specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg))
     return specs
 

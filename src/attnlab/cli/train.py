@@ -199,7 +199,7 @@ def _config(task: str, size: Optional[int], task_option: list[str], model_option
     from .. import tasks as task_registry
     from ..models.base import BACKBONES
     from ..training import TrainConfig
-    from ..training.config import TIME_BUDGET_STEPS
+    from ..training.config import time_budget
 
     if task not in task_registry.names():
         fail(f"unknown task {task!r}; choose one of {', '.join(task_registry.names())}")
@@ -210,9 +210,6 @@ def _config(task: str, size: Optional[int], task_option: list[str], model_option
              "attention_options": _option_pairs(attention_option, "--attention-option")}
     if overrides["steps"] is not None and overrides["epochs"] is not None:
         fail("give --steps or --epochs, not both")
-    timed = overrides.get("seconds") is not None
-    if timed and overrides["steps"] is None and overrides["epochs"] is None:
-        overrides["steps"] = TIME_BUDGET_STEPS  # the seconds are the limit
     if previous is not None:  # the resumed run's own options, then those given now
         values = dataclasses.asdict(previous)
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -222,13 +219,9 @@ def _config(task: str, size: Optional[int], task_option: list[str], model_option
             values["steps"] = None
         elif overrides["steps"] is not None and overrides["epochs"] is None:
             values["epochs"] = None
-        if timed and overrides["patience"] is None:
-            values["patience"] = None
-        cfg = TrainConfig(**values)
+        cfg = TrainConfig(**time_budget(values, overrides))
     else:
         cfg = TrainConfig.for_task(task, **overrides, **{k: v for k, v in given.items() if v})  # epochs replace the task's default steps
-        if timed and overrides["patience"] is None:
-            cfg = dataclasses.replace(cfg, patience=None)
     from .. import positional as encodings
 
     for flag, name, known in (("--model", cfg.model, BACKBONES.names()), ("--attention", cfg.attention, efficient.names()),

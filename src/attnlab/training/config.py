@@ -14,10 +14,25 @@ from ..tasks import TASKS, Task, baseline_model, train_defaults
 from .precision import PRECISIONS
 from ..validate import ArgumentTypeError
 
-__all__ = ["TIME_BUDGET_STEPS", "TrainConfig", "model_config"]
+__all__ = ["TIME_BUDGET_STEPS", "TrainConfig", "model_config", "time_budget"]
 
 TIME_BUDGET_STEPS = 1_000_000
 """The step cap of a run given only a time budget (``seconds``): never the limit in practice."""
+
+
+def time_budget(values: dict, given: dict) -> dict:
+    """The time-budget rule, in one place: when the caller's own settings ``given`` hold ``seconds``
+    and neither ``steps`` nor ``epochs``, the seconds are the limit (``steps`` =
+    :data:`TIME_BUDGET_STEPS`, no epochs); without a ``patience`` of the caller's, no early stop
+    (every run trains its whole budget). Returns ``values`` (the config's fields) so amended."""
+    if given.get("seconds") is None:
+        return values
+    out = dict(values)
+    if given.get("steps") is None and given.get("epochs") is None:
+        out["steps"], out["epochs"] = TIME_BUDGET_STEPS, None
+    if given.get("patience") is None:
+        out["patience"] = None
+    return out
 
 
 @dataclass
@@ -99,7 +114,8 @@ class TrainConfig:
     @classmethod
     def for_task(cls, task: str, **overrides) -> TrainConfig:
         """The config with the task's own training defaults (:func:`attnlab.tasks.train_defaults`),
-        then ``overrides`` (None values ignored). ``epochs`` replaces a default ``steps``."""
+        then ``overrides`` (None values ignored). ``epochs`` replaces a default ``steps``; ``seconds``
+        follows :func:`time_budget`."""
         defaults = train_defaults(task, overrides.get("task_options")) if task in TASKS else {}
         model = overrides.get("model") or defaults.get("model") or "transformer"
         if model in BACKBONES and not BACKBONES.get(model).uses_attention:
@@ -109,7 +125,7 @@ class TrainConfig:
             defaults.pop("attention_options", None)  # the task's attention options belong to its default variant
         if overrides.get("epochs") is not None and overrides.get("steps") is None:
             defaults.pop("steps", None)
-        values = {**defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        values = time_budget({**defaults, **{k: v for k, v in overrides.items() if v is not None}}, overrides)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - names
         if unknown:
