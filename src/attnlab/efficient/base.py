@@ -323,9 +323,7 @@ class PatternAttention(EfficientAttention):
 VARIANTS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
 """Every attention variant by name (``"dense"`` is the exact layer)."""
 
-DENSE_BUDGET = Budget()
-"""The exact layer's budget: nothing to budget (``dense`` is :class:`attnlab.MultiHeadAttention`,
-a lower floor's class, which knows nothing of budgets)."""
+MultiHeadAttention.budget = Budget()  # dense: exact, nothing to budget
 VARIANTS.add("dense", MultiHeadAttention)
 
 
@@ -341,7 +339,7 @@ def names() -> list[str]:
 
 def budget(name: str) -> Budget:
     """The :class:`Budget` of the variant ``name`` (its class attribute ``budget``)."""
-    found = DENSE_BUDGET if name == "dense" else getattr(VARIANTS.get(name), "budget", None)
+    found = getattr(VARIANTS.get(name), "budget", None)
     if not isinstance(found, Budget):
         raise ArgumentTypeError(f"the {name!r} attention has no budget: give its class a Budget as the attribute 'budget'")
     return found
