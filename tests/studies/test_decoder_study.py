@@ -55,3 +55,30 @@ def test_an_unknown_variant_is_named_as_unknown(tiny_decoder):
         decoder.run(str(tiny_decoder), ["locl"], [32])
     with pytest.raises(ValueError, match=r"lengths must be in 2 .. 512 \(the model's positions\), got \[1024\]"):
         decoder.run("docs-llama", ["local"], [1024])  # refused before the model is trained
+
+
+def test_training_settings_are_checked_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="unknown training setting\\(s\\) step; expected some of steps, length"):
+        decoder.train_decoder(tmp_path / "d", step=3)
+    for bad, message in ((dict(steps=0), "steps must be a positive int"), (dict(length=1), "length must be an int >= 2"),
+                         (dict(lr=0.0), "lr must be a number > 0")):
+        with pytest.raises(ValueError, match=message):
+            decoder.train_decoder(tmp_path / "d", **bad)
+    assert not (tmp_path / "d").exists()
+
+
+def test_another_decoder_is_measured_on_standard_library_docstrings(tmp_path, tiny_decoder):
+    """A folder without docs-llama's training record: held-out text is the standard library's
+    documented code, through the folder's own tokenizer."""
+    import shutil
+
+    from attnlab.studies.pretrained import docstring_pairs
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_decoder, other)
+    (other / "training.json").unlink()
+    w = decoder.heldout_windows(other, 32, 3)
+    assert w.shape == (3, 32)
+    tok = decoder.byte_tokenizer()
+    text = "".join(p.document for p in docstring_pairs(12))
+    assert tok.decode(w.reshape(-1).tolist()) == tok.decode(tok.encode(text).ids[: 96])

@@ -38,8 +38,8 @@ import torch.nn.functional as F
 
 from .. import efficient
 from ..profiling import measure_calls
-from ..validate import positive_int
-from .records import StudyRecord
+from ..validate import int_at_least, number_above, positive_int
+from .pretrained import SwapRecord
 
 __all__ = ["DECODERS", "DecoderRecord", "TRAINING", "byte_tokenizer", "decoder_folder", "decoder_variants", "heldout_windows",
            "is_decoder", "run", "train_decoder"]
@@ -97,7 +97,14 @@ def train_decoder(folder: str | Path, *, on_step: Callable[[int, float], None] |
 
     import attnlab.integrations.transformers  # noqa: F401  (attn_implementation="attnlab")
 
+    unknown = sorted(set(overrides) - set(TRAINING))
+    if unknown:
+        raise ValueError(f"unknown training setting(s) {', '.join(unknown)}; expected some of {', '.join(TRAINING)}")
     spec = {**TRAINING, **overrides}
+    for key in ("steps", "batch", "warmup"):
+        positive_int(key, spec[key])
+    int_at_least("length", spec["length"], 2)
+    number_above("lr", spec["lr"], 0)
     tok = byte_tokenizer()
     train, val, _ = _splits(tok)
     n = spec["length"]
@@ -205,17 +212,12 @@ def heldout_windows(folder: Path, n: int, count: int) -> torch.Tensor:
 
 
 @dataclass
-class DecoderRecord(StudyRecord):
+class DecoderRecord(SwapRecord):
     """One row: ``variant`` (``sdpa``: transformers' own attention; ``attnlab``: the exact
     backend) at ``budget`` on ``windows`` held-out windows of ``n`` tokens: ``perplexity`` and
     ``ratio`` (to the trained model's under sdpa); ``seconds`` per forward pass over ``batch``
     windows and ``time_ratio`` (to sdpa's)."""
 
-    model: str
-    variant: str
-    options: dict
-    budget: str
-    n: int
     windows: int
     batch: int
     perplexity: float
