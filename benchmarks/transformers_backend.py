@@ -15,10 +15,10 @@ Prints one row per model: seconds per forward pass under sdpa and attnlab, and s
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
-import tempfile
 
 import torch
 
@@ -49,10 +49,9 @@ def _models(name: str):
     model_cls, config_cls, kwargs = MODELS[name]
     config = getattr(transformers, config_cls)(**kwargs)
     torch.manual_seed(0)
-    a = getattr(transformers, model_cls)._from_config(config, attn_implementation="sdpa").eval()
-    with tempfile.TemporaryDirectory() as d:  # the same weights under the other implementation
-        a.save_pretrained(d)
-        b = getattr(transformers, model_cls).from_pretrained(d, attn_implementation="attnlab").eval()
+    a = getattr(transformers, model_cls)._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
+    b = getattr(transformers, model_cls)._from_config(copy.deepcopy(config), attn_implementation="attnlab").eval()
+    b.load_state_dict(a.state_dict())  # the same weights under the other implementation
     return a, b
 
 

@@ -135,7 +135,7 @@ def bench_pretrained(
                    "a decoder: every variant with a causal form].", show_default=False),
     lengths: Optional[str] = typer.Option(None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
                                           show_default=False),
-    pairs: int = typer.Option(200, min=2, help="Retrieval pairs (standard-library docstrings) per length."),
+    pairs: int = typer.Option(200, min=2, help="An encoder: retrieval pairs (standard-library docstrings) per length."),
     windows: int = typer.Option(32, min=1, help="A decoder: held-out windows per length."),
     budgets: int = typer.Option(3, min=1, help="Budgets per variant (the largest of its sweep below N)."),
     memory: bool = memory_option(),

@@ -33,6 +33,7 @@ the known names when it is not one of them.
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 import weakref
 from functools import partial
@@ -113,7 +114,7 @@ class ModelMask(Mask):
     ndim = 4  # what transformers asks of a prepared mask before handing it back (generate() with a static cache)
 
     def __init__(self, rule: Mask, kind: tuple, flags: torch.Tensor | None, offset: int = 0):
-        self.rule, self.kind, self.flags, self.offset = rule, kind, flags, offset
+        self.kind, self.flags, self.offset = kind, flags, offset
         self.inner = rule if flags is None else valid_keys(flags) if kind == ("full",) else rule & valid_keys(flags)
         self.batch = None if flags is None else flags.shape[0]
         self.key_only = kind == ("full",) and flags is not None
@@ -260,12 +261,14 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
 
 def _decodes(layer) -> bool:
     """Whether the variant attends queries at the end of a longer sequence as it attends the whole
-    sequence: it has cached decoding (its ``new_cache()`` does not refuse)."""
-    try:
-        layer.new_cache()
-    except ValueError:
-        return False
-    return True
+    sequence: it has cached decoding (its ``new_cache()`` does not refuse). Decided once per layer."""
+    if layer not in _DECODES:
+        try:
+            layer.new_cache()
+            _DECODES[layer] = True
+        except ValueError:
+            _DECODES[layer] = False
+    return _DECODES[layer]
 
 
 def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropout, weights) -> AttentionResult:
@@ -340,6 +343,7 @@ def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torc
 
 
 _LAYERS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+_DECODES: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
 def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
@@ -363,7 +367,7 @@ def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
             setattr(layer, name, None)
         layer.requires_grad_(False).eval()
         per[key] = layer
-    t = next(iter([*layer.parameters(), *layer.buffers()]), None)
+    t = next(itertools.chain(layer.parameters(), layer.buffers()), None)
     if t is not None and (t.device != q.device or (t.is_floating_point() and t.dtype != q.dtype)):
         layer.to(device=q.device, dtype=q.dtype)
     return layer

@@ -37,7 +37,7 @@ from .. import efficient
 from ..profiling import measure_calls
 from .records import StudyRecord
 
-__all__ = ["DocPair", "PretrainedRecord", "budgets_for", "docstring_pairs", "run"]
+__all__ = ["DocPair", "PretrainedRecord", "SwapRecord", "budgets_for", "docstring_pairs", "run"]
 
 QUERY_TOKENS = 64
 """Queries (a docstring's first line) are cut to this many tokens."""
@@ -104,18 +104,25 @@ def docstring_pairs(count: int | None = None, *, seed: int = 0, root: str | Path
 
 
 @dataclass
-class PretrainedRecord(StudyRecord):
-    """One (variant, budget, N) of ``model``. ``cosine_mean`` / ``cosine_min``: the documents' embeddings
-    against the trained model's; ``recall_at_1`` and ``recall_delta`` (against the trained
-    model's); ``time_ratio`` / ``memory_ratio``: one forward pass relative to the trained model
-    (None where not measured), ``seconds`` its median time over ``batch`` documents;
-    ``step_ratio``: the attention step alone relative to the trained model's."""
+class SwapRecord(StudyRecord):
+    """What every row of ``bench pretrained`` names: the trained ``model``, the attention
+    ``variant`` swapped in with its ``options`` (``budget``: their label) and the length ``n``."""
 
     model: str
     variant: str
     options: dict
     budget: str
     n: int
+
+
+@dataclass
+class PretrainedRecord(SwapRecord):
+    """One (variant, budget, N) of ``model``. ``cosine_mean`` / ``cosine_min``: the documents' embeddings
+    against the trained model's; ``recall_at_1`` and ``recall_delta`` (against the trained
+    model's); ``time_ratio`` / ``memory_ratio``: one forward pass relative to the trained model
+    (None where not measured), ``seconds`` its median time over ``batch`` documents;
+    ``step_ratio``: the attention step alone relative to the trained model's."""
+
     documents: int
     batch: int
     cosine_mean: float
