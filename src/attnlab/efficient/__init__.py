@@ -24,7 +24,7 @@ from . import reformer as _reformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
 from . import naive as _naive  # noqa: F401
 # isort: on
-from .base import VARIANTS, Budget, EfficientAttention, PatternAttention, Sweep, budget, budgets, create, key_padding, names, register
+from .base import VARIANTS, Budget, DenseAttention, EfficientAttention, PatternAttention, Sweep, budget, budgets, create, key_padding, names, register
 from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
 from .gated import GatedRecurrence, MatrixState
 from .gla import GatedLinearAttention
@@ -48,6 +48,7 @@ __all__ = [
     "budget",
     "budgets",
     "Budget",
+    "DenseAttention",
     "Sweep",
     "EfficientAttention",
     "PatternAttention",

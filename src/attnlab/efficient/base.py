@@ -39,7 +39,7 @@ from ..layers.multihead import MultiHeadAttention
 from ..registry import Registry
 from ..validate import ArgumentTypeError
 
-__all__ = ["VARIANTS", "Budget", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets", "create", "key_padding", "names", "register"]
+__all__ = ["VARIANTS", "Budget", "DenseAttention", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets", "create", "key_padding", "names", "register"]
 
 
 @dataclass(frozen=True)
@@ -323,8 +323,14 @@ class PatternAttention(EfficientAttention):
 VARIANTS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
 """Every attention variant by name (``"dense"`` is the exact layer)."""
 
-MultiHeadAttention.budget = Budget()  # dense: exact, nothing to budget
-VARIANTS.add("dense", MultiHeadAttention)
+class DenseAttention(MultiHeadAttention):
+    """The exact layer as the registry's ``"dense"`` variant: :class:`attnlab.MultiHeadAttention`
+    unchanged, with the :class:`Budget` every variant carries (exact: nothing to budget)."""
+
+    budget = Budget()
+
+
+VARIANTS.add("dense", DenseAttention)
 
 
 def register(name: str):
@@ -355,8 +361,8 @@ def budgets() -> dict[str, Budget]:
 def create(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention:
     """Create the attention ``name`` (see :func:`names`).
 
-    ``"dense"`` is :class:`attnlab.MultiHeadAttention` (its options apply; ``causal=True`` is
-    not one: give it a causal mask). Every other name is an :class:`EfficientAttention` with
+    ``"dense"`` is :class:`DenseAttention`, the exact :class:`attnlab.MultiHeadAttention` (its
+    options apply; ``causal=True`` is not one: give it a causal mask). Every other name is an :class:`EfficientAttention` with
     the same call signature and output.
 
     Args:
