@@ -171,18 +171,12 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     for i in range(min(count, len(data))):
         inputs, _ = collate(task, data, torch.tensor([i]))
         seen: dict = {}
-        original = attn.attend_heads
-
-        def spy(q, k, v, original=original, seen=seen, **kw):
-            seen.setdefault("args", (q, k, kw))
-            return original(q, k, v, **kw)
-
-        attn.attend_heads = spy
+        handle = attn.register_step_hook(lambda layer, q, k, v, kw, seen=seen: seen.setdefault("args", (q, k, kw)))
         try:
             model.eval()
             model(**inputs)
         finally:
-            del attn.attend_heads
+            handle.remove()
         if "args" not in seen:
             continue
         q, k, kw = seen["args"]
@@ -193,7 +187,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
             eye = torch.zeros(m, d, dtype=q.dtype, device=q.device)
             w = min(d, m - c)
             eye[c : c + w, :w] = torch.eye(w, dtype=q.dtype, device=q.device)
-            out = original(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output  # k.shape[1]: G heads when grouped
+            out = attn.attend_heads(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output  # k.shape[1]: G heads when grouped
             cols.append(out[..., :w])
         maps.append(torch.cat(cols, dim=-1)[0].mean(0).float().cpu())
     return maps

@@ -88,7 +88,7 @@ class NoCache:
         return Call(query, key, value, qpos, kpos, mask)
 
     def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        return layer.attend_heads(q, k, v, mask=call.mask, bias=bias, score_mod=score_mod, return_weights=return_weights)
+        return layer.attention_step(q, k, v, mask=call.mask, bias=bias, score_mod=score_mod, return_weights=return_weights)
 
 
 NO_CACHE = NoCache()
@@ -178,7 +178,7 @@ class KVCache:
             return AttentionResult(torch.cat([o.output for o in outs], 2), outs[0].weights if len(outs) == 1 else None)
         keys, values, key_valid, kpos = self.update(k, v, call.valid)
         mod = layer.score_mod(call.qpos, kpos)
-        return layer.attend_exact(q, keys, values, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
+        return layer.attention_step(q, keys, values, exact=True, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
                                   return_weights=return_weights)
 
     def _streaming(self, layer, q, k, v, valid, return_weights) -> AttentionResult:
@@ -190,7 +190,7 @@ class KVCache:
             q, keys = pe.rotate(q, keys, bq, bk)
         mod = layer.score_mod(bq, bk)
         qp = torch.tensor([qpos], device=q.device)
-        return layer.attend_exact(q, keys, values, mask=self.mask(qp, kpos, key_valid), score_mod=mod, return_weights=return_weights)
+        return layer.attention_step(q, keys, values, exact=True, mask=self.mask(qp, kpos, key_valid), score_mod=mod, return_weights=return_weights)
 
     # ------------------------------------------------------------------ storage
     def _allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int) -> None:
@@ -334,7 +334,7 @@ class StaticKV:
         return Call(query, None, None, None, None, mask, kv=(self.k, self.v))
 
     def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        return layer.attend_exact(q, k, v, mask=call.mask, return_weights=return_weights)
+        return layer.attention_step(q, k, v, exact=True, mask=call.mask, return_weights=return_weights)
 
 
 @dataclass

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from ..core import scores as score_registry
 from ..core.attend import AttentionResult, attend
@@ -126,6 +128,7 @@ class MultiHeadAttention(nn.Module):
             self.head_q = nn.Parameter(torch.empty(h, self.head_dim, e))
             self.head_k = nn.Parameter(torch.empty(g, self.head_dim, e))
             self.head_v = nn.Parameter(torch.empty(g, self.head_dim, e))
+        self._step_hooks: OrderedDict[int, Callable] = OrderedDict()
         self.reset_parameters()
 
     def _make_positional(self, positional, options, max_len) -> PositionalEncoding | None:
@@ -351,6 +354,24 @@ class MultiHeadAttention(nn.Module):
 
     def check_cache(self, cache) -> None:
         """Refuse a cache this layer cannot decode with (exact attention takes any key / value cache)."""
+
+    def register_step_hook(self, hook: Callable) -> RemovableHandle:
+        """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's
+        forward passes, with the heads and the keyword arguments (``mask``, ``bias``,
+        ``score_mod``, ...) the step receives; with a cache, ``k`` and ``v`` are the held keys (a
+        :class:`RecurrentState` keeps no keys: its steps call no hook). What the hook returns is ignored. Remove it with the handle's ``remove()``. The arena
+        records its attention maps through it.
+        """
+        handle = RemovableHandle(self._step_hooks)
+        self._step_hooks[handle.id] = hook
+        return handle
+
+    def attention_step(self, q, k, v, *, exact: bool = False, **kwargs) -> AttentionResult:
+        """The attention step of :meth:`forward`: the step hooks (:meth:`register_step_hook`), then
+        :meth:`attend_heads` (or :meth:`attend_exact` with ``exact=True``, what a cache uses)."""
+        for hook in self._step_hooks.values():
+            hook(self, q, k, v, kwargs)
+        return (self.attend_exact if exact else self.attend_heads)(q, k, v, **kwargs)
 
     def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
         """Exact attention over held keys (``k``, ``v`` with H or G heads), as decoding with a
