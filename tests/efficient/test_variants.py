@@ -179,17 +179,14 @@ def test_linear_recurrent_mode_equals_the_parallel_causal_mode_over_512_steps():
     m = efficient.create("linear", embed_dim=32, num_heads=4, causal=True, positional="rope")
     x = torch.randn(2, 512, 32)
     parallel = m(x).output
-    state = m.initial_state(2)
-    outs = []
-    for t in range(512):
-        o, state = m.step(state, x[:, t])
-        outs.append(o)
-    assert state.t == 512
-    assert (torch.stack(outs, 1) - parallel).abs().max().item() <= 1e-5
+    cache = m.new_cache()  # the recurrent state (S, z): one token at a time, constant size
+    outs = [m(x[:, t : t + 1], cache=cache).output for t in range(512)]
+    assert cache.seen == 512
+    assert (torch.cat(outs, 1) - parallel).abs().max().item() <= 1e-5
     with pytest.raises(ValueError, match="causal=True"):
-        efficient.create("linear", embed_dim=32, num_heads=4).step(state, x[:, 0])
-    with pytest.raises(ValueError, match=r"\(B, 32\)"):
-        m.step(m.initial_state(2), x)
+        efficient.create("linear", embed_dim=32, num_heads=4).new_cache()
+    with pytest.raises(ValueError, match=r"\(B, N, 32\)"):
+        m(x[:, 0], cache=m.new_cache())
 
 
 def test_kernel_attention_causal_chunks_equal_the_quadratic_form():

@@ -29,7 +29,7 @@ from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
 from .gated import GatedRecurrence, MatrixState
 from .gla import GatedLinearAttention
 from .kernel import kernel_attention
-from .linear import LinearAttention, LinearState, elu_feature_map
+from .linear import LinearAttention, elu_feature_map
 from .linformer import LinformerAttention
 from .local import LocalAttention, banded_attention
 from .longformer import BigBirdAttention, LongformerAttention
@@ -57,7 +57,6 @@ __all__ = [
     "LongformerAttention",
     "BigBirdAttention",
     "LinearAttention",
-    "LinearState",
     "elu_feature_map",
     "kernel_attention",
     "LinformerAttention",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
@@ -11,7 +9,7 @@ from ..layers.cache import RecurrentState
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
-__all__ = ["LinearAttention", "LinearState", "elu_feature_map"]
+__all__ = ["LinearAttention", "elu_feature_map"]
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -26,21 +24,6 @@ class _EluMap(FeatureMap):
     key = query
 
 
-@dataclass
-class LinearState:
-    """The recurrent state of causal linear attention after ``t`` tokens.
-
-    Attributes:
-        s: ``(B, H, D, Dv)`` the running ``sum_j phi(k_j) v_j^T``.
-        z: ``(B, H, D)`` the running ``sum_j phi(k_j)``.
-        t: the number of tokens seen (the position of the next one).
-    """
-
-    s: torch.Tensor
-    z: torch.Tensor
-    t: int = 0
-
-
 @register("linear")
 class LinearAttention(EfficientAttention):
     """``b_i = phi(q_i)^T sum_j phi(k_j) v_j^T / phi(q_i)^T sum_j phi(k_j)``, ``phi = elu + 1``.
@@ -48,7 +31,9 @@ class LinearAttention(EfficientAttention):
     Katharopoulos et al. 2020 (https://arxiv.org/abs/2006.16236): replacing
     ``exp(q . k)`` by ``phi(q) . phi(k)`` lets the key-value products be summed once, O(N)
     instead of O(N^2). Causal, the sums run over ``j <= i`` and the layer is an RNN whose
-    state is ``(S, z)``: :meth:`step` decodes one token at constant cost.
+    state is ``(S, z)``: decoding with :meth:`new_cache` costs the same for every token,
+    ``S_t = S_{t-1} + phi(k_t) v_t^T``, ``z_t = z_{t-1} + phi(k_t)``,
+    ``b_t = phi(q_t)^T S_t / (phi(q_t)^T z_t)``.
 
     Args:
         embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
@@ -81,31 +66,3 @@ class LinearAttention(EfficientAttention):
         sums = None if state.s is None else (state.s, state.z)
         out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=self.eps, state=sums, return_state=True)
         return out
-
-    def initial_state(self, batch: int, *, device=None, dtype=None) -> LinearState:
-        """The empty state: no token seen."""
-        w = self.q_proj.weight
-        device, dtype = device or w.device, dtype or w.dtype
-        return LinearState(
-            torch.zeros(batch, self.num_heads, self.head_dim, self.head_dim, device=device, dtype=dtype),
-            torch.zeros(batch, self.num_heads, self.head_dim, device=device, dtype=dtype),
-            0,
-        )
-
-    def step(self, state: LinearState, x_t: torch.Tensor) -> tuple[torch.Tensor, LinearState]:
-        """One token of causal self-attention as an RNN step: ``x_t`` ``(B, E)`` -> ``(B, E)``.
-
-        ``S_t = S_{t-1} + phi(k_t) v_t^T``, ``z_t = z_{t-1} + phi(k_t)``,
-        ``b_t = phi(q_t)^T S_t / (phi(q_t)^T z_t)``, then ``W^o``. Returns the output and the
-        new state (the old one is not modified). Equals the parallel causal computation.
-        """
-        if not self.causal:
-            raise ValueError("step() is the recurrent form of causal linear attention: create it with causal=True")
-        if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2 or x_t.shape[-1] != self.embed_dim:
-            got = tuple(x_t.shape) if isinstance(x_t, torch.Tensor) else type(x_t).__name__
-            raise ValueError(f"x_t must have shape (B, {self.embed_dim}), got {got}")
-        if state.s.shape[0] != x_t.shape[0]:
-            raise ValueError(f"the state holds {state.s.shape[0]} sequences, x_t {x_t.shape[0]}")
-        running = RecurrentState(state.s, state.z, seen=state.t)  # the decoding path, one token
-        out = self(x_t[:, None, :], cache=running).output[:, 0]
-        return out, LinearState(running.s, running.z, running.seen)
