@@ -19,11 +19,12 @@ import copy
 import json
 import os
 import statistics
+from functools import partial
 
 import torch
+import transformers
 
 import attnlab.integrations.transformers  # noqa: F401  (registers attn_implementation="attnlab")
-import transformers
 from attnlab.profiling import round_robin
 
 DECODER = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12,
@@ -73,7 +74,7 @@ def main() -> None:
         if args.padded:
             am[: max(1, args.batch // 4), -args.n // 4 :] = 0
         with torch.no_grad():
-            calls = {"sdpa": lambda: sdpa(input_ids=ids, attention_mask=am), "attnlab": lambda: ours(input_ids=ids, attention_mask=am)}
+            calls = {"sdpa": partial(sdpa, input_ids=ids, attention_mask=am), "attnlab": partial(ours, input_ids=ids, attention_mask=am)}
             diff = (calls["sdpa"]().last_hidden_state - calls["attnlab"]().last_hidden_state)[am.bool()].abs().max().item()
             times = round_robin(calls, 5, args.seconds)
         t = {k: statistics.median(v[1:]) for k, v in times.items()}
@@ -84,7 +85,7 @@ def main() -> None:
         print(f"{name:18s} B={r['batch']} N={r['n']} padded={r['padded']}: sdpa {r['sdpa_s'] * 1e3:7.1f} ms, attnlab "
               f"{r['attnlab_s'] * 1e3:7.1f} ms, sdpa/attnlab {r['speed']:.3f}x ({r['repeats']} rounds; max |diff| {diff:.1e})",
               flush=True)
-        del sdpa, ours
+        del calls, sdpa, ours
         if args.output:  # after every model, atomically: an interrupted run keeps what it measured
             with open(args.output + ".tmp", "w") as f:
                 json.dump({"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "records": rows}, f, indent=1)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-import attnlab
 from attnlab import positional, tasks
 from attnlab.audio import features
 from attnlab.extras import EXTRAS, MissingExtraError, require

@@ -25,7 +25,8 @@ Every family is a registry with the same verbs: ``create(name, ...)``, ``names()
 Shapes follow the legend in :mod:`attnlab.core`.
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 from . import efficient, masks, models, normalizers, positional, pretrained, recurrent, score_mods, scores, tasks
 from .core import (

@@ -20,8 +20,8 @@ import torch
 
 from .core import masks as masks_mod
 from .core import normalize as normalizer_registry
-from .core.reference import F64, normalize_row, project, score_row
 from .core import scores as score_registry
+from .core.reference import F64, normalize_row, project, score_row
 from .validate import is_int, positive_int
 
 __all__ = ["Explanation", "explain"]

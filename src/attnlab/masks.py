@@ -5,5 +5,5 @@ This module is :mod:`attnlab.core.masks` under its public name (the masks, their
 of queries and keys differ.
 """
 
-from .core.masks import *  # noqa: F401,F403
+from .core.masks import *  # noqa: F403
 from .core.masks import __all__  # noqa: F401

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["ALLOCATORS", "PEAK_SIZE", "allocator_env", "count_flops", "flop_counter", "loglog_slope", "measure_calls", "measure_in_child", "minor_faults",
            "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]

@@ -5,7 +5,9 @@ normalisers, backbones, tasks, sequence layers) is found by name, with the same 
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Collection, Generic, TypeVar
+from collections.abc import Callable, Collection
+from typing import Generic, TypeVar
+
 from .validate import ArgumentTypeError
 
 __all__ = ["Registry", "keyword_options"]

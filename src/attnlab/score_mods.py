@@ -3,5 +3,5 @@
 This module is :mod:`attnlab.core.score_mods` under its public name.
 """
 
-from .core.score_mods import *  # noqa: F401,F403
+from .core.score_mods import *  # noqa: F403
 from .core.score_mods import __all__  # noqa: F401

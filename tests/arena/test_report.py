@@ -68,9 +68,9 @@ def test_report_html_is_self_contained(tmp_path):
 
 
 def test_curves_draw_one_line_per_variant_from_the_histories(tmp_path):
-    from attnlab.arena.report import plot_curves
-
     import matplotlib.pyplot as plt
+
+    from attnlab.arena.report import plot_curves
 
     seen = {}
     real_save = plt.Figure.savefig

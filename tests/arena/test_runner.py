@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
+from attnlab import tasks
 from attnlab.arena import PRESETS, Preset, TaskSetting, attention_maps, plan, run_grid
 from attnlab.arena.store import Store
 from attnlab.models import build_model
-from attnlab import tasks
 from attnlab.training import TrainConfig, model_config
 
 TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20, "dim": 32, "layers": 1})}, ("dense", "linformer"))

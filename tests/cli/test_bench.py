@@ -2,7 +2,6 @@
 
 import json
 
-
 from attnlab.cli import app
 from tests.cli.helpers import run_ok, runner
 

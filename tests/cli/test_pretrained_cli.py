@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from attnlab import pretrained
+from attnlab.cli import app
 from attnlab.pretrained.heads import attention_map, find_links
 from tests.cli.helpers import run_ok, runner
-from attnlab.cli import app
 
 pytest.importorskip("transformers")  # the tiny model folder is written by transformers
 SENTENCE = "the law will never be perfect but its application should be just"

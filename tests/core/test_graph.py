@@ -9,7 +9,9 @@ from attnlab.core.graph import edge_attention
 
 def _dense(q, k, v, edge_index):
     m = masks.graph(edge_index, q.shape[0]).dense(q.shape[0])
-    t = lambda x: x.transpose(0, 1)[None]
+    def t(x):
+        return x.transpose(0, 1)[None]
+
     return attend(t(q), t(k), t(v), mask=m).output[0].transpose(0, 1)
 
 
@@ -58,7 +60,9 @@ def test_weights_are_per_edge_in_input_order_and_sum_to_one_per_target():
     sums = torch.zeros(5, 2, dtype=torch.float64).index_add_(0, ei[1], w)
     torch.testing.assert_close(sums[[0, 1, 4]], torch.ones(3, 2, dtype=torch.float64))
     m = masks.graph(ei, 5).dense(5)
-    t = lambda x: x.transpose(0, 1)[None]
+    def t(x):
+        return x.transpose(0, 1)[None]
+
     dense_w = attend(t(q), t(k), t(v), mask=m, return_weights=True).weights[0]  # (H, N, N)
     torch.testing.assert_close(w, dense_w[:, ei[1], ei[0]].T)
 
@@ -135,7 +139,9 @@ def test_dropout_scales_kept_edges_and_gradcheck_with_a_fixed_mask():
     )
     torch.testing.assert_close(dropped.output, manual)
     kp = keep[pat.order]
-    t = lambda x: x.transpose(0, 1).contiguous()
+    def t(x):
+        return x.transpose(0, 1).contiguous()
+
     assert torch.autograd.gradcheck(lambda a, b, c: _EdgeAttention.apply(t(a), t(b), t(c), None, None, pat, 0.7, kp)[0], (q, k, v))
     with pytest.raises(ValueError, match="dropout_p"):
         edge_attention(q, k, v, ei, dropout_p=1.0)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnlab import attend, masks
-from attnlab.profiling import peak_bytes
 from attnlab.efficient.local import banded_attention
+from attnlab.profiling import peak_bytes
 
 
 def dense_reference(q, k, v, allowed):

@@ -186,7 +186,7 @@ def fla_naive(family: str) -> types.ModuleType:
                      ("dtype=torch.float,", "dtype=torch.float64,")]:
         source = source.replace(old, new)
     module = types.ModuleType(f"fla_naive_{family}")
-    exec(compile(source, f"fla/ops/{family}/naive.py", "exec"), module.__dict__)  # noqa: S102
+    exec(compile(source, f"fla/ops/{family}/naive.py", "exec"), module.__dict__)
     return module
 
 

@@ -6,8 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import masks
-from attnlab import efficient
+from attnlab import efficient, masks
 from attnlab.efficient import (
     EfficientAttention,
     favor_features,

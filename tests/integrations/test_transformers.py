@@ -8,9 +8,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from transformers import masking_utils as hf_masks  # noqa: E402
+
 import attnlab.integrations.transformers as at  # noqa: E402
 from attnlab.integrations.transformers import UnsupportedError  # noqa: E402
-from transformers import masking_utils as hf_masks  # noqa: E402
 
 SMALL = dict(vocab_size=100, hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128,
              max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2)

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from attnlab import masks
-from attnlab import models
+from attnlab import masks, models
 from attnlab.models import Encoder, SequenceLabeler, SetClassifier, build_model
 from attnlab.models.base import BACKBONES
 

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from attnlab import objectives
-from attnlab.models.base import BOS, EOS, IGNORE, ModelOutput, TGT_PAD
+from attnlab.models.base import BOS, EOS, IGNORE, TGT_PAD, ModelOutput
 from attnlab.tasks import KINDS, Split, Task
 
 

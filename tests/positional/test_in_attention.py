@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from attnlab import MultiHeadAttention, attend, masks, positional as P, reference_attention
+from attnlab import MultiHeadAttention, attend, masks, reference_attention
+from attnlab import positional as P
 from attnlab.models import Encoder
 from attnlab.positional import sinusoidal_table
 from tests.helpers import assert_close_rel
@@ -198,7 +199,8 @@ def test_half_precision_follows_float32(name, normalize):
 @pytest.mark.parametrize("name", ALL)
 def test_padding_keeps_nan_out_and_positions_of_valid_rows_unchanged(name):
     """Padded vectors holding NaN never reach the valid rows, whichever way the encoding acts."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     mha = make_mha(name)
 

@@ -123,13 +123,13 @@ def test_gradients_through_every_score_and_normaliser_are_finite_and_equal_the_r
 # ---------------------------------------------------------------- layers: batch invariance
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _variant(name: str) -> MultiHeadAttention:
     torch.manual_seed(0)
     return efficient.create(name, embed_dim=E, num_heads=H, max_len=32).double().eval()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _encoded(name: str) -> MultiHeadAttention:
     torch.manual_seed(0)
     mha = MultiHeadAttention(E, H, positional=name, max_len=32).double().eval()

@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from attnlab import Additive
-from attnlab import recurrent
+from attnlab import Additive, recurrent
 from attnlab.recurrent import LSTMN, AttentionRNN
 
 B, N, IN, HID = 2, 9, 5, 6

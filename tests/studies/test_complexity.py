@@ -7,10 +7,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from attnlab import recurrent
+from attnlab.cli import app
 from attnlab.studies.complexity import FIT_SIZES, TEXTBOOK, exponents, fit_ranges, path_length, run, sequential_steps
 from attnlab.studies.distance import TriggerTask
-from attnlab.cli import app
-from attnlab import recurrent
 
 K = 3
 
@@ -94,7 +94,7 @@ def test_complexity_cli_json_and_files(tmp_path):
     lines = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     per_n = [r for r in lines if "n" in r]
     per_layer = [r for r in lines if "exponent" in r]
-    assert {(r["layer"], r["n"]) for r in per_n} == {(l, n) for l in ("cnn", "self_attention") for n in (16, 32, 64)}
+    assert {(r["layer"], r["n"]) for r in per_n} == {(layer, n) for layer in ("cnn", "self_attention") for n in (16, 32, 64)}
     assert all(set(r) == {"layer", "n", "seconds", "sequential_steps", "path_length"} for r in per_n)
     assert {r["layer"] for r in per_layer} == {"cnn", "self_attention"}
     assert all(r["fit_range"] is None and r["exponent"] is None for r in per_layer)  # nothing timed in their ranges or from 1024
@@ -131,7 +131,7 @@ def test_distance_cli_trains_scores_and_plots(tmp_path):
     )
     assert res.exit_code == 0, res.output
     recs = json.loads(res.stdout)["records"]
-    assert {(r["layer"], r["seed"]) for r in recs} == {(l, s) for l in ("rnn", "self_attention") for s in (0, 1)}
+    assert {(r["layer"], r["seed"]) for r in recs} == {(layer, s) for layer in ("rnn", "self_attention") for s in (0, 1)}
     assert all(0.0 <= r["accuracy"] <= 1.0 and r["steps"] == 2 for r in recs)
     assert png.stat().st_size > 0
     stored = tmp_path / "d.json"

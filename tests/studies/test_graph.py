@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnlab.studies.graph import run
 from attnlab.cli import app
+from attnlab.studies.graph import run
 
 pytest.importorskip("torch_geometric")
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnlab.studies.positional import DelayedCopy, Result, Settings, run, summarize
 from attnlab.cli import app
+from attnlab.studies.positional import DelayedCopy, Result, Settings, run, summarize
 
 runner = CliRunner()
 

@@ -3,8 +3,8 @@ length one process cannot hold runs on four."""
 
 import json
 
-from tests.cli.helpers import runner
 from attnlab.cli import app
+from tests.cli.helpers import runner
 
 
 def test_bench_ring_under_a_cap_runs_on_four_processes_what_one_cannot_hold(tmp_path):

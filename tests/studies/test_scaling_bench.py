@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnlab.studies.scaling import Record, relative, run, slopes
 from attnlab.cli import app
+from attnlab.studies.scaling import Record, relative, run, slopes
 
 runner = CliRunner()
 

@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnlab.cli import app
 from attnlab import tasks
+from attnlab.cli import app
 from attnlab.training import TrainConfig, predict, train
 
 

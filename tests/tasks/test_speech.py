@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import audio
-from attnlab import tasks
+from attnlab import audio, tasks
 
 
 def test_speech_clips_are_cached_balanced_and_deterministic(tmp_path):

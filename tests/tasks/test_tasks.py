@@ -35,7 +35,7 @@ def test_pos_ambiguous_words_follow_their_rules():
     finals = {"back", "home", "down", "off"}
     seen_noun = seen_verb = seen_prt = seen_adv = 0
     for toks, labs in zip(task.split("train").tokens.tolist(), task.split("train").labels.tolist()):
-        sent = [(words[t], TAGS[l]) for t, l in zip(toks, labs) if t]
+        sent = [(words[t], TAGS[lab]) for t, lab in zip(toks, labs) if t]
         for i, (w, tag) in enumerate(sent):
             if w in ambiguous:
                 prev = sent[i - 1][1]
@@ -59,7 +59,7 @@ def test_recall_labels_are_the_values_paired_with_the_queried_keys():
         assert len(pairs) == 4  # distinct keys
         for pos in range(8, 11):
             assert labs[pos] == pairs[toks[pos]] - FIRST - 8
-        assert all(l == IGNORE for l in labs[:8])
+        assert all(lab == IGNORE for lab in labs[:8])
     with pytest.raises(ValueError, match="cannot exceed num_keys"):
         tasks.create("recall", pairs=10, num_keys=8)
 

@@ -87,8 +87,8 @@ def test_a_checkpoint_of_a_token_task_is_shown_on_words_of_its_vocabulary():
     from pathlib import Path
 
     ck = Path(__file__).resolve().parents[1] / "data" / "checkpoints-v1" / "pos-transformer"
-    from attnlab.training.checkpoint import load_checkpoint
     from attnlab import tasks
+    from attnlab.training.checkpoint import load_checkpoint
 
     cfg = load_checkpoint(ck).config
     vocab = tasks.create(cfg.task, **cfg.task_options).vocab

@@ -92,7 +92,7 @@ def test_the_lecture_sentence_shows_its_attending_to_law(browser, tmp_path, mini
     i = d["tokens"].index("its")
     api = lambda expr: page.evaluate("() => " + expr)  # noqa: E731
     api("window.attnlab.set({layer: 3, head: 1})")  # layer 4, head 2 (1-based): the strongest its -> law head
-    api("window.attnlab.hover(%d)" % i)
+    api(f"window.attnlab.hover({i})")
     first = page.inner_text("#steps tbody tr:first-child").split()
     assert "law" in first[0] and float(first[-1]) > 0.7
     assert not logs, logs

@@ -9,7 +9,7 @@ events of :func:`attnlab.arena.run_grid`; :meth:`LiveGrid.render` draws the curr
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from rich import box
 from rich.console import Group

@@ -226,7 +226,7 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
         ck = load_checkpoint(folder)
         try:
             maps = attention_maps(ck.model, task)
-        except Exception:  # noqa: BLE001 - a map is an illustration: its failure must not fail the run
+        except Exception:
             maps = []
         if maps:
             from safetensors.torch import save_file
@@ -239,7 +239,7 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
             params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size, precision=res.precision,
             flop_rate=res.flop_rate, peak_fraction=res.peak_fraction,
         )
-    except Exception as e:  # noqa: BLE001 - a failed run is a result (e.g. a variant with no causal form)
+    except Exception as e:
         row.update(status="failed", error=f"{type(e).__name__}: {e}")
         (folder).mkdir(parents=True, exist_ok=True)
         (folder / "error.txt").write_text(traceback.format_exc())

@@ -23,8 +23,23 @@ from __future__ import annotations
 
 import typer
 
-from . import (arena, bench_accuracy, bench_masks, bench_recall, bench_speed, compare, complexity, decode, explain, generate, listing, plot, pretrained,
-               ring, train)
+from . import (
+    arena,
+    bench_accuracy,
+    bench_masks,
+    bench_recall,
+    bench_speed,
+    compare,
+    complexity,
+    decode,
+    explain,
+    generate,
+    listing,
+    plot,
+    pretrained,
+    ring,
+    train,
+)
 from .common import OneLineErrors, boundary, out, set_debug
 
 __all__ = ["app", "main"]

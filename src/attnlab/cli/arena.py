@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
-
 from rich.markup import escape
 
 from .common import err, fail, fmt_x, int_list, out, print_json, split_list, table
@@ -16,18 +14,18 @@ __all__ = ["arena", "report"]
 
 
 def arena(
-    tasks: Optional[str] = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
-    variants: Optional[str] = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
+    tasks: str | None = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
+    variants: str | None = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
     preset: str = typer.Option("quick", help="quick (the default, about 9 minutes on 2 cores: a 1K-byte text task and two short ones), standard (the short tasks, "
          "an estimated two hours, with the gated linear-attention family) or lra (the long tasks at 1K-2K, an estimated 75 minutes)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds."),
-    budget_seconds: Optional[float] = typer.Option(
+    budget_seconds: float | None = typer.Option(
         None, "--budget-seconds", min=1.0,
         help="Time-budgeted mode: every run trains for these seconds (learning rate annealed over them, no step limit, "
              "no early stop). Default: the preset's budgets (steps, or seconds for its long tasks)."),
-    precision: Optional[str] = precision_option(None),
+    precision: str | None = precision_option(None),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
-    data: Optional[str] = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
+    data: str | None = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
     workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run the stored failures again."),
     as_json: bool = json_option("End by printing the leaderboard as one JSON object (tasks, average, report) instead of tables."),

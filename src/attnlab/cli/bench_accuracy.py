@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
-from .common import chart, emit_json, fail, int_list, jsonable, load_report, name_list, out, records_json
-from .common import settings_dict, table, track
+from .common import chart, emit_json, fail, int_list, jsonable, load_report, name_list, out, records_json, settings_dict, table, track
 from .options import from_option, json_option, layer_types_option, output_option, plot_option
 
 __all__ = ["approximation", "distance", "positional"]
@@ -22,8 +19,8 @@ def positional(
     steps: int = typer.Option(1500, min=1, help="Training steps per run."),
     seeds: str = typer.Option("0,1,2", help="Comma-separated seeds: one training run per encoding and seed."),
     as_json: bool = json_option("Print the runs and the summary as JSON instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON to this file (after every run)."),
-    plot: Optional[str] = plot_option("Also draw accuracy against test length to this PNG."),
+    output: str | None = output_option("Also write the JSON to this file (after every run)."),
+    plot: str | None = plot_option("Also draw accuracy against test length to this PNG."),
 ) -> None:
     """Length extrapolation: train on the delayed-copy task at one length, test at longer ones."""
     from .. import positional as P
@@ -107,9 +104,9 @@ def distance(
     steps: int = typer.Option(400, min=1, help="Adam steps per (layer, distance, seed)."),
     seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (weights and data); the table shows mean and min."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
-    plot: Optional[str] = plot_option("Also draw accuracy against distance to this PNG."),
-    report: Optional[str] = from_option("Train nothing: print (and --plot) the JSON written by -o."),
+    output: str | None = output_option("Also write the JSON here (after every record)."),
+    plot: str | None = plot_option("Also draw accuracy against distance to this PNG."),
+    report: str | None = from_option("Train nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Train each layer type to label a query by a trigger token far back; accuracy per distance.
 
@@ -133,7 +130,7 @@ def distance(
     _distance_report([r.to_dict() for r in tracker.records], plot, as_json, steps)
 
 
-def _distance_report(recs: list[dict], plot: Optional[str], as_json: bool, steps: int) -> None:
+def _distance_report(recs: list[dict], plot: str | None, as_json: bool, steps: int) -> None:
     """Plot, print as JSON, or tabulate ``bench distance`` records."""
     chart(plot, "complexity.plot_distance", recs)
     if emit_json({"records": recs}, as_json):

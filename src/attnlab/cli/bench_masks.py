@@ -3,8 +3,6 @@ PyTorch's causal kernel and on compiled FlexAttention, against N (:mod:`attnlab.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import chart, emit_json, fail, int_list, load_report, name_list, out, table, track
@@ -23,9 +21,9 @@ def bench_masks(
     quadratic_up_to: int = typer.Option(32768, min=1, help="Causal and prefix-LM (N^2 allowed pairs) only up to this N."),
     layer_step: int = typer.Option(131072, min=0, help="One training step of one layer under the window at this N (0: none)."),
     as_json: bool = json_option("Print the records, slopes and FlexAttention ratios as JSON instead of tables."),
-    output: Optional[str] = output_option("Also write the JSON to this file (after every record)."),
-    plot: Optional[str] = plot_option("Also draw time and memory against N per pattern to this PNG."),
-    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    output: str | None = output_option("Also write the JSON to this file (after every record)."),
+    plot: str | None = plot_option("Also draw time and memory against N per pattern to this PNG."),
+    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Masks that scale: dense mask vs block-sparse vs PyTorch's causal kernel vs compiled FlexAttention (B=1, H=4, D=64, fp32)."""
     from ..studies.masks import METHODS, PATTERNS, flex_ratios, run, slopes

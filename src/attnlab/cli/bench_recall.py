@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import chart, emit_json, int_list, load_report, name_list, out, records_json, table, track
@@ -20,9 +18,9 @@ def recall(
     seconds: float = typer.Option(60.0, min=0.1, help="At most this many training seconds per model (a slower variant trains fewer steps)."),
     precision: str = precision_option("fp32"),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON to this file (after every model)."),
-    plot: Optional[str] = plot_option("Also draw accuracy against state size to this PNG."),
-    source: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    output: str | None = output_option("Also write the JSON to this file (after every model)."),
+    plot: str | None = plot_option("Also draw accuracy against state size to this PNG."),
+    source: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same steps.
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import chart, emit_json, fail, int_list, load_report, name_list, out, progress, table, track
-from .options import blocks_option, from_option, heads_option, json_option, memory_option, output_option, plot_option
-from .options import repeats_option, width_option
+from .options import (
+    blocks_option,
+    from_option,
+    heads_option,
+    json_option,
+    memory_option,
+    output_option,
+    plot_option,
+    repeats_option,
+    width_option,
+)
 
 __all__ = ["attention", "audio", "graph", "peak", "precision", "scaling"]
 
@@ -21,8 +28,8 @@ def attention(
     modes: str = typer.Option("fwd,fwd_bwd", help="fwd and/or fwd_bwd."),
     repeats: int = repeats_option("Timed repetitions at least (more while they take under 2 s)."),
     as_json: bool = json_option("Print the records as a JSON list instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON records to this file."),
-    plot: Optional[str] = plot_option("Also draw time and memory against N to this PNG file."),
+    output: str | None = output_option("Also write the JSON records to this file."),
+    plot: str | None = plot_option("Also draw time and memory against N to this PNG file."),
 ) -> None:
     """attend vs scaled_dot_product_attention vs a naive materialised implementation (B=1, H=4, D=64, fp32)."""
     from ..studies.attention import CONFIGS, ratios, run
@@ -85,9 +92,9 @@ def scaling(
         "keep", help="keep: the timing processes reuse freed memory (no page faults per step); system: glibc's defaults, "
                      "which unmap and refault every block above 32 MiB each step (see attnlab.profiling.allocator_env)."),
     as_json: bool = json_option("Print the records, slopes and ratios as JSON instead of tables."),
-    output: Optional[str] = output_option("Also write the JSON to this file (after every record)."),
-    plot: Optional[str] = plot_option("Also draw time and memory against N to this PNG (scaling.png)."),
-    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    output: str | None = output_option("Also write the JSON to this file (after every record)."),
+    plot: str | None = plot_option("Also draw time and memory against N to this PNG (scaling.png)."),
+    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
     from ..profiling import ALLOCATORS
@@ -186,7 +193,7 @@ def graph(
     memory: bool = memory_option(),
     pyg: bool = typer.Option(True, "--pyg/--no-pyg", help="Compare with PyTorch Geometric's TransformerConv (pip install torch_geometric)."),
     as_json: bool = json_option("Print the records as JSON."),
-    output: Optional[str] = output_option("Also write the JSON to this file."),
+    output: str | None = output_option("Also write the JSON to this file."),
 ) -> None:
     """Forward+backward time and peak memory of attnlab's sparse graph attention vs TransformerConv (same weights)."""
     from ..studies.graph import run
@@ -229,7 +236,7 @@ def audio(
     repeats: int = repeats_option(),
     memory: bool = memory_option(),
     as_json: bool = json_option("Print the records as JSON."),
-    output: Optional[str] = output_option("Also write the JSON to this file."),
+    output: str | None = output_option("Also write the JSON to this file."),
 ) -> None:
     """Full vs truncated attention on long audio: forward+backward time and peak memory (Conformer, Transformer)."""
     from ..studies.audio import run
@@ -282,8 +289,8 @@ def precision(
     naive_max: int = typer.Option(1024, "--naive-max", min=1, help="dense_naive only up to this N (it holds every N x N weight)."),
     repeats: int = repeats_option(),
     as_json: bool = json_option("Print the records as JSON."),
-    output: Optional[str] = output_option("Also write the JSON to this file."),
-    plot: Optional[str] = plot_option("Draw the bf16 speed-up and the share of peak per variant to this PNG."),
+    output: str | None = output_option("Also write the JSON to this file."),
+    plot: str | None = plot_option("Draw the bf16 speed-up and the share of peak per variant to this PNG."),
 ) -> None:
     """Float32 against bfloat16 mixed precision: training steps/s of every variant on the arena's long-task model, and the share of peak."""
     from .. import efficient

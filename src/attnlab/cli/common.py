@@ -10,10 +10,11 @@ import pickle
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Collection, Iterator, NoReturn, Optional
+from typing import NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -71,7 +72,7 @@ def fail(message: str) -> NoReturn:
     from rich.markup import escape
 
     if debugging() and sys.exc_info()[1] is not None:
-        raise  # noqa: PLE0704 - the exception being handled, which the caller turned into this message
+        raise
     err.print(f"[bold red]error:[/] {escape(str(message))}", soft_wrap=True)
     raise typer.Exit(2)
 
@@ -360,7 +361,7 @@ def write_text(path: str, text: str) -> None:
     os.replace(f.name, target)
 
 
-def emit_json(data, as_json: bool, output: Optional[str] = None) -> bool:
+def emit_json(data, as_json: bool, output: str | None = None) -> bool:
     """``-o``: write ``data`` to ``output``; ``--json``: print it (one line, :func:`print_json`). True if printed."""
     if output:
         write_json(output, data)
@@ -393,7 +394,7 @@ def settings_dict(settings) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()}
 
 
-def chart(path: Optional[str], draw: str, data, **options) -> None:
+def chart(path: str | None, draw: str, data, **options) -> None:
     """``--plot PATH``: draw ``data`` with ``attnlab.viz.<draw>`` (e.g. ``"bench.plot_scaling"``) and say where.
 
     The drawing module is imported only then: matplotlib is slow to import.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import chart, emit_json, fail, int_list, out, records_json, split_list, table, track
@@ -16,10 +14,10 @@ def vit_cnn(
     fractions: str = typer.Option("0.05,0.1,0.25,0.5,1.0", help="Comma-separated shares of the digits training split."),
     models: str = typer.Option("vit,cnn", help="Comma-separated image models (vit, pixels, cnn)."),
     seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (training subset and weights)."),
-    steps: Optional[int] = typer.Option(None, min=1, help="Optimizer steps per run (default: the task's)."),
+    steps: int | None = typer.Option(None, min=1, help="Optimizer steps per run (default: the task's)."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON here (after every run)."),
-    plot: Optional[str] = plot_option("Also draw accuracy against training-set size to this PNG."),
+    output: str | None = output_option("Also write the JSON here (after every run)."),
+    plot: str | None = plot_option("Also draw accuracy against training-set size to this PNG."),
 ) -> None:
     """Digits: test accuracy of a ViT and a CNN (same head, same training) as the training set grows."""
     from ..studies.vit_cnn import run

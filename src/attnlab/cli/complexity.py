@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,7 +22,7 @@ def complexity(
     fit: bool = typer.Option(True, "--fit/--no-fit", help="Also time each layer over the range its exponent is fitted over "
                              "(CNN 8K-256K, self-attention 4K-32K, recurrent layers 1K-8K); --no-fit: --sizes only."),
     as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
-    output: Optional[str] = output_option("Folder for complexity.json (after every record) and complexity.png."),
+    output: str | None = output_option("Folder for complexity.json (after every record) and complexity.png."),
 ) -> None:
     """CNN / RNN / self-attention, measured: time against n, sequential steps, path length.
 

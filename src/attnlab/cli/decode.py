@@ -5,8 +5,6 @@ of StreamingLLM's sinks + window cache on a stream longer than the training cont
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import chart, emit_json, fail, fmt_x, int_list, load_report, out, records_json, table, track
@@ -21,15 +19,15 @@ def bench_decode(
     dim: int = width_option(256),
     layers: int = typer.Option(4, min=1, help="Blocks."),
     heads: int = heads_option(4),
-    uncached_up_to: Optional[int] = typer.Option(None, "--uncached-up-to", min=1, help="Longest context of the uncached reference (default: all)."),
+    uncached_up_to: int | None = typer.Option(None, "--uncached-up-to", min=1, help="Longest context of the uncached reference (default: all)."),
     stream_lengths: str = typer.Option("1000,10000,100000", "--stream-lengths", help="Stream lengths of the cache-memory measure ('' skips it)."),
-    checkpoint: Optional[str] = typer.Option(None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
+    checkpoint: str | None = typer.Option(None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
     factor: int = typer.Option(8, min=2, help="The perplexity stream is this many training contexts long."),
     streams: int = typer.Option(2, min=1, help="Streams of the perplexity measure (cut from the docs test text)."),
     as_json: bool = json_option("Print the records as JSON instead of tables."),
-    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
-    plot: Optional[str] = plot_option("Also draw tokens per second against the context (and cache memory) to this PNG."),
-    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    output: str | None = output_option("Also write the JSON here (after every record)."),
+    plot: str | None = plot_option("Also draw tokens per second against the context (and cache memory) to this PNG."),
+    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Decoding speed and memory: KV cache vs recomputation vs transformers' generate, side by side."""
     if report:
@@ -141,7 +139,7 @@ def bench_packing(
     layers: int = typer.Option(2, min=1, help="Blocks."),
     dense_up_to: int = typer.Option(8192, "--dense-up-to", min=1, help="Longest packed row the dense T x T mask is run at."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
+    output: str | None = output_option("Also write the JSON here (after every record)."),
 ) -> None:
     """Packed documents: cost per token of forward + backward, document by document vs dense mask vs padding."""
     from ..studies import packing

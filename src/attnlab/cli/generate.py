@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import unicodedata
-from typing import Optional
 
 import typer
 
@@ -19,19 +18,20 @@ def generate(
     prompt: str = typer.Argument(..., help="The text to continue."),
     max_new_tokens: int = typer.Option(200, "--max-new-tokens", min=0, help="Tokens (bytes) to write."),
     temperature: float = typer.Option(0.8, min=0.0, help="Sampling temperature; 0 = greedy."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", min=1, help="Sample among the k most likely tokens only."),
-    top_p: Optional[float] = typer.Option(
+    top_k: int | None = typer.Option(None, "--top-k", min=1, help="Sample among the k most likely tokens only."),
+    top_p: float | None = typer.Option(
         None, "--top-p",
         help="Nucleus sampling: the smallest set of tokens whose probability reaches p (0 < p <= 1)."),
     seed: int = typer.Option(0, help="Seed of the sampling: the same seed writes the same text."),
-    window: Optional[int] = typer.Option(None, min=1, help="Bounded StreamingLLM cache: keep the last WINDOW tokens (plus --sinks)."),
-    sinks: Optional[int] = typer.Option(None, min=0, help="With --window: the first tokens kept for ever (attention sinks; default 4)."),
+    window: int | None = typer.Option(None, min=1, help="Bounded StreamingLLM cache: keep the last WINDOW tokens (plus --sinks)."),
+    sinks: int | None = typer.Option(None, min=0, help="With --window: the first tokens kept for ever (attention sinks; default 4)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Rerun the whole prefix at every step (the slow reference)."),
     raw: bool = typer.Option(False, "--raw", help="Write the bytes as generated, control characters too (default on a terminal: escaped)."),
     as_json: bool = json_option("Print one JSON object (prompt, text, new_tokens, warnings) instead of streaming the text."),
 ) -> None:
     """Generate text with a trained language model, token by token, with a key / value cache."""
-    from ..training import CheckpointError, generate as run, load_checkpoint
+    from ..training import CheckpointError, load_checkpoint
+    from ..training import generate as run
 
     require_text(prompt)
     if top_p is not None and not 0 < top_p <= 1:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 __all__ = [
@@ -51,17 +49,17 @@ def memory_option(help: str = "Measure peak memory (profiler)."):
     return typer.Option(True, "--memory/--no-memory", help=help)
 
 
-def heads_option(default: Optional[int]):
+def heads_option(default: int | None):
     """``--heads N``: attention heads (at least 1)."""
     return typer.Option(default, min=1, help="Attention heads.")
 
 
-def width_option(default: Optional[int]):
+def width_option(default: int | None):
     """``--dim N``: the model's width (at least 1)."""
     return typer.Option(default, min=1, help="Model width.")
 
 
-def blocks_option(default: Optional[int]):
+def blocks_option(default: int | None):
     """``--layers N``: the model's blocks (at least 1)."""
     return typer.Option(default, min=1, help="Blocks.")
 
@@ -71,7 +69,7 @@ def layer_types_option(default: str):
     return typer.Option(default, help="Comma-separated layer types.")
 
 
-def precision_option(default: Optional[str]):
+def precision_option(default: str | None):
     """``--precision fp32|bf16|auto``: the arithmetic of training and evaluation (:mod:`attnlab.training.precision`)."""
     return typer.Option(default, metavar="fp32|bf16|auto",
                         help="Matrix products in float32, in bfloat16 (mixed precision: float32 weights and loss), or auto: bf16 where "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import err, fail, print_json
@@ -20,7 +18,7 @@ def positional(
     dim: int = typer.Option(64, min=1, help="Width E of the vectors (for rope: the head width D)."),
     heads: int = typer.Option(8, min=1, help="Heads of a bias encoding."),
     seed: int = typer.Option(0, help="Seed of a trainable encoding's initialisation."),
-    output: Optional[str] = output_option("The PNG file (default positional-NAME.png)."),
+    output: str | None = output_option("The PNG file (default positional-NAME.png)."),
     as_json: bool = json_option("Print one JSON object (encoding, kind, path) instead of a sentence."),
 ) -> None:
     """Draw a positional encoding: vectors (one column per position), per-head biases, or RoPE's angles."""

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-import json
-from typing import Optional
-
 import typer
 
-from .common import chart, emit_json, err, fail, fmt_x, int_list, load_report, name_list, out, print_json, records_json, require_text, table, track
+from .common import (
+    chart,
+    emit_json,
+    err,
+    fail,
+    fmt_x,
+    int_list,
+    load_report,
+    name_list,
+    out,
+    print_json,
+    records_json,
+    require_text,
+    table,
+    track,
+)
 from .options import from_option, json_option, memory_option, output_option, plot_option
 
 __all__ = ["attention", "bench_pretrained", "view"]
@@ -37,9 +49,9 @@ def _cli_message(e: Exception) -> str:
 def attention(
     sentence: str = typer.Argument(..., help="The text (one sentence or a paragraph)."),
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
-    find: Optional[list[str]] = typer.Option(None, "--find", help="Two words: SOURCE TARGET; name the heads that link them most.", show_default=False),
+    find: list[str] | None = typer.Option(None, "--find", help="Two words: SOURCE TARGET; name the heads that link them most.", show_default=False),
     top: int = typer.Option(5, min=1, help="With --find: the heads shown."),
-    layer: Optional[int] = typer.Option(None, min=1, help="Show only this layer (1-based)."),
+    layer: int | None = typer.Option(None, min=1, help="Show only this layer (1-based)."),
     truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
     as_json: bool = json_option("Print the tokens and every head's strongest links as JSON."),
 ) -> None:
@@ -95,7 +107,7 @@ def view(
     text: str = typer.Argument(..., help="The text to show attention on."),
     out_path: str = typer.Option("attention.html", "-o", "--out", help="The HTML file to write."),
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
-    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="An attnlab checkpoint (a token model) instead of --model."),
+    checkpoint: str | None = typer.Option(None, "--checkpoint", help="An attnlab checkpoint (a token model) instead of --model."),
     topk: int = typer.Option(32, min=1, help="Weights kept per token and head (the largest)."),
     truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
     as_json: bool = json_option("Print one JSON object (path, bytes, tokens, layers, heads) instead of a sentence."),
@@ -130,19 +142,19 @@ DECODER_HELP = (" Or a decoder: docs-llama (a small Llama trained here on first 
 
 def bench_pretrained(
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP + DECODER_HELP),
-    variants: Optional[str] = typer.Option(
+    variants: str | None = typer.Option(
         None, help="Comma-separated attention variants [default: local,longformer,bigbird,linformer,performer,linear,reformer,nystrom; "
                    "a decoder: every variant with a causal form].", show_default=False),
-    lengths: Optional[str] = typer.Option(None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
+    lengths: str | None = typer.Option(None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
                                           show_default=False),
     pairs: int = typer.Option(200, min=2, help="An encoder: retrieval pairs (standard-library docstrings) per length."),
     windows: int = typer.Option(32, min=1, help="A decoder: held-out windows per length."),
     budgets: int = typer.Option(3, min=1, help="Budgets per variant (the largest of its sweep below N)."),
     memory: bool = memory_option(),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
-    plot: Optional[str] = plot_option("Also draw fidelity against speed to this PNG."),
-    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    output: str | None = output_option("Also write the JSON here (after every record)."),
+    plot: str | None = plot_option("Also draw fidelity against speed to this PNG."),
+    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Swap every efficient attention into a trained model, no retraining: fidelity vs speed.
 
@@ -220,7 +232,7 @@ def _checked_records(data: dict) -> list[dict]:
     return recs
 
 
-def _pretrained_report(recs: list[dict], plot: Optional[str], as_json: bool) -> None:
+def _pretrained_report(recs: list[dict], plot: str | None, as_json: bool) -> None:
     try:
         chart(plot, "pretrained.plot_pretrained", recs)
     except ValueError as e:

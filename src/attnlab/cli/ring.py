@@ -4,8 +4,6 @@ gloo), optionally under a memory cap per process."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import chart, emit_json, fail, int_list, load_report, out, records_json, table, track
@@ -28,9 +26,9 @@ def bench_ring(
              "and is recorded. 0: no cap."),
     threads: int = typer.Option(1, min=1, help="torch threads per process."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: Optional[str] = output_option("Also write the JSON here (after every record)."),
-    plot: Optional[str] = plot_option("Also draw memory per process and time per step against the length to this PNG."),
-    report: Optional[str] = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    output: str | None = output_option("Also write the JSON here (after every record)."),
+    plot: str | None = plot_option("Also draw memory per process and time per step against the length to this PNG."),
+    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
 ) -> None:
     """Ring attention: memory per process and step time against sequence length, P = 1, 2, 4 processes."""
     if report:

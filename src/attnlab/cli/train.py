@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import typer
-
 from rich.markup import escape
 
 from .common import err, fail, out, print_json, progress
@@ -22,45 +21,45 @@ TASK_HELP = "The task (pos, recall, listops, text, docs, digits, karate, jsonl, 
 
 def train(
     task: str = typer.Argument(..., metavar="TASK", help=TASK_HELP),
-    model: Optional[str] = typer.Option(None, help="Backbone (default: the task's, else transformer; 'attnlab list models')."),
-    attention: Optional[str] = typer.Option(None, help="Attention variant (default dense; 'attnlab list variants')."),
-    positional: Optional[str] = typer.Option(None, help="Positional encoding (default: the task's; 'attnlab list encodings')."),
-    causal: Optional[bool] = typer.Option(None, "--causal/--bidirectional", help="Causal attention (default: the task's)."),
-    steps: Optional[int] = typer.Option(None, min=1, help="Optimizer steps (default: the task's)."),
-    epochs: Optional[int] = typer.Option(None, min=1, help="Passes over the training split instead of --steps."),
-    seed: Optional[int] = typer.Option(None, help="Seed of the weights, dropout and example order (default 0)."),
+    model: str | None = typer.Option(None, help="Backbone (default: the task's, else transformer; 'attnlab list models')."),
+    attention: str | None = typer.Option(None, help="Attention variant (default dense; 'attnlab list variants')."),
+    positional: str | None = typer.Option(None, help="Positional encoding (default: the task's; 'attnlab list encodings')."),
+    causal: bool | None = typer.Option(None, "--causal/--bidirectional", help="Causal attention (default: the task's)."),
+    steps: int | None = typer.Option(None, min=1, help="Optimizer steps (default: the task's)."),
+    epochs: int | None = typer.Option(None, min=1, help="Passes over the training split instead of --steps."),
+    seed: int | None = typer.Option(None, help="Seed of the weights, dropout and example order (default 0)."),
     out_dir: str = typer.Option("runs/latest", "--out", metavar="DIR", help="Output folder (its checkpoint/ is written atomically)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; more --steps or --seconds extend a finished one."),
     force: bool = typer.Option(False, "--force", help="Replace a run already in --out (without it, such a run is never touched)."),
-    size: Optional[int] = typer.Option(None, min=1, help="Task size knob: training examples."),
+    size: int | None = typer.Option(None, min=1, help="Task size knob: training examples."),
     task_option: list[str] = typer.Option([], "--task-option", metavar="KEY=VALUE", help="A task option (repeatable)."),
     model_option: list[str] = typer.Option([], "--model-option", metavar="KEY=VALUE", help="A backbone option (repeatable)."),
     attention_option: list[str] = typer.Option([], "--attention-option", metavar="KEY=VALUE",
                                                help="An option of the attention variant, e.g. window=16 (repeatable)."),
-    dim: Optional[int] = width_option(None),
-    layers: Optional[int] = blocks_option(None),
-    heads: Optional[int] = heads_option(None),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Examples per optimizer step (default: the task's)."),
-    lr: Optional[float] = typer.Option(None, min=0.0, help="Peak learning rate of AdamW (default: the task's)."),
-    eval_every: Optional[int] = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
-    patience: Optional[int] = typer.Option(None, min=1, help="Stop after this many validations without improvement."),
-    seconds: Optional[float] = typer.Option(
+    dim: int | None = width_option(None),
+    layers: int | None = blocks_option(None),
+    heads: int | None = heads_option(None),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Examples per optimizer step (default: the task's)."),
+    lr: float | None = typer.Option(None, min=0.0, help="Peak learning rate of AdamW (default: the task's)."),
+    eval_every: int | None = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
+    patience: int | None = typer.Option(None, min=1, help="Stop after this many validations without improvement."),
+    seconds: float | None = typer.Option(
         None, "--seconds", min=0.1,
         help="Time budget: train this many seconds, the learning rate annealed over them (no step limit unless --steps, no "
              "early stop unless --patience)."),
-    precision: Optional[str] = precision_option(None),
-    compile_step: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="Run the training forward through torch.compile."),
-    pretrain_steps: Optional[int] = typer.Option(
+    precision: str | None = precision_option(None),
+    compile_step: bool | None = typer.Option(None, "--compile/--no-compile", help="Run the training forward through torch.compile."),
+    pretrain_steps: int | None = typer.Option(
         None, "--pretrain-steps", min=0,
         help="Self-pretraining first: this many steps restoring masked tokens (next token for causal models) on the task's own "
              "inputs, then fine-tuning on the labels (default 0: none)."),
-    pretrain_share: Optional[float] = typer.Option(
+    pretrain_share: float | None = typer.Option(
         None, "--pretrain-share", min=0.01, max=0.99,
         help="Under --seconds: the share of the budget self-pretraining may take at most (default 0.5)."),
     sequence_parallel: int = typer.Option(
         1, "--sequence-parallel", min=1,
         help="Under torchrun: P processes share every sequence (ring attention); the rest is data parallelism."),
-    baseline: Optional[bool] = typer.Option(
+    baseline: bool | None = typer.Option(
         None, "--baseline/--no-baseline",
         help="Also train the no-attention baseline into --out/baseline and print its score beside the model's (default: on for "
              "jsonl and graph_files)."),
@@ -73,7 +72,8 @@ def train(
     extend a finished one), --force replaces it.
     """
     from ..tasks import baseline_model
-    from ..training import ConfigMismatchError, RunExistsError, train as run_train
+    from ..training import ConfigMismatchError, RunExistsError
+    from ..training import train as run_train
 
     base_dir = os.path.join(out_dir, "baseline")
     previous = _previous_run(out_dir, task) if resume else None
@@ -188,7 +188,7 @@ USER_DATA_TASKS = ("jsonl", "graph_files")
 """Tasks on the user's own data: ``attnlab train`` reports the no-attention baseline by default."""
 
 
-def _config(task: str, size: Optional[int], task_option: list[str], model_option: list[str], attention_option: list[str], *,
+def _config(task: str, size: int | None, task_option: list[str], model_option: list[str], attention_option: list[str], *,
             previous=None, **overrides):
     """The :class:`~attnlab.training.TrainConfig` of ``attnlab train``'s options (None: the task's
     default, or with ``previous``, a resumed run's config, that run's own value), its option keys
@@ -308,7 +308,7 @@ def eval_cmd(
     split: str = typer.Option("test", help="train, val or test."),
     as_json: bool = json_option("Print one JSON object (task, model, attention, metric, value, test_size, steps, seconds, "
                                 "checkpoint, warnings)."),
-    plot: Optional[str] = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
+    plot: str | None = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
     index: int = typer.Option(0, min=0, help="The example of the split that --plot draws."),
 ) -> None:
     """Score a checkpoint's best weights on a split of its task (and draw a cross-attention map)."""
@@ -338,8 +338,8 @@ def eval_cmd(
 def predict(
     checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint trained on a jsonl file (attnlab train jsonl --task-option path=...)."),
     input_file: str = typer.Argument(..., metavar="INPUT", help="jsonl with the input field: tokens, text or source (labels optional)."),
-    beam: Optional[int] = typer.Option(None, min=1, help="seq2seq: beam search of this width instead of greedy decoding."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),
+    beam: int | None = typer.Option(None, min=1, help="seq2seq: beam search of this width instead of greedy decoding."),
+    output: str | None = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),
     force: bool = typer.Option(False, "--force", help="With -o: replace an existing file."),
     as_json: bool = json_option("JSON lines on stdout (the default output; the accuracy line goes to stderr)."),
 ) -> None:
@@ -351,7 +351,8 @@ def predict(
     from pathlib import Path
 
     from ..tasks.jsonl import read_records
-    from ..training import CheckpointError, load_checkpoint, predict as run_predict, prediction_accuracy
+    from ..training import CheckpointError, load_checkpoint, prediction_accuracy
+    from ..training import predict as run_predict
 
     if output and Path(output).exists() and not force:
         fail(f"-o {output} exists; add --force to replace it, or choose another file")

@@ -153,7 +153,7 @@ class BlockMap:
         self._memo["hidden"] = seen[:, : self.m] == 0
         return self._memo["hidden"]
 
-    def to(self, device) -> "BlockMap":
+    def to(self, device) -> BlockMap:
         """The map on ``device``."""
         return BlockMap(self.n, self.m, self.block, self.mask, self.index.to(device), self.state.to(device), self.count.to(device))
 

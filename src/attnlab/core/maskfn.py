@@ -21,12 +21,12 @@ callable); :mod:`attnlab.core.positioned` evaluates a mask at given positions, a
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from .tiles import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, broadcast_shape, combine_and, combine_or
 from ..validate import ArgumentTypeError
+from .tiles import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, broadcast_shape, combine_and, combine_or
 
 __all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask",
            "And", "Or", "Not", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
@@ -56,7 +56,7 @@ class Mask:
         the structure says nothing (every tile is evaluated)."""
         return None
 
-    def bind(self, n: int, m: int) -> "Mask":
+    def bind(self, n: int, m: int) -> Mask:
         """This mask for ``n`` queries and ``m`` keys (masks aligned to the last key resolve
         their offset here; random patterns are drawn for the size). Default: itself."""
         return self

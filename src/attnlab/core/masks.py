@@ -26,8 +26,7 @@ import torch
 from ..registry import Registry
 from ..validate import ArgumentTypeError, is_int
 from .band import Align, Band
-from .maskfn import (EMPTY, FULL, PARTIAL, And, Grid, Mask, Not, Or, TensorMask, _Everything, and_masks, as_mask,
-                     broadcast_shape, or_masks)
+from .maskfn import EMPTY, FULL, PARTIAL, And, Grid, Mask, Not, Or, TensorMask, _Everything, and_masks, as_mask, broadcast_shape, or_masks
 
 __all__ = ["Mask", "as_mask", "and_masks", "or_masks", "full", "causal", "window", "dilated_window", "no_self",
            "padding", "valid_keys", "prefix_lm", "global_tokens", "Documents", "block_table", "random_blocks", "graph",

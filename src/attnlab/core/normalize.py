@@ -20,13 +20,13 @@ Half-precision scores are normalised in float32 and the weights cast back.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from ..registry import Registry
-from .amp import upcast
 from ..validate import ArgumentTypeError
+from .amp import upcast
 
 __all__ = ["softmax", "relu", "sigmoid", "NORMALIZERS", "create", "names", "resolve_normalizer"]
 

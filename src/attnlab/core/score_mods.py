@@ -17,7 +17,7 @@ is a :class:`ScoreMod`: a callable that lists the tensors it learns (``params``)
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 

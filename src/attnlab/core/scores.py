@@ -21,11 +21,11 @@ A score whose ``pairwise`` is a plain scaled dot product reports its scale throu
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..registry import Registry
 from ..validate import ArgumentTypeError, number_above, positive_int

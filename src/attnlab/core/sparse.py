@@ -83,8 +83,8 @@ def _fused_part(setup: SparseSetup, c: Chunk, qc, kc, vc, first: int):
     bk = setup.bmap.block[1]
     allowed, dead = setup.allowed(c, qc.device, first)
     mask = None if allowed is None else setup.kernel_mask(allowed, dead, qc.dtype, True)
-    o, l = _FWD(qc, kc[:, :, first * bk :], vc[:, :, first * bk :], attn_mask=mask, scale=setup.scale)
-    o5, l5 = _split_heads(o, setup.b, setup.h), l.view(g, setup.b, setup.h, rows)
+    o, lse = _FWD(qc, kc[:, :, first * bk :], vc[:, :, first * bk :], attn_mask=mask, scale=setup.scale)
+    o5, l5 = _split_heads(o, setup.b, setup.h), lse.view(g, setup.b, setup.h, rows)
     d5 = SparseSetup.rows5(o, dead)
     if d5 is not None:
         o5 = o5.masked_fill(d5[..., None], 0.0)
@@ -99,8 +99,8 @@ def _fused_forward(setup: SparseSetup, c: Chunk, qc, kc, vc):
         return _fused_part(setup, c, qc, kc, vc, 0)
     bk = setup.bmap.block[1]
     g, rows = setup.groups(c)
-    o, l = _FWD(qc, kc[:, :, : c.lead * bk], vc[:, :, : c.lead * bk], scale=setup.scale)
-    oa, la = _split_heads(o, setup.b, setup.h), l.view(g, setup.b, setup.h, rows)
+    o, lead_lse = _FWD(qc, kc[:, :, : c.lead * bk], vc[:, :, : c.lead * bk], scale=setup.scale)
+    oa, la = _split_heads(o, setup.b, setup.h), lead_lse.view(g, setup.b, setup.h, rows)
     ob, lb = _fused_part(setup, c, qc, kc, vc, c.lead)
     lse = torch.logaddexp(la, lb)
     st = la.dtype

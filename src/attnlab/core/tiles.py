@@ -33,7 +33,7 @@ class Grid:
     uniform: tuple[int, int, int, int, int] | None = None
 
     @classmethod
-    def blocks(cls, n: int, m: int, bq: int, bk: int, rows: tuple[int, int] | None = None, device=None) -> "Grid":
+    def blocks(cls, n: int, m: int, bq: int, bk: int, rows: tuple[int, int] | None = None, device=None) -> Grid:
         """The index tiles of an ``n x m`` grid, query tile rows ``rows`` (default all)."""
         r0, r1 = rows if rows is not None else (0, -(-n // bq))
         qi = torch.arange(r0, r1, device=device)[:, None] * bq

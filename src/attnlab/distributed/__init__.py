@@ -14,8 +14,8 @@ group, attended exactly by ring attention (forward and backward), on gloo (CPU) 
 The design for many machines is in ``docs/distributed.md``.
 """
 
-from .layout import LAYOUTS, SequenceLayout, plan_layout
 from .context import RingContext, RingTimings
+from .layout import LAYOUTS, SequenceLayout, plan_layout
 from .ring import ring_attend
 from .sequence import SequenceParallel, ShardedMask, gather, parallelize, shard
 

@@ -87,7 +87,7 @@ class RingContext:
     _plans: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, positions: torch.Tensor, key_valid: torch.Tensor | None = None, *, group=None) -> "RingContext":
+    def build(cls, positions: torch.Tensor, key_valid: torch.Tensor | None = None, *, group=None) -> RingContext:
         """Gather every rank's ``positions`` ``(c,)`` and key flags ``(B, c)`` (True = real key;
         None: no padding on this rank). Every rank of ``group`` must call it."""
         rank, world, ranks = _check_group(group)

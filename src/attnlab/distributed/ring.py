@@ -37,8 +37,8 @@ from ..core.amp import same_autocast_backward, same_autocast_forward
 from ..core.attend import AttentionResult
 from ..core.blockmap import BlockMap, block_map
 from ..core.maskfn import as_mask
-from ..core.positioned import Positioned
 from ..core.normalize import resolve_normalizer, softmax
+from ..core.positioned import Positioned
 from ..core.scores import Score, resolve_score
 from ..core.sparse import FUSED, SparseSetup, budgets, pad_inputs, sparse_backward, sparse_forward
 from ..core.sparse_setup import _stat_dtype
@@ -55,7 +55,7 @@ def rule_of(causal: bool = False, window: int | None = None):
     return masks.causal(align="top_left") if causal else None
 
 
-def _plan_of(ctx: RingContext, rule, batch: int, heads: int, block_size) -> "_Plan":
+def _plan_of(ctx: RingContext, rule, batch: int, heads: int, block_size) -> _Plan:
     """The ring schedule and the block maps of a mask rule over global positions, kept in the
     context (every layer of a forward uses the same)."""
     key = (id(rule), batch, heads, block_size)
@@ -76,7 +76,7 @@ class _Plan:
     maps: list[BlockMap | None]
 
     @classmethod
-    def make(cls, ctx: RingContext, rule, batch: int, heads: int, block_size) -> "_Plan":
+    def make(cls, ctx: RingContext, rule, batch: int, heads: int, block_size) -> _Plan:
         p, pos = ctx.world, ctx.positions
         c = pos.shape[1]
         total = p * c

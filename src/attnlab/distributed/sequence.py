@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from .layout import SequenceLayout
 from .context import RingContext, RingTimings
+from .layout import SequenceLayout
 from .ring import ring_attend, rule_of
 
 __all__ = ["SequenceParallel", "ShardedMask", "gather", "parallelize", "shard"]

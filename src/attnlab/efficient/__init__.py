@@ -24,7 +24,20 @@ from . import reformer as _reformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
 from . import naive as _naive  # noqa: F401
 # isort: on
-from .base import VARIANTS, Budget, DenseAttention, EfficientAttention, PatternAttention, Sweep, budget, budgets, create, key_padding, names, register
+from .base import (
+    VARIANTS,
+    Budget,
+    DenseAttention,
+    EfficientAttention,
+    PatternAttention,
+    Sweep,
+    budget,
+    budgets,
+    create,
+    key_padding,
+    names,
+    register,
+)
 from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
 from .gated import GatedRecurrence, MatrixState
 from .gla import GatedLinearAttention
@@ -33,11 +46,11 @@ from .linear import LinearAttention, elu_feature_map
 from .linformer import LinformerAttention
 from .local import LocalAttention, banded_attention
 from .longformer import BigBirdAttention, LongformerAttention
-from .reformer import ReformerAttention, lsh_buckets
+from .mamba2 import Mamba2Attention
 from .naive import NaiveDenseAttention
 from .nystrom import NystromAttention, iterative_pinv, segment_means
-from .mamba2 import Mamba2Attention
 from .performer import PerformerAttention, favor_features, orthogonal_gaussian
+from .reformer import ReformerAttention, lsh_buckets
 from .retnet import RetentionAttention, retention_decays
 
 __all__ = [

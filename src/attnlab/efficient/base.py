@@ -25,10 +25,9 @@ here (:func:`budget`, :func:`budgets`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable
 
 import torch
 
@@ -224,7 +223,9 @@ class EfficientAttention(MultiHeadAttention):
         for row, start, n in docs.segments(q.shape[2]):
             by_length.setdefault(n, []).append((row, start))
         for n, where in by_length.items():
-            take = lambda x: torch.stack([x[r, :, s : s + n] for r, s in where])  # noqa: E731  (docs, H, n, D)
+            def take(x, n=n, where=where):  # (docs, H, n, D)
+                return torch.stack([x[r, :, s : s + n] for r, s in where])
+
             res = self.efficient(take(q), take(k), take(v), None)
             for j, (r, s) in enumerate(where):
                 out[r, :, s : s + n] = res[j]

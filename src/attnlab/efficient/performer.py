@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from ..validate import int_at_least, positive_int
 from ..layers.cache import RecurrentState
+from ..validate import int_at_least, positive_int
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import CAUSAL_CHUNK, FeatureMap, chunked_kernel_attention, kernel_attention
 

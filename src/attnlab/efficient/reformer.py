@@ -108,7 +108,7 @@ class _LSHChunks(torch.autograd.Function):
 
             def leaf(t, r):
                 x = t[:, :, r].detach().requires_grad_(True)
-                leaves.append((t is sq, r, x))
+                leaves.append((t is sq, r, x))  # noqa: B023  (called in this iteration)
                 return x
 
             with torch.enable_grad():

@@ -47,9 +47,10 @@ from .. import efficient
 from ..core.attend import AttentionResult, attend
 from ..core.band import Band
 from ..core.maskfn import FunctionMask, Mask, _Everything
-from ..core.masks import causal as causal_mask, valid_keys
+from ..core.masks import causal as causal_mask
+from ..core.masks import valid_keys
 from ..core.score_mods import softcap as softcap_mod
-from ..efficient.base import EfficientAttention, PatternAttention
+from ..efficient.base import PatternAttention
 from ..efficient.gated import GatedRecurrence
 from ..validate import ArgumentTypeError
 
@@ -342,8 +343,8 @@ def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torc
                            "attention cannot apply it: use the exact 'attnlab'")
 
 
-_LAYERS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
-_DECODES: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
+_LAYERS: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
+_DECODES: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
 
 
 def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):

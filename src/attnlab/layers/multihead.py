@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,8 @@ from ..core import scores as score_registry
 from ..core.attend import AttentionResult, attend
 from ..core.normalize import resolve_normalizer
 from ..core.scores import Score, resolve_score
-from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of
+from ..positional.base import PositionalEncoding, check_positions, kind_of
+from ..positional.base import create as create_positional
 from ..validate import ArgumentTypeError, positive_int, probability
 from . import interop
 from .cache import KVCache, RecurrentState, StaticKV, source_of
@@ -420,14 +422,14 @@ class MultiHeadAttention(nn.Module):
         )
 
     # ---------------------------------------------------------------- interop (attnlab.layers.interop)
-    def grouped(self, num_kv_heads: int) -> "MultiHeadAttention":
+    def grouped(self, num_kv_heads: int) -> MultiHeadAttention:
         """A copy with ``num_kv_heads`` key / value heads, each projection the mean of its group's
         H / G heads (Ainslie et al. 2023, section 2: converting a multi-head checkpoint to
         grouped-query attention by mean-pooling; the paper then uptrains it briefly)."""
         return interop.grouped(self, num_kv_heads)
 
     @classmethod
-    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
         """A ``MultiHeadAttention`` with the weights of a ``torch.nn.MultiheadAttention``.
 
         The result computes what ``m(x, x, x)`` computes, batch first (attnlab is always batch

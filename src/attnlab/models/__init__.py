@@ -13,9 +13,9 @@ from .build import HEADS, build_model, register_head
 from .config import AttentionSpec, ModelConfig, PositionalSpec
 from .conformer import Conformer, ConformerLayer, ConvModule
 from .encoder import Encoder, EncoderCache, EncoderConfig, EncoderLayer, EncoderOutput
-from .lm import LanguageModel, LMBackbone, pack, sample_next
 from .graph import GraphAttention, GraphTransformer, graph_inputs, segment_mean
 from .heads import PairClassifier, SequenceLabeler, SetClassifier
+from .lm import LanguageModel, LMBackbone, pack, sample_next
 from .tokens import MLPBackbone, TransformerBackbone, WindowMLPBackbone
 from .vectors import CNNBackbone, PixelAttentionBackbone, VectorClassifier, ViTBackbone, patchify
 

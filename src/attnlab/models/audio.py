@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..validate import positive_int
+from .base import ModelOutput, register
 from .conformer import Conformer
 from .encoder import Encoder
-from .base import ModelOutput, register
-from ..validate import positive_int
 
 __all__ = ["AudioTransformerBackbone", "ConformerBackbone", "FrameBackbone"]
 

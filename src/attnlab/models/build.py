@@ -16,11 +16,11 @@ from torch import nn
 from ..registry import Registry
 from . import audio as _audio  # noqa: F401  (each import registers its backbones)
 from . import tokens as _tokens  # noqa: F401
-from .lm import LanguageModel
 from .base import BACKBONES
 from .config import ModelConfig
 from .graph import GraphPredictor, NodeLabeler
 from .heads import PairClassifier, SequenceLabeler, SetClassifier
+from .lm import LanguageModel
 from .seq2seq import Seq2Seq
 from .vectors import VectorClassifier
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+
 from ..validate import ArgumentTypeError
 
 __all__ = ["AttentionSpec", "ModelConfig", "PositionalSpec"]

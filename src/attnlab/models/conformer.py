@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from ..positional.base import kind_of
-from .encoder import Encoder, make_attention
 from ..validate import is_int
+from .encoder import Encoder, make_attention
 
 __all__ = ["Conformer", "ConformerLayer", "ConvModule"]
 

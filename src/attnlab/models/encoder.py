@@ -9,10 +9,12 @@ import torch
 from torch import nn
 
 from ..core.attend import AttentionResult
-from ..core.masks import causal as causal_mask, positions_of
+from ..core.masks import causal as causal_mask
+from ..core.masks import positions_of
 from ..layers.feedforward import ACTIVATIONS, FeedForward
 from ..layers.multihead import MultiHeadAttention
-from ..positional.base import PositionalEncoding, check_positions, create as create_positional, kind_of, positions_for
+from ..positional.base import PositionalEncoding, check_positions, kind_of, positions_for
+from ..positional.base import create as create_positional
 from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["Encoder", "EncoderCache", "EncoderConfig", "EncoderLayer", "EncoderOutput"]
@@ -213,7 +215,7 @@ class Encoder(nn.Module):
         self.final_norm = nn.LayerNorm(embed_dim, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
 
     @classmethod
-    def from_config(cls, cfg: EncoderConfig) -> "Encoder":
+    def from_config(cls, cfg: EncoderConfig) -> Encoder:
         """An encoder built from a config (as stored with a checkpoint)."""
         d = dataclasses.asdict(cfg)
         return cls(d.pop("embed_dim"), d.pop("num_heads"), d.pop("num_layers"), **d)

@@ -13,8 +13,8 @@ from torch import nn
 from ..core import masks
 from ..layers.feedforward import FeedForward
 from ..layers.multihead import MultiHeadAttention
-from .base import BOS, EOS, TGT_PAD, Backbone, ModelOutput
 from ..validate import positive_int
+from .base import BOS, EOS, TGT_PAD, Backbone, ModelOutput
 
 __all__ = ["Seq2Seq", "DecoderLayer", "TGT_PAD", "BOS", "EOS"]
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .encoder import Encoder
-from .base import ModelOutput, register
 from ..validate import positive_int
+from .base import ModelOutput, register
+from .encoder import Encoder
 
 __all__ = ["CNNBackbone", "ImageBackbone", "PixelAttentionBackbone", "VectorClassifier", "ViTBackbone", "patchify"]
 

@@ -29,13 +29,13 @@ from . import rope as _rope  # noqa: F401
 from . import sinusoidal as _sinusoidal  # noqa: F401
 from .alibi import ALiBi, alibi_slopes
 from .base import (
+    ENCODINGS,
     BiasEncoding,
     InputEncoding,
     NoPositional,
     PositionalEncoding,
     create,
     kind_of,
-    ENCODINGS,
     names,
     positions_for,
     register,
@@ -46,7 +46,6 @@ from .relative import Relative, relative_bucket
 from .rnn import RecurrentPositional
 from .rope import RoPE
 from .sinusoidal import Sinusoidal, sinusoidal_encode, sinusoidal_table
-
 
 __all__ = [
     "create",

@@ -19,7 +19,8 @@ the last query sits at the last key, as in :mod:`attnlab.masks`.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import torch
 from torch import nn

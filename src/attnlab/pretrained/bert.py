@@ -51,7 +51,7 @@ class BertConfig:
     pad_token_id: int = 0
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "BertConfig":
+    def from_json(cls, path: str | Path) -> BertConfig:
         """Read and check ``config.json``; raises :class:`PretrainedError` for another architecture
         (naming it) or a BERT variant attnlab does not build (relative positions, another activation)."""
         path = Path(path)

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..validate import ArgumentTypeError, int_at_least, positive_int
 from ..models.encoder import EncoderOutput
+from ..validate import ArgumentTypeError, int_at_least, positive_int
 from .bert import BertConfig, BertModel, PretrainedError, load_weights, read_tensors
 
 __all__ = ["Encoded", "MODELS", "POOLING", "Pretrained", "TextTooLongError", "available", "load", "locate"]

@@ -14,14 +14,14 @@ and have all-zero attention rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
 
-from ..core.normalize import resolve_normalizer
 from ..core import scores as score_registry
+from ..core.normalize import resolve_normalizer
 from ..core.scores import Score, resolve_score
 from ..validate import ArgumentTypeError, optional_int, positive_int
 

@@ -27,7 +27,7 @@ def register(name: str):
     return LAYERS.register(name)
 
 
-def create(name: str, dim: int, **options) -> "SequenceLayer":
+def create(name: str, dim: int, **options) -> SequenceLayer:
     """A sequence layer ``(B, N, dim) -> (B, N, dim)`` by name (see :func:`names`)."""
     positive_int("dim", dim)
     return LAYERS.get(name)(dim, **options)

@@ -22,10 +22,10 @@ from __future__ import annotations
 import gc
 import json
 import math
-import sys
 import statistics
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F

@@ -42,15 +42,15 @@ import json
 import statistics
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ..recurrent import layers as layer_registry
 from ..profiling import allocator_env, loglog_slope, measure_in_child, round_robin
+from ..recurrent import layers as layer_registry
 from .records import StudyRecord
 
 __all__ = [

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -113,7 +113,7 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, l
         prompt = torch.randint(2, vocab, (1, positive_int("context", c)), generator=torch.Generator().manual_seed(c))
 
         def attnlab_run(cache: bool, n: int):
-            return lambda: torch.stack(list(ours.generate(prompt, n, temperature=0, cache=cache)), 1)
+            return lambda: torch.stack(list(ours.generate(prompt, n, temperature=0, cache=cache)), 1)  # noqa: B023  (called in this iteration)
 
         calls = {("attnlab cached", new_tokens): attnlab_run(True, new_tokens), ("attnlab cached", 1): attnlab_run(True, 1)}
         if uncached_up_to is None or c <= uncached_up_to:
@@ -123,7 +123,7 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, l
             def hf_run(n):
                 def go():
                     with torch.no_grad():
-                        return hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)[:, c:]
+                        return hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)[:, c:]  # noqa: B023  (called in this iteration)
                 return go
             calls[("transformers generate", new_tokens)] = hf_run(new_tokens)
             calls[("transformers generate", 1)] = hf_run(1)

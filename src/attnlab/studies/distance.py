@@ -16,8 +16,8 @@ relates the two positions directly.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -151,7 +151,7 @@ def run(
     for seed in seeds:
         for d in distances:
             for name in layers:
-                cb = None if on_step is None else (lambda s, l, name=name, d=d: on_step(name, d, s, l))
+                cb = None if on_step is None else (lambda s, loss, name=name, d=d: on_step(name, d, s, loss))
                 rec = train_and_eval(name, d, steps=steps, seed=seed, on_step=cb)
                 out.append(rec)
                 if on_record is not None:

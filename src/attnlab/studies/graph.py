@@ -16,8 +16,8 @@ from collections.abc import Callable
 import torch
 
 from ..profiling import measure_calls
-from .records import StudyRecord, timed
 from ..validate import positive_int
+from .records import StudyRecord, timed
 
 __all__ = ["GraphRecord", "run"]
 

@@ -31,8 +31,8 @@ import json
 import resource
 import statistics
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 

@@ -17,15 +17,15 @@ matched settings:
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from .. import efficient
 from ..profiling import round_robin
-from .scaling import HEAD_DIM, HEADS
 from .records import StudyRecord
+from .scaling import HEAD_DIM, HEADS
 
 __all__ = ["PEERS", "PeerRecord", "run_peers"]
 

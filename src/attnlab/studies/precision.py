@@ -16,8 +16,8 @@ fraction of peak is over :func:`attnlab.profiling.peak_flops` in the step's own 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 
@@ -58,8 +58,8 @@ def _step(variant: str, n: int, batch: int, dim: int, heads: int, layers: int, p
     """A training step of the arena's text model at length ``n`` and a counter of its FLOPs."""
     from ..arena.presets import VARIANT_OPTIONS
     from ..models import ModelConfig, build_model
-    from ..models.config import AttentionSpec, PositionalSpec
     from ..models.base import FIRST
+    from ..models.config import AttentionSpec, PositionalSpec
     from ..training.precision import autocast
 
     torch.manual_seed(0)

@@ -26,9 +26,9 @@ from __future__ import annotations
 import ast
 import random
 import sysconfig
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -218,13 +218,13 @@ def run(
             recs[i] = PretrainedRecord(str(model), v, opts, label, n, len(chosen), timing_batch, float(cos.mean()), float(cos.min()),
                                        recall, recall - ref_recall)
             models[i] = m
-        calls = {i: (lambda m=m: m(timing)) for i, m in models.items()}
+        calls = {i: (lambda m=m: m(timing)) for i, m in models.items()}  # noqa: B023  (called in this iteration)
         with torch.no_grad():
             measured = measure_calls(calls, memory=memory)
             x = trained.model.embeddings(timing.ids, timing.token_type_ids)
             q, k, v, _ = trained.model.encoder.layers[0].attn.project(x)  # (B, H, N, D): the first block's heads
             keys = timing.padding[:, None, None, :]
-            steps = measure_calls({i: (lambda m=m: m.model.encoder.layers[0].attn.attend_heads(q, k, v, mask=keys))
+            steps = measure_calls({i: (lambda m=m: m.model.encoder.layers[0].attn.attend_heads(q, k, v, mask=keys))  # noqa: B023  (called in this iteration)
                                    for i, m in models.items()}, memory=False)
         base_t, base_m = measured[0][0], measured[0][1]
         for i, rec in recs.items():

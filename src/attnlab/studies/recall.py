@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 

@@ -34,8 +34,8 @@ import gc
 import json
 import statistics
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 

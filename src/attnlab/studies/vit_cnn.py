@@ -13,6 +13,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
 from .records import StudyRecord
 
 __all__ = ["CompareRecord", "run"]
@@ -49,8 +50,8 @@ def run(
         steps: optimizer steps per run (default: the task's).
         on_record: called after each run. on_step: ``(model, fraction, seed, step, total)``.
     """
-    from ..models.base import BACKBONES
     from .. import tasks as task_registry
+    from ..models.base import BACKBONES
     from ..training import TrainConfig, train
 
     models, fractions, seeds = list(models), [float(f) for f in fractions], list(seeds)

@@ -28,8 +28,8 @@ import torch
 
 from ..core.graph import check_edge_index
 from ..extras import require
-from .base import IGNORE, Split, Task, register, split_sizes
 from ..validate import int_at_least
+from .base import IGNORE, Split, Task, register, split_sizes
 
 __all__ = ["ELEMENTS", "graph_files", "karate", "molecules", "sbm"]
 

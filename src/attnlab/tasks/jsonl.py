@@ -106,7 +106,7 @@ def _word_tokenizer(corpus: list[list[str]]):
 
 
 def _text_tokenizer(texts: list[str], specials: list[str], vocab_size: int):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -181,7 +181,7 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
     artifacts: dict = {"kind": kind}
     if kind == "tagging":
         tok = _word_tokenizer([r["tokens"] for r in train_recs])
-        names = sorted({str(l) for r in records for l in r["labels"]})
+        names = sorted({str(lab) for r in records for lab in r["labels"]})
     elif kind == "classification":
         tok = _text_tokenizer([r["text"] for r in train_recs], ["<pad>", "<cls>"], vocab_size)
         names = sorted({str(r["label"]) for r in records})
@@ -198,7 +198,7 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
         recs = [records[i] for i in idx]
         ids = encode_inputs(kind, artifacts, recs)
         if kind == "tagging":
-            labels = pad_rows([[label_id[str(l)] for l in r["labels"]] for r in recs], IGNORE, max(len(x) for x in ids))
+            labels = pad_rows([[label_id[str(lab)] for lab in r["labels"]] for r in recs], IGNORE, max(len(x) for x in ids))
         elif kind == "classification":
             labels = pad_rows([[label_id[str(r["label"])] for r in recs]], 0)[0]
         else:

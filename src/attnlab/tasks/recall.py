@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import FIRST, IGNORE, Split, Task, register, split_sizes
 from ..validate import positive_int
+from .base import FIRST, IGNORE, Split, Task, register, split_sizes
 
 __all__ = ["make_recall"]
 

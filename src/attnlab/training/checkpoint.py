@@ -177,6 +177,6 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
     if with_state:
         try:
             state = torch.load(folder / "state.pt", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        except Exception as e:
             raise CheckpointError(f"{folder / 'state.pt'} is truncated or corrupt: {e}") from None
     return Checkpoint(folder, cfg, mcfg, model, {k: v for k, v in meta.items() if k not in ("train", "model")}, state)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from ..models.base import BACKBONES
 from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
 from ..tasks import TASKS, Task, baseline_model, train_defaults
-from .precision import PRECISIONS
 from ..validate import ArgumentTypeError
+from .precision import PRECISIONS
 
 __all__ = ["TIME_BUDGET_STEPS", "TrainConfig", "model_config", "time_budget"]
 

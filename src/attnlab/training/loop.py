@@ -26,9 +26,9 @@ from .. import tasks as task_registry
 from ..models.base import BACKBONES
 from ..models.build import build_model
 from ..objectives import collate
+from ..profiling import flop_counter, peak_flops
 from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint, write_checkpoint
-from ..profiling import flop_counter, peak_flops
 from .config import TrainConfig, model_config
 from .precision import autocast, resolve
 

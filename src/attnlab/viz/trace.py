@@ -7,9 +7,9 @@ weights (exact attention only: an efficient variant never builds them).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from torch import nn

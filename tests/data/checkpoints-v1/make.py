@@ -1,10 +1,14 @@
 """Wrote these checkpoints with the pre-refactor code (commit e465f0a; it imports attnlab.training.make_batch
 and attnlab.tasks.create_task, names of that version), and the logits they give on fixed inputs.
 Usage: python make.py OUT_DIR"""
-import sys, torch
+import sys
+
+import torch
 from safetensors.torch import save_file
-from attnlab.training import TrainConfig, train, load_checkpoint, make_batch
+
 from attnlab.tasks import create_task
+from attnlab.training import TrainConfig, load_checkpoint, make_batch, train
+
 out = sys.argv[1]
 runs = {
     "pos-transformer": TrainConfig.for_task("pos", task_options={"size": 64}, steps=4, eval_every=4, dim=16, heads=2, layers=1, warmup=1, batch_size=8),
