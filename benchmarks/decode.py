@@ -6,7 +6,8 @@ context. Side by side in one run.
 Same as ``attnlab bench decode``; any of its options may follow, e.g.
 
     attnlab train docs --out runs/docs
-    python benchmarks/decode.py --checkpoint runs/docs -o benchmarks/results/decode-2026-11-22-cpu2.json --plot benchmarks/results/decode-2026-11-22-cpu2.png
+    python benchmarks/decode.py --checkpoint runs/docs -o benchmarks/results/decode-2026-11-22-cpu2.json \\
+        --plot benchmarks/results/decode-2026-11-22-cpu2.png
 
 See :mod:`attnlab.studies.decode`.
 """

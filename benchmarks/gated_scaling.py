@@ -15,8 +15,9 @@ Forward + backward, B = 1, H = 4, D = 64 (E = 256), float32, at each N in a fres
   gated layer (``efficient.create(name, causal=True)``).
 
 The process reuses freed memory as ``attnlab bench scaling``'s timing processes do (it restarts
-itself with :func:`attnlab.profiling.allocator_env`'s ``"keep"``). Dense is timed up to ``--dense-up-to`` (its 32K step takes about 30 s here). Prints per N the
-seconds and the speed-up over dense (causal), and the log-log slopes from 4K to the largest N.
+itself with :func:`attnlab.profiling.allocator_env`'s ``"keep"``). Dense is timed up to
+``--dense-up-to`` (its 32K step takes about 30 s here). Prints per N the seconds and the speed-up
+over dense (causal), and the log-log slopes from 4K to the largest N.
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ def main() -> None:
             rows = [r for r in records if r["measure"] == measure and r["variant"] == name]
             cells = []
             for r in rows:
-                ref = next((d["seconds"] for d in records if d["measure"] == measure and d["variant"] == "dense causal" and d["n"] == r["n"]),
-                           None)
+                ref = next((d["seconds"] for d in records
+                            if d["measure"] == measure and d["variant"] == "dense causal" and d["n"] == r["n"]), None)
                 cells.append(f"{r['n']}: {r['seconds']:.3f}" + (f" ({ref / r['seconds']:.1f}x)" if ref else ""))
             s = slope([(r["n"], r["seconds"]) for r in rows])
             print(f"  {name:15s} " + "  ".join(cells) + ("" if s is None else f"  slope {s:.2f}"))

@@ -71,7 +71,8 @@ def main() -> None:
                    "train_seconds": res.step_seconds + (res.pretrain or {}).get("seconds", 0.0), "test_size": res.test_size,
                    "config": dataclasses.asdict(cfg)}
             records.append(rec)
-            pre = f", pretraining {res.pretrain['steps']} steps (restored-token accuracy {res.pretrain['val_accuracy']:.3f})" if res.pretrain else ""
+            pre = (f", pretraining {res.pretrain['steps']} steps (restored-token accuracy {res.pretrain['val_accuracy']:.3f})"
+                   if res.pretrain else "")
             print(f"{name:10s} {column:26s} {res.value:.3f} after {res.steps} steps{pre}", flush=True)
             if args.output:
                 Path(args.output).write_text(json.dumps({"seconds": args.seconds, "precision": args.precision, "share": args.share,

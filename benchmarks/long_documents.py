@@ -99,7 +99,8 @@ def main() -> None:
             res = train(cfg, Path(tmp) / f"run{len(results)}-{name}")
             row = {"config": name, "overrides": overrides, "accuracy": res.value, "steps": res.steps, "test_size": res.test_size,
                    "wall_seconds": round(time.perf_counter() - t, 1), "positional": cfg.positional, "dim": cfg.dim, "layers": cfg.layers,
-                   "lr": cfg.lr, "batch_size": cfg.batch_size, "warmup": cfg.warmup, "precision": res.precision, "stopped_by": res.stopped_by}
+                   "lr": cfg.lr, "batch_size": cfg.batch_size, "warmup": cfg.warmup, "precision": res.precision,
+                   "stopped_by": res.stopped_by}
             results.append(row)
             print(f"{name:40s} {res.value:.4f}  ({res.steps} steps, {row['wall_seconds']} s)", flush=True)
             if out:

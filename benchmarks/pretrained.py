@@ -3,7 +3,8 @@ against speed and memory, side by side in one run.
 
 Same as ``attnlab bench pretrained``; any of its options may follow, e.g.
 
-    python benchmarks/pretrained.py -o benchmarks/results/pretrained-2026-11-22-cpu2.json --plot benchmarks/results/pretrained-2026-11-22-cpu2.png
+    python benchmarks/pretrained.py -o benchmarks/results/pretrained-2026-11-22-cpu2.json \\
+        --plot benchmarks/results/pretrained-2026-11-22-cpu2.png
 
 See :mod:`attnlab.studies.pretrained`.
 """

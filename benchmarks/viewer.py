@@ -62,7 +62,8 @@ def main() -> None:
                 walls.append(time.perf_counter() - t0)
                 inpage.append(page.evaluate("() => window.attnlab.renderMs"))
                 hovers.append(page.evaluate("""(n) => { const a = window.attnlab, t = performance.now();
-                    for (let k = 0; k < 20; k++) a.hover(k % n); a.hover(null); return (performance.now() - t) / 21; }""", len(view.tokens)))
+                    for (let k = 0; k < 20; k++) a.hover(k % n); a.hover(null); return (performance.now() - t) / 21; }""",
+                                            len(view.tokens)))
                 if errors:
                     raise SystemExit(f"page errors at {n} tokens: {errors}")
                 page.close()

@@ -17,7 +17,8 @@ OPTIONAL = ["librosa", "soundfile", "networkx", "rdkit", "sklearn", "torchdiffeq
 
 def test_require_imports_or_names_the_extra():
     assert require("math", "graphs", "x").sqrt(4.0) == 2.0
-    with pytest.raises(MissingExtraError, match=r"the graph tasks needs attnlab_nothing, which is not installed: pip install 'attnlab\[graphs\]'"):
+    with pytest.raises(MissingExtraError,
+                       match=r"the graph tasks needs attnlab_nothing, which is not installed: pip install 'attnlab\[graphs\]'"):
         require("attnlab_nothing", "graphs", "the graph tasks")
     with pytest.raises(ValueError, match="unknown extra 'video'; expected one of audio, graphs, molecules, digits, ode"):
         require("math", "video", "x")
@@ -51,7 +52,8 @@ def test_the_core_and_the_command_line_run_without_any_optional_package():
     cli = block + " from attnlab.cli import main; sys.argv = ['attnlab', 'train', 'molecules', '--steps', '1']; main()"
     res = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
-    assert "the molecules task (RDKit's bundled NCI molecules) needs rdkit, which is not installed: pip install 'attnlab[molecules]'" in " ".join(res.stderr.split())
+    assert ("the molecules task (RDKit's bundled NCI molecules) needs rdkit, which is not installed: pip install 'attnlab[molecules]'"
+            in " ".join(res.stderr.split()))
 
 
 def test_the_extras_are_the_ones_pyproject_declares():

@@ -124,7 +124,8 @@ def test_nothing_imports_a_higher_floor():
 @pytest.mark.parametrize(
     ("part", "forbidden"),
     [
-        ("core", {"positional", "layers", "efficient", "models", "recurrent", "tasks", "objectives", "training", "studies", "arena", "viz", "cli"}),
+        ("core", {"positional", "layers", "efficient", "models", "recurrent", "tasks", "objectives", "training", "studies", "arena", "viz",
+                  "cli"}),
         ("models", {"training", "arena", "tasks", "objectives", "studies", "cli"}),
         ("cli", set()),
     ],

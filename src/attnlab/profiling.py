@@ -19,8 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["ALLOCATORS", "PEAK_SIZE", "allocator_env", "count_flops", "flop_counter", "loglog_slope", "measure_calls", "measure_in_child", "minor_faults",
-           "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]
+__all__ = ["ALLOCATORS", "PEAK_SIZE", "allocator_env", "count_flops", "flop_counter", "loglog_slope", "measure_calls", "measure_in_child",
+           "minor_faults", "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]
 
 ALLOCATORS = ("keep", "system")
 """How a timing process's C allocator treats freed memory (:func:`allocator_env`)."""

@@ -7,8 +7,8 @@ from tests.cli.helpers import run_ok, runner
 
 
 def test_bench_attention_json_records():
-    res = runner.invoke(app, ["bench", "attention", "--sizes", "16,24", "--configs", "scaled_dot+softmax,scaled_dot+relu", "--modes", "fwd_bwd",
-                              "--repeats", "1", "--json"])
+    res = runner.invoke(app, ["bench", "attention", "--sizes", "16,24", "--configs", "scaled_dot+softmax,scaled_dot+relu",
+                              "--modes", "fwd_bwd", "--repeats", "1", "--json"])
     assert res.exit_code == 0, res.output
     records = json.loads(res.stdout)  # stdout holds the JSON and nothing else (the progress lines are on stderr)
     assert {r["impl"] for r in records} == {"attend", "sdpa", "naive", "attend_chunked"}

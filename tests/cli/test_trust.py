@@ -69,8 +69,10 @@ def test_4_the_viewer_reads_a_byte_level_model_as_bytes(runs, tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["train", "pos", "--attention", "local", "--attention-option", "windw=16"], "unknown --attention-option 'windw' for the attention 'local'; it takes bias, block, head_mode, num_kv_heads, window"),
-    (["train", "pos", "--model-option", "foo=1"], "unknown --model-option 'foo' for the model 'transformer'; it takes activation, dropout, ff_dim"),
+    (["train", "pos", "--attention", "local", "--attention-option", "windw=16"],
+     "unknown --attention-option 'windw' for the attention 'local'; it takes bias, block, head_mode, num_kv_heads, window"),
+    (["train", "pos", "--model-option", "foo=1"],
+     "unknown --model-option 'foo' for the model 'transformer'; it takes activation, dropout, ff_dim"),
     (["train", "pos", "--model", "window_mlp", "--model-option", "foo=1"], "it takes dropout, ff_dim, window"),
     (["train", "pos", "--task-option", "foo=1"], "unknown --task-option 'foo' for the task 'pos'; it takes seed, size"),
     (["train", "pos", "--steps", "-1"], "Invalid value for '--steps'"),

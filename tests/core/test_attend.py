@@ -273,7 +273,8 @@ def test_create_score_builds_every_listed_score_with_per_head_weights():
     assert attnlab.scores.create("additive", head_dim=4, num_heads=3, hidden_dim=5).w_q.shape == (3, 4, 5)
     assert attnlab.scores.create("bilinear", head_dim=4, num_heads=2).weight.shape == (2, 4, 4)
     cos = attnlab.scores.create("cosine", head_dim=4, temperature=0.5)
-    torch.testing.assert_close(cos.temperature.flatten(), torch.tensor([0.5], dtype=torch.float64))  # a fixed temperature is kept in float64
+    # a fixed temperature is kept in float64
+    torch.testing.assert_close(cos.temperature.flatten(), torch.tensor([0.5], dtype=torch.float64))
 
 
 def test_square_causal_mask_takes_the_fused_causal_path_with_the_same_result():

@@ -68,7 +68,8 @@ def test_any_mask_over_global_positions_is_a_shard_rule():
             assert max(errs.values()) < 1e-10, (case, errs)
 
 
-@pytest.mark.parametrize("causal,positional,layout", [(False, "sinusoidal", "contiguous"), (True, "rope", "zigzag"), (True, "learned", "zigzag")])
+@pytest.mark.parametrize("causal,positional,layout", [(False, "sinusoidal", "contiguous"), (True, "rope", "zigzag"),
+                                                      (True, "learned", "zigzag")])
 def test_a_sharded_encoder_step_equals_one_process(causal, positional, layout):
     for dtype, tol in ((F64, 1e-10), (F32, 1e-5)):
         for rank in spawn(workers.encoder_step, 2, dtype, causal, positional, layout):

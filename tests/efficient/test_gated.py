@@ -255,7 +255,8 @@ def test_mamba2_layer_equals_the_papers_recurrence_written_as_a_loop():
     h = torch.zeros(b, H, d, d, dtype=torch.float64)
     ys = []
     for t in range(n):
-        h = torch.exp(dt[:, t, :, None, None] * a[:, None, None]) * h + dt[:, t, :, None, None] * bk[:, t, :, :, None] * xv[:, t, :, None, :]
+        h = (torch.exp(dt[:, t, :, None, None] * a[:, None, None]) * h
+             + dt[:, t, :, None, None] * bk[:, t, :, :, None] * xv[:, t, :, None, :])
         ys.append(torch.einsum("bhd,bhde->bhe", c[:, t], h) + m.skip[:, None] * xv[:, t])
     y = torch.stack(ys, 2)  # (B, H, N, D)
     z = F.silu(m.out_norm.gate(x)).view(b, n, H, d).transpose(1, 2)

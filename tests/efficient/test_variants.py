@@ -46,7 +46,8 @@ def test_registry():
     assert efficient.names() == ["bigbird", "deltanet", "dense", "dense_naive", "gated_deltanet", "gla", "linear", "linformer", "local",
                                  "longformer", "mamba2", "nystrom", "performer", "reformer", "retnet"]
     for name in VARIANTS:
-        assert isinstance(efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})), EfficientAttention)
+        assert isinstance(efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})),
+                          EfficientAttention)
     with pytest.raises(ValueError, match="unknown attention 'flash'"):
         efficient.create("flash", embed_dim=E, num_heads=H)
 

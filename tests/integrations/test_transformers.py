@@ -170,7 +170,8 @@ def test_a_sparse_pattern_that_covers_every_pair_keeps_the_trained_output():
 def test_what_a_variant_lacks_is_named_with_the_model():
     ids, am = batch(12, seed=2)
     for variant in ("linformer", "nystrom"):
-        with pytest.raises(UnsupportedError, match=rf"LlamaAttention \(a llama model\) attends causally; the '{variant}' attention has no causal form"):
+        with pytest.raises(UnsupportedError,
+                           match=rf"LlamaAttention \(a llama model\) attends causally; the '{variant}' attention has no causal form"):
             build("llama", f"attnlab:{variant}", arch=LMS)(input_ids=ids)
     with pytest.raises(UnsupportedError, match=r"MistralAttention .* sliding window of 16 positions, which cuts at 40 keys; the 'linear'"):
         build("mistral", "attnlab:linear", arch=LMS)(input_ids=batch(40)[0])
@@ -232,7 +233,8 @@ def test_a_vision_transformer_gives_the_logits_of_its_own_attention():
         want = build("vit", "sdpa", arch=arch)(pixel_values=pixels).logits
         for options in (None, {"backend": "chunked", "block_size": 4}):
             assert (build("vit", "attnlab", options, arch=arch)(pixel_values=pixels).logits - want).abs().max().item() < 1e-10
-        swapped = build("vit", "attnlab:nystrom", {"landmarks": 17, "pinv": "exact"}, arch=arch)(pixel_values=pixels).logits  # 17 tokens: its exact limit
+        swapped = build("vit", "attnlab:nystrom", {"landmarks": 17, "pinv": "exact"},  # 17 tokens: its exact limit
+                        arch=arch)(pixel_values=pixels).logits
     assert (swapped - want).abs().max().item() < 1e-8
 
 

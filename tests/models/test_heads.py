@@ -27,7 +27,8 @@ def influence(model, tokens, pos):
 
 
 def test_registry():
-    assert models.names() == ["audio_transformer", "cnn", "conformer", "graph_transformer", "lm", "mlp", "node_mlp", "pixels", "transformer", "vit", "window_mlp"]
+    assert models.names() == ["audio_transformer", "cnn", "conformer", "graph_transformer", "lm", "mlp", "node_mlp", "pixels",
+                              "transformer", "vit", "window_mlp"]
 
 
 def test_mlp_sees_one_word_window_mlp_its_neighbours_transformer_all():

@@ -51,7 +51,8 @@ def test_greedy_is_the_stepwise_argmax_and_equals_a_beam_of_one():
 def test_translation_rules():
     t = LEXICON
     src = "the big old dog sees a cat near every tree".split()
-    assert translate_sentence(src) == [t["dog"], t["old"], t["big"], t["the"], t["tree"], t["every"], t["near"], t["cat"], t["a"], t["sees"]]
+    assert translate_sentence(src) == [t["dog"], t["old"], t["big"], t["the"], t["tree"], t["every"], t["near"], t["cat"], t["a"],
+                                       t["sees"]]
 
 
 def test_a_target_longer_than_max_len_is_refused():

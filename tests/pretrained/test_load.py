@@ -89,7 +89,8 @@ def test_weights_from_pytorch_bin_and_with_a_task_models_bert_prefix(tmp_path, t
     hf = transformers.BertForSequenceClassification.from_pretrained(str(prefixed)).eval()
     batch = m.encode(SENTENCES)
     with torch.no_grad():
-        ref_hidden = hf.bert(input_ids=batch.ids, attention_mask=batch.padding.long(), token_type_ids=batch.token_type_ids).last_hidden_state
+        ref_hidden = hf.bert(input_ids=batch.ids, attention_mask=batch.padding.long(),
+                             token_type_ids=batch.token_type_ids).last_hidden_state
     assert m.missing == [] and (m(batch).output - ref_hidden).abs()[batch.padding].max() < 1e-5
     # the old LayerNorm names (gamma / beta) of early BERT checkpoints
     old = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v for k, v in tensors.items()}
@@ -202,7 +203,8 @@ def test_missing_files_and_mismatched_tensors_are_named(tmp_path, tiny_bert):
     cfg = json.loads((folder / "config.json").read_text())
     cfg["intermediate_size"] = 48
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(PretrainedError, match="'encoder.layer.0.intermediate.dense.weight' has shape \\(64, 32\\), the model expects \\(48, 32\\)"):
+    with pytest.raises(PretrainedError,
+                       match="'encoder.layer.0.intermediate.dense.weight' has shape \\(64, 32\\), the model expects \\(48, 32\\)"):
         pretrained.load(folder)
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(PretrainedError, match="could not be read"):

@@ -29,13 +29,20 @@ EXAMPLES = {
     "dilated_window": (False, lambda d, b, n, m: masks.dilated_window(d(st.integers(0, 9)), d(st.integers(1, 3)), causal=d(st.booleans()))),
     "no_self": (False, lambda d, b, n, m: masks.no_self()),
     "padding": (False, lambda d, b, n, m: masks.padding(_lengths(d, b, m))),
-    "valid_keys": (False, lambda d, b, n, m: masks.valid_keys(torch.rand(b, m, generator=torch.Generator().manual_seed(d(st.integers(0, 99)))) > 0.3)),
+    "valid_keys": (False, lambda d, b, n, m:
+                   masks.valid_keys(torch.rand(b, m, generator=torch.Generator().manual_seed(d(st.integers(0, 99)))) > 0.3)),
     "prefix_lm": (False, lambda d, b, n, m: masks.prefix_lm(d(st.integers(0, m)) if d(st.booleans()) else _lengths(d, b, m))),
-    "global_tokens": (False, lambda d, b, n, m: masks.global_tokens(d(st.integers(0, 3)) if d(st.booleans()) else d(st.lists(st.integers(0, 20), max_size=3)))),
-    "Documents": (True, lambda d, b, n, m: masks.Documents(_docs(d, b, n), causal=d(st.booleans()), window=d(st.sampled_from([None, 0, 2])))),
-    "block_table": (False, lambda d, b, n, m: masks.block_table(torch.rand(4, 4, generator=torch.Generator().manual_seed(d(st.integers(0, 99)))) > 0.5, d(st.integers(1, 5)))),
-    "random_blocks": (False, lambda d, b, n, m: masks.random_blocks(d(st.integers(0, 3)), d(st.integers(1, 5)), seed=d(st.integers(0, 9)), causal=d(st.booleans()))),
-    "graph": (True, lambda d, b, n, m: masks.graph(torch.randint(0, max(n, 1), (2, 3 * n), generator=torch.Generator().manual_seed(d(st.integers(0, 99)))), n,
+    "global_tokens": (False, lambda d, b, n, m: masks.global_tokens(d(st.integers(0, 3)) if d(st.booleans())
+                                                                    else d(st.lists(st.integers(0, 20), max_size=3)))),
+    "Documents": (True, lambda d, b, n, m: masks.Documents(_docs(d, b, n), causal=d(st.booleans()),
+                                                           window=d(st.sampled_from([None, 0, 2])))),
+    "block_table": (False, lambda d, b, n, m:
+                    masks.block_table(torch.rand(4, 4, generator=torch.Generator().manual_seed(d(st.integers(0, 99)))) > 0.5,
+                                      d(st.integers(1, 5)))),
+    "random_blocks": (False, lambda d, b, n, m: masks.random_blocks(d(st.integers(0, 3)), d(st.integers(1, 5)), seed=d(st.integers(0, 9)),
+                                                                    causal=d(st.booleans()))),
+    "graph": (True, lambda d, b, n, m: masks.graph(torch.randint(0, max(n, 1), (2, 3 * n),
+                                                                 generator=torch.Generator().manual_seed(d(st.integers(0, 99)))), n,
                                                     add_self_loops=d(st.booleans()))),
 }
 

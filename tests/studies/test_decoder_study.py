@@ -29,7 +29,8 @@ def test_the_trained_folder_is_a_transformers_model_with_its_record(tiny_decoder
 
 def test_rows_the_exact_backend_keeps_the_perplexity_and_a_window_changes_it(tiny_decoder):
     recs = decoder.run(str(tiny_decoder), ["local", "linear"], [32], windows=6, timing_batch=2, max_points=1)
-    assert [(r.variant, r.budget) for r in recs] == [("sdpa", "trained"), ("attnlab", "exact"), ("local", "window=16"), ("linear", "(none)")]
+    assert [(r.variant, r.budget) for r in recs] == [("sdpa", "trained"), ("attnlab", "exact"), ("local", "window=16"),
+                                                     ("linear", "(none)")]
     sdpa, exact, local, linear = recs
     assert sdpa.ratio == 1.0 and sdpa.time_ratio == 1.0 and sdpa.windows == 6
     assert abs(exact.ratio - 1) < 1e-6  # float32, the same attention computed by attnlab

@@ -11,7 +11,8 @@ from tests.cli.helpers import runner
 def test_bench_masks_measures_every_cell_and_reads_its_report_back(tmp_path):
     rec_file, png = tmp_path / "masks.json", tmp_path / "masks.png"
     res = runner.invoke(app, ["bench", "masks", "--sizes", "512,1024", "--patterns", "window,causal", "--repeats", "1",
-                              "--dense-up-to", "512", "--flex-up-to", "512", "--layer-step", "1024", "-o", str(rec_file), "--plot", str(png)])
+                              "--dense-up-to", "512", "--flex-up-to", "512", "--layer-step", "1024", "-o", str(rec_file),
+                              "--plot", str(png)])
     assert res.exit_code == 0, res.output
     data = json.loads(rec_file.read_text())
     cells = {(r["pattern"], r["n"], r["method"]) for r in data["records"]}

@@ -22,8 +22,8 @@ def test_packing_records():
 
 def test_cli_bench_packing(tmp_path):
     out = tmp_path / "p.json"
-    r = CliRunner().invoke(app, ["bench", "packing", "--counts", "2", "--min-length", "4", "--max-length", "6", "--dim", "16", "--layers", "1",
-                                 "-o", str(out)])
+    r = CliRunner().invoke(app, ["bench", "packing", "--counts", "2", "--min-length", "4", "--max-length", "6", "--dim", "16",
+                                 "--layers", "1", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert "us per token" in r.output and len(json.loads(out.read_text())["records"]) == 3
     r = CliRunner().invoke(app, ["bench", "packing", "--min-length", "9", "--max-length", "6"])

@@ -32,9 +32,11 @@ def test_three_kinds_are_read_tokenized_and_split(tmp_path):
     assert sum(len(s) for s in tag.splits.values()) == 60 and len(tag.split("test")) == 6
     saw = tag.vocab.index("saw")
     assert tag.vocab[:2] == ["<pad>", "<cls>"] and saw > 2
-    cls = tasks.create("jsonl", path=str(write(tmp_path / "c.jsonl", [{"text": f"good movie number {i}", "label": i % 2} for i in range(30)])))
+    cls = tasks.create("jsonl", path=str(write(tmp_path / "c.jsonl",
+                                               [{"text": f"good movie number {i}", "label": i % 2} for i in range(30)])))
     assert cls.kind == "classification" and cls.label_names == ["0", "1"] and cls.split("train").labels.dim() == 1
-    s2s = tasks.create("jsonl", path=str(write(tmp_path / "s.jsonl", [{"source": f"one two {i}", "target": f"{i} deux un"} for i in range(30)])))
+    s2s = tasks.create("jsonl", path=str(write(tmp_path / "s.jsonl",
+                                               [{"source": f"one two {i}", "target": f"{i} deux un"} for i in range(30)])))
     assert s2s.kind == "seq2seq" and s2s.label_names[:3] == ["<pad>", "<bos>", "<eos>"]
     assert all(row[row != 0][-1] == 2 for row in s2s.split("train").labels)  # every target ends with EOS
 
@@ -43,7 +45,8 @@ def test_three_kinds_are_read_tokenized_and_split(tmp_path):
     "rows, message",
     [
         (['{"tokens": ["a"], "labels": ["X"]}', "{oops"], "line 2: not valid JSON"),
-        (['{"tokens": ["a"], "labels": ["X"]}', '{"tokens": ["a", "b"], "labels": ["X"]}'], "line 2: field 'labels' has 1 entries for 2 tokens"),
+        (['{"tokens": ["a"], "labels": ["X"]}', '{"tokens": ["a", "b"], "labels": ["X"]}'],
+         "line 2: field 'labels' has 1 entries for 2 tokens"),
         (['{"tokens": ["a"], "labels": ["X"]}', '{"tokens": ["a"]}'], "line 2: missing field 'labels'"),
         (['{"text": "hi", "label": "x"}', '{"text": "", "label": "x"}'], "line 2: field 'text' must be a non-empty string"),
         (['{"words": []}'], "line 1: expected the fields tokens+labels"),

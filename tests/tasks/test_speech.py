@@ -66,7 +66,8 @@ def test_wav_folder_reads_labels_from_subfolders_and_a_model_learns_them(tmp_pat
     tr = task.split("train")
     assert tr.tokens.shape[2] == 40 and not bool(tr.mask.all())  # clips of different lengths are padded
     res = train(TrainConfig.for_task("wav_folder", task_options={"path": str(tmp_path / "data")}, model="conformer", steps=60,
-                                     eval_every=20, attention="local", model_options={"attention_options": {"window": 8}}), tmp_path / "run")
+                                     eval_every=20, attention="local", model_options={"attention_options": {"window": 8}}),
+                tmp_path / "run")
     assert res.value == 1.0
 
 

@@ -30,7 +30,8 @@ def test_two_gloo_processes_give_the_single_process_loss_trajectory(tmp_path):
     assert [h["val"] for h in two["history"]] == pytest.approx([h["val"] for h in one["history"]], abs=1e-6)
 
 
-SP_ARGS = ["train", "listops", "--size", "200", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--positional", "rope", "--causal"]
+SP_ARGS = ["train", "listops", "--size", "200", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--positional", "rope",
+           "--causal"]
 
 
 def test_sequence_parallel_training_follows_the_single_process_trajectory(tmp_path):

@@ -16,7 +16,8 @@ TINY = ["--task-option", "length=64", "--size", "400", "--dim", "32", "--layers"
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("lm")
-    r = CliRunner().invoke(app, ["train", "docs", *TINY, "--steps", "120", "--eval-every", "40", "--lr", "0.005", "--out", str(out), "--json"])
+    r = CliRunner().invoke(app, ["train", "docs", *TINY, "--steps", "120", "--eval-every", "40", "--lr", "0.005", "--out", str(out),
+                                 "--json"])
     assert r.exit_code == 0, r.output
     return out, json.loads(r.stdout.strip().splitlines()[-1])
 

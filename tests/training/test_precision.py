@@ -176,7 +176,8 @@ def test_predict_runs_in_the_runs_precision(tmp_path, monkeypatch):
     from tests.tasks.test_jsonl import tagging_rows, write
 
     data = write(tmp_path / "t.jsonl", tagging_rows(60))
-    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, steps=4, eval_every=2, dim=16, layers=1, heads=2, precision="bf16")
+    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, steps=4, eval_every=2, dim=16, layers=1, heads=2,
+                               precision="bf16")
     train(cfg, tmp_path / "run")
     seen = []
     real = inference.autocast

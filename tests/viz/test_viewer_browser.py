@@ -86,7 +86,8 @@ def test_hover_and_click_change_the_head_view_at_512_tokens(browser, tmp_path, t
 
 
 def test_the_lecture_sentence_shows_its_attending_to_law(browser, tmp_path, minilm):
-    path = write_viewer(tmp_path / "law.html", pretrained_view(minilm, "The law will never be perfect, but its application should be just."))
+    path = write_viewer(tmp_path / "law.html",
+                        pretrained_view(minilm, "The law will never be perfect, but its application should be just."))
     d, w = page_data(path)
     page, logs = open_page(browser, path)
     i = d["tokens"].index("its")

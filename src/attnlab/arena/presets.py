@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from .. import efficient
 
-__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "VARIANT_OPTIONS", "Preset", "TaskSetting"]
+__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "VARIANT_OPTIONS", "Preset",
+           "TaskSetting"]
 
 VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
 """Per variant, its ``attention_options`` in the arena (a view of each variant's
@@ -89,18 +90,21 @@ PRESETS: dict[str, Preset] = {
             "speech": TaskSetting({}, {}),
         },
         variants=(*(v for v in DEFAULT_VARIANTS if v != NO_ATTENTION), *GATED_VARIANTS, NO_ATTENTION),
-        description="the short tasks at their own default sizes and step counts, with the gated linear-attention family (an estimated two hours)",
+        description="the short tasks at their own default sizes and step counts, with the gated linear-attention family (an estimated "
+                    "two hours)",
     ),
     "lra": Preset(
         {
             "listops": TaskSetting({"size": 2000, "min_length": 500, "max_length": 2000, "max_args": 10},
-                                   _timed(45, batch_size=16, layers=2, eval_every=100), tuple(v for v in _LRA_VARIANTS if v != "dense_naive")),
+                                   _timed(45, batch_size=16, layers=2, eval_every=100),
+                                   tuple(v for v in _LRA_VARIANTS if v != "dense_naive")),
             "text": TaskSetting({"length": 2048}, _timed(45, layers=2, eval_every=100)),
             "retrieval": TaskSetting({"length": 1024}, _timed(45, layers=2, eval_every=100)),
             "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, layers=2, eval_every=100)),
         },
         variants=_LRA_VARIANTS,
-        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), an estimated 75 minutes on a 2-core CPU",
+        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), an estimated 75 minutes on a "
+                    "2-core CPU",
     ),
 }
 """The arena's presets by name (``attnlab arena --preset``)."""

@@ -36,7 +36,8 @@ def leaderboard(rows: list[dict]) -> dict:
     """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``; an entry has ``variant``,
     ``value`` (mean over seeds), ``spread`` (the seeds' sample standard deviation; None with one
     seed), ``speed`` and ``memory`` relative to dense (None without a dense run), ``flop_rate``
-    (FLOP/s) and ``peak_fraction`` (of the machine's peak in the run's ``precision``), ``params``, ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time budget), ``error``
+    (FLOP/s) and ``peak_fraction`` (of the machine's peak in the run's ``precision``), ``params``,
+    ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time budget), ``error``
     (failed runs: the message), ``caveats`` (:func:`caveats`: why the score means less than it seems)."""
     tasks: dict[str, list[dict]] = {}
     by_cell: dict[tuple[str, str], list[dict]] = {}
@@ -309,20 +310,21 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
     parts.append("</table>")
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
-        parts.append(f"<h2>{html.escape(task)} ({html.escape(entries[0]['budget'])} per run)</h2><table><tr><th>variant</th><th>{html.escape(metric)}</th>"
-                     "<th>+- sd</th><th>seeds</th><th>steps/s</th><th>GFLOP/s</th><th>of peak</th><th>speed</th><th>peak MiB</th><th>memory</th>"
-                     "<th>parameters</th></tr>")
+        parts.append(f"<h2>{html.escape(task)} ({html.escape(entries[0]['budget'])} per run)</h2><table><tr><th>variant</th>"
+                     f"<th>{html.escape(metric)}</th><th>+- sd</th><th>seeds</th><th>steps/s</th><th>GFLOP/s</th><th>of peak</th>"
+                     "<th>speed</th><th>peak MiB</th><th>memory</th><th>parameters</th></tr>")
         for e in entries:
             if e["value"] is None:
-                parts.append(f"<tr class='failed'><td>{html.escape(e['variant'])}</td><td colspan='10'>failed: {html.escape(str(e['error']))}</td></tr>")
+                parts.append(f"<tr class='failed'><td>{html.escape(e['variant'])}</td><td colspan='10'>failed: "
+                             f"{html.escape(str(e['error']))}</td></tr>")
                 continue
             mib = e["peak_bytes"] / 2**20 if e["peak_bytes"] else None
             mark = (f" <span class='caveat' title='{html.escape(' / '.join(e['caveats']), quote=True)}'>&#9888;</span>"
                     if e["caveats"] else "")
             parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}{mark}</td><td>{_fmt(e['spread'])}</td><td>{e['seeds']}</td>"
                          f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(_giga(e['flop_rate']), '.1f')}</td>"
-                         f"<td>{peak_share(e['peak_fraction'], e['precision'])}</td><td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(mib, '.1f')}</td>"
-                         f"<td>{_fmt(e['memory'], '.2f')}x</td><td>{e['params']:,}</td></tr>")
+                         f"<td>{peak_share(e['peak_fraction'], e['precision'])}</td><td>{_fmt(e['speed'], '.2f')}x</td>"
+                         f"<td>{_fmt(mib, '.1f')}</td><td>{_fmt(e['memory'], '.2f')}x</td><td>{e['params']:,}</td></tr>")
         parts.append("</table>")
         notes = [f"<li>{html.escape(e['variant'])}: {html.escape(c)}</li>" for e in entries for c in e.get("caveats", [])]
         if notes:

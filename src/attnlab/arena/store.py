@@ -95,7 +95,8 @@ class Store:
         already stored. ``row`` has :data:`COLUMNS` (``config`` a dict, ``finished_at`` optional)."""
         row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time(),
                "history": json.dumps(row["history"]) if row.get("history") is not None else None}
-        optional = ("error", "metric", "value", "train_seconds", "steps", "steps_per_second", "peak_bytes", "params", *(c for c, _ in _ADDED))
+        optional = ("error", "metric", "value", "train_seconds", "steps", "steps_per_second", "peak_bytes", "params",
+                    *(c for c, _ in _ADDED))
         missing = [c for c in COLUMNS if c not in row and c not in optional]
         if missing:
             raise ValueError(f"a run row needs {', '.join(missing)}")

@@ -20,7 +20,8 @@ import torch
 
 from ..extras import require
 
-__all__ = ["HOP_SECONDS", "SAMPLE_RATE", "WINDOW_SECONDS", "features", "frames_per_second", "load_wav", "normalize", "save_wav", "synthesize"]
+__all__ = ["HOP_SECONDS", "SAMPLE_RATE", "WINDOW_SECONDS", "features", "frames_per_second", "load_wav", "normalize", "save_wav",
+           "synthesize"]
 
 SAMPLE_RATE = 16_000
 WINDOW_SECONDS = 0.025
@@ -64,7 +65,8 @@ def save_wav(path: str | Path, samples: np.ndarray, sample_rate: int = SAMPLE_RA
     os.replace(tmp, path)
 
 
-def features(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, *, kind: str = "logmel", n_mels: int = 40, n_mfcc: int = 13) -> torch.Tensor:
+def features(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, *, kind: str = "logmel", n_mels: int = 40,
+             n_mfcc: int = 13) -> torch.Tensor:
     """``(T, F)`` features of a waveform: 25 ms windows (Hann), 10 ms hop.
 
     Args:
@@ -100,7 +102,8 @@ def synthesize(text: str, *, voice: str = "en", speed: int = 160, pitch: int = 5
         raise MissingToolError("espeak-ng is not installed: the speech task synthesises its words with it (Debian: apt install espeak-ng)")
     with tempfile.TemporaryDirectory() as tmp:
         wav = os.path.join(tmp, "w.wav")
-        proc = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text], capture_output=True, text=True, check=False)
+        proc = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text], capture_output=True, text=True,
+                              check=False)
         if proc.returncode != 0 or not os.path.exists(wav):
             raise MissingToolError(f"espeak-ng failed for voice {voice!r}: {proc.stderr.strip() or proc.returncode}")
         return load_wav(wav, sample_rate)

@@ -16,8 +16,9 @@ __all__ = ["arena", "report"]
 def arena(
     tasks: str | None = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
     variants: str | None = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
-    preset: str = typer.Option("quick", help="quick (the default, about 9 minutes on 2 cores: a 1K-byte text task and two short ones), standard (the short tasks, "
-         "an estimated two hours, with the gated linear-attention family) or lra (the long tasks at 1K-2K, an estimated 75 minutes)."),
+    preset: str = typer.Option("quick", help="quick (the default, about 9 minutes on 2 cores: a 1K-byte text task and two short ones), "
+         "standard (the short tasks, an estimated two hours, with the gated linear-attention family) or lra (the long tasks at 1K-2K, "
+         "an estimated 75 minutes)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds."),
     budget_seconds: float | None = typer.Option(
         None, "--budget-seconds", min=1.0,
@@ -95,8 +96,8 @@ def _print_leaderboard(board: dict) -> None:
                 continue
             mark = " [yellow]![/]" if e.get("caveats") else ""
             spread = f" ± {e['spread']:.3f}" if e.get("spread") is not None else ""
-            t.add_row(e["variant"], f"{e['value']:.3f}{spread}{mark}", fmt_x(e["speed"]), fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}",
-                      peak_share(e["peak_fraction"], e["precision"]), f"{e['params']:,}")
+            t.add_row(e["variant"], f"{e['value']:.3f}{spread}{mark}", fmt_x(e["speed"]), fmt_x(e["memory"]),
+                      f"{e['steps_per_second']:.1f}", peak_share(e["peak_fraction"], e["precision"]), f"{e['params']:,}")
         out.print(t)
         for e in entries:
             for c in e.get("caveats", []):

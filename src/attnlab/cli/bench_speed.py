@@ -191,7 +191,8 @@ def graph(
     head_dim: int = typer.Option(64, min=1, help="Width per head."),
     repeats: int = repeats_option(),
     memory: bool = memory_option(),
-    pyg: bool = typer.Option(True, "--pyg/--no-pyg", help="Compare with PyTorch Geometric's TransformerConv (pip install torch_geometric)."),
+    pyg: bool = typer.Option(True, "--pyg/--no-pyg",
+                             help="Compare with PyTorch Geometric's TransformerConv (pip install torch_geometric)."),
     as_json: bool = json_option("Print the records as JSON."),
     output: str | None = output_option("Also write the JSON to this file."),
 ) -> None:
@@ -244,7 +245,8 @@ def audio(
     with progress() as bar:
         bar.add_task(f"{seconds:g} s of audio", total=None)
         recs = run(seconds, window=window, dim=dim, heads=heads, layers=layers, min_repeats=repeats, memory=memory)
-    data = {"setting": {"seconds": seconds, "window": window, "dim": dim, "heads": heads, "layers": layers}, "records": [r.to_dict() for r in recs]}
+    data = {"setting": {"seconds": seconds, "window": window, "dim": dim, "heads": heads, "layers": layers},
+            "records": [r.to_dict() for r in recs]}
     if emit_json(data, as_json, output):
         return
     t = table(
@@ -322,6 +324,6 @@ def precision(
             if a.seconds is None:
                 t.add_row(v, str(n), "-", "-", "-", "-", "-", a.note or "-")
                 continue
-            t.add_row(v, str(n), f"{a.steps_per_second:.2f}", f"{b.steps_per_second:.2f}", f"{b.speedup:.2f}x", f"{a.flops_per_step / 1e9:.1f}",
-                      f"{100 * a.peak_fraction:.0f}%", f"{100 * b.peak_fraction:.0f}%")
+            t.add_row(v, str(n), f"{a.steps_per_second:.2f}", f"{b.steps_per_second:.2f}", f"{b.speedup:.2f}x",
+                      f"{a.flops_per_step / 1e9:.1f}", f"{100 * a.peak_fraction:.0f}%", f"{100 * b.peak_fraction:.0f}%")
     out.print(t)

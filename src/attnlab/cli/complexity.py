@@ -83,8 +83,8 @@ def _tables(data: dict, names: list[str], dim: int, path_list: list[int]) -> Non
         cost, seq, path = TEXTBOOK[name]
         steps = f"{mine[lo]['sequential_steps']} -> {mine[hi]['sequential_steps']} (n {_short(lo)}-{_short(hi)})"
         paths = [("·" if n not in mine or mine[n]["path_length"] is None else str(mine[n]["path_length"])) for n in path_list]
-        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", "·" if not span else f"{_short(span[0])}-{_short(span[1])}", seq, steps, path,
-                  *paths)
+        c.add_row(name, cost, "·" if e is None else f"{e:.2f}", "·" if not span else f"{_short(span[0])}-{_short(span[1])}", seq,
+                  steps, path, *paths)
     out.print(c)
     out.print(
         "time exponent: log-log fit over the lengths n where the layer's leading term dominates (fit n); steps: longest chain of "

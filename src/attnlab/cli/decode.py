@@ -19,8 +19,10 @@ def bench_decode(
     dim: int = width_option(256),
     layers: int = typer.Option(4, min=1, help="Blocks."),
     heads: int = heads_option(4),
-    uncached_up_to: int | None = typer.Option(None, "--uncached-up-to", min=1, help="Longest context of the uncached reference (default: all)."),
-    stream_lengths: str = typer.Option("1000,10000,100000", "--stream-lengths", help="Stream lengths of the cache-memory measure ('' skips it)."),
+    uncached_up_to: int | None = typer.Option(None, "--uncached-up-to", min=1,
+                                              help="Longest context of the uncached reference (default: all)."),
+    stream_lengths: str = typer.Option("1000,10000,100000", "--stream-lengths",
+                                       help="Stream lengths of the cache-memory measure ('' skips it)."),
     checkpoint: str | None = typer.Option(None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
     factor: int = typer.Option(8, min=2, help="The perplexity stream is this many training contexts long."),
     streams: int = typer.Option(2, min=1, help="Streams of the perplexity measure (cut from the docs test text)."),
@@ -104,8 +106,8 @@ def _report(data: dict) -> None:
         r0 = speed[0]
         t = table(f"greedy decoding of {r0['new_tokens']} tokens, d={r0['dim']}, {r0['layers']} layers, {r0['heads']} heads, vocabulary "
                   f"{r0['vocab']}, one sequence (side by side, median of {r0['repeats']})",
-                  ["context", "implementation", "prompt s", "tokens/s (end to end)", "tokens/s (decoding)", "vs uncached", "vs transformers",
-                   "same tokens"], left=["implementation"])
+                  ["context", "implementation", "prompt s", "tokens/s (end to end)", "tokens/s (decoding)", "vs uncached",
+                   "vs transformers", "same tokens"], left=["implementation"])
         for c in dict.fromkeys(r["context"] for r in speed):
             rows = {r["implementation"]: r for r in speed if r["context"] == c}
             unc, hf = rows.get("attnlab uncached"), rows.get("transformers generate")
@@ -120,7 +122,8 @@ def _report(data: dict) -> None:
     if data["memory"]:
         t = table("cache memory over a stream (rope model, d=64, 2 layers)", ["cache", "tokens", "bytes"])
         for r in data["memory"]:
-            t.add_row(r["cache"] + ("" if r["window"] is None else f" ({r['sinks']} + {r['window']})"), f"{r['tokens']:,}", f"{r['cache_bytes']:,}")
+            t.add_row(r["cache"] + ("" if r["window"] is None else f" ({r['sinks']} + {r['window']})"), f"{r['tokens']:,}",
+                      f"{r['cache_bytes']:,}")
         out.print(t)
     if data["perplexity"]:
         r0 = data["perplexity"][0]

@@ -49,7 +49,8 @@ def _cli_message(e: Exception) -> str:
 def attention(
     sentence: str = typer.Argument(..., help="The text (one sentence or a paragraph)."),
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
-    find: list[str] | None = typer.Option(None, "--find", help="Two words: SOURCE TARGET; name the heads that link them most.", show_default=False),
+    find: list[str] | None = typer.Option(None, "--find", help="Two words: SOURCE TARGET; name the heads that link them most.",
+                                          show_default=False),
     top: int = typer.Option(5, min=1, help="With --find: the heads shown."),
     layer: int | None = typer.Option(None, min=1, help="Show only this layer (1-based)."),
     truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
@@ -79,7 +80,8 @@ def attention(
     if as_json:
         data = {"model": model, "tokens": amap.tokens}
         if links is not None:
-            data["links"] = [{"layer": x.layer + 1, "head": x.head + 1, "source": x.source, "target": x.target, "weight": x.weight} for x in links]
+            data["links"] = [{"layer": x.layer + 1, "head": x.head + 1, "source": x.source, "target": x.target, "weight": x.weight}
+                             for x in links]
         else:
             data["strongest"] = [[amap.strongest(li, h) for h in range(n_heads)] for li in range(n_layers)]
         print_json(data)
@@ -92,7 +94,8 @@ def attention(
             t.add_row(str(x.layer + 1), str(x.head + 1), f"{x.source}:{toks[x.source]}", f"{x.target}:{toks[x.target]}", f"{x.weight:.3f}")
         out.print(t)
         best = links[0]
-        out.print(f"strongest: layer {best.layer + 1}, head {best.head + 1}: {toks[best.source]!r} gives {best.weight:.2f} of its attention to {toks[best.target]!r}")
+        out.print(f"strongest: layer {best.layer + 1}, head {best.head + 1}: {toks[best.source]!r} gives {best.weight:.2f} of its "
+                  f"attention to {toks[best.target]!r}")
         return
     for li in range(n_layers) if layer is None else [layer - 1]:
         t = table(f"layer {li + 1}: the token each token attends to most, per head, and its weight",
@@ -130,7 +133,8 @@ def view(
     n = len(data.tokens)
     layers, heads = data.weights.shape[:2]
     if as_json:
-        print_json({"path": str(path), "bytes": path.stat().st_size, "tokens": list(data.tokens), "layers": int(layers), "heads": int(heads)})
+        print_json({"path": str(path), "bytes": path.stat().st_size, "tokens": list(data.tokens), "layers": int(layers),
+                    "heads": int(heads)})
         return
     out.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {n} tokens, {layers} layers x {heads} heads; open it in a browser")
 
@@ -273,6 +277,7 @@ def _decoder_table(recs: list[dict]) -> None:
         keep = [r for r in rows if r["variant"] not in ("sdpa", "attnlab") and r["ratio"] < 1.1]
         exact = next((r for r in rows if r["variant"] == "attnlab"), None)
         if exact is not None:
-            err.print(f"N={n}: the exact attnlab backend takes {fmt_x(exact['time_ratio'])} sdpa's time, perplexity {exact['perplexity']:.4f}")
+            err.print(f"N={n}: the exact attnlab backend takes {fmt_x(exact['time_ratio'])} sdpa's time, perplexity "
+                      f"{exact['perplexity']:.4f}")
         err.print(f"N={n}: perplexity within 10% of the trained model without retraining: "
                   + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep) or "none"))

@@ -75,7 +75,8 @@ def _report(recs: list[dict]) -> None:
         for r in rows:
             ok = r["status"] == "ok"
             speed = _speed(one["seconds"] / r["seconds"]) if ok and one and r is not one else "-"
-            mem = f"{r['peak_bytes'] / one['peak_bytes']:.2f}x" if ok and one and r is not one and r["peak_bytes"] and one["peak_bytes"] else "-"
+            mem = (f"{r['peak_bytes'] / one['peak_bytes']:.2f}x" if ok and one and r is not one and r["peak_bytes"] and one["peak_bytes"]
+                   else "-")
             status = "skipped *" if r["status"] == "skipped" else r["status"]
             t.add_row(f"{n:,}", str(r["processes"]), status, f"{r['seconds']:.2f}" if ok else "-", speed,
                       f"{r['peak_bytes'] / 2**20:.1f}" if ok and r["peak_bytes"] else "-", mem,

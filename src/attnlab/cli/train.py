@@ -94,8 +94,8 @@ def train(
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
             pre = _TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
-            result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval, sequence_parallel=sequence_parallel,
-                               overwrite=force, on_pretrain_step=pre.on_step if pre else None)
+            result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval,
+                               sequence_parallel=sequence_parallel, overwrite=force, on_pretrain_step=pre.on_step if pre else None)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")
@@ -125,9 +125,9 @@ def train(
         from ..objectives import create as objective
 
         lower = objective(result.kind).lower_is_better
-        out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f} on the same {base.test_size} {base.test_unit}; "
-                  f"attention {'changes it by' if lower else 'adds'} {result.value - base.value:+.4f}" + (" (lower is better)" if lower else ""),
-                  highlight=False)
+        out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f} on the same {base.test_size} "
+                  f"{base.test_unit}; attention {'changes it by' if lower else 'adds'} {result.value - base.value:+.4f}"
+                  + (" (lower is better)" if lower else ""), highlight=False)
     for c in caveats:
         err.print(f"[yellow]warning:[/] {escape(c)}", soft_wrap=True, highlight=False)
 
@@ -163,7 +163,8 @@ def _previous_run(out_dir: str, task: str):
 
     cfg = load_checkpoint(out_dir).config  # none, or damaged: CheckpointError, one line at the boundary
     if cfg.task != task:
-        fail(f"--out {out_dir} holds a run of task {cfg.task!r}, not {task!r}: resume it as 'attnlab train {cfg.task} --out {out_dir} --resume'")
+        fail(f"--out {out_dir} holds a run of task {cfg.task!r}, not {task!r}: resume it as "
+             f"'attnlab train {cfg.task} --out {out_dir} --resume'")
     return cfg
 
 
@@ -336,7 +337,8 @@ def eval_cmd(
 
 
 def predict(
-    checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint trained on a jsonl file (attnlab train jsonl --task-option path=...)."),
+    checkpoint: str = typer.Argument(..., metavar="DIR",
+                                     help="A checkpoint trained on a jsonl file (attnlab train jsonl --task-option path=...)."),
     input_file: str = typer.Argument(..., metavar="INPUT", help="jsonl with the input field: tokens, text or source (labels optional)."),
     beam: int | None = typer.Option(None, min=1, help="seq2seq: beam search of this width instead of greedy decoding."),
     output: str | None = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),

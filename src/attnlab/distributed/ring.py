@@ -402,8 +402,8 @@ def ring_attend(
     if bad:
         raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave q, k, v shards that do not fit")
     if not bool((every == meta).all()):
-        raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window, rule) per rank = "
-                         + str(every[:, 1:].tolist()))
+        raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window, rule) "
+                         "per rank = " + str(every[:, 1:].tolist()))
     score_fn = resolve_score(score)
     if g != h and type(score_fn).prepare is not Score.prepare:  # a score that prepares keys per head: H heads travel
         k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)

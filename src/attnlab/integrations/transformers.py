@@ -73,7 +73,8 @@ class UnsupportedError(ValueError):
 
 def _swappable() -> list[str]:
     """Every variant but dense (``"attnlab"`` itself), dense_naive (the same, materialised) and the gated recurrences."""
-    return [v for v in efficient.names() if v not in ("dense", "dense_naive") and not issubclass(efficient.VARIANTS.get(v), GatedRecurrence)]
+    return [v for v in efficient.names()
+            if v not in ("dense", "dense_naive") and not issubclass(efficient.VARIANTS.get(v), GatedRecurrence)]
 
 
 def implementations() -> list[str]:
@@ -331,8 +332,9 @@ def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torc
             if sees_all_past and hi == 0:
                 return True, mask.flags
             if hi == 0:
-                raise UnsupportedError(f"{who} attends within a sliding window of {1 - lo} positions, which cuts at {mask.offset + m} keys; the "
-                                       f"{variant!r} attention cannot keep to a window: use 'local' (window={-lo}) or the exact 'attnlab'")
+                raise UnsupportedError(f"{who} attends within a sliding window of {1 - lo} positions, which cuts at {mask.offset + m} "
+                                       f"keys; the {variant!r} attention cannot keep to a window: use 'local' (window={-lo}) "
+                                       "or the exact 'attnlab'")
         raise UnsupportedError(f"{who}'s mask is a rule of its own ({mask.kind[0]}: another mask function, or a static cache); the "
                                f"{variant!r} attention takes causal or full attention with padding: use the exact 'attnlab'")
     if isinstance(mask, torch.Tensor) and mask.dim() == 4 and mask.shape[1:3] == (1, 1):

@@ -30,8 +30,8 @@ from ..registry import Registry
 from ..validate import positive_int
 
 __all__ = [
-    "BACKBONES", "BOS", "CLS", "EOS", "FIRST", "IGNORE", "PAD", "TGT_FIRST", "TGT_PAD", "Backbone", "ModelOutput", "create", "names", "register",
-    "residual_blocks", "run_residual",
+    "BACKBONES", "BOS", "CLS", "EOS", "FIRST", "IGNORE", "PAD", "TGT_FIRST", "TGT_PAD", "Backbone", "ModelOutput", "create", "names",
+    "register", "residual_blocks", "run_residual",
 ]
 
 PAD, CLS, FIRST = 0, 1, 2

@@ -58,7 +58,8 @@ class ConvModule(nn.Module):
 class _FeedForward(nn.Module):
     def __init__(self, dim: int, hidden: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.SiLU(), nn.Dropout(dropout), nn.Linear(hidden, dim), nn.Dropout(dropout))
+        self.net = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.SiLU(), nn.Dropout(dropout), nn.Linear(hidden, dim),
+                                 nn.Dropout(dropout))
 
     def forward(self, x):
         return self.net(x)

@@ -77,7 +77,8 @@ class GraphTransformer(nn.Module):
         self.norm1 = nn.ModuleList(nn.LayerNorm(dim) for _ in range(num_layers))
         self.norm2 = nn.ModuleList(nn.LayerNorm(dim) for _ in range(num_layers))
         self.ff = nn.ModuleList(
-            nn.Sequential(nn.Linear(dim, ff_mult * dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_mult * dim, dim)) for _ in range(num_layers)
+            nn.Sequential(nn.Linear(dim, ff_mult * dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_mult * dim, dim))
+            for _ in range(num_layers)
         )
         self.out_norm = nn.LayerNorm(dim)
 

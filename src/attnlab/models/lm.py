@@ -136,7 +136,8 @@ class LanguageModel(nn.Module):
         self.eval()
         cache = cache and getattr(self.backbone, "encoder", None) is not None
         state = self.new_cache(window=window, sinks=sinks, positions="absolute" if window is None else "cache") if cache else None
-        return self._steps(prompt, max_new_tokens, state, dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator), stop)
+        return self._steps(prompt, max_new_tokens, state, dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator),
+                           stop)
 
     @torch.no_grad()
     def _steps(self, prompt, max_new_tokens, state, sampling, stop) -> Iterator[torch.Tensor]:

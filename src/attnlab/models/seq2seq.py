@@ -80,8 +80,8 @@ class Seq2Seq(nn.Module):
         self_mask = real if cache is not None else masks.causal() & real
         weights = None
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask, return_weights=return_weights and i == len(self.layers) - 1,
-                         caches=None if cache is None else cache[i])
+            x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask,
+                         return_weights=return_weights and i == len(self.layers) - 1, caches=None if cache is None else cache[i])
             weights = w if w is not None else weights
         return ModelOutput(self.out(self.norm(x)), weights)
 

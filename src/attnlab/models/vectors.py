@@ -62,7 +62,8 @@ class ImageBackbone(nn.Module):
 
     def _check(self, x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != (self.channels, *self.image_size):
-            raise ValueError(f"expected images (B, {self.channels}, {self.image_size[0]}, {self.image_size[1]}), got {getattr(x, 'shape', type(x).__name__)}")
+            raise ValueError(f"expected images (B, {self.channels}, {self.image_size[0]}, {self.image_size[1]}), got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
 
 
 @register("vit")

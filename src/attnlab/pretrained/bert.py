@@ -75,7 +75,8 @@ class BertConfig:
         if raw.get("position_embedding_type", "absolute") != "absolute":
             raise PretrainedError(f"{path}: position_embedding_type {raw['position_embedding_type']!r}; only 'absolute' is supported")
         fields = {f: raw[f] for f in cls.__dataclass_fields__ if f in raw and raw[f] is not None}
-        missing = [f for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size") if f not in fields]
+        missing = [f for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+                   if f not in fields]
         if missing:
             raise PretrainedError(f"{path} lacks {', '.join(missing)}")
         cfg = cls(**fields)

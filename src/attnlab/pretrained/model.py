@@ -117,7 +117,8 @@ class Pretrained(torch.nn.Module):
         """The architecture read from ``config.json``."""
         return self.model.config
 
-    def encode(self, texts: str | list[str], *, max_length: int | None = None, truncate: bool = False, pad_to: int | None = None) -> Encoded:
+    def encode(self, texts: str | list[str], *, max_length: int | None = None, truncate: bool = False,
+               pad_to: int | None = None) -> Encoded:
         """Tokenise ``texts`` (with ``[CLS]`` and ``[SEP]``) into a right-padded batch.
 
         Args:

@@ -304,4 +304,5 @@ def fit_ranges(records: list[ComplexityRecord] | list[dict], fit_from: int | Non
 
 if __name__ == "__main__":  # worker: one layer's times; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
-    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["dim"], _spec["min_repeats"], _spec["target_seconds"], _spec["rounds"])))
+    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["dim"], _spec["min_repeats"], _spec["target_seconds"],
+                                _spec["rounds"])))

@@ -276,7 +276,8 @@ def slopes(records: list[Record] | list[dict], lo: int = 4096, hi: int = 32768) 
 def flex_ratios(records: list[Record] | list[dict]) -> list[dict]:
     """The forward comparisons: block-sparse seconds / compiled FlexAttention seconds (< 1: faster)."""
     rows = [r if isinstance(r, dict) else r.to_dict() for r in records]
-    return [{"pattern": r["pattern"], "n": r["n"], "ours": r["ours_seconds"], "flex": r["seconds"], "ratio": r["ours_seconds"] / r["seconds"]}
+    return [{"pattern": r["pattern"], "n": r["n"], "ours": r["ours_seconds"], "flex": r["seconds"],
+             "ratio": r["ours_seconds"] / r["seconds"]}
             for r in rows if r["method"] == "flex" and r["seconds"] and r["ours_seconds"]]
 
 

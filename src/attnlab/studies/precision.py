@@ -54,7 +54,8 @@ def peaks(device: str = "cpu") -> dict[str, float]:
     return {"fp32": peak_flops("float32", device), "bf16": peak_flops("bfloat16", device)}
 
 
-def _step(variant: str, n: int, batch: int, dim: int, heads: int, layers: int, precision: str) -> tuple[Callable[[], None], Callable[[], int]]:
+def _step(variant: str, n: int, batch: int, dim: int, heads: int, layers: int,
+          precision: str) -> tuple[Callable[[], None], Callable[[], int]]:
     """A training step of the arena's text model at length ``n`` and a counter of its FLOPs."""
     from ..arena.presets import VARIANT_OPTIONS
     from ..models import ModelConfig, build_model

@@ -17,4 +17,5 @@
 from . import docs, graphs, images, jsonl, listops, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, baseline_model, create, names, register, train_defaults
 
-__all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS", "FIRST", "IGNORE", "KINDS", "INPUTS"]
+__all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS", "FIRST", "IGNORE",
+           "KINDS", "INPUTS"]

@@ -37,7 +37,8 @@ from ..models.base import CLS, FIRST, IGNORE, PAD
 from ..registry import Registry
 from ..validate import ArgumentTypeError, positive_int
 
-__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "baseline_model", "KINDS", "INPUTS"]
+__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "baseline_model",
+           "KINDS", "INPUTS"]
 
 KINDS = ("tagging", "classification", "seq2seq", "regression", "pair", "lm")
 INPUTS = ("tokens", "features", "graph", "image")

@@ -46,7 +46,8 @@ def _both_ways(edges: list[tuple[int, int]]) -> torch.Tensor:
     return torch.cat([e, e.flip(0)], dim=1)
 
 
-@register("karate", train_defaults={"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3, "dim": 32, "layers": 2, "warmup": 10, "eval_every": 10, "patience": None}, baseline_model="node_mlp")
+@register("karate", train_defaults={"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3, "dim": 32, "layers": 2,
+                                    "warmup": 10, "eval_every": 10, "patience": None}, baseline_model="node_mlp")
 def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> Task:
     """Zachary's karate club: which faction each member joins (2 classes, 34 nodes).
 
@@ -62,7 +63,8 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
     names = sorted({g.nodes[i]["club"] for i in g.nodes})
     y = torch.tensor([names.index(g.nodes[i]["club"]) for i in range(n)])
     if min(int((y == c).sum()) for c in range(2)) <= train_per_class + val_per_class:
-        raise ValueError(f"train_per_class + val_per_class must leave test members in each faction (the smaller has {int((y == 0).sum().min())})")
+        raise ValueError(f"train_per_class + val_per_class must leave test members in each faction (the smaller has "
+                         f"{int((y == 0).sum().min())})")
     gen = torch.Generator().manual_seed(seed)
     part = torch.zeros(n, dtype=torch.long)  # 0 train, 1 val, 2 test
     part[:] = 2
@@ -79,11 +81,13 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
         splits[name] = Split(x, labels, torch.ones(1, n, dtype=torch.bool), [edges])
     test_y = y[part == 2]
     majority = max(float((test_y == c).float().mean()) for c in range(2))
-    return Task("karate", "tagging", 0, 2, "accuracy", splits, {"seed": seed, "train_per_class": train_per_class, "val_per_class": val_per_class},
+    return Task("karate", "tagging", 0, 2, "accuracy", splits,
+                {"seed": seed, "train_per_class": train_per_class, "val_per_class": val_per_class},
                 label_names=names, baseline={"majority": majority}, inputs="graph", feature_dim=n)
 
 
-@register("sbm", train_defaults={"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 100}, baseline_model="node_mlp")
+@register("sbm", train_defaults={"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "dim": 64, "layers": 2,
+                                 "eval_every": 100}, baseline_model="node_mlp")
 def sbm(
     size: int = 64, seed: int = 0, nodes: int = 100, blocks: int = 4, p_in: float = 0.1, p_out: float = 0.01,
     signal: float = 1.0, dim: int = 16,
@@ -182,7 +186,8 @@ def _molecule_graphs(limit: int | None, alerts: bool):
     return out
 
 
-@register("molecules", train_defaults={"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 3, "pooling": "sum", "eval_every": 250}, baseline_model="node_mlp")
+@register("molecules", train_defaults={"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 3,
+                                       "pooling": "sum", "eval_every": 250}, baseline_model="node_mlp")
 def molecules(target: str = "logp", seed: int = 0, limit: int | None = None) -> Task:
     """RDKit's ~5000 NCI molecules as atom graphs; predict ``target`` (see the module docstring).
 
@@ -244,7 +249,8 @@ def _read_rows(path: str, what: str) -> list[list[str]]:
     return rows
 
 
-@register("graph_files", train_defaults={"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3, "dim": 64, "layers": 2, "warmup": 20, "eval_every": 20, "patience": None}, baseline_model="node_mlp")
+@register("graph_files", train_defaults={"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3, "dim": 64, "layers": 2,
+                                         "warmup": 20, "eval_every": 20, "patience": None}, baseline_model="node_mlp")
 def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int = 0, directed: bool = False) -> Task:
     """The user's own graph for node classification, from three text files.
 
@@ -283,7 +289,8 @@ def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int
         if not (0 <= a < n and 0 <= b < n):
             raise ValueError(f"{edges} line {no}: node ids must be in [0, {n - 1}], got {a} {b}")
         pairs.append((a, b))
-    edge_index = (torch.tensor(pairs, dtype=torch.long).T if pairs else torch.zeros(2, 0, dtype=torch.long)) if directed else _both_ways(pairs)
+    edge_index = ((torch.tensor(pairs, dtype=torch.long).T if pairs else torch.zeros(2, 0, dtype=torch.long)) if directed
+                  else _both_ways(pairs))
     names = sorted({s for s in names_raw if s != "?"})
     if len(names) < 2:
         raise ValueError(f"{labels} needs at least two distinct labels, got {names}")

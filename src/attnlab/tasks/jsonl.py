@@ -23,7 +23,8 @@ from pathlib import Path
 
 from .base import IGNORE, Split, Task, pad_rows, register
 
-__all__ = ["FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "SHORT_DEFAULTS", "encode_inputs", "kind_of_record", "make_jsonl", "read_records", "train_defaults_for"]
+__all__ = ["FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "SHORT_DEFAULTS", "encode_inputs", "kind_of_record", "make_jsonl", "read_records",
+           "train_defaults_for"]
 
 FIELDS = {"tagging": ("tokens", "labels"), "classification": ("text", "label"), "seq2seq": ("source", "target")}
 
@@ -111,7 +112,8 @@ def _text_tokenizer(texts: list[str], specials: list[str], vocab_size: int):
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*specials, "[UNK]"], show_progress=False))
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*specials, "[UNK]"],
+                                                             show_progress=False))
     return tok
 
 
@@ -161,7 +163,8 @@ def train_defaults_for(path: str | None = None, **options) -> dict:
 
 
 @register("jsonl", train_defaults=train_defaults_for, baseline_model="window_mlp")
-def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000, size: int | None = None) -> Task:
+def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
+               size: int | None = None) -> Task:
     """The user's file as a task (see the module docstring); ``size`` keeps that many training lines."""
     if path is None:
         raise ValueError("the jsonl task needs its file: --task-option path=FILE.jsonl")
@@ -211,7 +214,8 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
         num_labels=len(names),
         metric={"tagging": "token_accuracy", "classification": "accuracy", "seq2seq": "exact_match"}[kind],
         splits=splits,
-        options={"path": str(path), "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction, "vocab_size": vocab_size, "size": size},
+        options={"path": str(path), "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction, "vocab_size": vocab_size,
+                 "size": size},
         vocab=[tok.id_to_token(i) for i in range(tok.get_vocab_size())],
         label_names=names,
         artifacts=artifacts,

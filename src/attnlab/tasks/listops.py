@@ -68,8 +68,10 @@ def evaluate_listops(tokens: list[str]) -> int:
     return value
 
 
-@register("listops", train_defaults={"steps": 3000, "batch_size": 32, "lr": 5e-4, "dim": 64, "layers": 4, "pooling": "cls", "positional": "sinusoidal"})
-def make_listops(size: int = 10000, seed: int = 0, min_length: int = 16, max_length: int = 128, max_depth: int = 6, max_args: int = 5) -> Task:
+@register("listops", train_defaults={"steps": 3000, "batch_size": 32, "lr": 5e-4, "dim": 64, "layers": 4, "pooling": "cls",
+                                     "positional": "sinusoidal"})
+def make_listops(size: int = 10000, seed: int = 0, min_length: int = 16, max_length: int = 128, max_depth: int = 6,
+                 max_args: int = 5) -> Task:
     """The ``listops`` task (classification, 10 classes); ``max_length`` is the length knob."""
     if not 1 <= min_length <= max_length:
         raise ValueError(f"need 1 <= min_length <= max_length, got {min_length} and {max_length}")
@@ -95,7 +97,8 @@ def make_listops(size: int = 10000, seed: int = 0, min_length: int = 16, max_len
         num_labels=10,
         metric="accuracy",
         splits=splits,
-        options={"size": size, "seed": seed, "min_length": min_length, "max_length": max_length, "max_depth": max_depth, "max_args": max_args},
+        options={"size": size, "seed": seed, "min_length": min_length, "max_length": max_length, "max_depth": max_depth,
+                 "max_args": max_args},
         vocab=list(VOCAB),
         label_names=[str(d) for d in range(10)],
         baseline={"majority": majority},

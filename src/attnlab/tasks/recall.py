@@ -17,7 +17,8 @@ from .base import FIRST, IGNORE, Split, Task, register, split_sizes
 __all__ = ["make_recall"]
 
 
-@register("recall", train_defaults={"steps": 5000, "batch_size": 64, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope", "causal": True, "eval_every": 250})
+@register("recall", train_defaults={"steps": 5000, "batch_size": 64, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope",
+                                    "causal": True, "eval_every": 250})
 def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int = 16, num_keys: int = 64, num_values: int = 64) -> Task:
     """The ``recall`` task; token ids: keys ``FIRST ..``, then values; labels are value indices."""
     for name, val in (("pairs", pairs), ("queries", queries), ("num_keys", num_keys), ("num_values", num_values)):

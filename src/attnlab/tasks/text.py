@@ -47,7 +47,8 @@ def present_packages(classes: int, task: str) -> list[str]:
     least three modules each); ``ValueError`` naming ``task`` if fewer than two."""
     present = [p for p in PACKAGES if len(stdlib_files(p)) >= 3][:classes]
     if len(present) < 2:
-        raise ValueError(f"the standard library at {sysconfig.get_paths()['stdlib']} lacks the packages of the {task} task ({', '.join(PACKAGES)})")
+        raise ValueError(f"the standard library at {sysconfig.get_paths()['stdlib']} lacks the packages of the {task} task "
+                         f"({', '.join(PACKAGES)})")
     return present
 
 

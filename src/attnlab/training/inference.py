@@ -156,7 +156,8 @@ def generate(
 
     ck = load_checkpoint(path)
     if ck.model_config.kind != "lm":
-        raise CheckpointError(f"{ck.path} holds a {ck.model_config.kind} model; generate needs a language model (a task of kind lm, e.g. docs)")
+        raise CheckpointError(f"{ck.path} holds a {ck.model_config.kind} model; generate needs a language model (a task of kind lm, "
+                              "e.g. docs)")
     if ck.meta.get("task_artifacts", {}).get("codec") != "bytes":
         raise CheckpointError(f"{ck.path}: its task has no text codec (byte-level tasks such as docs have)")
     if not prompt:

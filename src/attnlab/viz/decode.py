@@ -32,7 +32,8 @@ def plot_decode(data: dict, path: str | Path) -> Path:
     ax = axes[0][0]
     if speed:
         for i, impl in enumerate(dict.fromkeys(r["implementation"] for r in speed)):
-            pts = sorted((r["context"], r["decode_tokens_per_second"]) for r in speed if r["implementation"] == impl and r["decode_tokens_per_second"])
+            pts = sorted((r["context"], r["decode_tokens_per_second"]) for r in speed
+                         if r["implementation"] == impl and r["decode_tokens_per_second"])
             if pts:
                 ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=impl)
         r0 = speed[0]

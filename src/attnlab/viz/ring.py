@@ -47,7 +47,8 @@ def plot_ring(data: dict, path: str | Path) -> Path:
                         label=f"{label}: out of memory")
     if cap:
         mem.axhline(cap, ls="--", color="grey", lw=1)
-        mem.annotate(f"cap {cap:.0f} MiB per process", (lengths[0], cap), textcoords="offset points", xytext=(0, 4), fontsize=8, color="grey")
+        mem.annotate(f"cap {cap:.0f} MiB per process", (lengths[0], cap), textcoords="offset points", xytext=(0, 4), fontsize=8,
+                     color="grey")
     kind = "causal" if r0["causal"] else "bidirectional"
     for ax in (mem, sec):
         ax.set_xscale("log", base=2)

@@ -11,8 +11,11 @@ from attnlab.training import TrainConfig, load_checkpoint, make_batch, train
 
 out = sys.argv[1]
 runs = {
-    "pos-transformer": TrainConfig.for_task("pos", task_options={"size": 64}, steps=4, eval_every=4, dim=16, heads=2, layers=1, warmup=1, batch_size=8),
-    "listops-cls-local": TrainConfig.for_task("listops", task_options={"size": 64, "max_length": 24}, attention="local", model_options={"attention_options": {"window": 2}}, steps=4, eval_every=4, dim=16, heads=2, layers=1, warmup=1, batch_size=8),
+    "pos-transformer": TrainConfig.for_task("pos", task_options={"size": 64}, steps=4, eval_every=4, dim=16, heads=2, layers=1, warmup=1,
+                                            batch_size=8),
+    "listops-cls-local": TrainConfig.for_task("listops", task_options={"size": 64, "max_length": 24}, attention="local",
+                                              model_options={"attention_options": {"window": 2}}, steps=4, eval_every=4, dim=16, heads=2,
+                                              layers=1, warmup=1, batch_size=8),
     "karate-graph": TrainConfig.for_task("karate", steps=4, eval_every=4, dim=8, heads=2, layers=1, warmup=1),
 }
 for name, cfg in runs.items():
