@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +72,8 @@ def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) 
             if isinstance(t, Mask) and t.batch is not None and t.batch not in (1, b):
                 raise ValueError(f"the mask is defined for {t.batch} batch rows, the batch has {b}")
             return
-        raise ArgumentTypeError(f"mask must be a torch.Tensor broadcastable to (B, H, N, M), a mask function or a block map, got {_describe(t)}")
+        raise ArgumentTypeError("mask must be a torch.Tensor broadcastable to (B, H, N, M), a mask function or a block map, "
+                                f"got {_describe(t)}")
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
     if name == "mask" and t.dtype != torch.bool:
@@ -283,7 +284,7 @@ def _zero_hidden(k, v, hidden_or_mask: torch.Tensor, is_hidden: bool = False):
 
 
 def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.Tensor:
-    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # grouped keys / values, on the fused kernel
+    gqa: dict[str, Any] = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # grouped keys / values, on the fused kernel
     if bias is None and causal:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=True, **gqa)
     if causal:
@@ -318,7 +319,7 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     k, v = _zero_hidden(k, v, bmap.hidden_keys(), is_hidden=True)
     qp, kp = score_fn.prepare(q, k)
     scale = score_fn.dot_scale(qp.shape[-1]) if norm_fn is softmax else None
-    params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
+    params: list[torch.Tensor] = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
     params += _mod_params(score_mod)
     if norm_fn is softmax and not dropout_p and not return_weights:
         fused = (FUSED and q.device.type == "cpu" and scale is not None and score_mod is None and bias is None
@@ -327,8 +328,8 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     else:
         kind = "generic"
     seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
-    setup = SparseSetup(bmap, bmap.plan(*budgets(kind, bmap, b, h, score_fn)), b, h, score_fn, norm_fn, score_mod, scale, kind, float(dropout_p), seed,
-                        params=params)
+    setup = SparseSetup(bmap, bmap.plan(*budgets(kind, bmap, b, h, score_fn)), b, h, score_fn, norm_fn, score_mod, scale, kind,
+                        float(dropout_p), seed, params=params)
     if return_weights:
         out, w = sparse_weights(setup, qp, kp, v, bias)
         return AttentionResult(out, w)

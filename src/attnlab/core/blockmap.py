@@ -291,7 +291,11 @@ def _plan(bmap: BlockMap, budget: int, lead_budget: int | None = None) -> list[C
     bq, bk = bmap.block
     chunks: list[Chunk] = []
     per_rows = 256
-    lo, hi, union, full = [], [], [], []
+    # per query tile row: its first and last allowed key tile, how many, the run of FULL tiles from the first
+    lo: list[int] = []
+    hi: list[int] = []
+    union: list[int] = []
+    full: list[int] = []
     ragged = bmap.m % bk != 0
     for r0 in range(0, nq, per_rows):
         st = bmap.rows(r0, min(nq, r0 + per_rows))

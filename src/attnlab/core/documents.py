@@ -30,6 +30,8 @@ class Documents(Mask):
         window: within a document, ``|i - j| <= window`` (``0 <= i - j <= window`` if causal).
     """
 
+    batch: int  # the rows of ``lengths``: always known
+
     def __init__(self, lengths, *, causal: bool = False, window: int | None = None):
         rows = lengths.tolist() if isinstance(lengths, torch.Tensor) else list(lengths)
         if not rows or not isinstance(rows[0], (list, tuple)):

@@ -198,7 +198,8 @@ def edge_attention(
             raise ValueError(f"{name} must be a (N, H, D) tensor, got {getattr(t, 'shape', type(t).__name__)}")
     n, h, d = q.shape
     if k.shape != q.shape or v.shape[:2] != (n, h):
-        raise ValueError(f"q, k must be (N, H, D) and v (N, H, Dv) with the same N, H; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"q, k must be (N, H, D) and v (N, H, Dv) with the same N, H; got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
     edge_index = check_edge_index(edge_index, n)
     e = edge_index.shape[1]
     if bias is not None and bias.shape != (e, h):

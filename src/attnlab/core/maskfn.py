@@ -126,7 +126,8 @@ class TensorMask(Mask):
         if not isinstance(tensor, torch.Tensor):
             raise ArgumentTypeError(f"a mask must be a torch.Tensor, a callable or an attnlab mask, got {type(tensor).__name__}")
         if tensor.dtype != torch.bool:
-            raise ArgumentTypeError(f"a mask tensor must have dtype torch.bool (True = this query may attend to this key), got {tensor.dtype}")
+            raise ArgumentTypeError("a mask tensor must have dtype torch.bool (True = this query may attend to this key), "
+                                    f"got {tensor.dtype}")
         if not 1 <= tensor.dim() <= 4:
             raise ValueError(f"a mask tensor must have 1 to 4 dimensions, broadcastable to (B, H, N, M); got shape {tuple(tensor.shape)}")
         self.tensor = tensor.reshape((1,) * (4 - tensor.dim()) + tuple(tensor.shape))  # (B|1, H|1, N|1, M|1)

@@ -21,6 +21,8 @@ gradients) for it.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from ..registry import Registry
@@ -35,6 +37,7 @@ __all__ = ["Mask", "as_mask", "and_masks", "or_masks", "full", "causal", "window
 def _check_size(name: str, value: object) -> int:
     if not is_int(value):
         raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = cast(int, value)  # is_int checked it
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
     return value
@@ -215,7 +218,8 @@ class PositionSet(Mask):
     def __call__(self, b, h, q_idx, kv_idx):
         idx = q_idx if self.side == "q" else kv_idx
         mem = self.members.to(idx.device)
-        return mem[idx.clamp(0, max(mem.shape[0] - 1, 0))] & (idx < mem.shape[0]) if mem.numel() else torch.zeros_like(idx, dtype=torch.bool)
+        return (mem[idx.clamp(0, max(mem.shape[0] - 1, 0))] & (idx < mem.shape[0]) if mem.numel()
+                else torch.zeros_like(idx, dtype=torch.bool))
 
     def tiles(self, grid):
         lo, hi = (grid.q_lo, grid.q_hi) if self.side == "q" else (grid.kv_lo, grid.kv_hi)

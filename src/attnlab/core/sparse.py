@@ -57,6 +57,7 @@ def _scores(setup: SparseSetup, c: Chunk, qc, kc, bias, allowed, fill: bool = Tr
     this chunk, or one row for all) and the score function; forbidden pairs at -inf if ``fill``."""
     b, h = setup.b, setup.h
     q5, k5 = _split_heads(qc, b, h), _split_heads(kc, b, h)
+    assert setup.score_fn is not None  # every kernel has a score
     s = setup.score_fn.pairwise(q5, k5)
     dev = s.device
     if bias is not None or setup.score_mod is not None:
@@ -83,6 +84,7 @@ def _fused_part(setup: SparseSetup, c: Chunk, qc, kc, vc, first: int):
     bk = setup.bmap.block[1]
     allowed, dead = setup.allowed(c, qc.device, first)
     mask = None if allowed is None else setup.kernel_mask(allowed, dead, qc.dtype, True)
+    assert _FWD is not None  # the fused kind needs FUSED
     o, lse = _FWD(qc, kc[:, :, first * bk :], vc[:, :, first * bk :], attn_mask=mask, scale=setup.scale)
     o5, l5 = _split_heads(o, setup.b, setup.h), lse.view(g, setup.b, setup.h, rows)
     d5 = SparseSetup.rows5(o, dead)
@@ -99,6 +101,7 @@ def _fused_forward(setup: SparseSetup, c: Chunk, qc, kc, vc):
         return _fused_part(setup, c, qc, kc, vc, 0)
     bk = setup.bmap.block[1]
     g, rows = setup.groups(c)
+    assert _FWD is not None  # the fused kind needs FUSED
     o, lead_lse = _FWD(qc, kc[:, :, : c.lead * bk], vc[:, :, : c.lead * bk], scale=setup.scale)
     oa, la = _split_heads(o, setup.b, setup.h), lead_lse.view(g, setup.b, setup.h, rows)
     ob, lb = _fused_part(setup, c, qc, kc, vc, c.lead)
@@ -114,6 +117,7 @@ def _fused_backward(setup: SparseSetup, c: Chunk, doc, qc, kc, vc, oc, lc, dq, d
     bk = setup.bmap.block[1]
     parts = [(0, c.lead, False), (c.lead, c.S, True)] if c.lead else [(0, c.S, True)]
     gq = None
+    assert _BWD is not None  # the fused kind needs FUSED
     for a, b, masked in parts:
         mask = None
         if masked:
@@ -125,6 +129,7 @@ def _fused_backward(setup: SparseSetup, c: Chunk, doc, qc, kc, vc, oc, lc, dq, d
         slots = (a, b) if c.lead else None
         setup.fold(dk, gk, c, slots)
         setup.fold(dv, gv, c, slots)
+    assert gq is not None  # parts is never empty
     setup.put_rows(dq, c, gq)
 
 
@@ -142,6 +147,7 @@ def _generic_chunk(setup: SparseSetup, c: Chunk, index: int, qc, kc, vc, bias, a
     """Output ``(R, B, H, bq, Dv)`` (and the weights before dropout) of any normaliser."""
     s = _scores(setup, c, qc, kc, bias, allowed, fill=False)
     mask = None if allowed is None else allowed.permute(2, 0, 1, 3, 4)
+    assert setup.norm_fn is not None  # the generic kernel has a normaliser
     w = setup.norm_fn(s, mask)
     wd = w
     if setup.dropout_p > 0:
@@ -235,7 +241,7 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
                 target, grad = s, ds
                 if need_v:
                     setup.fold(dv, gv5.reshape(r, bh, *gv5.shape[3:]).to(vp.dtype), c)
-                wrt = [(n, t) for n, t in (("q", ql), ("k", kl)) if t.requires_grad]
+                wrt: list[tuple[str | int, torch.Tensor]] = [(n, t) for n, t in (("q", ql), ("k", kl)) if t.requires_grad]
             else:
                 target = _generic_chunk(setup, c, i, ql, kl, vl, cb, allowed)
                 grad = _split_heads(doc, setup.b, setup.h)
@@ -256,11 +262,13 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
             elif name == "v":
                 setup.fold(dv, g, c)
             elif name == "bias":
+                assert dbias is not None  # bias gradients are asked for with need_bias
                 if bias.dim() >= 2 and bias.shape[-2] != 1:
                     dbias[..., rows, :] += g
                 else:
                     dbias += g
             else:
+                assert isinstance(name, int)  # a parameter's index in setup.params
                 dparams[name] = g if dparams[name] is None else dparams[name] + g
     return dq, dk.view(bh, -1, dk.shape[-1]), dv.view(bh, -1, dv.shape[-1]), dbias, dparams
 

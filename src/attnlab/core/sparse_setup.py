@@ -4,12 +4,15 @@ views of the inputs where the tiles run consecutively, and the mask of its slots
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import overload
 
 import torch
 
 from .blockmap import BlockMap, Chunk, _evaluate
 from .maskfn import FULL, PARTIAL
+from .scores import Score
 
 __all__ = ["SparseSetup"]
 
@@ -33,9 +36,9 @@ class SparseSetup:
     chunks: list[Chunk]
     b: int
     h: int
-    score_fn: object = None
-    norm_fn: object = None
-    score_mod: object = None
+    score_fn: Score | None = None
+    norm_fn: Callable[..., torch.Tensor] | None = None
+    score_mod: Callable[..., torch.Tensor] | None = None
     scale: float | None = None  # the dot product's scale: the fused kernel is possible
     kind: str = "generic"  # "fused", "softmax" or "generic"
     dropout_p: float = 0.0
@@ -78,6 +81,7 @@ class SparseSetup:
         """``(R, S)`` key tiles of a chunk's tile rows (run mode: may reach outside ``0 .. NK-1``);
         ``(R', S)`` with ``groups``."""
         if c.mode == "gather":
+            assert c.tiles is not None  # a gather chunk carries its tiles
             return c.tiles.to(device)
         rows = torch.arange(1 if (groups and self.merged(c)) else c.r1 - c.r0, device=device)
         return c.start + rows[:, None] * c.step + torch.arange(c.S, device=device)[None, :]
@@ -162,6 +166,12 @@ class SparseSetup:
         a = a.reshape(r, -1, bq, length)
         return torch.zeros(a.shape, dtype=dtype, device=a.device).masked_fill_(~a, float("-inf"))
 
+    @overload
+    @staticmethod
+    def rows5(x: torch.Tensor, dead: torch.Tensor) -> torch.Tensor: ...
+    @overload
+    @staticmethod
+    def rows5(x: torch.Tensor, dead: None) -> None: ...
     @staticmethod
     def rows5(x: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor | None:
         """``dead`` ``(Bm, Hm, R, bq)`` as ``(R, Bm, Hm, bq)``, to mask a ``(R, B, H, bq, ·)`` tensor."""

@@ -4,6 +4,7 @@ combined masks (what :meth:`attnlab.core.maskfn.Mask.tiles` returns and combines
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -61,8 +62,10 @@ def _combine(states: list[torch.Tensor | None], absorbing: int, identity: int) -
     if not known:
         return None
     k = len(states)
-    absorb, ident, partial = (sum((s == state).int() for s in known) for state in (absorbing, identity, PARTIAL))
-    out = torch.where(absorb > 0, absorbing, torch.where(ident == k, identity, torch.where((partial == 1) & (ident == k - 1), PARTIAL, UNKNOWN)))
+    # each sum is of a non-empty list of tensors: a tensor, never sum()'s int start 0
+    absorb, ident, partial = (cast(torch.Tensor, sum((s == state).int() for s in known)) for state in (absorbing, identity, PARTIAL))
+    out = torch.where(absorb > 0, absorbing,
+                      torch.where(ident == k, identity, torch.where((partial == 1) & (ident == k - 1), PARTIAL, UNKNOWN)))
     return out.to(torch.uint8)
 
 

@@ -28,17 +28,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import cast
 
 import torch
 
 from ..core.attend import AttentionResult
 from ..core.masks import key_padding_flags
 from ..layers.cache import KVCache, RecurrentState
-from ..layers.multihead import MultiHeadAttention
+from ..layers.multihead import HeadMode, MultiHeadAttention
 from ..registry import Registry
 from ..validate import ArgumentTypeError
 
-__all__ = ["VARIANTS", "Budget", "DenseAttention", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets", "create", "key_padding", "names", "register"]
+__all__ = ["VARIANTS", "Budget", "DenseAttention", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets", "create",
+           "key_padding", "names", "register"]
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ class EfficientAttention(MultiHeadAttention):
         kdim: int | None = None,
         vdim: int | None = None,
         bias: bool = True,
-        head_mode: str = "split",
+        head_mode: HeadMode = "split",
         positional=None,
         positional_options: dict | None = None,
         max_len: int | None = None,
@@ -246,7 +248,8 @@ class EfficientAttention(MultiHeadAttention):
             raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
         if window is not None or user_sinks or positions != "absolute":
             raise ValueError(f"the {self.name!r} attention's cache is its own window: pass no window, sinks or positions")
-        return KVCache(window=self.window + 1, sinks=sinks)
+        # self.window: the int window of the variants that call this (local, longformer), unknown to this base class
+        return KVCache(window=cast(int, self.window) + 1, sinks=sinks)
 
     def _recurrent_cache(self, window, sinks, positions, make=RecurrentState):
         """``make()``: a recurrent state (running sums, a matrix state), which only a causal layer

@@ -141,8 +141,9 @@ class GatedRecurrence(EfficientAttention):
         if not isinstance(cache, MatrixState):
             raise ValueError(f"the {self.name!r} attention decodes with the cache its new_cache() makes, not this one")
 
+    # the override narrows cache: this layer decodes with its own MatrixState only (check_cache refuses other caches)
     def forward(self, query, key=None, value=None, *, mask=None, bias=None, return_weights=False, positions=None,
-                key_positions=None, cache: MatrixState | None = None) -> AttentionResult:
+                key_positions=None, cache: MatrixState | None = None) -> AttentionResult:  # type: ignore[override]
         """Self-attention of ``query`` ``(B, N, E)``; see :class:`GatedRecurrence` for masks and
         ``cache`` (decoding: ``query`` holds the new tokens, ``mask`` their key padding)."""
         if key is not None or value is not None:

@@ -63,6 +63,9 @@ class LinearAttention(EfficientAttention):
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
         if valid is not None:
             phi_k = phi_k * valid[:, None, :, None]
-        sums = None if state.s is None else (state.s, state.z)
+        sums = None
+        if state.s is not None:
+            assert state.z is not None  # written with s
+            sums = (state.s, state.z)
         out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=self.eps, state=sums, return_state=True)
         return out

@@ -36,7 +36,7 @@ class LinformerAttention(EfficientAttention):
     supports_causal = False
 
     def __init__(self, embed_dim: int, num_heads: int, *, max_len: int | None = None, k: int = 256, share_kv: bool = False, **options):
-        if not is_int(max_len) or max_len < 1:
+        if max_len is None or not is_int(max_len) or max_len < 1:  # None is not an int either: testing it first tells mypy
             raise ValueError(f"linformer projects sequences of a fixed maximum length: pass max_len (a positive int), got {max_len!r}")
         positive_int("k", k)
         super().__init__(embed_dim, num_heads, max_len=max_len, **options)

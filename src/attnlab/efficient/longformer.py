@@ -95,7 +95,8 @@ class BigBirdAttention(LongformerAttention):
     budget = Budget(
         short={"window": 4, "global_tokens": 1, "random_blocks": 1},
         long={"window": 64, "global_tokens": 2, "random_blocks": 3},
-        sweep=Sweep("random_blocks", (0, 1, 4, 12), "random blocks (w 64, 2 global)", fixed={"window": 64, "global_tokens": 2}, seeded=True),
+        sweep=Sweep("random_blocks", (0, 1, 4, 12), "random blocks (w 64, 2 global)", fixed={"window": 64, "global_tokens": 2},
+                    seeded=True),
     )
 
     def __init__(
@@ -149,6 +150,7 @@ class _RandomBlocks(masks.BlockTable):
     def _draw(self, n: int, m: int) -> torch.Tensor:
         self.block, nb = block_layout(n, self.layer.window, self.layer.block)
         picks = self.layer.random_blocks(n)
+        assert picks is not None  # only a layer with num_random > 0 makes these blocks
         table = torch.zeros(nb, nb, dtype=torch.bool)
         rows = torch.arange(nb)[:, None].expand_as(picks)
         table[rows[picks >= 0], picks[picks >= 0]] = True

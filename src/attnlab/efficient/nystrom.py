@@ -26,7 +26,8 @@ def iterative_pinv(a: torch.Tensor, iters: int = 6) -> torch.Tensor:
     return z
 
 
-def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None, slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None,
+                  slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Landmarks: the means of consecutive segments of ``x`` ``(B, H, L, D)``, over real
     (non-padded) positions only. Returns ``(B, H, m, D)`` and ``(B, m)`` "segment has a real
     position".

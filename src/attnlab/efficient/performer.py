@@ -97,6 +97,10 @@ class PerformerAttention(EfficientAttention):
         sweep=Sweep("num_features", (16, 64, 256, 1024), "features", seeded=True),
     )
 
+    # buffers (registered in __init__; nn.Module's __getattr__ types them as Tensor | Module)
+    features: torch.Tensor
+    calls: torch.Tensor
+
     def __init__(
         self,
         embed_dim: int,
@@ -164,6 +168,7 @@ class PerformerAttention(EfficientAttention):
         phi_k = torch.exp(logits - used).to(q.dtype)
         sums = None
         if state.s is not None:
+            assert state.z is not None and state.shift is not None  # written with s
             old = torch.where(torch.isfinite(state.shift), state.shift, used)  # a row with nothing seen has zero sums
             scale = torch.exp(old - used).to(q.dtype)  # <= 1: the old sums under the new shift
             sums = (state.s * scale, state.z * scale[..., 0])

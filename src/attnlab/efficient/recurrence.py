@@ -32,6 +32,8 @@ delta rule); GLA's per-channel decay is factored inside chunks of at most
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 
 from ..validate import positive_int
@@ -171,6 +173,10 @@ def parallel_delta(q, k, v, beta, g=None, *, state=None):
 
 
 # ---------------------------------------------------------------------------- chunkwise forms
+@overload
+def _chunks(x: torch.Tensor, c: int) -> torch.Tensor: ...
+@overload
+def _chunks(x: None, c: int) -> None: ...
 def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
     """``(B, H, N, ...)`` -> ``(B, H, N / C, C, ...)``, zero-padded to a whole number of chunks
     (a zero key, value, decay and beta changes nothing)."""

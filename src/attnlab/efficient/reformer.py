@@ -54,7 +54,8 @@ def _chunk_group(q, kv_q, v, kv_v, b_q, b_kv, p_q, p_kv, ok_kv, c: int, causal: 
     # a query's own key is the same sorted slot: the diagonal of the chunk's own block
     own = torch.eye(c, dtype=torch.bool, device=q.device)
     own = F.pad(own, (0, cb.shape[-1] - c))
-    s = torch.where(own, torch.where(forbidden, float("-inf"), SELF_LOGIT) if ok_kv is not None else SELF_LOGIT, s.masked_fill(forbidden, float("-inf")))
+    s = torch.where(own, torch.where(forbidden, float("-inf"), SELF_LOGIT) if ok_kv is not None else SELF_LOGIT,
+                    s.masked_fill(forbidden, float("-inf")))
     dead = (s == float("-inf")).all(-1)  # (B, H, g, c): a row with no allowed key: weights 0, lse -inf, no NaN either way
     lse = torch.logsumexp(s.masked_fill(dead[..., None], 0.0), dim=-1).masked_fill(dead, float("-inf"))
     w = torch.exp(s - lse.masked_fill(dead, 0.0)[..., None])
@@ -83,7 +84,9 @@ class _LSHChunks(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    def _inputs(sq, sv, sb, pos, ok, c: int, a: int, z: int, leaf=None):
+    def _inputs(sq, sv, sb, pos, ok, c: int, a: int, z: int, leaf=None) -> tuple[
+            torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None,
+            torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor | None] | None]:
         """A group's slots and the chunk before its first (chunk nc - 1 before chunk 0; none with one chunk)."""
         nc = sq.shape[2] // c
         rows = slice(a * c, z * c)
@@ -146,7 +149,8 @@ class ReformerAttention(EfficientAttention):
     budget = Budget(
         short={"num_buckets": 4, "chunk_size": 16},
         long={"num_buckets": 64, "num_hashes": 2, "chunk_size": 64, "seed": 0},
-        sweep=Sweep("num_hashes", (1, 2, 4, 8), "hash rounds (16 buckets, chunk 64)", fixed={"num_buckets": 16, "chunk_size": 64}, seeded=True),
+        sweep=Sweep("num_hashes", (1, 2, 4, 8), "hash rounds (16 buckets, chunk 64)", fixed={"num_buckets": 16, "chunk_size": 64},
+                    seeded=True),
     )
 
     uses_keys = False  # shared QK: the key projection is never computed
@@ -210,7 +214,8 @@ class ReformerAttention(EfficientAttention):
         # back to slot order (padding slots dropped), then the rounds combined
         idx = order[..., None].expand(-1, -1, -1, o.shape[-1])
         back = (o.new_zeros(b, h, total + 1, o.shape[-1]) if pad else torch.empty_like(o)).scatter(2, idx, o)[:, :, :total]
-        l_back = (lse.new_full((b, h, total + 1), float("-inf")) if pad else lse.new_empty(b, h, total)).scatter(2, order, lse)[:, :, :total]
+        l_back = (lse.new_full((b, h, total + 1), float("-inf")) if pad
+                  else lse.new_empty(b, h, total)).scatter(2, order, lse)[:, :, :total]
         back = back.view(b, h, rounds, n, -1)
         if rounds == 1:
             return back[:, :, 0]

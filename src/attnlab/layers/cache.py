@@ -122,6 +122,12 @@ class KVCache:
         size: tokens held now (``seen``, or at most ``sinks + window``).
     """
 
+    # the buffers: allocated together on the first write (``_allocate``), None before it
+    k: torch.Tensor | None
+    v: torch.Tensor | None
+    valid: torch.Tensor | None
+    slot_pos: torch.Tensor | None
+
     def __init__(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute"):
         self.window = None if window is None else positive_int("window", window)
         self.sinks = int_at_least("sinks", sinks, 0)
@@ -157,6 +163,7 @@ class KVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search: each new beam continues the row it came from)."""
         if self.k is not None:
+            assert self.v is not None and self.valid is not None  # allocated with k
             self.k, self.v, self.valid = self.k[index], self.v[index], self.valid[index]
 
     # ------------------------------------------------------------------ a forward call
@@ -177,6 +184,7 @@ class KVCache:
                     for i in range(q.shape[2])]
             return AttentionResult(torch.cat([o.output for o in outs], 2), outs[0].weights if len(outs) == 1 else None)
         keys, values, key_valid, kpos = self.update(k, v, call.valid)
+        assert call.qpos is not None  # begin() gives the new tokens' positions
         mod = layer.score_mod(call.qpos, kpos)
         return layer.attention_step(q, keys, values, exact=True, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
                                   return_weights=return_weights)
@@ -190,7 +198,8 @@ class KVCache:
             q, keys = pe.rotate(q, keys, bq, bk)
         mod = layer.score_mod(bq, bk)
         qp = torch.tensor([qpos], device=q.device)
-        return layer.attention_step(q, keys, values, exact=True, mask=self.mask(qp, kpos, key_valid), score_mod=mod, return_weights=return_weights)
+        return layer.attention_step(q, keys, values, exact=True, mask=self.mask(qp, kpos, key_valid), score_mod=mod,
+                                    return_weights=return_weights)
 
     # ------------------------------------------------------------------ storage
     def _allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int) -> None:
@@ -200,6 +209,7 @@ class KVCache:
         new_valid = torch.zeros(b, slots, dtype=torch.bool, device=k.device)
         new_pos = torch.zeros(slots, dtype=torch.long, device=k.device)
         if self.k is not None:
+            assert self.v is not None and self.valid is not None and self.slot_pos is not None  # allocated with k
             s = self.size
             new_k[:, :, :s], new_v[:, :, :s], new_valid[:, :s], new_pos[:s] = (
                 self.k[:, :, :s], self.v[:, :, :s], self.valid[:, :s], self.slot_pos[:s])
@@ -208,6 +218,7 @@ class KVCache:
     def _slots(self, pos: torch.Tensor) -> torch.Tensor:
         """The ring-buffer slot of absolute positions ``pos`` (bounded caches)."""
         s = self.sinks
+        assert self.window is not None  # bounded
         return torch.where(pos < s, pos, s + (pos - s) % self.window)
 
     def update(self, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None = None):
@@ -236,12 +247,15 @@ class KVCache:
             need = self.size + n
             if self.k is None or need > self.capacity:
                 self._allocate(k, v, max(need, 2 * self.capacity, 16))
+            assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None  # allocated
             sl = slice(self.size, need)
             self.k[:, :, sl], self.v[:, :, sl], self.valid[:, sl], self.slot_pos[sl] = k, v, valid, new_pos
             self.size, self.seen = need, self.seen + n
             return self.k[:, :, :need], self.v[:, :, :need], self.valid[:, :need], self.slot_pos[:need]
+        assert self.window is not None  # bounded
         if self.k is None:
             self._allocate(k, v, self.sinks + self.window)
+        assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None  # allocated
         if n == 1:  # the new token takes the slot of the one it pushes out: the buffer is what it sees
             self._write(k, v, valid, new_pos)
             s = self.size
@@ -254,6 +268,8 @@ class KVCache:
         return out
 
     def _write(self, k, v, valid, pos) -> None:
+        assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None  # allocated
+        assert self.window is not None  # only bounded caches write slots
         slots = self._slots(pos)
         self.k.index_copy_(2, slots, k.to(self.k.dtype))
         self.v.index_copy_(2, slots, v.to(self.v.dtype))
@@ -273,7 +289,8 @@ class KVCache:
     def mask(self, query_positions: torch.Tensor, key_positions: torch.Tensor, key_valid: torch.Tensor):
         """The mask of what each new query sees: :meth:`rule` at the queries' and the held keys'
         positions (the keys in ring-buffer order), and no padding; None when that is every key."""
-        if query_positions.shape[0] == 1 and not self.padded and (not self.bounded or key_positions.shape[0] <= self.sinks + self.window):
+        if (query_positions.shape[0] == 1 and not self.padded
+                and (self.window is None or key_positions.shape[0] <= self.sinks + self.window)):
             return None  # one query at the end, nothing pushed out: every held key is visible
         out = Positioned(self.rule(), query_positions, key_positions)
         return out & masks.valid_keys(key_valid) if self.padded else out
@@ -281,6 +298,7 @@ class KVCache:
     def cache_positions(self, key_positions: torch.Tensor, query_position: int) -> tuple[torch.Tensor, torch.Tensor]:
         """StreamingLLM's positions (``positions="cache"``, one query): the keys' and the
         query's places in the cache, sinks first, then the window in stream order."""
+        assert self.window is not None  # positions="cache" comes with a window
         start = max(self.sinks, query_position - self.window + 1)  # the oldest window token the query sees
         def rank(p):
             return torch.where(p < self.sinks, p, self.sinks + (p - start))

@@ -118,11 +118,15 @@ class GraphAttention(nn.Module):
         if (edge_attr is None) != (self.lin_edge is None):
             raise ValueError("edge_attr must be given exactly when the layer was built with edge_dim")
         if edge_attr is not None and (edge_attr.dim() != 2 or edge_attr.shape != (edge_index.shape[1], self.edge_dim)):
-            raise ValueError(f"edge_attr must be (E, {self.edge_dim}) = {(edge_index.shape[1], self.edge_dim)}, got {tuple(edge_attr.shape)}")
+            raise ValueError(f"edge_attr must be (E, {self.edge_dim}) = {(edge_index.shape[1], self.edge_dim)}, "
+                             f"got {tuple(edge_attr.shape)}")
         q = self.lin_query(x).view(n, h, c)
         k = self.lin_key(x).view(n, h, c)
         v = self.lin_value(x).view(n, h, c)
-        e = self.lin_edge(edge_attr).view(-1, h, c) if edge_attr is not None else None
+        e = None
+        if edge_attr is not None:
+            assert self.lin_edge is not None  # checked above: edge_attr is given exactly when the layer has edge_dim
+            e = self.lin_edge(edge_attr).view(-1, h, c)
         drop = self.dropout if self.training else 0.0
         if self.mode == "sparse":
             bias = (q[edge_index[1]] * e).sum(-1) * c**-0.5 if e is not None else None

@@ -223,7 +223,7 @@ class MultiHeadAttention(nn.Module):
         heads = out.view(b, n, len(projs), self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) each
         if not self.uses_keys:  # a variant that derives its keys from the queries
             return heads[0], heads[0], heads[1]
-        return heads
+        return heads[0], heads[1], heads[2]
 
     def key_heads(self, key: torch.Tensor, value: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """k and v ``(B, G, M, D)`` of cross-attention inputs (what a cross-attention cache keeps)."""
@@ -361,8 +361,9 @@ class MultiHeadAttention(nn.Module):
         """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's
         forward passes, with the heads and the keyword arguments (``mask``, ``bias``,
         ``score_mod``, ...) the step receives; with a cache, ``k`` and ``v`` are the held keys (a
-        :class:`RecurrentState` keeps no keys: its steps call no hook). What the hook returns is ignored. Remove it with the handle's ``remove()``. The arena
-        records its attention maps through it.
+        :class:`RecurrentState` keeps no keys: its steps call no hook). What the hook returns is
+        ignored. Remove it with the handle's ``remove()``. The arena records its attention maps
+        through it.
         """
         handle = RemovableHandle(self._step_hooks)
         self._step_hooks[handle.id] = hook

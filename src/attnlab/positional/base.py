@@ -118,7 +118,7 @@ class InputEncoding(PositionalEncoding):
 
     kind = "input"
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int | None):  # None (no width given) is refused by the check
         super().__init__()
         self.dim = positive_int("dim", dim)
 
