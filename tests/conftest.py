@@ -9,6 +9,12 @@ from tests.bert_folder import write_tiny_bert
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may be downloaded (sentence-transformers, transformers)
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n W: one thread per worker (and per process it starts), not W x cores
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 settings.register_profile(
     "attnlab",
     deadline=None,

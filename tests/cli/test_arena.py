@@ -10,13 +10,16 @@ from attnlab.cli import app
 from tests.cli.helpers import runner
 
 
-def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path):
+def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path, monkeypatch):
     import sqlite3
 
     from typer.testing import CliRunner
 
+    from attnlab.arena import PRESETS, Preset, TaskSetting
     from attnlab.cli import app
 
+    # the default preset, shrunk: pos on 400 sentences for 40 steps (the command's path, not the learning, is tested here)
+    monkeypatch.setitem(PRESETS, "quick", Preset({"pos": TaskSetting({"size": 400}, {"steps": 40, "eval_every": 20, "dim": 32})}))
     args = ["arena", "--tasks", "pos", "--variants", "dense", "--out", str(tmp_path)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
