@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test properties bench clean system
+.PHONY: demo test properties bench docs clean system
 
 # Debian packages, installed once if missing: espeak-ng speaks the `speech` task's words;
 # chromium renders the arena's report.html and the attention viewer in tests
@@ -16,7 +16,7 @@ system:
 
 $(BIN)/attnlab: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[all,dev,pretrained,transformers]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[all,dev,docs,pretrained,transformers]'
 	touch $@
 
 demo: system $(BIN)/attnlab
@@ -31,6 +31,10 @@ properties: $(BIN)/attnlab
 
 bench: $(BIN)/attnlab
 	$(BIN)/python benchmarks/attention.py
+
+# the documentation site: guides, API reference from the docstrings, benchmark pages; open docs/_build/html/index.html
+docs: $(BIN)/attnlab
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) src/*.egg-info .pytest_cache .hypothesis

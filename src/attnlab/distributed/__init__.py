@@ -11,7 +11,7 @@ group, attended exactly by ring attention (forward and backward), on gloo (CPU) 
 * :class:`SequenceParallel` — the model-level switch (:func:`parallelize`): a backbone built
   for whole sequences computes each rank's shard only.
 
-The design for many machines is in ``docs/distributed.md``.
+The design for many machines is in the sequence-parallelism guide (``docs/guides/sequence-parallelism.md``).
 """
 
 from .context import RingContext, RingTimings

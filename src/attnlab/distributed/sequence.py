@@ -69,8 +69,10 @@ class ShardedMask:
     adds it to the rule.
 
     Attributes:
-        context: the :class:`RingContext` of this forward. causal: ``j <= i``. window: ``|i - j|
-        <= window`` (``0 <= i - j <= window`` causal). timings: where ring time is added up.
+        context: the :class:`RingContext` of this forward.
+        causal: ``j <= i``.
+        window: ``|i - j| <= window`` (``0 <= i - j <= window`` causal).
+        timings: where ring time is added up.
         length: the real length N when the shards were padded past it (positions from N on are
             padding: masked keys, discarded queries), else None.
         rule: any mask over global positions (:mod:`attnlab.masks`), combined with ``causal`` and

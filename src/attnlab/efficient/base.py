@@ -137,9 +137,9 @@ class EfficientAttention(MultiHeadAttention):
     Subclasses implement :meth:`efficient` on projected heads and set ``supports_causal``.
 
     Args:
-        embed_dim, num_heads, kdim, vdim, bias, head_mode, positional, positional_options,
-            max_len: as for :class:`attnlab.MultiHeadAttention` (the score is the scaled dot
-            product and the normaliser softmax, which the variants approximate).
+        embed_dim, num_heads, kdim, vdim, bias, head_mode, positional, positional_options, max_len: as for
+            :class:`attnlab.MultiHeadAttention` (the score is the scaled dot product and the
+            normaliser softmax, which the variants approximate).
         causal: each query attends only to keys at or before its position.
     """
 

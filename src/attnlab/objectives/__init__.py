@@ -1,15 +1,15 @@
 """Objectives, one per kind of output: the loss of a batch and the metric of a split.
 
-==================  ===========================================  ===========================
-kind                loss                                         metric
-==================  ===========================================  ===========================
+==================  ============================================  ============================
+kind                loss                                          metric
+==================  ============================================  ============================
 ``tagging``         cross-entropy per vector / node (IGNORE off)  accuracy over scored ones
 ``classification``  cross-entropy per set / graph                 accuracy
 ``pair``            cross-entropy per pair (two-tower model)      accuracy
-``regression``      mean squared error                           R^2 over the split
-``seq2seq``         teacher-forced cross-entropy                 exact match, greedy decoding
-``lm``              next-token cross-entropy                     perplexity (lower is better)
-==================  ===========================================  ===========================
+``regression``      mean squared error                            R^2 over the split
+``seq2seq``         teacher-forced cross-entropy                  exact match, greedy decoding
+``lm``              next-token cross-entropy                      perplexity (lower is better)
+==================  ============================================  ============================
 
 Beside them, :class:`Denoising` (``objectives/denoising.py``) is the self-pretraining objective of
 any token task: restore masked tokens, or predict the next one, on the task's own inputs.
