@@ -26,8 +26,8 @@ from attnlab.training.config import model_config
 from attnlab.training.precision import autocast
 
 CASES = {
-    "text 1024 bytes, dense, 1 block": ("text", {"length": 1024}, {"layers": 1}),
-    "text 1024 bytes, linear, 1 block": ("text", {"length": 1024}, {"layers": 1, "attention": "linear"}),
+    "text 1024 bytes, dense, 1 block": ("text", {"length": 1024}, {"num_layers": 1}),
+    "text 1024 bytes, linear, 1 block": ("text", {"length": 1024}, {"num_layers": 1, "attention": "linear"}),
     "pos tagging, dense": ("pos", {}, {}),
     "digits, vit": ("digits", {}, {}),
 }

@@ -58,12 +58,12 @@ CONFIGS = {
     "short-data defaults": SHORT,
     "positional none": {**SHORT, "positional": "none"},
     "positional sinusoidal": {**SHORT, "positional": "sinusoidal"},
-    "1 layer": {**SHORT, "layers": 1},
+    "1 layer": {**SHORT, "num_layers": 1},
     "lr 0.002": {**SHORT, "lr": 0.002},
     "self-pretraining (half the budget)": {**SHORT, "pretrain_steps": 10**6},
     "batch 8": {**SHORT, "batch_size": 8},
     "batch 8 + warm-up 20": {**SHORT, "batch_size": 8, "warmup": 20},
-    "batch 8 + warm-up 20 + 1 layer": {**SHORT, "batch_size": 8, "warmup": 20, "layers": 1},
+    "batch 8 + warm-up 20 + 1 layer": {**SHORT, "batch_size": 8, "warmup": 20, "num_layers": 1},
     "batch 8 + warm-up 20 + lr 0.002": {**SHORT, "batch_size": 8, "warmup": 20, "lr": 0.002},
     "batch 8 + warm-up 20 + local attention": {**SHORT, "batch_size": 8, "warmup": 20, "attention": "local"},
     "window_mlp (no attention: +-2 tokens)": {**SHORT, "model": "window_mlp"},
@@ -98,9 +98,9 @@ def main() -> None:
             t = time.perf_counter()
             res = train(cfg, Path(tmp) / f"run{len(results)}-{name}")
             row = {"config": name, "overrides": overrides, "accuracy": res.value, "steps": res.steps, "test_size": res.test_size,
-                   "wall_seconds": round(time.perf_counter() - t, 1), "positional": cfg.positional, "dim": cfg.dim, "layers": cfg.layers,
-                   "lr": cfg.lr, "batch_size": cfg.batch_size, "warmup": cfg.warmup, "precision": res.precision,
-                   "stopped_by": res.stopped_by}
+                   "wall_seconds": round(time.perf_counter() - t, 1), "positional": cfg.positional,
+                   "dim": cfg.embed_dim, "layers": cfg.num_layers, "lr": cfg.lr, "batch_size": cfg.batch_size, "warmup": cfg.warmup,
+                   "precision": res.precision, "stopped_by": res.stopped_by}
             results.append(row)
             print(f"{name:40s} {res.value:.4f}  ({res.steps} steps, {row['wall_seconds']} s)", flush=True)
             if out:

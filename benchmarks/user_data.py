@@ -98,8 +98,8 @@ CONFIGS = {
     "transformer, rope": {"positional": "rope"},
     "transformer, alibi": {"positional": "alibi"},
     "transformer, relative": {"positional": "relative"},
-    "transformer, rope, dim 128": {"positional": "rope", "dim": 128},
-    "transformer, rope, 1 layer": {"positional": "rope", "layers": 1},
+    "transformer, rope, dim 128": {"positional": "rope", "embed_dim": 128},
+    "transformer, rope, 1 layer": {"positional": "rope", "num_layers": 1},
     "mlp (no attention: each token alone)": {"model": "mlp"},
     "window_mlp (no attention: +-2 tokens)": {"model": "window_mlp"},
 }
@@ -122,7 +122,8 @@ def main() -> None:
             t = time.perf_counter()
             res = train(cfg, Path(tmp) / f"run{len(results)}")
             row = {"config": name, "overrides": overrides, "token_accuracy": res.value, "steps": res.steps,
-                   "seconds": round(time.perf_counter() - t, 1), "positional": cfg.positional, "dim": cfg.dim, "layers": cfg.layers}
+                   "seconds": round(time.perf_counter() - t, 1), "positional": cfg.positional, "dim": cfg.embed_dim,
+                   "layers": cfg.num_layers}
             results.append(row)
             print(f"{name:50s} {res.value:.4f}  ({res.steps} steps, {row['seconds']} s)", flush=True)
     if args.output:

@@ -45,7 +45,7 @@ def test_keyword_options_follow_options_through_bases_and_targets():
         ["embed_dim", "num_heads", "window", "block", "causal", "kdim", "vdim", "bias", "head_mode", "positional", "positional_options",
          "max_len", "num_kv_heads"])
     # WindowMLPBackbone(**options) -> MLPBackbone; TransformerBackbone(**encoder_options) -> Encoder -> EncoderConfig
-    assert BACKBONES.options("window_mlp") == ["dim", "dropout", "ff_dim", "num_layers", "vocab_size", "window"]
+    assert BACKBONES.options("window_mlp") == ["dropout", "embed_dim", "ff_dim", "num_layers", "vocab_size", "window"]
     assert {"score", "normalize", "dropout", "attention", "num_heads", "num_layers"} <= set(BACKBONES.options("transformer"))
     assert keyword_options(dict) is None  # **kwargs into code that cannot be followed: any option may be valid
     assert keyword_options(lambda a, *, b=1: None) == ["a", "b"]

@@ -34,17 +34,17 @@ class Explanation:
     Attributes:
         tokens: the N tokens.
         inputs: ``(N, d)`` embeddings ``I``.
-        q, k, v: per head ``(N, d / heads)``.
+        q, k, v: per head ``(N, d / num_heads)``.
         scores: per head ``(N, N)``; None where the mask forbids the pair.
         weights: per head ``(N, N)`` normalised weights ``A'``.
-        head_outputs: per head ``(N, d / heads)``, ``A' V``.
+        head_outputs: per head ``(N, d / num_heads)``, ``A' V``.
         output: ``(N, d)``; equal to ``head_outputs[0]`` with one head, else ``concat W^o``.
     """
 
     tokens: list[str]
     score: str
     normalize: str
-    heads: int
+    num_heads: int
     inputs: list
     q: list
     k: list
@@ -58,9 +58,9 @@ class Explanation:
         return dict(self.__dict__)
 
 
-def _embedding(token: str, dim: int, seed: int) -> torch.Tensor:
+def _embedding(token: str, embed_dim: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(zlib.crc32(token.encode()) + seed)
-    return torch.randn(dim, generator=g, dtype=F64)
+    return torch.randn(embed_dim, generator=g, dtype=F64)
 
 
 def explain(
@@ -69,8 +69,8 @@ def explain(
     score: str = "scaled_dot",
     normalize: str = "softmax",
     no_self: bool = False,
-    heads: int = 1,
-    dim: int = 4,
+    num_heads: int = 1,
+    embed_dim: int = 4,
     seed: int = 0,
 ) -> Explanation:
     """Run self-attention on ``sentence`` (split on whitespace) and return every step.
@@ -79,8 +79,8 @@ def explain(
         score: a name from :func:`attnlab.scores.names`; learnable scores get seeded weights.
         normalize: a name from :func:`attnlab.normalizers.names`.
         no_self: forbid each token to attend to itself (:func:`attnlab.masks.no_self`).
-        heads: number of heads; must divide ``dim``.
-        dim: embedding width d.
+        num_heads: number of heads; must divide ``embed_dim``.
+        embed_dim: embedding width d.
         seed: seed of the projection matrices (and of the embeddings, with the token).
     """
     tokens = sentence.split()
@@ -90,20 +90,20 @@ def explain(
         raise ValueError(f"unknown score {score!r}; expected one of {score_registry.names()}")
     if normalize not in normalizer_registry.names():
         raise ValueError(f"unknown normaliser {normalize!r}; expected one of {normalizer_registry.names()}")
-    positive_int("dim", dim)
-    if not is_int(heads) or heads < 1 or dim % heads:
-        raise ValueError(f"heads must be a positive divisor of dim={dim}, got {heads!r}")
-    n, dh = len(tokens), dim // heads
-    a = torch.stack([_embedding(t, dim, seed) for t in tokens])  # I: (N, d)
+    positive_int("embed_dim", embed_dim)
+    if not is_int(num_heads) or num_heads < 1 or embed_dim % num_heads:
+        raise ValueError(f"num_heads must be a positive divisor of embed_dim={embed_dim}, got {num_heads!r}")
+    n, dh = len(tokens), embed_dim // num_heads
+    a = torch.stack([_embedding(t, embed_dim, seed) for t in tokens])  # I: (N, d)
     g = torch.Generator().manual_seed(seed)
-    w_q, w_k, w_v, w_o = (torch.randn(dim, dim, generator=g, dtype=F64) / dim**0.5 for _ in range(4))
+    w_q, w_k, w_v, w_o = (torch.randn(embed_dim, embed_dim, generator=g, dtype=F64) / embed_dim**0.5 for _ in range(4))
     torch.manual_seed(seed)
-    score_fn = score_registry.create(score, head_dim=dh, num_heads=heads).to(F64)
+    score_fn = score_registry.create(score, head_dim=dh, num_heads=num_heads).to(F64)
     allowed = (masks_mod.no_self() if no_self else masks_mod.full()).dense(n)
 
     q_all, k_all, v_all = project(a, w_q), project(a, w_k), project(a, w_v)  # (N, d) each
     out = {"q": [], "k": [], "v": [], "scores": [], "weights": [], "head_outputs": []}
-    for h in range(heads):
+    for h in range(num_heads):
         cols = slice(h * dh, (h + 1) * dh)
         q, k, v = q_all[:, cols], k_all[:, cols], v_all[:, cols]
         with torch.no_grad():
@@ -116,13 +116,13 @@ def explain(
         out["scores"].append(scores)
         out["weights"].append(weights.tolist())
         out["head_outputs"].append((weights @ v).tolist())
-    concat = torch.tensor([sum((out["head_outputs"][h][i] for h in range(heads)), []) for i in range(n)], dtype=F64)
-    output = concat if heads == 1 else concat @ w_o.T
+    concat = torch.tensor([sum((out["head_outputs"][h][i] for h in range(num_heads)), []) for i in range(n)], dtype=F64)
+    output = concat if num_heads == 1 else concat @ w_o.T
     return Explanation(
         tokens=tokens,
         score=score,
         normalize=normalize,
-        heads=heads,
+        num_heads=num_heads,
         inputs=a.tolist(),
         output=output.tolist(),
         **out,

@@ -15,7 +15,8 @@ from attnlab.arena.store import Store
 from attnlab.models import build_model
 from attnlab.training import TrainConfig, model_config
 
-TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20, "dim": 32, "layers": 1})}, ("dense", "linformer"))
+TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20, "embed_dim": 32, "num_layers": 1})},
+              ("dense", "linformer"))
 
 
 def test_plans_are_deterministic_and_checked():
@@ -56,6 +57,8 @@ def test_precision_is_each_tasks_own_or_the_one_asked_for_and_old_run_ids_stay()
     fields = dataclasses.asdict(cfg)
     for later in ("seconds", "precision", "compile", "pretrain_steps", "pretrain_share"):
         del fields[later]
+    for old, new in (("dim", "embed_dim"), ("heads", "num_heads"), ("layers", "num_layers")):  # the names the sizes had then
+        fields[old] = fields.pop(new)
     assert _run_id(cfg) == hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
     assert _run_id(dataclasses.replace(cfg, precision="bf16")) != _run_id(cfg)
     assert _run_id(dataclasses.replace(cfg, pretrain_steps=5)) != _run_id(cfg)
@@ -133,10 +136,10 @@ run_grid(plan(Preset({task: TaskSetting(options, train)}, ("dense", "linear"))),
 """
 
 GRIDS = {
-    "pos": ({"size": 400}, {"steps": 500, "eval_every": 10, "dim": 32, "layers": 1, "patience": 10**6}),
+    "pos": ({"size": 400}, {"steps": 500, "eval_every": 10, "embed_dim": 32, "num_layers": 1, "patience": 10**6}),
     # a long task: 1024-byte windows of real text
-    "text": ({"size": 48, "length": 1024}, {"steps": 100, "eval_every": 10, "dim": 16, "heads": 2, "layers": 1, "batch_size": 4,
-                                              "patience": 10**6}),
+    "text": ({"size": 48, "length": 1024}, {"steps": 100, "eval_every": 10, "embed_dim": 16, "num_heads": 2, "num_layers": 1,
+                                              "batch_size": 4, "patience": 10**6}),
 }
 
 

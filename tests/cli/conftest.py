@@ -6,7 +6,7 @@ import pytest
 
 from attnlab.training import TrainConfig, train
 
-SMALL = dict(steps=4, eval_every=2, dim=16, layers=1, heads=2, warmup=1, batch_size=8)
+SMALL = dict(steps=4, eval_every=2, embed_dim=16, num_layers=1, num_heads=2, warmup=1, batch_size=8)
 
 
 def labelled_lines(n: int) -> list[dict]:

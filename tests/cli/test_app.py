@@ -17,7 +17,7 @@ def test_version():
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["explain", "x y", "--heads", "3"], "heads must be a positive divisor of dim=4"),
+        (["explain", "x y", "--num-heads", "3"], "num_heads must be a positive divisor of embed_dim=4"),
         (["explain", "x y", "--score", "euclid"], "unknown score 'euclid'"),
         (["explain", "x y", "--normalize", "max"], "unknown normaliser 'max'"),
         (["explain", "   "], "the text is empty"),

@@ -19,7 +19,7 @@ def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path, monkeypatch):
     from attnlab.cli import app
 
     # the default preset, shrunk: pos on 400 sentences for 40 steps (the command's path, not the learning, is tested here)
-    monkeypatch.setitem(PRESETS, "quick", Preset({"pos": TaskSetting({"size": 400}, {"steps": 40, "eval_every": 20, "dim": 32})}))
+    monkeypatch.setitem(PRESETS, "quick", Preset({"pos": TaskSetting({"size": 400}, {"steps": 40, "eval_every": 20, "embed_dim": 32})}))
     args = ["arena", "--tasks", "pos", "--variants", "dense", "--out", str(tmp_path)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output

@@ -35,7 +35,7 @@ def files(tmp_path):
 
 # command -> (arguments with {placeholders} from `files`, words the error line must hold)
 BAD = {
-    "explain": (["explain", "x y", "--dim", "0"], "dim must be a positive int"),
+    "explain": (["explain", "x y", "--embed-dim", "0"], "embed_dim must be a positive int"),
     "attention": (["attention", "hello", "--model", "{missing}"], "neither a folder nor a known name"),
     "view": (["view", "hello", "-o", "{under_file}.html", "--checkpoint", "{ck}"], "unreadable or truncated"),
     "complexity": (["complexity", "--layers", "cnn", "--sizes", "8", "-o", "{under_file}/c.json"], "Not a directory"),
@@ -52,7 +52,7 @@ BAD = {
     "bench distance": (["bench", "distance", "--from", "{missing}"], "No such file or directory"),
     "bench recall": (["bench", "recall", "--variants", "dense,nosuch"], "nosuch"),
     "bench graph": (["bench", "graph", "--nodes", "4", "--edges", "2", "--repeats", "1", "-o", "{under_file}/g.json"], "Not a directory"),
-    "bench audio": (["bench", "audio", "--dim", "6", "--heads", "2"], "head width must be even"),
+    "bench audio": (["bench", "audio", "--embed-dim", "6", "--num-heads", "2"], "head width must be even"),
     "bench pretrained": (["bench", "pretrained", "--model", "{file}"], "is a file; give the model's folder"),
     "bench decode": (["bench", "decode", "--checkpoint", "{ck}"], "unreadable or truncated"),
     "bench packing": (["bench", "packing", "--min-length", "10", "--max-length", "5"], "exceeds --max-length"),

@@ -28,7 +28,7 @@ def test_explain_json_steps_are_consistent_with_attend(score, normalize):
 
 
 def test_explain_no_self_and_heads():
-    ex = json.loads(run_ok("explain", "a b c", "--no-self", "--heads", "2", "--json"))
+    ex = json.loads(run_ok("explain", "a b c", "--no-self", "--num-heads", "2", "--json"))
     assert len(ex["q"]) == 2 and len(ex["q"][0][0]) == 2
     for h in range(2):
         for i in range(3):

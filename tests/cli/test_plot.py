@@ -9,7 +9,7 @@ from tests.cli.helpers import run_ok, runner
 @pytest.mark.parametrize("name", ["sinusoidal", "learned", "rnn", "floater", "relative", "alibi", "rope"])
 def test_plot_positional_writes_a_png(name, tmp_path):
     path = tmp_path / f"{name}.png"
-    run_ok("plot", "positional", name, "--length", "40", "--dim", "16", "--heads", "3", "-o", str(path))
+    run_ok("plot", "positional", name, "--length", "40", "--dim", "16", "--num-heads", "3", "-o", str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -8,7 +8,7 @@ from attnlab.cli import app
 from attnlab.cli.arena import _print_leaderboard
 from tests.cli.helpers import runner
 
-TINY = ["--size", "64", "--dim", "16", "--layers", "1", "--heads", "2", "--eval-every", "2", "--steps", "4"]
+TINY = ["--size", "64", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--eval-every", "2", "--steps", "4"]
 
 
 def test_train_reports_its_precision_utilisation_and_pretraining(tmp_path):

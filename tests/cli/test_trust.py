@@ -17,7 +17,7 @@ from attnlab.training.caveats import MIN_STEPS, MIN_TEST
 from tests.cli.conftest import labelled_lines
 from tests.cli.helpers import runner
 
-TINY = ["--size", "64", "--dim", "16", "--layers", "1", "--heads", "2", "--eval-every", "2"]
+TINY = ["--size", "64", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--eval-every", "2"]
 
 
 def _flat(text: str) -> str:
@@ -51,9 +51,9 @@ def test_2_resume_extends_a_finished_run_and_names_each_differing_option(tmp_pat
     res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--steps", "6", "--json"])  # the run's own options kept
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["steps"] == 6 and load_checkpoint(out).meta["step"] == 6
-    res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--lr", "0.01", "--dim", "32"])
+    res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--lr", "0.01", "--embed-dim", "32"])
     assert res.exit_code == 2 and res.stderr.count("\n") == 1
-    assert "--dim: 16 there, 32 now" in res.stderr and "--lr: 0.002 there, 0.01 now" in res.stderr
+    assert "--embed-dim: 16 there, 32 now" in res.stderr and "--lr: 0.002 there, 0.01 now" in res.stderr
     res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--steps", "5", "--json"])
     assert any("nothing was trained" in w for w in json.loads(res.stdout)["warnings"])
     res = runner.invoke(app, ["train", "pos", "--out", out, "--resume", "--attention", "local", "--attention-option", "kdim=8"])
@@ -97,8 +97,8 @@ def test_5_help_ranges_are_what_is_accepted():
 
 
 def test_6_scores_carry_their_split_size_and_caveats(runs, tmp_path):
-    res = runner.invoke(app, ["train", "jsonl", "--task-option", f"path={runs['data']}", "--steps", "4", "--eval-every", "2", "--dim", "16",
-                              "--layers", "1", "--heads", "2", "--out", str(tmp_path / "j")])
+    res = runner.invoke(app, ["train", "jsonl", "--task-option", f"path={runs['data']}", "--steps", "4", "--eval-every", "2",
+                              "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--out", str(tmp_path / "j")])
     assert res.exit_code == 0, res.output
     assert "on 2 examples" in res.stdout and "on the same 2 examples" in res.stdout
     assert "warning: the test split has only 2 examples" in _flat(res.stderr)

@@ -12,6 +12,7 @@ def test_round_trip_and_backbone_options_equal_the_version_1_options():
           "options": {"num_layers": 1, "num_heads": 2, "attention": "local", "attention_options": {"window": 2},
                       "positional": "rope", "max_len": 17, "causal": True, "dropout": 0.1}}
     cfg = ModelConfig.from_dict(v1)
+    assert cfg.embed_dim == 8  # the width's earlier key, dim, read as embed_dim
     assert cfg.attention == AttentionSpec("local", {"window": 2}) and cfg.positional == PositionalSpec("rope")
     assert cfg.causal and cfg.options == {"dropout": 0.1}
     assert cfg.backbone_options() == v1["options"]  # the backbone gets exactly what version 1 gave it
@@ -20,6 +21,6 @@ def test_round_trip_and_backbone_options_equal_the_version_1_options():
 
 def test_bad_dicts_are_refused():
     with pytest.raises(TypeError, match="unknown model config field"):
-        ModelConfig.from_dict({"kind": "tagging", "model": "mlp", "num_labels": 2, "dim": 4, "colour": "red"})
+        ModelConfig.from_dict({"kind": "tagging", "model": "mlp", "num_labels": 2, "embed_dim": 4, "colour": "red"})
     with pytest.raises(TypeError, match="a model config is a dict, got list"):
         ModelConfig.from_dict([])

@@ -45,7 +45,7 @@ def test_conv_module_sees_only_its_kernel():
 
 
 def test_speech_model_config_builds_a_classifier_with_weights():
-    cfg = {"kind": "classification", "inputs": "features", "model": "conformer", "feature_dim": 40, "num_labels": 10, "dim": 32,
+    cfg = {"kind": "classification", "inputs": "features", "model": "conformer", "feature_dim": 40, "num_labels": 10, "embed_dim": 32,
            "options": {"num_heads": 4, "num_layers": 1, "attention": "local", "attention_options": {"window": 4}, "positional": "rope",
                        "max_len": 64}}
     model = build_model(cfg)

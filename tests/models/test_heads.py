@@ -54,12 +54,13 @@ def test_padding_does_not_change_real_positions(name):
 
 
 def test_build_model_and_bad_options():
-    m = build_model({"kind": "classification", "model": "mlp", "vocab_size": 10, "num_labels": 4, "dim": 8, "options": {"num_layers": 1}})
+    m = build_model({"kind": "classification", "model": "mlp", "vocab_size": 10, "num_labels": 4, "embed_dim": 8,
+                     "options": {"num_layers": 1}})
     assert isinstance(m, SetClassifier) and m(torch.tensor([[2, 3, 0]])).output.shape == (1, 4)
     with pytest.raises(ValueError, match="unknown task kind"):
-        build_model({"kind": "nope", "model": "mlp", "vocab_size": 10, "num_labels": 4, "dim": 8})
+        build_model({"kind": "nope", "model": "mlp", "vocab_size": 10, "num_labels": 4, "embed_dim": 8})
     with pytest.raises(ValueError, match="unknown model 'gru'"):
-        build_model({"kind": "tagging", "model": "gru", "vocab_size": 10, "num_labels": 4, "dim": 8})
+        build_model({"kind": "tagging", "model": "gru", "vocab_size": 10, "num_labels": 4, "embed_dim": 8})
     with pytest.raises(ValueError, match="pooling"):
         SetClassifier(backbone("mlp"), 2, pooling="max")
     with pytest.raises(TypeError):

@@ -17,7 +17,7 @@ STEPS, V = 260, 40
 
 def lm(attention="dense", pe="none", dtype=torch.float64, **options):
     torch.manual_seed(0)
-    cfg = ModelConfig(kind="lm", model="lm", num_labels=V, dim=16, vocab_size=V, num_layers=2, num_heads=4, max_len=STEPS + 8,
+    cfg = ModelConfig(kind="lm", model="lm", num_labels=V, embed_dim=16, vocab_size=V, num_layers=2, num_heads=4, max_len=STEPS + 8,
                       attention=AttentionSpec(attention, options), positional=PositionalSpec(pe))
     return build_model(cfg).to(dtype).eval()
 
@@ -136,7 +136,7 @@ def test_grouped_query_language_model_caches_fewer_heads():
     """num_kv_heads through the model config: the cache holds G heads, and cached decoding still
     equals the full prefix."""
     torch.manual_seed(0)
-    cfg = ModelConfig(kind="lm", model="lm", num_labels=V, dim=16, vocab_size=V, num_layers=2, num_heads=4, max_len=STEPS + 8,
+    cfg = ModelConfig(kind="lm", model="lm", num_labels=V, embed_dim=16, vocab_size=V, num_layers=2, num_heads=4, max_len=STEPS + 8,
                       attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope"), options={"num_kv_heads": 1})
     model = build_model(cfg).double().eval()
     assert max_gap(model, tokens(pad=9)) < 1e-10

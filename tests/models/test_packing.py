@@ -91,7 +91,7 @@ def test_efficient_variants_attend_each_document_alone(name, opts):
 
 def lm(attention, pe, **opts):
     torch.manual_seed(2)
-    cfg = ModelConfig(kind="lm", model="lm", num_labels=30, dim=E, vocab_size=30, num_layers=2, num_heads=H, max_len=64,
+    cfg = ModelConfig(kind="lm", model="lm", num_labels=30, embed_dim=E, vocab_size=30, num_layers=2, num_heads=H, max_len=64,
                       attention=AttentionSpec(attention, opts), positional=PositionalSpec(pe))
     return build_model(cfg).double()
 

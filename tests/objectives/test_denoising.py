@@ -19,7 +19,7 @@ from attnlab.objectives.denoising import MASK, Denoising, DenoisingModel, token_
 from attnlab.training import TrainConfig, load_checkpoint, train
 
 V = 40
-TINY = dict(task_options={"size": 128}, steps=4, eval_every=2, dim=16, layers=1, heads=2, warmup=2, batch_size=16)
+TINY = dict(task_options={"size": 128}, steps=4, eval_every=2, embed_dim=16, num_layers=1, num_heads=2, warmup=2, batch_size=16)
 
 
 def _rows(b=400, n=60, seed=0):
@@ -56,7 +56,7 @@ def test_causal_backbones_predict_the_next_real_token():
 
 def test_the_loss_is_the_cross_entropy_at_exactly_the_scored_positions():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(kind="classification", model="transformer", num_labels=3, dim=16, num_layers=1, num_heads=2,
+    model = build_model(ModelConfig(kind="classification", model="transformer", num_labels=3, embed_dim=16, num_layers=1, num_heads=2,
                                     vocab_size=V, attention=AttentionSpec("dense", {}), positional=PositionalSpec("none"), max_len=64))
     den = DenoisingModel(token_backbone(model)).eval()
     tokens = _rows(4, 12)
@@ -73,8 +73,8 @@ def test_the_loss_is_the_cross_entropy_at_exactly_the_scored_positions():
 
 
 def test_models_without_tokens_are_refused_by_name():
-    model = build_model(ModelConfig(kind="classification", model="vit", inputs="image", feature_dim=1, num_labels=10, dim=16, num_layers=1,
-                                    num_heads=2, options={"image_size": [8, 8]}))
+    model = build_model(ModelConfig(kind="classification", model="vit", inputs="image", feature_dim=1, num_labels=10, embed_dim=16,
+                                    num_layers=1, num_heads=2, options={"image_size": [8, 8]}))
     with pytest.raises(ValueError, match="self-pretraining restores tokens: .* reads image"):
         token_backbone(model)
     with pytest.raises(ValueError, match="rate must be in"):
@@ -144,7 +144,7 @@ def test_the_time_budget_covers_both_phases(tmp_path, monkeypatch):
 
 def test_pretraining_runs_in_one_process_and_needs_tokens(tmp_path):
     with pytest.raises(ValueError, match="reads image"):
-        train(TrainConfig.for_task("digits", steps=1, dim=16, layers=1, heads=2, pretrain_steps=2), tmp_path)
+        train(TrainConfig.for_task("digits", steps=1, embed_dim=16, num_layers=1, num_heads=2, pretrain_steps=2), tmp_path)
     with pytest.raises(ValueError, match="pretrain_steps must be an int >= 0"):
         TrainConfig.for_task("pos", pretrain_steps=-1)
     with pytest.raises(ValueError, match="pretrain_share"):

@@ -33,7 +33,7 @@ def test_a_kind_registered_from_outside_trains_checkpoints_and_evaluates(tmp_pat
     register_head("tokens", "parity")(lambda backbone, cfg: SetClassifier(backbone, cfg.num_labels))
     try:
         task = _parity_task()
-        cfg = TrainConfig(task="parity", dim=16, layers=1, heads=2, steps=20, eval_every=10, warmup=2, batch_size=32)
+        cfg = TrainConfig(task="parity", embed_dim=16, num_layers=1, num_heads=2, steps=20, eval_every=10, warmup=2, batch_size=32)
         res = train(cfg, tmp_path, task=task)
         assert calls.count("loss") == 20 and res.steps == 20 and 0.0 <= res.value <= 1.0
         ck = load_checkpoint(tmp_path)

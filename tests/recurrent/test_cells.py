@@ -207,5 +207,5 @@ def test_every_layer_maps_b_n_d_to_b_n_d_and_padding_equals_the_shorter_sequence
 def test_cnn_options_are_checked():
     with pytest.raises(ValueError, match="odd"):
         recurrent.create("cnn", 8, kernel_size=4)
-    with pytest.raises(ValueError, match="layers must be a positive int"):
-        recurrent.create("cnn", 8, layers=0)
+    with pytest.raises(ValueError, match="num_layers must be a positive int"):
+        recurrent.create("cnn", 8, num_layers=0)

@@ -30,7 +30,7 @@ def test_a_centred_cnn_moves_half_as_far_per_layer():
     from attnlab.studies import complexity
 
     n = 17
-    layer = lambda depth: recurrent.create("cnn", 8, layers=depth, kernel_size=3).double()  # noqa: E731
+    layer = lambda depth: recurrent.create("cnn", 8, num_layers=depth, kernel_size=3).double()  # noqa: E731
     x = torch.randn(1, n, 8, dtype=torch.float64, requires_grad=True)
 
     def reaches(depth):
@@ -54,7 +54,7 @@ def test_sequential_steps_grow_with_n_only_for_recurrent_layers():
 
 
 def test_run_records_and_exponents():
-    recs = run([32, 64], ["cnn", "rnn"], dim=8, path_sizes=(16,), min_repeats=1, target_seconds=0.01)
+    recs = run([32, 64], ["cnn", "rnn"], embed_dim=8, path_sizes=(16,), min_repeats=1, target_seconds=0.01)
     assert [(r.layer, r.n) for r in recs] == [("cnn", 16), ("rnn", 16), ("cnn", 32), ("rnn", 32), ("cnn", 64), ("rnn", 64)]
     at16 = {r.layer: r for r in recs if r.n == 16}
     assert at16["cnn"].seconds is None and at16["cnn"].path_length == 8 and at16["rnn"].path_length == 15
@@ -78,7 +78,7 @@ def test_each_layer_is_fitted_where_its_leading_term_dominates():
 
 
 def test_fit_sizes_time_only_the_layer_they_belong_to():
-    recs = run([32], ["cnn", "rnn"], dim=8, path_sizes=(), min_repeats=1, target_seconds=0.01, fit_sizes={"cnn": (64, 128)})
+    recs = run([32], ["cnn", "rnn"], embed_dim=8, path_sizes=(), min_repeats=1, target_seconds=0.01, fit_sizes={"cnn": (64, 128)})
     assert [(r.layer, r.n) for r in recs] == [("cnn", 32), ("rnn", 32), ("cnn", 64), ("cnn", 128)]
     assert all(r.seconds > 0 for r in recs)  # each layer timed in its own process
     with pytest.raises(ValueError, match="rounds must be at least 1"):
@@ -87,8 +87,8 @@ def test_fit_sizes_time_only_the_layer_they_belong_to():
 
 def test_complexity_cli_json_and_files(tmp_path):
     res = CliRunner().invoke(
-        app, ["complexity", "--sizes", "32,64", "--layers", "cnn,self_attention", "--path-sizes", "16", "--dim", "8", "--json", "--no-fit",
-              "-o", str(tmp_path)]
+        app, ["complexity", "--sizes", "32,64", "--layers", "cnn,self_attention", "--path-sizes", "16", "--embed-dim", "8", "--json",
+              "--no-fit", "-o", str(tmp_path)]
     )
     assert res.exit_code == 0, res.output
     lines = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]

@@ -13,13 +13,13 @@ from attnlab.studies import decode
 
 
 def test_speed_measures_every_implementation_and_the_cache_changes_no_token():
-    recs = decode.speed((16, 40), new_tokens=4, dim=32, layers=1, heads=2, min_repeats=1)
+    recs = decode.speed((16, 40), new_tokens=4, embed_dim=32, num_layers=1, num_heads=2, min_repeats=1)
     impls = {(r.context, r.implementation) for r in recs}
     assert impls == {(c, i) for c in (16, 40) for i in decode.IMPLEMENTATIONS}
     for r in recs:
         assert r.seconds > 0 and r.prefill_seconds > 0 and r.tokens_per_second == pytest.approx(4 / r.seconds)
         assert r.same_tokens is (True if r.implementation == "attnlab cached" else None)
-    recs = decode.speed((16, 40), new_tokens=3, dim=32, layers=1, heads=2, min_repeats=1, uncached_up_to=16)
+    recs = decode.speed((16, 40), new_tokens=3, embed_dim=32, num_layers=1, num_heads=2, min_repeats=1, uncached_up_to=16)
     assert not any(r.implementation == "attnlab uncached" and r.context == 40 for r in recs)
     with pytest.raises(ValueError, match="new_tokens"):
         decode.speed((16,), new_tokens=1)
@@ -32,7 +32,7 @@ def test_gpt2_pair_has_one_shape():
 
 
 def test_streaming_memory_is_constant_for_the_bounded_cache():
-    recs = decode.streaming_memory((100, 300, 600), sinks=2, window=30, full_up_to=300, dim=16, layers=1, heads=2)
+    recs = decode.streaming_memory((100, 300, 600), sinks=2, window=30, full_up_to=300, embed_dim=16, num_layers=1, num_heads=2)
     bounded = [r.cache_bytes for r in recs if r.cache == "sinks+window"]
     full = [r.cache_bytes for r in recs if r.cache == "full"]
     assert len(bounded) == 3 and len(set(bounded)) == 1
@@ -46,7 +46,7 @@ def test_streaming_perplexity_methods_agree_within_the_context():
     from attnlab.models.config import AttentionSpec, PositionalSpec
 
     torch.manual_seed(0)
-    m = build_model(ModelConfig(kind="lm", model="lm", num_labels=30, dim=16, vocab_size=30, num_layers=1, num_heads=2,
+    m = build_model(ModelConfig(kind="lm", model="lm", num_labels=30, embed_dim=16, vocab_size=30, num_layers=1, num_heads=2,
                                 attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope"))).double()
     text = torch.randint(2, 30, (200,))
     recs = decode.streaming_perplexity(m, text, context=20, factor=1, sinks=2, streams=2)
@@ -60,7 +60,7 @@ def test_streaming_perplexity_methods_agree_within_the_context():
 
 def test_cli_bench_decode_writes_and_reads_back(tmp_path):
     out = tmp_path / "d.json"
-    args = ["bench", "decode", "--contexts", "16", "--new-tokens", "3", "--dim", "16", "--layers", "1", "--heads", "2",
+    args = ["bench", "decode", "--contexts", "16", "--new-tokens", "3", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2",
             "--stream-lengths", "50,100", "-o", str(out)]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output

@@ -10,7 +10,7 @@ from attnlab.studies import packing
 
 
 def test_packing_records():
-    recs = packing.run((1, 3), min_length=4, max_length=8, dim=16, layers=1, heads=2, dense_up_to=10, min_repeats=1)
+    recs = packing.run((1, 3), min_length=4, max_length=8, embed_dim=16, num_layers=1, num_heads=2, dense_up_to=10, min_repeats=1)
     by = {(r.documents, r.method) for r in recs}
     assert (1, "documents") in by and (3, "padded, one per row") in by and (3, "documents") in by
     for r in recs:
@@ -22,8 +22,8 @@ def test_packing_records():
 
 def test_cli_bench_packing(tmp_path):
     out = tmp_path / "p.json"
-    r = CliRunner().invoke(app, ["bench", "packing", "--counts", "2", "--min-length", "4", "--max-length", "6", "--dim", "16",
-                                 "--layers", "1", "-o", str(out)])
+    r = CliRunner().invoke(app, ["bench", "packing", "--counts", "2", "--min-length", "4", "--max-length", "6", "--embed-dim", "16",
+                                 "--num-layers", "1", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert "us per token" in r.output and len(json.loads(out.read_text())["records"]) == 3
     r = CliRunner().invoke(app, ["bench", "packing", "--min-length", "9", "--max-length", "6"])

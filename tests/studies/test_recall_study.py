@@ -18,13 +18,13 @@ def test_state_sizes_are_what_each_cache_holds():
 
 @pytest.mark.parametrize("variant", ["gated_deltanet"])
 def test_a_run_trains_and_scores_every_cell(variant):
-    records = run([variant, "dense"], pairs=[2], dims=[8], steps=4, seconds=30)
+    records = run([variant, "dense"], pairs=[2], embed_dims=[8], steps=4, seconds=30)
     assert [(r.variant, r.pairs, r.length, r.dim) for r in records] == [(variant, 2, 6, 8), ("dense", 2, 6, 8)]
     assert all(0.0 <= r.accuracy <= 1.0 and r.steps == 4 and r.chance == 1 / 32 for r in records)
 
 
 def test_an_ablation_names_its_options_and_measures_their_state():
-    (rec,) = run(["deltanet"], pairs=[2], dims=[8], steps=2, seconds=30, options={"deltanet": {"conv_size": 0}})
+    (rec,) = run(["deltanet"], pairs=[2], embed_dims=[8], steps=2, seconds=30, options={"deltanet": {"conv_size": 0}})
     assert rec.variant == "deltanet conv_size=0" and rec.state_floats == 4 * 2 * 2  # no convolution: the 2 x 2 states alone
 
 

@@ -23,8 +23,8 @@ def test_bench_ring_under_a_cap_runs_on_four_processes_what_one_cannot_hold(tmp_
 
 
 def test_bench_ring_refuses_bad_input(tmp_path):
-    res = runner.invoke(app, ["bench", "ring", "--dim", "30", "--heads", "4"])
-    assert res.exit_code != 0 and "--dim 30 must be divisible by --heads 4" in res.output
+    res = runner.invoke(app, ["bench", "ring", "--embed-dim", "30", "--num-heads", "4"])
+    assert res.exit_code != 0 and "--embed-dim 30 must be divisible by --num-heads 4" in res.output
     res = runner.invoke(app, ["bench", "ring", "--lengths", "0"])
     assert res.exit_code != 0 and "--lengths" in res.output
     bad = tmp_path / "bad.json"

@@ -60,7 +60,7 @@ def test_malformed_files_name_the_line_and_the_field(tmp_path, rows, message):
 
 def test_train_then_predict_from_the_checkpoint_alone(tmp_path):
     data = write(tmp_path / "t.jsonl", tagging_rows(200))
-    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, steps=150, eval_every=50, dim=32, layers=1, heads=2,
+    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, steps=150, eval_every=50, embed_dim=32, num_layers=1, num_heads=2,
                                positional="rope", lr=3e-3, warmup=10)
     res = train(cfg, tmp_path / "run")
     assert res.value > 0.95
@@ -77,7 +77,7 @@ def test_train_then_predict_from_the_checkpoint_alone(tmp_path):
 
 
 def test_predict_refuses_a_builtin_task_checkpoint(tmp_path):
-    train(TrainConfig.for_task("pos", task_options={"size": 64}, steps=2, eval_every=2, dim=16, layers=1, heads=2), tmp_path)
+    train(TrainConfig.for_task("pos", task_options={"size": 64}, steps=2, eval_every=2, embed_dim=16, num_layers=1, num_heads=2), tmp_path)
     with pytest.raises(ValueError, match="not on user data"):
         predict(tmp_path, [{"tokens": ["a"]}])
     with pytest.raises(ValueError, match="needs its file"):
@@ -86,8 +86,8 @@ def test_predict_refuses_a_builtin_task_checkpoint(tmp_path):
 
 def test_train_on_user_data_reports_the_no_attention_baseline(tmp_path):
     data = write(tmp_path / "t.jsonl", tagging_rows(120))
-    args = ["train", "jsonl", "--task-option", f"path={data}", "--steps", "6", "--eval-every", "3", "--dim", "16", "--layers", "1",
-            "--heads", "2", "--out", str(tmp_path / "run"), "--json"]
+    args = ["train", "jsonl", "--task-option", f"path={data}", "--steps", "6", "--eval-every", "3", "--embed-dim", "16",
+            "--num-layers", "1", "--num-heads", "2", "--out", str(tmp_path / "run"), "--json"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.splitlines()[-1])

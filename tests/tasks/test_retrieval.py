@@ -43,7 +43,8 @@ def test_the_two_towers_encode_each_side_alone():
 
     task = tasks.create("retrieval", length=128, size=40)
     torch.manual_seed(0)
-    model = build_model(model_config(TrainConfig.for_task("retrieval", dim=16, heads=2, layers=1, task_options=task.options), task))
+    cfg = TrainConfig.for_task("retrieval", embed_dim=16, num_heads=2, num_layers=1, task_options=task.options)
+    model = build_model(model_config(cfg, task))
     model = model.double().eval()
     assert isinstance(model, PairClassifier)
     a, b, c = task.split("test").tokens[0, 0], task.split("test").tokens[0, 1], task.split("test").tokens[1, 1]

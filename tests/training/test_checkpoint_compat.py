@@ -10,6 +10,7 @@ another CPU's kernels (other vector widths, other summation orders) round differ
 up to 3.9e-7 apart on an AMX Xeon), while a wrong weight or a changed model moves them by far more.
 """
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from safetensors.torch import load_file
 
 from attnlab import objectives, tasks
 from attnlab.models import AttentionSpec, ModelConfig, build_model
-from attnlab.training import CheckpointError, load_checkpoint
+from attnlab.training import CheckpointError, TrainConfig, load_checkpoint
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints-v1"
 RUNS = ["pos-transformer", "listops-cls-local", "karate-graph"]
@@ -44,10 +45,19 @@ def test_the_version_1_model_dict_becomes_typed_specs():
     assert ck.model_config.attention == AttentionSpec("local", {"window": 2})
     assert ck.model_config.positional.name == "sinusoidal" and ck.model_config.num_heads == 2
     assert ck.config.attention_options == {"window": 2} and ck.config.model_options == {}
+    # the sizes were stored as dim, heads, layers (train) and dim (model): read under their names now
+    assert (ck.config.embed_dim, ck.config.num_heads, ck.config.num_layers) == (16, 2, 1) and ck.model_config.embed_dim == 16
     again = ModelConfig.from_dict(ck.model_config.to_dict())
     assert again == ck.model_config
     rebuilt = build_model(again)
     assert set(rebuilt.state_dict()) == set(ck.model.state_dict())
+
+
+def test_a_stored_train_dict_with_the_earlier_size_names_is_read():
+    stored = {"task": "pos", "dim": 24, "heads": 3, "layers": 5}  # what checkpoints held before the sizes were renamed
+    cfg = TrainConfig.from_dict(stored)
+    assert (cfg.embed_dim, cfg.num_heads, cfg.num_layers) == (24, 3, 5)
+    assert TrainConfig.from_dict(dataclasses.asdict(cfg)) == cfg  # and what they hold now
 
 
 def test_a_checkpoint_of_an_unknown_version_is_refused(tmp_path):

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from attnlab.cli import app
 from attnlab.training import TrainConfig, load_checkpoint, train
 
-TINY = ["--task-option", "length=64", "--size", "400", "--dim", "32", "--layers", "1", "--heads", "2", "--batch-size", "16"]
+TINY = ["--task-option", "length=64", "--size", "400", "--embed-dim", "32", "--num-layers", "1", "--num-heads", "2", "--batch-size", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,8 @@ def test_generate_refuses_other_checkpoints_and_empty_prompts(trained, tmp_path)
     out, _ = trained
     r = CliRunner().invoke(app, ["generate", str(out), ""])
     assert r.exit_code == 2 and "the text is empty" in r.output
-    train(TrainConfig.for_task("recall", task_options={"size": 64}, steps=1, eval_every=1, dim=16, layers=1, heads=2), tmp_path)
+    train(TrainConfig.for_task("recall", task_options={"size": 64}, steps=1, eval_every=1, embed_dim=16, num_layers=1, num_heads=2),
+          tmp_path)
     r = CliRunner().invoke(app, ["generate", str(tmp_path), "x"])
     assert r.exit_code == 2 and "needs a language model" in " ".join(r.output.split())
 

@@ -16,7 +16,7 @@ from attnlab.training import ConfigMismatchError, TrainConfig, evaluate, load_ch
 from attnlab.training import precision as P
 from tests.helpers import assert_close_rel
 
-TINY = dict(task_options={"size": 128}, steps=6, eval_every=3, dim=16, layers=1, heads=2, warmup=2, batch_size=16)
+TINY = dict(task_options={"size": 128}, steps=6, eval_every=3, embed_dim=16, num_layers=1, num_heads=2, warmup=2, batch_size=16)
 
 BF16_TOL = 0.05
 """Relative error of a bf16-autocast forward against float32: a few of bfloat16's 2^-8 roundings
@@ -91,7 +91,7 @@ def test_every_variant_under_bf16_autocast_stays_within_bfloat16_error_with_floa
 @pytest.mark.parametrize("positional", ["rope", "alibi", "sinusoidal"])
 def test_cached_decoding_under_bf16_follows_the_full_forward(positional):
     torch.manual_seed(0)
-    cfg = ModelConfig(kind="lm", model="lm", num_labels=40, dim=32, num_layers=2, num_heads=4, vocab_size=40,
+    cfg = ModelConfig(kind="lm", model="lm", num_labels=40, embed_dim=32, num_layers=2, num_heads=4, vocab_size=40,
                       attention=AttentionSpec("dense", {}), positional=PositionalSpec(positional), max_len=64, causal=True)
     lm = build_model(cfg).eval()
     tokens = torch.randint(2, 40, (2, 30))
@@ -176,7 +176,7 @@ def test_predict_runs_in_the_runs_precision(tmp_path, monkeypatch):
     from tests.tasks.test_jsonl import tagging_rows, write
 
     data = write(tmp_path / "t.jsonl", tagging_rows(60))
-    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, steps=4, eval_every=2, dim=16, layers=1, heads=2,
+    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, steps=4, eval_every=2, embed_dim=16, num_layers=1, num_heads=2,
                                precision="bf16")
     train(cfg, tmp_path / "run")
     seen = []

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from attnlab.cli import app
 from attnlab.training import CheckpointError, ConfigMismatchError, TrainConfig, evaluate, load_checkpoint, train
 
-TINY = dict(task_options={"size": 128}, steps=8, eval_every=4, dim=16, layers=1, heads=2, warmup=2, batch_size=16)
+TINY = dict(task_options={"size": 128}, steps=8, eval_every=4, embed_dim=16, num_layers=1, num_heads=2, warmup=2, batch_size=16)
 
 
 def test_checkpoint_round_trips_exactly(tmp_path):
@@ -66,7 +66,8 @@ def test_mlp_refuses_attention_options():
     assert TrainConfig.for_task("pos", model="mlp").positional == "none"  # the task's default encoding is not forced on it
 
 
-ARGS = ["pos", "--size", "256", "--steps", "120", "--eval-every", "5", "--dim", "16", "--layers", "1", "--heads", "2", "--seed", "3"]
+ARGS = ["pos", "--size", "256", "--steps", "120", "--eval-every", "5", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2",
+        "--seed", "3"]
 
 
 def _cli(out, *extra):
@@ -99,8 +100,8 @@ def test_sigkill_then_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path)
 
 
 def test_cli_train_and_eval_json(tmp_path):
-    r = CliRunner().invoke(app, ["train", *ARGS[:1], "--size", "128", "--steps", "4", "--eval-every", "2", "--dim", "16", "--layers", "1",
-                                 "--heads", "2", "--out", str(tmp_path), "--json"])
+    r = CliRunner().invoke(app, ["train", *ARGS[:1], "--size", "128", "--steps", "4", "--eval-every", "2", "--embed-dim", "16",
+                                 "--num-layers", "1", "--num-heads", "2", "--out", str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(summary) == {"task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint",
@@ -121,7 +122,7 @@ def test_cli_train_and_eval_json(tmp_path):
 
 
 def test_translate_trains_decodes_and_draws_its_cross_attention(tmp_path):
-    cfg = TrainConfig.for_task("translate", task_options={"size": 128}, steps=4, eval_every=2, dim=16, layers=1, heads=2)
+    cfg = TrainConfig.for_task("translate", task_options={"size": 128}, steps=4, eval_every=2, embed_dim=16, num_layers=1, num_heads=2)
     res = train(cfg, tmp_path)
     assert res.metric == "exact_match" and 0.0 <= res.value <= 1.0
     assert evaluate(tmp_path).value == res.value
@@ -198,7 +199,7 @@ def test_the_time_budget_rule_lives_in_the_config():
 
 
 def test_a_positional_table_shared_by_every_layer_checkpoints_and_loads(tmp_path):
-    cfg = TrainConfig.for_task("pos", **{**TINY, "layers": 2}, positional="relative")
+    cfg = TrainConfig.for_task("pos", **{**TINY, "num_layers": 2}, positional="relative")
     res = train(cfg, tmp_path)
     ck = load_checkpoint(tmp_path)
     assert evaluate(tmp_path).value == res.value

@@ -53,7 +53,7 @@ def test_default_karate_run_reaches_90_percent_and_eval_reproduces_it(tmp_path):
 
 
 def test_molecule_regression_learns(tmp_path):
-    cfg = TrainConfig.for_task("molecules", task_options={"limit": 400}, steps=300, eval_every=100, dim=32, layers=2)
+    cfg = TrainConfig.for_task("molecules", task_options={"limit": 400}, steps=300, eval_every=100, embed_dim=32, num_layers=2)
     res = train(cfg, tmp_path)
     assert res.metric == "r2" and res.value > 0.5  # logP is nearly additive over atom types
 

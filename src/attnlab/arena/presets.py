@@ -73,9 +73,9 @@ _LRA_VARIANTS = ("dense", "dense_naive", "local", "longformer", "linformer", "pe
 PRESETS: dict[str, Preset] = {
     "quick": Preset(
         {
-            "text": TaskSetting({"length": 1024}, _timed(20, layers=1, eval_every=100, precision="auto"), LONG_VARIANTS),
+            "text": TaskSetting({"length": 1024}, _timed(20, num_layers=1, eval_every=100, precision="auto"), LONG_VARIANTS),
             "recall": TaskSetting(_SMALL_RECALL, {"steps": 1000, "eval_every": 250}),
-            "digits": TaskSetting({}, {"steps": 400, "eval_every": 100, "layers": 2}),
+            "digits": TaskSetting({}, {"steps": 400, "eval_every": 100, "num_layers": 2}),
         },
         variants=QUICK_VARIANTS,
         description="the default: a 1K-byte real-text task (time-budgeted, 20 s a run, bfloat16 where the CPU has it) and two short "
@@ -96,11 +96,11 @@ PRESETS: dict[str, Preset] = {
     "lra": Preset(
         {
             "listops": TaskSetting({"size": 2000, "min_length": 500, "max_length": 2000, "max_args": 10},
-                                   _timed(45, batch_size=16, layers=2, eval_every=100),
+                                   _timed(45, batch_size=16, num_layers=2, eval_every=100),
                                    tuple(v for v in _LRA_VARIANTS if v != "dense_naive")),
-            "text": TaskSetting({"length": 2048}, _timed(45, layers=2, eval_every=100)),
-            "retrieval": TaskSetting({"length": 1024}, _timed(45, layers=2, eval_every=100)),
-            "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, layers=2, eval_every=100)),
+            "text": TaskSetting({"length": 2048}, _timed(45, num_layers=2, eval_every=100)),
+            "retrieval": TaskSetting({"length": 1024}, _timed(45, num_layers=2, eval_every=100)),
+            "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, num_layers=2, eval_every=100)),
         },
         variants=_LRA_VARIANTS,
         description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), an estimated 75 minutes on a "

@@ -101,8 +101,12 @@ def _mean_of(rows: list[dict], key: str) -> float | None:
 
 def _same_setup(config: dict) -> str:
     """A run's configuration less its seed and budget: runs with the same key train the same model
-    on the same task, so they should make the same steps per second."""
-    return json.dumps({k: v for k, v in config.items() if k not in ("seed", "seconds", "steps", "epochs", "patience")}, sort_keys=True)
+    on the same task, so they should make the same steps per second (rows stored before the sizes
+    were renamed hold them under their earlier names: :data:`attnlab.training.config.FORMER_NAMES`)."""
+    from ..training.config import FORMER_NAMES
+
+    return json.dumps({FORMER_NAMES.get(k, k): v for k, v in config.items() if k not in ("seed", "seconds", "steps", "epochs", "patience")},
+                      sort_keys=True)
 
 
 def caveats(cell: list[dict], rows: list[dict]) -> list[str]:

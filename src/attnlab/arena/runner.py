@@ -28,6 +28,7 @@ import torch
 from .. import objectives
 from ..objectives import collate
 from ..training import TrainConfig, load_checkpoint, train
+from ..training.config import FORMER_NAMES
 from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
 
@@ -51,7 +52,8 @@ run at those values keeps the id it was planned under before the field existed."
 
 
 def _run_id(cfg: TrainConfig) -> str:
-    fields = dataclasses.asdict(cfg)
+    earlier = {new: old for old, new in FORMER_NAMES.items()}  # hashed under the sizes' earlier names: a run keeps its id
+    fields = {earlier.get(k, k): v for k, v in dataclasses.asdict(cfg).items()}
     for name, before in _LATER_FIELDS.items():
         if fields[name] == before:
             del fields[name]

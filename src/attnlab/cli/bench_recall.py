@@ -13,7 +13,7 @@ __all__ = ["recall"]
 def recall(
     variants: str = typer.Option("dense,local,linear,retnet,gla,deltanet,gated_deltanet,mamba2", help="Comma-separated variants."),
     pairs: str = typer.Option("8,16", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
-    dims: str = typer.Option("32,64", help="Comma-separated model widths (the state grows with them)."),
+    embed_dims: str = typer.Option("32,64", "--embed-dims", help="Comma-separated model widths E (the state grows with them)."),
     steps: int = typer.Option(1500, min=1, help="Training steps per model (the same for every variant)."),
     seconds: float = typer.Option(60.0, min=0.1,
                                   help="At most this many training seconds per model (a slower variant trains fewer steps)."),
@@ -34,7 +34,7 @@ def recall(
         records = load_report(source, "bench recall", lambda d: d["records"])
     else:
         names = name_list("--variants", variants, efficient.names(), hint=f"choose from {', '.join(efficient.names())}")
-        pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--dims", dims, minimum=4)
+        pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--embed-dims", embed_dims, minimum=4)
         total = len(names) * len(pair_list) * len(dim_list)
         with track("training", total, output, records_json) as tracker:
             run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=precision,

@@ -187,7 +187,7 @@ def graph(
     nodes: int = typer.Option(100_000, min=1, help="Nodes of the random graph."),
     edges: int = typer.Option(1_000_000, min=1, help="Directed edges, drawn uniformly."),
     in_dim: int = typer.Option(256, min=1, help="Node feature width."),
-    heads: int = heads_option(4),
+    num_heads: int = heads_option(4, "Attention heads (the output is --num-heads x --head-dim wide)."),
     head_dim: int = typer.Option(64, min=1, help="Width per head."),
     repeats: int = repeats_option(),
     memory: bool = memory_option(),
@@ -202,13 +202,14 @@ def graph(
     with progress() as bar:
         task = bar.add_task(f"graph of {nodes:,} nodes, {edges:,} edges", total=None)
         try:
-            recs, diff = run(nodes, edges, in_dim=in_dim, heads=heads, head_dim=head_dim, min_repeats=repeats, memory=memory, pyg=pyg)
+            recs, diff = run(nodes, edges, in_dim=in_dim, num_heads=num_heads, head_dim=head_dim, min_repeats=repeats, memory=memory,
+                             pyg=pyg)
         except RuntimeError as e:
             fail(str(e))
         bar.update(task, completed=1, total=1)
     base = recs[0]
     data = {
-        "setting": {"nodes": nodes, "edges": edges, "in_dim": in_dim, "heads": heads, "head_dim": head_dim},
+        "setting": {"nodes": nodes, "edges": edges, "in_dim": in_dim, "heads": num_heads, "head_dim": head_dim},
         "records": [r.to_dict() for r in recs],
         "max_abs_output_difference": diff,
         "speedup_over_pyg": (recs[1].seconds / base.seconds) if len(recs) > 1 else None,
@@ -216,7 +217,7 @@ def graph(
     if emit_json(data, as_json, output):
         return
     t = table(
-        f"forward + backward, {nodes:,} nodes, {edges:,} edges, {in_dim} -> {heads} x {head_dim}",
+        f"forward + backward, {nodes:,} nodes, {edges:,} edges, {in_dim} -> {num_heads} x {head_dim}",
         ["layer", "seconds", "peak MiB", "time / attnlab", "memory / attnlab"],
     )
     for r in recs:
@@ -231,9 +232,9 @@ def graph(
 def audio(
     seconds: float = typer.Option(60.0, min=0.1, help="Length of the input audio (100 frames per second)."),
     window: int = typer.Option(16, min=0, help="Truncated attention: +-window frames."),
-    dim: int = width_option(144),
-    heads: int = heads_option(4),
-    layers: int = blocks_option(2),
+    embed_dim: int = width_option(144),
+    num_heads: int = heads_option(4),
+    num_layers: int = blocks_option(2),
     repeats: int = repeats_option(),
     memory: bool = memory_option(),
     as_json: bool = json_option("Print the records as JSON."),
@@ -244,13 +245,15 @@ def audio(
 
     with progress() as bar:
         bar.add_task(f"{seconds:g} s of audio", total=None)
-        recs = run(seconds, window=window, dim=dim, heads=heads, layers=layers, min_repeats=repeats, memory=memory)
-    data = {"setting": {"seconds": seconds, "window": window, "dim": dim, "heads": heads, "layers": layers},
+        recs = run(seconds, window=window, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, min_repeats=repeats,
+                   memory=memory)
+    # the setting's keys stay those of the files already written (dim, heads, layers)
+    data = {"setting": {"seconds": seconds, "window": window, "dim": embed_dim, "heads": num_heads, "layers": num_layers},
             "records": [r.to_dict() for r in recs]}
     if emit_json(data, as_json, output):
         return
     t = table(
-        f"forward + backward on {seconds:g} s of audio ({recs[0].frames} frames), dim {dim}, {layers} blocks",
+        f"forward + backward on {seconds:g} s of audio ({recs[0].frames} frames), dim {embed_dim}, {num_layers} blocks",
         ["model", "attention", "seconds", "peak MiB", "time / dense", "memory / dense"],
         left=("model", "attention"),
     )
@@ -285,9 +288,9 @@ def precision(
                                  help="Comma-separated attention variants."),
     sizes: str = typer.Option("1024,4096", help="Comma-separated sequence lengths N."),
     tokens: int = typer.Option(8192, min=1, help="Tokens per batch (8 sequences of 1K, as the arena's text task; 2 of 4K)."),
-    dim: int = width_option(64),
-    heads: int = heads_option(4),
-    layers: int = blocks_option(1),
+    embed_dim: int = width_option(64),
+    num_heads: int = heads_option(4),
+    num_layers: int = blocks_option(1),
     naive_max: int = typer.Option(1024, "--naive-max", min=1, help="dense_naive only up to this N (it holds every N x N weight)."),
     repeats: int = repeats_option(),
     as_json: bool = json_option("Print the records as JSON."),
@@ -303,19 +306,20 @@ def precision(
     peak_rates = peaks()
 
     def payload(done: list) -> dict:
-        return {"setting": {"tokens": tokens, "dim": dim, "heads": heads, "layers": layers}, "peaks": peak_rates,
+        setting = {"tokens": tokens, "dim": embed_dim, "heads": num_heads, "layers": num_layers}  # keys of the files already written
+        return {"setting": setting, "peaks": peak_rates,
                 "records": [r.to_dict() for r in done]}
 
     with track("timing training steps", 2 * len(names) * len(lengths), output, payload) as tracker:
-        run(names, lengths, tokens=tokens, dim=dim, heads=heads, layers=layers, min_repeats=repeats,
+        run(names, lengths, tokens=tokens, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, min_repeats=repeats,
             skip=lambda v, n: "holds every N x N weight: left out above --naive-max" if v == "dense_naive" and n > naive_max else None,
             on_record=tracker.on_record(lambda r: f"{r.variant} N={r.n} {r.precision}"))
     data = payload(tracker.records)
     chart(plot, "bench.plot_precision", data)
     if emit_json(data, as_json, output):
         return
-    t = table(f"training step, fp32 vs bf16 (width {dim}, {heads} heads, {layers} blocks, {tokens} tokens a batch); peak fp32 "
-              f"{peak_rates['fp32'] / 1e9:.0f}, bf16 {peak_rates['bf16'] / 1e9:.0f} GFLOP/s",
+    t = table(f"training step, fp32 vs bf16 (width {embed_dim}, {num_heads} heads, {num_layers} blocks, {tokens} tokens a batch); "
+              f"peak fp32 {peak_rates['fp32'] / 1e9:.0f}, bf16 {peak_rates['bf16'] / 1e9:.0f} GFLOP/s",
               ["variant", "N", "fp32 steps/s", "bf16 steps/s", "bf16 speed-up", "GFLOP/step", "fp32 of peak", "bf16 of peak"])
     by = {(r.variant, r.n, r.precision): r for r in tracker.records}
     for n in lengths:

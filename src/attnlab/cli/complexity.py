@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from .common import chart, int_list, name_list, out, print_json, table, track
-from .options import json_option, layer_types_option, output_option, repeats_option
+from .options import json_option, layer_types_option, output_option, repeats_option, width_option
 
 __all__ = ["complexity"]
 
@@ -16,7 +16,7 @@ def complexity(
     sizes: str = typer.Option("64,128,256,512,1024,2048,4096,8192", help="Comma-separated lengths n for the timing."),
     layers: str = layer_types_option("cnn,rnn,lstm,self_attention,attention_rnn,lstmn"),
     path_sizes: str = typer.Option("16,64,256", "--path-sizes", help="Lengths n at which the path length is measured."),
-    dim: int = typer.Option(64, min=1, help="Layer width d."),
+    embed_dim: int = width_option(64, "Layer width d."),
     repeats: int = repeats_option(),
     rounds: int = typer.Option(3, min=1, help="Sweeps over a layer's lengths in its timing process (the median is kept)."),
     fit: bool = typer.Option(True, "--fit/--no-fit", help="Also time each layer over the range its exponent is fitted over "
@@ -48,7 +48,7 @@ def complexity(
     total = sum(len(set(size_list) | set(path_list) | set((fit_sizes or {}).get(name, ()))) for name in names) + len(names)
     with track("measuring", total, folder and str(folder / "complexity.json"), payload) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.layer} n={rec.n}")
-        run(size_list, names, dim=dim, path_sizes=tuple(path_list), min_repeats=repeats, fit_sizes=fit_sizes, rounds=rounds,
+        run(size_list, names, embed_dim=embed_dim, path_sizes=tuple(path_list), min_repeats=repeats, fit_sizes=fit_sizes, rounds=rounds,
             on_record=tick, on_timed=lambda name: tracker.update(1, f"timed {name}"))
     data = payload(tracker.records)
     chart(folder and folder / "complexity.png", "complexity.plot_complexity", data["records"], exponents=data["exponents"])
@@ -58,15 +58,15 @@ def complexity(
         for name, e in data["exponents"].items():
             print_json({"layer": name, "exponent": e, "fit_range": data["fit_ranges"][name]})
         return
-    _tables(data, names, dim, path_list)
+    _tables(data, names, embed_dim, path_list)
 
 
-def _tables(data: dict, names: list[str], dim: int, path_list: list[int]) -> None:
+def _tables(data: dict, names: list[str], embed_dim: int, path_list: list[int]) -> None:
     """Print the forward times, then the textbook claims beside the measured exponent, steps and paths."""
     from ..studies.complexity import TEXTBOOK
 
     recs = data["records"]
-    t = table(f"forward time (ms), B=1, d={dim}, fp32", ["n", *names], left=())
+    t = table(f"forward time (ms), B=1, d={embed_dim}, fp32", ["n", *names], left=())
     for n in sorted({r["n"] for r in recs if r["seconds"] is not None}):
         by = {r["layer"]: r for r in recs if r["n"] == n}
         t.add_row(str(n), *[f"{by[name]['seconds'] * 1e3:.3g}" if name in by else "·" for name in names])

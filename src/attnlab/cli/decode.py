@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from .common import chart, emit_json, fail, fmt_x, int_list, load_report, out, records_json, table, track
-from .options import from_option, heads_option, json_option, output_option, plot_option, width_option
+from .options import blocks_option, from_option, heads_option, json_option, output_option, plot_option, width_option
 
 __all__ = ["bench_decode", "bench_packing"]
 
@@ -16,9 +16,9 @@ __all__ = ["bench_decode", "bench_packing"]
 def bench_decode(
     contexts: str = typer.Option("256,1024,4096", help="Comma-separated prompt lengths."),
     new_tokens: int = typer.Option(32, "--new-tokens", min=2, help="Greedy tokens decoded after each prompt."),
-    dim: int = width_option(256),
-    layers: int = typer.Option(4, min=1, help="Blocks."),
-    heads: int = heads_option(4),
+    embed_dim: int = width_option(256),
+    num_layers: int = blocks_option(4),
+    num_heads: int = heads_option(4),
     uncached_up_to: int | None = typer.Option(None, "--uncached-up-to", min=1,
                                               help="Longest context of the uncached reference (default: all)."),
     stream_lengths: str = typer.Option("1000,10000,100000", "--stream-lengths",
@@ -35,19 +35,21 @@ def bench_decode(
     if report:
         data = load_report(report, "bench decode", _checked)
     else:
-        data = _measure(contexts, new_tokens, dim, layers, heads, uncached_up_to, stream_lengths, checkpoint, factor, streams, output)
+        data = _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor,
+                        streams, output)
     if not emit_json(data, as_json, None if report else output):
         _report(data)
     chart(plot, "decode.plot_decode", data)
 
 
-def _measure(contexts, new_tokens, dim, layers, heads, uncached_up_to, stream_lengths, checkpoint, factor, streams, output) -> dict:
+def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor, streams,
+             output) -> dict:
     from ..studies import decode
 
     cs = int_list("--contexts", contexts, minimum=1)
     lengths = int_list("--stream-lengths", stream_lengths, minimum=1) if stream_lengths.strip() else []
-    if dim % heads:
-        fail(f"--dim {dim} must be divisible by --heads {heads}")
+    if embed_dim % num_heads:
+        fail(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
     model = text = context = None
     if checkpoint:
         from ..tasks import create as make_task
@@ -73,7 +75,8 @@ def _measure(contexts, new_tokens, dim, layers, heads, uncached_up_to, stream_le
             return cb
 
         try:
-            decode.speed(cs, new_tokens=new_tokens, dim=dim, layers=layers, heads=heads, uncached_up_to=uncached_up_to,
+            decode.speed(cs, new_tokens=new_tokens, embed_dim=embed_dim, num_layers=num_layers, num_heads=num_heads,
+                         uncached_up_to=uncached_up_to,
                          on_record=keep("speed", lambda r: r.implementation == "attnlab cached"))  # one step per context
             if lengths:
                 decode.streaming_memory(lengths, on_record=keep("memory", 0))
@@ -138,8 +141,8 @@ def bench_packing(
     counts: str = typer.Option("1,4,16,64", help="Comma-separated numbers of documents packed into one row."),
     min_length: int = typer.Option(64, "--min-length", min=1, help="Shortest document."),
     max_length: int = typer.Option(256, "--max-length", min=1, help="Longest document."),
-    dim: int = width_option(128),
-    layers: int = typer.Option(2, min=1, help="Blocks."),
+    embed_dim: int = width_option(128),
+    num_layers: int = blocks_option(2),
     dense_up_to: int = typer.Option(8192, "--dense-up-to", min=1, help="Longest packed row the dense T x T mask is run at."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
     output: str | None = output_option("Also write the JSON here (after every record)."),
@@ -151,7 +154,8 @@ def bench_packing(
     if min_length > max_length:
         fail(f"--min-length {min_length} exceeds --max-length {max_length}")
     with track("packing", len(ks) * 3, output, records_json) as tracker:
-        packing.run(ks, min_length=min_length, max_length=max_length, dim=dim, layers=layers, dense_up_to=dense_up_to,
+        packing.run(ks, min_length=min_length, max_length=max_length, embed_dim=embed_dim, num_layers=num_layers,
+                    dense_up_to=dense_up_to,
                     on_record=tracker.on_record(lambda r: f"{r.documents} documents: {r.method}"))
     recs = [r.to_dict() for r in tracker.records]
     if emit_json({"records": recs}, as_json):

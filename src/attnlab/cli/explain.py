@@ -15,8 +15,8 @@ def explain(
     score: str = typer.Option("scaled_dot", help="Score function: dot, scaled_dot, additive, cosine, bilinear."),
     normalize: str = typer.Option("softmax", help="Normaliser: softmax, relu, sigmoid."),
     no_self: bool = typer.Option(False, "--no-self", help="Forbid each token to attend to itself."),
-    heads: int = typer.Option(1, help="Number of heads (must divide --dim)."),
-    dim: int = typer.Option(4, help="Embedding width d."),
+    num_heads: int = typer.Option(1, "--num-heads", help="Number of heads (must divide --embed-dim)."),
+    embed_dim: int = typer.Option(4, "--embed-dim", help="Embedding width d."),
     seed: int = typer.Option(0, help="Seed of the embeddings and projection matrices."),
     as_json: bool = json_option("Print every step as JSON instead of tables."),
 ) -> None:
@@ -25,23 +25,23 @@ def explain(
 
     require_text(sentence)
     try:
-        ex = run_explain(sentence, score=score, normalize=normalize, no_self=no_self, heads=heads, dim=dim, seed=seed)
+        ex = run_explain(sentence, score=score, normalize=normalize, no_self=no_self, num_heads=num_heads, embed_dim=embed_dim, seed=seed)
     except ValueError as e:
         fail(str(e))
     if as_json:
         print_json(ex.to_dict())
         return
     labels = [f"{i}:{t}" for i, t in enumerate(ex.tokens)]
-    dims = [f"d{c}" for c in range(dim)]
+    dims = [f"d{c}" for c in range(embed_dim)]
     out.print(
         f"[bold]Self-attention on {ex.tokens}[/] — score [cyan]{score}[/], normaliser [cyan]{normalize}[/], "
-        f"{heads} head(s){', no attention to self' if no_self else ''}; float64 reference steps.\n"
+        f"{num_heads} head(s){', no attention to self' if no_self else ''}; float64 reference steps.\n"
         "Rows are tokens. Identical tokens get identical embeddings: without positions they get identical outputs.\n"
     )
     out.print(matrix("I — input vectors a^i", ex.inputs, labels, dims))
-    hd = [f"d{c}" for c in range(dim // heads)]
-    for h in range(heads):
-        tag = f" (head {h + 1})" if heads > 1 else ""
+    hd = [f"d{c}" for c in range(embed_dim // num_heads)]
+    for h in range(num_heads):
+        tag = f" (head {h + 1})" if num_heads > 1 else ""
         out.print()
         out.print(matrix(f"Q = W^q I{tag}", ex.q[h], labels, hd))
         out.print(matrix(f"K = W^k I{tag}", ex.k[h], labels, hd))
@@ -49,6 +49,6 @@ def explain(
         out.print(matrix(f"A — scores alpha_ij = {score}(q^i, k^j){tag}; · = masked", ex.scores[h], labels, labels))
         out.print(matrix(f"A' — {normalize} of each row{tag}", ex.weights[h], labels, labels))
         out.print(matrix(f"O = A' V{tag}", ex.head_outputs[h], labels, hd))
-    if heads > 1:
+    if num_heads > 1:
         out.print()
         out.print(matrix("output = concat(O^1..O^h) W^o", ex.output, labels, dims))

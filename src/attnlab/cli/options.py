@@ -49,23 +49,23 @@ def memory_option(help: str = "Measure peak memory (profiler)."):
     return typer.Option(True, "--memory/--no-memory", help=help)
 
 
-def heads_option(default: int | None):
-    """``--heads N``: attention heads (at least 1)."""
-    return typer.Option(default, min=1, help="Attention heads.")
+def heads_option(default: int | None, help: str = "Attention heads (they divide --embed-dim)."):
+    """``--num-heads N``: attention heads (at least 1), the ``num_heads`` of :class:`attnlab.MultiHeadAttention`."""
+    return typer.Option(default, "--num-heads", min=1, help=help)
 
 
-def width_option(default: int | None):
-    """``--dim N``: the model's width (at least 1)."""
-    return typer.Option(default, min=1, help="Model width.")
+def width_option(default: int | None, help: str = "Model width E."):
+    """``--embed-dim N``: the model's width (at least 1), the ``embed_dim`` of :class:`attnlab.MultiHeadAttention`."""
+    return typer.Option(default, "--embed-dim", min=1, help=help)
 
 
-def blocks_option(default: int | None):
-    """``--layers N``: the model's blocks (at least 1)."""
-    return typer.Option(default, min=1, help="Blocks.")
+def blocks_option(default: int | None, help: str = "Blocks."):
+    """``--num-layers N``: the model's blocks (at least 1)."""
+    return typer.Option(default, "--num-layers", min=1, help=help)
 
 
 def layer_types_option(default: str):
-    """``--layers a,b``: the sequence layers compared (names of :mod:`attnlab.recurrent`)."""
+    """``--layers a,b``: the sequence layer types compared (names of :mod:`attnlab.recurrent`; not a count)."""
     return typer.Option(default, help="Comma-separated layer types.")
 
 

@@ -16,7 +16,7 @@ def positional(
     name: str = typer.Argument(..., help="The encoding: sinusoidal, learned, rnn, floater, relative, alibi, rope."),
     length: int = typer.Option(128, min=1, help="Number of positions drawn."),
     dim: int = typer.Option(64, min=1, help="Width E of the vectors (for rope: the head width D)."),
-    heads: int = typer.Option(8, min=1, help="Heads of a bias encoding."),
+    num_heads: int = typer.Option(8, "--num-heads", min=1, help="Heads of a bias encoding."),
     seed: int = typer.Option(0, help="Seed of a trainable encoding's initialisation."),
     output: str | None = output_option("The PNG file (default positional-NAME.png)."),
     as_json: bool = json_option("Print one JSON object (encoding, kind, path) instead of a sentence."),
@@ -33,7 +33,7 @@ def positional(
         fail("the 'none' encoding adds no positional information: there is nothing to draw")
     torch.manual_seed(seed)
     try:
-        pe = P.create(name, dim=dim, num_heads=heads, max_len=length)
+        pe = P.create(name, dim=dim, num_heads=num_heads, max_len=length)
     except ValueError as e:
         fail(str(e))
     trained = any(True for _ in pe.parameters())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import typer
 
 from .common import chart, emit_json, fail, int_list, load_report, out, records_json, table, track
-from .options import from_option, heads_option, json_option, output_option, plot_option, width_option
+from .options import blocks_option, from_option, heads_option, json_option, output_option, plot_option, width_option
 
 __all__ = ["bench_ring"]
 
@@ -15,9 +15,9 @@ __all__ = ["bench_ring"]
 def bench_ring(
     lengths: str = typer.Option("2048,4096,8192,16384,32768", help="Comma-separated sequence lengths."),
     processes: str = typer.Option("1,2,4", help="Comma-separated process counts P (1: the plain layer in one process)."),
-    dim: int = width_option(64),
-    heads: int = heads_option(4),
-    layers: int = typer.Option(2, min=1, help="Encoder blocks."),
+    embed_dim: int = width_option(64),
+    num_heads: int = heads_option(4),
+    num_layers: int = blocks_option(2, "Encoder blocks."),
     causal: bool = typer.Option(False, "--causal/--bidirectional", help="Causal blocks (zig-zag layout) or not (contiguous)."),
     repeats: int = typer.Option(2, min=1, help="Timed steps per configuration (after a warm-up and a profiled step)."),
     memory_cap: float = typer.Option(
@@ -36,13 +36,14 @@ def bench_ring(
     else:
         ns = int_list("--lengths", lengths, minimum=1)
         ps = int_list("--processes", processes, minimum=1)
-        if dim % heads:
-            fail(f"--dim {dim} must be divisible by --heads {heads}")
+        if embed_dim % num_heads:
+            fail(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
         from ..studies import ring
 
         with track("ring attention", len(ns) * len(ps), output, records_json) as tracker:
-            ring.run(ns, ps, dim=dim, heads=heads, layers=layers, causal=causal, repeats=repeats, memory_cap=int(memory_cap * 2**20),
-                     threads=threads, on_record=tracker.on_record(lambda r: f"P={r.processes}, N={r.length}: {r.status}"))
+            ring.run(ns, ps, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, causal=causal, repeats=repeats,
+                     memory_cap=int(memory_cap * 2**20), threads=threads,
+                     on_record=tracker.on_record(lambda r: f"P={r.processes}, N={r.length}: {r.status}"))
         data = records_json(tracker.records)
     if not emit_json(data, as_json, None if report else output):
         _report(data["records"])

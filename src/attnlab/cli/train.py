@@ -36,9 +36,9 @@ def train(
     model_option: list[str] = typer.Option([], "--model-option", metavar="KEY=VALUE", help="A backbone option (repeatable)."),
     attention_option: list[str] = typer.Option([], "--attention-option", metavar="KEY=VALUE",
                                                help="An option of the attention variant, e.g. window=16 (repeatable)."),
-    dim: int | None = width_option(None),
-    layers: int | None = blocks_option(None),
-    heads: int | None = heads_option(None),
+    embed_dim: int | None = width_option(None, "Model width E (default: the task's, else 64)."),
+    num_layers: int | None = blocks_option(None, "Blocks (default: the task's, else 2)."),
+    num_heads: int | None = heads_option(None, "Attention heads, dividing --embed-dim (default: the task's, else 4)."),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Examples per optimizer step (default: the task's)."),
     lr: float | None = typer.Option(None, min=0.0, help="Peak learning rate of AdamW (default: the task's)."),
     eval_every: int | None = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
@@ -79,8 +79,8 @@ def train(
     previous = _previous_run(out_dir, task) if resume else None
     cfg = _config(
         task, size, task_option, model_option, attention_option, previous=previous, model=model, attention=attention,
-        positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, dim=dim, layers=layers, heads=heads,
-        batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience, seconds=seconds, precision=precision,
+        positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, embed_dim=embed_dim, num_layers=num_layers,
+        num_heads=num_heads, batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience, seconds=seconds, precision=precision,
         compile=compile_step, pretrain_steps=pretrain_steps, pretrain_share=pretrain_share,
     )
     base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
@@ -148,7 +148,8 @@ def _caveats(result, cfg) -> list[str]:
 
 FLAGS = {
     "task": "TASK", "task_options": "--task-option/--size", "model": "--model", "attention": "--attention", "positional": "--positional",
-    "causal": "--causal/--bidirectional", "dim": "--dim", "heads": "--heads", "layers": "--layers", "model_options": "--model-option",
+    "causal": "--causal/--bidirectional", "embed_dim": "--embed-dim", "num_heads": "--num-heads", "num_layers": "--num-layers",
+    "model_options": "--model-option",
     "attention_options": "--attention-option", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed", "eval_every": "--eval-every",
     "steps": "--steps", "epochs": "--epochs", "seconds": "--seconds", "patience": "--patience", "precision": "--precision",
     "compile": "--compile", "pretrain_steps": "--pretrain-steps", "pretrain_share": "--pretrain-share",
@@ -235,8 +236,8 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
     for what, opts in (("--model-option", given["model_options"]), ("--attention-option", given["attention_options"])):
         fixed = sorted(set(opts) & set(_SET_BY_FLAGS))
         if fixed:
-            fail(f"{what} {', '.join(fixed)}: set by the model from its own flags (--dim, --heads, --layers, --attention, "
-                 "--positional, --causal) and the task, not as an option")
+            fail(f"{what} {', '.join(fixed)}: set by the model from its own flags (--embed-dim, --num-heads, --num-layers, "
+                 "--attention, --positional, --causal) and the task, not as an option")
     if cfg.attention in efficient.names() and given["attention_options"]:
         if cfg.attention in ("dense", "dense_naive"):
             fail(f"--attention-option: the {cfg.attention} attention takes none (its score and normaliser are --model-option "
@@ -247,7 +248,8 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
 
 _SET_BY_FLAGS = ("vocab_size", "dim", "embed_dim", "feature_dim", "edge_dim", "num_heads", "num_layers", "attention", "attention_options",
                  "positional", "causal", "max_len", "image_size", "kdim", "vdim", "positional_options")
-"""Backbone and attention options set by their own flags (--dim, --heads, --layers, --attention, ...) or by the task."""
+"""Backbone and attention options set by their own flags (--embed-dim, --num-heads, --num-layers, --attention, ...) or by the task
+(``dim``: the width's earlier name, refused as well)."""
 
 
 def _option_pairs(pairs: list[str], what: str) -> dict:

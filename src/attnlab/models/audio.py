@@ -5,7 +5,7 @@
   ``attention_options={"window": w}`` is truncated attention, +-w frames);
 * ``conformer`` — the same projection, then a :class:`attnlab.models.conformer.Conformer`.
 
-Both return the mean of the real frames' output vectors ``(B, dim)``, for
+Both return the mean of the real frames' output vectors ``(B, embed_dim)``, for
 :class:`attnlab.models.vectors.VectorClassifier`.
 """
 
@@ -23,7 +23,7 @@ __all__ = ["AudioTransformerBackbone", "ConformerBackbone", "FrameBackbone"]
 
 
 class FrameBackbone(nn.Module):
-    """Base class: ``forward(x (B, T, F), pad (B, T) bool True = padding) -> (B, dim)``.
+    """Base class: ``forward(x (B, T, F), pad (B, T) bool True = padding) -> (B, embed_dim)``.
 
     Attributes:
         inputs: ``"features"``.
@@ -34,11 +34,11 @@ class FrameBackbone(nn.Module):
     encoder_class: type = Encoder
     options_target = Encoder  # where **encoder_options go (a subclass with another encoder_class sets both)
 
-    def __init__(self, feature_dim: int, dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
+    def __init__(self, feature_dim: int, embed_dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
         super().__init__()
-        self.feature_dim, self.dim = positive_int("feature_dim", feature_dim), positive_int("dim", dim)
-        self.proj = nn.Linear(feature_dim, dim)
-        self.encoder = self.encoder_class(dim, num_heads, num_layers, **encoder_options)
+        self.feature_dim, self.embed_dim = positive_int("feature_dim", feature_dim), positive_int("embed_dim", embed_dim)
+        self.proj = nn.Linear(feature_dim, embed_dim)
+        self.encoder = self.encoder_class(embed_dim, num_heads, num_layers, **encoder_options)
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, *, return_weights: bool = False):
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[2] != self.feature_dim:

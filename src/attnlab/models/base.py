@@ -73,7 +73,7 @@ class Backbone(nn.Module):
 
     Args:
         vocab_size: token ids are ``0 .. vocab_size - 1`` (0 = padding).
-        dim: E.
+        embed_dim: E.
 
     Attributes:
         uses_attention: the backbone takes ``attention=``, ``positional=`` and ``max_len=``.
@@ -84,18 +84,19 @@ class Backbone(nn.Module):
     uses_attention = False
     inputs = "tokens"
 
-    def __init__(self, vocab_size: int, dim: int):
+    def __init__(self, vocab_size: int, embed_dim: int):
         super().__init__()
         positive_int("vocab_size", vocab_size)
-        self.dim = positive_int("dim", dim)
-        self.embed = nn.Embedding(vocab_size, dim, padding_idx=PAD)
+        self.embed_dim = positive_int("embed_dim", embed_dim)
+        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
 
 
-def residual_blocks(dim: int, num_layers: int, ff: int, dropout: float) -> nn.ModuleList:
+def residual_blocks(embed_dim: int, num_layers: int, ff: int, dropout: float) -> nn.ModuleList:
     """``num_layers`` pre-norm MLP blocks ``W2 dropout(gelu(W1 LN(x)))``, applied residually by
     :func:`run_residual` (the per-vector baselines ``mlp``, ``window_mlp`` and ``node_mlp``)."""
     return nn.ModuleList(
-        nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff, dim)) for _ in range(num_layers)
+        nn.Sequential(nn.LayerNorm(embed_dim), nn.Linear(embed_dim, ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff, embed_dim))
+        for _ in range(num_layers)
     )
 
 

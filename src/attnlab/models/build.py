@@ -74,7 +74,7 @@ def build_model(config: ModelConfig | dict) -> nn.Module:
         raise ValueError(f"unknown task kind {cfg.kind!r} for {inputs} models; expected {', '.join(kinds)}")
     options = cfg.backbone_options()
     if inputs == "tokens":
-        backbone = cls(cfg.vocab_size, cfg.dim, **options)
+        backbone = cls(cfg.vocab_size, cfg.embed_dim, **options)
     else:
-        backbone = cls(cfg.feature_dim, cfg.dim, **({"edge_dim": cfg.edge_dim} if inputs == "graph" else {}), **options)
+        backbone = cls(cfg.feature_dim, cfg.embed_dim, **({"edge_dim": cfg.edge_dim} if inputs == "graph" else {}), **options)
     return HEADS.get(key)(backbone, cfg)

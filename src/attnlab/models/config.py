@@ -46,7 +46,7 @@ class ModelConfig:
     Attributes:
         kind: the task's output kind (``tagging``, ``classification``, ``regression``, ``seq2seq``).
         model: the backbone by name (:func:`attnlab.models.names`).
-        num_labels: output classes (1: one value). dim: the model width E.
+        num_labels: output classes (1: one value). embed_dim: the model width E.
         inputs: ``tokens``, ``features``, ``graph`` or ``image``.
         vocab_size: token ids (token inputs). feature_dim, edge_dim: vector / node / edge widths.
         pooling: ``mean``, ``cls`` or ``sum`` for one output per set.
@@ -60,7 +60,7 @@ class ModelConfig:
     kind: str
     model: str
     num_labels: int
-    dim: int
+    embed_dim: int
     inputs: str = "tokens"
     vocab_size: int | None = None
     feature_dim: int | None = None
@@ -99,10 +99,13 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
-        """The config of :meth:`to_dict`'s output, or of a version-1 checkpoint's flat dict."""
+        """The config of :meth:`to_dict`'s output, or of a version-1 checkpoint's flat dict (either
+        with the model width under its earlier name ``dim``)."""
         if not isinstance(data, dict):
             raise ArgumentTypeError(f"a model config is a dict, got {type(data).__name__}")
         data = dict(data)
+        if "dim" in data:  # the model width's name until it became embed_dim, in every checkpoint written before
+            data.setdefault("embed_dim", data.pop("dim"))
         opts = dict(data.pop("options", None) or {})  # version 1 kept the typed fields among the options
         if "attention" in opts:
             data.setdefault("attention", {"name": opts.pop("attention"), "options": opts.pop("attention_options", None) or {}})

@@ -31,18 +31,18 @@ class ConvModule(nn.Module):
     """The Conformer convolution module (``(B, N, E)`` -> ``(B, N, E)``, the residual added by the caller).
 
     Args:
-        dim: E. kernel_size: of the depthwise convolution (odd; "same" padding). dropout: at the end.
+        embed_dim: E. kernel_size: of the depthwise convolution (odd; "same" padding). dropout: at the end.
     """
 
-    def __init__(self, dim: int, kernel_size: int = 15, dropout: float = 0.0):
+    def __init__(self, embed_dim: int, kernel_size: int = 15, dropout: float = 0.0):
         super().__init__()
         if not is_int(kernel_size) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"conv_kernel must be a positive odd int, got {kernel_size!r}")
-        self.norm = nn.LayerNorm(dim)
-        self.pointwise1 = nn.Conv1d(dim, 2 * dim, 1)
-        self.depthwise = nn.Conv1d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim)
-        self.batch_norm = nn.BatchNorm1d(dim)
-        self.pointwise2 = nn.Conv1d(dim, dim, 1)
+        self.norm = nn.LayerNorm(embed_dim)
+        self.pointwise1 = nn.Conv1d(embed_dim, 2 * embed_dim, 1)
+        self.depthwise = nn.Conv1d(embed_dim, embed_dim, kernel_size, padding=kernel_size // 2, groups=embed_dim)
+        self.batch_norm = nn.BatchNorm1d(embed_dim)
+        self.pointwise2 = nn.Conv1d(embed_dim, embed_dim, 1)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -56,10 +56,10 @@ class ConvModule(nn.Module):
 
 
 class _FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int, dropout: float):
+    def __init__(self, embed_dim: int, hidden: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.SiLU(), nn.Dropout(dropout), nn.Linear(hidden, dim),
-                                 nn.Dropout(dropout))
+        self.net = nn.Sequential(nn.LayerNorm(embed_dim), nn.Linear(embed_dim, hidden), nn.SiLU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, embed_dim), nn.Dropout(dropout))
 
     def forward(self, x):
         return self.net(x)

@@ -52,38 +52,39 @@ class GraphTransformer(nn.Module):
     """A stack of pre-norm blocks ``h + GraphAttention(LN h)``, ``h + FFN(LN h)`` over node vectors.
 
     Args:
-        in_dim: node feature width. dim: model width (= heads x head width). num_heads, num_layers.
-        edge_dim: edge feature width (None: none). ff_mult: FFN width / dim. dropout: in FFN and
+        in_dim: node feature width. embed_dim: model width (= heads x head width). num_heads, num_layers.
+        edge_dim: edge feature width (None: none). ff_mult: FFN width / embed_dim. dropout: in FFN and
             attention weights. mode: ``"sparse"`` or ``"dense"`` (see :class:`GraphAttention`).
 
-    ``forward(x, edge_index, edge_attr=None)`` -> ``(N, dim)``; a PyTorch Geometric ``Data``
+    ``forward(x, edge_index, edge_attr=None)`` -> ``(N, embed_dim)``; a PyTorch Geometric ``Data``
     is accepted in place of ``x`` (its ``x``, ``edge_index``, ``edge_attr`` are used).
     """
 
     def __init__(
-        self, in_dim: int, dim: int = 64, num_heads: int = 4, num_layers: int = 2, *,
+        self, in_dim: int, embed_dim: int = 64, num_heads: int = 4, num_layers: int = 2, *,
         edge_dim: int | None = None, ff_mult: int = 2, dropout: float = 0.0, mode: str = "sparse",
     ):
         super().__init__()
-        positive_int("dim", dim), positive_int("num_heads", num_heads), positive_int("num_layers", num_layers)
-        if dim % num_heads:
-            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
-        self.dim = dim
-        self.embed = nn.Linear(positive_int("in_dim", in_dim), dim)
+        positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads), positive_int("num_layers", num_layers)
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        self.embed_dim = embed_dim
+        self.embed = nn.Linear(positive_int("in_dim", in_dim), embed_dim)
         self.attn = nn.ModuleList(
-            GraphAttention(dim, dim // num_heads, num_heads, edge_dim=edge_dim, root_weight=False, dropout=dropout, mode=mode)
+            GraphAttention(embed_dim, embed_dim // num_heads, num_heads, edge_dim=edge_dim, root_weight=False, dropout=dropout, mode=mode)
             for _ in range(num_layers)
         )
-        self.norm1 = nn.ModuleList(nn.LayerNorm(dim) for _ in range(num_layers))
-        self.norm2 = nn.ModuleList(nn.LayerNorm(dim) for _ in range(num_layers))
+        self.norm1 = nn.ModuleList(nn.LayerNorm(embed_dim) for _ in range(num_layers))
+        self.norm2 = nn.ModuleList(nn.LayerNorm(embed_dim) for _ in range(num_layers))
         self.ff = nn.ModuleList(
-            nn.Sequential(nn.Linear(dim, ff_mult * dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_mult * dim, dim))
+            nn.Sequential(nn.Linear(embed_dim, ff_mult * embed_dim), nn.GELU(), nn.Dropout(dropout),
+                          nn.Linear(ff_mult * embed_dim, embed_dim))
             for _ in range(num_layers)
         )
-        self.out_norm = nn.LayerNorm(dim)
+        self.out_norm = nn.LayerNorm(embed_dim)
 
     def forward(self, x, edge_index: torch.Tensor | None = None, edge_attr: torch.Tensor | None = None, *, return_weights: bool = False):
-        """Node vectors ``(N, dim)``; with ``return_weights`` also the list of per-layer ``(E, H)`` weights."""
+        """Node vectors ``(N, embed_dim)``; with ``return_weights`` also the list of per-layer ``(E, H)`` weights."""
         if not isinstance(x, torch.Tensor):
             x, edge_index, edge_attr, _ = graph_inputs(x)
         if edge_index is None:
@@ -103,10 +104,10 @@ class GraphTransformer(nn.Module):
 
 
 class GraphBackbone(nn.Module):
-    """Base class of backbones over graphs: ``forward(x (N, F), edge_index, edge_attr) -> (N, dim)``.
+    """Base class of backbones over graphs: ``forward(x (N, F), edge_index, edge_attr) -> (N, embed_dim)``.
 
     Args:
-        feature_dim: F. dim: output width. edge_dim: edge feature width (None: none).
+        feature_dim: F. embed_dim: output width. edge_dim: edge feature width (None: none).
 
     Attributes:
         inputs: ``"graph"`` (what :func:`attnlab.models.build_model` checks against the task).
@@ -115,9 +116,10 @@ class GraphBackbone(nn.Module):
     inputs = "graph"
     uses_attention = False
 
-    def __init__(self, feature_dim: int, dim: int, edge_dim: int | None = None):
+    def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None):
         super().__init__()
-        self.feature_dim, self.dim, self.edge_dim = positive_int("feature_dim", feature_dim), positive_int("dim", dim), edge_dim
+        self.feature_dim, self.embed_dim = positive_int("feature_dim", feature_dim), positive_int("embed_dim", embed_dim)
+        self.edge_dim = edge_dim
 
 
 @register("graph_transformer")
@@ -127,10 +129,11 @@ class GraphTransformerBackbone(GraphBackbone):
 
     attention_kind = "edges"
 
-    def __init__(self, feature_dim: int, dim: int, edge_dim: int | None = None, *, num_heads: int = 4, num_layers: int = 2,
+    def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None, *, num_heads: int = 4, num_layers: int = 2,
                  dropout: float = 0.0, mode: str = "sparse", ff_mult: int = 2):
-        super().__init__(feature_dim, dim, edge_dim)
-        self.net = GraphTransformer(feature_dim, dim, num_heads, num_layers, edge_dim=edge_dim, dropout=dropout, mode=mode, ff_mult=ff_mult)
+        super().__init__(feature_dim, embed_dim, edge_dim)
+        self.net = GraphTransformer(feature_dim, embed_dim, num_heads, num_layers, edge_dim=edge_dim, dropout=dropout, mode=mode,
+                                    ff_mult=ff_mult)
 
     def forward(self, x, edge_index, edge_attr=None, *, return_weights: bool = False):
         return self.net(x, edge_index, edge_attr, return_weights=return_weights)
@@ -141,11 +144,11 @@ class NodeMLPBackbone(GraphBackbone):
     """Each node alone (edges ignored): ``num_layers`` residual MLP blocks; the baseline that
     shows what the edges add."""
 
-    def __init__(self, feature_dim: int, dim: int, edge_dim: int | None = None, *, num_layers: int = 2, dropout: float = 0.0):
-        super().__init__(feature_dim, dim, edge_dim)
-        self.embed = nn.Linear(feature_dim, dim)
-        self.blocks = residual_blocks(dim, num_layers, 2 * dim, dropout)
-        self.norm = nn.LayerNorm(dim)
+    def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None, *, num_layers: int = 2, dropout: float = 0.0):
+        super().__init__(feature_dim, embed_dim, edge_dim)
+        self.embed = nn.Linear(feature_dim, embed_dim)
+        self.blocks = residual_blocks(embed_dim, num_layers, 2 * embed_dim, dropout)
+        self.norm = nn.LayerNorm(embed_dim)
 
     def forward(self, x, edge_index, edge_attr=None, *, return_weights: bool = False):
         return ModelOutput(run_residual(self.blocks, self.norm, self.embed(x)))
@@ -157,7 +160,7 @@ class NodeLabeler(nn.Module):
     def __init__(self, backbone: GraphBackbone, num_labels: int):
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Linear(backbone.dim, num_labels)
+        self.head = nn.Linear(backbone.embed_dim, num_labels)
 
     def forward(self, x, edge_index, edge_attr=None, batch=None, num_graphs=None, *, return_weights: bool = False):
         """Logits ``(N, num_labels)`` (with ``return_weights``: and the per-layer edge weights)."""
@@ -175,7 +178,7 @@ class GraphPredictor(nn.Module):
         if pooling not in ("mean", "sum"):
             raise ValueError(f"graph pooling must be 'mean' or 'sum', got {pooling!r}")
         self.backbone, self.pooling = backbone, pooling
-        self.head = nn.Sequential(nn.Linear(backbone.dim, backbone.dim), nn.GELU(), nn.Linear(backbone.dim, num_labels))
+        self.head = nn.Sequential(nn.Linear(backbone.embed_dim, backbone.embed_dim), nn.GELU(), nn.Linear(backbone.embed_dim, num_labels))
 
     def forward(self, x, edge_index, edge_attr=None, batch=None, num_graphs=None, *, return_weights: bool = False):
         """Logits ``(G, num_labels)``; ``batch`` ``(N,)`` gives each node's graph (None: one graph)."""

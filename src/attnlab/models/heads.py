@@ -17,7 +17,7 @@ class SequenceLabeler(nn.Module):
     def __init__(self, backbone: Backbone, num_labels: int):
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Linear(backbone.dim, num_labels)
+        self.head = nn.Linear(backbone.embed_dim, num_labels)
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
         """Logits ``(B, N, num_labels)`` (and the backbone's attention weights when asked)."""
@@ -39,7 +39,7 @@ class SetClassifier(nn.Module):
         if pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
         self.backbone, self.pooling = backbone, pooling
-        self.head = nn.Linear(backbone.dim, num_labels)
+        self.head = nn.Linear(backbone.embed_dim, num_labels)
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
         """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked)."""
@@ -47,12 +47,12 @@ class SetClassifier(nn.Module):
         return ModelOutput(self.head(res.output), res.weights)
 
     def pooled(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
-        """The pooled vector ``(B, dim)`` of each sequence, before the head."""
+        """The pooled vector ``(B, embed_dim)`` of each sequence, before the head."""
         return pool(self.backbone, tokens, self.pooling, return_weights=return_weights)
 
 
 def pool(backbone: Backbone, tokens: torch.Tensor, pooling: str, *, return_weights: bool = False) -> ModelOutput:
-    """``backbone`` over token sequences ``(B, N)``, pooled to one vector ``(B, dim)`` each:
+    """``backbone`` over token sequences ``(B, N)``, pooled to one vector ``(B, embed_dim)`` each:
     ``"mean"`` over real positions, or ``"cls"`` (a summary token put in front)."""
     if pooling == "cls":
         tokens = torch.cat([torch.full_like(tokens[:, :1], CLS), tokens], dim=1)
@@ -84,11 +84,11 @@ class PairClassifier(nn.Module):
         if pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
         self.backbone, self.pooling = backbone, pooling
-        dim = backbone.dim
-        self.head = nn.Sequential(nn.Linear(4 * dim, dim), nn.GELU(), nn.Linear(dim, num_labels))
+        embed_dim = backbone.embed_dim
+        self.head = nn.Sequential(nn.Linear(4 * embed_dim, embed_dim), nn.GELU(), nn.Linear(embed_dim, num_labels))
 
     def encode(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
-        """One tower: the pooled vector ``(B, dim)`` of sequences ``(B, N)``."""
+        """One tower: the pooled vector ``(B, embed_dim)`` of sequences ``(B, N)``."""
         return pool(self.backbone, tokens, self.pooling, return_weights=return_weights)
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:

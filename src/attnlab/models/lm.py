@@ -39,9 +39,9 @@ class LMBackbone(TransformerBackbone):
     mask for exact attention, ``causal=True`` for the efficient variants). Options as for
     :class:`attnlab.models.tokens.TransformerBackbone`."""
 
-    def __init__(self, vocab_size: int, dim: int, **options):
+    def __init__(self, vocab_size: int, embed_dim: int, **options):
         options["causal"] = True
-        super().__init__(vocab_size, dim, **options)
+        super().__init__(vocab_size, embed_dim, **options)
 
 
 class LanguageModel(nn.Module):

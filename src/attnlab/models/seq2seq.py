@@ -23,12 +23,12 @@ __all__ = ["Seq2Seq", "DecoderLayer", "TGT_PAD", "BOS", "EOS"]
 class DecoderLayer(nn.Module):
     """Pre-norm block: ``x + SelfAttn_causal(LN x)``, ``x + CrossAttn(LN x, memory)``, ``x + FFN(LN x)``."""
 
-    def __init__(self, dim: int, num_heads: int, ff_dim: int | None = None, dropout: float = 0.0):
+    def __init__(self, embed_dim: int, num_heads: int, ff_dim: int | None = None, dropout: float = 0.0):
         super().__init__()
-        self.self_attn = MultiHeadAttention(dim, num_heads, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout)
-        self.ff = FeedForward(dim, ff_dim or 4 * dim, dropout=dropout)
-        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(3))
+        self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout)
+        self.ff = FeedForward(embed_dim, ff_dim or 4 * embed_dim, dropout=dropout)
+        self.norms = nn.ModuleList(nn.LayerNorm(embed_dim) for _ in range(3))
 
     def forward(self, x, memory, *, self_mask, memory_mask, return_weights=False, caches=None):
         """With ``caches`` = ``(self-attention KVCache, cross-attention StaticKV)``, ``x`` holds new
@@ -54,13 +54,13 @@ class Seq2Seq(nn.Module):
         super().__init__()
         from ..positional import sinusoidal_table
 
-        dim = encoder.dim
-        self.encoder, self.dim, self.max_len = encoder, dim, max_len
-        self.tgt_embed = nn.Embedding(tgt_vocab_size, dim, padding_idx=TGT_PAD)
-        self.register_buffer("tgt_pos", sinusoidal_table(max_len + 1, dim), persistent=False)
-        self.layers = nn.ModuleList(DecoderLayer(dim, num_heads) for _ in range(num_layers))
-        self.norm = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, tgt_vocab_size)
+        embed_dim = encoder.embed_dim
+        self.encoder, self.embed_dim, self.max_len = encoder, embed_dim, max_len
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, embed_dim, padding_idx=TGT_PAD)
+        self.register_buffer("tgt_pos", sinusoidal_table(max_len + 1, embed_dim), persistent=False)
+        self.layers = nn.ModuleList(DecoderLayer(embed_dim, num_heads) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(embed_dim)
+        self.out = nn.Linear(embed_dim, tgt_vocab_size)
 
     def encode(self, src: torch.Tensor):
         """``(memory (B, N, E), memory mask (B, 1, 1, N))`` of source ids ``(B, N)``."""
@@ -75,7 +75,7 @@ class Seq2Seq(nn.Module):
         m = tgt_in.shape[1]
         if start + m > self.max_len + 1:
             raise ValueError(f"target of length {start + m} exceeds the decoder's max_len {self.max_len}")
-        x = self.tgt_embed(tgt_in) * self.dim**0.5 + self.tgt_pos[start : start + m].to(memory.dtype)
+        x = self.tgt_embed(tgt_in) * self.embed_dim**0.5 + self.tgt_pos[start : start + m].to(memory.dtype)
         real = (tgt_in != TGT_PAD)[:, None, None, :]
         self_mask = real if cache is not None else masks.causal() & real
         weights = None

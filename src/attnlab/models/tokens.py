@@ -35,9 +35,9 @@ class TransformerBackbone(Backbone):
     """When set (:func:`attnlab.distributed.parallelize`), each rank computes its shard of every
     sequence (ring attention in every block) and the final vectors are gathered."""
 
-    def __init__(self, vocab_size: int, dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
-        super().__init__(vocab_size, dim)
-        self.encoder = Encoder(dim, num_heads, num_layers, **encoder_options)
+    def __init__(self, vocab_size: int, embed_dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
+        super().__init__(vocab_size, embed_dim)
+        self.encoder = Encoder(embed_dim, num_heads, num_layers, **encoder_options)
 
     @property
     def causal(self) -> bool:
@@ -48,14 +48,14 @@ class TransformerBackbone(Backbone):
         """With ``cache`` (:meth:`attnlab.models.Encoder.new_cache`), ``tokens`` continue the cached
         ones; with ``documents`` (:class:`attnlab.masks.Documents`) each row holds packed documents."""
         if documents is not None:
-            out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=documents)
+            out = self.encoder(self.embed(tokens) * self.embed_dim**0.5, mask=documents)
             return ModelOutput(out.output, None)
         if self.sequence_parallel is not None:
             if return_weights or cache is not None:
                 raise ValueError("under sequence parallelism the backbone returns no weights and takes no cache")
             return self._forward_sharded(tokens, pad, self.sequence_parallel)
         mask = None if not bool(pad.any()) else ~pad[:, None, None, :]
-        out = self.encoder(self.embed(tokens) * self.dim**0.5, mask=mask, return_weights=return_weights, cache=cache)
+        out = self.encoder(self.embed(tokens) * self.embed_dim**0.5, mask=mask, return_weights=return_weights, cache=cache)
         return ModelOutput(out.output, out.weights)
 
 
@@ -65,7 +65,7 @@ class TransformerBackbone(Backbone):
         mine = shard(tokens, layout, rank)  # (B, c): padded positions hold PAD = 0
         valid = ~shard(pad, layout, rank, fill=True)  # (B, c): True = a real key
         ctx = RingContext.build(layout.positions(rank, device=tokens.device), None if bool(valid.all()) else valid, group=sp.group)
-        out = self.encoder(self.embed(mine) * self.dim**0.5, mask=ShardedMask(ctx, timings=sp.timings, length=layout.length))
+        out = self.encoder(self.embed(mine) * self.embed_dim**0.5, mask=ShardedMask(ctx, timings=sp.timings, length=layout.length))
         return ModelOutput(gather(out.output, layout, group=sp.group), None)
 
 
@@ -75,10 +75,10 @@ class MLPBackbone(Backbone):
 
     causal = True  # a vector's output depends on that vector only
 
-    def __init__(self, vocab_size: int, dim: int, *, num_layers: int = 2, ff_dim: int | None = None, dropout: float = 0.0):
-        super().__init__(vocab_size, dim)
-        self.blocks = residual_blocks(dim, num_layers, ff_dim or 4 * dim, dropout)
-        self.norm = nn.LayerNorm(dim)
+    def __init__(self, vocab_size: int, embed_dim: int, *, num_layers: int = 2, ff_dim: int | None = None, dropout: float = 0.0):
+        super().__init__(vocab_size, embed_dim)
+        self.blocks = residual_blocks(embed_dim, num_layers, ff_dim or 4 * embed_dim, dropout)
+        self.norm = nn.LayerNorm(embed_dim)
 
     def forward(self, tokens, pad, *, return_weights: bool = False):
         return ModelOutput(run_residual(self.blocks, self.norm, self.embed(tokens)))
@@ -91,10 +91,10 @@ class WindowMLPBackbone(MLPBackbone):
 
     causal = False  # it reads the next ``window`` vectors too
 
-    def __init__(self, vocab_size: int, dim: int, *, window: int = 2, **options):
-        super().__init__(vocab_size, dim, **options)
+    def __init__(self, vocab_size: int, embed_dim: int, *, window: int = 2, **options):
+        super().__init__(vocab_size, embed_dim, **options)
         self.window = int_at_least("window", window, 0)
-        self.mix = nn.Linear((2 * window + 1) * dim, dim)
+        self.mix = nn.Linear((2 * window + 1) * embed_dim, embed_dim)
 
     def forward(self, tokens, pad, *, return_weights: bool = False):
         x = self.embed(tokens).masked_fill(pad[..., None], 0.0)

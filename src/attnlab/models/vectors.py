@@ -14,7 +14,7 @@ the offset only: strong prior, fewer data needed; self-attention learns its own 
 field, which pays off as the data grow. :class:`CNNBackbone` is the baseline with the same
 head (a linear layer on one pooled vector).
 
-Backbones here read ``x`` ``(B, C, H, W)`` and return ``(B, dim)``;
+Backbones here read ``x`` ``(B, C, H, W)`` and return ``(B, embed_dim)``;
 :class:`VectorClassifier` puts the head on top.
 """
 
@@ -41,10 +41,10 @@ def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
 
 
 class ImageBackbone(nn.Module):
-    """Base class: ``forward(x (B, C, H, W)) -> (B, dim)``.
+    """Base class: ``forward(x (B, C, H, W)) -> (B, embed_dim)``.
 
     Args:
-        feature_dim: C, the channels. dim: output width. image_size: ``(H, W)``.
+        feature_dim: C, the channels. embed_dim: output width. image_size: ``(H, W)``.
 
     Attributes:
         inputs: ``"image"``.
@@ -53,9 +53,9 @@ class ImageBackbone(nn.Module):
     inputs = "image"
     uses_attention = False
 
-    def __init__(self, feature_dim: int, dim: int, image_size: tuple[int, int] | list[int]):
+    def __init__(self, feature_dim: int, embed_dim: int, image_size: tuple[int, int] | list[int]):
         super().__init__()
-        self.channels, self.dim = positive_int("feature_dim", feature_dim), positive_int("dim", dim)
+        self.channels, self.embed_dim = positive_int("feature_dim", feature_dim), positive_int("embed_dim", embed_dim)
         if not (isinstance(image_size, (tuple, list)) and len(image_size) == 2):
             raise ValueError(f"image_size must be (H, W), got {image_size!r}")
         self.image_size = (positive_int("image height", image_size[0]), positive_int("image width", image_size[1]))
@@ -74,21 +74,21 @@ class ViTBackbone(ImageBackbone):
 
     uses_attention = True
 
-    def __init__(self, feature_dim: int, dim: int, image_size, *, patch_size: int = 2, num_heads: int = 4, num_layers: int = 2,
+    def __init__(self, feature_dim: int, embed_dim: int, image_size, *, patch_size: int = 2, num_heads: int = 4, num_layers: int = 2,
                  positional: str = "learned", max_len: int | None = None, **encoder_options):
-        super().__init__(feature_dim, dim, image_size)
+        super().__init__(feature_dim, embed_dim, image_size)
         self.patch_size = positive_int("patch_size", patch_size)
         h, w = self.image_size
         if h % patch_size or w % patch_size:
             raise ValueError(f"image size {h}x{w} is not divisible by patch_size {patch_size}")
         self.num_patches = (h // patch_size) * (w // patch_size)
-        self.embed = nn.Linear(feature_dim * patch_size * patch_size, dim)
-        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.embed = nn.Linear(feature_dim * patch_size * patch_size, embed_dim)
+        self.cls = nn.Parameter(torch.zeros(1, 1, embed_dim))
         nn.init.normal_(self.cls, std=0.02)
-        self.encoder = Encoder(dim, num_heads, num_layers, positional=positional, max_len=self.num_patches + 1, **encoder_options)
+        self.encoder = Encoder(embed_dim, num_heads, num_layers, positional=positional, max_len=self.num_patches + 1, **encoder_options)
 
     def tokens(self, x: torch.Tensor) -> torch.Tensor:
-        """The input vectors ``(B, 1 + patches, dim)``: CLS, then the embedded patches."""
+        """The input vectors ``(B, 1 + patches, embed_dim)``: CLS, then the embedded patches."""
         self._check(x)
         v = self.embed(patchify(x, self.patch_size))
         return torch.cat([self.cls.expand(v.shape[0], -1, -1).to(v.dtype), v], dim=1)
@@ -103,11 +103,11 @@ class PixelAttentionBackbone(ViTBackbone):
     """Self-attention over single pixels: :class:`ViTBackbone` with ``patch_size=1`` (``H W``
     vectors of C values each)."""
 
-    def __init__(self, feature_dim: int, dim: int, image_size, **options):
+    def __init__(self, feature_dim: int, embed_dim: int, image_size, **options):
         if options.get("patch_size", 1) != 1:
             raise ValueError("pixels attends over single pixels: patch_size is 1 (use model 'vit' for patches)")
         options.pop("patch_size", None)
-        super().__init__(feature_dim, dim, image_size, patch_size=1, **options)
+        super().__init__(feature_dim, embed_dim, image_size, patch_size=1, **options)
 
 
 @register("cnn")
@@ -115,13 +115,13 @@ class CNNBackbone(ImageBackbone):
     """A small CNN: ``num_layers`` 3x3 convolution blocks (GELU; a 2x2 max-pool after every
     second block while the map is larger than 2x2), then global average pooling."""
 
-    def __init__(self, feature_dim: int, dim: int, image_size, *, num_layers: int = 3, dropout: float = 0.0):
-        super().__init__(feature_dim, dim, image_size)
+    def __init__(self, feature_dim: int, embed_dim: int, image_size, *, num_layers: int = 3, dropout: float = 0.0):
+        super().__init__(feature_dim, embed_dim, image_size)
         positive_int("num_layers", num_layers)
         layers: list[nn.Module] = []
         c, size = feature_dim, min(self.image_size)
         for i in range(num_layers):
-            width = dim if i == num_layers - 1 else max(dim // 2, 8)
+            width = embed_dim if i == num_layers - 1 else max(embed_dim // 2, 8)
             layers += [nn.Conv2d(c, width, 3, padding=1), nn.GELU()]
             if i % 2 == 1 and size > 2:
                 layers.append(nn.MaxPool2d(2))
@@ -142,7 +142,7 @@ class VectorClassifier(nn.Module):
     def __init__(self, backbone: ImageBackbone, num_labels: int):
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Sequential(nn.LayerNorm(backbone.dim), nn.Linear(backbone.dim, positive_int("num_labels", num_labels)))
+        self.head = nn.Sequential(nn.LayerNorm(backbone.embed_dim), nn.Linear(backbone.embed_dim, positive_int("num_labels", num_labels)))
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, *, return_weights: bool = False):
         """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked); ``pad``

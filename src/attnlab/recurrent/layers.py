@@ -27,10 +27,10 @@ def register(name: str):
     return LAYERS.register(name)
 
 
-def create(name: str, dim: int, **options) -> SequenceLayer:
-    """A sequence layer ``(B, N, dim) -> (B, N, dim)`` by name (see :func:`names`)."""
-    positive_int("dim", dim)
-    return LAYERS.get(name)(dim, **options)
+def create(name: str, embed_dim: int, **options) -> SequenceLayer:
+    """A sequence layer ``(B, N, embed_dim) -> (B, N, embed_dim)`` by name (see :func:`names`)."""
+    positive_int("embed_dim", embed_dim)
+    return LAYERS.get(name)(embed_dim, **options)
 
 
 def names() -> list[str]:
@@ -39,24 +39,24 @@ def names() -> list[str]:
 
 
 class SequenceLayer(nn.Module):
-    """Base class: ``forward(x (B, N, dim), mask=None) -> (B, N, dim)``.
+    """Base class: ``forward(x (B, N, embed_dim), mask=None) -> (B, N, embed_dim)``.
 
     Attributes:
         recurrent: True when the layer runs step by step (and takes ``truncate=``).
-        stacked: True when the layer is a stack whose depth is its ``layers`` option.
+        stacked: True when the layer is a stack whose depth is its ``num_layers`` option.
     """
 
     recurrent = False
     stacked = False
 
-    def __init__(self, dim: int):
+    def __init__(self, embed_dim: int):
         super().__init__()
-        self.dim = dim
+        self.embed_dim = embed_dim
 
     def _check(self, x, mask):
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{self.name} layer expects inputs of shape (B, N, {self.dim}), got {got}")
+            raise ValueError(f"{self.name} layer expects inputs of shape (B, N, {self.embed_dim}), got {got}")
         mask = check_prefix_mask(mask, x)
         if mask is not None:
             x = x.masked_fill(~mask[..., None], 0.0)
@@ -71,9 +71,9 @@ class _TorchRecurrent(SequenceLayer):
     recurrent = True
     cell: type
 
-    def __init__(self, dim: int, **options):
-        super().__init__(dim)
-        self.rnn = self.cell(dim, dim, batch_first=True, **options)
+    def __init__(self, embed_dim: int, **options):
+        super().__init__(embed_dim)
+        self.rnn = self.cell(embed_dim, embed_dim, batch_first=True, **options)
 
     def forward(self, x, mask=None, *, truncate: int | None = None):
         x, mask = self._check(x, mask)
@@ -99,14 +99,14 @@ class ElmanRNN(_TorchRecurrent):
 
 @register("lstm")
 class LSTMLayer(_TorchRecurrent):
-    """An LSTM (``torch.nn.LSTM``), hidden width ``dim``."""
+    """An LSTM (``torch.nn.LSTM``), hidden width ``embed_dim``."""
 
     cell = nn.LSTM
 
 
 @register("cnn")
 class ConvStack(SequenceLayer):
-    """``layers`` 1-D convolutions of kernel ``kernel_size``, same-length output, GELU after each.
+    """``num_layers`` 1-D convolutions of kernel ``kernel_size``, same-length output, GELU after each.
 
     Centred (default, odd k): position ``i`` of layer ``l`` sees inputs ``i +- l (k - 1) / 2``.
     Causal: it sees ``i - l (k - 1) .. i`` (zero padding on the left only), the direction of the
@@ -116,20 +116,20 @@ class ConvStack(SequenceLayer):
 
     stacked = True
 
-    def __init__(self, dim: int, *, kernel_size: int = 3, layers: int = 1, causal: bool = False):
-        super().__init__(dim)
+    def __init__(self, embed_dim: int, *, kernel_size: int = 3, num_layers: int = 1, causal: bool = False):
+        super().__init__(embed_dim)
         positive_int("kernel_size", kernel_size)
         if not causal and kernel_size % 2 == 0:
             raise ValueError(f"a centred kernel must have an odd size (same padding), got {kernel_size}; or use causal=True")
-        positive_int("layers", layers)
-        self.kernel_size, self.layers, self.causal = kernel_size, layers, causal
+        positive_int("num_layers", num_layers)
+        self.kernel_size, self.num_layers, self.causal = kernel_size, num_layers, causal
         self.pad = (kernel_size - 1, 0) if causal else (kernel_size // 2, kernel_size // 2)
-        self.convs = nn.ModuleList(nn.Conv1d(dim, dim, kernel_size) for _ in range(layers))
+        self.convs = nn.ModuleList(nn.Conv1d(embed_dim, embed_dim, kernel_size) for _ in range(num_layers))
         self.act = nn.GELU()
 
     def forward(self, x, mask=None):
         x, mask = self._check(x, mask)
-        y = x.transpose(1, 2)  # (B, dim, N)
+        y = x.transpose(1, 2)  # (B, embed_dim, N)
         keep = None if mask is None else mask[:, None, :]
         for conv in self.convs:
             if keep is not None:
@@ -140,18 +140,18 @@ class ConvStack(SequenceLayer):
 
 @register("self_attention")
 class SelfAttentionLayer(SequenceLayer):
-    """``layers`` Transformer encoder blocks (self-attention + feed-forward, pre-norm) of width
-    ``dim``, with ``num_heads`` heads and any positional encoding (default none: every position
+    """``num_layers`` Transformer encoder blocks (self-attention + feed-forward, pre-norm) of width
+    ``embed_dim``, with ``num_heads`` heads and any positional encoding (default none: every position
     reaches every other in one step). Options go to :class:`attnlab.models.Encoder`."""
 
     stacked = True
 
-    def __init__(self, dim: int, *, num_heads: int = 1, layers: int = 1, **options):
-        super().__init__(dim)
+    def __init__(self, embed_dim: int, *, num_heads: int = 1, num_layers: int = 1, **options):
+        super().__init__(embed_dim)
         from ..models.encoder import Encoder
 
-        self.layers = layers
-        self.encoder = Encoder(dim, num_heads, layers, **options)
+        self.num_layers = num_layers
+        self.encoder = Encoder(embed_dim, num_heads, num_layers, **options)
 
     def forward(self, x, mask=None):
         x, mask = self._check(x, mask)
@@ -163,9 +163,9 @@ class _CellLayer(SequenceLayer):
     recurrent = True
     cell_type: type
 
-    def __init__(self, dim: int, **options):
-        super().__init__(dim)
-        self.cell = self.cell_type(dim, dim, **options)
+    def __init__(self, embed_dim: int, **options):
+        super().__init__(embed_dim)
+        self.cell = self.cell_type(embed_dim, embed_dim, **options)
 
     def forward(self, x, mask=None, *, truncate: int | None = None):
         return self.cell.steps(x, mask, truncate=truncate).output

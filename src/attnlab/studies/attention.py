@@ -101,7 +101,7 @@ class _Case:
     n: int
     mode: str
     batch: int
-    heads: int
+    num_heads: int
     head_dim: int
     dtype: torch.dtype
     device: torch.device
@@ -117,11 +117,11 @@ def _build(case: _Case):
     cfg = CONFIGS[case.config]
     torch.manual_seed(case.seed)
     is_additive = cfg["score"] == "additive"
-    score = Additive(case.head_dim, num_heads=case.heads).to(case.device, case.dtype) if is_additive else cfg["score"]
+    score = Additive(case.head_dim, num_heads=case.num_heads).to(case.device, case.dtype) if is_additive else cfg["score"]
     norm = cfg["normalize"]
     g = torch.Generator(device="cpu").manual_seed(case.seed + case.n)
     grad = case.mode == "fwd_bwd"
-    shape = (case.batch, case.heads, case.n, case.head_dim)
+    shape = (case.batch, case.num_heads, case.n, case.head_dim)
     qkv = [torch.randn(*shape, generator=g, dtype=case.dtype).to(case.device).requires_grad_(grad) for _ in range(3)]
     q, k, v = qkv
 
@@ -153,7 +153,7 @@ def _build(case: _Case):
         else:
             backends[impl] = "naive"
             pair_cost = case.head_dim if is_additive else 1
-            need = _estimate_naive_bytes(case.batch, case.heads, case.n, pair_cost, q.element_size(), case.mode)
+            need = _estimate_naive_bytes(case.batch, case.num_heads, case.n, pair_cost, q.element_size(), case.mode)
             if need > case.memory_budget:
                 skipped[impl] = f"skipped: would need about {need / 2**30:.0f} GiB, over half the available memory"
             else:
@@ -181,7 +181,7 @@ def run(
     modes: Iterable[str] = ("fwd", "fwd_bwd"),
     *,
     batch: int = 1,
-    heads: int = 4,
+    num_heads: int = 4,
     head_dim: int = 64,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
@@ -216,7 +216,7 @@ def run(
     for cfg_name in configs:
         for n in sizes:
             for mode in modes:
-                case = _Case(cfg_name, n, mode, batch, heads, head_dim, dtype, device, seed, budget)
+                case = _Case(cfg_name, n, mode, batch, num_heads, head_dim, dtype, device, seed, budget)
                 calls, backends, skipped, _ = _build(case)
                 times, repeats = _time_calls(calls, min_repeats, target_seconds)
                 del calls

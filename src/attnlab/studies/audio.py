@@ -30,7 +30,7 @@ class AudioRecord(StudyRecord):
 
 
 def run(
-    seconds: float = 60.0, *, window: int = 16, dim: int = 144, heads: int = 4, layers: int = 2, min_repeats: int = 3,
+    seconds: float = 60.0, *, window: int = 16, embed_dim: int = 144, num_heads: int = 4, num_layers: int = 2, min_repeats: int = 3,
     memory: bool = True, models: tuple[str, ...] = ("conformer", "audio_transformer"),
     on_record: Callable[[AudioRecord], None] | None = None,
 ) -> list[AudioRecord]:
@@ -51,8 +51,8 @@ def run(
         for att in ("dense", "local"):
             torch.manual_seed(0)
             opts = {"attention_options": {"window": window}} if att == "local" else {}
-            built[(m, att)] = BACKBONES.get(m)(x.shape[2], dim, num_heads=heads, num_layers=layers, attention=att, positional="rope",
-                                               max_len=frames + 1, **opts)
+            built[(m, att)] = BACKBONES.get(m)(x.shape[2], embed_dim, num_heads=num_heads, num_layers=num_layers, attention=att,
+                                               positional="rope", max_len=frames + 1, **opts)
 
     def call_of(model):
         def call():

@@ -109,12 +109,12 @@ class ComplexityRecord(StudyRecord):
     path_length: int | None
 
 
-def _layer(name: str, dim: int, depth: int = 1, dtype=torch.float32):
+def _layer(name: str, embed_dim: int, depth: int = 1, dtype=torch.float32):
     torch.manual_seed(0)
-    opts = {"layers": depth} if name in ("cnn", "self_attention") else {}
+    opts = {"num_layers": depth} if name in ("cnn", "self_attention") else {}
     if name == "cnn":
         opts.update(kernel_size=KERNEL, causal=True)
-    return layer_registry.create(name, dim, **opts).to(dtype).eval()
+    return layer_registry.create(name, embed_dim, **opts).to(dtype).eval()
 
 
 class _DepthTracer(TorchDispatchMode):
@@ -165,13 +165,13 @@ def sequential_steps(layer: torch.nn.Module, x: torch.Tensor) -> int:
     return tracer.deepest
 
 
-def _reaches(name: str, n: int, dim: int, depth: int, truncate: int | None) -> bool:
+def _reaches(name: str, n: int, embed_dim: int, depth: int, truncate: int | None) -> bool:
     """Is ``d out_{n-1} / d x_0`` non-zero (float64) for this depth / truncation?"""
-    layer = _layer(name, dim, depth, torch.float64)
+    layer = _layer(name, embed_dim, depth, torch.float64)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(1, n, dim, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(1, n, embed_dim, generator=g, dtype=torch.float64, requires_grad=True)
     out = layer(x, truncate=truncate) if truncate is not None else layer(x)
-    probe = torch.randn(dim, generator=g, dtype=torch.float64)
+    probe = torch.randn(embed_dim, generator=g, dtype=torch.float64)
     (grad,) = torch.autograd.grad(out[0, n - 1] @ probe, x, allow_unused=True)
     return grad is not None and bool(grad[0, 0].abs().max() > 0)
 
@@ -189,13 +189,13 @@ def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
     return lo
 
 
-def path_length(name: str, n: int, dim: int = 64) -> int | None:
+def path_length(name: str, n: int, embed_dim: int = 64) -> int | None:
     """Layers (stacks) or recurrent hand-overs between input 0 and output n - 1, measured."""
-    layer = _layer(name, dim)
+    layer = _layer(name, embed_dim)
     if getattr(layer, "recurrent", False):
-        return _first_true(lambda s: _reaches(name, n, dim, 1, s), 0, max(n - 1, 0))
+        return _first_true(lambda s: _reaches(name, n, embed_dim, 1, s), 0, max(n - 1, 0))
     if getattr(layer, "stacked", False):
-        return _first_true(lambda depth: _reaches(name, n, dim, depth, None), 1, max(n, 1))
+        return _first_true(lambda depth: _reaches(name, n, embed_dim, depth, None), 1, max(n, 1))
     raise ValueError(f"layer {name!r} is neither recurrent nor a stack")
 
 
@@ -203,7 +203,7 @@ def run(
     sizes: list[int],
     layers: tuple[str, ...] | list[str] = LAYERS,
     *,
-    dim: int = 64,
+    embed_dim: int = 64,
     path_sizes: tuple[int, ...] = (16, 64, 256),
     min_repeats: int = 3,
     target_seconds: float = 1.0,
@@ -225,15 +225,16 @@ def run(
     times: dict[tuple[str, int], float] = {}
     for name in layers:
         own = sorted(set(sizes) | extra[name])
-        spec = {"layer": name, "sizes": own, "dim": dim, "min_repeats": min_repeats, "target_seconds": target_seconds, "rounds": rounds}
+        spec = {"layer": name, "sizes": own, "embed_dim": embed_dim, "min_repeats": min_repeats, "target_seconds": target_seconds,
+                "rounds": rounds}
         for n, seconds in measure_in_child("attnlab.studies.complexity", spec, name, env=allocator_env("keep")).items():
             times[(name, int(n))] = seconds
         if on_timed is not None:
             on_timed(name)
     records = []
-    modules = {name: _layer(name, dim) for name in layers}
+    modules = {name: _layer(name, embed_dim) for name in layers}
     for n in all_sizes:
-        x = torch.randn(1, n, dim, generator=torch.Generator().manual_seed(n))
+        x = torch.randn(1, n, embed_dim, generator=torch.Generator().manual_seed(n))
         for name in layers:
             if (name, n) not in times and n not in path_sizes:
                 continue
@@ -242,7 +243,7 @@ def run(
                 n=n,
                 seconds=times.get((name, n)),
                 sequential_steps=sequential_steps(modules[name], x),
-                path_length=path_length(name, n, dim) if n in path_sizes else None,
+                path_length=path_length(name, n, embed_dim) if n in path_sizes else None,
             )
             records.append(rec)
             if on_record is not None:
@@ -250,11 +251,11 @@ def run(
     return records
 
 
-def _time_here(name: str, sizes: list[int], dim: int, min_repeats: int, target_seconds: float, rounds: int) -> dict[str, float]:
+def _time_here(name: str, sizes: list[int], embed_dim: int, min_repeats: int, target_seconds: float, rounds: int) -> dict[str, float]:
     """In this (fresh) process: the layer's forward at every n, swept ``rounds`` times; per n the
     median of the rounds' medians (keys are n as strings, for JSON)."""
-    layer = _layer(name, dim)
-    inputs = {n: torch.randn(1, n, dim, generator=torch.Generator().manual_seed(n)) for n in sizes}
+    layer = _layer(name, embed_dim)
+    inputs = {n: torch.randn(1, n, embed_dim, generator=torch.Generator().manual_seed(n)) for n in sizes}
     medians: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(rounds):
         for n in sizes:
@@ -304,5 +305,5 @@ def fit_ranges(records: list[ComplexityRecord] | list[dict], fit_from: int | Non
 
 if __name__ == "__main__":  # worker: one layer's times; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
-    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["dim"], _spec["min_repeats"], _spec["target_seconds"],
+    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["embed_dim"], _spec["min_repeats"], _spec["target_seconds"],
                                 _spec["rounds"])))

@@ -51,7 +51,7 @@ class DecodeRecord(StudyRecord):
     decode_tokens_per_second: float | None
     same_tokens: bool | None
     repeats: int
-    dim: int
+    dim: int  # the model's embed_dim, num_layers and num_heads, under the keys of the JSON files already written
     layers: int
     heads: int
     vocab: int
@@ -84,30 +84,32 @@ class PerplexityRecord(StudyRecord):
 IMPLEMENTATIONS = ("attnlab cached", "attnlab uncached", "transformers generate")
 
 
-def gpt2_pair(dim: int, layers: int, heads: int, vocab: int, max_len: int, *, seed: int = 0):
+def gpt2_pair(embed_dim: int, num_layers: int, num_heads: int, vocab: int, max_len: int, *, seed: int = 0):
     """``(attnlab LanguageModel, transformers GPT2LMHeadModel or None)`` of one shape, randomly
     initialised, in eval mode (None when ``transformers`` is not installed)."""
     torch.manual_seed(seed)
-    ours = build_model(ModelConfig(kind="lm", model="lm", num_labels=vocab, dim=dim, vocab_size=vocab, num_layers=layers, num_heads=heads,
-                                   max_len=max_len, attention=AttentionSpec("dense", {}), positional=PositionalSpec("learned"))).eval()
+    ours = build_model(ModelConfig(kind="lm", model="lm", num_labels=vocab, embed_dim=embed_dim, vocab_size=vocab, num_layers=num_layers,
+                                   num_heads=num_heads, max_len=max_len, attention=AttentionSpec("dense", {}),
+                                   positional=PositionalSpec("learned"))).eval()
     try:
         import transformers
     except ImportError:
         return ours, None
     transformers.logging.set_verbosity_error()
-    cfg = transformers.GPT2Config(n_embd=dim, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=max_len,
+    cfg = transformers.GPT2Config(n_embd=embed_dim, n_layer=num_layers, n_head=num_heads, vocab_size=vocab, n_positions=max_len,
                                   activation_function="gelu", bos_token_id=0, eos_token_id=0)
     return ours, transformers.GPT2LMHeadModel(cfg).eval()
 
 
-def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, layers: int = 4, heads: int = 4, vocab: int = 258,
-          min_repeats: int = 3, uncached_up_to: int | None = None, on_record: Callable | None = None) -> list[DecodeRecord]:
+def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, embed_dim: int = 256, num_layers: int = 4, num_heads: int = 4,
+          vocab: int = 258, min_repeats: int = 3, uncached_up_to: int | None = None,
+          on_record: Callable | None = None) -> list[DecodeRecord]:
     """Greedy decoding speed at each context (see the module docstring). ``uncached_up_to``:
     the longest context at which the uncached reference runs (default: all)."""
     positive_int("new_tokens", new_tokens)
     if new_tokens < 2:
         raise ValueError("new_tokens must be >= 2 (the decoding rate needs steps after the first)")
-    ours, hf = gpt2_pair(dim, layers, heads, vocab, max(contexts) + new_tokens)
+    ours, hf = gpt2_pair(embed_dim, num_layers, num_heads, vocab, max(contexts) + new_tokens)
     records = []
     for c in contexts:
         prompt = torch.randint(2, vocab, (1, positive_int("context", c)), generator=torch.Generator().manual_seed(c))
@@ -140,7 +142,7 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, dim: int = 256, l
             same = bool(torch.equal(produced[impl], reference)) if impl == "attnlab cached" and reference is not None else None
             rec = DecodeRecord(impl, c, new_tokens, full, first, new_tokens / full,
                                (new_tokens - 1) / (full - first) if full > first else None, same,
-                               len(times[(impl, new_tokens)]) - 1, dim, layers, heads, vocab)
+                               len(times[(impl, new_tokens)]) - 1, embed_dim, num_layers, num_heads, vocab)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
@@ -152,13 +154,14 @@ def _timed_median(ts: list[float]) -> float:
     return statistics.median(ts[1:] or ts)
 
 
-def streaming_memory(lengths=(1000, 10000, 100000), *, sinks: int = 4, window: int = 252, full_up_to: int = 10000, dim: int = 64,
-                     layers: int = 2, heads: int = 4, on_record: Callable | None = None) -> list[StreamMemoryRecord]:
+def streaming_memory(lengths=(1000, 10000, 100000), *, sinks: int = 4, window: int = 252, full_up_to: int = 10000,
+                     embed_dim: int = 64, num_layers: int = 2, num_heads: int = 4,
+                     on_record: Callable | None = None) -> list[StreamMemoryRecord]:
     """Cache bytes after each of ``lengths`` tokens of a stream of random bytes through a small
     rope model, for a sinks + window cache and (up to ``full_up_to`` tokens) the full cache."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(kind="lm", model="lm", num_labels=258, dim=dim, vocab_size=258, num_layers=layers, num_heads=heads,
-                                    attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope"))).eval()
+    model = build_model(ModelConfig(kind="lm", model="lm", num_labels=258, embed_dim=embed_dim, vocab_size=258, num_layers=num_layers,
+                                    num_heads=num_heads, attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope"))).eval()
     stream = torch.randint(2, 258, (1, max(lengths)), generator=torch.Generator().manual_seed(1))
     records = []
     for name, opts, limit in (("sinks+window", {"window": window, "sinks": sinks, "positions": "cache"}, max(lengths)),

@@ -72,11 +72,11 @@ but stalls at 3 of the 4 kinds on some seeds at distance 80)."""
 class LabelModel(nn.Module):
     """Embedding -> one sequence layer -> a label per position."""
 
-    def __init__(self, layer: str, vocab: int, labels: int, dim: int = 32):
+    def __init__(self, layer: str, vocab: int, labels: int, embed_dim: int = 32):
         super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.layer = layer_registry.create(layer, dim, **LAYER_OPTIONS.get(layer, {}))
-        self.head = nn.Linear(dim, labels)
+        self.embed = nn.Embedding(vocab, embed_dim)
+        self.layer = layer_registry.create(layer, embed_dim, **LAYER_OPTIONS.get(layer, {}))
+        self.head = nn.Linear(embed_dim, labels)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.layer(self.embed(tokens)))
@@ -101,7 +101,7 @@ def train_and_eval(
     *,
     steps: int = 400,
     batch: int = 32,
-    dim: int = 32,
+    embed_dim: int = 32,
     lr: float = 3e-3,
     eval_size: int = 512,
     seed: int = 0,
@@ -110,7 +110,7 @@ def train_and_eval(
     """Train a :class:`LabelModel` on fresh batches for ``steps`` Adam steps, then score the held-out set."""
     task = TriggerTask(distance)
     torch.manual_seed(seed)
-    model = LabelModel(layer, task.vocab, task.classes + 1, dim)
+    model = LabelModel(layer, task.vocab, task.classes + 1, embed_dim)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed + 1)
     loss_fn = nn.CrossEntropyLoss()

@@ -2,7 +2,7 @@
 PyTorch Geometric's ``TransformerConv`` with the same weights, side by side in one process.
 
 A random graph (``nodes`` nodes, ``edges`` directed edges drawn uniformly, seed fixed), node
-features ``(nodes, in_dim)``, one layer ``in_dim -> heads x head_dim`` with the root weight.
+features ``(nodes, in_dim)``, one layer ``in_dim -> num_heads x head_dim`` with the root weight.
 Each call is a forward pass, ``out.sum().backward()``: time is the median of round-robin
 repetitions (the first call, a warm-up, is dropped); peak memory is the profiler's peak of live
 tensor bytes during one call (:func:`attnlab.studies.attention.peak_bytes`). Both layers compute
@@ -36,7 +36,7 @@ def run(
     edges: int = 1_000_000,
     *,
     in_dim: int = 256,
-    heads: int = 4,
+    num_heads: int = 4,
     head_dim: int = 64,
     min_repeats: int = 3,
     memory: bool = True,
@@ -51,7 +51,7 @@ def run(
     """
     from ..layers.graph import GraphAttention
 
-    for name, val in (("nodes", nodes), ("edges", edges), ("in_dim", in_dim), ("heads", heads), ("head_dim", head_dim)):
+    for name, val in (("nodes", nodes), ("edges", edges), ("in_dim", in_dim), ("num_heads", num_heads), ("head_dim", head_dim)):
         positive_int(name, val)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(nodes, in_dim, generator=g, requires_grad=True)
@@ -63,12 +63,12 @@ def run(
         except ImportError as e:
             raise RuntimeError("PyTorch Geometric is not installed (pip install torch_geometric), or run without it") from e
         torch.manual_seed(seed)
-        conv = TransformerConv(in_dim, head_dim, heads=heads)
+        conv = TransformerConv(in_dim, head_dim, heads=num_heads)
         layers["attnlab"] = GraphAttention.from_transformer_conv(conv)
         layers["pyg_transformer_conv"] = conv
     else:
         torch.manual_seed(seed)
-        layers["attnlab"] = GraphAttention(in_dim, head_dim, heads)
+        layers["attnlab"] = GraphAttention(in_dim, head_dim, num_heads)
 
     def call_of(layer):
         def call():

@@ -32,26 +32,27 @@ class PackingRecord(StudyRecord):
     seconds: float
     microseconds_per_token: float
     repeats: int
-    dim: int
+    dim: int  # the encoder's embed_dim and num_layers, under the keys of the JSON files already written
     layers: int
 
 
-def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, dim: int = 128, layers: int = 2, heads: int = 4,
-        positional: str = "rope", dense_up_to: int = 8192, min_repeats: int = 2, on_record: Callable | None = None) -> list[PackingRecord]:
+def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, embed_dim: int = 128, num_layers: int = 2,
+        num_heads: int = 4, positional: str = "rope", dense_up_to: int = 8192, min_repeats: int = 2,
+        on_record: Callable | None = None) -> list[PackingRecord]:
     """For each count k: k documents with lengths drawn uniformly in ``[min_length, max_length]``
     (seed k), one causal encoder; the dense mask only while the packed length is at most
     ``dense_up_to``."""
     torch.manual_seed(0)
-    enc = Encoder(dim, heads, layers, causal=True, positional=positional)
+    enc = Encoder(embed_dim, num_heads, num_layers, causal=True, positional=positional)
     records = []
     for k in counts:
         g = torch.Generator().manual_seed(k)
         lengths = torch.randint(min_length, max_length + 1, (k,), generator=g).tolist()
         t = sum(lengths)
         docs = Documents(lengths, causal=True)
-        x = torch.randn(1, t, dim, generator=g)
+        x = torch.randn(1, t, embed_dim, generator=g)
         pos = docs.positions(t)[0]
-        padded = torch.zeros(k, max(lengths), dim)
+        padded = torch.zeros(k, max(lengths), embed_dim)
         pad_mask = torch.zeros(k, 1, 1, max(lengths), dtype=torch.bool)
         at = 0
         for i, n in enumerate(lengths):
@@ -72,7 +73,7 @@ def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, d
         for method in METHODS:
             if method in calls:
                 sec = statistics.median(times[method][1:] or times[method])
-                rec = PackingRecord(method, k, t, sec, 1e6 * sec / t, len(times[method]) - 1, dim, layers)
+                rec = PackingRecord(method, k, t, sec, 1e6 * sec / t, len(times[method]) - 1, embed_dim, num_layers)
                 records.append(rec)
                 if on_record is not None:
                     on_record(rec)

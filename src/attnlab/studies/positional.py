@@ -3,7 +3,7 @@
 The task is generated here (nothing downloaded): **delayed copy**. A sequence of tokens drawn
 uniformly from ``vocab`` symbols; the target at position ``i`` is the token ``delay`` positions
 back, ``y_i = x_{i - delay}`` (the first ``delay`` positions have no target and are not
-scored). The model is a causal Transformer encoder (token embedding, ``layers`` blocks of
+scored). The model is a causal Transformer encoder (token embedding, ``num_layers`` blocks of
 causal self-attention and a feed-forward network, a linear read-out), so the answer needs
 exactly one thing from the encoding: where position ``i - delay`` is. A model without
 positional information cannot tell which earlier token is ``delay`` back other than by

@@ -2,8 +2,8 @@
 at long lengths, and the share of this machine's peak each reaches, side by side in one process.
 
 The model is the arena's long task (:data:`attnlab.arena.PRESETS` ``quick``, ``text``): byte
-tokens, a ``transformer`` classifier with sinusoidal positions, of width ``dim``, ``heads`` heads and
-``layers`` blocks, each variant with its arena options (:data:`attnlab.arena.presets.VARIANT_OPTIONS`).
+tokens, a ``transformer`` classifier with sinusoidal positions, of width ``embed_dim``, ``num_heads`` heads
+and ``num_layers`` blocks, each variant with its arena options (:data:`attnlab.arena.presets.VARIANT_OPTIONS`).
 For each length N the batch holds ``tokens`` tokens in all (8 sequences of 1K, the text task's
 batch; 2 of 4K). One training step is the
 arena's: forward, loss, backward, gradient clipping and an AdamW update, under
@@ -54,7 +54,7 @@ def peaks(device: str = "cpu") -> dict[str, float]:
     return {"fp32": peak_flops("float32", device), "bf16": peak_flops("bfloat16", device)}
 
 
-def _step(variant: str, n: int, batch: int, dim: int, heads: int, layers: int,
+def _step(variant: str, n: int, batch: int, embed_dim: int, num_heads: int, num_layers: int,
           precision: str) -> tuple[Callable[[], None], Callable[[], int]]:
     """A training step of the arena's text model at length ``n`` and a counter of its FLOPs."""
     from ..arena.presets import VARIANT_OPTIONS
@@ -64,8 +64,8 @@ def _step(variant: str, n: int, batch: int, dim: int, heads: int, layers: int,
     from ..training.precision import autocast
 
     torch.manual_seed(0)
-    cfg = ModelConfig(kind="classification", model="transformer", num_labels=8, dim=dim, num_layers=layers, num_heads=heads,
-                      vocab_size=FIRST + 256, attention=AttentionSpec(variant, dict(VARIANT_OPTIONS.get(variant, {}))),
+    cfg = ModelConfig(kind="classification", model="transformer", num_labels=8, embed_dim=embed_dim, num_layers=num_layers,
+                      num_heads=num_heads, vocab_size=FIRST + 256, attention=AttentionSpec(variant, dict(VARIANT_OPTIONS.get(variant, {}))),
                       positional=PositionalSpec("sinusoidal"), max_len=n + 1)
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -91,8 +91,8 @@ def _step(variant: str, n: int, batch: int, dim: int, heads: int, layers: int,
     return step, flops
 
 
-def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, dim: int = 64, heads: int = 4, layers: int = 1,
-        min_repeats: int = 3, target_seconds: float = 4.0, skip: Callable[[str, int], str | None] = lambda v, n: None,
+def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, embed_dim: int = 64, num_heads: int = 4,
+        num_layers: int = 1, min_repeats: int = 3, target_seconds: float = 4.0, skip: Callable[[str, int], str | None] = lambda v, n: None,
         on_record: Callable[[Record], None] | None = None) -> list[Record]:
     """Records for every variant and length, fp32 and bf16 (``skip(variant, n)``: a reason to leave
     a cell out, recorded as its note)."""
@@ -108,7 +108,7 @@ def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, 
                     if on_record:
                         on_record(records[-1])
                 continue
-            steps = {p: _step(v, n, batch, dim, heads, layers, p) for p in PRECISIONS}
+            steps = {p: _step(v, n, batch, embed_dim, num_heads, num_layers, p) for p in PRECISIONS}
             flops = steps["fp32"][1]()
             times = round_robin({p: s for p, (s, _) in steps.items()}, min_repeats, target_seconds)
             median = {p: statistics.median(t[1:] or t) for p, t in times.items()}

@@ -45,7 +45,7 @@ class RecallRecord(StudyRecord):
     variant: str
     pairs: int
     length: int
-    dim: int
+    dim: int  # the model's embed_dim, under the key of the JSON files already written
     state_floats: int
     accuracy: float
     steps: int
@@ -57,22 +57,22 @@ def _options(variant: str) -> dict:
     return {"window": WINDOW} if variant == "local" else {}
 
 
-def state_floats(variant: str, dim: int, heads: int, length: int, options: dict | None = None) -> int:
+def state_floats(variant: str, embed_dim: int, num_heads: int, length: int, options: dict | None = None) -> int:
     """Numbers one causal layer of ``variant`` keeps to decode the next token after ``length``
     tokens: its cache's bytes after reading them, over 4."""
     torch.manual_seed(0)
     causal = {} if variant == "dense" else {"causal": True}  # dense decodes causally with any cache
-    layer = efficient.create(variant, embed_dim=dim, num_heads=heads, **causal, **_options(variant), **(options or {})).eval()
+    layer = efficient.create(variant, embed_dim=embed_dim, num_heads=num_heads, **causal, **_options(variant), **(options or {})).eval()
     cache = layer.new_cache()
     with torch.no_grad():
-        layer(torch.randn(1, length, dim), cache=cache)
+        layer(torch.randn(1, length, embed_dim), cache=cache)
     return cache.nbytes() // 4
 
 
 def run(
     variants: Iterable[str] = DEFAULT_VARIANTS,
     pairs: Iterable[int] = (8, 16),
-    dims: Iterable[int] = (32, 64),
+    embed_dims: Iterable[int] = (32, 64),
     *,
     steps: int = 1500,
     seconds: float = 60.0,
@@ -83,7 +83,7 @@ def run(
     options: dict[str, dict] | None = None,
     on_record: Callable[[RecallRecord], None] | None = None,
 ) -> list[RecallRecord]:
-    """Train and score every (pairs, dim, variant) for ``steps`` steps (at most ``seconds`` each);
+    """Train and score every (pairs, embed_dim, variant) for ``steps`` steps (at most ``seconds`` each);
     ``queries = pairs``, ``num_keys`` keys and values. ``options``: extra attention options per
     variant (an ablation: ``{"deltanet": {"conv_size": 0}}``), named in the record's ``variant``."""
     from ..training import train
@@ -93,18 +93,18 @@ def run(
         for p in pairs:
             task_options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys, "size": size, "seed": seed}
             task = tasks.create("recall", **task_options)
-            for dim in dims:
+            for embed_dim in embed_dims:
                 for variant in variants:
                     extra = (options or {}).get(variant, {})
                     label = variant + "".join(f" {k}={v}" for k, v in extra.items())
                     cfg = TrainConfig.for_task("recall", task_options=task_options, attention=variant,
-                                               attention_options={**_options(variant), **extra}, dim=dim, seconds=float(seconds),
-                                               steps=steps, eval_every=100, precision=precision, seed=seed)
+                                               attention_options={**_options(variant), **extra}, embed_dim=embed_dim,
+                                               seconds=float(seconds), steps=steps, eval_every=100, precision=precision, seed=seed)
                     cfg = dataclasses.replace(cfg, patience=None)
                     t0 = time.perf_counter()
-                    res = train(cfg, Path(tmp) / f"{label}-{p}-{dim}".replace(" ", "_"), task=task)
-                    rec = RecallRecord(label, p, 3 * p, dim, state_floats(variant, dim, cfg.heads, 3 * p, extra), res.value, res.steps,
-                                       time.perf_counter() - t0, 1 / task.num_labels)
+                    res = train(cfg, Path(tmp) / f"{label}-{p}-{embed_dim}".replace(" ", "_"), task=task)
+                    rec = RecallRecord(label, p, 3 * p, embed_dim, state_floats(variant, embed_dim, cfg.num_heads, 3 * p, extra), res.value,
+                                       res.steps, time.perf_counter() - t0, 1 / task.num_labels)
                     out.append(rec)
                     if on_record is not None:
                         on_record(rec)

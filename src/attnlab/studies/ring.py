@@ -41,7 +41,7 @@ class RingRecord(StudyRecord):
     compute_share: float | None
     sent_bytes: int | None
     memory_cap: int
-    dim: int
+    dim: int  # the encoder's embed_dim, num_heads and num_layers, under the keys of the JSON files already written
     heads: int
     layers: int
     causal: bool
@@ -53,7 +53,7 @@ def _data_bytes() -> int:
         return int(re.search(r"VmData:\s+(\d+) kB", f.read()).group(1)) * 1024
 
 
-def _rank_step(length: int, dim: int, heads: int, layers: int, causal: bool, repeats: int, memory_cap: int) -> dict:
+def _rank_step(length: int, embed_dim: int, num_heads: int, num_layers: int, causal: bool, repeats: int, memory_cap: int) -> dict:
     """One rank's measurements (run under spawn): a warm-up and timed steps (under the cap), then
     the peak tensor bytes of one more step."""
     import torch.distributed as dist
@@ -63,9 +63,9 @@ def _rank_step(length: int, dim: int, heads: int, layers: int, causal: bool, rep
 
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    enc = Encoder(dim, heads, layers, causal=causal)
+    enc = Encoder(embed_dim, num_heads, num_layers, causal=causal)
     layout = plan_layout(length, world, "zigzag" if causal else "contiguous", pad=True)
-    x = torch.randn(1, layout.shard_len, dim)
+    x = torch.randn(1, layout.shard_len, embed_dim)
     timings = RingTimings()
     if world > 1:
         ctx = RingContext.build(layout.positions(rank))
@@ -98,8 +98,9 @@ def _rank_step(length: int, dim: int, heads: int, layers: int, causal: bool, rep
     return {"seconds": seconds, "wait": waits, "compute": computes, "peak": peak, "sent": timings.sent}
 
 
-def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, dim: int = 64, heads: int = 4, layers: int = 2, causal: bool = False,
-        repeats: int = 3, memory_cap: int = 0, threads: int = 1, on_record: Callable | None = None) -> list[RingRecord]:
+def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int = 64, num_heads: int = 4, num_layers: int = 2,
+        causal: bool = False, repeats: int = 3, memory_cap: int = 0, threads: int = 1,
+        on_record: Callable | None = None) -> list[RingRecord]:
     """Measure each (P, length), P in ``processes`` (fresh processes each time); a length that
     ran out of memory at some P is not tried at longer lengths for that P."""
     from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
@@ -114,7 +115,7 @@ def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, dim: int = 64,
                 status = "skipped"  # it ran out of memory at a shorter length
             else:
                 try:
-                    ranks = spawn(_rank_step, p, n, dim, heads, layers, causal, repeats, memory_cap, threads=threads)
+                    ranks = spawn(_rank_step, p, n, embed_dim, num_heads, num_layers, causal, repeats, memory_cap, threads=threads)
                 except ProcessRaisedException as err:
                     if not memory_cap or ("can't allocate memory" not in str(err) and "MemoryError" not in str(err)):
                         raise
@@ -125,20 +126,20 @@ def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, dim: int = 64,
                         raise
                     status = "process died"
                     failed.add(p)
-            rec = _record(p, n, status, ranks, memory_cap, dim, heads, layers, causal, repeats)
+            rec = _record(p, n, status, ranks, memory_cap, embed_dim, num_heads, num_layers, causal, repeats)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
     return records
 
 
-def _record(p, n, status, ranks, memory_cap, dim, heads, layers, causal, repeats) -> RingRecord:
+def _record(p, n, status, ranks, memory_cap, embed_dim, num_heads, num_layers, causal, repeats) -> RingRecord:
     if ranks is None:
-        return RingRecord(p, n, status, None, None, None, None, None, memory_cap, dim, heads, layers, causal, repeats)
+        return RingRecord(p, n, status, None, None, None, None, None, memory_cap, embed_dim, num_heads, num_layers, causal, repeats)
     steps = [max(r["seconds"][i] for r in ranks) for i in range(repeats)]  # a step ends when its slowest rank does
     sec = statistics.median(steps)
     comm = statistics.mean(sum(r["wait"]) / sum(r["seconds"]) for r in ranks)
     comp = statistics.mean(sum(r["compute"]) / sum(r["seconds"]) for r in ranks)
     peaks = [r["peak"] for r in ranks if r["peak"] is not None]
     return RingRecord(p, n, status, sec, max(peaks) if peaks else None, comm, comp, max(r["sent"] for r in ranks) // (repeats + 2),
-                      memory_cap, dim, heads, layers, causal, repeats)
+                      memory_cap, embed_dim, num_heads, num_layers, causal, repeats)

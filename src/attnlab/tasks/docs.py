@@ -56,8 +56,8 @@ def _windows(data: np.ndarray, length: int, stride: int) -> tuple[torch.Tensor, 
     return t[:, :-1].contiguous(), t[:, 1:].contiguous()
 
 
-@register("docs", train_defaults={"model": "lm", "steps": 1200, "batch_size": 16, "lr": 2e-3, "warmup": 50, "dim": 128, "layers": 4,
-                                  "heads": 4, "positional": "rope", "eval_every": 200})
+@register("docs", train_defaults={"model": "lm", "steps": 1200, "batch_size": 16, "lr": 2e-3, "warmup": 50,
+                                  "embed_dim": 128, "num_layers": 4, "num_heads": 4, "positional": "rope", "eval_every": 200})
 def make_docs(size: int = 8000, seed: int = 0, length: int = 256) -> Task:
     """The ``docs`` task: at most ``size`` training windows of ``length`` bytes (see the module docstring)."""
     positive_int("size", size)

@@ -46,8 +46,9 @@ def _both_ways(edges: list[tuple[int, int]]) -> torch.Tensor:
     return torch.cat([e, e.flip(0)], dim=1)
 
 
-@register("karate", train_defaults={"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3, "dim": 32, "layers": 2,
-                                    "warmup": 10, "eval_every": 10, "patience": None}, baseline_model="node_mlp")
+@register("karate", train_defaults={"model": "graph_transformer", "steps": 150, "batch_size": 1, "lr": 5e-3,
+                                    "embed_dim": 32, "num_layers": 2, "warmup": 10, "eval_every": 10, "patience": None},
+          baseline_model="node_mlp")
 def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> Task:
     """Zachary's karate club: which faction each member joins (2 classes, 34 nodes).
 
@@ -86,7 +87,7 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
                 label_names=names, baseline={"majority": majority}, inputs="graph", feature_dim=n)
 
 
-@register("sbm", train_defaults={"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "dim": 64, "layers": 2,
+@register("sbm", train_defaults={"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
                                  "eval_every": 100}, baseline_model="node_mlp")
 def sbm(
     size: int = 64, seed: int = 0, nodes: int = 100, blocks: int = 4, p_in: float = 0.1, p_out: float = 0.01,
@@ -186,8 +187,8 @@ def _molecule_graphs(limit: int | None, alerts: bool):
     return out
 
 
-@register("molecules", train_defaults={"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3, "dim": 64, "layers": 3,
-                                       "pooling": "sum", "eval_every": 250}, baseline_model="node_mlp")
+@register("molecules", train_defaults={"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3,
+                                       "embed_dim": 64, "num_layers": 3, "pooling": "sum", "eval_every": 250}, baseline_model="node_mlp")
 def molecules(target: str = "logp", seed: int = 0, limit: int | None = None) -> Task:
     """RDKit's ~5000 NCI molecules as atom graphs; predict ``target`` (see the module docstring).
 
@@ -249,8 +250,9 @@ def _read_rows(path: str, what: str) -> list[list[str]]:
     return rows
 
 
-@register("graph_files", train_defaults={"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3, "dim": 64, "layers": 2,
-                                         "warmup": 20, "eval_every": 20, "patience": None}, baseline_model="node_mlp")
+@register("graph_files", train_defaults={"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3,
+                                         "embed_dim": 64, "num_layers": 2, "warmup": 20, "eval_every": 20, "patience": None},
+          baseline_model="node_mlp")
 def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int = 0, directed: bool = False) -> Task:
     """The user's own graph for node classification, from three text files.
 

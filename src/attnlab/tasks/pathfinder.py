@@ -106,7 +106,7 @@ def draw_example(rng: np.random.Generator, connected: bool, *, resolution: int =
     raise RuntimeError(f"could not place {distractors + 2} curves without touching on a {resolution} x {resolution} canvas")
 
 
-@register("pathfinder", train_defaults={"steps": 2000, "batch_size": 32, "lr": 1e-3, "dim": 64, "layers": 2, "pooling": "cls",
+@register("pathfinder", train_defaults={"steps": 2000, "batch_size": 32, "lr": 1e-3, "embed_dim": 64, "num_layers": 2, "pooling": "cls",
                                         "positional": "sinusoidal", "eval_every": 250})
 def make_pathfinder(size: int = 2000, seed: int = 0, resolution: int = 32, distractors: int = 2, dash: int = 3, gap: int = 2) -> Task:
     """The ``pathfinder`` task: ``size`` training images of ``resolution`` x ``resolution`` pixels,

@@ -17,7 +17,7 @@ from .base import FIRST, IGNORE, Split, Task, register, split_sizes
 __all__ = ["make_recall"]
 
 
-@register("recall", train_defaults={"steps": 5000, "batch_size": 64, "lr": 2e-3, "dim": 64, "layers": 2, "positional": "rope",
+@register("recall", train_defaults={"steps": 5000, "batch_size": 64, "lr": 2e-3, "embed_dim": 64, "num_layers": 2, "positional": "rope",
                                     "causal": True, "eval_every": 250})
 def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int = 16, num_keys: int = 64, num_values: int = 64) -> Task:
     """The ``recall`` task; token ids: keys ``FIRST ..``, then values; labels are value indices."""

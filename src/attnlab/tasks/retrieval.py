@@ -46,8 +46,8 @@ def _pairs(rng: np.random.Generator, per_class: list[list[bytes]], count: int) -
     return tokens, torch.tensor(labels, dtype=torch.long)
 
 
-@register("retrieval", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "dim": 64, "layers": 2, "pooling": "mean",
-                                       "positional": "sinusoidal", "eval_every": 250})
+@register("retrieval", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "embed_dim": 64, "num_layers": 2,
+                                       "pooling": "mean", "positional": "sinusoidal", "eval_every": 250})
 def make_retrieval(size: int = 2000, seed: int = 0, length: int = 1024, classes: int = 6) -> Task:
     """The ``retrieval`` task: ``size`` training pairs of two ``length``-byte windows (see the
     module docstring); validation and test take ``size / 5`` pairs each (at least 100)."""

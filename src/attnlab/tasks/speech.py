@@ -81,7 +81,7 @@ def _generate(folder: Path, plan: list[dict], on_clip=None) -> None:
 
 
 _SPEECH_DEFAULTS = {"model": "conformer", "attention": "local", "positional": "rope", "attention_options": {"window": 16},
-                    "steps": 1500, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2, "eval_every": 150}
+                    "steps": 1500, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2, "eval_every": 150}
 """Training defaults of the audio tasks: a Conformer with truncated (local) attention."""
 
 

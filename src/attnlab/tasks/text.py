@@ -91,8 +91,8 @@ def package_data(task: str, *, size: int, seed: int, length: int, classes: int):
     return (present, rng, *package_windows(rng, present, length))
 
 
-@register("text", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "dim": 64, "layers": 2, "pooling": "mean",
-                                  "positional": "sinusoidal", "eval_every": 250})
+@register("text", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "embed_dim": 64, "num_layers": 2,
+                                  "pooling": "mean", "positional": "sinusoidal", "eval_every": 250})
 def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int = 6) -> Task:
     """The ``text`` task: at most ``size`` training windows of ``length`` bytes from ``classes``
     standard-library packages (see the module docstring)."""

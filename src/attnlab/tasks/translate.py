@@ -62,7 +62,7 @@ def translate_sentence(words: list[str]) -> list[str]:
     return out + np_t(obj) + [LEXICON[verb]]
 
 
-@register("translate", baseline_model=None, train_defaults={"steps": 5000, "batch_size": 32, "lr": 2e-3, "dim": 64, "layers": 2,
+@register("translate", baseline_model=None, train_defaults={"steps": 5000, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
                                                             "positional": "sinusoidal"})
 def make_translate(size: int = 6000, seed: int = 0) -> Task:
     """The ``translate`` task (kind ``seq2seq``): ``size`` training pairs, fixed ``seed``."""

@@ -14,10 +14,16 @@ from ..tasks import TASKS, Task, baseline_model, train_defaults
 from ..validate import ArgumentTypeError
 from .precision import PRECISIONS
 
-__all__ = ["TIME_BUDGET_STEPS", "TrainConfig", "model_config", "time_budget"]
+__all__ = ["FORMER_NAMES", "TIME_BUDGET_STEPS", "TrainConfig", "model_config", "time_budget"]
 
 TIME_BUDGET_STEPS = 1_000_000
 """The step cap of a run given only a time budget (``seconds``): never the limit in practice."""
+
+FORMER_NAMES = {"dim": "embed_dim", "heads": "num_heads", "layers": "num_layers"}
+""":class:`TrainConfig` fields under their earlier names -> their names now: the model's width,
+heads and blocks took the names the layers give them (:class:`attnlab.MultiHeadAttention`'s
+``embed_dim``, ``num_heads``; the encoder's ``num_layers``). Checkpoints written before hold the
+earlier keys (:meth:`TrainConfig.from_dict` reads them); arena run ids are hashed under them."""
 
 
 def time_budget(values: dict, given: dict) -> dict:
@@ -44,8 +50,9 @@ class TrainConfig:
         model: the backbone (:func:`attnlab.models.names`). attention, attention_options: the
             attention variant by name and its options (``window=``, ...), for backbones that use
             attention; positional: the encoding by name; causal: each position attends only to
-            earlier ones. dim, heads, layers: sizes. model_options: any further backbone option
-            (``window`` of ``window_mlp``, ...).
+            earlier ones. embed_dim, num_heads, num_layers: the model's width, heads and blocks
+            (the names :class:`attnlab.MultiHeadAttention` and the encoder give them).
+            model_options: any further backbone option (``window`` of ``window_mlp``, ...).
         pooling: ``mean`` or ``cls`` for classification tasks.
         steps: optimizer steps, or ``epochs``: passes over the training split (give one; neither:
             10 epochs).
@@ -74,9 +81,9 @@ class TrainConfig:
     attention: str = "dense"
     positional: str = "none"
     causal: bool = False
-    dim: int = 64
-    heads: int = 4
-    layers: int = 2
+    embed_dim: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
     model_options: dict = field(default_factory=dict)
     pooling: str = "mean"
     steps: int | None = None
@@ -136,7 +143,8 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """The config of a checkpoint's or a record's ``train`` dict (any version; runs stored
         before precisions existed trained in float32)."""
-        return cls(**data)
+        # stored before the sizes were renamed: dim, heads, layers (FORMER_NAMES) -> embed_dim, num_heads, num_layers
+        return cls(**{FORMER_NAMES.get(k, k): v for k, v in data.items()})
 
     def baseline(self) -> TrainConfig:
         """This run's **no-attention baseline**: the task's :func:`attnlab.tasks.baseline_model`
@@ -167,20 +175,20 @@ def model_config(cfg: TrainConfig, task: Task) -> ModelConfig:
         if task.inputs != "tokens":
             raise ValueError(f"model {cfg.model!r} takes no --attention, --positional or --causal")
         raise ValueError(f"model {cfg.model!r} uses no attention: --attention, --positional and --causal do not apply to it")
-    fields: dict = {"kind": task.kind, "model": cfg.model, "num_labels": task.num_labels, "dim": cfg.dim, "pooling": cfg.pooling,
-                    "num_layers": cfg.layers, "options": dict(cfg.model_options)}
+    fields: dict = {"kind": task.kind, "model": cfg.model, "num_labels": task.num_labels, "embed_dim": cfg.embed_dim,
+                    "pooling": cfg.pooling, "num_layers": cfg.num_layers, "options": dict(cfg.model_options)}
     if takes_attention:
         fields["attention"] = AttentionSpec(cfg.attention, dict(cfg.attention_options))
     if task.inputs == "tokens":
         fields["vocab_size"] = task.vocab_size
         if takes_attention:
-            fields.update(num_heads=cfg.heads, positional=PositionalSpec(cfg.positional), max_len=task.max_len + 1, causal=cfg.causal)
+            fields.update(num_heads=cfg.num_heads, positional=PositionalSpec(cfg.positional), max_len=task.max_len + 1, causal=cfg.causal)
         if task.kind == "seq2seq":
             fields["max_target_len"] = task.split("train").labels.shape[1] + 8
         return ModelConfig(**fields)
     fields.update(inputs=task.inputs, feature_dim=task.feature_dim, edge_dim=task.edge_dim)
     if "num_heads" in inspect.signature(backbone.__init__).parameters:
-        fields["num_heads"] = cfg.heads
+        fields["num_heads"] = cfg.num_heads
     if takes_attention and (cfg.positional != "none" or task.inputs != "image"):  # ViT keeps its own default (learned)
         fields["positional"] = PositionalSpec(cfg.positional)
     if task.inputs == "image":
