@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test properties bench docs clean system
+.PHONY: demo test test-fast lint properties bench docs clean system
 
 # Debian packages, installed once if missing: espeak-ng speaks the `speech` task's words;
 # chromium renders the arena's report.html and the attention viewer in tests
@@ -22,8 +22,19 @@ $(BIN)/attnlab: pyproject.toml constraints.txt
 demo: system $(BIN)/attnlab
 	$(BIN)/attnlab arena --out arena
 
+# two worker processes of one torch thread each (tests/conftest.py): on 2 cores about 4 minutes instead of 6.5 in one
+# process of two threads, whose tiny matrix products spend their time synchronising the threads
 test: system $(BIN)/attnlab
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
+
+# the edit-test loop: the suite without the tests marked slow (trainings, child processes, benchmarks end to end)
+test-fast: $(BIN)/attnlab
+	$(BIN)/python -m pytest -n 2 -m "not slow"
+
+# ruff (the rules in pyproject.toml) on the code, mypy on the typed floors ([tool.mypy] files)
+lint: $(BIN)/attnlab
+	$(BIN)/ruff check src tests benchmarks docs
+	$(BIN)/mypy
 
 # the property tests' long profile: 10,000 examples per property (about 7 minutes on 2 cores)
 properties: $(BIN)/attnlab

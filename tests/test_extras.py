@@ -39,6 +39,7 @@ def test_each_family_names_its_extra_when_its_package_is_missing(monkeypatch, bl
         call()
 
 
+@pytest.mark.slow
 def test_the_core_and_the_command_line_run_without_any_optional_package():
     """In a fresh interpreter where the optional packages cannot be imported: attention, a text
     task and a model run; `attnlab train molecules` ends in one line naming the extra."""

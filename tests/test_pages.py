@@ -56,6 +56,7 @@ def test_the_ten_lines_run_and_give_the_shapes_they_state():
     assert ns["rope"].positional.name == "rope" and len(ns["enc"].layers) == 2
 
 
+@pytest.mark.slow
 def test_the_masks_block_computes_what_it_states():
     """Rows of both calls recomputed by hand in float64 from the rule the comments state."""
     ns: dict = {}

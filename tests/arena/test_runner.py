@@ -143,6 +143,7 @@ GRIDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", GRIDS)
 def test_sigkill_mid_run_then_rerun_resumes(tmp_path, task):
     import json
@@ -177,6 +178,7 @@ def test_sigkill_mid_run_then_rerun_resumes(tmp_path, task):
     assert not list((out / "runs" / specs[1].run_id).glob("checkpoint.tmp-*"))
 
 
+@pytest.mark.slow
 def test_worker_processes_run_the_grid_and_the_main_process_stores_it(tmp_path):
     events = []
     store = run_grid(plan(TINY), tmp_path, workers=2, on_event=lambda kind, spec, **i: events.append((kind, spec.variant)))

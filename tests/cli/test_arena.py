@@ -3,6 +3,7 @@
 import io
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 from attnlab.arena.live import LiveGrid
@@ -10,6 +11,7 @@ from attnlab.cli import app
 from tests.cli.helpers import runner
 
 
+@pytest.mark.slow
 def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path, monkeypatch):
     import sqlite3
 

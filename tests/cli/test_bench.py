@@ -2,10 +2,13 @@
 
 import json
 
+import pytest
+
 from attnlab.cli import app
 from tests.cli.helpers import run_ok, runner
 
 
+@pytest.mark.slow
 def test_bench_attention_json_records():
     res = runner.invoke(app, ["bench", "attention", "--sizes", "16,24", "--configs", "scaled_dot+softmax,scaled_dot+relu",
                               "--modes", "fwd_bwd", "--repeats", "1", "--json"])
@@ -21,6 +24,7 @@ def test_bench_attention_json_records():
     assert backend[("scaled_dot+relu", "attend")] == "chunked"
 
 
+@pytest.mark.slow
 def test_bench_attention_draws_a_chart(tmp_path):
     png = tmp_path / "charts" / "bench.png"
     out = tmp_path / "records.json"

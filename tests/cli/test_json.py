@@ -87,6 +87,7 @@ def test_native_output_goes_to_stderr_under_json():
     assert "native noise" in res.stderr and "python noise" in res.stderr
 
 
+@pytest.mark.slow
 def test_train_and_eval_json_in_a_real_process(runs, tmp_path):
     """The issue's finding: `train jsonl ... --json 2>/dev/null` began with empty lines (tokenizers' bars)."""
     cmd = [sys.executable, "-m", "attnlab", "train", "jsonl", "--task-option", f"path={runs['data']}", "--steps", "2", "--eval-every", "2",

@@ -59,6 +59,7 @@ def test_view_writes_a_page_for_a_model_or_a_checkpoint(tmp_path, tiny_bert):
     assert "model_type 'gpt2'" in fails("view", SENTENCE, "--model", str(tmp_path / "gpt"))
 
 
+@pytest.mark.slow
 def test_bench_pretrained_writes_records_a_chart_and_reports_them_again(tmp_path, tiny_bert):
     out_json, png = tmp_path / "r.json", tmp_path / "r.png"
     text = run_ok("bench", "pretrained", "--model", str(tiny_bert), "--variants", "local,linear", "--lengths", "32",

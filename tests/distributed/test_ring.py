@@ -31,6 +31,7 @@ def _cases():
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_ring_attention_equals_attend_on_the_whole_sequence(world):
     cases = _cases()
@@ -43,6 +44,7 @@ def test_ring_attention_equals_attend_on_the_whole_sequence(world):
     assert all("param0" in rank[-2] for rank in per_rank)
 
 
+@pytest.mark.slow
 def test_odd_and_six_process_rings_including_windows_that_travel_two_hops_each_way():
     cases = [dict(seed=70 + i, dtype=F64, b=1, h=2, n=24, d=4, causal=causal, window=window, padding=padding, layout=layout, block_size=3)
              for i, (causal, window, padding, layout) in enumerate([(False, 5, True, "contiguous"), (True, 6, False, "contiguous"),
@@ -70,6 +72,7 @@ def test_any_mask_over_global_positions_is_a_shard_rule():
 
 @pytest.mark.parametrize("causal,positional,layout", [(False, "sinusoidal", "contiguous"), (True, "rope", "zigzag"),
                                                       (True, "learned", "zigzag")])
+@pytest.mark.slow
 def test_a_sharded_encoder_step_equals_one_process(causal, positional, layout):
     for dtype, tol in ((F64, 1e-10), (F32, 1e-5)):
         for rank in spawn(workers.encoder_step, 2, dtype, causal, positional, layout):

@@ -68,6 +68,7 @@ def test_training_settings_are_checked_before_any_work(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.slow
 def test_another_decoder_is_measured_on_standard_library_docstrings(tmp_path, tiny_decoder):
     """A folder without docs-llama's training record: held-out text is the standard library's
     documented code, through the folder's own tokenizer."""

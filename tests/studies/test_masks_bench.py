@@ -4,10 +4,13 @@ re-read with --from, and bad input refused."""
 
 import json
 
+import pytest
+
 from attnlab.cli import app
 from tests.cli.helpers import runner
 
 
+@pytest.mark.slow
 def test_bench_masks_measures_every_cell_and_reads_its_report_back(tmp_path):
     rec_file, png = tmp_path / "masks.json", tmp_path / "masks.png"
     res = runner.invoke(app, ["bench", "masks", "--sizes", "512,1024", "--patterns", "window,causal", "--repeats", "1",

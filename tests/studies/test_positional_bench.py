@@ -38,6 +38,7 @@ def test_summarize_takes_mean_min_max_and_marks_lengths_that_failed():
     assert learned["accuracy"][128] is None and learned["errors"] == {128: "no position 64"}
 
 
+@pytest.mark.slow
 def test_a_short_run_learns_with_rope_and_learned_cannot_test_longer():
     s = Settings(steps=150, seeds=(0,), test_lengths=(32, 48), train_length=32, test_sequences=64)
     res = {r.encoding: r for r in run(["none", "rope", "learned"], s)}

@@ -3,10 +3,13 @@ length one process cannot hold runs on four."""
 
 import json
 
+import pytest
+
 from attnlab.cli import app
 from tests.cli.helpers import runner
 
 
+@pytest.mark.slow
 def test_bench_ring_under_a_cap_runs_on_four_processes_what_one_cannot_hold(tmp_path):
     rec_file, png = tmp_path / "ring.json", tmp_path / "ring.png"
     res = runner.invoke(app, ["bench", "ring", "--lengths", "1024,4096", "--processes", "1,4", "--memory-cap", "32", "--repeats", "1",

@@ -24,6 +24,7 @@ def test_relative_is_long_range_arena_speed_and_memory():
     assert relative(recs) == [{"variant": "x", "n": 4096, "speedup": 4.0, "memory_ratio": 0.25}]
 
 
+@pytest.mark.slow
 def test_run_measures_every_variant_and_refuses_unknown_ones():
     recs = run([64, 128], ["dense", "local", "linformer"], min_repeats=1, target_seconds=0.0, memory=False, flex=False, rounds=2)
     assert [(r.variant, r.n) for r in recs] == [(v, n) for n in (64, 128) for v in ("dense", "local", "linformer")]
@@ -38,6 +39,7 @@ def test_run_measures_every_variant_and_refuses_unknown_ones():
         run([64], ["local"], allocator="jemalloc")
 
 
+@pytest.mark.slow
 def test_bench_scaling_command(tmp_path):
     out, png = tmp_path / "s.json", tmp_path / "s.png"
     res = runner.invoke(

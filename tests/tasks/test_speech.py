@@ -10,6 +10,7 @@ import torch
 from attnlab import audio, tasks
 
 
+@pytest.mark.slow
 def test_speech_clips_are_cached_balanced_and_deterministic(tmp_path):
     task = tasks.create("speech", size=40, words="yes,no", cache=str(tmp_path))
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("speech-")]
@@ -85,6 +86,7 @@ def test_wav_folder_errors(tmp_path):
         tasks.create("wav_folder", path=str(tmp_path))
 
 
+@pytest.mark.slow
 def test_heldout_voices_keep_test_speakers_out_of_training(tmp_path):
     tasks.create("speech", size=40, words="yes,no", cache=str(tmp_path), heldout_voices=True)
     (folder,) = list(tmp_path.iterdir())

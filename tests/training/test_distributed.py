@@ -17,6 +17,7 @@ def _run(cmd, cwd):
     return proc
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_give_the_single_process_loss_trajectory(tmp_path):
     _run([sys.executable, "-m", "attnlab", *ARGS, "--out", str(tmp_path / "one")], tmp_path)
     _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "attnlab", *ARGS,
@@ -34,6 +35,7 @@ SP_ARGS = ["train", "listops", "--size", "200", "--steps", "4", "--batch-size", 
            "--causal"]
 
 
+@pytest.mark.slow
 def test_sequence_parallel_training_follows_the_single_process_trajectory(tmp_path):
     """ListOps (16-128 tokens, padded, causal with rope: zig-zag shards): 2 processes each holding
     half of every sequence (ring attention), and 4 processes as 2 data-parallel groups of 2,

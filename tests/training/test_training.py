@@ -74,6 +74,7 @@ def _cli(out, *extra):
     return [sys.executable, "-m", "attnlab.cli", "train", *ARGS, "--out", str(out), *extra]
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     full, cut = tmp_path / "full", tmp_path / "cut"
