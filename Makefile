@@ -28,7 +28,7 @@ test: system $(BIN)/attnlab
 	$(BIN)/python -m pytest -n 2
 
 # the edit-test loop: the suite without the tests marked slow (trainings, child processes, benchmarks end to end)
-test-fast: $(BIN)/attnlab
+test-fast: system $(BIN)/attnlab
 	$(BIN)/python -m pytest -n 2 -m "not slow"
 
 # ruff (the rules in pyproject.toml) on the code, mypy on the typed floors ([tool.mypy] files)

@@ -6,7 +6,7 @@ Same as ``attnlab bench ring``; any of its options may follow, e.g.
 
     python benchmarks/ring.py -o benchmarks/results/ring-2026-11-23-cpu2.json --plot benchmarks/results/ring-2026-11-23-cpu2.png
 
-See :mod:`attnlab.studies.ring` and docs/distributed.md.
+See :mod:`attnlab.studies.ring` and docs/guides/sequence-parallelism.md.
 """
 
 import sys

@@ -24,13 +24,19 @@ MAX_CELL = 60  # characters of a nested value shown in a table cell
 KIND_ORDER = {"png": 0, "txt": 1, "json": 2}
 
 
-def scan(results: Path) -> dict[str, list[tuple[str, str | None, Path]]]:
-    """Topic -> [(date, machine, path)], from the file names in ``results``."""
+def scan(results: Path, skipped: list[str] | None = None) -> dict[str, list[tuple[str, str | None, Path]]]:
+    """Topic -> [(date, machine, path)], from the file names in ``results``; a name that does not
+    follow ``<topic>-<date>[-<machine>].<txt|json|png>`` is named in ``skipped``."""
+    skipped = [] if skipped is None else skipped
+    if not results.is_dir():
+        raise FileNotFoundError(f"no benchmark results folder {results} (the benchmark_results setting of docs/conf.py)")
     topics: dict[str, list[tuple[str, str | None, Path]]] = defaultdict(list)
     for path in sorted(results.iterdir()):
         m = NAME.match(path.name)
-        if m:
+        if m and m["topic"] != "index":  # index.md is the pages' own index
             topics[m["topic"]].append((m["date"], m["machine"], path))
+        else:
+            skipped.append(path.name)
     return dict(sorted(topics.items()))
 
 
@@ -141,11 +147,12 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def generate(srcdir: Path, results: Path) -> list[str]:
-    """Write the pages under ``srcdir/benchmarks`` and remove stale ones; return the topics."""
+def generate(srcdir: Path, results: Path, skipped: list[str] | None = None) -> list[str]:
+    """Write the pages under ``srcdir/benchmarks`` and remove stale ones; return the topics (the
+    file names that are no result, in ``skipped``)."""
     out = srcdir / "benchmarks"
     out.mkdir(exist_ok=True)
-    topics = scan(results)
+    topics = scan(results, skipped)
     rel_root = Path(os.path.relpath(results, out)).as_posix()  # ../../benchmarks/results
     wanted = {"index.md"}
     for topic, files in topics.items():
@@ -159,8 +166,12 @@ def generate(srcdir: Path, results: Path) -> list[str]:
 
 
 def _on_builder_inited(app) -> None:
-    srcdir = Path(app.srcdir)
-    generate(srcdir, (srcdir / app.config.benchmark_results).resolve())
+    from sphinx.util import logging
+
+    srcdir, skipped = Path(app.srcdir), []
+    generate(srcdir, (srcdir / app.config.benchmark_results).resolve(), skipped)
+    if skipped:
+        logging.getLogger(__name__).info(f"benchmark pages: not <topic>-<date>[-<machine>].<txt|json|png>, left out: {', '.join(skipped)}")
 
 
 def setup(app):

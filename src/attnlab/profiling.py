@@ -90,7 +90,7 @@ PEAK_SIZE = 2048
 def peak_flops(dtype: str = "float32", device: str = "cpu") -> float:
     """This machine's peak: FLOP/s of a ``PEAK_SIZE``-cubed matrix product in ``dtype``
     (``"float32"`` or ``"bfloat16"``) on ``device``, the best of five after a warm-up, with
-    every thread torch uses. Measured once per process (cached): about a second on the 2-core Zen 4 CPU of the README,
+    every thread torch uses. Measured once per process (cached): about a second on a 2-core Zen 4 CPU,
     longer for bfloat16 on a CPU that does not multiply it natively."""
     dtype = str(dtype).removeprefix("torch.")
     if dtype not in ("float32", "bfloat16"):

@@ -41,3 +41,20 @@ def test_an_efficient_variants_hook_sees_its_own_step():
     layer.register_step_hook(lambda mod, q, k, v, kw: calls.append(kw.get("mask")))
     layer(torch.randn(1, 8, 16))
     assert len(calls) == 1
+
+
+def test_a_grouped_copy_starts_without_the_hooks_and_a_hook_cannot_change_the_step():
+    layer = MultiHeadAttention(16, 4)
+    calls = []
+    layer.register_step_hook(lambda mod, q, k, v, kw: calls.append(mod) or kw.clear())
+    x = torch.randn(1, 5, 16)
+    layer(x, mask=masks.causal())
+    assert calls == [layer]
+    torch.testing.assert_close(layer(x, mask=masks.causal()).output, layer(x, mask=masks.causal()).output)
+    hooked = layer(x, mask=masks.causal()).output  # kw.clear() on its copy: the causal mask still applies
+    without = MultiHeadAttention(16, 4)
+    without.load_state_dict(layer.state_dict())
+    torch.testing.assert_close(hooked, without(x, mask=masks.causal()).output, rtol=0, atol=0)
+    calls.clear()
+    layer.grouped(2)(x)
+    assert calls == []

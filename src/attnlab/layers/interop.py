@@ -47,6 +47,7 @@ def grouped(layer, num_kv_heads: int):
     if not layer.uses_keys and g != layer.num_heads:
         raise ValueError(f"{type(layer).__name__} derives its keys from the queries: it takes no num_kv_heads")
     new = copy.deepcopy(layer)
+    new._step_hooks.clear()  # the copy is a new layer: hooks stay with the one they were registered on
     new.num_kv_heads = g
     r, d = layer.num_heads // g, layer.head_dim
     for name in ("k_proj", "v_proj"):

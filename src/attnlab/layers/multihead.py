@@ -258,7 +258,8 @@ class MultiHeadAttention(nn.Module):
 
         One path whatever the mask or the cache: where the keys come from and their positions
         (the call's own, or a cache's), the projections and positional encoding, the attention
-        step (:meth:`attend_heads`) under the mask, then ``W^o``.
+        step (:meth:`attention_step`: the step hooks, then :meth:`attend_heads`) under the mask,
+        then ``W^o``.
 
         Args:
             query: ``(B, N, E)``.
@@ -357,11 +358,17 @@ class MultiHeadAttention(nn.Module):
     def check_cache(self, cache) -> None:
         """Refuse a cache this layer cannot decode with (exact attention takes any key / value cache)."""
 
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_step_hooks", OrderedDict())  # a layer pickled before step hooks existed
+        super().__setstate__(state)
+
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
         """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's
         forward passes, with the heads and the keyword arguments (``mask``, ``bias``,
-        ``score_mod``, ...) the step receives; with a cache, ``k`` and ``v`` are the held keys (a
-        :class:`RecurrentState` keeps no keys: its steps call no hook). What the hook returns is
+        ``score_mod``, ...) the step receives (a copy: the hook cannot change them); with a cache,
+        ``k`` and ``v`` are the held keys. A :class:`RecurrentState` keeps no keys and the gated
+        recurrences of :mod:`attnlab.efficient` compute no attention step (their gates come from
+        the layer's input): they call no hook. What the hook returns is
         ignored. Remove it with the handle's ``remove()``. The arena records its attention maps
         through it.
         """
@@ -373,7 +380,7 @@ class MultiHeadAttention(nn.Module):
         """The attention step of :meth:`forward`: the step hooks (:meth:`register_step_hook`), then
         :meth:`attend_heads` (or :meth:`attend_exact` with ``exact=True``, what a cache uses)."""
         for hook in self._step_hooks.values():
-            hook(self, q, k, v, kwargs)
+            hook(self, q, k, v, dict(kwargs))
         return (self.attend_exact if exact else self.attend_heads)(q, k, v, **kwargs)
 
     def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
