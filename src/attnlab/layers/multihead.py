@@ -358,27 +358,22 @@ class MultiHeadAttention(nn.Module):
     def check_cache(self, cache) -> None:
         """Refuse a cache this layer cannot decode with (exact attention takes any key / value cache)."""
 
-    def __setstate__(self, state: dict) -> None:
-        state.setdefault("_step_hooks", OrderedDict())  # a layer pickled before step hooks existed
-        super().__setstate__(state)
+    def __setstate__(self, state: dict) -> None:  # a layer pickled before step hooks existed has none
+        super().__setstate__({"_step_hooks": OrderedDict(), **state})
 
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
-        """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's
-        forward passes, with the heads and the keyword arguments (``mask``, ``bias``,
-        ``score_mod``, ...) the step receives (a copy: the hook cannot change them); with a cache,
-        ``k`` and ``v`` are the held keys. A :class:`RecurrentState` keeps no keys and the gated
-        recurrences of :mod:`attnlab.efficient` compute no attention step (their gates come from
-        the layer's input): they call no hook. What the hook returns is
-        ignored. Remove it with the handle's ``remove()``. The arena records its attention maps
-        through it.
-        """
+        """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's forward
+        passes, with the heads and a copy of the keyword arguments (``mask``, ``bias``, ``score_mod``,
+        ...) the step receives; with a cache, ``k`` and ``v`` are the held keys. A :class:`RecurrentState`
+        and the gated recurrences of :mod:`attnlab.efficient` (gates from the layer's input) have no
+        such step and call no hook. The return value is ignored; remove the hook with the handle's
+        ``remove()``. The arena records its attention maps through it."""
         handle = RemovableHandle(self._step_hooks)
         self._step_hooks[handle.id] = hook
         return handle
 
     def attention_step(self, q, k, v, *, exact: bool = False, **kwargs) -> AttentionResult:
-        """The attention step of :meth:`forward`: the step hooks (:meth:`register_step_hook`), then
-        :meth:`attend_heads` (or :meth:`attend_exact` with ``exact=True``, what a cache uses)."""
+        """:meth:`forward`'s attention step: the step hooks, then :meth:`attend_heads` (``exact``: :meth:`attend_exact`)."""
         for hook in self._step_hooks.values():
             hook(self, q, k, v, dict(kwargs))
         return (self.attend_exact if exact else self.attend_heads)(q, k, v, **kwargs)
