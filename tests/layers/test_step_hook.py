@@ -1,6 +1,7 @@
 """MultiHeadAttention.register_step_hook: the arena's way to see the attention step's inputs
 without replacing a method on a live instance."""
 
+import pytest
 import torch
 
 from attnlab import MultiHeadAttention, efficient, masks
@@ -58,3 +59,11 @@ def test_a_grouped_copy_starts_without_the_hooks_and_a_hook_cannot_change_the_st
     calls.clear()
     layer.grouped(2)(x)
     assert calls == []
+
+
+def test_a_hook_that_is_not_callable_is_refused_when_registered():
+    layer = MultiHeadAttention(16, 4)
+    with pytest.raises(TypeError, match="a step hook is a callable .* got int"):
+        layer.register_step_hook(3)
+    layer(torch.randn(1, 3, 16))  # nothing was registered: the forward pass still runs
+    assert not layer._step_hooks

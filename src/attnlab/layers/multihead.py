@@ -362,12 +362,12 @@ class MultiHeadAttention(nn.Module):
         super().__setstate__({"_step_hooks": OrderedDict(), **state})
 
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
-        """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's forward
-        passes, with the heads and a copy of the keyword arguments (``mask``, ``bias``, ``score_mod``,
-        ...) the step receives; with a cache, ``k`` and ``v`` are the held keys. A :class:`RecurrentState`
-        and the gated recurrences of :mod:`attnlab.efficient` (gates from the layer's input) have no
-        such step and call no hook. The return value is ignored; remove the hook with the handle's
-        ``remove()``. The arena records its attention maps through it."""
+        """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's forward passes, with the heads
+        and a copy of the keyword arguments (``mask``, ``bias``, ``score_mod``, ...) the step receives; with a cache, ``k`` and ``v``
+        are the held keys. A :class:`RecurrentState` and the gated recurrences of :mod:`attnlab.efficient` (gates from the
+        layer's input) have no such step and call no hook. The return value is ignored; the handle's ``remove()`` removes it."""
+        if not callable(hook):
+            raise ArgumentTypeError(f"a step hook is a callable (layer, q, k, v, kwargs), got {type(hook).__name__}")
         handle = RemovableHandle(self._step_hooks)
         self._step_hooks[handle.id] = hook
         return handle
