@@ -27,6 +27,8 @@ def _cases():
         dict(seed=92, dtype=F64, b=1, h=2, n=22, d=4, causal=True, window=None, padding=False, layout="zigzag", pad=True),
         dict(seed=93, dtype=F64, b=1, h=2, n=24, d=4, causal=False, window=None, padding=True, layout="contiguous", score="additive"),
         dict(seed=94, dtype=F64, b=1, h=2, n=24, d=4, causal=True, window=None, padding=False, layout="zigzag", score="cosine"),
+        dict(seed=97, dtype=F64, b=2, h=2, n=24, d=4, causal=True, window=None, padding=True, layout="zigzag", score_mod="closure",
+             block_size=5),  # a learnable bias table captured by a lambda: its gradient summed over the ranks equals attend's
     ]
     return cases
 
@@ -40,8 +42,8 @@ def test_ring_attention_equals_attend_on_the_whole_sequence(world):
         worst = max(max(rank[i].values()) for rank in per_rank)
         tol = 1e-10 if case["dtype"] == F64 else 1e-5
         assert worst < tol, (world, case, [rank[i] for rank in per_rank])
-    # the weighted scores' parameters got their gradients too
-    assert all("param0" in rank[-2] for rank in per_rank)
+    # the weighted scores' parameters got their gradients too, and so did the table the score function captures
+    assert all("param0" in rank[-3] and "param0" in rank[-1] for rank in per_rank)
 
 
 @pytest.mark.slow

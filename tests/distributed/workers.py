@@ -66,11 +66,17 @@ def exactness(cases):
             score = scores.create(score, head_dim=d, num_heads=h).to(dtype).to(device)
         elif score == "callable":  # a plain function of q, k: autograd through it, grouped keys kept at G heads
             score = half_dot
+        mod = None
+        params = list(score.parameters()) if isinstance(score, torch.nn.Module) else []
+        if case.get("score_mod") == "closure":  # a relative bias table captured by a lambda: FlexAttention's idiom
+            torch.manual_seed(98)
+            table = torch.randn(h, 2 * n - 1, dtype=dtype, device=device, requires_grad=True)
+            mod = lambda s, b_, h_, qi, ki: s + table[h_, qi - ki + n - 1]  # noqa: E731, B023 (used in this iteration)
+            params.append(table)
         # the reference: the whole sequence in this one process
         qf, kf, vf = (t.clone().requires_grad_(True) for t in (q, k, v))
-        ref = attend(qf, kf, vf, mask=mask, score=score).output
+        ref = attend(qf, kf, vf, mask=mask, score=score, score_mod=mod).output
         ref.backward(grad)
-        params = list(score.parameters()) if isinstance(score, torch.nn.Module) else []
         ref_pgrads = [p.grad.clone() for p in params]
         for p in params:
             p.grad = None
@@ -81,7 +87,7 @@ def exactness(cases):
             vmask = shard(torch.ones(b, n, dtype=torch.bool, device=device) if valid is None else valid, layout, rank, dim=1, fill=False)
         ctx = RingContext.build(layout.positions(rank, device=device), vmask)
         rule_args = {"mask": rule} if rule is not None else {"causal": case["causal"], "window": case["window"]}
-        res = ring_attend(ql, kl, vl, context=ctx, score=score, block_size=case.get("block_size"), **rule_args)
+        res = ring_attend(ql, kl, vl, context=ctx, score=score, block_size=case.get("block_size"), score_mod=mod, **rule_args)
         res.output.backward(shard(grad, layout, rank, dim=2))
         pos = layout.positions(rank, device=device)
         real = pos < n  # padded positions have no reference

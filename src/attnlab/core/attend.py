@@ -25,6 +25,7 @@ from ..validate import ArgumentTypeError, probability
 from .blockmap import BlockMap, block_map, resolve_block
 from .maskfn import Mask, as_mask, broadcast_shape
 from .normalize import resolve_normalizer, softmax
+from .score_mods import check_learnable, learnable_tensors
 from .scores import Score, resolve_score
 from .sparse import DEFAULT_BLOCK_ELEMENTS, FUSED, SparseSetup, budgets, sparse_attention, sparse_weights
 
@@ -174,8 +175,11 @@ def attend(
             broadcastable to ``(B, H, N, M)``. A mask that spans processes (a sharded sequence,
             :class:`attnlab.distributed.ShardedMask`) computes the attention itself (ring attention).
         score_mod: a score function ``(score, b, h, q_idx, kv_idx) -> score`` (FlexAttention's
-            score_mod; :mod:`attnlab.score_mods`: ALiBi, relative biases, soft-capping). Its
-            learnable tensors get gradients when it is an ``nn.Module`` or lists them in ``params``.
+            score_mod; :mod:`attnlab.score_mods`: ALiBi, relative biases, soft-capping). The
+            tensors it learns get exact gradients: an ``nn.Module``'s parameters, a ``ScoreMod``'s
+            ``params``, and the tensors a plain function captures (closure, default arguments,
+            globals, a bound method's object); one whose result depends on a learnable tensor
+            it does not reach is refused.
         bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
         dropout_p: dropout on the weights (apply only in training; ``MultiHeadAttention`` does).
         return_weights: also return the ``(B, H, N, M)`` weights (this materialises them).
@@ -319,8 +323,7 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     k, v = _zero_hidden(k, v, bmap.hidden_keys(), is_hidden=True)
     qp, kp = score_fn.prepare(q, k)
     scale = score_fn.dot_scale(qp.shape[-1]) if norm_fn is softmax else None
-    params: list[torch.Tensor] = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
-    params += _mod_params(score_mod)
+    params = learned_params(score_fn, score_mod, q.dtype, q.device)
     if norm_fn is softmax and not dropout_p and not return_weights:
         fused = (FUSED and q.device.type == "cpu" and scale is not None and score_mod is None and bias is None
                  and v.shape[-1] == qp.shape[-1] and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
@@ -336,13 +339,18 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     return AttentionResult(sparse_attention(setup, qp, kp, v, bias), None)
 
 
-def _mod_params(score_mod) -> list[torch.Tensor]:
-    """The tensors a score function learns: an ``nn.Module``'s parameters, or its ``params``."""
-    if score_mod is None:
-        return []
-    if isinstance(score_mod, torch.nn.Module):
-        return [p for p in score_mod.parameters() if p.requires_grad]
-    return [p for p in getattr(score_mod, "params", ()) if isinstance(p, torch.Tensor) and p.requires_grad]
+def learned_params(score_fn, score_mod, dtype: torch.dtype, device) -> list[torch.Tensor]:
+    """The tensors the score and the score function learn, each once: whatever
+    :func:`attnlab.core.score_mods.learnable_tensors` reaches from them (a module's parameters, a
+    :class:`~attnlab.core.score_mods.ScoreMod`'s ``params``, the tensors a function captures).
+    A score function whose result depends on a learnable tensor it does not reach is refused
+    (:func:`~attnlab.core.score_mods.check_learnable`): it would get no gradient."""
+    params = learnable_tensors(score_fn)
+    if score_mod is not None:
+        mod_params = learnable_tensors(score_mod)
+        check_learnable(score_mod, mod_params, dtype, device)
+        params += [p for p in mod_params if all(p is not other for other in params)]
+    return params
 
 
 from .maskfn import _Everything  # noqa: E402

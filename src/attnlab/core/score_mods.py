@@ -12,18 +12,27 @@ is a :class:`ScoreMod`: a callable that lists the tensors it learns (``params``)
   positional encodings ``alibi`` and ``relative`` give theirs through
   :meth:`attnlab.positional.PositionalEncoding.score_mod`);
 * :func:`compose` — one after another.
+
+A score function may also be a plain function or lambda that captures learnable tensors,
+FlexAttention's idiom (``lambda s, b, h, q, k: s + table[h, q - k]``): :func:`learnable_tensors`
+finds what it captures (closure cells, default arguments, the globals it names, a bound
+method's object, a ``functools.partial``'s arguments, a callable object's attributes), and
+:func:`check_learnable` refuses one whose result depends on a tensor that requires grad but
+could not be found, so a gradient is never silently lost.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 from collections.abc import Callable, Iterable
 
 import torch
 
 from ..validate import ArgumentTypeError, number_above, positive_int
 
-__all__ = ["ScoreMod", "alibi", "compose", "offset_bias", "softcap"]
+__all__ = ["ScoreMod", "alibi", "check_learnable", "compose", "learnable_tensors", "offset_bias", "softcap"]
 
 
 class ScoreMod:
@@ -127,3 +136,123 @@ def alibi(num_heads: int, *, symmetric: bool = False, q_positions=None, kv_posit
         return m * (-off.abs() if symmetric else off)
 
     return offset_bias(head_bias, q_positions, kv_positions, name=f"alibi({num_heads}{', symmetric' if symmetric else ''})")
+
+
+_WALK_DEPTH = 6
+"""How deep :func:`learnable_tensors` follows references from the function it is given."""
+
+
+def learnable_tensors(fn) -> list[torch.Tensor]:
+    """The tensors that require grad which ``fn`` (a score function, or a score callable) can reach:
+    an ``nn.Module``'s parameters and tensor attributes, a :class:`ScoreMod`'s ``params`` and its
+    function, a function's closure cells, default arguments and the globals its code names
+    (nested functions and lambdas included), a bound method's object, a ``functools.partial``'s
+    function and arguments, an object's attributes (a callable object's, a bound method's), and the lists, tuples, sets and
+    dicts among them; each tensor once, in the order found. Leaf parameters and tensors computed
+    from them (``table = weight * 2`` captured after the product) alike: the gradient reaches
+    whichever is captured, and autograd carries it on from there."""
+    found: dict[int, torch.Tensor] = {}
+    seen: set[int] = set()
+
+    def tensor(t: torch.Tensor) -> None:
+        if t.requires_grad and id(t) not in found:
+            found[id(t)] = t
+
+    def walk(obj, depth: int) -> None:
+        if isinstance(obj, torch.Tensor):
+            tensor(obj)
+            return
+        if depth > _WALK_DEPTH or id(obj) in seen or isinstance(obj, (str, bytes, int, float, complex, bool, type, types.ModuleType)):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.nn.Module):
+            for p in obj.parameters():
+                tensor(p)
+            for name, value in vars(obj).items():
+                if not name.startswith("_"):
+                    walk(value, depth + 1)
+            return
+        if isinstance(obj, ScoreMod):
+            walk(obj.params, depth + 1)
+            walk(obj.fn, depth + 1)
+            return
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            for item in obj:
+                walk(item, depth + 1)
+            return
+        if isinstance(obj, dict):
+            for item in obj.values():
+                walk(item, depth + 1)
+            return
+        if isinstance(obj, types.MethodType):
+            walk(obj.__self__, depth + 1)
+            walk(obj.__func__, depth + 1)
+            return
+        if isinstance(obj, functools.partial):
+            walk(obj.func, depth + 1)
+            walk(obj.args, depth + 1)
+            walk(obj.keywords, depth + 1)
+            return
+        if isinstance(obj, types.FunctionType):
+            for cell in obj.__closure__ or ():
+                try:
+                    walk(cell.cell_contents, depth + 1)
+                except ValueError:  # an empty cell (a name not yet bound)
+                    pass
+            walk(obj.__defaults__, depth + 1)
+            walk(obj.__kwdefaults__, depth + 1)
+            for name in _global_names(obj.__code__):
+                if name in obj.__globals__:
+                    walk(obj.__globals__[name], depth + 1)
+            return
+        if hasattr(obj, "__dict__"):  # a callable object, a bound method's object: their attributes
+            walk(vars(obj), depth + 1)
+
+    walk(fn, 0)
+    return list(found.values())
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The global names a function's code and the functions defined in it refer to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def check_learnable(score_mod, found: Iterable[torch.Tensor], dtype: torch.dtype, device) -> None:
+    """Refuse ``score_mod`` if its result depends on a tensor that requires grad other than
+    ``found`` (what :func:`learnable_tensors` reached): that tensor would get no gradient.
+
+    The score function runs once on one score (index 0 everywhere) with autograd on; the graph
+    of its result is walked back to its leaves, stopping at the tensors in ``found``. Nothing is
+    checked when autograd is off (no gradient is asked for)."""
+    if not torch.is_grad_enabled():
+        return
+    idx = torch.zeros((1, 1, 1, 1), dtype=torch.long, device=device)
+    with torch.enable_grad():
+        out = score_mod(torch.zeros((1, 1, 1, 1), dtype=dtype, device=device), idx, idx, idx, idx)
+    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+        return
+    stops = {t.grad_fn for t in found if t.grad_fn is not None}
+    leaves = {id(t) for t in found if t.grad_fn is None}
+    missed: list[torch.Tensor] = []
+    stack: list = [out.grad_fn]
+    visited: set = set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in visited or node in stops:
+            continue
+        visited.add(node)
+        var = getattr(node, "variable", None)  # an AccumulateGrad node: a leaf that requires grad
+        if isinstance(var, torch.Tensor):
+            if id(var) not in leaves:
+                missed.append(var)
+            continue
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    if missed:
+        shapes = ", ".join(str(tuple(t.shape)) for t in missed)
+        raise ValueError(f"the score function {score_mod!r} depends on learnable tensor(s) of shape {shapes} that attnlab cannot reach, "
+                         "so they would get no gradient: capture them in the function's closure or default arguments, "
+                         "or pass them as ScoreMod(fn, params=[...]), or make the score function an nn.Module")

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from ..core import masks
 from ..core.amp import same_autocast_backward, same_autocast_forward
-from ..core.attend import AttentionResult
+from ..core.attend import AttentionResult, learned_params
 from ..core.blockmap import BlockMap, block_map
 from ..core.maskfn import as_mask
 from ..core.normalize import resolve_normalizer, softmax
@@ -166,9 +166,10 @@ def _sum_heads(t: torch.Tensor, g: int) -> torch.Tensor:
 class _Setup:
     """The non-tensor arguments of one ring call, and one engine setup per shard."""
 
-    def __init__(self, ctx: RingContext, plan: _Plan, score_fn, scale, timings, q, v, params):
+    def __init__(self, ctx: RingContext, plan: _Plan, score_fn, scale, timings, q, v, params, score_mod=None):
         self.ctx, self.plan, self.score_fn, self.scale, self.timings, self.params = ctx, plan, score_fn, scale, timings, params
-        self.fused = (FUSED and scale is not None and q.device.type == "cpu" and v.shape[-1] == q.shape[-1]
+        self.score_mod = score_mod
+        self.fused = (FUSED and scale is not None and score_mod is None and q.device.type == "cpu" and v.shape[-1] == q.shape[-1]
                       and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
         self.b, self.h = q.shape[:2]
 
@@ -179,7 +180,20 @@ class _Setup:
             return None
         kind = "fused" if self.fused else "softmax"
         return SparseSetup(bm, bm.plan(*budgets(kind, bm, self.b, self.h, self.score_fn)), self.b, self.h, self.score_fn,
-                           softmax, None, self.scale, kind, params=self.params)
+                           softmax, self.global_mod(j), self.scale, kind, params=self.params)
+
+    def global_mod(self, j: int):
+        """The score function on this rank's queries against shard j, called with global
+        positions (the engine's indices are the shards' own: 0 .. c-1)."""
+        if self.score_mod is None:
+            return None
+        mod, positions = self.score_mod, self.ctx.positions
+        q_at, k_at = positions[self.ctx.rank], positions[j]
+
+        def at_positions(s, b, h, q_idx, kv_idx):
+            return mod(s, b, h, q_at.to(q_idx.device)[q_idx], k_at.to(kv_idx.device)[kv_idx])
+
+        return at_positions
 
 
 class _RingAttention(torch.autograd.Function):
@@ -319,6 +333,7 @@ def ring_attend(
     block_size: int | None = None,
     timings: RingTimings | None = None,
     mask=None,
+    score_mod=None,
 ) -> AttentionResult:
     """Exact softmax attention of this rank's queries over the keys of every rank (ring attention).
 
@@ -350,6 +365,9 @@ def ring_attend(
             dot-product score runs on PyTorch's fused CPU kernel; other scores write their scores
             out one chunk at a time.
         timings: a :class:`RingTimings` to add this call's compute and wait times to.
+        score_mod: a score function ``(score, b, h, q_idx, kv_idx) -> score`` called with global
+            positions (as :func:`attnlab.attend` calls it on the whole sequence); the tensors it
+            learns get their gradients as there (each rank its queries' share).
 
     Returns:
         :class:`attnlab.AttentionResult`, ``output`` ``(B, H, c, Dv)`` (weights: None).
@@ -366,6 +384,8 @@ def ring_attend(
     if mask is not None and (causal or window is not None):
         raise ValueError("give the rule as mask= or as causal= / window=, not both")
     rule = rule_of(bool(causal), window) if mask is None else as_mask(mask)
+    if score_mod is not None and not callable(score_mod):
+        raise ArgumentTypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {type(score_mod).__name__}")
     optional_int("block_size", block_size)
     # the shapes are checked here and the verdict shared, so that every rank raises together
     problem = None
@@ -396,14 +416,14 @@ def ring_attend(
         problem = f"key_padding has batch {context.key_valid.shape[1]}, q has {b}"
     code = _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1
     meta = torch.tensor([problem is not None, b, h, g, c, q.shape[3], k.shape[3], v.shape[3], code, bool(causal),
-                         -1 if window is None else window, len(repr(rule))], dtype=torch.int64)
+                         -1 if window is None else window, len(repr(rule)), score_mod is not None], dtype=torch.int64)
     every = _all_gather(meta.to(q.device), context.group, context.world).cpu()
     bad = [r for r in range(context.world) if every[r, 0]]
     if bad:
         raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave q, k, v shards that do not fit")
     if not bool((every == meta).all()):
         raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window, rule) "
-                         "per rank = " + str(every[:, 1:].tolist()))
+                         "(and whether a score function is given) per rank = " + str(every[:, 1:].tolist()))
     score_fn = resolve_score(score)
     if g != h and type(score_fn).prepare is not Score.prepare:  # a score that prepares keys per head: H heads travel
         k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
@@ -413,8 +433,8 @@ def ring_attend(
     qp, kp = score_fn.prepare(q, k)  # per-vector work on this rank's shard; the prepared keys travel
     scale = score_fn.dot_scale(qp.shape[-1])
     plan = _plan_of(context, rule, b, h, block_size)
-    params = [p for p in score_fn.parameters() if p.requires_grad] if isinstance(score_fn, torch.nn.Module) else []
-    setup = _Setup(context, plan, score_fn, scale, timings, qp, v, params)
+    params = learned_params(score_fn, score_mod, q.dtype, q.device)
+    setup = _Setup(context, plan, score_fn, scale, timings, qp, v, params, score_mod)
     return AttentionResult(_RingAttention.apply(setup, qp.contiguous(), kp.contiguous(), v.contiguous(), *params), None)
 
 
