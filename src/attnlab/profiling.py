@@ -18,9 +18,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["ALLOCATORS", "PEAK_SIZE", "allocator_env", "count_flops", "flop_counter", "loglog_slope", "measure_calls", "measure_in_child",
-           "minor_faults", "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]
+__all__ = ["ALLOCATORS", "PEAK_BUDGET", "PEAK_MAX_SIZE", "PEAK_TARGET", "Peak", "allocator_env", "count_flops", "flop_counter",
+           "loglog_slope", "measure_calls", "measure_in_child", "measure_peak", "minor_faults", "peak_bytes", "peak_flops", "quiet_stderr",
+           "round_robin"]
 
 ALLOCATORS = ("keep", "system")
 """How a timing process's C allocator treats freed memory (:func:`allocator_env`)."""
@@ -83,38 +85,106 @@ def peak_bytes(fn: Callable[[], object]) -> int | None:
     return peak
 
 
-PEAK_SIZE = 2048
-"""The side of the square matrix product :func:`peak_flops` times."""
+PEAK_TARGET = 0.1
+"""Seconds one product of :func:`measure_peak` should take: the product grows until it does."""
+
+PEAK_MAX_SIZE = 2048
+"""The largest side :func:`measure_peak` grows the product to (a 2-core CPU reaches its float32
+peak well below it)."""
+
+PEAK_BUDGET = 1.5
+"""Seconds of timed repetitions :func:`measure_peak` spends at its final size, at most."""
+
+_PEAK_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Peak:
+    """What :func:`measure_peak` measured: the best time of one ``size``-cubed matrix product in
+    ``dtype`` on ``device`` over ``repeats`` timed products, and the whole measurement's seconds.
+
+    Attributes:
+        dtype: ``"float32"`` or ``"bfloat16"``.
+        device: where it ran.
+        size: the side of the square matrices multiplied.
+        seconds: the best time of one product.
+        repeats: timed products at ``size`` (after the growth and a warm-up).
+        total_seconds: the whole measurement, growing the product included.
+    """
+
+    dtype: str
+    device: str
+    size: int
+    seconds: float
+    repeats: int
+    total_seconds: float
+
+    @property
+    def flops(self) -> float:
+        """FLOP/s: ``2 size^3`` per product (one multiply and one add per term)."""
+        return 2 * self.size**3 / self.seconds
+
+    def describe(self) -> str:
+        """One line: the rate and how it was measured."""
+        return (f"{self.dtype} {self.flops / 1e9:.3g} GFLOP/s: best of {self.repeats} {self.size}^3 products "
+                f"({self.seconds:.3g} s each), measured in {self.total_seconds:.1f} s")
 
 
 def peak_flops(dtype: str = "float32", device: str = "cpu") -> float:
-    """This machine's peak: FLOP/s of a ``PEAK_SIZE``-cubed matrix product in ``dtype``
-    (``"float32"`` or ``"bfloat16"``) on ``device``, the best of five after a warm-up, with
-    every thread torch uses. Measured once per process (cached): about a second on a 2-core Zen 4 CPU,
-    longer for bfloat16 on a CPU that does not multiply it natively."""
-    dtype = str(dtype).removeprefix("torch.")
-    if dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"peak_flops measures float32 or bfloat16 (the precisions a run trains in), got {dtype!r}")
-    return _peak_flops(dtype, str(device))
+    """This machine's peak FLOP/s of a matrix product in ``dtype`` (``"float32"`` / ``"fp32"`` or
+    ``"bfloat16"`` / ``"bf16"``) on ``device``: :func:`measure_peak`'s ``flops``."""
+    return measure_peak(dtype, device).flops
+
+
+def measure_peak(dtype: str = "float32", device: str = "cpu") -> Peak:
+    """Time square matrix products in ``dtype`` on ``device`` with every thread torch uses,
+    growing the side from 128 (doubling) until one product takes :data:`PEAK_TARGET` seconds or
+    the side reaches :data:`PEAK_MAX_SIZE`, then repeating that product for up to
+    :data:`PEAK_BUDGET` seconds (at least twice, at most five times) and keeping the best.
+
+    The time is bounded whatever the CPU: a product that takes longer than the target stops the
+    growth (the one before took under the target, so the last one under 8 times it), and the
+    repetitions stop at the budget. On a CPU that multiplies bfloat16 natively the products grow
+    to the largest side; where bfloat16 is emulated (an AVX2-only CPU: 100 s for one 2048^3
+    product) they stop at a few hundred. Measured once per process (cached)."""
+    key = _PEAK_DTYPES.get(str(dtype).removeprefix("torch."))
+    if key is None:
+        raise ValueError(f"peak_flops measures float32 (fp32) or bfloat16 (bf16), the precisions a run trains in, got {dtype!r}")
+    return _measure_peak(key, str(device))
 
 
 @functools.cache
-def _peak_flops(dtype: str, device: str) -> float:
+def _measure_peak(dtype: str, device: str) -> Peak:
     import torch
 
     dt = getattr(torch, dtype)
-    n = PEAK_SIZE
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
-    best = math.inf
-    for _ in range(6):  # the first is the warm-up
-        _sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - t0) if _ else math.inf
-    return 2 * n**3 / best
+    t_start = time.perf_counter()
+
+    def product(n: int) -> tuple[float, Callable[[], object]]:
+        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
+        b = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
+
+        def once() -> float:
+            _sync(device)
+            t0 = time.perf_counter()
+            a @ b
+            _sync(device)
+            return time.perf_counter() - t0
+
+        return once(), once  # the first call is the warm-up at this size
+
+    n = 128
+    first, once = product(n)
+    while first < PEAK_TARGET and n < PEAK_MAX_SIZE:
+        n *= 2
+        first, once = product(n)
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < 5 and (len(times) < 2 or spent < PEAK_BUDGET):
+        times.append(once())
+        spent += times[-1]
+    return Peak(dtype, device, n, min(times), len(times), time.perf_counter() - t_start)
 
 
 def _sync(device: str) -> None:

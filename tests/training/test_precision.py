@@ -3,15 +3,16 @@ autocast within bfloat16's error of float32 with float32 weights and gradients, 
 precision and evaluate in it, and the utilisation figures are what they claim."""
 
 import math
+import warnings
 
 import pytest
 import torch
 
-from attnlab import efficient
+from attnlab import efficient, profiling
 from attnlab.arena.presets import VARIANT_OPTIONS
 from attnlab.models import Encoder, ModelConfig, build_model
 from attnlab.models.config import AttentionSpec, PositionalSpec
-from attnlab.profiling import count_flops, peak_flops
+from attnlab.profiling import count_flops, measure_peak, peak_flops
 from attnlab.training import ConfigMismatchError, TrainConfig, evaluate, load_checkpoint, train
 from attnlab.training import precision as P
 from tests.helpers import assert_close_rel
@@ -116,6 +117,18 @@ def test_a_bf16_run_keeps_float32_weights_stores_its_precision_and_evaluates_in_
         train(TrainConfig.for_task("pos", **{**TINY, "steps": 8}, precision="fp32"), tmp_path, resume=True)
 
 
+@pytest.mark.parametrize("flags, warned", [(set(), True), ({"avx512_bf16"}, False)])
+def test_explicit_bf16_warns_once_where_bfloat16_is_emulated(tmp_path, monkeypatch, flags, warned):
+    monkeypatch.setattr(P, "_cpu_flags", lambda: frozenset(flags))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(TrainConfig.for_task("pos", **{**TINY, "steps": 2, "eval_every": 2}, precision="bf16"), tmp_path)
+    emulated = [w for w in caught if issubclass(w.category, P.EmulatedBF16Warning)]
+    assert len(emulated) == warned
+    if warned:
+        assert "--precision auto picks fp32" in str(emulated[0].message)
+
+
 def test_flops_are_counted_as_two_per_multiply_add_cpu_flash_attention_included():
     a, b = torch.randn(6, 7), torch.randn(7, 5)
     assert count_flops(lambda: a @ b) == 2 * 6 * 7 * 5
@@ -124,11 +137,29 @@ def test_flops_are_counted_as_two_per_multiply_add_cpu_flash_attention_included(
     assert count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)) == 2 * (2 * 2 * 3 * 16 * 16 * 8)
 
 
-def test_the_peak_is_measured_once_per_process():
-    first = peak_flops("float32")
-    assert first > 1e8 and peak_flops("float32") is first  # cached: the same measurement
-    with pytest.raises(ValueError, match="float32 or bfloat16"):
+def test_the_peak_is_measured_once_per_process_under_either_name_of_a_precision():
+    first = measure_peak("float32")
+    assert first.flops > 1e8 and measure_peak("fp32") is first and measure_peak(torch.float32) is first  # cached: one measurement
+    assert peak_flops("fp32") == first.flops == 2 * first.size**3 / first.seconds
+    assert 2 <= first.repeats <= 5 and 128 <= first.size <= profiling.PEAK_MAX_SIZE
+    assert f"{first.size}^3" in first.describe() and "float32" in first.describe()
+    with pytest.raises(ValueError, match=r"float32 \(fp32\) or bfloat16 \(bf16\)"):
         peak_flops("float16")
+
+
+@pytest.mark.parametrize("target, max_size, size", [(0.0, 2048, 128), (1e9, 256, 256)])
+def test_the_peak_grows_its_product_until_one_takes_the_target_time_or_reaches_the_largest_side(monkeypatch, target, max_size, size):
+    """What bounds the measurement on any CPU: a product slower than the target stops the growth
+    (a target of 0 s: the first, 128^3), the side never passes the largest, and the repetitions
+    stop at five (or at the budget, after two)."""
+    monkeypatch.setattr(profiling, "PEAK_TARGET", target)
+    monkeypatch.setattr(profiling, "PEAK_MAX_SIZE", max_size)
+    profiling._measure_peak.cache_clear()
+    try:
+        got = measure_peak("bfloat16")
+    finally:
+        profiling._measure_peak.cache_clear()
+    assert got.size == size and got.dtype == "bfloat16" and 2 <= got.repeats <= 5
 
 
 def test_a_runs_utilisation_is_its_flops_over_its_step_time_and_the_peak(tmp_path):

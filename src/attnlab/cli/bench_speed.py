@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, load_report, name_list, out, progress, table, track
+from .common import chart, emit_json, err, fail, int_list, load_report, name_list, out, progress, table, track
 from .options import (
     blocks_option,
     from_option,
@@ -265,22 +265,50 @@ def audio(
     out.print(t)
 
 
-def peak(as_json: bool = json_option("Print {fp32, bf16} in FLOP/s as one JSON object.")) -> None:
-    """This machine's peak: FLOP/s of a 2048^3 matrix product in float32 and in bfloat16 (what utilisation is a share of)."""
-    from ..studies.precision import peaks
-    from ..training.precision import fast_bf16
+def peak(as_json: bool = json_option("Print {fp32, bf16} in FLOP/s (and how each was measured) as one JSON object.")) -> None:
+    """This machine's peak: FLOP/s of a matrix product in float32 and in bfloat16 (what utilisation is a share of).
 
-    with progress() as bar:
-        bar.add_task("timing 2048^3 matrix products", total=None)
-        got = peaks()
+    Each product grows until one takes a tenth of a second, so the measurement takes a few seconds whatever the CPU;
+    it says whether this CPU multiplies bfloat16 natively, and how much slower bfloat16 is where it is emulated."""
+    got = _measure_peaks()
     if as_json:
         from .common import print_json
 
-        print_json({**got, "native_bf16": fast_bf16("cpu")})
+        print_json({"fp32": got["fp32"].flops, "bf16": got["bf16"].flops, "native_bf16": _native_bf16(),
+                    "measured": {k: {"size": p.size, "seconds": p.seconds, "repeats": p.repeats, "total_seconds": p.total_seconds}
+                                 for k, p in got.items()}})
         return
-    out.print(f"fp32 {got['fp32'] / 1e9:.0f} GFLOP/s, bf16 {got['bf16'] / 1e9:.0f} GFLOP/s ({got['bf16'] / got['fp32']:.2f}x); "
-              f"native bfloat16 on this CPU: {'yes' if fast_bf16('cpu') else 'no'} (--precision auto uses "
-              f"{'bf16' if fast_bf16('cpu') else 'fp32'})", highlight=False)
+    for p in got.values():
+        out.print(p.describe(), highlight=False)
+    out.print(_bf16_note(got), highlight=False)
+
+
+def _native_bf16() -> bool:
+    from ..training.precision import fast_bf16
+
+    return fast_bf16("cpu")
+
+
+def _measure_peaks() -> dict:
+    """``{"fp32": Peak, "bf16": Peak}`` (:func:`attnlab.profiling.measure_peak`), under a progress line."""
+    from ..profiling import PEAK_TARGET, measure_peak
+
+    got = {}
+    with progress() as bar:
+        for key, dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
+            task = bar.add_task(f"timing {dtype} matrix products (growing until one takes {PEAK_TARGET:g} s)", total=None)
+            got[key] = measure_peak(dtype)
+            bar.remove_task(task)
+    return got
+
+
+def _bf16_note(got: dict) -> str:
+    """Whether this CPU multiplies bfloat16 natively, and bfloat16's rate against float32's."""
+    ratio = got["bf16"].flops / got["fp32"].flops
+    if _native_bf16():
+        return f"native bfloat16 on this CPU: bf16 {ratio:.2f}x fp32's rate (--precision auto uses bf16)"
+    return (f"bfloat16 is emulated on this CPU (no AVX-512 BF16 or AMX): bf16 runs at {ratio:.3g}x fp32's rate, "
+            f"{1 / ratio:.0f} times slower (--precision auto uses fp32)")
 
 
 def precision(
@@ -299,11 +327,13 @@ def precision(
 ) -> None:
     """Float32 against bfloat16 mixed precision: training steps/s of every variant on the arena's long-task model, and the share of peak."""
     from .. import efficient
-    from ..studies.precision import peaks, run
+    from ..studies.precision import run
 
     names = name_list("--variants", variants, efficient.names())
     lengths = int_list("--sizes", sizes, minimum=16)
-    peak_rates = peaks()
+    measured = _measure_peaks()
+    peak_rates = {k: p.flops for k, p in measured.items()}
+    err.print(f"peaks: {'; '.join(p.describe() for p in measured.values())}. {_bf16_note(measured)}", highlight=False)
 
     def payload(done: list) -> dict:
         setting = {"tokens": tokens, "dim": embed_dim, "heads": num_heads, "layers": num_layers}  # keys of the files already written

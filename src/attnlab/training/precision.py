@@ -21,12 +21,17 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["PRECISIONS", "autocast", "fast_bf16", "resolve"]
+__all__ = ["PRECISIONS", "EmulatedBF16Warning", "autocast", "fast_bf16", "resolve"]
 
 PRECISIONS = ("fp32", "bf16", "auto")
 """The values of ``TrainConfig.precision`` and ``--precision``."""
 
 _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+class EmulatedBF16Warning(UserWarning):
+    """``bf16`` was asked for explicitly on a device that does not multiply bfloat16 natively
+    (:func:`fast_bf16` is False): every product is emulated, slower than float32."""
 
 
 @functools.cache
