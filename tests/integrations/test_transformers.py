@@ -201,6 +201,72 @@ def test_unknown_names_and_options_are_refused_with_the_known_ones():
         build("bert", "attnlab", "window=3")(input_ids=ids)
 
 
+
+def test_a_misspelt_or_unswappable_variant_is_answered_with_attnlabs_variants():
+    """transformers refuses a name it does not hold before attnlab sees it: implementation() and
+    set_attention() name the closest variant; the variants that cannot serve are registered, and
+    refused at the first call with the reason and the swappable ones."""
+    ids, _ = batch(8)
+    model = build("llama", "attnlab", arch=LMS)
+    for name in ("lokal", "attnlab:lokal"):
+        with pytest.raises(ValueError, match=r"unknown attention variant 'lokal' \(did you mean 'local'\?\); known: dense, .*local"):
+            at.implementation(name)
+    with pytest.raises(ValueError, match=r"'lokal' \(did you mean 'local'\?\)"):
+        at.set_attention(model, "lokal", window=2)
+    assert model.config._attn_implementation == "attnlab" and not model.config.attnlab_options
+    model.set_attn_implementation("attnlab:retnet")
+    with pytest.raises(UnsupportedError, match=r"LlamaAttention \(a llama model\): the 'retnet' attention computes its gates from the "
+                                               r"layer's input, .*; swappable: dense, bigbird, .*local"):
+        model(input_ids=ids)
+    model.set_attn_implementation("attnlab:dense")
+    with pytest.raises(UnsupportedError, match=r"the exact attention is attn_implementation='attnlab', not 'attnlab:dense'"):
+        model(input_ids=ids)
+
+
+def test_options_left_by_an_earlier_variant_are_named_with_how_to_reset_them():
+    ids, am = batch(16)
+    real = am.bool()
+    model = build("bert", "attnlab:local", {"window": 2})
+    with torch.no_grad():
+        want = build("bert", "sdpa")(input_ids=ids, attention_mask=am).last_hidden_state
+        local = model(input_ids=ids, attention_mask=am).last_hidden_state
+        model.set_attn_implementation("attnlab")
+        with pytest.raises(ValueError, match=r"takes score, normalize, backend, block_size, not window \('window' is an option of bigbird, "
+                                             r"local, longformer: left from an earlier attn_implementation\?\)\. Reset the options with "
+                                             r"model\.config\.attnlab_options = \{\}, or switch with .*set_attention\(model, 'dense'"):
+            model(input_ids=ids, attention_mask=am)
+        model.set_attn_implementation("attnlab:linear")
+        with pytest.raises(ValueError, match=r"unknown option 'window' for the attention 'linear'; it takes eps, max_len, seed \('window'"):
+            model(input_ids=ids, attention_mask=am)
+        model.config.attnlab_options = {}
+        model.set_attn_implementation("attnlab")
+        assert (model(input_ids=ids, attention_mask=am).last_hidden_state - want)[real].abs().max().item() < 1e-10
+        # set_attention sets the implementation and exactly its options: nothing is left behind
+        assert at.set_attention(model, "local", window=2) == "attnlab:local"
+        assert torch.equal(model(input_ids=ids, attention_mask=am).last_hidden_state, local)
+        assert at.set_attention(model, "dense") == "attnlab" and model.config.attnlab_options == {}
+        assert (model(input_ids=ids, attention_mask=am).last_hidden_state - want)[real].abs().max().item() < 1e-10
+    with pytest.raises(ValueError, match=r"unknown option 'windw' for the attention 'local'; it takes .* \(did you mean 'window'\?\)"):
+        at.set_attention(model, "local", windw=2)
+    with pytest.raises(ValueError, match=r"unknown option 'head_mode' for the attention 'local'"):  # the model's projections stay
+        at.set_attention(model, "local", window=2, head_mode="project")
+    assert model.config._attn_implementation == "attnlab"
+
+
+def test_set_attention_reaches_every_config_of_an_encoder_decoder():
+    """T5's encoder and decoder stacks hold copies of the model's config: each gets the options."""
+    arch = {"t5": ("T5Model", "T5Config", dict(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                                              pad_token_id=0, decoder_start_token_id=0))}
+    ids, _ = batch(20)
+    model = build("t5", "attnlab", arch=arch)
+    at.set_attention(model, "dense", normalize="sigmoid")
+    assert model.encoder.config is not model.config
+    assert all(getattr(m.config, "attnlab_options", None) == {"normalize": "sigmoid"} for m in (model, model.encoder, model.decoder))
+    with torch.no_grad():
+        ours = model(input_ids=ids, decoder_input_ids=ids[:, :5]).last_hidden_state
+        want = build("t5", "attnlab", {"normalize": "sigmoid"}, arch=arch)(input_ids=ids, decoder_input_ids=ids[:, :5]).last_hidden_state
+    assert torch.equal(ours, want)
+
 def test_a_normaliser_swapped_into_a_trained_model_changes_it_and_softmax_does_not():
     ids, am = batch(16)
     with torch.no_grad():

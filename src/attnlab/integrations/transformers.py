@@ -17,7 +17,7 @@ Importing this module registers, in ``transformers``' ``AttentionInterface`` and
   for the draw of a variant's own parameters; ``max_len`` defaults to the model's positions).
   What the model needs and the variant cannot give (a causal model and a variant with no
   causal form, a sliding window that cuts, soft-capping, dropout, cached decoding) raises
-  :class:`UnsupportedError` naming both.
+  :class:`UnsupportedError` naming both (as ``"attnlab:retnet"`` and the other variants that cannot serve do).
 
 Usage::
 
@@ -25,13 +25,16 @@ Usage::
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="attnlab")
     model = AutoModel.from_pretrained(folder, attn_implementation="attnlab:local")
     model.config.attnlab_options = {"window": 64}  # read at every call; saved with the config
+    attnlab.integrations.transformers.set_attention(model, "local", window=64)  # both at once, checked
 
-:func:`implementation` turns a variant name into the ``attn_implementation`` string and lists
-the known names when it is not one of them.
+:func:`implementation` turns a variant name into the ``attn_implementation`` string, or names the
+closest known one. transformers refuses a name it does not hold (``"attnlab:lokal"``) before attnlab
+sees it: :func:`set_attention` checks the name and the options first.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import itertools
 import math
@@ -40,7 +43,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, AttentionMaskInterface
+from transformers import AttentionInterface, AttentionMaskInterface, PretrainedConfig
 from transformers import masking_utils as hf_masks
 
 from .. import efficient
@@ -54,7 +57,7 @@ from ..efficient.base import PatternAttention
 from ..efficient.gated import GatedRecurrence
 from ..validate import ArgumentTypeError
 
-__all__ = ["NAME", "OPTIONS", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask"]
+__all__ = ["NAME", "OPTIONS", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask", "set_attention"]
 
 NAME = "attnlab"
 """The exact backend's ``attn_implementation``; ``"attnlab:<variant>"`` for a variant."""
@@ -83,20 +86,75 @@ def implementations() -> list[str]:
 
 
 def implementation(variant: str = "dense") -> str:
-    """The ``attn_implementation`` string of ``variant`` (``"dense"``: ``"attnlab"``).
+    """The ``attn_implementation`` string of ``variant`` (``"dense"``: ``"attnlab"``; ``"attnlab:<variant>"`` is taken too).
 
-    Raises:
-        ValueError: an unknown variant (the message lists the known ones), or a gated recurrence,
-            which computes its gates from the layer's input and so cannot take a model's q, k, v.
-    """
-    if variant == "dense":
+    Raises ValueError for an unknown variant (naming the closest and the known ones) or a gated recurrence,
+    which computes its gates from the layer's input and so cannot take a model's q, k, v."""
+    variant = variant.removeprefix(f"{NAME}:")
+    if variant in (NAME, "dense"):
         return NAME
+    known = ["dense"] + _swappable()
     if variant not in efficient.names():
-        raise ValueError(f"unknown attention variant {variant!r}; known: {', '.join(['dense'] + _swappable())}")
+        near = difflib.get_close_matches(variant, known, n=1)
+        raise ValueError(f"unknown attention variant {variant!r}{f' (did you mean {near[0]!r}?)' if near else ''}; "
+                         f"known: {', '.join(known)}")
     if variant not in _swappable():
-        raise ValueError(f"the {variant!r} attention computes its gates from the layer's input, so it cannot take a trained model's "
-                         f"q, k and v; swappable: {', '.join(['dense'] + _swappable())}")
+        raise ValueError(_unswappable(variant))
     return f"{NAME}:{variant}"
+
+
+def _unswappable(variant: str) -> str:
+    why = (f"the exact attention is attn_implementation={NAME!r}, not '{NAME}:{variant}'" if variant in ("dense", "dense_naive") else
+           f"the {variant!r} attention computes its gates from the layer's input, so it cannot take a trained model's q, k and v")
+    return f"{why}; swappable: {', '.join(['dense'] + _swappable())}"
+
+
+MODEL_SETS = ("embed_dim", "num_heads", "causal", "bias", "head_mode", "kdim", "vdim", "num_kv_heads", "positional", "positional_options")
+"""A variant's options that the model settles (its projections, heads, causality and positions): refused."""
+
+
+def _takes(variant: str) -> list[str] | None:
+    """The options ``config.attnlab_options`` may hold for ``variant`` (None: not known)."""
+    if variant == "dense":
+        return list(DENSE_OPTIONS)
+    valid = efficient.VARIANTS.options(variant)  # seed: the draw of the variant's own parameters
+    return None if valid is None else sorted({o for o in valid if o not in MODEL_SETS} | {"seed"})
+
+
+def _check_options(variant: str, options) -> None:
+    """Refuse an option ``variant`` does not take, naming the variants that take it (one left from a previous variant)."""
+    takes = _takes(variant) or list(options)  # not known: every option passes
+    bad = [o for o in options if o not in takes]
+    if not bad:
+        return
+    what = (f"the exact attention takes {', '.join(takes)}, not {', '.join(bad)}" if variant == "dense" else
+            f"unknown option {', '.join(map(repr, bad))} for the attention {variant!r}; it takes {', '.join(takes)}")
+    owners = {o: [v for v in ["dense"] + _swappable() if o in (_takes(v) or ())] for o in bad}
+    stale = [f"{o!r} is an option of {', '.join(vs)}" for o, vs in owners.items() if vs]
+    if stale:
+        what += (f" ({'; '.join(stale)}: left from an earlier attn_implementation?). Reset the options with model.config.{OPTIONS} = "
+                 f"{{}}, or switch with attnlab.integrations.transformers.set_attention(model, {variant!r}, ...), which sets both")
+    else:
+        near = [n for o in bad for n in difflib.get_close_matches(o, takes, n=1)]
+        what += f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
+    raise ValueError(f"config.{OPTIONS}: {what}")
+
+
+def set_attention(model, variant: str = "dense", **options) -> str:
+    """Set ``model``'s attention to attnlab's ``variant`` with exactly ``options`` (an earlier variant's dropped):
+    ``model.set_attn_implementation(implementation(variant))``, the name and options checked first, and
+    ``config.attnlab_options`` set on every config of the model (an encoder-decoder's stacks hold their own).
+    Returns the ``attn_implementation``; raises ValueError for an unknown or unswappable variant, an option it
+    does not take, or a model whose attention is not transformers' ``AttentionInterface``'s."""
+    impl = implementation(variant)
+    _check_options(impl.removeprefix(NAME).removeprefix(":") or "dense", options)
+    model.set_attn_implementation(impl)
+    if model.config._attn_implementation != impl:  # transformers only logs a warning for such a model
+        raise ValueError(f"{type(model).__name__} does not route its attention through transformers' AttentionInterface: no {impl!r}")
+    configs = {id(c): c for c in (getattr(m, "config", None) for m in model.modules()) if isinstance(c, PretrainedConfig)}
+    for config in configs.values():
+        setattr(config, OPTIONS, dict(options))
+    return impl
 
 
 # ------------------------------------------------------------------------------------------ the mask
@@ -250,9 +308,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     weights = bool(kwargs.get("output_attentions", False))
     mod = softcap_mod(softcap) if softcap else None
     if variant == "dense":
-        unknown = sorted(set(options) - set(DENSE_OPTIONS))
-        if unknown:
-            raise ValueError(f"config.{OPTIONS}: the exact attention takes {', '.join(DENSE_OPTIONS)}, not {', '.join(unknown)}")
+        _check_options("dense", options)
         res = attend(query, key, value, score=options.get("score", "scaled_dot"), normalize=options.get("normalize", "softmax"),
                      mask=mask, bias=bias, score_mod=mod, dropout_p=dropout, return_weights=weights,
                      backend=options.get("backend", "auto"), block_size=options.get("block_size"))
@@ -358,6 +414,7 @@ def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
     layer = per.get(key)
     h, d = q.shape[1], q.shape[-1]
     if layer is None:
+        _check_options(variant, options)
         cls = efficient.VARIANTS.get(variant)
         opts = dict(options)
         seed = opts.get("seed", 0) if "seed" in inspect.signature(cls.__init__).parameters else opts.pop("seed", 0)
@@ -365,7 +422,7 @@ def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
             opts["max_len"] = int(getattr(module.config, "max_position_embeddings", 512))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed) * 1000 + int(getattr(module, "layer_idx", 0) or 0))
-            layer = efficient.create(variant, embed_dim=h * d, num_heads=h, causal=causal, **opts)  # unknown options: ValueError
+            layer = efficient.create(variant, embed_dim=h * d, num_heads=h, causal=causal, **opts)
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             setattr(layer, name, None)
         layer.requires_grad_(False).eval()
@@ -376,11 +433,17 @@ def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
     return layer
 
 
+def _refuse(module, *args, variant: str, **kwargs):
+    """``"attnlab:<variant>"`` of a variant that cannot serve: attnlab's reason, not transformers' list of its own."""
+    raise UnsupportedError(f"{_who(module)}: {_unswappable(variant)}")
+
+
 def _register() -> None:
     AttentionInterface.register(NAME, attention_forward)
     AttentionMaskInterface.register(NAME, model_mask)
-    for v in _swappable():
-        AttentionInterface.register(f"{NAME}:{v}", partial(attention_forward, variant=v))
+    for v in efficient.names():
+        forward = partial(attention_forward, variant=v) if v in _swappable() else partial(_refuse, variant=v)
+        AttentionInterface.register(f"{NAME}:{v}", forward)
         AttentionMaskInterface.register(f"{NAME}:{v}", model_mask)
 
 
