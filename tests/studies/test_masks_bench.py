@@ -48,3 +48,40 @@ def test_bench_masks_refuses_bad_input(tmp_path):
     bad.write_text('{"records": [{"n": 4}]}')
     res = runner.invoke(app, ["bench", "masks", "--from", str(bad)])
     assert res.exit_code != 0 and "not a records file written by 'attnlab bench masks -o'" in " ".join(res.output.split())
+
+
+def test_bench_masks_layer_step_follows_the_sizes(monkeypatch):
+    """Given only short --sizes, the layer's training step runs at the largest of them, not at 131,072."""
+    import attnlab.studies.masks as study
+
+    cells = []
+    monkeypatch.setattr(study, "_cell", lambda p, n, m, *a: cells.append((p, n, m)) or {"seconds": [0.01, 0.01], "rss": 1})
+    res = runner.invoke(app, ["bench", "masks", "--sizes", "512,1024", "--patterns", "window", "--methods", "block-sparse", "--json"])
+    assert res.exit_code == 0, res.output
+    assert cells == [("window", 512, "block-sparse"), ("window", 1024, "block-sparse"), ("window", 1024, "layer_step")]
+    cells.clear()
+    res = runner.invoke(app, ["bench", "masks", "--sizes", "512", "--patterns", "window", "--methods", "block-sparse", "--layer-step", "0"])
+    assert res.exit_code == 0 and cells == [("window", 512, "block-sparse")]
+
+
+def _cell_row(pattern, n, seconds):
+    return {"pattern": pattern, "n": n, "method": "block-sparse", "mode": "fwd_bwd", "seconds": seconds, "rss_bytes": 2**20,
+            "map_bytes": 64, "dense_bytes": n * n, "density": 0.5}
+
+
+def test_bench_masks_says_why_a_slope_is_missing(tmp_path):
+    """No block-sparse times in 4K-32K: a sentence saying so, never a slope line with nothing after its colon."""
+    from attnlab.studies.masks import slopes
+
+    short = [_cell_row("window", 1024, 0.1), _cell_row("window", 2048, 0.2)]
+    stored = tmp_path / "short.json"
+    stored.write_text(json.dumps({"records": short, "slopes": slopes(short), "flex": []}))
+    res = runner.invoke(app, ["bench", "masks", "--from", str(stored)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert "no block-sparse slope against N: it is fitted over N in 4K-32K, and fewer than two block-sparse times fall there" in text
+    assert "log-log slope against N over 4K-32K" not in text
+    mixed = short + [_cell_row("causal", 4096, 0.1), _cell_row("causal", 8192, 0.4)]
+    stored.write_text(json.dumps({"records": mixed, "slopes": slopes(mixed), "flex": []}))
+    text = " ".join(runner.invoke(app, ["bench", "masks", "--from", str(stored)]).output.split())
+    assert "slope against N over 4K-32K: causal 2.00; none for window (fewer than two block-sparse times in 4K-32K)" in text

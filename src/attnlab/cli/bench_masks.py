@@ -19,7 +19,8 @@ def bench_masks(
     dense_up_to: int = typer.Option(16384, min=1, help="The dense mask only up to this N (its N x N mask and every pair)."),
     flex_up_to: int = typer.Option(16384, min=1, help="Compiled FlexAttention only up to this N."),
     quadratic_up_to: int = typer.Option(32768, min=1, help="Causal and prefix-LM (N^2 allowed pairs) only up to this N."),
-    layer_step: int = typer.Option(131072, min=0, help="One training step of one layer under the window at this N (0: none)."),
+    layer_step: int | None = typer.Option(None, min=0, help="One training step of one layer under the window at this N "
+                                           "(default: the largest of --sizes; 0: none)."),
     as_json: bool = json_option("Print the records, slopes and FlexAttention ratios as JSON instead of tables."),
     output: str | None = output_option("Also write the JSON to this file (after every record)."),
     plot: str | None = plot_option("Also draw time and memory against N per pattern to this PNG."),
@@ -36,6 +37,8 @@ def bench_masks(
         kinds = name_list("--methods", methods, METHODS)
         if not size_list:
             fail("--sizes: give at least one length")
+        if layer_step is None:  # follows --sizes: a short sweep is not followed by a step at 131,072
+            layer_step = max(size_list)
 
         def payload(done: list) -> dict:
             return {"records": [r.to_dict() for r in done], "slopes": slopes(done), "flex": flex_ratios(done)}
@@ -60,6 +63,19 @@ def _checked(data: dict) -> dict:
     return data
 
 
+def _slope_line(slopes: dict) -> None:
+    """The block-sparse slopes, or why a pattern has none: fewer than two block-sparse times with N in the fitted range."""
+    got = {p: s for p, s in slopes.items() if s is not None}
+    none = [p for p, s in slopes.items() if s is None]
+    if got:
+        out.print("block-sparse forward+backward time, log-log slope against N over 4K-32K: "
+                  + ", ".join(f"{p} {s:.2f}" for p, s in got.items())
+                  + (f"; none for {', '.join(none)} (fewer than two block-sparse times in 4K-32K)" if none else ""))
+    elif none:
+        out.print("no block-sparse slope against N: it is fitted over N in 4K-32K, and fewer than two block-sparse times fall there "
+                  "(--sizes with two or more of 4096-32768 give one)")
+
+
 def _mib(x) -> str:
     return "-" if x is None else f"{x / 2**20:,.0f}"
 
@@ -81,9 +97,7 @@ def _report(data: dict) -> None:
                       f"{causal['seconds']:.3f}" if causal else "-",
                       f"{geo['map_bytes'] / 1024:,.1f}", f"{geo['dense_bytes'] / 1024:,.0f}", f"{geo['density']:.3f}")
     out.print(t)
-    if data["slopes"]:
-        out.print("block-sparse forward+backward time, log-log slope against N over 4K-32K: "
-                  + ", ".join(f"{p} {s:.2f}" for p, s in data["slopes"].items() if s is not None))
+    _slope_line(data["slopes"])
     for f in data["flex"]:
         out.print(f"forward only, {f['pattern']} N={f['n']:,}: block-sparse {f['ours']:.3f} s, compiled FlexAttention {f['flex']:.3f} s "
                   f"(block-sparse / FlexAttention = {f['ratio']:.2f})")
