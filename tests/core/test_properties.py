@@ -72,8 +72,9 @@ def test_gradients_are_finite_and_match_reference(problem):
     # where a gradient is exactly 0 (a row whose weight is all on one key), the block-sparse
     # backward, FlashAttention's dS = P (dO V^T - rowsum(dO O)) (PyTorch's fused kernel's too),
     # leaves the fp32 round-off of dO V^T (a few 1e-7 at these sizes) times the score's scale:
-    # up to sqrt(D) for a dot product, 1 / temperature = 10 for the cosine score
-    floor = 1e-5 if score == "cosine" else 1e-6
+    # up to sqrt(D) for a dot product, 1 / temperature = 10 for the cosine score (1.5e-5 seen on an
+    # AVX2-only CPU, whose float32 kernels round differently from AVX-512's)
+    floor = 3e-5 if score == "cosine" else 1e-6
     for t, a, r in zip((q, k, v), got, want):
         a = torch.zeros_like(t) if a is None else a
         r = torch.zeros_like(t, dtype=torch.float64) if r is None else r
