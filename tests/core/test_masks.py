@@ -122,3 +122,30 @@ def test_key_padding_flags_shapes_and_errors():
         key_padding_flags(torch.ones(4, 4, dtype=torch.bool), 2, 4, refuse="use it otherwise")
     with pytest.raises(ValueError, match="key-padding mask.*causal.*use it otherwise"):
         key_padding_flags(masks.causal(), 2, 4, refuse="use it otherwise")
+
+
+def test_a_mask_function_that_returns_integers_is_refused_wherever_it_is_evaluated():
+    """``(q >= k).int()`` is no mask (True = may attend is a bool): block map, dense form, both
+    backends of attend and the layer refuse it naming the dtype; the bool form is causal."""
+    import attnlab
+    from attnlab import attend
+
+    def as_int(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx).int()
+
+    q = torch.randn(2, 2, 6, 4, dtype=torch.float64)
+    layer = attnlab.MultiHeadAttention(8, 2).double()
+    calls = [lambda: masks.block_map(as_int, 6), lambda: masks.as_mask(as_int).dense(6),
+             lambda: attend(q, q, q, mask=as_int, backend="chunked"), lambda: attend(q, q, q, mask=as_int),
+             lambda: layer(torch.randn(2, 6, 8, dtype=torch.float64), mask=as_int),
+             lambda: masks.block_map(lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx).float(), 6)]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"a mask function must return bool \(True = this query may attend to this key\); "
+                                            r"(as_int|<lambda>) returned torch\.(int32|float32): return the comparison itself"):
+            call()
+
+    def as_bool(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    assert torch.equal(masks.as_mask(as_bool).dense(6), masks.causal().dense(6))
+    assert (attend(q, q, q, mask=as_bool, backend="chunked").output - attend(q, q, q, mask=masks.causal()).output).abs().max() < 1e-12

@@ -204,7 +204,16 @@ class FunctionMask(Mask):
             self.uses_h = bool(hs.numel() > 1 and (grid != grid[:, :1]).any())
 
     def _flat(self, b, h, q, kv) -> torch.Tensor:
-        return torch.as_tensor(self._vmapped(b, h, q, kv)).to(torch.bool)
+        return self._checked(self._vmapped(b, h, q, kv))
+
+    def _checked(self, out) -> torch.Tensor:
+        """The function's result, refused unless bool: an integer 0 / 1 or a float is no mask (one dtype look per call)."""
+        out = torch.as_tensor(out)
+        if out.dtype != torch.bool:
+            name = getattr(self.fn, "__name__", type(self.fn).__name__)
+            raise ArgumentTypeError(f"a mask function must return bool (True = this query may attend to this key); {name} returned "
+                                    f"{out.dtype}: return the comparison itself, e.g. q_idx >= kv_idx, not (q_idx >= kv_idx).int()")
+        return out
 
     def __call__(self, b, h, q_idx, kv_idx):
         b, h = torch.as_tensor(b, device=q_idx.device), torch.as_tensor(h, device=q_idx.device)
@@ -234,7 +243,7 @@ class FunctionMask(Mask):
         fn = self.fn
         for i in reversed(range(len(levels))):
             fn = torch.vmap(fn, in_dims=tuple(0 if k[i] else None for k in kept))
-        return torch.as_tensor(fn(*squeezed)).to(torch.bool).reshape(shape)
+        return self._checked(fn(*squeezed)).reshape(shape)
 
     def __repr__(self):
         return f"FunctionMask({getattr(self.fn, '__name__', self.fn)!r})"
