@@ -103,6 +103,32 @@ def test_complexity_cli_json_and_files(tmp_path):
     assert len(stored["records"]) == 6
 
 
+def test_complexity_cli_times_the_fit_ranges_only_without_own_sizes(monkeypatch):
+    """A user's own --sizes are not followed by the fit ranges (up to 256K) unless --fit asks, and the command says so;
+    a layer left without an exponent gets a sentence saying why."""
+    import attnlab.studies.complexity as study
+
+    asked = []
+
+    def fake_run(sizes, layers, *, fit_sizes, on_record, **kwargs):
+        asked.append((list(sizes), fit_sizes))
+        recs = [study.ComplexityRecord(layer, n, 1e-3, 3, None) for n in sizes for layer in layers]
+        for r in recs:
+            on_record(r)
+        return recs
+
+    monkeypatch.setattr(study, "run", fake_run)
+    res = CliRunner().invoke(app, ["complexity", "--sizes", "64,128", "--layers", "cnn", "--path-sizes", ""])
+    assert res.exit_code == 0, res.output
+    assert asked.pop() == ([64, 128], None)
+    assert "--sizes given: the fit ranges (CNN 8K-256K" in res.stderr and "add --fit to time them too" in res.stderr
+    assert "no time exponent (·) for cnn: fewer than two lengths timed in the layer's fit range" in " ".join(res.stdout.split())
+    res = CliRunner().invoke(app, ["complexity", "--sizes", "64,128", "--layers", "cnn", "--path-sizes", "", "--fit"])
+    assert res.exit_code == 0 and asked.pop() == ([64, 128], FIT_SIZES) and "not timed" not in res.output
+    res = CliRunner().invoke(app, ["complexity", "--layers", "cnn", "--path-sizes", ""])
+    assert res.exit_code == 0 and asked.pop() == ([64, 128, 256, 512, 1024, 2048, 4096, 8192], FIT_SIZES) and "not timed" not in res.output
+
+
 def test_complexity_cli_rejects_unknown_layers():
     res = CliRunner().invoke(app, ["complexity", "--layers", "gru"])
     assert res.exit_code == 2

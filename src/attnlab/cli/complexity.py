@@ -6,21 +6,24 @@ from pathlib import Path
 
 import typer
 
-from .common import chart, int_list, name_list, out, print_json, table, track
+from .common import chart, err, int_list, name_list, out, print_json, table, track
 from .options import json_option, layer_types_option, output_option, repeats_option, width_option
 
 __all__ = ["complexity"]
 
+DEFAULT_SIZES = "64,128,256,512,1024,2048,4096,8192"
+FIT_RANGES = "CNN 8K-256K, self-attention 4K-32K, recurrent layers 1K-8K"
+
 
 def complexity(
-    sizes: str = typer.Option("64,128,256,512,1024,2048,4096,8192", help="Comma-separated lengths n for the timing."),
+    sizes: str | None = typer.Option(None, help=f"Comma-separated lengths n for the timing (default {DEFAULT_SIZES})."),
     layers: str = layer_types_option("cnn,rnn,lstm,self_attention,attention_rnn,lstmn"),
     path_sizes: str = typer.Option("16,64,256", "--path-sizes", help="Lengths n at which the path length is measured."),
     embed_dim: int = width_option(64, "Layer width d."),
     repeats: int = repeats_option(),
     rounds: int = typer.Option(3, min=1, help="Sweeps over a layer's lengths in its timing process (the median is kept)."),
-    fit: bool = typer.Option(True, "--fit/--no-fit", help="Also time each layer over the range its exponent is fitted over "
-                             "(CNN 8K-256K, self-attention 4K-32K, recurrent layers 1K-8K); --no-fit: --sizes only."),
+    fit: bool | None = typer.Option(None, "--fit/--no-fit", help=f"Also time each layer over the range its exponent is fitted over "
+                                    f"({FIT_RANGES}); default: on without --sizes, off with them; --no-fit: --sizes only."),
     as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
     output: str | None = output_option("Folder for complexity.json (after every record) and complexity.png."),
 ) -> None:
@@ -34,7 +37,12 @@ def complexity(
     """
     from ..studies.complexity import FIT_SIZES, LAYERS, exponents, fit_ranges, run
 
-    size_list = int_list("--sizes", sizes, minimum=1)
+    size_list = int_list("--sizes", DEFAULT_SIZES if sizes is None else sizes, minimum=1)
+    if fit is None:  # the fit ranges reach 256K: a user's own short --sizes does not also run them unasked
+        fit = sizes is None
+        if not fit:
+            err.print(f"--sizes given: the fit ranges ({FIT_RANGES}) are not timed; add --fit to time them too", highlight=False,
+                      soft_wrap=True)
     path_list = int_list("--path-sizes", path_sizes, minimum=2) if path_sizes.strip() else []
     names = name_list("--layers", layers, LAYERS)
     folder = Path(output) if output else None
@@ -91,6 +99,10 @@ def _tables(data: dict, names: list[str], embed_dim: int, path_list: list[int]) 
         "dependent operations in one forward pass, at the smallest and the largest n; path: layers (stacks) or recurrent hand-overs "
         "from input 0 to output n-1; CNN: causal, kernel 3"
     )
+    missing = [name for name in names if data["exponents"].get(name) is None]
+    if missing:
+        out.print(f"no time exponent (·) for {', '.join(missing)}: fewer than two lengths timed in the layer's fit range, or from "
+                  "n = 1024 outside it (--fit, or --sizes there, give one)")
 
 
 def _short(n: int) -> str:
