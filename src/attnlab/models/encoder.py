@@ -194,13 +194,16 @@ class Encoder(nn.Module):
             raise ArgumentTypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}; it takes {', '.join(sorted(valid))}")
         cfg = EncoderConfig(embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, **options)
         positive_int("num_layers", num_layers)
+        positive_int("embed_dim", embed_dim)
+        if positive_int("num_heads", num_heads) and embed_dim % num_heads:  # before the encoding, which sees one head's width
+            raise ValueError(f"embed_dim must be divisible by num_heads, got embed_dim={embed_dim} and num_heads={num_heads}")
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}")
         if not isinstance(cfg.positional, str):
             raise ArgumentTypeError(f"positional must be a name (see attnlab.positional.names()), got {type(cfg.positional).__name__}")
         self.config = cfg
         kind = kind_of(cfg.positional)
-        head_dim = embed_dim // num_heads if isinstance(num_heads, int) and num_heads > 0 else embed_dim
+        head_dim = embed_dim // num_heads
         pe = create_positional(
             cfg.positional,
             dim=head_dim if kind == "rotation" else embed_dim,

@@ -117,6 +117,15 @@ class TrainConfig:
             raise ValueError(f"pretrain_steps must be an int >= 0, got {self.pretrain_steps!r}")
         if not 0 < self.pretrain_share < 1:
             raise ValueError(f"pretrain_share (of a time budget) must be in (0, 1), got {self.pretrain_share}")
+        if _takes_heads(self.model):  # before any model is built: a rotary encoding would otherwise report the odd head width
+            for name in ("embed_dim", "num_heads"):
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{name} must be a positive int, got {value!r}")
+            if self.embed_dim % self.num_heads:
+                fits = [h for h in range(1, min(self.embed_dim, 16) + 1) if self.embed_dim % h == 0]
+                raise ValueError(f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads} (each head takes "
+                                 f"embed_dim / num_heads of the width): num_heads {', '.join(map(str, fits))} divide {self.embed_dim}")
 
     @classmethod
     def for_task(cls, task: str, **overrides) -> TrainConfig:
@@ -165,6 +174,15 @@ class TrainConfig:
             return self.steps
         per_epoch = math.ceil(train_size / self.batch_size)
         return per_epoch * (self.epochs if self.epochs is not None else 10)
+
+
+def _takes_heads(model: str) -> bool:
+    """Whether the backbone ``model`` splits its width into attention heads (it uses attention, or
+    takes ``num_heads``: the graph transformer)."""
+    if model not in BACKBONES:
+        return False
+    backbone = BACKBONES.get(model)
+    return backbone.uses_attention or "num_heads" in inspect.signature(backbone.__init__).parameters
 
 
 def model_config(cfg: TrainConfig, task: Task) -> ModelConfig:

@@ -1,0 +1,31 @@
+"""A new user's first hour with the command line (issue 40): one test per finding fixed here,
+each failing on the code before it."""
+
+
+import pytest
+
+from attnlab.cli import app
+from attnlab.models.encoder import Encoder
+from attnlab.training import TrainConfig
+from tests.cli.helpers import runner
+
+TINY = ["--size", "64", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--eval-every", "2"]
+
+
+def _one_error(res, *words):
+    """``res`` ended with one line on stderr, an error holding every one of ``words``."""
+    assert res.exit_code == 2, res.output
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("error: "), res.stderr
+    for w in words:
+        assert w in res.stderr, res.stderr
+
+
+def test_2_heads_that_do_not_divide_the_width_are_refused_before_any_model(tmp_path):
+    res = runner.invoke(app, ["train", "pos", "--steps", "5", "--num-heads", "3", "--out", str(tmp_path / "o")])
+    _one_error(res, "embed_dim 64 must be divisible by num_heads 3", "num_heads 1, 2, 4, 8, 16 divide 64")
+    assert "rope" not in res.stderr and not (tmp_path / "o").exists()  # refused at the config: no folder, no model built
+    with pytest.raises(ValueError, match="embed_dim 64 must be divisible by num_heads 3"):
+        TrainConfig(task="pos", embed_dim=64, num_heads=3)
+    TrainConfig(task="pos", model="mlp", embed_dim=64, num_heads=3)  # a model without heads: nothing to divide
+    with pytest.raises(ValueError, match="embed_dim must be divisible by num_heads, got embed_dim=64 and num_heads=3"):
+        Encoder(64, 3, 1, positional="rope")  # the library's own encoder: the same order
