@@ -29,3 +29,9 @@ def test_2_heads_that_do_not_divide_the_width_are_refused_before_any_model(tmp_p
     TrainConfig(task="pos", model="mlp", embed_dim=64, num_heads=3)  # a model without heads: nothing to divide
     with pytest.raises(ValueError, match="embed_dim must be divisible by num_heads, got embed_dim=64 and num_heads=3"):
         Encoder(64, 3, 1, positional="rope")  # the library's own encoder: the same order
+
+
+def test_3_generate_on_a_tagger_says_it_is_not_a_language_model_and_nothing_before(runs):
+    res = runner.invoke(app, ["generate", str(runs["pos"]), "hello"])  # 205 bytes: past the tagger's context too
+    _one_error(res, "holds a tagging model; generate needs a language model")
+    assert "warning" not in res.output

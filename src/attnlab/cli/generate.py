@@ -46,10 +46,10 @@ def generate(
         if context and window is None and length + max_new_tokens > context:
             warnings.append(f"the prompt ({length} bytes) and {max_new_tokens} new tokens run past the {context}-byte context the "
                             "model was trained on: expect the text to degrade there (--window W keeps a bounded cache)")
+        pieces = run(checkpoint, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                     cache=not no_cache, window=window, sinks=4 if sinks is None else sinks)  # checks the checkpoint: errors first
         for w in warnings:
             err.print(f"[yellow]warning:[/] {w}", soft_wrap=True, highlight=False)
-        pieces = run(checkpoint, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                     cache=not no_cache, window=window, sinks=4 if sinks is None else sinks)
         if as_json:
             text = "".join(pieces)
             print_json({"prompt": prompt, "text": text, "new_tokens": len(text.encode("utf-8")), "warnings": warnings})
