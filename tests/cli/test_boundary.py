@@ -41,7 +41,7 @@ BAD = {
     "complexity": (["complexity", "--layers", "cnn", "--sizes", "8", "-o", "{under_file}/c.json"], "Not a directory"),
     "arena": (["arena", "--out", "{damaged}"], "is not an attnlab results store"),
     "report": (["report", "{damaged}"], "is not an attnlab results store"),
-    "train": (["train", "text", "--steps", "1", "--out", "{file}"], "File exists"),
+    "train": (["train", "text", "--steps", "1", "--out", "{file}"], "is a file; it must be a folder"),
     "eval": (["eval", "{ck}"], "unreadable or truncated"),
     "predict": (["predict", "{missing}", "{file}"], "no checkpoint at"),
     "generate": (["generate", "{ck}", "hi"], "unreadable or truncated"),

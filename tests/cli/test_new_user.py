@@ -35,3 +35,24 @@ def test_3_generate_on_a_tagger_says_it_is_not_a_language_model_and_nothing_befo
     res = runner.invoke(app, ["generate", str(runs["pos"]), "hello"])  # 205 bytes: past the tagger's context too
     _one_error(res, "holds a tagging model; generate needs a language model")
     assert "warning" not in res.output
+
+
+def test_6_view_refuses_to_replace_a_file_without_force(runs, tmp_path):
+    target = tmp_path / "law.html"
+    target.write_text("keep me\n")
+    args = ["view", "The with statement", "--checkpoint", str(runs["docs"]), "-o", str(target)]
+    _one_error(runner.invoke(app, args), f"-o {target} exists; add --force to replace it")
+    assert target.read_text() == "keep me\n"
+    assert runner.invoke(app, [*args, "--force"]).exit_code == 0
+    assert target.read_text().startswith("<!doctype html>")
+
+
+def test_6_train_refuses_resume_with_force_and_a_file_as_its_folder(tmp_path):
+    res = runner.invoke(app, ["train", "pos", "--out", str(tmp_path / "run"), "--resume", "--force"])
+    _one_error(res, "--resume continues the run in --out and --force replaces it: give one of them, not both")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    _one_error(runner.invoke(app, ["train", "pos", "--steps", "5", "--out", str(afile)]), f"--out {afile} is a file; it must be a folder")
+    res = runner.invoke(app, ["train", "pos", "--steps", "5", "--out", str(afile / "run")])
+    _one_error(res, f"--out {afile / 'run'} must be a folder, but {afile} is a file")
+    assert "Errno" not in res.stderr and afile.read_text() == "x"

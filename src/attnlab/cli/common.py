@@ -43,9 +43,11 @@ __all__ = [
     "load_report",
     "matrix",
     "name_list",
+    "output_folder",
     "print_json",
     "progress",
     "records_json",
+    "refuse_overwrite",
     "require_text",
     "set_debug",
     "settings_dict",
@@ -341,6 +343,25 @@ def track(description: str, total: int | None, output: str | None = None, payloa
 
 
 # ---------------------------------------------------------------- files
+
+
+def refuse_overwrite(option: str, path: str | None, force: bool) -> None:
+    """The rule of ``predict -o`` and ``view -o`` for a file the user names: an existing file there is
+    replaced only with ``--force`` (else a one-line error naming ``option`` and the path). A folder
+    there is left to the write, which names it."""
+    if path and os.path.exists(path) and not os.path.isdir(path) and not force:
+        fail(f"{option} {path} exists; add --force to replace it, or choose another file")
+
+
+def output_folder(option: str, path: str) -> None:
+    """A one-line error unless ``path`` can be a folder: it is one, or nothing is there yet (nor
+    at any folder above it that exists only as a file)."""
+    for where in (Path(path), *Path(path).parents):
+        if where.exists():
+            if where.is_dir():
+                return
+            fail(f"{option} {path} is a file; it must be a folder: choose another {option}" if where == Path(path) else
+                 f"{option} {path} must be a folder, but {where} is a file: choose another {option}")
 
 
 def write_json(path: str, data) -> None:

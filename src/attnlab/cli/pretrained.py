@@ -16,6 +16,7 @@ from .common import (
     out,
     print_json,
     records_json,
+    refuse_overwrite,
     require_text,
     table,
     track,
@@ -108,7 +109,8 @@ def attention(
 
 def view(
     text: str = typer.Argument(..., help="The text to show attention on."),
-    out_path: str = typer.Option("attention.html", "-o", "--out", help="The HTML file to write."),
+    out_path: str = typer.Option("attention.html", "-o", "--out", help="The HTML file to write (an existing one only with --force)."),
+    force: bool = typer.Option(False, "--force", help="Replace the file -o names if it exists."),
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
     checkpoint: str | None = typer.Option(None, "--checkpoint", help="An attnlab checkpoint (a token model) instead of --model."),
     topk: int = typer.Option(32, min=1, help="Weights kept per token and head (the largest)."),
@@ -125,6 +127,7 @@ def view(
     from ..viz.viewer import checkpoint_view, pretrained_view, write_viewer
 
     require_text(text)
+    refuse_overwrite("-o", out_path, force)
     try:
         data = checkpoint_view(checkpoint, text) if checkpoint else pretrained_view(_load(model), text, truncate=truncate)
         path = write_viewer(out_path, data, topk=topk)

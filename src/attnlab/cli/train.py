@@ -10,7 +10,7 @@ from collections.abc import Callable
 import typer
 from rich.markup import escape
 
-from .common import err, fail, out, print_json, progress
+from .common import err, fail, out, output_folder, print_json, progress
 from .options import blocks_option, heads_option, json_option, plot_option, precision_option, width_option
 
 __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
@@ -75,6 +75,9 @@ def train(
     from ..training import ConfigMismatchError, RunExistsError
     from ..training import train as run_train
 
+    if resume and force:
+        fail("--resume continues the run in --out and --force replaces it: give one of them, not both")
+    output_folder("--out", out_dir)
     base_dir = os.path.join(out_dir, "baseline")
     previous = _previous_run(out_dir, task) if resume else None
     cfg = _config(
