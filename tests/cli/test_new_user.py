@@ -1,12 +1,19 @@
 """A new user's first hour with the command line (issue 40): one test per finding fixed here,
 each failing on the code before it."""
 
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+import attnlab.training
 from attnlab.cli import app
 from attnlab.models.encoder import Encoder
-from attnlab.training import TrainConfig
+from attnlab.training import TrainConfig, load_checkpoint
 from tests.cli.helpers import runner
 
 TINY = ["--size", "64", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--eval-every", "2"]
@@ -35,6 +42,67 @@ def test_3_generate_on_a_tagger_says_it_is_not_a_language_model_and_nothing_befo
     res = runner.invoke(app, ["generate", str(runs["pos"]), "hello"])  # 205 bytes: past the tagger's context too
     _one_error(res, "holds a tagging model; generate needs a language model")
     assert "warning" not in res.output
+
+
+def _interrupt_at(monkeypatch, at: int) -> None:
+    """``attnlab train`` is interrupted (as by Ctrl-C) right after optimizer step ``at``."""
+    real = attnlab.training.train
+
+    def train(cfg, out, **kw):
+        shown = kw["on_step"]
+
+        def on_step(step, total, loss):
+            shown(step, total, loss)
+            if step == at:
+                raise KeyboardInterrupt
+
+        return real(cfg, out, **{**kw, "on_step": on_step})
+
+    monkeypatch.setattr(attnlab.training, "train", train)
+
+
+def test_5_ctrl_c_says_where_the_run_stopped_and_how_to_resume_it(tmp_path, monkeypatch):
+    out = tmp_path / "my run"
+    _interrupt_at(monkeypatch, 5)
+    res = runner.invoke(app, ["train", "pos", *TINY, "--steps", "8", "--out", str(out)])
+    assert res.exit_code == 130
+    line = res.stderr.splitlines()[-1]
+    resume = f"attnlab train pos --out {shlex.quote(str(out))} --resume"
+    assert line == f"interrupted at step 5 of 8; saved: the checkpoint of step 4 in {out / 'checkpoint'}; resume with: {resume}"
+    assert load_checkpoint(out).meta["step"] == 4
+    monkeypatch.undo()
+    res = runner.invoke(app, shlex.split(resume)[1:] + ["--json"])  # the command it names continues the run to its end
+    assert res.exit_code == 0, res.output
+    assert load_checkpoint(out).meta["step"] == 8 and load_checkpoint(out).meta["resumes"] == [4]
+
+
+def test_5_ctrl_c_before_the_first_checkpoint_says_nothing_was_saved(tmp_path, monkeypatch):
+    _interrupt_at(monkeypatch, 1)
+    res = runner.invoke(app, ["train", "pos", *TINY, "--steps", "8", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 130
+    assert res.stderr.splitlines()[-1] == ("interrupted at step 1 of 8, before its first checkpoint: nothing was saved; run the same "
+                                           "command again to start over")
+
+
+def test_5_a_real_sigint_ends_with_the_resume_line(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "stderr.txt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "attnlab", "train", "pos", *TINY, "--steps", "100000", "--out", str(out)],
+                                stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        try:
+            deadline = time.monotonic() + 300
+            while not (out / "checkpoint" / "config.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    last = log.read_text().splitlines()[-1]
+    assert rc == 130, log.read_text()
+    assert last.startswith("interrupted at step ") and f"in {out / 'checkpoint'}; resume with: attnlab train pos --out {out} --resume" \
+        in last, last
 
 
 def test_6_view_refuses_to_replace_a_file_without_force(runs, tmp_path):

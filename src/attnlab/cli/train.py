@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable
 
@@ -88,6 +89,7 @@ def train(
     )
     base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
     base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
+    phases: list = []  # the runs started: (folder, bar, self-pretraining's bar)
     try:
         if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently (both runs, as rank 0)
             first = run_train(cfg, out_dir, resume=resume, sequence_parallel=sequence_parallel, overwrite=force)
@@ -97,12 +99,23 @@ def train(
         with progress() as bar:
             meter = _TrainingBar(bar, f"{task} {cfg.model}")
             pre = _TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
+            phases.append((out_dir, meter, pre))
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval,
                                sequence_parallel=sequence_parallel, overwrite=force, on_pretrain_step=pre.on_step if pre else None)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")
+                phases.append((base_dir, meter, None))
                 base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval, overwrite=force)
+    except KeyboardInterrupt:
+        if not phases:  # another process of torchrun's, or before training began: nothing to say
+            raise typer.Exit(130) from None
+        folder, meter, pre = phases[-1]
+        again = f"attnlab train {task} --out {shlex.quote(out_dir)} --resume" + (
+            "" if baseline is None else " --baseline" if baseline else " --no-baseline")
+        err.print(_interrupted_message(folder, meter, pre, baseline=folder != out_dir, again=again), markup=False, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(130) from None
     except ConfigMismatchError as e:
         fail(_mismatch_message(out_dir, e))
     except RunExistsError as e:
@@ -170,6 +183,29 @@ def _previous_run(out_dir: str, task: str):
         fail(f"--out {out_dir} holds a run of task {cfg.task!r}, not {task!r}: resume it as "
              f"'attnlab train {cfg.task} --out {out_dir} --resume'")
     return cfg
+
+
+def _interrupted_message(folder: str, meter: _TrainingBar, pre: _TrainingBar | None, *, baseline: bool, again: str) -> str:
+    """Ctrl-C: the one line saying where the run in ``folder`` stopped, what its checkpoint holds,
+    and ``again``, the command that resumes it (or that nothing was saved yet)."""
+    from ..training import CheckpointError, load_checkpoint
+    from ..training.config import TIME_BUDGET_STEPS
+
+    try:
+        ck = load_checkpoint(folder)
+        saved, where = ck.meta.get("step", 0), ck.path
+    except (CheckpointError, OSError):
+        saved, where = None, None
+    pretraining = pre is not None and pre.step is not None and meter.step is None
+    now = pre if pretraining else meter
+    step = now.step if now.step is not None else saved or 0
+    of = "" if now.total in (None, TIME_BUDGET_STEPS) else f" of {now.total}"
+    what = ("the no-attention baseline " if baseline else "") + ("self-pretraining " if pretraining else "")
+    head = f"interrupted {what}at step {step}{of}"
+    if where is None and not baseline:
+        return f"{head}, before its first checkpoint: nothing was saved; run the same command again to start over"
+    kept = "nothing of the baseline yet" if where is None else f"the checkpoint of step {saved} in {where}"
+    return f"{head}; saved: {kept}; resume with: {again}"
 
 
 def _exists_message(folder, step: int, total) -> str:
@@ -279,6 +315,7 @@ class _TrainingBar:
         self.task = bar.add_task(label, total=None)
         self.start: float | None = None
         self.first_step = 0
+        self.step: int | None = None  # the last step done in this call
         self.val: float | None = None
         self.loss, self.total, self.rate = float("nan"), None, 0.0
         self.plain = bar.disable  # no bar (stderr is not a terminal): plain lines
@@ -289,6 +326,7 @@ class _TrainingBar:
         if self.start is None:
             self.start, self.first_step = now, step
         self.rate = (step - self.first_step) / max(now - self.start, 1e-9)
+        self.step = step
         self.loss, self.total = loss, total
         val = "" if self.val is None else f" val={self.val:.4f}"
         self.bar.update(self.task, completed=step, total=total, description=f"{self.label} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
