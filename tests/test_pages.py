@@ -201,10 +201,15 @@ def _shown_commands() -> list[tuple[list[str], set[str], str]]:
             words = line.split()[1:]
             path = []
             cmd = typer.main.get_command(app)
+            root = {opt: p for p in cmd.params for opt in p.opts}
+            while words and words[0] in root:  # the root's own options before the command: attnlab --threads 1 train ...
+                param = root[words.pop(0)]
+                if not param.is_flag and words:
+                    words.pop(0)
             while words and hasattr(cmd, "commands") and words[0] in cmd.commands:
                 path.append(words[0])
                 cmd = cmd.commands[words.pop(0)]
-            options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-o)\b", line))
+            options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-o)\b", " ".join(words)))
             shown.append((path, options, f"{page}: {line}"))
     return shown
 
@@ -216,7 +221,7 @@ def test_every_command_the_pages_show_exists_with_the_options_it_names():
     for path, options, line in shown:
         cmd = _command(path)
         if hasattr(cmd, "commands"):
-            if options - {"--version", "--help", "--debug"}:
+            if options - {"--version", "--help"}:
                 bad.append(f"{line!r}: not a command")
             continue
         known = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)} | {"--help"}

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 import attnlab.training
 from attnlab.cli import app
@@ -124,3 +125,15 @@ def test_6_train_refuses_resume_with_force_and_a_file_as_its_folder(tmp_path):
     res = runner.invoke(app, ["train", "pos", "--steps", "5", "--out", str(afile / "run")])
     _one_error(res, f"--out {afile / 'run'} must be a folder, but {afile} is a file")
     assert "Errno" not in res.stderr and afile.read_text() == "x"
+
+
+def test_10_threads_sets_torchs_thread_count_for_the_command():
+    before = torch.get_num_threads()
+    try:
+        res = runner.invoke(app, ["--threads", str(before + 1), "explain", "I saw a saw", "--json"])
+        assert res.exit_code == 0, res.output
+        assert torch.get_num_threads() == before + 1
+        _one_error(runner.invoke(app, ["--threads", "0", "explain", "I saw a saw"]), "'--threads'", "greater than or equal to 1")
+        assert torch.get_num_threads() == before + 1  # refused before it set anything
+    finally:
+        torch.set_num_threads(before)

@@ -73,9 +73,18 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (also ATTNLAB_DEBUG=1)."),
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, metavar="N",
+        help="torch threads of the command (torch.set_num_threads; default: torch's, one per core). On a machine others share, 1 "
+             "is often much faster. 'bench ring --threads' sets each of its processes', the arena shares these out among its "
+             "--workers."),
 ) -> None:
     """attnlab: self-attention over any vector set."""
     set_debug(debug)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 # every command, in the order of the help: (group, name, function); each behind the one error boundary
@@ -114,5 +123,8 @@ for _group, _name, _command in COMMANDS:
 
 
 def main() -> None:
-    """Entry point of the ``attnlab`` console script."""
+    """Entry point of the ``attnlab`` console script (a warning is one line: ``warning: ...``)."""
+    import warnings
+
+    warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     app()
