@@ -171,3 +171,22 @@ def test_silence_padding_zeroes_only_non_finite_entries_of_hidden_rows():
     # nothing to do: no mask, a float mask, nothing hidden, or a mask of the wrong width (project names that error)
     for mask in (None, pad.double(), masks.causal().dense(5), masks.padding(torch.tensor([4, 3])).dense(4, 4)):
         assert silence_padding(x, None, None, mask)[0] is x
+
+
+def test_an_input_of_another_dtype_than_the_layer_is_refused_naming_both_and_the_fix():
+    """torch's "mat1 and mat2 must have the same dtype" named neither the layer nor the fix; the fix
+    it names is right (the converted call equals the float64 reference), and autocast's own dtypes pass."""
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"query has dtype torch\.float64, but this layer computes in torch\.float32: convert the "
+                                        r"input, query\.to\(torch\.float32\), or the layer to the input's: "
+                                        r"layer\.to\(torch\.float64\) \(layer\.double\(\)\)"):
+        mha(x)
+    with pytest.raises(TypeError, match=r"key has dtype torch\.float64, but this layer computes in torch\.float32"):
+        mha(x.float(), x)
+    with pytest.raises(TypeError, match=r"query has dtype torch\.int64, .* query\.to\(torch\.float32\) \(attention takes float vectors\)"):
+        mha(torch.ones(2, 3, 8, dtype=torch.long))
+    ref, _ = reference_attention(*mha.double().project(x)[:3])
+    assert_close_rel(mha(x).output, mha.merge_heads(ref), 1e-12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert mha.float()(x.bfloat16()).output.dtype == torch.bfloat16

@@ -200,6 +200,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(x.shape)}")
         if batch is not None and x.shape[0] != batch:
             raise ValueError(f"{name} has batch size {x.shape[0]}, but query has {batch}")
+        w = getattr(self.q_proj, "weight", None)  # the layer's dtype (autocast computes in its own: any input then)
+        if w is not None and x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
+            fix = f", or the layer to the input's: layer.to({x.dtype})" + (" (layer.double())" if x.dtype == torch.float64 else "")
+            raise ArgumentTypeError(f"{name} has dtype {x.dtype}, but this layer computes in {w.dtype}: convert the input, "
+                                    f"{name}.to({w.dtype})" + (fix if x.is_floating_point() else " (attention takes float vectors)"))
 
     def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None, heads: int | None = None) -> torch.Tensor:
         b, n, _ = x.shape
@@ -411,18 +416,8 @@ class MultiHeadAttention(nn.Module):
         efficient variants of :mod:`attnlab.efficient` override this step and keep the
         projections around it.
         """
-        return attend(
-            q,
-            k,
-            v,
-            score=self.score,
-            normalize=self.normalize,
-            mask=mask,
-            score_mod=score_mod,
-            bias=bias,
-            dropout_p=self.dropout if self.training else 0.0,
-            return_weights=return_weights,
-        )
+        return attend(q, k, v, score=self.score, normalize=self.normalize, mask=mask, score_mod=score_mod, bias=bias,
+                      dropout_p=self.dropout if self.training else 0.0, return_weights=return_weights)
 
     # ---------------------------------------------------------------- interop (attnlab.layers.interop)
     def grouped(self, num_kv_heads: int) -> MultiHeadAttention:
