@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import typer
 
 from .common import fail, out, print_json, table
@@ -46,10 +48,27 @@ def _registry(kind: str):
 
 
 def _summary(obj) -> str:
-    """The first sentence of a registered object's docstring."""
-    doc = (getattr(obj, "__doc__", None) or "").replace("``", "").strip()
+    """The first sentence of a registered object's docstring, whole: it ends at a full stop outside parentheses and code
+    (``et al. 2020)`` and ``q . k`` go on) that a capital letter or the end follows; Sphinx roles read as their names."""
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", getattr(obj, "__doc__", None) or "").strip()
     first = " ".join(doc.split("\n\n")[0].split())
-    return first.split(". ")[0].rstrip(".") if first else ""
+    depth, code = 0, False
+    for i, c in enumerate(first):
+        if first.startswith("``", i):
+            code = not code
+        elif c in "([{" and not code:
+            depth += 1
+        elif c in ")]}" and not code:
+            depth = max(depth - 1, 0)
+        elif c == "." and not code and depth == 0 and i > 0 and first[i - 1] != " " and _sentence_ends(first[i + 1 :]):
+            first = first[:i]
+            break
+    return first.replace("``", "").rstrip(".")
+
+
+def _sentence_ends(rest: str) -> bool:
+    """Does the text after a full stop start a new sentence (a space and a capital letter), or is there none?"""
+    return rest == "" or (rest[0] == " " and rest[1:2].isupper())
 
 
 def list_names(
