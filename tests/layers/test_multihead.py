@@ -190,3 +190,17 @@ def test_an_input_of_another_dtype_than_the_layer_is_refused_naming_both_and_the
     assert_close_rel(mha(x).output, mha.merge_heads(ref), 1e-12)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert mha.float()(x.bfloat16()).output.dtype == torch.bfloat16
+
+
+def test_a_torch_style_key_padding_tensor_is_pointed_to_masks_valid_keys():
+    """A (B, M) bool tensor is no (B, H, N, M) mask: the message says that key padding goes through
+    masks.valid_keys and its polarity, and the way it names gives torch's key_padding_mask output."""
+    mha = MultiHeadAttention(E, H)
+    x = torch.randn(2, 5, E)
+    real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 5\) does not broadcast .*; a \(B, M\) = \(2, 5\) key-padding tensor goes "
+                                         r"through attnlab\.masks\.valid_keys\(flags\), flags True = a real key \(True = may attend; "
+                                         r"torch's key_padding_mask is True = padding: valid_keys\(~key_padding_mask\)\)"):
+        mha(x, mask=real)
+    want, _ = mha.to_torch()(x, x, x, key_padding_mask=~real)
+    assert (mha(x, mask=masks.valid_keys(real)).output - want).abs().max() < 1e-6

@@ -89,7 +89,11 @@ def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) 
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, N, M) = {target}")
+        hint = ""
+        if name == "mask" and tuple(t.shape) == (b, m):  # torch's key_padding_mask shape
+            hint = (f"; a (B, M) = ({b}, {m}) key-padding tensor goes through attnlab.masks.valid_keys(flags), flags True = a real "
+                    "key (True = may attend; torch's key_padding_mask is True = padding: valid_keys(~key_padding_mask))")
+        raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, N, M) = {target}{hint}")
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but q is on {device}")
 
