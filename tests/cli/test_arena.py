@@ -94,3 +94,23 @@ def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path):
         said = " ".join(res.output.split())
         assert res.exit_code == 2, res.output
         assert "is not an attnlab results store" in said and "Traceback" not in said and not isinstance(res.exception, ValueError)
+
+
+def test_the_leaderboard_shows_a_failure_s_whole_reason_at_the_console_s_width(capsys, monkeypatch):
+    """Issue 40: a failure's reason was cut at 60 characters even on a 200-column terminal."""
+    from attnlab.arena.report import leaderboard
+    from attnlab.cli.arena import _print_leaderboard
+    from attnlab.cli.common import out
+
+    config = {"task": "pos", "attention": "dense", "seed": 0, "seconds": None, "steps": 40, "lr": 0.001}
+    done = {"task": "pos", "variant": "dense", "seed": 0, "status": "done", "metric": "accuracy", "value": 0.9, "steps": 40,
+            "steps_per_second": 10.0, "peak_bytes": 1, "params": 1, "config": config, "error": None, "test_size": 500}
+    reason = ("ValueError: linformer needs max_len at least the longest sequence of the task (4096), got max_len=1024; "
+              "give --attention-option max_len=4096 [or more]")
+    failed = {**done, "variant": "linformer", "status": "failed", "value": None, "error": reason,
+              "config": {**config, "attention": "linformer"}}
+    monkeypatch.setattr(out, "width", 200)
+    _print_leaderboard(leaderboard([done, failed]))
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.strip() == f"failed linformer: {reason}" for line in lines), lines  # whole, on one line of 200 columns
+    assert any(line.split()[:2] == ["linformer", "failed"] for line in lines)  # the row in the table

@@ -82,7 +82,7 @@ def report(
 
 def _print_leaderboard(board: dict) -> None:
     """The arena's leaderboard: per task, then the average; ``!`` marks a score with a caveat,
-    explained under its table."""
+    explained under its table, as is a failed run (its whole reason)."""
     from ..arena.report import peak_share
 
     for task, entries in board["tasks"].items():
@@ -92,7 +92,7 @@ def _print_leaderboard(board: dict) -> None:
         t = table(f"{task} ({metric}{mode})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "of peak", "params"])
         for e in entries:
             if e["value"] is None:
-                t.add_row(e["variant"], "[red]failed[/]", "", "", "", "", (e["error"] or "")[:60].replace("[", "\\["))
+                t.add_row(e["variant"], "[red]failed[/]", "", "", "", "", "")
                 continue
             mark = " [yellow]![/]" if e.get("caveats") else ""
             spread = f" ± {e['spread']:.3f}" if e.get("spread") is not None else ""
@@ -102,6 +102,9 @@ def _print_leaderboard(board: dict) -> None:
         for e in entries:
             for c in e.get("caveats", []):
                 out.print(f"  [yellow]![/] {escape(e['variant'])}: {escape(c)}", highlight=False)
+        for e in entries:  # the whole reason, wrapped at the console's width (a table cell would cut it)
+            if e["value"] is None:
+                out.print(f"  [red]failed[/] {escape(e['variant'])}: {escape(e['error'] or 'no reason stored')}", highlight=False)
     if board["average"]:
         t = table("average over tasks", ["variant", "mean score", "tasks", "speed vs dense", "memory vs dense"])
         for e in board["average"]:
