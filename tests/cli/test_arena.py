@@ -87,6 +87,25 @@ def test_live_grid_leaves_blank_the_cells_a_task_does_not_run_and_counts_down_a_
     assert "ETA 15 s" in _text(grid)
 
 
+def test_live_grid_shows_a_time_budget_not_its_step_cap():
+    """Issue 40: a time-budgeted run read "step 21/1000000" (the step cap of a time budget)."""
+    from attnlab.training.config import TIME_BUDGET_STEPS
+
+    specs = [SimpleNamespace(run_id="t", task="text", variant="dense", seed=0, config=SimpleNamespace(seconds=30.0)),
+             SimpleNamespace(run_id="s", task="text", variant="local", seed=0, config=SimpleNamespace(seconds=30.0))]
+    now = [0.0]
+    grid = LiveGrid(specs, clock=lambda: now[0])
+    grid.on_event("start", specs[0])
+    now[0] += 12
+    grid.on_event("step", specs[0], step=21, total=TIME_BUDGET_STEPS, loss=1.0)
+    assert "text / dense / seed 0: step 21, 12 s of 30 s, loss 1.0000, ETA 18 s" in _text(grid)
+    assert str(TIME_BUDGET_STEPS) not in _text(grid)
+    grid.on_event("start", specs[1])  # --steps beside --seconds: both limits shown
+    now[0] += 5
+    grid.on_event("step", specs[1], step=40, total=400, loss=2.0)
+    assert "text / local / seed 0: step 40/400, 5 s of 30 s, loss 2.0000, ETA 25 s" in _text(grid)
+
+
 def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path):
     (tmp_path / "results.sqlite").write_text("not a database")
     for args in (["arena", "--out", str(tmp_path), "--tasks", "listops", "--variants", "dense"], ["report", str(tmp_path)]):

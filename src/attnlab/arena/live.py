@@ -15,6 +15,8 @@ from rich import box
 from rich.console import Group
 from rich.table import Table
 
+from ..training.config import TIME_BUDGET_STEPS
+
 __all__ = ["LiveGrid"]
 
 _FINISHED = ("done", "failed", "stored")
@@ -57,12 +59,15 @@ class LiveGrid:
         elif kind == "step":
             elapsed = self.clock() - self._started.get(run, self.start)
             eta = elapsed / max(info["step"], 1) * (info["total"] - info["step"])
-            if spec.config.seconds is not None:  # time-budgeted: the seconds left (validation not counted)
-                eta = max(0.0, spec.config.seconds - elapsed)
+            step = f"step {info['step']}/{info['total']}"
+            seconds = spec.config.seconds
+            if seconds is not None:  # time-budgeted: the seconds used of the budget and left (validation not counted)
+                eta = max(0.0, seconds - elapsed)
+                of = "" if info["total"] >= TIME_BUDGET_STEPS else f"/{info['total']}"  # the step cap of a time budget is no limit
+                step = f"step {info['step']}{of}, {min(elapsed, seconds):.0f} s of {seconds:g} s,"
             val = self._validation.get(run)
             shown = "" if val is None else f", validation {val:.3f}"
-            self.current = (f"{spec.task} / {spec.variant} / seed {spec.seed}: step {info['step']}/{info['total']} "
-                            f"loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s")
+            self.current = f"{spec.task} / {spec.variant} / seed {spec.seed}: {step} loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s"
         elif kind == "end":
             row = info["row"]
             self.state[run] = row["status"]
