@@ -17,7 +17,8 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .loop import TrainResult, attention_label
 from .precision import autocast, resolve
 
-__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "score"]
+__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "score", "split_summary",
+           "unseen_labels"]
 
 
 def score(model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
@@ -40,6 +41,14 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
         ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit, precision=precision,
         pretrain=ck.meta.get("pretrain"),
     )
+
+
+def split_summary(result: TrainResult, split: str) -> dict:
+    """:meth:`TrainResult.summary` of an :func:`evaluate` on ``split``, its size and unit named after
+    the split scored: ``test_size`` / ``test_unit``, ``val_size`` / ``val_unit`` or ``train_size`` /
+    ``train_unit`` (``attnlab train --json`` and the arena keep ``test_size``, the test split's)."""
+    named = {"test_size": f"{split}_size", "test_unit": f"{split}_unit"}
+    return {named.get(k, k): v for k, v in result.summary().items()}
 
 
 def _precision(ck) -> str:
@@ -125,6 +134,20 @@ def prediction_accuracy(artifacts: dict, rows: list[dict]) -> tuple[int, int, st
         same = sum(tok.encode(str(r[label])).ids == tok.encode(r["prediction"]).ids for r in rows)
         return same, len(rows), "lines"
     return sum(str(r[label]) == str(r["prediction"]) for r in rows), len(rows), "lines"
+
+
+def unseen_labels(artifacts: dict, rows: list[dict]) -> list[str]:
+    """The labels that :func:`predict`'s rows carry and the checkpoint's model never saw (not among
+    the labels it was trained on: it can never predict them, so every one is counted wrong), sorted;
+    classification and tagging (seq2seq targets are text: none)."""
+    from ..tasks.jsonl import FIELDS
+
+    kind = artifacts["kind"]
+    if kind not in ("classification", "tagging"):
+        return []
+    label, known = FIELDS[kind][1], {str(name) for name in artifacts["labels"]}
+    given = (str(tag) for r in rows if label in r for tag in (r[label] if kind == "tagging" else [r[label]]))
+    return sorted({tag for tag in given if tag not in known})
 
 
 def generate(
