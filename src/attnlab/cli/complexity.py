@@ -38,16 +38,16 @@ def complexity(
     from ..studies.complexity import FIT_SIZES, LAYERS, exponents, fit_ranges, run
 
     size_list = int_list("--sizes", DEFAULT_SIZES if sizes is None else sizes, minimum=1)
-    if fit is None:  # the fit ranges reach 256K: a user's own short --sizes does not also run them unasked
-        fit = sizes is None
-        if not fit:
-            err.print(f"--sizes given: the fit ranges ({FIT_RANGES}) are not timed; add --fit to time them too", highlight=False,
-                      soft_wrap=True)
     path_list = int_list("--path-sizes", path_sizes, minimum=2) if path_sizes.strip() else []
     names = name_list("--layers", layers, LAYERS)
     folder = Path(output) if output else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)  # an unwritable -o fails now, not after minutes of timing
+    if fit is None:  # the fit ranges reach 256K: a user's own short --sizes does not also run them unasked
+        fit = sizes is None
+        if not fit:
+            err.print(f"--sizes given: the fit ranges ({FIT_RANGES}) are not timed; add --fit to time them too", highlight=False,
+                      soft_wrap=True)
 
     def payload(done: list) -> dict:
         return {"records": [r.to_dict() for r in done], "exponents": exponents(done), "fit_ranges": fit_ranges(done)}
