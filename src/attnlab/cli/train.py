@@ -97,14 +97,14 @@ def train(
                 run_train(base_cfg, base_dir, resume=base_resume, overwrite=force)
             return
         with progress() as bar:
-            meter = _TrainingBar(bar, f"{task} {cfg.model}")
+            meter = _TrainingBar(bar, f"{task} {cfg.model}", cfg.seconds)
             pre = _TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
             phases.append((out_dir, meter, pre))
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval,
                                sequence_parallel=sequence_parallel, overwrite=force, on_pretrain_step=pre.on_step if pre else None)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
-                meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)")
+                meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)", base_cfg.seconds)
                 phases.append((base_dir, meter, None))
                 base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval, overwrite=force)
     except KeyboardInterrupt:
@@ -310,8 +310,9 @@ class _TrainingBar:
     second) where stderr is a terminal, else one plain line per validation (a log file shows the
     run as it goes)."""
 
-    def __init__(self, bar, label: str):
+    def __init__(self, bar, label: str, seconds: float | None = None):
         self.bar, self.label = bar, label
+        self.seconds, self.used = seconds, 0.0  # a time budget, shown instead of its step cap (TIME_BUDGET_STEPS), and its seconds used
         self.task = bar.add_task(label, total=None)
         self.start: float | None = None
         self.first_step = 0
@@ -329,16 +330,25 @@ class _TrainingBar:
         self.step = step
         self.loss, self.total = loss, total
         val = "" if self.val is None else f" val={self.val:.4f}"
+        if self.seconds is not None:  # the bar follows the seconds (wall time of this call, capped at the budget)
+            self.used = min(now - self.start, self.seconds)
+            self.bar.update(self.task, completed=self.used, total=self.seconds,
+                            description=f"{self.label} {self._where(step)} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
+            return
         self.bar.update(self.task, completed=step, total=total, description=f"{self.label} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
+
+    def _where(self, step: int) -> str:
+        """``step 21/400``, or under a time budget ``step 21, 12 s of 30 s,`` (its step cap is no limit)."""
+        from ..training.config import TIME_BUDGET_STEPS
+
+        of = "" if self.total in (None, TIME_BUDGET_STEPS) else f"/{self.total}"
+        return f"step {step}{of}" if self.seconds is None else f"step {step}{of}, {self.used:.0f} s of {self.seconds:g} s,"
 
     def on_eval(self, step: int, val: float) -> None:
         """After each validation."""
         self.val = val
         if self.plain:
-            from ..training.config import TIME_BUDGET_STEPS
-
-            of = "" if self.total in (None, TIME_BUDGET_STEPS) else f"/{self.total}"
-            err.print(f"{self.label}: step {step}{of} loss {self.loss:.4f} val {val:.4f} {self.rate:.1f} steps/s", highlight=False,
+            err.print(f"{self.label}: {self._where(step)} loss {self.loss:.4f} val {val:.4f} {self.rate:.1f} steps/s", highlight=False,
                       soft_wrap=True)
 
 
@@ -350,14 +360,15 @@ def _show(result, detail: Callable[[object], str]) -> None:
 def eval_cmd(
     checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint folder, or the --out folder of 'attnlab train'."),
     split: str = typer.Option("test", help="train, val or test."),
-    as_json: bool = json_option("Print one JSON object (task, model, attention, metric, value, test_size, steps, seconds, "
-                                "checkpoint, warnings)."),
+    as_json: bool = json_option("Print one JSON object (task, model, attention, metric, value, test_size (val_size, train_size: "
+                                "the split's), steps, seconds, checkpoint, warnings)."),
     plot: str | None = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
     index: int = typer.Option(0, min=0, help="The example of the split that --plot draws."),
 ) -> None:
     """Score a checkpoint's best weights on a split of its task (and draw a cross-attention map)."""
     from ..training import CheckpointError, cross_attention_example, evaluate
     from ..training.caveats import tiny_test
+    from ..training.inference import split_summary
 
     if split not in ("train", "val", "test"):
         fail(f"--split must be train, val or test, got {split!r}")
@@ -372,7 +383,7 @@ def eval_cmd(
         fail(str(e))
     caveat = tiny_test(result.test_size, result.test_unit, split)
     if as_json:
-        print_json({**result.summary(), "split": split, "warnings": [caveat] if caveat else []})
+        print_json({**split_summary(result, split), "split": split, "warnings": [caveat] if caveat else []})
         return
     _show(result, lambda r: f"{split} {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit} ({r.checkpoint})")
     if caveat:
@@ -398,6 +409,7 @@ def predict(
     from ..tasks.jsonl import read_records
     from ..training import CheckpointError, load_checkpoint, prediction_accuracy
     from ..training import predict as run_predict
+    from ..training.inference import unseen_labels
 
     if output and Path(output).exists() and not force:
         fail(f"-o {output} exists; add --force to replace it, or choose another file")
@@ -418,6 +430,10 @@ def predict(
         for row in rows:
             print_json(row)
     scored = prediction_accuracy(art, rows)
+    unseen = unseen_labels(art, rows)
+    if unseen:
+        err.print(f"[yellow]warning:[/] {len(unseen)} label(s) of the input the model never saw in training, never predicted and "
+                  f"so counted wrong: {escape(', '.join(unseen))}", highlight=False, soft_wrap=True)
     if scored is not None:
         right, total, unit = scored
         err.print(f"accuracy {right / max(total, 1):.4f} ({right} of {total} {unit} right, against the input's labels)", highlight=False)
