@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from .common import err, fail, fmt_x, int_list, out, print_json, split_list, table
+from .common import err, fail, int_list, out, print_json, split_list
 from .options import json_option, precision_option
+from .tables import fmt_x, table
 
 __all__ = ["arena", "report"]
 

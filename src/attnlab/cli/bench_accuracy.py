@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, jsonable, load_report, name_list, out, records_json, settings_dict, table, track
+from .common import chart, emit_json, fail, int_list, jsonable, load_report, name_list, out, records_json, settings_dict, track
 from .options import from_option, json_option, layer_types_option, output_option, plot_option
+from .tables import table
 
 __all__ = ["approximation", "distance", "positional"]
 

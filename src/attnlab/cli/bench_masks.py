@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, load_report, name_list, out, table, track
+from .common import chart, emit_json, fail, int_list, load_report, name_list, out, track
 from .options import from_option, json_option, output_option, plot_option, repeats_option
+from .tables import table
 
 __all__ = ["bench_masks"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, int_list, load_report, name_list, out, records_json, table, track
+from .common import chart, emit_json, int_list, load_report, name_list, out, records_json, track
 from .options import from_option, json_option, output_option, plot_option, precision_option
+from .tables import table
 
 __all__ = ["recall"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, err, fail, int_list, load_report, name_list, out, progress, table, track
+from .common import chart, emit_json, err, fail, int_list, load_report, name_list, out, progress, track
 from .options import (
     blocks_option,
     from_option,
@@ -16,6 +16,7 @@ from .options import (
     repeats_option,
     width_option,
 )
+from .tables import table
 
 __all__ = ["attention", "audio", "graph", "peak", "precision", "scaling"]
 

@@ -23,9 +23,7 @@ try:  # typer >= 0.26 carries its own copy of click
     from typer._click import exceptions as click_exceptions
 except ImportError:  # older typer: click itself
     from click import exceptions as click_exceptions
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 __all__ = [
     "OneLineErrors",
@@ -35,13 +33,10 @@ __all__ = [
     "chart",
     "emit_json",
     "fail",
-    "fmt",
-    "fmt_x",
     "int_list",
     "json_stdout",
     "jsonable",
     "load_report",
-    "matrix",
     "name_list",
     "output_folder",
     "print_json",
@@ -52,7 +47,6 @@ __all__ = [
     "set_debug",
     "settings_dict",
     "split_list",
-    "table",
     "track",
     "user_errors",
     "write_json",
@@ -424,39 +418,3 @@ def chart(path: str | None, draw: str, data, **options) -> None:
         module, _, name = draw.rpartition(".")
         plot = getattr(importlib.import_module(f"attnlab.viz.{module}"), name)
         err.print(f"chart written to {plot(data, path, **options)}")
-
-
-# ---------------------------------------------------------------- tables
-
-
-def fmt(x) -> str:
-    """A matrix entry: three decimals, ``·`` for a masked (None) one."""
-    return "·" if x is None else f"{x:.3f}"
-
-
-def fmt_x(x) -> str:
-    """A ratio: ``1.23x``, ``-`` when unknown."""
-    return "-" if x is None else f"{x:.2f}x"
-
-
-def matrix(title: str, rows: list, row_labels: list[str], col_labels: list[str]) -> Table:
-    """A labelled matrix as a table (entries by :func:`fmt`)."""
-    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    t.add_column("", style="bold")
-    for c in col_labels:
-        t.add_column(c, justify="right")
-    for label, row in zip(row_labels, rows):
-        t.add_row(label, *(fmt(x) for x in row))
-    return t
-
-
-def table(title: str | None, columns: list[str], left: Collection[str] | None = None, **column_options) -> Table:
-    """A results table (simple heading rule): ``columns`` right-aligned but those in ``left`` (default the first).
-
-    ``column_options`` go to every column (e.g. ``no_wrap=True``).
-    """
-    left = columns[:1] if left is None else left
-    t = Table(title=title, box=box.SIMPLE_HEAD)
-    for col in columns:
-        t.add_column(col, justify="left" if col in left else "right", **column_options)
-    return t

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, out, records_json, split_list, table, track
+from .common import chart, emit_json, fail, int_list, out, records_json, split_list, track
 from .options import json_option, output_option, plot_option
+from .tables import table
 
 __all__ = ["vit_cnn"]
 

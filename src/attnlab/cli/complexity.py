@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from .common import chart, err, int_list, name_list, out, print_json, table, track
+from .common import chart, err, int_list, name_list, out, print_json, track
 from .options import json_option, layer_types_option, output_option, repeats_option, width_option
+from .tables import table
 
 __all__ = ["complexity"]
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, fmt_x, int_list, load_report, out, records_json, table, track
+from .common import chart, emit_json, fail, int_list, load_report, out, records_json, track
 from .options import blocks_option, from_option, heads_option, json_option, output_option, plot_option, width_option
+from .tables import fmt_x, table
 
 __all__ = ["bench_decode", "bench_packing"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import fail, matrix, out, print_json, require_text
+from .common import fail, out, print_json, require_text
 from .options import json_option
+from .tables import matrix
 
 __all__ = ["explain"]
 

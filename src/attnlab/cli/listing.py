@@ -6,8 +6,9 @@ import re
 
 import typer
 
-from .common import fail, out, print_json, table
+from .common import fail, out, print_json
 from .options import json_option
+from .tables import table
 
 __all__ = ["KINDS", "list_names"]
 

@@ -9,7 +9,6 @@ from .common import (
     emit_json,
     err,
     fail,
-    fmt_x,
     int_list,
     load_report,
     name_list,
@@ -18,10 +17,10 @@ from .common import (
     records_json,
     refuse_overwrite,
     require_text,
-    table,
     track,
 )
 from .options import from_option, json_option, memory_option, output_option, plot_option
+from .tables import fmt_x, table
 
 __all__ = ["attention", "bench_pretrained", "view"]
 

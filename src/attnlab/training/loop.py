@@ -14,7 +14,6 @@ import dataclasses
 import math
 import os
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from ..profiling import flop_counter, peak_flops
 from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint, write_checkpoint
 from .config import TrainConfig, model_config
-from .precision import EmulatedBF16Warning, autocast, fast_bf16, resolve
+from .precision import autocast, resolve, warn_if_emulated
 
 __all__ = ["BUDGET_FIELDS", "ConfigMismatchError", "RunExistsError", "TrainResult", "attention_label", "config_differences", "train"]
 
@@ -212,10 +211,7 @@ def train(
     model = build_model(mcfg)
     device = next(model.parameters()).device
     precision = resolve(cfg.precision, device)
-    if cfg.precision == "bf16" and not fast_bf16(device):
-        warnings.warn(f"bfloat16 is emulated on this {device.type.upper()} (no native bfloat16 matrix products): --precision bf16 "
-                      "runs slower than fp32 here (attnlab bench peak says how much); --precision auto picks fp32", EmulatedBF16Warning,
-                      stacklevel=2)
+    warn_if_emulated(cfg.precision, device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     step, best, since_best, history, resumes, losses = 0, None, 0, [], [], []
     spent = 0.0  # seconds in optimizer steps, over every call of the run (self-pretraining's included)

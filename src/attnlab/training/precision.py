@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from pathlib import Path
 
 import torch
 
-__all__ = ["PRECISIONS", "EmulatedBF16Warning", "autocast", "fast_bf16", "resolve"]
+__all__ = ["PRECISIONS", "EmulatedBF16Warning", "autocast", "fast_bf16", "resolve", "warn_if_emulated"]
 
 PRECISIONS = ("fp32", "bf16", "auto")
 """The values of ``TrainConfig.precision`` and ``--precision``."""
@@ -65,6 +66,16 @@ def resolve(precision: str, device: torch.device | str = "cpu") -> str:
     if precision == "auto":
         return "bf16" if fast_bf16(device) else "fp32"
     return precision
+
+
+def warn_if_emulated(precision: str, device: torch.device | str = "cpu") -> None:
+    """Warn (:class:`EmulatedBF16Warning`) when ``bf16`` is asked for explicitly on a device that
+    emulates bfloat16: it runs slower than float32 there (``auto`` picks float32 instead)."""
+    device = torch.device(device)
+    if precision == "bf16" and not fast_bf16(device):
+        warnings.warn(f"bfloat16 is emulated on this {device.type.upper()} (no native bfloat16 matrix products): --precision bf16 "
+                      "runs slower than fp32 here (attnlab bench peak says how much); --precision auto picks fp32", EmulatedBF16Warning,
+                      stacklevel=3)
 
 
 def autocast(precision: str, device: torch.device | str = "cpu"):
