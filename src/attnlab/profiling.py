@@ -138,7 +138,8 @@ def peak_flops(dtype: str = "float32", device: str = "cpu") -> float:
 
 def measure_peak(dtype: str = "float32", device: str = "cpu") -> Peak:
     """Time square matrix products in ``dtype`` on ``device`` with every thread torch uses,
-    growing the side from 128 (doubling) until one product takes :data:`PEAK_TARGET` seconds or
+    growing the side from 128 (doubling) until one product (after a warm-up one at that side)
+    takes :data:`PEAK_TARGET` seconds or
     the side reaches :data:`PEAK_MAX_SIZE`, then repeating that product for up to
     :data:`PEAK_BUDGET` seconds (at least twice, at most five times) and keeping the best.
 
@@ -172,7 +173,8 @@ def _measure_peak(dtype: str, device: str) -> Peak:
             _sync(device)
             return time.perf_counter() - t0
 
-        return once(), once  # the first call is the warm-up at this size
+        once()  # the warm-up at this size (thread pools, kernel set-up): not timed
+        return once(), once
 
     n = 128
     first, once = product(n)

@@ -3,6 +3,7 @@
 paths (the ring's are in tests/distributed/test_ring.py), or are refused; never silently none."""
 
 import functools
+import types
 
 import pytest
 import torch
@@ -155,3 +156,21 @@ def test_property_the_librarys_score_functions_as_closures_get_the_reference_gra
     (out, (g,)), (ref, (g_ref,)) = _grads(mod, [param], rule, *_qkv(n, seed=seed), block_size=block)
     assert (out - ref).abs().max() < 1e-10
     assert (g - g_ref).abs().max() < 1e-10
+
+
+weight = torch.nn.Parameter(torch.ones(3))  # a global that shares its name with an attribute below
+
+
+def test_only_loaded_globals_are_followed_not_attribute_names_that_match_one():
+    holder = types.SimpleNamespace(weight=torch.tensor([0.5, 2.0], dtype=F64, requires_grad=True))
+    found = learnable_tensors(lambda s, b, h, q, k: s * holder.weight[h])
+    assert len(found) == 1 and found[0] is holder.weight  # not the module's global `weight`
+    assert any(t is weight for t in learnable_tensors(lambda s, b, h, q, k: s * weight[h]))
+
+
+def test_the_weights_path_needs_no_check_plain_autograd_reaches_every_tensor():
+    hidden = _Slotted(torch.randn(H, dtype=F64, requires_grad=True))
+    mod = lambda s, b, h, q, k, held=hidden: s + held.table[h]  # noqa: E731
+    q, k, v = _qkv(8)
+    attend(q, k, v, score_mod=mod, return_weights=True).output.sum().backward()
+    assert hidden.table.grad is not None and hidden.table.grad.abs().sum() > 0

@@ -308,8 +308,9 @@ def _bf16_note(got: dict) -> str:
     ratio = got["bf16"].flops / got["fp32"].flops
     if _native_bf16():
         return f"native bfloat16 on this CPU: bf16 {ratio:.2f}x fp32's rate (--precision auto uses bf16)"
-    return (f"bfloat16 is emulated on this CPU (no AVX-512 BF16 or AMX): bf16 runs at {ratio:.3g}x fp32's rate, "
-            f"{1 / ratio:.0f} times slower (--precision auto uses fp32)")
+    slower = f", {1 / ratio:.0f} times slower" if ratio < 0.5 else ""
+    return (f"no native bfloat16 found on this CPU (its flags name neither AVX-512 BF16 nor AMX): bf16 runs at {ratio:.3g}x "
+            f"fp32's rate{slower} (--precision auto uses fp32)")
 
 
 def precision(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import typer
 from rich.markup import escape
 
-from .common import err, fail, out, output_folder, print_json, progress
+from .common import err, fail, out, output_folder, print_json, progress, refuse_overwrite
 from .options import blocks_option, heads_option, json_option, plot_option, precision_option, width_option
 
 __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
@@ -404,15 +404,13 @@ def predict(
     Output: JSON lines, one per input line, every field of the input kept (a label too) and the
     model's "prediction" beside it. When the input has labels, the accuracy is printed on stderr.
     """
-    from pathlib import Path
 
     from ..tasks.jsonl import read_records
     from ..training import CheckpointError, load_checkpoint, prediction_accuracy
     from ..training import predict as run_predict
     from ..training.inference import unseen_labels
 
-    if output and Path(output).exists() and not force:
-        fail(f"-o {output} exists; add --force to replace it, or choose another file")
+    refuse_overwrite("-o", output, force)
     try:
         art = load_checkpoint(checkpoint).meta.get("task_artifacts") or {}
         if "kind" not in art:

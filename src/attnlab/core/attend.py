@@ -327,7 +327,7 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     k, v = _zero_hidden(k, v, bmap.hidden_keys(), is_hidden=True)
     qp, kp = score_fn.prepare(q, k)
     scale = score_fn.dot_scale(qp.shape[-1]) if norm_fn is softmax else None
-    params = learned_params(score_fn, score_mod, q.dtype, q.device)
+    params = learned_params(score_fn, score_mod, q.dtype, q.device, check=not return_weights)  # weights: plain autograd reaches all
     if norm_fn is softmax and not dropout_p and not return_weights:
         fused = (FUSED and q.device.type == "cpu" and scale is not None and score_mod is None and bias is None
                  and v.shape[-1] == qp.shape[-1] and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
@@ -343,16 +343,17 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     return AttentionResult(sparse_attention(setup, qp, kp, v, bias), None)
 
 
-def learned_params(score_fn, score_mod, dtype: torch.dtype, device) -> list[torch.Tensor]:
+def learned_params(score_fn, score_mod, dtype: torch.dtype, device, check: bool = True) -> list[torch.Tensor]:
     """The tensors the score and the score function learn, each once: whatever
     :func:`attnlab.core.score_mods.learnable_tensors` reaches from them (a module's parameters, a
     :class:`~attnlab.core.score_mods.ScoreMod`'s ``params``, the tensors a function captures).
-    A score function whose result depends on a learnable tensor it does not reach is refused
-    (:func:`~attnlab.core.score_mods.check_learnable`): it would get no gradient."""
+    With ``check``, a score function whose result depends on a learnable tensor it does not
+    reach is refused (:func:`~attnlab.core.score_mods.check_learnable`): it would get no gradient."""
     params = learnable_tensors(score_fn)
     if score_mod is not None:
         mod_params = learnable_tensors(score_mod)
-        check_learnable(score_mod, mod_params, dtype, device)
+        if check:
+            check_learnable(score_mod, mod_params, dtype, device)
         params += [p for p in mod_params if all(p is not other for other in params)]
     return params
 

@@ -23,7 +23,9 @@ could not be found, so a gradient is never silently lost.
 
 from __future__ import annotations
 
+import dis
 import functools
+import itertools
 import math
 import types
 from collections.abc import Callable, Iterable
@@ -141,6 +143,11 @@ def alibi(num_heads: int, *, symmetric: bool = False, q_positions=None, kv_posit
 _WALK_DEPTH = 6
 """How deep :func:`learnable_tensors` follows references from the function it is given."""
 
+_WALK_ITEMS = 1024
+"""How many items of one list, tuple, set or dict :func:`learnable_tensors` looks at."""
+
+_ATOMS = (str, bytes, int, float, complex, bool, type, types.ModuleType)
+
 
 def learnable_tensors(fn) -> list[torch.Tensor]:
     """The tensors that require grad which ``fn`` (a score function, or a score callable) can reach:
@@ -152,7 +159,7 @@ def learnable_tensors(fn) -> list[torch.Tensor]:
     from them (``table = weight * 2`` captured after the product) alike: the gradient reaches
     whichever is captured, and autograd carries it on from there."""
     found: dict[int, torch.Tensor] = {}
-    seen: set[int] = set()
+    seen: dict[int, int] = {}  # id -> the smallest depth it was walked at (a shallower visit walks deeper)
 
     def tensor(t: torch.Tensor) -> None:
         if t.requires_grad and id(t) not in found:
@@ -162,9 +169,9 @@ def learnable_tensors(fn) -> list[torch.Tensor]:
         if isinstance(obj, torch.Tensor):
             tensor(obj)
             return
-        if depth > _WALK_DEPTH or id(obj) in seen or isinstance(obj, (str, bytes, int, float, complex, bool, type, types.ModuleType)):
+        if depth > _WALK_DEPTH or seen.get(id(obj), _WALK_DEPTH + 1) <= depth or isinstance(obj, _ATOMS):
             return
-        seen.add(id(obj))
+        seen[id(obj)] = depth
         if isinstance(obj, torch.nn.Module):
             for p in obj.parameters():
                 tensor(p)
@@ -176,12 +183,8 @@ def learnable_tensors(fn) -> list[torch.Tensor]:
             walk(obj.params, depth + 1)
             walk(obj.fn, depth + 1)
             return
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            for item in obj:
-                walk(item, depth + 1)
-            return
-        if isinstance(obj, dict):
-            for item in obj.values():
+        if isinstance(obj, (list, tuple, set, frozenset, dict)):
+            for item in itertools.islice(obj.values() if isinstance(obj, dict) else obj, _WALK_ITEMS):
                 walk(item, depth + 1)
             return
         if isinstance(obj, types.MethodType):
@@ -212,13 +215,15 @@ def learnable_tensors(fn) -> list[torch.Tensor]:
     return list(found.values())
 
 
-def _global_names(code: types.CodeType) -> set[str]:
-    """The global names a function's code and the functions defined in it refer to."""
-    names = set(code.co_names)
+@functools.cache
+def _global_names(code: types.CodeType) -> frozenset[str]:
+    """The global names a function's code and the functions defined in it load (not the
+    attribute names its code also lists in ``co_names``)."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
-    return names
+    return frozenset(names)
 
 
 def check_learnable(score_mod, found: Iterable[torch.Tensor], dtype: torch.dtype, device) -> None:
@@ -226,12 +231,14 @@ def check_learnable(score_mod, found: Iterable[torch.Tensor], dtype: torch.dtype
     ``found`` (what :func:`learnable_tensors` reached): that tensor would get no gradient.
 
     The score function runs once on one score (index 0 everywhere) with autograd on; the graph
-    of its result is walked back to its leaves, stopping at the tensors in ``found``. Nothing is
-    checked when autograd is off (no gradient is asked for)."""
+    of its result is walked back to its leaves, stopping at the tensors in ``found`` (the random
+    generators are restored afterwards). Nothing is checked when autograd is off (no gradient is
+    asked for)."""
     if not torch.is_grad_enabled():
         return
     idx = torch.zeros((1, 1, 1, 1), dtype=torch.long, device=device)
-    with torch.enable_grad():
+    devices = [device] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.enable_grad():  # a score function that draws leaves the generators as they were
         out = score_mod(torch.zeros((1, 1, 1, 1), dtype=dtype, device=device), idx, idx, idx, idx)
     if not isinstance(out, torch.Tensor) or out.grad_fn is None:
         return

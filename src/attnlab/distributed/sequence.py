@@ -116,8 +116,10 @@ class ShardedMask:
     def sharded_attend(self, q, k, v, *, score, normalize, score_mod, bias, dropout_p, return_weights):
         """Ring attention of this rank's heads under the rule (what :func:`attnlab.attend` runs for this mask)."""
         if score_mod is not None:
-            raise ValueError(f"the {getattr(score_mod, 'name', 'score function')!r} encoding adds a bias over all (query, key) pairs, "
-                             "which ring attention does not carry: use an input encoding or rope under sequence parallelism")
+            name = getattr(score_mod, "name", "score_mod")
+            raise ValueError(f"the layer's score function {name!r} is built for one process's positions, so a sharded sequence "
+                             "cannot carry it: use an input encoding or rope under sequence parallelism, or call "
+                             "attnlab.distributed.ring_attend(..., score_mod=...), which calls it with global positions")
         if dropout_p:
             raise ValueError(f"this layer drops attention weights (dropout={dropout_p}) in training, which ring attention does not: "
                              "train with dropout 0 under sequence parallelism (an Encoder's one dropout covers its attention)")

@@ -201,7 +201,7 @@ class MultiHeadAttention(nn.Module):
         if batch is not None and x.shape[0] != batch:
             raise ValueError(f"{name} has batch size {x.shape[0]}, but query has {batch}")
         w = getattr(self.q_proj, "weight", None)  # the layer's dtype (autocast computes in its own: any input then)
-        if w is not None and x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
+        if isinstance(w, torch.Tensor) and w.is_floating_point() and x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
             fix = f", or the layer to the input's: layer.to({x.dtype})" + (" (layer.double())" if x.dtype == torch.float64 else "")
             raise ArgumentTypeError(f"{name} has dtype {x.dtype}, but this layer computes in {w.dtype}: convert the input, "
                                     f"{name}.to({w.dtype})" + (fix if x.is_floating_point() else " (attention takes float vectors)"))

@@ -73,8 +73,9 @@ def warn_if_emulated(precision: str, device: torch.device | str = "cpu") -> None
     emulates bfloat16: it runs slower than float32 there (``auto`` picks float32 instead)."""
     device = torch.device(device)
     if precision == "bf16" and not fast_bf16(device):
-        warnings.warn(f"bfloat16 is emulated on this {device.type.upper()} (no native bfloat16 matrix products): --precision bf16 "
-                      "runs slower than fp32 here (attnlab bench peak says how much); --precision auto picks fp32", EmulatedBF16Warning,
+        warnings.warn(f"no native bfloat16 found on this {device.type.upper()} (on a CPU: neither AVX-512 BF16 nor AMX): --precision "
+                      "bf16 is emulated and likely slower than fp32 here (attnlab bench peak measures both); --precision auto picks fp32",
+                      EmulatedBF16Warning,
                       stacklevel=3)
 
 
