@@ -138,7 +138,7 @@ run_grid(plan(Preset({task: TaskSetting(options, train)}, ("dense", "linear"))),
 GRIDS = {
     "pos": ({"size": 400}, {"steps": 500, "eval_every": 10, "embed_dim": 32, "num_layers": 1, "patience": 10**6}),
     # a long task: 1024-byte windows of real text
-    "text": ({"size": 48, "length": 1024}, {"steps": 100, "eval_every": 10, "embed_dim": 16, "num_heads": 2, "num_layers": 1,
+    "text": ({"size": 48, "length": 1024}, {"steps": 50, "eval_every": 10, "embed_dim": 16, "num_heads": 2, "num_layers": 1,
                                               "batch_size": 4, "patience": 10**6}),
 }
 
