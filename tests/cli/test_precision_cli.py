@@ -16,7 +16,7 @@ def test_train_reports_its_precision_utilisation_and_pretraining(tmp_path):
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
     assert "self-pretraining: 3 steps" in text and "masked-token loss" in text
-    assert "bf16, " in text and "GFLOP/s (" in text and "% of this machine's bf16 peak)" in text
+    assert "bf16, " in text and "GFLOP/s (" in text and "% of this machine's peak)" in text
     res = runner.invoke(app, ["train", "pos", *TINY, "--precision", "fp32", "--out", str(tmp_path / "b"), "--json"])
     summary = json.loads(res.stdout)
     assert summary["precision"] == "fp32" and summary["pretrain"] is None and summary["flop_rate"] > 0

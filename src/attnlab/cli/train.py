@@ -152,7 +152,7 @@ def _utilisation(r) -> str:
     """``"bf16, 23.4 GFLOP/s (6% of peak); "``: the run's precision and how much of the machine it used."""
     if not r.flop_rate:
         return f"{r.precision}; "
-    return f"{r.precision}, {r.flop_rate / 1e9:.1f} GFLOP/s ({100 * r.peak_fraction:.0f}% of this machine's {r.precision} peak); "
+    return f"{r.precision}, {r.flop_rate / 1e9:.1f} GFLOP/s ({100 * r.peak_fraction:.0f}% of this machine's peak); "
 
 
 def _caveats(result, cfg) -> list[str]:

@@ -48,7 +48,9 @@ class TrainResult:
     :func:`attnlab.profiling.flop_counter`;
     0 when not counted: under torchrun, or with nothing to train);
     ``flop_rate``: those achieved per second of this call's steps; ``peak_fraction``: that rate
-    over this machine's peak in the run's precision (:func:`attnlab.profiling.peak_flops`).
+    over this machine's peak in the run's precision (:func:`attnlab.profiling.peak_flops`; for bf16 the
+    higher of bfloat16's and float32's: where bfloat16 is emulated, the work autocast leaves in float32
+    outruns the bfloat16 products, and only float32's peak bounds the rate).
     ``pretrain``: the self-pretraining phase (steps, seconds, mean loss of its first and last ten
     steps, None when it ran none, validation accuracy of the restored tokens), or None.
     """
@@ -340,7 +342,7 @@ def train(
         dist.barrier()
         dist.destroy_process_group()
     rate = flops * steps_run / step_seconds if flops and step_seconds > 0 else None
-    peak = peak_flops("bfloat16" if precision == "bf16" else "float32", str(device)) if rate else None
+    peak = max(peak_flops(p, str(device)) for p in ("float32", precision)) if rate else None  # bf16: its products' or fp32's
     return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
                        step_seconds, steps_run, stopped_by, task.kind, *task.split_size("test"), precision=precision, flops_per_step=flops,
                        flop_rate=rate, peak_fraction=rate / peak if rate else None, pretrain=pretrain)
