@@ -358,6 +358,6 @@ def learned_params(score_fn, score_mod, dtype: torch.dtype, device, check: bool 
     return params
 
 
-from .maskfn import _Everything  # noqa: E402
+from .maskfn import Everything  # noqa: E402
 
-_FULL = _Everything()
+_FULL = Everything()

@@ -29,7 +29,7 @@ from ..validate import ArgumentTypeError
 from .tiles import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, broadcast_shape, combine_and, combine_or
 
 __all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask",
-           "And", "Or", "Not", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
+           "And", "Or", "Not", "Everything", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
 
 class Mask:
     """Base class of masks: a callable ``(b, h, q_idx, kv_idx) -> bool tensor`` that knows its structure.
@@ -297,7 +297,7 @@ class And(_Combination):
 
     def is_causal(self, n, m):
         causal = [p for p in self.parts if p.is_causal(n, m)]
-        return bool(causal) and all(p.is_causal(n, m) or isinstance(p, _Everything) for p in self.parts)
+        return bool(causal) and all(p.is_causal(n, m) or isinstance(p, Everything) for p in self.parts)
 
 
 class Or(_Combination):
@@ -346,7 +346,7 @@ class Not(Mask):
         return f"~{self.inner!r}"
 
 
-class _Everything(Mask):
+class Everything(Mask):
     """Every pair (the neutral element of ``&``)."""
 
     shift_invariant = True

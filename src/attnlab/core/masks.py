@@ -28,7 +28,7 @@ import torch
 from ..registry import Registry
 from ..validate import ArgumentTypeError, is_int
 from .band import Align, Band
-from .maskfn import EMPTY, FULL, PARTIAL, And, Grid, Mask, Not, Or, TensorMask, _Everything, and_masks, as_mask, broadcast_shape, or_masks
+from .maskfn import EMPTY, FULL, PARTIAL, And, Everything, Grid, Mask, Not, Or, TensorMask, and_masks, as_mask, broadcast_shape, or_masks
 
 __all__ = ["Mask", "as_mask", "and_masks", "or_masks", "full", "causal", "window", "dilated_window", "no_self",
            "padding", "valid_keys", "prefix_lm", "global_tokens", "Documents", "block_table", "random_blocks", "graph",
@@ -45,7 +45,7 @@ def _check_size(name: str, value: object) -> int:
 
 def full() -> Mask:
     """Every query may attend to every key."""
-    return _Everything()
+    return Everything()
 
 
 def causal(*, align: Align = "bottom_right") -> Mask:

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .scores import COSINE_EPS, Additive, Bilinear, Cosine, Dot, ScaledDot, Score, _CallableScore, resolve_score
+from .scores import COSINE_EPS, Additive, Bilinear, CallableScore, Cosine, Dot, ScaledDot, Score, resolve_score
 
 __all__ = ["project", "score_row", "normalize_row", "reference_attention", "F64"]
 
@@ -56,7 +56,7 @@ def score_row(score, q_i: torch.Tensor, keys: torch.Tensor, head: int = 0) -> to
     if isinstance(s, Bilinear):
         w = s.weight[head if s.weight.shape[0] > 1 else 0].to(F64)  # (D, D_k)
         return torch.stack([q_i @ w @ keys[j] for j in range(keys.shape[0])])
-    if isinstance(s, _CallableScore):
+    if isinstance(s, CallableScore):
         return s.fn(q_i[None, None, None, :], keys[None, None])[0, 0, 0]
     return s(q_i[None, None, None, :], keys[None, None])[0, 0, 0]
 

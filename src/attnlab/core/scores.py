@@ -40,6 +40,7 @@ __all__ = [
     "Cosine",
     "Additive",
     "Bilinear",
+    "CallableScore",
     "SCORES",
     "create",
     "names",
@@ -269,7 +270,7 @@ class Bilinear(Score):
         return 1.0
 
 
-class _CallableScore(Score):
+class CallableScore(Score):
     """Wraps a user's callable ``(q, k) -> (…, N, M)`` scores."""
 
     def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
@@ -334,5 +335,5 @@ def resolve_score(score) -> Score:
             )
         raise _unknown(score)
     if callable(score):
-        return _CallableScore(score)
+        return CallableScore(score)
     raise ArgumentTypeError(f"score must be a name, a Score module or a callable, got {type(score).__name__}")

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .amp import same_autocast_backward, same_autocast_forward
 from .blockmap import BlockMap, Chunk
-from .sparse_setup import SparseSetup, _index4, _split_heads, _stat_dtype
+from .sparse_setup import SparseSetup, index4, split_heads, stat_dtype
 
 __all__ = ["SparseSetup", "sparse_attention", "sparse_forward", "sparse_backward", "FUSED", "DEFAULT_BLOCK_ELEMENTS", "budgets"]
 
@@ -56,7 +56,7 @@ def _scores(setup: SparseSetup, c: Chunk, qc, kc, bias, allowed, fill: bool = Tr
     """A chunk's scores ``(R, B, H, bq, L)`` in the statistics dtype, plus the bias (its rows of
     this chunk, or one row for all) and the score function; forbidden pairs at -inf if ``fill``."""
     b, h = setup.b, setup.h
-    q5, k5 = _split_heads(qc, b, h), _split_heads(kc, b, h)
+    q5, k5 = split_heads(qc, b, h), split_heads(kc, b, h)
     assert setup.score_fn is not None  # every kernel has a score
     s = setup.score_fn.pairwise(q5, k5)
     dev = s.device
@@ -67,10 +67,10 @@ def _scores(setup: SparseSetup, c: Chunk, qc, kc, bias, allowed, fill: bool = Tr
         ki = setup.kpos(c, dev)[:, None, None, None, :]
         if bias is not None:
             rel = qi - c.r0 * setup.bmap.block[0] if bias.dim() >= 2 and bias.shape[-2] > 1 else qi
-            s = s + _index4(bias, bi, hi, rel, ki).to(s.dtype)
+            s = s + index4(bias, bi, hi, rel, ki).to(s.dtype)
         if setup.score_mod is not None:
             s = setup.score_mod(s, bi, hi, qi, ki)
-    s = s.to(_stat_dtype(qc.dtype))
+    s = s.to(stat_dtype(qc.dtype))
     if fill and allowed is not None:
         s = s.masked_fill(~allowed.permute(2, 0, 1, 3, 4), float("-inf"))
     return s
@@ -86,7 +86,7 @@ def _fused_part(setup: SparseSetup, c: Chunk, qc, kc, vc, first: int):
     mask = None if allowed is None else setup.kernel_mask(allowed, dead, qc.dtype, True)
     assert _FWD is not None  # the fused kind needs FUSED
     o, lse = _FWD(qc, kc[:, :, first * bk :], vc[:, :, first * bk :], attn_mask=mask, scale=setup.scale)
-    o5, l5 = _split_heads(o, setup.b, setup.h), lse.view(g, setup.b, setup.h, rows)
+    o5, l5 = split_heads(o, setup.b, setup.h), lse.view(g, setup.b, setup.h, rows)
     d5 = SparseSetup.rows5(o, dead)
     if d5 is not None:
         o5 = o5.masked_fill(d5[..., None], 0.0)
@@ -103,7 +103,7 @@ def _fused_forward(setup: SparseSetup, c: Chunk, qc, kc, vc):
     g, rows = setup.groups(c)
     assert _FWD is not None  # the fused kind needs FUSED
     o, lead_lse = _FWD(qc, kc[:, :, : c.lead * bk], vc[:, :, : c.lead * bk], scale=setup.scale)
-    oa, la = _split_heads(o, setup.b, setup.h), lead_lse.view(g, setup.b, setup.h, rows)
+    oa, la = split_heads(o, setup.b, setup.h), lead_lse.view(g, setup.b, setup.h, rows)
     ob, lb = _fused_part(setup, c, qc, kc, vc, c.lead)
     lse = torch.logaddexp(la, lb)
     st = la.dtype
@@ -154,7 +154,7 @@ def _generic_chunk(setup: SparseSetup, c: Chunk, index: int, qc, kc, vc, bias, a
         g = torch.Generator(device=w.device).manual_seed(setup.seed + index)
         keep = torch.rand(w.shape, generator=g, device=w.device) >= setup.dropout_p
         wd = w * keep / (1.0 - setup.dropout_p)
-    out = wd.to(vc.dtype) @ _split_heads(vc, setup.b, setup.h)
+    out = wd.to(vc.dtype) @ split_heads(vc, setup.b, setup.h)
     return (out, w.to(qc.dtype)) if weights else out
 
 
@@ -172,7 +172,7 @@ def sparse_forward(setup: SparseSetup, qp, kp, vp, bias=None):
     bh, nqp, _ = qp.shape
     dv = vp.shape[-1]
     out = qp.new_zeros(bh, nqp, dv, dtype=vp.dtype)
-    lse = None if setup.kind == "generic" else torch.full((bh, nqp), float("-inf"), dtype=_stat_dtype(qp.dtype), device=qp.device)
+    lse = None if setup.kind == "generic" else torch.full((bh, nqp), float("-inf"), dtype=stat_dtype(qp.dtype), device=qp.device)
     for i, c in enumerate(setup.chunks):
         g, rows = setup.groups(c)
         qc = setup.rows_of(qp, c)  # (R', BH, rows, D)
@@ -182,7 +182,7 @@ def sparse_forward(setup: SparseSetup, qp, kp, vp, bias=None):
         elif setup.kind == "softmax":
             allowed, _ = setup.allowed(c, qp.device)
             s = _scores(setup, c, qc, kc, _bias_rows(bias, c, setup.bmap.block[0]), allowed)
-            o5, l5 = _softmax_chunk(s, _split_heads(vc, setup.b, setup.h))
+            o5, l5 = _softmax_chunk(s, split_heads(vc, setup.b, setup.h))
         else:
             allowed, _ = setup.allowed(c, qp.device)
             o5 = _generic_chunk(setup, c, i, qc, kc, vc, _bias_rows(bias, c, setup.bmap.block[0]), allowed)
@@ -200,7 +200,7 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
     bmap = setup.bmap
     bq, bk = bmap.block
     bh = qp.shape[0]
-    st = _stat_dtype(qp.dtype)
+    st = stat_dtype(qp.dtype)
     need_q, need_k, need_v, need_bias = need
     dq = torch.zeros_like(qp)
     dk = torch.zeros(bh, kp.shape[1] // bk, bk, kp.shape[-1], dtype=kp.dtype, device=kp.device)
@@ -230,11 +230,11 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
             cb = brows
             if setup.kind == "softmax":
                 s = _scores(setup, c, ql, kl, cb, allowed)
-                p = torch.exp(s.detach() - _split_heads(setup.rows_of(lse_safe, c)[..., None], setup.b, setup.h))
-                d5 = _split_heads(doc, setup.b, setup.h).to(st)
+                p = torch.exp(s.detach() - split_heads(setup.rows_of(lse_safe, c)[..., None], setup.b, setup.h))
+                d5 = split_heads(doc, setup.b, setup.h).to(st)
                 gv5 = p.transpose(-1, -2) @ d5  # (R, B, H, L, Dv)
-                dp = d5 @ _split_heads(vc, setup.b, setup.h).to(st).transpose(-1, -2)
-                dl = _split_heads(setup.rows_of(delta, c)[..., None], setup.b, setup.h)
+                dp = d5 @ split_heads(vc, setup.b, setup.h).to(st).transpose(-1, -2)
+                dl = split_heads(setup.rows_of(delta, c)[..., None], setup.b, setup.h)
                 ds = p * (dp - dl)
                 if dead is not None:
                     ds = ds.masked_fill(SparseSetup.rows5(ds, dead)[..., None], 0.0)
@@ -244,7 +244,7 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
                 wrt: list[tuple[str | int, torch.Tensor]] = [(n, t) for n, t in (("q", ql), ("k", kl)) if t.requires_grad]
             else:
                 target = _generic_chunk(setup, c, i, ql, kl, vl, cb, allowed)
-                grad = _split_heads(doc, setup.b, setup.h)
+                grad = split_heads(doc, setup.b, setup.h)
                 wrt = [(n, t) for n, t in (("q", ql), ("k", kl), ("v", vl)) if t.requires_grad]
             if brows is not None and need_bias:
                 wrt.append(("bias", brows))

@@ -14,14 +14,15 @@ from .blockmap import BlockMap, Chunk, _evaluate
 from .maskfn import FULL, PARTIAL
 from .scores import Score
 
-__all__ = ["SparseSetup"]
+__all__ = ["SparseSetup", "index4", "split_heads", "stat_dtype"]
 
 
-def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+def stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype softmax statistics are kept in: float32 for half-precision inputs, else the input's."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _index4(t: torch.Tensor, b, h, q, kv) -> torch.Tensor:
+def index4(t: torch.Tensor, b, h, q, kv) -> torch.Tensor:
     """``t[b, h, q, kv]`` of a tensor broadcastable to (B, H, N, M), size-1 axes read at 0."""
     t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
     idx = [x if s > 1 else torch.zeros_like(x) for x, s in zip((b, h, q, kv), t.shape)]
@@ -178,6 +179,6 @@ class SparseSetup:
         return None if dead is None else dead.permute(2, 0, 1, 3)
 
 
-def _split_heads(x: torch.Tensor, b: int, h: int) -> torch.Tensor:
+def split_heads(x: torch.Tensor, b: int, h: int) -> torch.Tensor:
     """``(R, BH, a, c)`` -> ``(R, B, H, a, c)`` (a view)."""
     return x.view(x.shape[0], b, h, *x.shape[2:])

@@ -41,7 +41,7 @@ from ..core.normalize import resolve_normalizer, softmax
 from ..core.positioned import Positioned
 from ..core.scores import Score, resolve_score
 from ..core.sparse import FUSED, SparseSetup, budgets, pad_inputs, sparse_backward, sparse_forward
-from ..core.sparse_setup import _stat_dtype
+from ..core.sparse_setup import stat_dtype
 from ..validate import ArgumentTypeError, int_at_least, optional_int
 from .context import RingContext, RingTimings, _all_gather, _backend, _check_group
 
@@ -202,7 +202,7 @@ class _RingAttention(torch.autograd.Function):
     def forward(ctx, setup: _Setup, q, k, v, *params):
         rc, plan = setup.ctx, setup.plan
         r = rc.rank
-        st = _stat_dtype(q.dtype)
+        st = stat_dtype(q.dtype)
         b, h, c, _ = q.shape  # k, v: G heads (grouped keys travel as they are)
         acc = torch.zeros(b * h, c, v.shape[-1], dtype=st, device=q.device)
         lse = torch.full((b * h, c), float("-inf"), dtype=st, device=q.device)

@@ -49,7 +49,7 @@ from transformers import masking_utils as hf_masks
 from .. import efficient
 from ..core.attend import AttentionResult, attend
 from ..core.band import Band
-from ..core.maskfn import FunctionMask, Mask, _Everything
+from ..core.maskfn import Everything, FunctionMask, Mask
 from ..core.masks import causal as causal_mask
 from ..core.masks import valid_keys
 from ..core.score_mods import softcap as softcap_mod
@@ -257,7 +257,7 @@ def model_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
         flags = None if bool(a.all()) else a.expand(batch_size, -1)
     shape = _shape(mask_function)
     if shape == ("full",):
-        return ModelMask(_Everything(), shape, flags, kv_offset)
+        return ModelMask(Everything(), shape, flags, kv_offset)
     if shape is not None and q_offset - kv_offset == kv_length - q_length:  # the last query on the last key
         return ModelMask(Band(shape[1], shape[2], name="model"), shape, flags, kv_offset)
 
