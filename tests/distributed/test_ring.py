@@ -110,6 +110,8 @@ def test_refusals_without_a_process_group():
         ring_attend(q, q, q, dropout_p=0.1)
     with pytest.raises(ValueError, match="window"):
         ring_attend(q, q, q, window=-1)
+    with pytest.raises(TypeError, match=r"score_mod must be a callable \(score, b, h, q_idx, kv_idx\) -> score, got int"):
+        ring_attend(q, q, q, score_mod=5)
 
 
 def test_layouts_partition_the_positions():
