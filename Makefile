@@ -16,7 +16,7 @@ system:
 
 $(BIN)/attnlab: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[all,dev,docs,pretrained,transformers]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[all,cluster,dev,docs,pretrained,transformers]'
 	touch $@
 
 demo: system $(BIN)/attnlab

@@ -263,17 +263,29 @@ def run_grid(
     workers: int = 1,
     retry_failed: bool = False,
     on_event: Callable[..., None] | None = None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> Store:
     """Run every spec not yet in ``out/results.sqlite``; returns the store.
 
     Args:
         budget_seconds: cap on each run's training time (it then validates, checkpoints, tests).
-        workers: runs at a time, each in its own process (threads shared out among them).
+        workers: runs at a time, each in its own process (threads shared out among them); with
+            ``executor="ray"`` and no ``address``, more than one caps the local Ray instance at
+            that many CPUs (default: every core).
         retry_failed: forget stored failures first, so they run again.
         on_event: ``(kind, spec, **info)`` with kind ``skip``, ``start``, ``step`` (step, total,
-            loss), ``eval`` (step, value: the validation score; these two with one worker only) and
+            loss), ``eval`` (step, value: the validation score; these two serially only) and
             ``end`` (row).
+        executor: ``local`` (this machine: serially, or ``workers`` processes) or ``ray`` (each
+            run a Ray task of one thread: :func:`attnlab.arena.executors.run_on_ray`; the
+            ``cluster`` extra).
+        address: with ``ray``, the cluster to connect to (``host:port``); None starts one here.
     """
+    if executor not in ("local", "ray"):
+        raise ValueError(f"unknown executor {executor!r}; choose local or ray")
+    if address is not None and executor != "ray":
+        raise ValueError("an address is a Ray cluster's: it needs executor='ray'")
     out = Path(out)
     store = Store(out / "results.sqlite")
     if retry_failed:
@@ -287,6 +299,12 @@ def run_grid(
         else:
             todo.append(spec)
     emit = on_event or (lambda *a, **k: None)
+    if executor == "ray":
+        from .executors import run_on_ray
+
+        run_on_ray(todo, out, store, emit, _worker, budget_seconds=budget_seconds, address=address,
+                   num_cpus=workers if workers > 1 else None)
+        return store
     if workers <= 1:
         cache = _TaskCache()
         for spec in todo:

@@ -28,7 +28,15 @@ def arena(
     precision: str | None = precision_option(None),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
     data: str | None = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
-    workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process."),
+    workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process (with --executor ray and no --address, "
+                                "N > 1 caps the Ray instance started here at N CPUs; otherwise it takes every core)."),
+    executor: str = typer.Option(
+        "local", "--executor",
+        help="local (this machine: one run at a time, or --workers processes) or ray (each run a Ray task of one CPU, "
+             "retried and resumed from its checkpoint if its worker dies; needs attnlab[cluster]). On a cluster of several "
+             "machines --out must be a folder every node sees at the same path (a shared filesystem such as NFS)."),
+    address: str | None = typer.Option(None, "--address", help="With --executor ray: the cluster to join (host:port of "
+                                       "'ray start --head'); default: a Ray instance started on this machine."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run the stored failures again."),
     as_json: bool = json_option("End by printing the leaderboard as one JSON object (tasks, average, report) instead of tables."),
 ) -> None:
@@ -40,6 +48,14 @@ def arena(
 
     if data and not Path(data).is_file():
         fail(f"--data {data}: no such file (a jsonl file, see 'attnlab train jsonl')")
+    if executor not in ("local", "ray"):
+        fail(f"--executor {executor}: choose local or ray")
+    if address is not None and executor != "ray":
+        fail("--address is a Ray cluster's: it needs --executor ray")
+    if executor == "ray":
+        from ..arena.executors import require_ray
+
+        require_ray()  # a missing extra is one line before the board, not after it
     try:
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
                      seeds=int_list("--seeds", seeds, minimum=0), data=data, seconds=budget_seconds, precision=precision)
@@ -57,7 +73,7 @@ def arena(
                 result = f"{row['metric']} {row['value']:.3f} after {row['steps']} steps" if row["status"] == "done" else "failed"
                 err.print(f"{spec.task} / {spec.variant} / seed {spec.seed}: {result}", highlight=False, markup=False)
 
-        run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event)
+        run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event, executor=executor, address=address)
     page, board = build_report(out_dir)
     if as_json:
         print_json({**board, "report": str(page), "wall_seconds": grid.elapsed()})
