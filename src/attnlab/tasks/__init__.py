@@ -2,6 +2,7 @@
 
 * ``pos`` — tagging with ambiguous words (:mod:`attnlab.tasks.pos`);
 * ``recall`` — multi-query associative recall (:mod:`attnlab.tasks.recall`);
+* ``lookup`` — a key-value log read part-way, 1K-4K tokens: attention must find the past writes (:mod:`attnlab.tasks.lookup`);
 * ``listops`` — nested list operations, classification (:mod:`attnlab.tasks.listops`);
 * ``translate`` — sequence to sequence with reordering (:mod:`attnlab.tasks.translate`);
 * ``karate``, ``sbm``, ``molecules`` — graphs: node and molecule labels (:mod:`attnlab.tasks.graphs`);
@@ -14,7 +15,7 @@
 * ``jsonl`` — the user's own file, any of the three kinds (:mod:`attnlab.tasks.jsonl`).
 """
 
-from . import docs, graphs, images, jsonl, listops, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
+from . import docs, graphs, images, jsonl, listops, lookup, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
 from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, baseline_model, create, names, register, train_defaults
 
 __all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS", "FIRST", "IGNORE",
