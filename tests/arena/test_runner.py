@@ -22,14 +22,17 @@ TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20,
 def test_plans_are_deterministic_and_checked():
     a, b = plan("quick"), plan("quick")
     quick = PRESETS["quick"]
-    assert [s.run_id for s in a] == [s.run_id for s in b] and len(a) == sum(len(t.variants or quick.variants) for t in quick.tasks.values())
-    text = [s for s in a if s.task == "text"]  # the long task: dense_naive and the baseline beside dense, time-budgeted
-    assert {"dense", "dense_naive", "none"} <= {s.variant for s in text} and all(s.config.seconds == 20.0 for s in text)
+    assert [s.run_id for s in a] == [s.run_id for s in b]
+    assert len(a) == sum(len(t.variants or quick.variants) * len(t.seeds or (0,)) for t in quick.tasks.values())
+    text = [s for s in a if s.task == "text"]  # the real-text task: the baseline beside dense, time-budgeted
+    assert {"dense", "none"} <= {s.variant for s in text} and all(s.config.seconds == 15.0 for s in text)
+    lookup = [s for s in a if s.task == "lookup"]  # the long task attention must solve: two seeds, causal, 20 s
+    assert {s.seed for s in lookup} == {0, 1} and all(s.config.seconds == 20.0 and (s.config.causal or s.variant == "none") for s in lookup)
     assert len({s.run_id for s in a}) == len(a)
-    two = plan("quick", tasks=["recall"], variants=["dense"], seeds=[0, 1])
+    two = plan("quick", tasks=["lookup"], variants=["dense"], seeds=[0, 1])
     assert [s.seed for s in two] == [0, 1] and two[0].run_id != two[1].run_id and two[0].run_id == next(
-        s.run_id for s in a if s.task == "recall" and s.variant == "dense")
-    local = next(s for s in a if s.variant == "local" and s.task == "recall")
+        s.run_id for s in a if s.task == "lookup" and s.variant == "dense" and s.seed == 0)
+    local = next(s for s in a if s.variant == "local" and s.task == "lookup")
     assert local.config.attention_options == {"window": 4} and local.config.causal  # typed field since issue 14
     with pytest.raises(ValueError, match="unknown variant 'fast'"):
         plan("quick", variants=["fast"])

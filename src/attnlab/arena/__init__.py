@@ -8,7 +8,7 @@
 """
 
 from .live import LiveGrid
-from .presets import DEFAULT_VARIANTS, LONG_VARIANTS, NO_ATTENTION, PRESETS, QUICK_VARIANTS, VARIANT_OPTIONS, Preset, TaskSetting
+from .presets import DEFAULT_VARIANTS, LOOKUP_VARIANTS, NO_ATTENTION, PRESETS, TEXT_VARIANTS, VARIANT_OPTIONS, Preset, TaskSetting
 from .report import budget_of, build_report, leaderboard, plot_curves, plot_lra, plot_maps
 from .runner import RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
 from .store import COLUMNS, Store
@@ -16,8 +16,8 @@ from .store import COLUMNS, Store
 __all__ = [
     "COLUMNS",
     "DEFAULT_VARIANTS",
-    "LONG_VARIANTS",
-    "QUICK_VARIANTS",
+    "LOOKUP_VARIANTS",
+    "TEXT_VARIANTS",
     "LiveGrid",
     "NO_ATTENTION",
     "PRESETS",

@@ -67,7 +67,8 @@ class LiveGrid:
                 step = f"step {info['step']}{of}, {min(elapsed, seconds):.0f} s of {seconds:g} s,"
             val = self._validation.get(run)
             shown = "" if val is None else f", validation {val:.3f}"
-            self.current = f"{spec.task} / {spec.variant} / seed {spec.seed}: {step} loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s"
+            point = "".join(f" / {k}={v}" for k, v in (getattr(spec, "sweep", None) or {}).items())
+            self.current = f"{spec.task} / {spec.variant} / seed {spec.seed}{point}: {step} loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s"
         elif kind == "end":
             row = info["row"]
             self.state[run] = row["status"]
@@ -77,16 +78,18 @@ class LiveGrid:
 
     def cell(self, task: str, variant: str) -> str:
         """The grid's cell for ``task`` and ``variant`` (over their seeds), with rich markup."""
-        ids = [s.run_id for s in self.specs if s.task == task and s.variant == variant]
+        specs = [s for s in self.specs if s.task == task and s.variant == variant]
+        ids = [s.run_id for s in specs]
         if not ids:  # this variant does not run on this task
             return ""
+        swept = any(getattr(s, "sweep", None) for s in specs)  # a sweep's points differ: the best so far, not their mean
         states = [self.state[i] for i in ids]
         stored = all(x in ("done", "stored") for x in states)
         if "running" in states:
             return "[yellow]running[/]"
         if stored and any(i in self.values for i in ids):
             vals = [self.values[i] for i in ids if i in self.values]
-            return f"{sum(vals) / len(vals):.3f}"
+            return f"best {max(vals):.3f}" if swept else f"{sum(vals) / len(vals):.3f}"
         if stored:
             return "stored"
         if "failed" in states:

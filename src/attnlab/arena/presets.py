@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from .. import efficient
 
-__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LONG_VARIANTS", "NO_ATTENTION", "PRESETS", "QUICK_VARIANTS", "VARIANT_OPTIONS", "Preset",
+__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LOOKUP_VARIANTS", "TEXT_VARIANTS", "NO_ATTENTION", "PRESETS", "VARIANT_OPTIONS", "Preset",
            "TaskSetting"]
 
 VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
@@ -21,30 +21,24 @@ NO_ATTENTION = "none"
 
 DEFAULT_VARIANTS = ("dense", "local", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird", NO_ATTENTION)
 
-LONG_VARIANTS = ("dense", "dense_naive", "local", "linformer", "performer", "linear", "nystrom", "bigbird", NO_ATTENTION)
-"""The default run's variants on its long task: ``dense_naive`` (the N x N weights held, as in
-2020) beside ``dense`` (PyTorch's fused kernel) shows what fused kernels changed in the memory
-column; reformer, the slowest variant per step at 1K, is left to the ``lra`` preset."""
-
-
 GATED_VARIANTS = ("retnet", "gla", "deltanet", "gated_deltanet", "mamba2")
 """The gated linear-attention family (:class:`attnlab.efficient.GatedRecurrence`): in the
-``standard`` and ``lra`` presets, causal on the causal tasks (recall) and scanning both ways on
-the others; left out of the default run, whose ten minutes they would stretch by about half."""
-
-QUICK_VARIANTS = tuple(v for v in DEFAULT_VARIANTS if v != "reformer")
-"""The default run's variants on its short tasks: reformer, the slowest per step there (about 95 s
-of the default run's ten minutes on recall and digits), is left to the ``standard`` and ``lra`` presets."""
+``standard`` and ``lra`` presets, causal on the causal tasks (recall, lookup) and scanning both
+ways on the others; the default run has one of them (retnet, on lookup)."""
 
 
 @dataclass(frozen=True)
 class TaskSetting:
     """One task of a preset: its options, the training overrides (steps, or ``seconds`` for a
-    time budget, ...) and, optionally, its own variants (default: the preset's)."""
+    time budget, ...) and, optionally, its own variants (default: the preset's), its own seeds
+    (default: seed 0) and a sweep of training settings (``{"lr": [...]}``:
+    :mod:`attnlab.arena.sweep`; default none)."""
 
     task_options: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     variants: tuple | None = None
+    seeds: tuple | None = None
+    sweep: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,41 +64,61 @@ _LRA_VARIANTS = ("dense", "dense_naive", "local", "longformer", "linformer", "pe
 # listops leaves out dense_naive: at 2000 tokens its N x N weights make each step ~13 s and its
 # evaluation minutes (measured), a quarter of the preset's hour for one cell
 
+LOOKUP_VARIANTS = ("dense", "local", "linear", "performer", "retnet", NO_ATTENTION)
+"""The variants of the long ``lookup`` task in the default run: the task is causal, so the
+variants without a causal form (linformer, nystrom, bigbird, ...) cannot run it."""
+
+TEXT_VARIANTS = ("dense", "local", "linear", NO_ATTENTION)
+"""The variants of the default run's ``text`` task (1K bytes, 15 s a run): where the no-attention
+baseline is measured beside dense at a budget too short for attention to pay off."""
+
+
+def _lr_sweep(task: str, factor: float = 3.0) -> dict:
+    """A small learning-rate sweep for a preset's long task: its own default (so that runs planned
+    before the sweep keep their ids) and ``factor`` times it."""
+    from .. import tasks as task_registry
+
+    lr = task_registry.train_defaults(task).get("lr", 1e-3)
+    return {"lr": [lr, float(f"{lr * factor:.3g}")]}
+
+
 PRESETS: dict[str, Preset] = {
     "quick": Preset(
         {
-            "text": TaskSetting({"length": 1024}, _timed(20, num_layers=1, eval_every=100, precision="auto"), LONG_VARIANTS),
-            "recall": TaskSetting(_SMALL_RECALL, {"steps": 1000, "eval_every": 250}),
-            "digits": TaskSetting({}, {"steps": 400, "eval_every": 100, "num_layers": 2}),
+            "lookup": TaskSetting({}, _timed(20, eval_every=50), LOOKUP_VARIANTS, seeds=(0, 1)),
+            "text": TaskSetting({"length": 1024}, _timed(15, num_layers=1, eval_every=100, precision="auto"), TEXT_VARIANTS),
         },
-        variants=QUICK_VARIANTS,
-        description="the default: a 1K-byte real-text task (time-budgeted, 20 s a run, bfloat16 where the CPU has it) and two short "
-                    "ones, about 8 minutes on a 2-core CPU",
+        variants=LOOKUP_VARIANTS,
+        description="the default: lookup, a 1K-token key-value log that attention must read (seeds 0 and 1, 20 s a run), and a 1K-byte "
+                    "real-text task with its no-attention baseline (15 s a run), about 7 minutes on a 2-core CPU",
     ),
     "standard": Preset(
         {
-            "recall": TaskSetting(_SMALL_RECALL, {"steps": 2000, "eval_every": 250}),
+            "recall": TaskSetting(_SMALL_RECALL, {"steps": 2000, "eval_every": 250}, sweep=_lr_sweep("recall")),
+            "lookup": TaskSetting({}, _timed(20, eval_every=50), ("dense", "local", "linear", "performer", *GATED_VARIANTS, NO_ATTENTION),
+                                  seeds=(0, 1), sweep=_lr_sweep("lookup", 1 / 3)),
             "listops": TaskSetting({}, {"steps": 3000}),
             "pos": TaskSetting({}, {}),
             "digits": TaskSetting({}, {}),
             "speech": TaskSetting({}, {}),
         },
         variants=(*(v for v in DEFAULT_VARIANTS if v != NO_ATTENTION), *GATED_VARIANTS, NO_ATTENTION),
-        description="the short tasks at their own default sizes and step counts, with the gated linear-attention family (an estimated "
-                    "two hours)",
+        description="the short tasks at their own default sizes and step counts, and lookup, with the gated linear-attention family; "
+                    "recall and lookup sweep the learning rate (an estimated two and a half hours)",
     ),
     "lra": Preset(
         {
             "listops": TaskSetting({"size": 2000, "min_length": 500, "max_length": 2000, "max_args": 10},
                                    _timed(45, batch_size=16, num_layers=2, eval_every=100),
-                                   tuple(v for v in _LRA_VARIANTS if v != "dense_naive")),
-            "text": TaskSetting({"length": 2048}, _timed(45, num_layers=2, eval_every=100)),
-            "retrieval": TaskSetting({"length": 1024}, _timed(45, num_layers=2, eval_every=100)),
-            "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, num_layers=2, eval_every=100)),
+                                   tuple(v for v in _LRA_VARIANTS if v != "dense_naive"), sweep=_lr_sweep("listops")),
+            "text": TaskSetting({"length": 2048}, _timed(45, num_layers=2, eval_every=100), sweep=_lr_sweep("text")),
+            "retrieval": TaskSetting({"length": 1024}, _timed(45, num_layers=2, eval_every=100), sweep=_lr_sweep("retrieval")),
+            "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, num_layers=2, eval_every=100),
+                                      sweep=_lr_sweep("pathfinder")),
         },
         variants=_LRA_VARIANTS,
-        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), an estimated 75 minutes on a "
-                    "2-core CPU",
+        description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), each at two learning rates "
+                    "(its own and three times it), an estimated two and a half hours on a 2-core CPU",
     ),
 }
 """The arena's presets by name (``attnlab arena --preset``)."""

@@ -20,7 +20,8 @@ from pathlib import Path
 from .presets import NO_ATTENTION
 from .store import Store
 
-__all__ = ["budget_of", "build_report", "caveats", "leaderboard", "peak_share", "plot_curves", "plot_lra", "plot_maps"]
+__all__ = ["budget_of", "build_report", "caveats", "label", "leaderboard", "peak_share", "plot_curves", "plot_lra", "plot_maps",
+           "setting_of", "sweep_text", "task_budget"]
 
 
 def budget_of(config: dict) -> str:
@@ -32,55 +33,127 @@ def budget_of(config: dict) -> str:
     return f"{config.get('epochs') or 10} epochs"
 
 
+def label(entry: dict) -> str:
+    """An entry's name on the leaderboard: its variant, and its setting when the variant has several."""
+    return entry["variant"] + (f" ({entry['setting']})" if entry.get("setting") else "")
+
+
+def sweep_text(entry: dict) -> str:
+    """``"lr=0.01 of 3 (test 0.31-0.93)"``: an entry's chosen sweep point, the number of points and
+    the range of their mean test scores (``""``: not swept)."""
+    sw = entry.get("sweep")
+    if not sw:
+        return ""
+    chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sw["chosen"].items())
+    return f"{chosen} of {len(sw['points'])} (test {sw['low']:.3f}-{sw['high']:.3f})"
+
+
+def task_budget(entries: list[dict]) -> str:
+    """The budget of a task's finished entries in words (of all, when none finished), or ``"budgets
+    differ"`` when they do (each entry's setting says how)."""
+    budgets = {e["budget"] for e in entries if e["value"] is not None} or {e["budget"] for e in entries}
+    return budgets.pop() if len(budgets) == 1 else "budgets differ"
+
+
+def setting_of(row: dict) -> str:
+    """A run's setting: its configuration less its seed and the fields its sweep varies (JSON;
+    sizes under their current names, :data:`attnlab.training.config.FORMER_NAMES`). Runs of one
+    setting differ only in their seed and sweep point; runs of two settings are never averaged."""
+    from ..training.config import FORMER_NAMES
+
+    swept = row.get("sweep") or {}
+    return json.dumps({FORMER_NAMES.get(k, k): v for k, v in row["config"].items() if k != "seed" and k not in swept}, sort_keys=True)
+
+
+def _differences(settings: list[str]) -> dict[str, str]:
+    """Each setting's fields that differ from the others' (``"seconds=4"``), for telling cells apart."""
+    if len(settings) < 2:
+        return {s: "" for s in settings}
+    parsed = {s: json.loads(s) for s in settings}
+    keys = sorted({k for c in parsed.values() for k in c if len({json.dumps(p.get(k), sort_keys=True) for p in parsed.values()}) > 1})
+    return {s: ", ".join(f"{k}={json.dumps(c.get(k))}" for k in keys) for s, c in parsed.items()}
+
+
 def leaderboard(rows: list[dict]) -> dict:
-    """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``; an entry has ``variant``,
-    ``value`` (mean over seeds), ``spread`` (the seeds' sample standard deviation; None with one
-    seed), ``speed`` and ``memory`` relative to dense (None without a dense run), ``flop_rate``
-    (FLOP/s) and ``peak_fraction`` (of the machine's peak in the run's ``precision``), ``params``,
-    ``seeds``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time budget), ``error``
-    (failed runs: the message), ``caveats`` (:func:`caveats`: why the score means less than it seems)."""
+    """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``.
+
+    A cell is one task, one variant and one **setting** (:func:`setting_of`): runs that differ in
+    anything but the seed (budget, precision, ...) are never averaged together; when a variant has
+    several settings on a task, each is an entry and its ``setting`` names what differs
+    (``"seconds=4"``; ``""`` when the variant has one). A cell run as a sweep
+    (:mod:`attnlab.arena.sweep`) reports its point with the best mean validation score.
+
+    An entry has ``variant``, ``setting``, ``value`` (mean test score over seeds, at the chosen
+    point), ``spread`` (the seeds' sample standard deviation; None with one seed), ``seeds``
+    (distinct seeds behind the value), ``sweep`` (None, or ``{"chosen": settings, "points":
+    [{"point", "val", "value", "seeds"}, ...], "low", "high"}``: every point's mean validation and
+    test scores, and the lowest and highest test means: the sensitivity to the swept setting),
+    ``speed`` and ``memory`` relative to dense of the same setting (None without one),
+    ``flop_rate`` (FLOP/s) and ``peak_fraction`` (of the machine's peak in the run's
+    ``precision``), ``params``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time
+    budget), ``error`` (failed runs: the message), ``caveats`` (:func:`caveats`), ``run_ids``
+    (the runs behind the value)."""
+    from .sweep import choose
+
     tasks: dict[str, list[dict]] = {}
-    by_cell: dict[tuple[str, str], list[dict]] = {}
+    cells: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for r in rows:
-        by_cell.setdefault((r["task"], r["variant"]), []).append(r)
-    for (task, variant), rs in by_cell.items():
-        ok = [r for r in rs if r["status"] == "done"]
-        entry = {"variant": variant, "seeds": len(ok), "metric": rs[0]["metric"] or (ok[0]["metric"] if ok else None),
-                 "budget": budget_of(rs[0]["config"]), "timed": rs[0]["config"].get("seconds") is not None,
-                 "caveats": caveats(ok, rows)}
-        if ok:
-            values = [r["value"] for r in ok]
-            entry.update(
-                value=statistics.fmean(values), spread=_spread(values),
-                steps_per_second=sum(r["steps_per_second"] or 0 for r in ok) / len(ok),
-                peak_bytes=max(r["peak_bytes"] or 0 for r in ok) or None,
-                params=ok[0]["params"], error=None, precision=ok[0].get("precision"),
-                flop_rate=_mean_of(ok, "flop_rate"), peak_fraction=_mean_of(ok, "peak_fraction"),
-            )
-        else:
-            entry.update(value=None, spread=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"], precision=None,
-                         flop_rate=None, peak_fraction=None)
-        tasks.setdefault(task, []).append(entry)
+        cells.setdefault((r["task"], r["variant"]), {}).setdefault(setting_of(r), []).append(r)
+    for (task, variant), by_setting in cells.items():
+        labels = _differences(list(by_setting))
+        for setting, rs in by_setting.items():
+            tasks.setdefault(task, []).append(_entry(variant, labels[setting], rs, rows, choose))
     for entries in tasks.values():
-        dense = next((e for e in entries if e["variant"] == "dense" and e["value"] is not None), None)
         for e in entries:
+            same = [d for d in entries if d["variant"] == "dense" and d["value"] is not None]
+            dense = next((d for d in same if d["setting"] == e["setting"]), same[0] if same else None)
             e["speed"] = e["steps_per_second"] / dense["steps_per_second"] if dense and e["steps_per_second"] else None
             e["memory"] = e["peak_bytes"] / dense["peak_bytes"] if dense and e["peak_bytes"] and dense["peak_bytes"] else None
         entries.sort(key=lambda e: (e["value"] is None, -(e["value"] or 0)))
     average = []
-    variants = dict.fromkeys(e["variant"] for es in tasks.values() for e in es)
-    for v in variants:
-        cells = [e for es in tasks.values() for e in es if e["variant"] == v and e["value"] is not None and e["speed"] is not None]
-        if not cells:
+    labels = dict.fromkeys((e["variant"], e["setting"]) for es in tasks.values() for e in es)
+    for v, setting in labels:
+        cells_ = [e for es in tasks.values() for e in es
+                  if (e["variant"], e["setting"]) == (v, setting) and e["value"] is not None and e["speed"] is not None]
+        if not cells_:
             continue
         average.append({
-            "variant": v, "value": sum(c["value"] for c in cells) / len(cells), "tasks": len(cells),
-            "speed": math.exp(sum(math.log(c["speed"]) for c in cells) / len(cells)),
-            "memory": math.exp(sum(math.log(c["memory"]) for c in cells if c["memory"]) / max(1, sum(1 for c in cells if c["memory"])))
-            if any(c["memory"] for c in cells) else None,
+            "variant": v, "setting": setting, "value": sum(c["value"] for c in cells_) / len(cells_), "tasks": len(cells_),
+            "speed": math.exp(sum(math.log(c["speed"]) for c in cells_) / len(cells_)),
+            "memory": math.exp(sum(math.log(c["memory"]) for c in cells_ if c["memory"]) / max(1, sum(1 for c in cells_ if c["memory"])))
+            if any(c["memory"] for c in cells_) else None,
         })
     average.sort(key=lambda e: -e["value"])
     return {"tasks": tasks, "average": average}
+
+
+def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict], choose) -> dict:
+    """One leaderboard entry from the runs ``rs`` of one cell (see :func:`leaderboard`)."""
+    done = [r for r in rs if r["status"] == "done"]
+    swept = any(r.get("sweep") for r in rs)
+    sweep = None
+    ok = done
+    if swept and done:
+        chosen, ok, points = choose(done)
+        means = [p["value"] for p in points]
+        sweep = {"chosen": json.loads(chosen), "points": points, "low": min(means), "high": max(means)}
+    first = (ok or rs)[0]
+    entry = {"variant": variant, "setting": setting, "seeds": len({r["seed"] for r in ok}), "sweep": sweep,
+             "metric": first["metric"] or (ok[0]["metric"] if ok else None), "budget": budget_of(first["config"]),
+             "timed": first["config"].get("seconds") is not None, "caveats": caveats(ok, rows), "run_ids": [r.get("run_id") for r in ok]}
+    if ok:
+        values = [r["value"] for r in ok]
+        entry.update(
+            value=statistics.fmean(values), spread=_spread(values),
+            steps_per_second=sum(r["steps_per_second"] or 0 for r in ok) / len(ok),
+            peak_bytes=max(r["peak_bytes"] or 0 for r in ok) or None,
+            params=ok[0]["params"], error=None, precision=ok[0].get("precision"),
+            flop_rate=_mean_of(ok, "flop_rate"), peak_fraction=_mean_of(ok, "peak_fraction"),
+        )
+    else:
+        entry.update(value=None, spread=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"], precision=None,
+                     flop_rate=None, peak_fraction=None)
+    return entry
 
 
 def _spread(values: list[float]) -> float | None:
@@ -156,7 +229,7 @@ def _bubbles(ax, entries: list[dict], title: str) -> None:
         ax.scatter(e["speed"], e["value"], s=size, alpha=0.45, color=_color(e["variant"]))
         if e.get("spread") and math.isfinite(e["spread"]):  # the seeds' spread: +- one standard deviation
             ax.errorbar(e["speed"], e["value"], yerr=e["spread"], color=_color(e["variant"]), capsize=3, lw=1)
-        ax.annotate(e["variant"], (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
+        ax.annotate(label(e), (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
     ax.set_xscale("log", base=2)
     ax.axvline(1.0, color="grey", lw=0.6, ls=":")
     ax.set_xlabel("training speed relative to dense")
@@ -284,7 +357,8 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
         raise ValueError(f"{out / 'results.sqlite'} holds no finished run yet")
     board = leaderboard(rows)
     lra = plot_lra(board, out / "lra.png")
-    curves = plot_curves(rows, out / "curves.png")
+    behind = {i for es in board["tasks"].values() for e in es for i in e["run_ids"]}  # the runs each entry reports
+    curves = plot_curves([r for r in rows if r["run_id"] in behind], out / "curves.png")
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnlab arena</title><style>",
         "body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}table{border-collapse:collapse;margin:1em 0}",
@@ -298,7 +372,7 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
         ("<p>GFLOP/s: floating-point operations of the training steps per second (counted once per run by PyTorch's "
          "FlopCounterMode); of peak: that over this machine's matrix-product peak in the run's precision (fp32 or bf16). "
          "+- sd: the standard deviation of the score over seeds (one seed: -).</p>"),
-        ("<p>Budgets per task: " + "; ".join(f"{html.escape(t)}: {html.escape(es[0]['budget'])}" for t, es in board["tasks"].items())
+        ("<p>Budgets per task: " + "; ".join(f"{html.escape(t)}: {html.escape(task_budget(es))}" for t, es in board["tasks"].items())
          + ". A budget in seconds is time-budgeted (every variant trains for the same seconds: the fair comparison on "
          "a CPU, not bitwise reproducible); a budget in steps is step-budgeted (reproducible).</p>"),
         *(["<h2>Score against training time</h2><p>Validation score at each validation, against the seconds spent "
@@ -309,34 +383,38 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
          "<table><tr><th>variant</th><th>mean score</th><th>tasks</th><th>speed</th><th>memory</th></tr>"),
     ]
     for e in board["average"]:
-        parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}</td><td>{e['tasks']}</td>"
+        parts.append(f"<tr><td>{html.escape(label(e))}</td><td>{e['value']:.3f}</td><td>{e['tasks']}</td>"
                      f"<td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(e['memory'], '.2f')}x</td></tr>")
     parts.append("</table>")
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
-        parts.append(f"<h2>{html.escape(task)} ({html.escape(entries[0]['budget'])} per run)</h2><table><tr><th>variant</th>"
-                     f"<th>{html.escape(metric)}</th><th>+- sd</th><th>seeds</th><th>steps/s</th><th>GFLOP/s</th><th>of peak</th>"
-                     "<th>speed</th><th>peak MiB</th><th>memory</th><th>parameters</th></tr>")
+        swept = any(e.get("sweep") for e in entries)
+        parts.append(f"<h2>{html.escape(task)} ({html.escape(task_budget(entries))} per run)</h2><table><tr><th>variant</th>"
+                     f"<th>{html.escape(metric)}</th><th>+- sd</th><th>seeds</th>"
+                     + ("<th>chosen on validation (of the sweep; its test range)</th>" if swept else "")
+                     + "<th>steps/s</th><th>GFLOP/s</th><th>of peak</th><th>speed</th><th>peak MiB</th><th>memory</th>"
+                     "<th>parameters</th></tr>")
         for e in entries:
             if e["value"] is None:
-                parts.append(f"<tr class='failed'><td>{html.escape(e['variant'])}</td><td colspan='10'>failed: "
+                parts.append(f"<tr class='failed'><td>{html.escape(label(e))}</td><td colspan='{10 + swept}'>failed: "
                              f"{html.escape(str(e['error']))}</td></tr>")
                 continue
             mib = e["peak_bytes"] / 2**20 if e["peak_bytes"] else None
             mark = (f" <span class='caveat' title='{html.escape(' / '.join(e['caveats']), quote=True)}'>&#9888;</span>"
                     if e["caveats"] else "")
-            parts.append(f"<tr><td>{html.escape(e['variant'])}</td><td>{e['value']:.3f}{mark}</td><td>{_fmt(e['spread'])}</td><td>{e['seeds']}</td>"
-                         f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(_giga(e['flop_rate']), '.1f')}</td>"
+            parts.append(f"<tr><td>{html.escape(label(e))}</td><td>{e['value']:.3f}{mark}</td><td>{_fmt(e['spread'])}</td><td>{e['seeds']}</td>"
+                         + (f"<td>{html.escape(sweep_text(e))}</td>" if swept else "")
+                         + f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(_giga(e['flop_rate']), '.1f')}</td>"
                          f"<td>{peak_share(e['peak_fraction'], e['precision'])}</td><td>{_fmt(e['speed'], '.2f')}x</td>"
                          f"<td>{_fmt(mib, '.1f')}</td><td>{_fmt(e['memory'], '.2f')}x</td><td>{e['params']:,}</td></tr>")
         parts.append("</table>")
-        notes = [f"<li>{html.escape(e['variant'])}: {html.escape(c)}</li>" for e in entries for c in e.get("caveats", [])]
+        notes = [f"<li>{html.escape(label(e))}: {html.escape(c)}</li>" for e in entries for c in e.get("caveats", [])]
         if notes:
             parts.append("<p class='caveat'>&#9888; marks a score that means less than it seems:</p><ul>" + "".join(notes) + "</ul>")
         maps = {}
         for r in rows:
             f = out / "runs" / r["run_id"] / "attention.safetensors"
-            if r["task"] == task and r["status"] == "done" and r["seed"] == min(x["seed"] for x in rows) and f.exists():
+            if r["task"] == task and r["run_id"] in behind and r["seed"] == min(x["seed"] for x in rows) and f.exists():
                 t = load_file(str(f))
                 maps[r["variant"]] = [t[k] for k in sorted(t)]
         if maps:

@@ -31,19 +31,22 @@ from ..training import TrainConfig, load_checkpoint, train
 from ..training.config import FORMER_NAMES
 from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
+from .sweep import points as sweep_points
 
 __all__ = ["NO_ATTENTION", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of the grid: ``task`` x ``variant`` x ``seed`` and its full config."""
+    """One run of the grid: ``task`` x ``variant`` x ``seed`` (x a sweep point) and its full config."""
 
     run_id: str
     task: str
     variant: str
     seed: int
     config: TrainConfig
+    sweep: dict = dataclasses.field(default_factory=dict, hash=False)
+    """The settings of the sweep point this run is (``{}``: not part of a sweep; :mod:`attnlab.arena.sweep`)."""
 
 
 _LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5}
@@ -70,14 +73,18 @@ def plan(
     *,
     tasks: Iterable[str] | None = None,
     variants: Iterable[str] | None = None,
-    seeds: Iterable[int] = (0,),
+    seeds: Iterable[int] | None = None,
     data: str | None = None,
     seconds: float | None = None,
     precision: str | None = None,
+    sweep: dict[str, list] | None = None,
 ) -> list[RunSpec]:
     """The runs of a preset (restricted to ``tasks`` / ``variants`` when given; otherwise each
-    task's own variants, or the preset's), one per seed;
-    ``data`` adds the user's jsonl file as task ``jsonl``. The variant :data:`NO_ATTENTION`
+    task's own variants, or the preset's), one per seed (``seeds``; default: each task's own,
+    :attr:`TaskSetting.seeds`, else seed 0) and per point of the sweep (``sweep``, as
+    :func:`attnlab.arena.sweep.parse_sweep` gives it, replaces every task's own
+    :attr:`TaskSetting.sweep`; ``{}``: no sweep anywhere);
+    ``data`` adds the user's jsonl file as task ``jsonl`` (also when ``tasks`` names others). The variant :data:`NO_ATTENTION`
     (``"none"``) is each task's no-attention baseline. ``seconds`` makes every run
     time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
     training seconds, the step count no longer limits it, no early stopping). ``precision``
@@ -92,6 +99,8 @@ def plan(
     if data:
         settings["jsonl"] = TaskSetting({"path": str(data)}, {})
     names = list(settings) if tasks is None else list(tasks)
+    if data and "jsonl" not in names:  # the user's file is never dropped for naming other tasks
+        names.append("jsonl")
     for t in names:
         if t not in settings:
             known = sorted(set(task_registry.names()) - {"jsonl", "graph_files", "wav_folder", *LOWER_IS_BETTER})
@@ -108,9 +117,10 @@ def plan(
     for v in dict.fromkeys(v for t in names for v in chosen(settings[t])):
         if v not in efficient.names() and v != NO_ATTENTION:
             raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
+    task_seeds = {t: list(seeds) if seeds is not None else list(settings[t].seeds or (0,)) for t in names}
     specs = []
-    for seed in seeds:
-        for t in names:
+    for seed in dict.fromkeys(x for t in names for x in task_seeds[t]):  # seed by seed: every task's seed 0 first
+        for t in (t for t in names if seed in task_seeds[t]):
             s = settings[t]
             train = dict(s.train)
             if seconds is not None:  # the budget replaces the preset's: steps and patience follow the time-budget rule
@@ -119,17 +129,19 @@ def plan(
             if precision is not None:
                 train["precision"] = precision
             for v in chosen(s):
+                if v == NO_ATTENTION and task_registry.baseline_model(t) is None:
+                    continue  # no backbone without attention reads this task
                 opts = VARIANT_OPTIONS.get(v, {})
-                cfg = TrainConfig.for_task(
-                    t, attention="dense" if v == NO_ATTENTION else v, seed=seed, task_options=dict(s.task_options),
-                    **({"attention_options": dict(opts)} if opts else {}), **train,
-                )
-                if v == NO_ATTENTION:
-                    if task_registry.baseline_model(t) is None:
-                        continue  # no backbone without attention reads this task
-                    cfg = cfg.baseline()
-                specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg))
-    return specs
+                for point in sweep_points(s.sweep if sweep is None else sweep):
+                    cfg = TrainConfig.for_task(
+                        t, attention="dense" if v == NO_ATTENTION else v, seed=seed, task_options=dict(s.task_options),
+                        **({"attention_options": dict(opts)} if opts else {}), **{**train, **point},
+                    )
+                    if v == NO_ATTENTION:
+                        cfg = cfg.baseline()
+                    specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg, dict(point)))
+    seen: set[str] = set()  # two points that make one config (a setting the variant ignores) are one run
+    return [x for x in specs if not (x.run_id in seen or seen.add(x.run_id))]
 
 
 def training_step_peak(model: torch.nn.Module, task, batch_size: int, precision: str = "fp32") -> int | None:
@@ -218,7 +230,8 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
     """Train (or resume) one run in ``out/runs/<id>`` and return its store row (status ``done``
     or ``failed``; an error is caught and stored with its message, never raised)."""
     folder = out / "runs" / spec.run_id
-    row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config)}
+    row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config),
+           "sweep": spec.sweep}
     try:
         task = (tasks or _TaskCache()).get(spec.config.task, spec.config.task_options)
         if spec.variant == NO_ATTENTION and task.kind == "seq2seq":

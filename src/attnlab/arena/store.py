@@ -19,16 +19,18 @@ __all__ = ["COLUMNS", "Store"]
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
     "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size", "precision", "flop_rate",
-    "peak_fraction",
+    "peak_fraction", "sweep",
 )
 """The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
 ``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
 the training time so far; ``test_size``: the examples, or nodes, the test score was measured on;
 ``precision``: ``fp32`` or ``bf16``; ``flop_rate``: FLOP/s of its training steps, ``peak_fraction``
 that over the machine's peak in its precision (:class:`attnlab.training.TrainResult`);
-stores written before a column have it added, empty)."""
+``sweep``: the settings of the sweep point the run is, as JSON (``{}``: not swept;
+:mod:`attnlab.arena.sweep`); stores written before a column have it added, empty)."""
 
-_ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"), ("peak_fraction", "REAL"))
+_ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"), ("peak_fraction", "REAL"),
+          ("sweep", "TEXT"))
 """Columns added after the first stores were written: a store without them gains them (empty)."""
 
 _SCHEMA = """
@@ -52,7 +54,8 @@ CREATE TABLE IF NOT EXISTS runs (
     test_size INTEGER,
     precision TEXT,
     flop_rate REAL,
-    peak_fraction REAL
+    peak_fraction REAL,
+    sweep TEXT
 )
 """
 
@@ -94,7 +97,8 @@ class Store:
         """Insert one finished run in one transaction; False (nothing written) if its id is
         already stored. ``row`` has :data:`COLUMNS` (``config`` a dict, ``finished_at`` optional)."""
         row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time(),
-               "history": json.dumps(row["history"]) if row.get("history") is not None else None}
+               "history": json.dumps(row["history"]) if row.get("history") is not None else None,
+               "sweep": json.dumps(row.get("sweep") or {}, sort_keys=True)}
         optional = ("error", "metric", "value", "train_seconds", "steps", "steps_per_second", "peak_bytes", "params",
                     *(c for c, _ in _ADDED))
         missing = [c for c in COLUMNS if c not in row and c not in optional]
@@ -126,6 +130,7 @@ class Store:
                 r.setdefault(column, None)
             r["config"] = json.loads(r["config"])
             r["history"] = json.loads(r["history"]) if r.get("history") else []
+            r["sweep"] = json.loads(r["sweep"]) if r.get("sweep") else {}
         return out
 
     def remove_failed(self) -> int:

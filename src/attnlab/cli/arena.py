@@ -20,14 +20,20 @@ def arena(
     preset: str = typer.Option("quick", help="quick (the default, about 9 minutes on 2 cores: a 1K-byte text task and two short ones), "
          "standard (the short tasks, an estimated two hours, with the gated linear-attention family) or lra (the long tasks at 1K-2K, "
          "an estimated 75 minutes)."),
-    seeds: str = typer.Option("0", help="Comma-separated seeds."),
+    seeds: str | None = typer.Option(None, help="Comma-separated seeds (default: each task's own, seed 0 unless the preset "
+                                     "names more)."),
     budget_seconds: float | None = typer.Option(
         None, "--budget-seconds", min=1.0,
         help="Time-budgeted mode: every run trains for these seconds (learning rate annealed over them, no step limit, "
              "no early stop). Default: the preset's budgets (steps, or seconds for its long tasks)."),
     precision: str | None = precision_option(None),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
-    data: str | None = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl')."),
+    data: str | None = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl', added to --tasks)."),
+    sweep: list[str] = typer.Option(
+        [], "--sweep", metavar="FIELD=V1,V2,...",
+        help="Run each (task, variant, seed) at every value of a training setting (any TrainConfig field: lr, batch_size, "
+             "warmup, ...; repeat for a product), pick each cell's value on the validation split and report the test score "
+             "there, with the sweep's range. Replaces the preset's own sweeps; --sweep none runs without any."),
     workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process (with --executor ray and no --address, "
                                 "N > 1 caps the Ray instance started here at N CPUs; otherwise it takes every core)."),
     executor: str = typer.Option(
@@ -45,6 +51,7 @@ def arena(
 
     from ..arena import Store, build_report, plan, run_grid
     from ..arena.live import LiveGrid
+    from ..arena.sweep import parse_sweep
 
     if data and not Path(data).is_file():
         fail(f"--data {data}: no such file (a jsonl file, see 'attnlab train jsonl')")
@@ -57,8 +64,10 @@ def arena(
 
         require_ray()  # a missing extra is one line before the board, not after it
     try:
+        grid_sweep = None if not sweep else {} if sweep == ["none"] else parse_sweep(sweep)
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
-                     seeds=int_list("--seeds", seeds, minimum=0), data=data, seconds=budget_seconds, precision=precision)
+                     seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data, seconds=budget_seconds,
+                     precision=precision, sweep=grid_sweep)
     except (ValueError, KeyError) as e:
         fail(str(e))
     Store(Path(out_dir) / "results.sqlite")  # a damaged store or an unwritable folder fails here, before the board is drawn
@@ -71,7 +80,8 @@ def arena(
             if kind == "end" and not err.is_terminal:  # a log file: one plain line per finished run
                 row = info["row"]
                 result = f"{row['metric']} {row['value']:.3f} after {row['steps']} steps" if row["status"] == "done" else "failed"
-                err.print(f"{spec.task} / {spec.variant} / seed {spec.seed}: {result}", highlight=False, markup=False)
+                point = "".join(f" / {k}={v}" for k, v in spec.sweep.items())
+                err.print(f"{spec.task} / {spec.variant} / seed {spec.seed}{point}: {result}", highlight=False, markup=False)
 
         run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event, executor=executor, address=address)
     page, board = build_report(out_dir)
@@ -100,30 +110,34 @@ def report(
 def _print_leaderboard(board: dict) -> None:
     """The arena's leaderboard: per task, then the average; ``!`` marks a score with a caveat,
     explained under its table, as is a failed run (its whole reason)."""
-    from ..arena.report import peak_share
+    from ..arena.report import label, peak_share, sweep_text, task_budget
 
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
-        first = entries[0] if entries else {}
-        mode = f", {first['budget']} per run, {'time' if first['timed'] else 'step'}-budgeted" if first else ""
-        t = table(f"{task} ({metric}{mode})", ["variant", metric, "speed vs dense", "memory vs dense", "steps/s", "of peak", "params"])
+        budget = task_budget(entries)
+        timed = {e["timed"] for e in entries}
+        mode = f", {budget} per run" + (f", {'time' if timed.pop() else 'step'}-budgeted" if len(timed) == 1 else "") if entries else ""
+        swept = any(e.get("sweep") for e in entries)
+        t = table(f"{task} ({metric}{mode})", ["variant", metric, *(["chosen on val (test range)"] if swept else []), "speed vs dense",
+                                                "memory vs dense", "steps/s", "of peak", "params"])
         for e in entries:
             if e["value"] is None:
-                t.add_row(e["variant"], "[red]failed[/]", "", "", "", "", "")
+                t.add_row(label(e), "[red]failed[/]", *([""] if swept else []), "", "", "", "", "")
                 continue
             mark = " [yellow]![/]" if e.get("caveats") else ""
             spread = f" ± {e['spread']:.3f}" if e.get("spread") is not None else ""
-            t.add_row(e["variant"], f"{e['value']:.3f}{spread}{mark}", fmt_x(e["speed"]), fmt_x(e["memory"]),
-                      f"{e['steps_per_second']:.1f}", peak_share(e["peak_fraction"], e["precision"]), f"{e['params']:,}")
+            t.add_row(label(e), f"{e['value']:.3f}{spread}{mark}", *([sweep_text(e)] if swept else []), fmt_x(e["speed"]),
+                      fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}", peak_share(e["peak_fraction"], e["precision"]),
+                      f"{e['params']:,}")
         out.print(t)
         for e in entries:
             for c in e.get("caveats", []):
-                out.print(f"  [yellow]![/] {escape(e['variant'])}: {escape(c)}", highlight=False)
+                out.print(f"  [yellow]![/] {escape(label(e))}: {escape(c)}", highlight=False)
         for e in entries:  # the whole reason, wrapped at the console's width (a table cell would cut it)
             if e["value"] is None:
-                out.print(f"  [red]failed[/] {escape(e['variant'])}: {escape(e['error'] or 'no reason stored')}", highlight=False)
+                out.print(f"  [red]failed[/] {escape(label(e))}: {escape(e['error'] or 'no reason stored')}", highlight=False)
     if board["average"]:
         t = table("average over tasks", ["variant", "mean score", "tasks", "speed vs dense", "memory vs dense"])
         for e in board["average"]:
-            t.add_row(e["variant"], f"{e['value']:.3f}", str(e["tasks"]), fmt_x(e["speed"]), fmt_x(e["memory"]))
+            t.add_row(label(e), f"{e['value']:.3f}", str(e["tasks"]), fmt_x(e["speed"]), fmt_x(e["memory"]))
         out.print(t)
