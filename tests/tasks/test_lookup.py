@@ -77,7 +77,7 @@ def test_per_token_labels_are_independent_of_the_read_token():
 
 @pytest.mark.parametrize("options, message", [
     ({"length": 512}, "cannot hold the log"),
-    ({"keys": 20}, "cannot exceed num_keys"),
+    ({"keys": 40}, "cannot exceed num_keys"),
     ({"values": 1}, "at least 2"),
     ({"gap": -1}, "gap must be"),
     ({"repeats": 0}, "repeats"),
