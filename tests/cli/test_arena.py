@@ -106,6 +106,19 @@ def test_live_grid_shows_a_time_budget_not_its_step_cap():
     assert "text / local / seed 0: step 40/400, 5 s of 30 s, loss 2.0000, ETA 25 s" in _text(grid)
 
 
+def test_live_grid_shows_a_sweep_s_best_point_and_the_point_running():
+    """A swept cell's points differ on purpose: the board shows the best so far, not their mean."""
+    specs = [SimpleNamespace(run_id=f"r{i}", task="lookup", variant="dense", seed=0, config=SimpleNamespace(seconds=None),
+                             sweep={"lr": lr}) for i, lr in enumerate((0.01, 0.003))]
+    grid = LiveGrid(specs, clock=lambda: 0.0)
+    grid.on_event("end", specs[0], row={"status": "done", "value": 0.9})
+    grid.on_event("start", specs[1])
+    grid.on_event("step", specs[1], step=1, total=10, loss=1.0)
+    assert "lookup / dense / seed 0 / lr=0.003: step 1/10" in _text(grid)
+    grid.on_event("end", specs[1], row={"status": "done", "value": 0.5})
+    assert grid.cell("lookup", "dense") == "best 0.900"
+
+
 def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path):
     (tmp_path / "results.sqlite").write_text("not a database")
     for args in (["arena", "--out", str(tmp_path), "--tasks", "listops", "--variants", "dense"], ["report", str(tmp_path)]):

@@ -40,7 +40,9 @@ __all__ = ["make_lookup"]
                                     "num_layers": 1, "positional": "rope", "causal": True, "eval_every": 50})
 def make_lookup(size: int = 1024, seed: int = 0, length: int = 1024, keys: int = 16, values: int = 2, repeats: int = 16, queries: int = 64,
                 gap: int = 128, num_keys: int = 32, noise: int = 16) -> Task:
-    """The ``lookup`` task. Token ids: a write ``(k, v)`` is ``FIRST + k * values + v``, a read of
+    """A 1K-token key-value log read part-way: each read's label is the value written before it.
+
+    Token ids: a write ``(k, v)`` is ``FIRST + k * values + v``, a read of
     key ``k`` is ``FIRST + num_keys * values + k``, then the ``noise`` tokens; labels are values
     at the reads (:data:`IGNORE` elsewhere)."""
     for name, val in (("size", size), ("length", length), ("keys", keys), ("values", values), ("repeats", repeats),
