@@ -115,3 +115,10 @@ def test_parse_sweep_reads_numbers_and_makes_a_product():
     assert sweep == {"lr": [3e-4, 1e-3], "batch_size": [8, 16]} and len(points(sweep)) == 4
     res = CliRunner().invoke(app, ["arena", "--tasks", "pos", "--sweep", "lr=fast"])
     assert res.exit_code != 0 and "not a float" in res.output
+
+
+def test_a_run_stored_before_the_sweep_is_its_point():
+    """The task's own value, run first without a sweep (same run id), joins the swept cell."""
+    rows = [_row("own", "dense", 0.70, val=0.70, lr=1e-3), _row("x3", "dense", 0.80, sweep={"lr": 3e-3}, val=0.75, lr=3e-3)]
+    e, = leaderboard(rows)["tasks"]["pos"]
+    assert e["setting"] == "" and len(e["sweep"]["points"]) == 2 and e["sweep"]["chosen"] == {"lr": 3e-3} and e["value"] == 0.80

@@ -15,6 +15,7 @@ import html
 import json
 import math
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
 from .presets import NO_ATTENTION
@@ -55,14 +56,15 @@ def task_budget(entries: list[dict]) -> str:
     return budgets.pop() if len(budgets) == 1 else "budgets differ"
 
 
-def setting_of(row: dict) -> str:
-    """A run's setting: its configuration less its seed and the fields its sweep varies (JSON;
-    sizes under their current names, :data:`attnlab.training.config.FORMER_NAMES`). Runs of one
-    setting differ only in their seed and sweep point; runs of two settings are never averaged."""
+def setting_of(row: dict, swept: Iterable[str] = ()) -> str:
+    """A run's setting: its configuration less its seed and the swept fields (``swept``, default
+    its own sweep's; JSON, sizes under their current names,
+    :data:`attnlab.training.config.FORMER_NAMES`). Runs of one setting differ only in their seed and
+    sweep point; runs of two settings are never averaged."""
     from ..training.config import FORMER_NAMES
 
-    swept = row.get("sweep") or {}
-    return json.dumps({FORMER_NAMES.get(k, k): v for k, v in row["config"].items() if k != "seed" and k not in swept}, sort_keys=True)
+    skip = {"seed", *(swept or row.get("sweep") or {})}
+    return json.dumps({FORMER_NAMES.get(k, k): v for k, v in row["config"].items() if k not in skip}, sort_keys=True)
 
 
 def _differences(settings: list[str]) -> dict[str, str]:
@@ -96,9 +98,15 @@ def leaderboard(rows: list[dict]) -> dict:
     from .sweep import choose
 
     tasks: dict[str, list[dict]] = {}
+    swept: dict[tuple[str, str], set[str]] = {}  # per task and variant, every field a sweep of it varied
+    for r in rows:
+        swept.setdefault((r["task"], r["variant"]), set()).update(r.get("sweep") or {})
     cells: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for r in rows:
-        cells.setdefault((r["task"], r["variant"]), {}).setdefault(setting_of(r), []).append(r)
+        names = swept[(r["task"], r["variant"])]
+        if names:  # a run stored before the sweep, at one of its values, is that point of it
+            r = {**r, "sweep": {k: r["config"].get(k) for k in sorted(names)}}
+        cells.setdefault((r["task"], r["variant"]), {}).setdefault(setting_of(r, names), []).append(r)
     for (task, variant), by_setting in cells.items():
         labels = _differences(list(by_setting))
         for setting, rs in by_setting.items():
