@@ -1,8 +1,8 @@
 """The tuned leaderboard against the single-learning-rate one, side by side, from one arena store
 run with a sweep:
 
-    attnlab arena --preset standard --tasks recall,lookup --variants dense,linear,performer,retnet,local,none \\
-        --seeds 0 --out sweep
+    attnlab arena --preset standard --tasks recall,lookup --variants dense,linear,performer,retnet,none \\
+        --seeds 0 --budget-seconds 15 --out sweep
     python benchmarks/arena_sweep.py sweep > benchmarks/results/arena-sweep-2026-11-25-cpu2.txt
 
 The single-learning-rate board is the store's runs at each task's own learning rate (the runs

@@ -91,7 +91,7 @@ def test_the_cell_is_chosen_on_validation_and_reported_at_that_point():
     e, = leaderboard(rows)["tasks"]["pos"]
     assert e["value"] == pytest.approx(0.65) and e["seeds"] == 2 and e["spread"] == pytest.approx(0.0707, abs=1e-3)
     assert e["sweep"]["chosen"] == {"lr": 1e-3} and e["sweep"]["low"] == pytest.approx(0.65) and e["sweep"]["high"] == pytest.approx(0.89)
-    assert sweep_text(e) == "lr=0.001 of 2 (test 0.650-0.890)"
+    assert sweep_text(e) == "lr=0.001 of 2: 0.65-0.89"
     assert sorted(e["run_ids"]) == ["a", "b"]
 
 

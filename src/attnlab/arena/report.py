@@ -40,13 +40,13 @@ def label(entry: dict) -> str:
 
 
 def sweep_text(entry: dict) -> str:
-    """``"lr=0.01 of 3 (test 0.31-0.93)"``: an entry's chosen sweep point, the number of points and
-    the range of their mean test scores (``""``: not swept)."""
+    """``"lr=0.01 of 3: 0.31-0.93"``: an entry's chosen sweep point, the number of points and the
+    range of their mean test scores (``""``: not swept)."""
     sw = entry.get("sweep")
     if not sw:
         return ""
     chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sw["chosen"].items())
-    return f"{chosen} of {len(sw['points'])} (test {sw['low']:.3f}-{sw['high']:.3f})"
+    return f"{chosen} of {len(sw['points'])}: {sw['low']:.2f}-{sw['high']:.2f}"
 
 
 def task_budget(entries: list[dict]) -> str:

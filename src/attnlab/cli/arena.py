@@ -17,9 +17,10 @@ __all__ = ["arena", "report"]
 def arena(
     tasks: str | None = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
     variants: str | None = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
-    preset: str = typer.Option("quick", help="quick (the default, about 9 minutes on 2 cores: a 1K-byte text task and two short ones), "
-         "standard (the short tasks, an estimated two hours, with the gated linear-attention family) or lra (the long tasks at 1K-2K, "
-         "an estimated 75 minutes)."),
+    preset: str = typer.Option("quick", help="quick (the default, about 7 minutes on 2 cores: lookup, a 1K-token task attention must "
+         "solve, with two seeds, and a 1K-byte text task beside its no-attention baseline), standard (the short tasks and lookup, "
+         "with the gated linear-attention family, an estimated two and a half hours) or lra (the long tasks at 1K-2K, each at two "
+         "learning rates, an estimated two and a half hours)."),
     seeds: str | None = typer.Option(None, help="Comma-separated seeds (default: each task's own, seed 0 unless the preset "
                                      "names more)."),
     budget_seconds: float | None = typer.Option(
@@ -118,7 +119,7 @@ def _print_leaderboard(board: dict) -> None:
         timed = {e["timed"] for e in entries}
         mode = f", {budget} per run" + (f", {'time' if timed.pop() else 'step'}-budgeted" if len(timed) == 1 else "") if entries else ""
         swept = any(e.get("sweep") for e in entries)
-        t = table(f"{task} ({metric}{mode})", ["variant", metric, *(["chosen on val (test range)"] if swept else []), "speed vs dense",
+        t = table(f"{task} ({metric}{mode})", ["variant", metric, *(["chosen on val: test range"] if swept else []), "speed vs dense",
                                                 "memory vs dense", "steps/s", "of peak", "params"])
         for e in entries:
             if e["value"] is None:
