@@ -12,8 +12,8 @@ from attnlab.tasks.pos import TAGS
 
 
 def test_registry():
-    assert tasks.names() == ["digits", "docs", "graph_files", "jsonl", "karate", "listops", "lookup", "molecules", "pathfinder", "pos", "recall",
-                             "retrieval", "sbm", "speech", "text", "translate", "wav_folder"]
+    assert tasks.names() == ["digits", "docs", "graph_files", "jsonl", "karate", "listops", "lookup", "molecules", "pathfinder", "pos",
+                             "recall", "retrieval", "sbm", "speech", "text", "translate", "wav_folder"]
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         tasks.create("nope")
 
