@@ -237,6 +237,8 @@ def _bubbles(ax, entries: list[dict], title: str) -> None:
         ax.scatter(e["speed"], e["value"], s=size, alpha=0.45, color=_color(e["variant"]))
         if e.get("spread") and math.isfinite(e["spread"]):  # the seeds' spread: +- one standard deviation
             ax.errorbar(e["speed"], e["value"], yerr=e["spread"], color=_color(e["variant"]), capsize=3, lw=1)
+        if e.get("sweep"):  # the sweep's range: every value's mean test score, dotted
+            ax.vlines(e["speed"], e["sweep"]["low"], e["sweep"]["high"], colors=_color(e["variant"]), linestyles=":", lw=1.2)
         ax.annotate(label(e), (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
     ax.set_xscale("log", base=2)
     ax.axvline(1.0, color="grey", lw=0.6, ls=":")
@@ -265,7 +267,9 @@ def plot_lra(board: dict, path: str | Path) -> Path:
         _bubbles(ax, es, title)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense; bars: +-1 sd over seeds)")
+    swept = any(e.get("sweep") for es in board["tasks"].values() for e in es)
+    fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense; bars: +-1 sd over seeds"
+                 + ("; dotted: the range over a sweep's values" if swept else "") + ")")
     fig.subplots_adjust(hspace=0.35)
     return _save(fig, path)
 
