@@ -97,7 +97,7 @@ def test_a_group_made_without_a_backend_name_reports_one_per_device(monkeypatch)
     from attnlab.distributed import ring
 
     monkeypatch.setattr(ring.dist, "get_backend", lambda group=None: "cpu:gloo,cuda:nccl")
-    assert ring._backend(None, "cpu") == "gloo" and ring._backend(None, "cuda") == "nccl"
+    assert ring.backend_of(None, "cpu") == "gloo" and ring.backend_of(None, "cuda") == "nccl"
 
 
 def test_refusals_without_a_process_group():

@@ -24,7 +24,7 @@ import torch
 from ..validate import is_int
 from .maskfn import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, Mask, as_mask
 
-__all__ = ["BlockMap", "Chunk", "block_map", "DEFAULT_BLOCK", "resolve_block"]
+__all__ = ["BlockMap", "Chunk", "block_map", "DEFAULT_BLOCK", "evaluate_tiles", "resolve_block"]
 
 DEFAULT_BLOCK = 64
 """The default side of a tile (queries and keys) on every device."""
@@ -147,7 +147,7 @@ class BlockMap:
             part = (st == PARTIAL) & ~full_col[:, None, None, :]
             if bool(part.any()):
                 b_i, h_i, r_i, c_i = part.nonzero(as_tuple=True)
-                allowed = _evaluate(self.mask, b_i, h_i, (r0 + r_i) * bq, c_i * bk, bq, bk, self.n, self.m)  # (P, bq, bk)
+                allowed = evaluate_tiles(self.mask, b_i, h_i, (r0 + r_i) * bq, c_i * bk, bq, bk, self.n, self.m)  # (P, bq, bk)
                 cols = (c_i[:, None] * bk + torch.arange(bk, device=dev)).reshape(-1)
                 seen.index_put_((b_i.repeat_interleave(bk), cols), allowed.any(1).reshape(-1).int(), accumulate=True)
         self._memo["hidden"] = seen[:, : self.m] == 0
@@ -167,7 +167,7 @@ class BlockMap:
         return self._memo[budget, lead_budget]
 
 
-def _evaluate(mask: Mask, b_i, h_i, q0, k0, bq: int, bk: int, n: int, m: int) -> torch.Tensor:
+def evaluate_tiles(mask: Mask, b_i, h_i, q0, k0, bq: int, bk: int, n: int, m: int) -> torch.Tensor:
     """The mask on tiles given by their batch row, head and first query / key: ``(P, bq, bk)``;
     positions past ``n`` / ``m`` are False."""
     dev = q0.device

@@ -188,11 +188,11 @@ def prefix_lm(prefix, *, align: Align = "bottom_right") -> Mask:
     """Prefix-LM (T5, UniLM): every query sees the first ``prefix`` keys (bidirectional) and is
     causal after them. ``prefix``: an int, or one length per batch row."""
     if is_int(prefix):
-        return Or(_SharedPrefix(_check_size("prefix", prefix)), causal(align=align))
+        return Or(SharedPrefix(_check_size("prefix", prefix)), causal(align=align))
     return Or(KeyBefore(_lengths(prefix, "prefix"), name="prefix"), causal(align=align))
 
 
-class _SharedPrefix(KeyBefore):
+class SharedPrefix(KeyBefore):
     """``kv < prefix`` for every row."""
 
     def __init__(self, prefix: int):
@@ -389,5 +389,5 @@ def names() -> list[str]:
     return LIBRARY.names()
 
 
-__all__ += ["Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap", "block_map", "DEFAULT_BLOCK", "LIBRARY",
-            "names", "positions_of"]
+__all__ += ["SharedPrefix", "Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap", "block_map", "DEFAULT_BLOCK",
+            "LIBRARY", "names", "positions_of"]

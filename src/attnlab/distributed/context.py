@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-__all__ = ["P2P_BACKENDS", "RingContext", "RingTimings"]
+__all__ = ["P2P_BACKENDS", "RingContext", "RingTimings", "backend_of", "check_group", "gather_all"]
 
 P2P_BACKENDS = ("gloo", "nccl", "mpi", "xccl")
 """Backends with the point-to-point ``isend`` / ``irecv`` the ring needs."""
@@ -31,7 +31,7 @@ class RingTimings:
     steps: int = 0
 
 
-def _backend(group, device="cpu") -> str:
+def backend_of(group, device="cpu") -> str:
     """The backend that carries ``device``'s tensors in ``group`` (a group made without naming a
     backend reports one per device: ``"cpu:gloo,cuda:nccl"``)."""
     name = str(dist.get_backend(group))
@@ -41,11 +41,13 @@ def _backend(group, device="cpu") -> str:
     return name
 
 
-def _check_group(group, device="cpu") -> tuple[int, int, list[int]]:
+def check_group(group, device="cpu") -> tuple[int, int, list[int]]:
+    """``(rank, world, global ranks)`` of ``group`` (None: the default group); ``RuntimeError``
+    when torch.distributed is not initialised or ``device``'s backend lacks send / receive."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("ring attention needs torch.distributed initialised: start with torchrun, or call "
                            "torch.distributed.init_process_group first")
-    backend = _backend(group, device)
+    backend = backend_of(group, device)
     if backend not in P2P_BACKENDS:
         raise RuntimeError(f"ring attention needs point-to-point send / receive, which the {backend!r} backend lacks; "
                            f"use one of {', '.join(P2P_BACKENDS)}")
@@ -55,9 +57,9 @@ def _check_group(group, device="cpu") -> tuple[int, int, list[int]]:
     return rank, world, ranks
 
 
-def _all_gather(t: torch.Tensor, group, world: int) -> torch.Tensor:
+def gather_all(t: torch.Tensor, group, world: int) -> torch.Tensor:
     """Every rank's ``t`` stacked (on CPU under gloo, which gathers CPU tensors; on ``t``'s device otherwise)."""
-    if _backend(group, t.device) == "gloo":
+    if backend_of(group, t.device) == "gloo":
         t = t.cpu()
     out = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(out, t.contiguous(), group=group)
@@ -90,7 +92,7 @@ class RingContext:
     def build(cls, positions: torch.Tensor, key_valid: torch.Tensor | None = None, *, group=None) -> RingContext:
         """Gather every rank's ``positions`` ``(c,)`` and key flags ``(B, c)`` (True = real key;
         None: no padding on this rank). Every rank of ``group`` must call it."""
-        rank, world, ranks = _check_group(group)
+        rank, world, ranks = check_group(group)
         problem = None  # checked here, raised on every rank together (a rank raising alone leaves the others waiting)
         if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.dtype not in (torch.int32, torch.int64):
             problem = ("positions must be an int tensor of shape (c,), got "
@@ -103,7 +105,7 @@ class RingContext:
                        + (f" of dtype {key_valid.dtype}" if isinstance(key_valid, torch.Tensor) else ""))
         c = positions.shape[0]
         b = -1 if key_valid is None or problem else key_valid.shape[0]
-        meta = _all_gather(torch.tensor([c, b, problem is not None], dtype=torch.int64, device=positions.device), group, world)
+        meta = gather_all(torch.tensor([c, b, problem is not None], dtype=torch.int64, device=positions.device), group, world)
         bad = [r for r in range(world) if meta[r, 2]]
         if bad:
             raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave positions or key_padding that do not fit")
@@ -113,12 +115,12 @@ class RingContext:
         batches = {int(x) for x in meta[:, 1] if x >= 0}
         if len(batches) > 1:
             raise ValueError(f"the ranks' key_padding disagree on the batch size: {sorted(batches)}")
-        pos = _all_gather(positions.to(torch.int64), group, world)
+        pos = gather_all(positions.to(torch.int64), group, world)
         valid = None
         if batches:
             bsz = batches.pop()
             mine = key_valid if key_valid is not None else torch.ones(bsz, c, dtype=torch.bool, device=positions.device)
-            valid = _all_gather(mine.to(torch.uint8), group, world).bool()
+            valid = gather_all(mine.to(torch.uint8), group, world).bool()
             if bool(valid.all()):
                 valid = None
         return cls(group, rank, world, ranks, pos, valid)

@@ -43,7 +43,7 @@ from ..core.scores import Score, resolve_score
 from ..core.sparse import FUSED, SparseSetup, budgets, pad_inputs, sparse_backward, sparse_forward
 from ..core.sparse_setup import stat_dtype
 from ..validate import ArgumentTypeError, int_at_least, optional_int
-from .context import RingContext, RingTimings, _all_gather, _backend, _check_group
+from .context import RingContext, RingTimings, backend_of, check_group, gather_all
 
 __all__ = ["RingContext", "RingTimings", "ring_attend", "rule_of"]
 
@@ -400,15 +400,15 @@ def ring_attend(
         problem = (f"q, k, v must be this rank's shards (B, H, c, D), (B, G, c, D), (B, G, c, Dv) of one dtype with G "
                    f"dividing H; got q {tuple(q.shape)} {q.dtype}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype}")
     if context is None:
-        rank, world, _ = _check_group(group, q.device)
+        rank, world, _ = check_group(group, q.device)
         if positions is None:
             positions = torch.arange(rank * c, (rank + 1) * c, device=q.device)
         context = RingContext.build(positions, key_padding, group=group)
     elif positions is not None or key_padding is not None:
         raise ValueError("give positions and key_padding to RingContext.build, not with context=")
     else:
-        _check_group(context.group, q.device)
-    if context.world > 1 and q.device.type != "cpu" and _backend(context.group, q.device) == "gloo":
+        check_group(context.group, q.device)
+    if context.world > 1 and q.device.type != "cpu" and backend_of(context.group, q.device) == "gloo":
         raise ValueError(f"the gloo backend sends CPU tensors, but q is on {q.device}: use the nccl backend for GPU tensors")
     if problem is None and context.positions.shape[1] != c:
         problem = f"the ring context holds {context.positions.shape[1]} positions per rank, but q holds {c}"
@@ -417,7 +417,7 @@ def ring_attend(
     code = _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1
     meta = torch.tensor([problem is not None, b, h, g, c, q.shape[3], k.shape[3], v.shape[3], code, bool(causal),
                          -1 if window is None else window, len(repr(rule)), score_mod is not None], dtype=torch.int64)
-    every = _all_gather(meta.to(q.device), context.group, context.world).cpu()
+    every = gather_all(meta.to(q.device), context.group, context.world).cpu()
     bad = [r for r in range(context.world) if every[r, 0]]
     if bad:
         raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave q, k, v shards that do not fit")

@@ -307,9 +307,9 @@ class KVCache:
 
 def _before(count: int):
     """Keys at positions ``< count`` (the sinks)."""
-    from ..core.masks import _SharedPrefix
+    from ..core.masks import SharedPrefix
 
-    return _SharedPrefix(count)
+    return SharedPrefix(count)
 
 
 class StaticKV:
