@@ -154,6 +154,10 @@ def test_address_needs_the_ray_executor(tmp_path):
     assert res.exit_code == 2 and "choose local or ray" in res.output
     with pytest.raises(ValueError, match="needs executor='ray'"):
         run_grid(plan(TINY), tmp_path, address="127.0.0.1:6379")
+    res = runner.invoke(app, ["arena", "--executor", "ray", "--address", "127.0.0.1:6379", "--workers", "2", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "with --address the cluster's own CPUs decide" in " ".join(res.output.split())
+    with pytest.raises(ValueError, match="cluster's own CPUs decide"):
+        run_grid(plan(TINY), tmp_path, executor="ray", address="127.0.0.1:6379", workers=2)
 
 
 def test_a_missing_ray_names_the_cluster_extra(tmp_path, monkeypatch):

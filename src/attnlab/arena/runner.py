@@ -299,6 +299,8 @@ def run_grid(
         raise ValueError(f"unknown executor {executor!r}; choose local or ray")
     if address is not None and executor != "ray":
         raise ValueError("an address is a Ray cluster's: it needs executor='ray'")
+    if address is not None and workers > 1:
+        raise ValueError("workers caps a Ray instance started here; with an address the cluster's own CPUs decide")
     out = Path(out)
     store = Store(out / "results.sqlite")
     if retry_failed:

@@ -60,6 +60,8 @@ def arena(
         fail(f"--executor {executor}: choose local or ray")
     if address is not None and executor != "ray":
         fail("--address is a Ray cluster's: it needs --executor ray")
+    if address is not None and workers > 1:
+        fail("--workers caps a Ray instance started here; with --address the cluster's own CPUs decide (ray start --num-cpus N)")
     if executor == "ray":
         from ..arena.executors import require_ray
 
