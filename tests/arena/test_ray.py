@@ -158,6 +158,11 @@ def test_address_needs_the_ray_executor(tmp_path):
     assert res.exit_code == 2 and "with --address the cluster's own CPUs decide" in " ".join(res.output.split())
     with pytest.raises(ValueError, match="cluster's own CPUs decide"):
         run_grid(plan(TINY), tmp_path, executor="ray", address="127.0.0.1:6379", workers=2)
+    from attnlab.arena.executors import run_on_ray
+
+    pytest.importorskip("ray")
+    with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
+        run_on_ray(plan(TINY), tmp_path, None, lambda *a, **k: None, lambda args: {}, threads=0)
 
 
 def test_a_missing_ray_names_the_cluster_extra(tmp_path, monkeypatch):
