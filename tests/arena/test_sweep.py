@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from attnlab.arena import plan
 from attnlab.arena.report import leaderboard, sweep_text
-from attnlab.arena.sweep import choose, parse_sweep, points
+from attnlab.arena.sweep import best_val, choose, parse_sweep, points
 from attnlab.cli import app
 
 
@@ -122,3 +122,8 @@ def test_a_run_stored_before_the_sweep_is_its_point():
     rows = [_row("own", "dense", 0.70, val=0.70, lr=1e-3), _row("x3", "dense", 0.80, sweep={"lr": 3e-3}, val=0.75, lr=3e-3)]
     e, = leaderboard(rows)["tasks"]["pos"]
     assert e["setting"] == "" and len(e["sweep"]["points"]) == 2 and e["sweep"]["chosen"] == {"lr": 3e-3} and e["value"] == 0.80
+
+
+def test_best_val_is_the_best_finite_validation_or_none():
+    hist = [{"step": 1, "val": 0.5}, {"step": 2, "val": 0.8}, {"step": 3, "val": float("nan")}, {"step": 4, "val": 0.7}]
+    assert best_val({"history": hist}) == 0.8 and best_val({"history": []}) is None and best_val({}) is None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .presets import NO_ATTENTION
 from .store import Store
+from .sweep import choose
 
 __all__ = ["budget_of", "build_report", "caveats", "label", "leaderboard", "peak_share", "plot_curves", "plot_lra", "plot_maps",
            "setting_of", "sweep_text", "task_budget"]
@@ -95,8 +96,6 @@ def leaderboard(rows: list[dict]) -> dict:
     ``precision``), ``params``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time
     budget), ``error`` (failed runs: the message), ``caveats`` (:func:`caveats`), ``run_ids``
     (the runs behind the value)."""
-    from .sweep import choose
-
     tasks: dict[str, list[dict]] = {}
     swept: dict[tuple[str, str], set[str]] = {}  # per task and variant, every field a sweep of it varied
     for r in rows:
@@ -110,7 +109,7 @@ def leaderboard(rows: list[dict]) -> dict:
     for (task, variant), by_setting in cells.items():
         labels = _differences(list(by_setting))
         for setting, rs in by_setting.items():
-            tasks.setdefault(task, []).append(_entry(variant, labels[setting], rs, rows, choose))
+            tasks.setdefault(task, []).append(_entry(variant, labels[setting], rs, rows))
     for entries in tasks.values():
         for e in entries:
             same = [d for d in entries if d["variant"] == "dense" and d["value"] is not None]
@@ -135,7 +134,7 @@ def leaderboard(rows: list[dict]) -> dict:
     return {"tasks": tasks, "average": average}
 
 
-def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict], choose) -> dict:
+def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -> dict:
     """One leaderboard entry from the runs ``rs`` of one cell (see :func:`leaderboard`)."""
     done = [r for r in rs if r["status"] == "done"]
     swept = any(r.get("sweep") for r in rs)

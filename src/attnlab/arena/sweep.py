@@ -16,7 +16,7 @@ import json
 import math
 import statistics
 
-__all__ = ["NOT_SWEPT", "choose", "parse_sweep", "points"]
+__all__ = ["NOT_SWEPT", "best_val", "choose", "parse_sweep", "points"]
 
 NOT_SWEPT = ("task", "attention", "seed", "task_options", "model_options", "attention_options", "positional_options")
 """:class:`attnlab.training.TrainConfig` fields a sweep cannot vary: the grid's own axes (task,
