@@ -4,7 +4,8 @@
 :class:`attnlab.MultiHeadAttention`'s call signature and output; ``names()`` names
 them (the registry is :data:`VARIANTS`). The gated linear-attention family (``retnet``, ``gla``,
 ``deltanet``, ``gated_deltanet``, ``mamba2``) shares :class:`GatedRecurrence` and the three
-forms of :mod:`attnlab.efficient.recurrence`. ``"dense"`` is the exact layer. ``budget(name)``
+forms of :mod:`attnlab.efficient.recurrence`. ``"dense"`` is the exact layer. Each declares what
+its attention step can do (``capabilities``); ``select(causal=True, ...)`` lists the variants by it. ``budget(name)``
 is a variant's :class:`Budget`: its settings at short and long lengths and its budget axis.
 """
 
@@ -33,10 +34,12 @@ from .base import (
     Sweep,
     budget,
     budgets,
+    capabilities,
     create,
     key_padding,
     names,
     register,
+    select,
 )
 from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
 from .gated import GatedRecurrence, MatrixState
@@ -60,6 +63,8 @@ __all__ = [
     "register",
     "budget",
     "budgets",
+    "capabilities",
+    "select",
     "Budget",
     "DenseAttention",
     "Sweep",

@@ -17,6 +17,12 @@ instead of silently computing something else:
   encodings work;
 * ``return_weights=True``: refused by the approximations — they never build the ``N x M`` weights.
 
+Each variant declares what its step can do as its class attribute ``capabilities``
+(:class:`attnlab.layers.step.Capabilities`): its causal form, the masks it takes, whether it
+forms scores, what it decodes with, grouped keys, exactness, whether it reads the layer's input.
+The refusals above follow from the declaration (:func:`check_step`), and so does every list of
+variants: :func:`select` filters the registry by it.
+
 Each variant also carries its :class:`Budget` (the class attribute ``budget``): the settings
 that make it efficient at short and at long lengths and the budget axis the approximation
 table sweeps. The arena, the scaling benchmark and the approximation table read them from
@@ -28,19 +34,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import cast
 
 import torch
 
-from ..core.attend import AttentionResult
+from ..core.attend import AttentionResult, attend
 from ..core.masks import key_padding_flags
-from ..layers.cache import KVCache, RecurrentState
+from ..layers.cache import KVCache
 from ..layers.multihead import HeadMode, MultiHeadAttention
+from ..layers.state import RecurrentState
+from ..layers.step import Capabilities
 from ..registry import Registry
 from ..validate import ArgumentTypeError
 
-__all__ = ["VARIANTS", "Budget", "DenseAttention", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets", "create",
-           "key_padding", "names", "register"]
+__all__ = ["VARIANTS", "Budget", "DenseAttention", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets",
+           "capabilities", "check_step", "create", "documents", "key_padding", "names", "per_document", "register", "select"]
 
 
 @dataclass(frozen=True)
@@ -131,10 +138,56 @@ def key_padding(mask: torch.Tensor | None, b: int, m: int, name: str, device) ->
         "create it with causal=True, for any other mask use the 'dense' attention"))
 
 
+def check_step(layer, mask, bias, score_mod, return_weights) -> None:
+    """Refuse what ``layer``'s step declares it cannot take (its ``capabilities``): a score bias, a
+    score function and the weights without ``forms_scores``, a sharded sequence unless exact."""
+    caps, name = layer.capabilities, layer.name
+    if return_weights and not caps.forms_scores:
+        raise ValueError(f"the {name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
+    if (bias is not None or score_mod is not None) and not caps.forms_scores:
+        raise ValueError(f"the {name!r} attention cannot add a score bias; use the 'dense' attention")
+    if getattr(mask, "sharded_attend", None) is not None and not caps.exact:
+        raise ValueError(f"the {name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs the "
+                         f"exact layers ({', '.join(select(exact=True, reference=False))})")
+
+
+def documents(mask) -> bool:
+    """Whether ``mask`` is packed documents (:class:`attnlab.masks.Documents`): each attended alone."""
+    return callable(getattr(mask, "segments", None)) and not isinstance(mask, torch.Tensor)
+
+
+def per_document(layer, run: Callable, docs, heads: tuple[torch.Tensor, ...], x: torch.Tensor | None = None) -> torch.Tensor:
+    """Packed documents, each alone: ``run(*heads, x)`` on every document's positions (documents of
+    one length stacked into one call), padding left at zero. ``heads``: ``(B, H, N, .)`` tensors
+    (the first is the queries); ``x``: ``(B, N, .)`` or None, sliced alike."""
+    causal = getattr(layer, "causal", False)
+    if getattr(docs, "window", None) is not None or getattr(docs, "causal", causal) != causal:
+        raise ValueError(f"the {layer.name} layer (causal={causal}) attends packed documents with its own pattern: "
+                         f"give Documents(causal={causal}) without a window")
+    q = heads[0]
+    out = None
+    by_length: dict[int, list[tuple[int, int]]] = {}
+    for row, start, n in docs.segments(q.shape[2]):
+        by_length.setdefault(n, []).append((row, start))
+    for n, where in by_length.items():
+        def take(t, dim, n=n, where=where):
+            return torch.stack([t.narrow(dim - 1, s, n)[r] for r, s in where])
+
+        res = run(*(take(t, 3) for t in heads), None if x is None else take(x, 2))
+        if out is None:
+            out = q.new_zeros(*q.shape[:3], res.shape[-1])
+        for j, (r, s) in enumerate(where):
+            out[r, :, s : s + n] = res[j]
+    return q.new_zeros(*q.shape[:3], heads[-1].shape[-1]) if out is None else out
+
+
 class EfficientAttention(MultiHeadAttention):
     """Base class: multi-head attention whose attention step is an efficient variant.
 
-    Subclasses implement :meth:`efficient` on projected heads and set ``supports_causal``.
+    Subclasses declare ``capabilities`` and implement :meth:`efficient` on projected heads (and,
+    with ``capabilities.cache == "recurrent"``, :meth:`recurrent_attend`); :meth:`attend_heads`
+    around them refuses what the declaration excludes, runs packed documents one by one and
+    silences padded keys.
 
     Args:
         embed_dim, num_heads, kdim, vdim, bias, head_mode, positional, positional_options, max_len: as for
@@ -144,9 +197,8 @@ class EfficientAttention(MultiHeadAttention):
     """
 
     name: str = "efficient"
-    supports_causal: bool = True
-    grouped_kv = False  # grouped key / value heads (num_kv_heads) arrive repeated to H heads
-    forms_scores: bool = False  # True for the sparse patterns: they compute every allowed score, so a bias encoding works
+    capabilities = Capabilities(causal="flag", masks="key_padding", forms_scores=False, cache=None, grouped_kv=False, exact=False,
+                                family="approximation")
 
     def __init__(
         self,
@@ -175,10 +227,10 @@ class EfficientAttention(MultiHeadAttention):
             max_len=max_len,
             num_kv_heads=num_kv_heads,
         )
-        if causal and not self.supports_causal:
+        if causal and self.capabilities.causal is None:
             raise ValueError(f"the {self.name!r} attention cannot be causal: its method mixes every key into every query")
         self.causal = bool(causal)
-        if self.positional is not None and self.positional.kind == "bias" and not self.forms_scores:
+        if self.positional is not None and self.positional.kind == "bias" and not self.capabilities.forms_scores:
             raise ValueError(
                 f"the {self.name!r} attention never forms the scores a bias encoding would add to; "
                 f"use rope or an input encoding, or the 'dense' attention for {self.positional.name!r}"
@@ -187,21 +239,17 @@ class EfficientAttention(MultiHeadAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, causal={self.causal}"
 
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False) -> AttentionResult:
-        if return_weights:
-            raise ValueError(f"the {self.name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
-        if bias is not None or score_mod is not None:
-            raise ValueError(f"the {self.name!r} attention cannot add a score bias; use the 'dense' attention")
-        if getattr(mask, "sharded_attend", None) is not None:
-            raise ValueError(f"the {self.name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs the "
-                             "exact layers (dense, local, longformer, bigbird)")
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
+                     inputs=None) -> AttentionResult:
+        check_step(self, mask, bias, score_mod, return_weights)
         b, _, n, _ = q.shape
         m = k.shape[2]
+        if isinstance(state, RecurrentState):  # decoding: the new tokens' key padding only
+            return AttentionResult(self.recurrent_attend(q, k, v, state, key_padding_flags(mask, b, m, q.device)))
         if self.causal and n != m:
             raise ValueError(f"causal {self.name!r} attention needs as many queries as keys, got N={n}, M={m}")
-        segments = getattr(mask, "segments", None)
-        if callable(segments) and not isinstance(mask, torch.Tensor):  # packed documents: each attended alone
-            return AttentionResult(self._segments(q, k, v, mask))
+        if documents(mask):
+            return AttentionResult(per_document(self, lambda q, k, v, _: self.efficient(q, k, v, None), mask, (q, k, v)))
         valid = key_padding(mask, b, m, self.name, q.device)
         if n == 0 or m == 0:
             return AttentionResult(q.new_zeros(b, q.shape[1], n, v.shape[-1]))
@@ -214,70 +262,16 @@ class EfficientAttention(MultiHeadAttention):
             out = out.masked_fill(~valid.any(-1)[:, None, None, None], 0.0)
         return AttentionResult(out)
 
-    def _segments(self, q, k, v, docs) -> torch.Tensor:
-        """Packed documents: every document alone (documents of one length stacked into one
-        call), padding left at zero."""
-        if getattr(docs, "window", None) is not None or getattr(docs, "causal", self.causal) != self.causal:
-            raise ValueError(f"the {self.name} layer (causal={self.causal}) attends packed documents with its own pattern: "
-                             f"give Documents(causal={self.causal}) without a window")
-        out = q.new_zeros(*q.shape[:3], v.shape[-1])
-        by_length: dict[int, list[tuple[int, int]]] = {}
-        for row, start, n in docs.segments(q.shape[2]):
-            by_length.setdefault(n, []).append((row, start))
-        for n, where in by_length.items():
-            def take(x, n=n, where=where):  # (docs, H, n, D)
-                return torch.stack([x[r, :, s : s + n] for r, s in where])
-
-            res = self.efficient(take(q), take(k), take(v), None)
-            for j, (r, s) in enumerate(where):
-                out[r, :, s : s + n] = res[j]
-        return out
-
-    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
-        """Cached decoding: ``local`` and ``longformer`` (a bounded :class:`KVCache` that is
-        exactly their causal pattern), ``linear`` and ``performer`` (a recurrent state) override
-        this; the other variants refuse."""
-        raise ValueError(
-            f"the {self.name!r} attention has no cached decoding (its pattern is not a causal prefix rule); "
-            "decode with dense, dense_naive, local, longformer, linear or performer"
-        )
-
-    def _bounded_cache(self, sinks: int, window, user_sinks, positions) -> KVCache:
-        """The cache of a causal sliding window of ``self.window`` plus ``sinks`` global tokens."""
-        if not self.causal:
-            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
-        if window is not None or user_sinks or positions != "absolute":
-            raise ValueError(f"the {self.name!r} attention's cache is its own window: pass no window, sinks or positions")
-        # self.window: the int window of the variants that call this (local, longformer), unknown to this base class
-        return KVCache(window=cast(int, self.window) + 1, sinks=sinks)
-
-    def _recurrent_cache(self, window, sinks, positions, make=RecurrentState):
-        """``make()``: a recurrent state (running sums, a matrix state), which only a causal layer
-        decodes with and which no window, sinks or positions bound (it is of constant size)."""
-        if not self.causal:
-            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
-        if window is not None or sinks or positions != "absolute":
-            raise ValueError(f"the {self.name!r} attention's cache is its state, already of constant size: "
-                             "pass no window, sinks or positions")
-        return make()
-
-    def check_cache(self, cache) -> None:
-        """Refuse a key / value cache other than the one :meth:`new_cache` makes (another window,
-        sinks or positions would compute another pattern; a kernel variant needs its recurrent state)."""
-        want = self.new_cache()
-        same = isinstance(want, KVCache) and (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions)
-        if not same:
-            raise ValueError(f"the {self.name!r} attention decodes with the cache its new_cache() makes, not this one")
-
-    def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
-        if return_weights:
-            raise ValueError(f"the {self.name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
-        return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, score_mod=score_mod, return_weights=return_weights)
-
     def efficient(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         """The variant's attention: q ``(B, H, N, D)``, k ``(B, H, M, D)``, v ``(B, H, M, Dv)``,
         ``valid`` ``(B, M)`` bool or None -> ``(B, H, N, Dv)``. ``self.causal`` says whether
         query ``i`` may see only keys ``j <= i``."""
+        raise NotImplementedError
+
+    def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
+        """Decoding over a :class:`attnlab.layers.state.RecurrentState` (``capabilities.cache ==
+        "recurrent"``): q ``(B, H, n, D)``, k, v of the new tokens, ``valid`` their padding; the
+        state is updated in place."""
         raise NotImplementedError
 
 
@@ -288,11 +282,11 @@ class PatternAttention(EfficientAttention):
     the caller's, and attention is :func:`attnlab.attend` over it: block-sparse, so the tiles
     outside the pattern are never computed, any score, normaliser, score function or mask works,
     and ``return_weights`` gives the (mostly zero) weights. Subclasses define
-    :meth:`pattern_mask`.
+    :meth:`pattern_mask` (and :meth:`cache_bounds`, the bounded cache that is their causal pattern).
     """
 
-    forms_scores = True
-    grouped_kv = True  # the core takes G key / value heads itself
+    capabilities = Capabilities(causal="flag", masks="any", forms_scores=True, cache="window", grouped_kv=True, exact=True,
+                                family="pattern")
 
     def pattern_mask(self):
         """The pattern as a mask (:mod:`attnlab.masks`), without the causal part."""
@@ -309,18 +303,16 @@ class PatternAttention(EfficientAttention):
         """The ``(n, n)`` bool mask of who attends to whom at length n."""
         return self.full_pattern().dense(n)
 
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False) -> AttentionResult:
-        from ..core.attend import attend
-
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
+                     inputs=None) -> AttentionResult:
+        if isinstance(state, KVCache):  # decoding: the cache holds exactly what the causal pattern keeps, its mask says the rest
+            return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, score_mod=score_mod, return_weights=return_weights)
         n, m = q.shape[2], k.shape[2]
         if n != m:
             raise ValueError(f"this attention relates positions: it needs as many keys as queries, got N={n}, M={m}")
         pat = self.full_pattern()
         return attend(q, k, v, score=self.score, normalize=self.normalize, mask=pat if mask is None else pat & mask, score_mod=score_mod,
                       bias=bias, dropout_p=self.dropout if self.training else 0.0, return_weights=return_weights, block_size=self.block)
-
-    def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
-        return MultiHeadAttention.attend_heads(self, q, k, v, mask=mask, score_mod=score_mod, return_weights=return_weights)
 
 
 # ---------------------------------------------------------------------------- registry
@@ -345,6 +337,33 @@ def register(name: str):
 def names() -> list[str]:
     """The names :func:`create` accepts, sorted (``"dense"`` is the exact layer)."""
     return VARIANTS.names()
+
+
+def capabilities(name: str) -> Capabilities:
+    """What the variant ``name``'s attention step declares it can do (its class's ``capabilities``)."""
+    return VARIANTS.get(name).capabilities
+
+
+def select(*, causal: bool | None = None, decodes: bool | None = None, exact: bool | None = None, forms_scores: bool | None = None,
+           needs_input: bool | None = None, reference: bool | None = None, family: str | None = None) -> list[str]:
+    """The registered variants whose declared :class:`attnlab.layers.step.Capabilities` match, in
+    the order they were registered (``"dense"`` first); every criterion left None matches all.
+
+    Args:
+        causal: has a causal form (either by mask or by ``causal=True``).
+        decodes: has cached decoding (``capabilities.cache`` is set).
+        exact: computes exact attention (under its pattern).
+        forms_scores: forms every allowed score (bias, score functions, weights).
+        needs_input: its step reads the layer's input (gates).
+        reference: a slow reference of another variant (``dense_naive``).
+        family: its family (``"exact"``, ``"pattern"``, ``"gated"``, ...).
+    """
+    def keep(c: Capabilities) -> bool:
+        return all(want is None or have == want for want, have in (
+            (causal, c.causal is not None), (decodes, c.cache is not None), (exact, c.exact), (forms_scores, c.forms_scores),
+            (needs_input, c.needs_input), (reference, c.reference), (family, c.family)))
+
+    return [n for n in VARIANTS.in_order() if keep(capabilities(n))]
 
 
 def budget(name: str) -> Budget:

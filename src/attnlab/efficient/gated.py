@@ -22,7 +22,6 @@ et al. 2024, https://arxiv.org/abs/2401.09417): every query then sees every key.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -30,47 +29,17 @@ from torch import nn
 
 from ..core.amp import upcast
 from ..core.attend import AttentionResult
-from ..core.masks import key_padding_flags
+from ..layers.state import MatrixState
+from ..layers.step import StepInputs
 from ..validate import choice, int_at_least, positive_int
 from . import recurrence
-from .base import EfficientAttention, key_padding
+from .base import EfficientAttention, check_step, documents, key_padding, per_document
 
 __all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "inverse_softplus", "time_step_bias"]
 
 MODES = ("chunk", "parallel", "recurrent")
 """The forms a layer computes with: chunkwise (training, the default), the quadratic parallel
 form (the reference) and the token-by-token recurrence."""
-
-
-@dataclass
-class MatrixState:
-    """What a gated linear-attention layer keeps for decoding: its state and its short
-    convolution's last inputs, of a size that does not grow with the tokens seen.
-
-    Attributes:
-        state: ``(B, H, D, Dv)`` the matrix state ``S_t`` (None before the first token).
-        conv: ``(B, K - 1, C)`` the last ``K - 1`` projections entering the short convolution
-            (None without one, or before the first token).
-        seen: tokens written so far (the position of the next one).
-    """
-
-    state: torch.Tensor | None = None
-    conv: torch.Tensor | None = None
-    seen: int = 0
-
-    def nbytes(self) -> int:
-        """Bytes held."""
-        return sum(t.numel() * t.element_size() for t in (self.state, self.conv) if t is not None)
-
-    def reset(self) -> None:
-        """Forget every token."""
-        self.state = self.conv = None
-        self.seen = 0
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep the rows ``index`` (beam search)."""
-        self.state = None if self.state is None else self.state.index_select(0, index)
-        self.conv = None if self.conv is None else self.conv.index_select(0, index)
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -98,6 +67,7 @@ class GatedRecurrence(EfficientAttention):
             default is the paper's).
     """
 
+    capabilities = EfficientAttention.capabilities.but(cache="matrix", needs_input=True, family="gated")
     delta: bool = False  # the delta rule (True) or a gated sum (False)
     default_conv: int = 0
     q_scale: bool = True  # q scaled by D^-1/2, as fla's kernels do
@@ -129,76 +99,35 @@ class GatedRecurrence(EfficientAttention):
         the values: output norm and gate (default: none)."""
         return o
 
-    def efficient(self, q, k, v, valid):
-        raise ValueError(f"the {self.name!r} attention computes its gates from the layer's inputs: call the layer")
+    # ---------------------------------------------------------------- the step
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
+                     inputs: StepInputs | None = None) -> AttentionResult:
+        """The gated recurrence on the projected heads (before the short convolution), its gates
+        computed from ``inputs.x``, rope applied at ``inputs.positions`` after the convolution;
+        ``state``: a :class:`MatrixState` when decoding (updated in place)."""
+        check_step(self, mask, bias, score_mod, return_weights)
+        if inputs is None:
+            raise ValueError(f"the {self.name!r} attention computes its gates from the layer's inputs: call the layer")
+        x, pos = inputs.x, inputs.positions
+        b, n = x.shape[0], x.shape[1]
+        if state is None and documents(mask):  # packed documents: each alone
+            def run(q, k, v, x):
+                return self.attend_heads(q, k, v, inputs=StepInputs(x, torch.arange(x.shape[1], device=x.device))).output
 
-    # ---------------------------------------------------------------- the layer
-    def new_cache(self, *, window=None, sinks=0, positions="absolute") -> MatrixState:
-        """The decoding state (:class:`MatrixState`): constant size, equal to the full forward."""
-        return self._recurrent_cache(window, sinks, positions, MatrixState)
-
-    def check_cache(self, cache) -> None:
-        if not isinstance(cache, MatrixState):
-            raise ValueError(f"the {self.name!r} attention decodes with the cache its new_cache() makes, not this one")
-
-    # the override narrows cache: this layer decodes with its own MatrixState only (check_cache refuses other caches)
-    def forward(self, query, key=None, value=None, *, mask=None, bias=None, return_weights=False, positions=None,
-                key_positions=None, cache: MatrixState | None = None) -> AttentionResult:  # type: ignore[override]
-        """Self-attention of ``query`` ``(B, N, E)``; see :class:`GatedRecurrence` for masks and
-        ``cache`` (decoding: ``query`` holds the new tokens, ``mask`` their key padding)."""
-        if key is not None or value is not None:
-            raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value")
-        if return_weights:
-            raise ValueError(f"the {self.name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
-        if bias is not None:
-            raise ValueError(f"the {self.name!r} attention cannot add a score bias; use the 'dense' attention")
-        if getattr(mask, "sharded_attend", None) is not None:
-            raise ValueError(f"the {self.name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs the "
-                             "exact layers (dense, local, longformer, bigbird)")
-        self._check_input("query", query, self.embed_dim, None)
-        b, n, _ = query.shape
-        if cache is not None:
-            self.check_cache(cache)
-            if not self.causal:
-                raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
-            if positions is not None or key_positions is not None:
-                raise ValueError("with a cache the positions come from it: pass neither positions nor key_positions")
-            valid = key_padding_flags(mask, b, n, query.device, refuse="with a cache, mask is the new tokens' key padding")
-        else:
-            segments = getattr(mask, "segments", None)
-            if callable(segments) and not isinstance(mask, torch.Tensor):  # packed documents: each alone
-                return AttentionResult(self._documents(query, mask))
-            valid = key_padding(mask, b, n, self.name, query.device)
+            return AttentionResult(per_document(self, run, mask, (q, k, v), x))
+        valid = key_padding(mask, b, n, self.name, x.device)
         if n == 0:
-            return AttentionResult(query.new_zeros(b, 0, self.embed_dim))
-        start = 0 if cache is None else cache.seen
-        if positions is not None and key_positions is not None and not torch.equal(positions, key_positions):
-            raise ValueError(f"the {self.name!r} attention is self-attention: its keys are its queries, so key_positions must "
-                             "equal positions (or be left out)")
-        given = positions if positions is not None else key_positions
-        pos = torch.arange(start, start + n, device=query.device) if given is None else given
-        x = query if valid is None else torch.where(valid[..., None], query, torch.zeros((), dtype=query.dtype, device=query.device))
-        q, k, v, _ = self.project(x, positions=pos, key_positions=pos, rotate=False)
-        k, v = self.repeat_kv(k, v)
+            return AttentionResult(q.new_zeros(b, self.num_heads, 0, self.head_dim))
+        if valid is not None:
+            x = torch.where(valid[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
         g, beta = self.gates(x)
-        out, vf = self._direction(q, k, v, g, beta, valid, pos, cache)
+        out, vf = self._direction(q, k, v, g, beta, valid, pos, state)
         if not self.causal:  # the reverse scan: the same recurrence over the flipped sequence
             back, _ = self._direction(q.flip(2), k.flip(2), v.flip(2), None if g is None else g.flip(2),
                                       None if beta is None else beta.flip(2), None if valid is None else valid.flip(1),
                                       pos.flip(-1), None)
             out = out + back.flip(2)
-        if cache is not None:
-            cache.seen = start + n
-        return AttentionResult(self.merge_heads(self.finish(out, x, vf)))
-
-    def _documents(self, query, docs) -> torch.Tensor:
-        if getattr(docs, "window", None) is not None or getattr(docs, "causal", self.causal) != self.causal:
-            raise ValueError(f"the {self.name} layer (causal={self.causal}) attends packed documents with its own pattern: "
-                             f"give Documents(causal={self.causal}) without a window")
-        out = query.new_zeros(query.shape)
-        for row, start, n in docs.segments(query.shape[1]):
-            out[row, start : start + n] = self(query[row : row + 1, start : start + n]).output[0]
-        return out
+        return AttentionResult(self.finish(out, x, vf))
 
     def _direction(self, q, k, v, g, beta, valid, pos, cache):
         """One scan: convolution, feature maps, rotation, padding silenced, then the recurrence.

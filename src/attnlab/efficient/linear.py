@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..layers.cache import RecurrentState
+from ..layers.state import RecurrentState
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
@@ -41,6 +41,8 @@ class LinearAttention(EfficientAttention):
     """
 
     budget = Budget(sweep=Sweep(None, (0,), "(none)"))  # no knob: one cost, O(N D^2)
+    # decoding: the recurrent state (S, z), equal to the parallel causal layer at a cost per token independent of the length
+    capabilities = EfficientAttention.capabilities.but(cache="recurrent", family="kernel")
 
     def __init__(self, embed_dim: int, num_heads: int, *, eps: float = 1e-6, **options):
         super().__init__(embed_dim, num_heads, **options)
@@ -53,11 +55,6 @@ class LinearAttention(EfficientAttention):
         if valid is not None:
             phi_k = phi_k * valid[:, None, :, None]
         return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=self.eps)
-
-    def new_cache(self, *, window=None, sinks=0, positions="absolute") -> RecurrentState:
-        """The recurrent state ``(S, z)`` of causal linear attention: decoding with it equals the
-        parallel causal layer, at a cost per token independent of the length."""
-        return self._recurrent_cache(window, sinks, positions)
 
     def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)

@@ -33,7 +33,7 @@ class LinformerAttention(EfficientAttention):
 
     budget = Budget(short={"k": 16}, long={"k": 256}, sweep=Sweep("k", (32, 128, 512, 1024), "k (random E, F)"), max_len=True)
 
-    supports_causal = False
+    capabilities = EfficientAttention.capabilities.but(causal=None, family="low rank")
 
     def __init__(self, embed_dim: int, num_heads: int, *, max_len: int | None = None, k: int = 256, share_kv: bool = False, **options):
         if max_len is None or not is_int(max_len) or max_len < 1:  # None is not an int either: testing it first tells mypy

@@ -77,6 +77,6 @@ class LocalAttention(PatternAttention):
     def pattern_mask(self):
         return masks.window(self.window, causal=self.causal)
 
-    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
+    def cache_bounds(self) -> tuple[int, int]:
         """A ring buffer of the last ``window + 1`` keys: cached decoding equals the causal layer."""
-        return self._bounded_cache(0, window, sinks, positions)
+        return self.window + 1, 0

@@ -67,12 +67,12 @@ class LongformerAttention(PatternAttention):
     def pattern_mask(self):
         return masks.window(self.window, causal=self.causal) | masks.global_tokens(self.global_tokens)
 
-    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
+    def cache_bounds(self) -> tuple[int, int]:
         """Causal, with the first g tokens global: the global tokens kept as sinks plus a ring
         buffer of the last ``window + 1`` keys, which equals the causal layer exactly."""
         if not isinstance(self.global_tokens, int):
             raise ValueError("cached longformer decoding needs global_tokens as a count (the first g tokens)")
-        return self._bounded_cache(self.global_tokens, window, sinks, positions)
+        return self.window + 1, self.global_tokens
 
 
 @register("bigbird")
@@ -109,13 +109,13 @@ class BigBirdAttention(LongformerAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, random_blocks={self.num_random}"
 
-    def new_cache(self, *, window=None, sinks=0, positions="absolute"):
+    def cache_bounds(self) -> tuple[int, int]:
         """Only without random blocks (then it is longformer's cache): the random blocks are
         drawn for the whole length, so the pattern of a prefix changes as the sequence grows."""
         if self.num_random:
             raise ValueError("the 'bigbird' attention draws its random blocks for the whole length: it has no cached "
                              "decoding (random_blocks=0 makes it longformer, which has)")
-        return super().new_cache(window=window, sinks=sinks, positions=positions)
+        return super().cache_bounds()
 
     def pattern_mask(self):
         base = super().pattern_mask()

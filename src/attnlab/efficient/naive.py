@@ -24,9 +24,11 @@ class NaiveDenseAttention(MultiHeadAttention):
     """
 
     name = "dense_naive"
+    capabilities = MultiHeadAttention.capabilities.but(reference=True)  # a reference of 'dense': left out of the grids
     budget = Budget(long=None)  # the arena only: at the scaling benchmark's 16K-32K its weights do not fit
 
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False) -> AttentionResult:
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
+                     inputs=None) -> AttentionResult:
         res = attend(q, k, v, score=self.score, normalize=self.normalize, mask=mask, score_mod=score_mod, bias=bias,
                      dropout_p=self.dropout if self.training else 0.0, return_weights=True,
                      block_size=(max(1, q.shape[2]), max(1, k.shape[2])))

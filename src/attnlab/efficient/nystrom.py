@@ -74,7 +74,7 @@ class NystromAttention(EfficientAttention):
 
     budget = Budget(short={"landmarks": 8}, long={"landmarks": 64}, sweep=Sweep("landmarks", (16, 64, 256, 1024), "landmarks"))
 
-    supports_causal = False
+    capabilities = EfficientAttention.capabilities.but(causal=None, family="landmarks")
 
     def __init__(self, embed_dim: int, num_heads: int, *, landmarks: int = 64, pinv: str = "iterative", pinv_iters: int = 6, **options):
         positive_int("landmarks", landmarks)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..layers.cache import RecurrentState
+from ..layers.state import RecurrentState
 from ..validate import int_at_least, positive_int
 from .base import Budget, EfficientAttention, Sweep, register
 from .kernel import CAUSAL_CHUNK, FeatureMap, chunked_kernel_attention, kernel_attention
@@ -97,6 +97,7 @@ class PerformerAttention(EfficientAttention):
         sweep=Sweep("num_features", (16, 64, 256, 1024), "features", seeded=True),
     )
 
+    capabilities = EfficientAttention.capabilities.but(cache="recurrent", family="kernel")  # decoding: FAVOR+'s running sums
     # buffers (registered in __init__; nn.Module's __getattr__ types them as Tensor | Module)
     features: torch.Tensor
     calls: torch.Tensor
@@ -175,11 +176,6 @@ class PerformerAttention(EfficientAttention):
         out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=1e-12, clamp=True, state=sums, return_state=True)
         state.shift, state.seen = shift, state.seen + q.shape[2]
         return out
-
-    def new_cache(self, *, window=None, sinks=0, positions="absolute") -> RecurrentState:
-        """The running sums of causal FAVOR+, stabilised by the running maximum of the keys'
-        feature logits (the sums are rescaled when it grows): decoding equals the causal layer."""
-        return self._recurrent_cache(window, sinks, positions)
 
     def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
         return self._causal_chunk(q, k, v, valid, state)

@@ -153,7 +153,7 @@ class ReformerAttention(EfficientAttention):
                     seeded=True),
     )
 
-    uses_keys = False  # shared QK: the key projection is never computed
+    capabilities = EfficientAttention.capabilities.but(shared_qk=True, family="hashing")  # the key projection is never computed
 
     def __init__(
         self,

@@ -17,8 +17,13 @@ projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own key
   sinks, not padding) is a mask over the held keys' positions, the same kind of mask as any.
 * :class:`StaticKV` — the keys and values of cross-attention, computed once from the encoder's
   output and reused at every step.
-* :class:`RecurrentState` — the running sums of causal kernel attention (``linear``,
-  ``performer``): "Transformers are RNNs" (Katharopoulos et al. 2020), a cache of constant size.
+* the states of constant size (:mod:`attnlab.layers.state`): :class:`RecurrentState`, the
+  running sums of causal kernel attention (``linear``, ``performer``; "Transformers are RNNs",
+  Katharopoulos et al. 2020), and :class:`MatrixState`, the matrix state and short convolution
+  of the gated linear-attention family.
+
+Every source hands the attention step (:meth:`attnlab.MultiHeadAttention.attend_heads`) the
+cache itself as ``state=``: the step declares which it decodes with (its ``capabilities.cache``).
 
 A cache is created by the layer that uses it (:meth:`attnlab.MultiHeadAttention.new_cache`) and
 passed back to it: ``layer(x_new, cache=cache)``. Caches are for inference: they are written
@@ -38,7 +43,7 @@ from ..core.positioned import Positioned
 from ..validate import ArgumentTypeError, int_at_least, positive_int
 from .padding import silence_padding
 
-__all__ = ["Call", "KVCache", "NO_CACHE", "NoCache", "RecurrentState", "StaticKV"]
+__all__ = ["Call", "KVCache", "NO_CACHE", "NoCache", "StaticKV", "new_tokens", "refuse_given", "seen_positions"]
 
 
 @dataclass
@@ -58,11 +63,13 @@ class Call:
     kv: tuple | None = None
 
 
-def _seen_positions(seen: int, n: int, device) -> torch.Tensor:
+def seen_positions(seen: int, n: int, device) -> torch.Tensor:
+    """The positions ``seen .. seen + n - 1`` of ``n`` new tokens after ``seen``."""
     return torch.arange(seen, seen + n, device=device)
 
 
-def _refuse_given(positions, key_positions, bias) -> None:
+def refuse_given(positions, key_positions, bias) -> None:
+    """Refuse what a cache decides itself: the positions, and a score bias."""
     if positions is not None or key_positions is not None:
         raise ValueError("with a cache the positions come from it: pass neither positions nor key_positions")
     if bias is not None:
@@ -87,19 +94,22 @@ class NoCache:
             qpos, kpos = layer.positions(n, m, positions, key_positions, query.device)
         return Call(query, key, value, qpos, kpos, mask)
 
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        return layer.attention_step(q, k, v, mask=call.mask, bias=bias, score_mod=score_mod, return_weights=return_weights)
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
+        return layer.attention_step(q, k, v, mask=call.mask, bias=bias, score_mod=score_mod, return_weights=return_weights,
+                                    inputs=inputs)
 
 
 NO_CACHE = NoCache()
 """The source of a call without a cache."""
 
 
-def _new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse: str):
-    _refuse_given(positions, key_positions, bias)
+def new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse: str):
+    """Check a decoding call's new tokens (self-attention, no positions or bias given) and
+    return their key padding ``(B, n)`` bool, or None; ``refuse``: the error for another mask."""
+    refuse_given(positions, key_positions, bias)
     if key is not None or value is not None:
         raise ValueError("a self-attention cache takes the new tokens as query only (key and value come from the cache)")
-    layer._check_input("query", query, layer.embed_dim, None)
+    layer.check_input("query", query, layer.embed_dim, None)
     if layer.kdim != layer.embed_dim or layer.vdim != layer.embed_dim:
         raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
     b, n, _ = query.shape
@@ -168,16 +178,16 @@ class KVCache:
 
     # ------------------------------------------------------------------ a forward call
     def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        valid = _new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
+        valid = new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
             "with a cache, mask is the new tokens' key padding (causal order and the cache's window are applied by the cache)"))
         layer.check_cache(self)
         if self.positions == "cache" and query.shape[1] > 1 and return_weights:
             raise ValueError("a cache with positions='cache' returns weights one token at a time: feed one token per call")
-        pos = _seen_positions(self.seen, query.shape[1], query.device)
+        pos = seen_positions(self.seen, query.shape[1], query.device)
         # absolute positions: the new keys are rotated once, as they enter; cache positions: at each step
         return Call(query, None, None, pos, pos, None, valid, rotate=self.positions == "absolute")
 
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
         if self.positions == "cache":  # StreamingLLM: each query ranks the held keys from its own window
             outs = [self._streaming(layer, q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1],
                                     None if call.valid is None else call.valid[:, i : i + 1], return_weights)
@@ -186,7 +196,7 @@ class KVCache:
         keys, values, key_valid, kpos = self.update(k, v, call.valid)
         assert call.qpos is not None  # begin() gives the new tokens' positions
         mod = layer.score_mod(call.qpos, kpos)
-        return layer.attention_step(q, keys, values, exact=True, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
+        return layer.attention_step(q, keys, values, state=self, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
                                   return_weights=return_weights)
 
     def _streaming(self, layer, q, k, v, valid, return_weights) -> AttentionResult:
@@ -198,7 +208,7 @@ class KVCache:
             q, keys = pe.rotate(q, keys, bq, bk)
         mod = layer.score_mod(bq, bk)
         qp = torch.tensor([qpos], device=q.device)
-        return layer.attention_step(q, keys, values, exact=True, mask=self.mask(qp, kpos, key_valid), score_mod=mod,
+        return layer.attention_step(q, keys, values, state=self, mask=self.mask(qp, kpos, key_valid), score_mod=mod,
                                     return_weights=return_weights)
 
     # ------------------------------------------------------------------ storage
@@ -337,10 +347,10 @@ class StaticKV:
             self.k, self.v = self.k[index], self.v[index]
 
     def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        _refuse_given(positions, key_positions, bias)
+        refuse_given(positions, key_positions, bias)
         if layer.positional is not None:
             raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to the decoder)")
-        layer._check_input("query", query, layer.embed_dim, None)
+        layer.check_input("query", query, layer.embed_dim, None)
         if self.k is None:
             if key is None:
                 raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's output)")
@@ -351,48 +361,11 @@ class StaticKV:
                              "(reorder() the cache to follow the rows)")
         return Call(query, None, None, None, None, mask, kv=(self.k, self.v))
 
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        return layer.attention_step(q, k, v, exact=True, mask=call.mask, return_weights=return_weights)
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
+        return layer.attention_step(q, k, v, state=self, mask=call.mask, return_weights=return_weights)
 
 
-@dataclass
-class RecurrentState:
-    """Causal kernel attention's running sums after ``seen`` tokens: ``s`` ``(B, H, F, Dv)``
-    ``= sum_j phi(k_j) v_j^T``, ``z`` ``(B, H, F)`` ``= sum_j phi(k_j)``, and for exponential
-    feature maps (Performer) ``shift`` ``(B, H, 1, 1)``, the running maximum of the keys'
-    feature logits that both sums are scaled by (it cancels in the ratio).
-    """
-
-    s: torch.Tensor | None = None
-    z: torch.Tensor | None = None
-    shift: torch.Tensor | None = None
-    seen: int = 0
-
-    def nbytes(self) -> int:
-        """Bytes held."""
-        return sum(t.numel() * t.element_size() for t in (self.s, self.z, self.shift) if t is not None)
-
-    def reset(self) -> None:
-        """Forget every token."""
-        self.s = self.z = self.shift = None
-        self.seen = 0
-
-    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        valid = _new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
-            "with a cache, mask is the new tokens' key padding (causal order is the state's)"))
-        if return_weights:
-            raise ValueError(f"{type(layer).__name__} decodes with running sums: it has no attention weights to return")
-        pos = _seen_positions(self.seen, query.shape[1], query.device)
-        return Call(query, None, None, pos, pos, None, valid)
-
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        seen = self.seen
-        out = layer.recurrent_attend(q, k, v, self, call.valid)
-        self.seen = seen + q.shape[2]
-        return AttentionResult(out)
-
-
-def source_of(cache) -> NoCache | KVCache | StaticKV | RecurrentState:
+def source_of(cache):
     """The source of a forward call: ``cache``, or :data:`NO_CACHE`."""
     if cache is None:
         return NO_CACHE

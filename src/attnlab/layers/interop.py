@@ -44,7 +44,7 @@ def grouped(layer, num_kv_heads: int):
         raise ValueError("grouped() converts a layer with head_mode='split' and one key / value head per query head")
     if layer.num_heads % g:
         raise ValueError(f"num_kv_heads must divide num_heads, got num_kv_heads={g} and num_heads={layer.num_heads}")
-    if not layer.uses_keys and g != layer.num_heads:
+    if layer.capabilities.shared_qk and g != layer.num_heads:
         raise ValueError(f"{type(layer).__name__} derives its keys from the queries: it takes no num_kv_heads")
     new = copy.deepcopy(layer)
     new._step_hooks.clear()  # the copy is a new layer: hooks stay with the one they were registered on

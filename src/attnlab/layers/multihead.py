@@ -16,12 +16,13 @@ from ..core import scores as score_registry
 from ..core.attend import AttentionResult, attend
 from ..core.normalize import resolve_normalizer
 from ..core.scores import Score, resolve_score
-from ..positional.base import PositionalEncoding, check_positions, kind_of
-from ..positional.base import create as create_positional
+from ..positional.base import PositionalEncoding, check_positions
 from ..validate import ArgumentTypeError, positive_int, probability
-from . import interop
-from .cache import KVCache, RecurrentState, StaticKV, source_of
+from . import checks, interop
+from .cache import KVCache, StaticKV, source_of
 from .padding import silence_padding
+from .state import MatrixState, RecurrentState
+from .step import Capabilities, StepInputs
 
 __all__ = ["MultiHeadAttention", "silence_padding"]
 
@@ -67,12 +68,13 @@ class MultiHeadAttention(nn.Module):
             they are; other paths (and the efficient variants) see them repeated to H.
     """
 
-    uses_keys: bool = True
-    """False for a variant whose keys come from the queries (Reformer): no key projection is computed."""
+    name: str = "dense"
+    """The variant's registered name (:func:`attnlab.efficient.create`)."""
 
-    grouped_kv: bool = True
-    """True where :meth:`attend_heads` takes G < H key / value heads itself (:func:`attnlab.attend`
-    does); a variant without it is handed them repeated to H heads."""
+    capabilities: Capabilities = Capabilities()
+    """What this layer's attention step (:meth:`attend_heads`) can do: exact attention takes any
+    mask, forms scores, decodes with any :class:`KVCache` and takes grouped keys itself. Each
+    variant declares its own (:class:`attnlab.layers.step.Capabilities`)."""
 
     def __init__(
         self,
@@ -100,7 +102,7 @@ class MultiHeadAttention(nn.Module):
         g = h if num_kv_heads is None else positive_int("num_kv_heads", num_kv_heads)
         if h % g:
             raise ValueError(f"num_kv_heads must divide num_heads, got num_kv_heads={g} and num_heads={h}")
-        if g != h and not self.uses_keys:
+        if g != h and self.capabilities.shared_qk:
             raise ValueError(f"{type(self).__name__} derives its keys from the queries: it takes no num_kv_heads")
         if head_mode not in ("split", "project"):
             raise ValueError(f"head_mode must be 'split' or 'project', got {head_mode!r}")
@@ -120,7 +122,7 @@ class MultiHeadAttention(nn.Module):
                 raise ArgumentTypeError("score_options apply only to a score given by name")
             self.score = resolve_score(score)
         self.score_name = score if isinstance(score, str) else type(self.score).__name__
-        self.positional = self._make_positional(positional, positional_options, max_len)
+        self.positional = checks.make_positional(self, positional, positional_options, max_len)
         self.q_proj = nn.Linear(e, e, bias=bias)
         self.k_proj = nn.Linear(self.kdim, kv if head_mode == "split" else e, bias=bias)
         self.v_proj = nn.Linear(self.vdim, kv if head_mode == "split" else e, bias=bias)
@@ -132,34 +134,6 @@ class MultiHeadAttention(nn.Module):
             self.head_v = nn.Parameter(torch.empty(g, self.head_dim, e))
         self._step_hooks: OrderedDict[int, Callable] = OrderedDict()
         self.reset_parameters()
-
-    def _make_positional(self, positional, options, max_len) -> PositionalEncoding | None:
-        if positional is None:
-            if options:
-                raise ArgumentTypeError("positional_options given without a positional encoding")
-            return None
-        if isinstance(positional, str):
-            kind = kind_of(positional)
-            dim = self.head_dim if kind == "rotation" else self.embed_dim
-            pe = create_positional(positional, dim=dim, num_heads=self.num_heads, max_len=max_len, **(options or {}))
-        elif isinstance(positional, PositionalEncoding):
-            if options:
-                raise ArgumentTypeError("positional_options apply only to an encoding given by name")
-            pe = positional
-        else:
-            raise ArgumentTypeError(f"positional must be a name or a PositionalEncoding, got {type(positional).__name__}")
-        if pe.kind == "none":
-            return None
-        if pe.kind == "input" and (pe.dim != self.embed_dim or self.kdim != self.embed_dim or self.vdim != self.embed_dim):
-            raise ValueError(
-                f"the {pe.name!r} encoding adds width-{pe.dim} vectors to the inputs, but the inputs have widths "
-                f"query {self.embed_dim}, key {self.kdim}, value {self.vdim}"
-            )
-        if pe.kind == "rotation" and pe.dim != self.head_dim:
-            raise ValueError(f"the {pe.name!r} encoding rotates width-{pe.dim} vectors, but the head width is {self.head_dim}")
-        if pe.kind == "bias" and pe.num_heads != self.num_heads:
-            raise ValueError(f"the {pe.name!r} encoding has {pe.num_heads} heads, this layer {self.num_heads}")
-        return pe
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
@@ -191,20 +165,9 @@ class MultiHeadAttention(nn.Module):
             qp = check_positions(positions, n, "positions").to(device)
         return qp, kp
 
-    def _check_input(self, name: str, x, width: int, batch: int | None) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape (B, N, {width}), got {type(x).__name__}")
-        if x.dim() != 3:
-            raise ValueError(f"{name} must have rank 3, shape (B, N, {width}); got shape {tuple(x.shape)}")
-        if x.shape[-1] != width:
-            raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(x.shape)}")
-        if batch is not None and x.shape[0] != batch:
-            raise ValueError(f"{name} has batch size {x.shape[0]}, but query has {batch}")
-        w = getattr(self.q_proj, "weight", None)  # the layer's dtype (autocast computes in its own: any input then)
-        if isinstance(w, torch.Tensor) and w.is_floating_point() and x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
-            fix = f", or the layer to the input's: layer.to({x.dtype})" + (" (layer.double())" if x.dtype == torch.float64 else "")
-            raise ArgumentTypeError(f"{name} has dtype {x.dtype}, but this layer computes in {w.dtype}: convert the input, "
-                                    f"{name}.to({w.dtype})" + (fix if x.is_floating_point() else " (attention takes float vectors)"))
+    def check_input(self, name: str, x, width: int, batch: int | None) -> None:
+        """Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype (``batch``: B, when known)."""
+        checks.check_input(self, name, x, width, batch)
 
     def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None, heads: int | None = None) -> torch.Tensor:
         b, n, _ = x.shape
@@ -217,7 +180,8 @@ class MultiHeadAttention(nn.Module):
         """Self-attention's Q, K, V in one product ``x [W^q; W^k; W^v]^T``: q ``(B, H, N, D)``,
         k and v ``(B, G, N, D)``."""
         b, n, _ = x.shape
-        projs = [self.q_proj, self.k_proj, self.v_proj] if self.uses_keys else [self.q_proj, self.v_proj]
+        shared = self.capabilities.shared_qk
+        projs = [self.q_proj, self.v_proj] if shared else [self.q_proj, self.k_proj, self.v_proj]
         w, bias = interop.fused_weights(self, projs)
         out = F.linear(x, w, bias)
         if self.num_kv_heads != self.num_heads:  # grouped: q of H heads, k and v of G
@@ -226,14 +190,14 @@ class MultiHeadAttention(nn.Module):
             return (q.view(b, n, self.num_heads, self.head_dim).transpose(1, 2),
                     k.view(b, n, g, self.head_dim).transpose(1, 2), v.view(b, n, g, self.head_dim).transpose(1, 2))
         heads = out.view(b, n, len(projs), self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) each
-        if not self.uses_keys:  # a variant that derives its keys from the queries
+        if shared:  # a variant that derives its keys from the queries
             return heads[0], heads[0], heads[1]
         return heads[0], heads[1], heads[2]
 
     def key_heads(self, key: torch.Tensor, value: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """k and v ``(B, G, M, D)`` of cross-attention inputs (what a cross-attention cache keeps)."""
-        self._check_input("key", key, self.kdim, batch)
-        self._check_input("value", value, self.vdim, batch)
+        self.check_input("key", key, self.kdim, batch)
+        self.check_input("value", value, self.vdim, batch)
         project = self.head_mode == "project"
         return (self._heads(key, self.k_proj, self.head_k if project else None, self.num_kv_heads),
                 self._heads(value, self.v_proj, self.head_v if project else None, self.num_kv_heads))
@@ -257,7 +221,7 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
         positions: torch.Tensor | None = None,
         key_positions: torch.Tensor | None = None,
-        cache: KVCache | StaticKV | RecurrentState | None = None,
+        cache: KVCache | StaticKV | RecurrentState | MatrixState | None = None,
     ) -> AttentionResult:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
 
@@ -291,14 +255,30 @@ class MultiHeadAttention(nn.Module):
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
         """
         source = source_of(cache)
+        caps = self.capabilities
+        if caps.needs_input and (key is not None or value is not None):
+            raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value (its step reads "
+                             "the layer's input)")
         call = source.begin(self, query, key, value, mask=mask, positions=positions, key_positions=key_positions, bias=bias,
                             return_weights=return_weights)
         q, k, v, score_mod = self.project(call.query, call.key, call.value, positions=call.qpos, key_positions=call.kpos,
-                                          rotate=call.rotate, kv=call.kv)
-        if not self.grouped_kv:
+                                          rotate=call.rotate and not caps.needs_input, kv=call.kv)
+        if not caps.grouped_kv:
             k, v = self.repeat_kv(k, v)
-        res = source.attend(self, q, k, v, call, score_mod, bias=bias, return_weights=return_weights)
+        inputs = self.step_inputs(call) if caps.needs_input else None
+        res = source.attend(self, q, k, v, call, score_mod, bias=bias, return_weights=return_weights, inputs=inputs)
         return AttentionResult(self.merge_heads(res.output), res.weights)  # concat heads, then W^o
+
+    def step_inputs(self, call) -> StepInputs:
+        """What a step that reads the layer's input receives (``capabilities.needs_input``): the
+        call's input and its queries' positions (``0..N-1`` unless given or a cache's)."""
+        if call.qpos is not None and call.kpos is not None and not torch.equal(call.qpos, call.kpos):
+            raise ValueError(f"the {self.name!r} attention is self-attention: its keys are its queries, so key_positions must "
+                             "equal positions (or be left out)")
+        pos = call.qpos if call.qpos is not None else call.kpos
+        if pos is None:
+            pos = torch.arange(call.query.shape[1], device=call.query.device)
+        return StepInputs(call.query, pos)
 
     def score_mod(self, q_positions: torch.Tensor | None, k_positions: torch.Tensor | None):
         """The bias encoding's score function at these positions, or None (no bias encoding)."""
@@ -314,12 +294,12 @@ class MultiHeadAttention(nn.Module):
         ``rotate`` is False), and the bias encoding's score function at these positions (or None).
         ``kv``: keys and values already projected (a cross-attention cache). The attention
         viewer reads q, k and v through this method."""
-        self._check_input("query", query, self.embed_dim, None)
+        self.check_input("query", query, self.embed_dim, None)
         if kv is None:
             key = query if key is None else key
             value = key if value is None else value
-            self._check_input("key", key, self.kdim, query.shape[0])
-            self._check_input("value", value, self.vdim, query.shape[0])
+            self.check_input("key", key, self.kdim, query.shape[0])
+            self.check_input("value", value, self.vdim, query.shape[0])
             if key.shape[1] != value.shape[1]:
                 raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and {tuple(value.shape)}")
         m = kv[0].shape[2] if kv is not None else key.shape[1]
@@ -351,70 +331,93 @@ class MultiHeadAttention(nn.Module):
 
     # ---------------------------------------------------------------- cached decoding
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute"):
-        """An empty cache for decoding with this layer's self-attention (see
-        :class:`attnlab.layers.cache.KVCache`: ``window``, ``sinks`` and ``positions`` bound it,
-        StreamingLLM's way when ``positions="cache"``). Pass it as ``forward(x_new, cache=...)``."""
-        return KVCache(window=window, sinks=sinks, positions=positions)
+        """An empty cache for decoding with this layer's self-attention, of the kind its step
+        declares (``capabilities.cache``). Exact attention: a :class:`KVCache` (``window``,
+        ``sinks`` and ``positions`` bound it, StreamingLLM's way when ``positions="cache"``); a
+        sparse pattern: the bounded KVCache that is its causal pattern; kernel attention: a
+        :class:`RecurrentState`; the gated family: a :class:`MatrixState`. Pass it as
+        ``forward(x_new, cache=...)``."""
+        kind = self.capabilities.cache
+        if kind is None:
+            raise ValueError(f"the {self.name!r} attention has no cached decoding (its pattern is not a causal prefix rule); "
+                             "attnlab.efficient.select(decodes=True) names the variants that decode")
+        if kind == "kv":
+            return KVCache(window=window, sinks=sinks, positions=positions)
+        if not getattr(self, "causal", False):
+            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
+        if kind == "window":
+            if window is not None or sinks or positions != "absolute":
+                raise ValueError(f"the {self.name!r} attention's cache is its own window: pass no window, sinks or positions")
+            own_window, own_sinks = self.cache_bounds()
+            return KVCache(window=own_window, sinks=own_sinks)
+        if window is not None or sinks or positions != "absolute":
+            raise ValueError(f"the {self.name!r} attention's cache is its state, already of constant size: "
+                             "pass no window, sinks or positions")
+        return RecurrentState() if kind == "recurrent" else MatrixState()
+
+    def cache_bounds(self) -> tuple[int, int]:
+        """``(window, sinks)`` of the bounded :class:`KVCache` that is exactly this layer's causal
+        pattern (steps whose ``capabilities.cache`` is ``"window"``)."""
+        raise NotImplementedError
 
     def new_cross_cache(self) -> StaticKV:
         """An empty cache of cross-attention's keys and values (filled on the first call)."""
         return StaticKV()
 
     def check_cache(self, cache) -> None:
-        """Refuse a cache this layer cannot decode with (exact attention takes any key / value cache)."""
+        """Refuse a cache other than the kind :meth:`new_cache` makes: another window, sinks or
+        positions would compute another pattern, a recurrent variant needs its own state, exact
+        attention takes any :class:`KVCache` and no recurrent state."""
+        kind = self.capabilities.cache
+        if kind == "kv" and isinstance(cache, KVCache):
+            return
+        if kind is not None and kind != "kv" and not getattr(self, "causal", False):
+            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
+        if kind == "window" and isinstance(cache, KVCache):
+            want = self.new_cache()
+            if (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions):
+                return
+        if kind in ("recurrent", "matrix") and isinstance(cache, RecurrentState if kind == "recurrent" else MatrixState):
+            return
+        got = {RecurrentState: "a recurrent state", MatrixState: "a matrix state"}.get(type(cache), type(cache).__name__)
+        raise ValueError(f"the {self.name!r} attention decodes with the cache its new_cache() makes, not this one ({got})")
 
     def __setstate__(self, state: dict) -> None:  # a layer pickled before step hooks existed has none
         super().__setstate__({"_step_hooks": OrderedDict(), **state})
 
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
         """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's forward passes, with the heads
-        and a copy of the keyword arguments (``mask``, ``bias``, ``score_mod``, ...) the step receives; with a cache, ``k`` and ``v``
-        are the held keys. A :class:`RecurrentState` and the gated recurrences of :mod:`attnlab.efficient` (gates from the
-        layer's input) have no such step and call no hook. The return value is ignored; the handle's ``remove()`` removes it."""
+        and a copy of the keyword arguments (``mask``, ``bias``, ``score_mod``, ``state``, ``inputs``, ...) the step
+        receives; with a cache, ``k`` and ``v`` are the held keys (a recurrent state: the new tokens'). Every variant
+        calls it, the gated recurrences included (their heads before the short convolution). The return value is
+        ignored; the handle's ``remove()`` removes it."""
         if not callable(hook):
             raise ArgumentTypeError(f"a step hook is a callable (layer, q, k, v, kwargs), got {type(hook).__name__}")
         handle = RemovableHandle(self._step_hooks)
         self._step_hooks[handle.id] = hook
         return handle
 
-    def attention_step(self, q, k, v, *, exact: bool = False, **kwargs) -> AttentionResult:
-        """:meth:`forward`'s attention step: the step hooks, then :meth:`attend_heads` (``exact``: :meth:`attend_exact`)."""
+    def attention_step(self, q, k, v, **kwargs) -> AttentionResult:
+        """:meth:`forward`'s attention step: the step hooks, then :meth:`attend_heads`."""
         for hook in self._step_hooks.values():
             hook(self, q, k, v, dict(kwargs))
-        return (self.attend_exact if exact else self.attend_heads)(q, k, v, **kwargs)
-
-    def attend_exact(self, q, k, v, *, mask=None, score_mod=None, return_weights=False) -> AttentionResult:
-        """Exact attention over held keys (``k``, ``v`` with H or G heads), as decoding with a
-        :class:`attnlab.layers.cache.KVCache` uses it: :meth:`attend_heads` here; the efficient
-        variants that decode with such a cache (``local``, ``longformer``) attend exactly over it."""
-        return self.attend_heads(q, k, v, mask=mask, score_mod=score_mod, return_weights=return_weights)
-
-    def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
-        """Attention over a :class:`attnlab.layers.cache.RecurrentState` (q ``(B, H, n, D)``, k, v
-        of the new tokens, ``valid`` their padding): the kernel variants (``linear``,
-        ``performer``) override this."""
-        raise ValueError(f"{type(self).__name__} decodes with a KVCache (new_cache()), not a recurrent state")
-
-    def new_token_heads(self, x, start: int, *, rotate: bool = True):
-        """q ``(B, H, n, D)``, k and v ``(B, G, n, D)`` of ``n`` new tokens ``x`` ``(B, n, E)`` at
-        positions ``start .. start + n - 1`` (an input encoding added first; rope applied when
-        ``rotate``), and those positions."""
-        qpos = torch.arange(start, start + x.shape[1], device=x.device)
-        q, k, v, _ = self.project(x, positions=qpos, key_positions=qpos, rotate=rotate)
-        return q, k, v, qpos
+        return self.attend_heads(q, k, v, **kwargs)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
 
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False) -> AttentionResult:
-        """The attention step on projected heads: q ``(B, H, N, D)``, k ``(B, H|G, M, D)``, v
-        ``(B, H|G, M, D)`` -> :class:`attnlab.AttentionResult` with output ``(B, H, N, D)``.
+    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
+                     inputs: StepInputs | None = None) -> AttentionResult:
+        """The attention step on projected heads, the one method a variant defines: q ``(B, H, N, D)``,
+        k ``(B, H|G, M, D)``, v ``(B, H|G, M, D)`` -> :class:`attnlab.AttentionResult` with output ``(B, H, N, D)``.
 
-        Exact attention here (:func:`attnlab.attend`, block-sparse under a mask function); the
-        efficient variants of :mod:`attnlab.efficient` override this step and keep the
-        projections around it.
+        Exact attention here (:func:`attnlab.attend`, block-sparse under a mask function). The
+        variants of :mod:`attnlab.efficient` define their own and declare what it takes in
+        ``capabilities``. ``state``: the cache of a decoding call (a :class:`KVCache` holds the
+        keys given here; a recurrent state is updated in place); ``inputs``: the layer's input,
+        for a step that declares ``needs_input``.
         """
         return attend(q, k, v, score=self.score, normalize=self.normalize, mask=mask, score_mod=score_mod, bias=bias,
                       dropout_p=self.dropout if self.training else 0.0, return_weights=return_weights)

@@ -1,0 +1,103 @@
+"""The decoding states of constant size: what a recurrent attention step keeps between calls.
+
+Both are sources of a forward call, as every cache of :mod:`attnlab.layers.cache` is: ``begin``
+checks the new tokens and gives their positions, ``attend`` hands the state to the layer's
+attention step as ``state=`` (the step updates it in place) and counts the tokens.
+
+* :class:`RecurrentState` — the running sums of causal kernel attention (``linear``,
+  ``performer``): "Transformers are RNNs" (Katharopoulos et al. 2020).
+* :class:`MatrixState` — the gated linear-attention family's matrix state ``S_t`` and its short
+  convolution's last inputs (``retnet``, ``gla``, ``deltanet``, ``gated_deltanet``, ``mamba2``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.attend import AttentionResult
+from .cache import Call, new_tokens, seen_positions
+
+__all__ = ["MatrixState", "RecurrentState"]
+
+
+class _Constant:
+    """What both states share: the tokens seen, and the source protocol."""
+
+    seen: int
+
+    def _tensors(self) -> tuple:
+        raise NotImplementedError
+
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return sum(t.numel() * t.element_size() for t in self._tensors() if t is not None)
+
+    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
+        valid = new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
+            "with a cache, mask is the new tokens' key padding (causal order is the state's)"))
+        layer.check_cache(self)
+        if return_weights:
+            raise ValueError(f"{type(layer).__name__} decodes with a state of constant size: it has no attention weights to return")
+        pos = seen_positions(self.seen, query.shape[1], query.device)
+        return Call(query, None, None, pos, pos, None, valid)
+
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
+        seen = self.seen
+        mask = None if call.valid is None else call.valid[:, None, None, :]
+        res = layer.attention_step(q, k, v, mask=mask, state=self, inputs=inputs)
+        self.seen = seen + q.shape[2]
+        return res
+
+
+@dataclass
+class RecurrentState(_Constant):
+    """Causal kernel attention's running sums after ``seen`` tokens: ``s`` ``(B, H, F, Dv)``
+    ``= sum_j phi(k_j) v_j^T``, ``z`` ``(B, H, F)`` ``= sum_j phi(k_j)``, and for exponential
+    feature maps (Performer) ``shift`` ``(B, H, 1, 1)``, the running maximum of the keys'
+    feature logits that both sums are scaled by (it cancels in the ratio).
+    """
+
+    s: torch.Tensor | None = None
+    z: torch.Tensor | None = None
+    shift: torch.Tensor | None = None
+    seen: int = 0
+
+    def _tensors(self) -> tuple:
+        return self.s, self.z, self.shift
+
+    def reset(self) -> None:
+        """Forget every token."""
+        self.s = self.z = self.shift = None
+        self.seen = 0
+
+
+@dataclass
+class MatrixState(_Constant):
+    """What a gated linear-attention layer keeps for decoding: its state and its short
+    convolution's last inputs, of a size that does not grow with the tokens seen.
+
+    Attributes:
+        state: ``(B, H, D, Dv)`` the matrix state ``S_t`` (None before the first token).
+        conv: ``(B, K - 1, C)`` the last ``K - 1`` projections entering the short convolution
+            (None without one, or before the first token).
+        seen: tokens written so far (the position of the next one).
+    """
+
+    state: torch.Tensor | None = None
+    conv: torch.Tensor | None = None
+    seen: int = 0
+
+    def _tensors(self) -> tuple:
+        return self.state, self.conv
+
+    def reset(self) -> None:
+        """Forget every token."""
+        self.state = self.conv = None
+        self.seen = 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` (beam search)."""
+        self.state = None if self.state is None else self.state.index_select(0, index)
+        self.conv = None if self.conv is None else self.conv.index_select(0, index)
