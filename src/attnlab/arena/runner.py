@@ -176,10 +176,14 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     """The first attention layer's map ``(N, M)`` (mean over heads) for the first ``count``
     test examples. For every variant this is its *effective* map: its attention applied to
     the identity as values (``out = A V`` with ``V = I`` gives ``A``), so efficient variants,
-    which never build the matrix, show the one they compute implicitly."""
+    which never build the matrix, show the one they compute implicitly. A step that forms its
+    scores returns its weights themselves. The gated recurrences have none to show: their
+    short convolution and output norm act on the values, so the identity does not pass through
+    as ``A I`` (their capabilities: reads the layer's input, forms no scores)."""
     attn = _first_attention(model)
-    if attn is None or task.kind == "seq2seq":  # a decoder's maps need a decoded target: not drawn here
-        return []
+    caps = None if attn is None else attn.capabilities
+    if caps is None or task.kind == "seq2seq" or (caps.needs_input and not caps.forms_scores):
+        return []  # a decoder's maps need a decoded target: not drawn here
     data = task.split("test")
     maps = []
     for i in range(min(count, len(data))):
@@ -196,6 +200,10 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
         q, k, kw = seen["args"]
         m, d = k.shape[2], k.shape[3]
         kw = {key: val for key, val in kw.items() if key != "return_weights"}
+        if caps.forms_scores:
+            weights = attn.attend_heads(q, k, torch.zeros_like(k), return_weights=True, **kw).weights
+            maps.append(weights[0].mean(0).float().cpu())
+            continue
         cols = []
         for c in range(0, m, d):  # identity columns in slices of the head width (fused kernels want Dv = D)
             eye = torch.zeros(m, d, dtype=q.dtype, device=q.device)

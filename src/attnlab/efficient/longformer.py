@@ -105,17 +105,14 @@ class BigBirdAttention(LongformerAttention):
         int_at_least("random_blocks", random_blocks, 0)
         super().__init__(embed_dim, num_heads, window=window, global_tokens=global_tokens, **options)
         self.num_random, self.seed = random_blocks, int(seed)
+        if self.num_random:  # the random blocks are drawn for the whole length: a prefix's pattern changes as it grows
+            self.capabilities = self.capabilities.but(cache=None)
+            self.no_cache_reason = ("it draws its random blocks for the whole length; random_blocks=0 makes it longformer, "
+                                    "which has")
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, random_blocks={self.num_random}"
 
-    def cache_bounds(self) -> tuple[int, int]:
-        """Only without random blocks (then it is longformer's cache): the random blocks are
-        drawn for the whole length, so the pattern of a prefix changes as the sequence grows."""
-        if self.num_random:
-            raise ValueError("the 'bigbird' attention draws its random blocks for the whole length: it has no cached "
-                             "decoding (random_blocks=0 makes it longformer, which has)")
-        return super().cache_bounds()
 
     def pattern_mask(self):
         base = super().pattern_mask()

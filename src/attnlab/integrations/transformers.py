@@ -53,8 +53,6 @@ from ..core.maskfn import Everything, FunctionMask, Mask
 from ..core.masks import causal as causal_mask
 from ..core.masks import valid_keys
 from ..core.score_mods import softcap as softcap_mod
-from ..efficient.base import PatternAttention
-from ..efficient.gated import GatedRecurrence
 from ..validate import ArgumentTypeError
 
 __all__ = ["NAME", "OPTIONS", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask", "set_attention"]
@@ -75,9 +73,10 @@ class UnsupportedError(ValueError):
 
 
 def _swappable() -> list[str]:
-    """Every variant but dense (``"attnlab"`` itself), dense_naive (the same, materialised) and the gated recurrences."""
-    return [v for v in efficient.names()
-            if v not in ("dense", "dense_naive") and not issubclass(efficient.VARIANTS.get(v), GatedRecurrence)]
+    """The variants a model's q, k and v can go through, from their declared capabilities: every
+    step that does not read the layer's input (the gated recurrences compute gates from it), but
+    dense (``"attnlab"`` itself) and the references of another variant (dense_naive)."""
+    return sorted(v for v in efficient.select(needs_input=False, reference=False) if v != "dense")
 
 
 def implementations() -> list[str]:
@@ -104,7 +103,8 @@ def implementation(variant: str = "dense") -> str:
 
 
 def _unswappable(variant: str) -> str:
-    why = (f"the exact attention is attn_implementation={NAME!r}, not '{NAME}:{variant}'" if variant in ("dense", "dense_naive") else
+    caps = efficient.capabilities(variant)
+    why = (f"the exact attention is attn_implementation={NAME!r}, not '{NAME}:{variant}'" if variant == "dense" or caps.reference else
            f"the {variant!r} attention computes its gates from the layer's input, so it cannot take a trained model's q, k and v")
     return f"{why}; swappable: {', '.join(['dense'] + _swappable())}"
 
@@ -317,23 +317,11 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     return res.output.transpose(1, 2).contiguous(), res.weights
 
 
-def _decodes(layer) -> bool:
-    """Whether the variant attends queries at the end of a longer sequence as it attends the whole
-    sequence: it has cached decoding (its ``new_cache()`` does not refuse). Decided once per layer."""
-    if layer not in _DECODES:
-        try:
-            layer.new_cache()
-            _DECODES[layer] = True
-        except ValueError:
-            _DECODES[layer] = False
-    return _DECODES[layer]
-
-
 def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropout, weights) -> AttentionResult:
-    cls = efficient.VARIANTS.get(variant)
+    caps = efficient.capabilities(variant)
     n, m = q.shape[2], k.shape[2]
     who = _who(module)
-    pattern = issubclass(cls, PatternAttention)  # exact attention under a sparse pattern: any score, bias, dropout, weights
+    pattern = caps.forms_scores  # exact attention under a sparse pattern: any score, bias, dropout, weights
     if not pattern:
         lacks = [what for what, needed in (("a score bias", bias is not None), (f"soft-capping ({softcap})", mod is not None),
                                            (f"attention dropout ({dropout})", bool(dropout)), ("the attention weights", weights)) if needed]
@@ -341,7 +329,7 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
             raise UnsupportedError(f"{who} needs {' and '.join(lacks)}; the {variant!r} attention never forms the scores: "
                                    "use attn_implementation='attnlab' (exact) or a sparse pattern (local, longformer, bigbird)")
         causal, flags = _structure(mask, n, m, who, variant)
-        if causal and not cls.supports_causal:
+        if causal and caps.causal is None:
             raise UnsupportedError(f"{who} attends causally; the {variant!r} attention has no causal form "
                                    "(its method mixes every key into every query)")
     else:
@@ -350,7 +338,7 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
     layer = _layer(module, variant, options, causal, q)
     pad = m - n
     if pad:  # queries at the end of a longer sequence (decoding with a cache): the variant's last rows of the whole
-        if not _decodes(layer):
+        if layer.capabilities.cache is None:
             raise UnsupportedError(f"{who} decodes with a cache; the {variant!r} attention has no cached decoding")
         if pad < 0 or bias is not None or (pattern and getattr(mask, "kind", None) == ("custom",)):
             raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under a mask that does not place them at the end of "
@@ -358,12 +346,12 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
                                    "transformers' dynamic cache")
         q = F.pad(q, (0, 0, pad, 0))
     if pattern:
-        rule = layer.full_pattern()
-        if getattr(mask, "offset", 0) and not rule.shift_invariant:
+        if getattr(mask, "offset", 0) and not layer.full_pattern().shift_invariant:
             raise UnsupportedError(f"{who} keeps a sliding-window cache (its keys start at position {mask.offset}); the {variant!r} "
                                    "attention's pattern is tied to absolute positions: use 'local' or the exact 'attnlab'")
-        res = attend(q, k, v, score=layer.score, normalize=layer.normalize, mask=rule if mask is None else rule & mask,
-                     bias=bias, score_mod=mod, dropout_p=dropout, return_weights=weights, block_size=layer.block)
+        layer.dropout = float(dropout)  # the model's, per call: the step applies it in training mode
+        layer.train(bool(dropout))
+        res = layer.attend_heads(q, k, v, mask=mask, bias=bias, score_mod=mod, return_weights=weights)
     else:
         if k.shape[1] != q.shape[1]:  # grouped keys / values, repeated to H heads
             k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
@@ -402,7 +390,6 @@ def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torc
 
 
 _LAYERS: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
-_DECODES: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
 
 
 def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):

@@ -71,6 +71,9 @@ class MultiHeadAttention(nn.Module):
     name: str = "dense"
     """The variant's registered name (:func:`attnlab.efficient.create`)."""
 
+    no_cache_reason: str = "its pattern is not a causal prefix rule"
+    """Why a step without a cache has none (the message of :meth:`new_cache`)."""
+
     capabilities: Capabilities = Capabilities()
     """What this layer's attention step (:meth:`attend_heads`) can do: exact attention takes any
     mask, forms scores, decodes with any :class:`KVCache` and takes grouped keys itself. Each
@@ -339,7 +342,7 @@ class MultiHeadAttention(nn.Module):
         ``forward(x_new, cache=...)``."""
         kind = self.capabilities.cache
         if kind is None:
-            raise ValueError(f"the {self.name!r} attention has no cached decoding (its pattern is not a causal prefix rule); "
+            raise ValueError(f"the {self.name!r} attention has no cached decoding ({self.no_cache_reason}); "
                              "attnlab.efficient.select(decodes=True) names the variants that decode")
         if kind == "kv":
             return KVCache(window=window, sinks=sinks, positions=positions)
