@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import ArgumentTypeError, probability
+from . import spanning
 from .blockmap import BlockMap, block_map, resolve_block
 from .maskfn import Mask, as_mask, broadcast_shape
 from .normalize import resolve_normalizer, softmax
@@ -176,8 +177,9 @@ def attend(
         mask: True = may attend. A mask function of :mod:`attnlab.masks` or any callable
             ``(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's mask_mod; computed block-sparse),
             a :class:`attnlab.core.blockmap.BlockMap` (built once, reused), or a bool tensor
-            broadcastable to ``(B, H, N, M)``. A mask that spans processes (a sharded sequence,
-            :class:`attnlab.distributed.ShardedMask`) computes the attention itself (ring attention).
+            broadcastable to ``(B, H, N, M)``. A mask that describes keys on other processes (a sharded sequence,
+            :class:`attnlab.distributed.ShardedMask`) is computed by the attention registered for it
+            (:mod:`attnlab.core.spanning`: ring attention).
         score_mod: a score function ``(score, b, h, q_idx, kv_idx) -> score`` (FlexAttention's
             score_mod; :mod:`attnlab.score_mods`: ALiBi, relative biases, soft-capping). The
             tensors it learns get exact gradients: an ``nn.Module``'s parameters, a ``ScoreMod``'s
@@ -195,9 +197,9 @@ def attend(
     Returns:
         :class:`AttentionResult` with ``output`` ``(B, H, N, Dv)`` and ``weights`` or None.
     """
-    sharded = getattr(mask, "sharded_attend", None)
-    if sharded is not None:  # keys live on other processes: the mask knows how to reach them
-        return sharded(q, k, v, score=score, normalize=normalize, score_mod=score_mod, bias=bias, dropout_p=dropout_p,
+    sharded = spanning.attention_for(mask)
+    if sharded is not None:  # keys live on other processes: the attention registered for that kind of mask reaches them
+        return sharded(mask, q, k, v, score=score, normalize=normalize, score_mod=score_mod, bias=bias, dropout_p=dropout_p,
                        return_weights=return_weights)
     b, h, n, m, dv = _validate(q, k, v, mask, bias, dropout_p)
     score_fn = resolve_score(score)
@@ -252,7 +254,7 @@ def _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, back
         return False
     if backend == "sdpa" or mask is None or isinstance(mask, torch.Tensor):
         return True
-    if not isinstance(mask, BlockMap) and block_size is None and n * m <= DENSE_PAIRS and getattr(mask, "sharded_attend", None) is None:
+    if not isinstance(mask, BlockMap) and block_size is None and n * m <= DENSE_PAIRS and not spanning.spans(mask):
         return True  # small (and no tile asked for): the dense mask on the fused kernel
     if bias is not None:
         return False

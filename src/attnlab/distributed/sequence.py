@@ -8,11 +8,12 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
+from ..core import spanning
 from .context import RingContext, RingTimings
 from .layout import SequenceLayout
 from .ring import ring_attend, rule_of
 
-__all__ = ["SequenceParallel", "ShardedMask", "gather", "parallelize", "shard"]
+__all__ = ["SequenceParallel", "ShardedMask", "attend_sharded", "gather", "parallelize", "shard"]
 
 
 def shard(x: torch.Tensor, layout: SequenceLayout, rank: int, *, dim: int = 1, fill=0) -> torch.Tensor:
@@ -113,21 +114,26 @@ class ShardedMask:
 
     __and__ = __rand__
 
-    def sharded_attend(self, q, k, v, *, score, normalize, score_mod, bias, dropout_p, return_weights):
-        """Ring attention of this rank's heads under the rule (what :func:`attnlab.attend` runs for this mask)."""
-        if score_mod is not None:
-            name = getattr(score_mod, "name", "score_mod")
-            raise ValueError(f"the layer's score function {name!r} is built for one process's positions, so a sharded sequence "
-                             "cannot carry it: use an input encoding or rope under sequence parallelism, or call "
-                             "attnlab.distributed.ring_attend(..., score_mod=...), which calls it with global positions")
-        if dropout_p:
-            raise ValueError(f"this layer drops attention weights (dropout={dropout_p}) in training, which ring attention does not: "
-                             "train with dropout 0 under sequence parallelism (an Encoder's one dropout covers its attention)")
-        if bias is not None or return_weights:
-            raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias, "
-                             "return_weights or positions (the mask knows every shard's positions)")
-        return ring_attend(q, k, v, context=self.context, mask=self.full_rule(), score=score, normalize=normalize,
-                           timings=self.timings)
+
+def attend_sharded(mask: ShardedMask, q, k, v, *, score, normalize, score_mod, bias, dropout_p, return_weights):
+    """Ring attention of this rank's heads under the rule of the sharded ``mask`` (what
+    :func:`attnlab.attend` runs for this kind of mask: registered in :mod:`attnlab.core.spanning`)."""
+    if score_mod is not None:
+        name = getattr(score_mod, "name", "score_mod")
+        raise ValueError(f"the layer's score function {name!r} is built for one process's positions, so a sharded sequence "
+                         "cannot carry it: use an input encoding or rope under sequence parallelism, or call "
+                         "attnlab.distributed.ring_attend(..., score_mod=...), which calls it with global positions")
+    if dropout_p:
+        raise ValueError(f"this layer drops attention weights (dropout={dropout_p}) in training, which ring attention does not: "
+                         "train with dropout 0 under sequence parallelism (an Encoder's one dropout covers its attention)")
+    if bias is not None or return_weights:
+        raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias, "
+                         "return_weights or positions (the mask knows every shard's positions)")
+    return ring_attend(q, k, v, context=mask.context, mask=mask.full_rule(), score=score, normalize=normalize,
+                       timings=mask.timings)
+
+
+spanning.register(ShardedMask, attend_sharded)
 
 
 @dataclass

@@ -37,7 +37,9 @@ from types import MappingProxyType
 
 import torch
 
+from ..core import spanning
 from ..core.attend import AttentionResult, attend
+from ..core.documents import Documents
 from ..core.masks import key_padding_flags
 from ..layers.cache import KVCache
 from ..layers.multihead import HeadMode, MultiHeadAttention
@@ -146,14 +148,14 @@ def check_step(layer, mask, bias, score_mod, return_weights) -> None:
         raise ValueError(f"the {name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
     if (bias is not None or score_mod is not None) and not caps.forms_scores:
         raise ValueError(f"the {name!r} attention cannot add a score bias; use the 'dense' attention")
-    if getattr(mask, "sharded_attend", None) is not None and not caps.exact:
+    if spanning.spans(mask) and not caps.exact:
         raise ValueError(f"the {name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs the "
                          f"exact layers ({', '.join(select(exact=True, reference=False))})")
 
 
 def documents(mask) -> bool:
     """Whether ``mask`` is packed documents (:class:`attnlab.masks.Documents`): each attended alone."""
-    return callable(getattr(mask, "segments", None)) and not isinstance(mask, torch.Tensor)
+    return isinstance(mask, Documents)
 
 
 def per_document(layer, run: Callable, docs, heads: tuple[torch.Tensor, ...], x: torch.Tensor | None = None) -> torch.Tensor:
@@ -161,7 +163,7 @@ def per_document(layer, run: Callable, docs, heads: tuple[torch.Tensor, ...], x:
     one length stacked into one call), padding left at zero. ``heads``: ``(B, H, N, .)`` tensors
     (the first is the queries); ``x``: ``(B, N, .)`` or None, sliced alike."""
     causal = getattr(layer, "causal", False)
-    if getattr(docs, "window", None) is not None or getattr(docs, "causal", causal) != causal:
+    if docs.window is not None or docs.causal != causal:
         raise ValueError(f"the {layer.name} layer (causal={causal}) attends packed documents with its own pattern: "
                          f"give Documents(causal={causal}) without a window")
     q = heads[0]

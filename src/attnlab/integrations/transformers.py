@@ -333,20 +333,20 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
             raise UnsupportedError(f"{who} attends causally; the {variant!r} attention has no causal form "
                                    "(its method mixes every key into every query)")
     else:
-        kind = getattr(mask, "kind", ("custom",))
+        kind = mask.kind if isinstance(mask, ModelMask) else ("custom",)
         causal = (kind[0] == "band" and kind[2] == 0) or (isinstance(mask, Mask) and mask.is_causal(n, m))
     layer = _layer(module, variant, options, causal, q)
     pad = m - n
     if pad:  # queries at the end of a longer sequence (decoding with a cache): the variant's last rows of the whole
         if layer.capabilities.cache is None:
             raise UnsupportedError(f"{who} decodes with a cache; the {variant!r} attention has no cached decoding")
-        if pad < 0 or bias is not None or (pattern and getattr(mask, "kind", None) == ("custom",)):
+        if pad < 0 or bias is not None or (pattern and isinstance(mask, ModelMask) and mask.kind == ("custom",)):
             raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under a mask that does not place them at the end of "
                                    f"the sequence (a static cache, or a rule of its own); the {variant!r} attention decodes with "
                                    "transformers' dynamic cache")
         q = F.pad(q, (0, 0, pad, 0))
     if pattern:
-        if getattr(mask, "offset", 0) and not layer.full_pattern().shift_invariant:
+        if isinstance(mask, ModelMask) and mask.offset and not layer.full_pattern().shift_invariant:
             raise UnsupportedError(f"{who} keeps a sliding-window cache (its keys start at position {mask.offset}); the {variant!r} "
                                    "attention's pattern is tied to absolute positions: use 'local' or the exact 'attnlab'")
         layer.dropout = float(dropout)  # the model's, per call: the step applies it in training mode

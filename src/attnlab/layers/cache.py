@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core import masks
+from ..core import masks, spanning
 from ..core.attend import AttentionResult
 from ..core.masks import key_padding_flags, positions_of
 from ..core.positioned import Positioned
@@ -81,7 +81,7 @@ class NoCache:
     or the mask's (packed documents restart them, a shard holds its own), or the layer's defaults."""
 
     def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        if getattr(mask, "sharded_attend", None) is not None and (key is not None or value is not None or bias is not None
+        if spanning.spans(mask) and (key is not None or value is not None or bias is not None
                                                                    or return_weights):
             raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias or "
                              "return_weights (the mask knows every shard's positions)")
