@@ -136,6 +136,9 @@ class ReformerAttention(EfficientAttention):
     is allowed (score :data:`SELF_LOGIT`). ``num_hashes`` rounds are combined with weights
     ``softmax`` of their log-normalisers (keys found in several rounds are not de-duplicated).
     With one bucket and one chunk it is exact dense attention over the shared-QK scores.
+    Causal (``causal=True``), a query never sees a later key; but which earlier keys share its
+    chunk follows the sort of the whole sequence, so a later token can change an earlier output
+    (a prefix is not computed as it would be alone: no cached decoding).
 
     Args:
         embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`
