@@ -10,7 +10,8 @@ from attnlab.efficient import Budget, Sweep
 E, H = 16, 4
 GATED = ["retnet", "gla", "deltanet", "gated_deltanet", "mamba2"]  # exact recurrences, not approximations of softmax
 CATALOGUE = ["dense", "local", "longformer", "bigbird", "linformer", "performer", "linear", "retnet", "gla", "deltanet", "gated_deltanet",
-             "mamba2", "reformer", "nystrom", "dense_naive"]
+             "mamba2", "fox", "reformer", "nystrom", "dense_naive"]
+NO_SWEEP = (*GATED, "fox")  # fox: exact softmax attention with forget gates, nothing to budget
 
 
 def build(name, options):
@@ -44,7 +45,7 @@ def test_every_variant_has_budget_metadata_whose_options_construct_it(name):
     else:
         runs(build(name, b.long_options(32)), 32)
     if b.sweep is None:
-        assert name in ("dense", "dense_naive", *GATED)  # the exact layers are no point of the approximation table, nor are
+        assert name in ("dense", "dense_naive", *NO_SWEEP)  # the exact layers are no point of the approximation table, nor are
         # the recurrences (another model, not an estimate of softmax attention)
         return
     assert isinstance(b.sweep, Sweep) and b.sweep.values
@@ -75,7 +76,7 @@ def test_the_three_tables_are_views_of_the_budgets():
     budgets = efficient.budgets()
     assert VARIANT_OPTIONS == {n: dict(b.short) for n, b in budgets.items()} and list(VARIANT_OPTIONS) == CATALOGUE
     assert SETTINGS == {n: dict(b.long) for n, b in budgets.items() if b.long is not None} and list(SETTINGS) == CATALOGUE[:-1]
-    assert list(BUDGETS) == [n for n in CATALOGUE[1:-1] if n not in GATED]
+    assert list(BUDGETS) == [n for n in CATALOGUE[1:-1] if n not in NO_SWEEP]
     assert all(BUDGETS[n] == (budgets[n].sweep.label, list(budgets[n].sweep.values)) for n in BUDGETS)
     assert VARIANT_OPTIONS["local"] == {"window": 4} and SETTINGS["local"] == {"window": 256}
     assert BUDGETS["reformer"] == ("hash rounds (16 buckets, chunk 64)", [1, 2, 4, 8])

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import efficient, masks
+from attnlab import MultiHeadAttention, efficient, masks
 from attnlab.efficient import (
     EfficientAttention,
     favor_features,
@@ -20,7 +20,7 @@ from tests.helpers import assert_close_rel
 E, H = 16, 4
 VARIANTS = [n for n in efficient.names() if n not in ("dense", "dense_naive")]  # the efficient ones
 PATTERNS = ["bigbird", "local", "longformer"]  # exact attention under a sparse pattern
-APPROXIMATIONS = [n for n in VARIANTS if n not in PATTERNS]
+APPROXIMATIONS = [n for n in VARIANTS if not efficient.capabilities(n).forms_scores]  # all but the patterns and fox
 
 
 def dense_layer():
@@ -43,11 +43,11 @@ def grads(module, x, mask=None):
 
 
 def test_registry():
-    assert efficient.names() == ["bigbird", "deltanet", "dense", "dense_naive", "gated_deltanet", "gla", "linear", "linformer", "local",
-                                 "longformer", "mamba2", "nystrom", "performer", "reformer", "retnet"]
-    for name in VARIANTS:
+    assert efficient.names() == ["bigbird", "deltanet", "dense", "dense_naive", "fox", "gated_deltanet", "gla", "linear", "linformer",
+                                 "local", "longformer", "mamba2", "nystrom", "performer", "reformer", "retnet"]
+    for name in VARIANTS:  # fox is softmax attention on the exact engine: a MultiHeadAttention, as dense_naive
         assert isinstance(efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})),
-                          EfficientAttention)
+                          MultiHeadAttention if name == "fox" else EfficientAttention)
     with pytest.raises(ValueError, match="unknown attention 'flash'"):
         efficient.create("flash", embed_dim=E, num_heads=H)
 

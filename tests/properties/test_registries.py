@@ -198,6 +198,9 @@ EXACT_LIMITS: dict[str, object] = {
     "longformer": lambda n: ({"window": 1, "global_tokens": n}, {}),
     "bigbird": lambda n: ({"window": 1, "global_tokens": n, "random_blocks": 1}, {}),
     "nystrom": lambda n: ({"landmarks": n, "pinv": "exact"}, {}),
+    # forget gates held open (sigmoid(40) = 1 - 4e-18): no decay, dense attention
+    "fox": lambda n: ({}, {"fgate_proj.weight": torch.zeros(H, E, dtype=torch.float64), "fgate_proj.bias": torch.full((H,), 40.0,
+                                                                                                              dtype=torch.float64)}),
     "linformer": lambda n: ({"max_len": n, "k": n}, {"proj_k": _eye(n), "proj_v": _eye(n)}),
     "reformer": "one bucket, one hash round and one chunk give shared-QK attention (keys are the normalised queries), "
                 "not dense attention: tests/efficient/test_variants.py checks it against that formula",

@@ -21,6 +21,7 @@ from . import retnet as _retnet  # noqa: F401
 from . import gla as _gla  # noqa: F401
 from . import deltanet as _deltanet  # noqa: F401  (deltanet, gated_deltanet)
 from . import mamba2 as _mamba2  # noqa: F401
+from . import fox as _fox  # noqa: F401
 from . import reformer as _reformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
 from . import naive as _naive  # noqa: F401
@@ -42,6 +43,7 @@ from .base import (
     select,
 )
 from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
+from .fox import ForgettingAttention
 from .gated import GatedRecurrence, MatrixState
 from .gla import GatedLinearAttention
 from .kernel import kernel_attention
@@ -96,4 +98,5 @@ __all__ = [
     "DeltaNetAttention",
     "GatedDeltaNetAttention",
     "Mamba2Attention",
+    "ForgettingAttention",
 ]
