@@ -197,7 +197,7 @@ def attend(
     Returns:
         :class:`AttentionResult` with ``output`` ``(B, H, N, Dv)`` and ``weights`` or None.
     """
-    sharded = spanning.attention_for(mask)
+    sharded = spanning.SPANNING.get(type(mask))
     if sharded is not None:  # keys live on other processes: the attention registered for that kind of mask reaches them
         return sharded(mask, q, k, v, score=score, normalize=normalize, score_mod=score_mod, bias=bias, dropout_p=dropout_p,
                        return_weights=return_weights)
@@ -323,7 +323,7 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     b, h, n, _ = q.shape
     m = k.shape[2]
     bmap = mask if isinstance(mask, BlockMap) else block_map(
-        as_mask(mask) if mask is not None else _FULL, n, m, batch=b, heads=h, block_size=block_size, device=q.device)
+        mask if mask is not None else _FULL, n, m, batch=b, heads=h, block_size=block_size, device=q.device)
     if bmap.index.device != q.device:
         bmap = bmap.to(q.device)
     k, v = _zero_hidden(k, v, bmap.hidden_keys(), is_hidden=True)

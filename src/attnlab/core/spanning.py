@@ -14,7 +14,8 @@ from collections.abc import Callable
 __all__ = ["SPANNING", "attention_for", "register", "spans"]
 
 SPANNING: dict[type, Callable] = {}
-"""Mask type -> ``attend(mask, q, k, v, *, score, normalize, score_mod, bias, dropout_p, return_weights)``."""
+"""Mask type -> ``attend(mask, q, k, v, *, score, normalize, score_mod, bias, dropout_p, return_weights)``
+(looked up by the mask's exact type: combining such a mask with another keeps its type)."""
 
 
 def register(mask_type: type, attention: Callable) -> None:
@@ -26,7 +27,7 @@ def register(mask_type: type, attention: Callable) -> None:
 
 def attention_for(mask) -> Callable | None:
     """The attention registered for ``mask``'s kind, or None (an ordinary mask)."""
-    return next((fn for kind, fn in SPANNING.items() if isinstance(mask, kind)), None)
+    return SPANNING.get(type(mask))
 
 
 def spans(mask) -> bool:
