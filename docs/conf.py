@@ -3,7 +3,8 @@
 Build it with ``make docs`` (or ``sphinx-build -W --keep-going -b html docs docs/_build/html``) and
 open ``docs/_build/html/index.html``. The pages are Markdown (MyST); the API reference comes from
 the docstrings (autodoc + napoleon, Google style); the benchmark pages are generated from
-``benchmarks/results/`` by ``_ext/benchmark_pages.py``.
+``benchmarks/results/`` by ``_ext/benchmark_pages.py``, the table of attention variants from the
+registry by ``_ext/variant_table.py``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "myst_parser",
     "benchmark_pages",
+    "variant_table",
 ]
 
 source_suffix = {".md": "markdown"}

@@ -5,14 +5,15 @@ normalisers, backbones, tasks, sequence layers) is found by name, with the same 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from .validate import ArgumentTypeError
 
-__all__ = ["Registry", "keyword_options"]
+__all__ = ["Registry", "RegistryView", "keyword_options"]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 
 class Registry(Generic[T]):
@@ -90,6 +91,35 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             raise ValueError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self.names())}") from None
+
+
+class RegistryView(Mapping[str, V]):
+    """A read-only mapping over a registry, read at every access: each registered name, in the
+    order of registration, to ``value(name)``; names whose value is None are left out. A name
+    registered later (a plugin, a test) is in it at once, which a dict built at import is not.
+
+    Args:
+        registry: the :class:`Registry` read. value: ``name -> value`` (None: not in the view).
+    """
+
+    def __init__(self, registry: Registry, value: Callable[[str], V | None]):
+        self._registry = registry
+        self._value = value
+
+    def __getitem__(self, name: str) -> V:
+        found = self._value(name) if isinstance(name, str) and name in self._registry else None
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in self._registry.in_order() if self._value(n) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self)!r})"
 
 
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)

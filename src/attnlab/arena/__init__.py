@@ -8,7 +8,17 @@
 """
 
 from .live import LiveGrid
-from .presets import DEFAULT_VARIANTS, LOOKUP_VARIANTS, NO_ATTENTION, PRESETS, TEXT_VARIANTS, VARIANT_OPTIONS, Preset, TaskSetting
+from .presets import (
+    DEFAULT_VARIANTS,
+    LOOKUP_VARIANTS,
+    NO_ATTENTION,
+    PRESETS,
+    TEXT_VARIANTS,
+    VARIANT_OPTIONS,
+    Preset,
+    TaskSetting,
+    Variants,
+)
 from .report import budget_of, build_report, leaderboard, plot_curves, plot_lra, plot_maps
 from .runner import RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
 from .store import COLUMNS, Store
@@ -26,6 +36,7 @@ __all__ = [
     "RunSpec",
     "Store",
     "TaskSetting",
+    "Variants",
     "attention_maps",
     "budget_of",
     "build_report",

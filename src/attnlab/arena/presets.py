@@ -1,17 +1,27 @@
 """What the arena runs: presets of tasks (with sizes and step budgets) and attention variants
-(with the settings that make them efficient at the tasks' lengths)."""
+(with the settings that make them efficient at the tasks' lengths).
+
+No list of variants here is kept by hand where a rule says it: the ``standard`` and ``lra``
+presets take the registered variants by their declared capabilities
+(:func:`attnlab.efficient.select`), read when the grid is planned (:class:`Variants`), so a variant
+registered later is planned too; ``quick`` keeps a small curated choice for ``make demo``'s time.
+Whatever the choice, each task of a preset plans only the variants whose capabilities fit it
+(:func:`fits`: a task trained causally needs a causal form).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from .. import efficient
+from ..registry import RegistryView
 
-__all__ = ["DEFAULT_VARIANTS", "GATED_VARIANTS", "LOOKUP_VARIANTS", "TEXT_VARIANTS", "NO_ATTENTION", "PRESETS", "VARIANT_OPTIONS", "Preset",
-           "TaskSetting"]
+__all__ = ["DEFAULT_VARIANTS", "LOOKUP_VARIANTS", "TEXT_VARIANTS", "NO_ATTENTION", "PRESETS", "VARIANT_OPTIONS", "Preset",
+           "TaskSetting", "Variants", "fits", "task_is_causal"]
 
-VARIANT_OPTIONS: dict[str, dict] = {name: dict(b.short) for name, b in efficient.budgets().items()}
-"""Per variant, its ``attention_options`` in the arena (a view of each variant's
+VARIANT_OPTIONS: Mapping[str, dict] = RegistryView(efficient.VARIANTS, lambda name: dict(efficient.budget(name).short))
+"""Per variant, its ``attention_options`` in the arena (a live view of each registered variant's
 :attr:`attnlab.efficient.Budget.short`): short windows and small budgets, so that each is
 cheaper than dense at the arena's lengths (16-130 vectors) and its trade-off shows."""
 
@@ -19,12 +29,94 @@ NO_ATTENTION = "none"
 """The arena's baseline "variant": each task's model without attention
 (:meth:`attnlab.training.TrainConfig.baseline`; tasks without one skip it)."""
 
-DEFAULT_VARIANTS = ("dense", "local", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird", NO_ATTENTION)
 
-GATED_VARIANTS = ("retnet", "gla", "deltanet", "gated_deltanet", "mamba2")
-"""The gated linear-attention family (:class:`attnlab.efficient.GatedRecurrence`): in the
-``standard`` and ``lra`` presets, causal on the causal tasks (recall, lookup) and scanning both
-ways on the others; the default run has one of them (retnet, on lookup)."""
+def task_is_causal(task: str, task_options: Mapping | None = None, train: Mapping | None = None) -> bool:
+    """Whether the arena trains ``task`` causally: its training defaults
+    (:func:`attnlab.tasks.train_defaults`; ``recall`` and ``lookup`` say ``causal``), then ``train``'s
+    overrides. An unknown task: False (planning names it)."""
+    from .. import tasks as task_registry
+
+    if task not in task_registry.TASKS:
+        return False
+    return bool({**task_registry.train_defaults(task, dict(task_options or {})), **(train or {})}.get("causal", False))
+
+
+def fits(variant: str, causal: bool) -> bool:
+    """Whether ``variant`` can run a task (trained causally or not), by its declared capabilities:
+    a causal task needs a causal form (:attr:`attnlab.layers.step.Capabilities.causal`; linformer and
+    nystrom have none). The no-attention baseline and unknown names fit (planning names the latter)."""
+    if variant == NO_ATTENTION or variant not in efficient.VARIANTS:
+        return True
+    return not causal or efficient.capabilities(variant).causal is not None
+
+
+class Variants(Sequence[str]):
+    """A preset's (or one task's) variants, read each time they are asked for, so a variant
+    registered after the preset was written is in them.
+
+    Give either ``names`` or ``select``.
+
+    Args:
+        names: a curated choice, as given (:data:`NO_ATTENTION` among them if wanted).
+        select: criteria of :func:`attnlab.efficient.select` (``{}``: all): the registered variants
+            they give, in the order of registration, then :data:`NO_ATTENTION`.
+        task, task_options, train: the task they are for (None: any), its options and training
+            overrides: only the variants that :func:`fits` it as trained so are kept.
+    """
+
+    def __init__(self, names: Iterable[str] | None = None, *, select: Mapping | None = None, task: str | None = None,
+                 task_options: Mapping | None = None, train: Mapping | None = None):
+        if (names is None) == (select is None):
+            raise ValueError("give Variants either names or select criteria")
+        self.names = None if names is None else tuple(names)
+        self.select = None if select is None else dict(select)
+        self.task, self.task_options, self.train = task, dict(task_options or {}), dict(train or {})
+
+    @classmethod
+    def of(cls, variants: Iterable[str]) -> Variants:
+        """``variants`` as a :class:`Variants` (itself when it is one)."""
+        return variants if isinstance(variants, Variants) else cls(variants)
+
+    def for_task(self, task: str, setting: TaskSetting) -> Variants:
+        """The same choice for ``task`` trained as ``setting`` says: only the ones that fit it."""
+        return Variants(self.names, select=self.select, task=task, task_options=setting.task_options, train=setting.train)
+
+    def resolve(self) -> tuple[str, ...]:
+        """The names, read now."""
+        picked = list(self.names) if self.select is None else [*efficient.select(**self.select), NO_ATTENTION]
+        if self.task is None:
+            return tuple(picked)
+        causal = task_is_causal(self.task, self.task_options, self.train)
+        return tuple(v for v in picked if fits(v, causal))
+
+    def __getitem__(self, index):
+        return self.resolve()[index]
+
+    def __bool__(self) -> bool:  # a choice is given even where nothing fits: the planner takes it, not the preset's
+        return True
+
+    def __len__(self) -> int:
+        return len(self.resolve())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.resolve())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        rule = f"select({', '.join(f'{k}={v!r}' for k, v in self.select.items())}) + {NO_ATTENTION!r}" if self.select is not None \
+            else repr(self.names)
+        return f"Variants({rule}{f' fitting {self.task!r}' if self.task else ''}: {', '.join(self)})"
+
+
+DEFAULT_VARIANTS = Variants(select={"reference": False})
+"""A preset's variants unless it says otherwise: every registered variant but the references of
+another (``dense_naive``), in the order of registration, then the no-attention baseline."""
 
 
 @dataclass(frozen=True)
@@ -36,18 +128,24 @@ class TaskSetting:
 
     task_options: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
-    variants: tuple | None = None
+    variants: Sequence[str] | None = None
     seeds: tuple | None = None
     sweep: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Preset:
-    """Tasks (name -> :class:`TaskSetting`) and the default variants of a preset."""
+    """Tasks (name -> :class:`TaskSetting`) and the default variants of a preset. Each task's
+    variants (its own, else the preset's) become a :class:`Variants` for that task: only those
+    whose capabilities fit it are planned."""
 
     tasks: dict
-    variants: tuple = DEFAULT_VARIANTS
+    variants: Sequence[str] = field(default_factory=lambda: DEFAULT_VARIANTS)
     description: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "tasks", {t: replace(s, variants=Variants.of(s.variants or self.variants).for_task(t, s))
+                                           for t, s in self.tasks.items()})
 
 
 _SMALL_RECALL = {"pairs": 8, "queries": 8, "num_keys": 32, "num_values": 32, "size": 4000}
@@ -59,19 +157,17 @@ def _timed(seconds: float, **train) -> dict:
     return {"seconds": float(seconds), **train}
 
 
-_LRA_VARIANTS = ("dense", "dense_naive", "local", "longformer", "linformer", "performer", "linear", "nystrom", "reformer", "bigbird",
-                 *GATED_VARIANTS, NO_ATTENTION)
-# listops leaves out dense_naive: at 2000 tokens its N x N weights make each step ~13 s and its
-# evaluation minutes (measured), a quarter of the preset's hour for one cell
-
+# The default run (quick) keeps a curated choice, for make demo's time (about 7 minutes): no rule over the
+# capabilities gives it (one causal variant per family would drop linear and add reformer). Like every
+# preset's, it is planned only where the capabilities fit (Preset binds each task's variants to the task).
 LOOKUP_VARIANTS = ("dense", "local", "linear", "performer", "retnet", NO_ATTENTION)
-"""The variants of the long ``lookup`` task in the default run: the task is causal, so the
-variants without a causal form (linformer, nystrom) cannot run it; the block-sparse bigbird and
-the gated family beyond retnet are left to the ``standard`` preset for the default run's time."""
+"""The variants of the long ``lookup`` task in the default run (a curated choice: an exact, a
+pattern, the two kernels and the first of the gated family; the task is causal, and the variants
+without a causal form could not run it); the others are left to the ``standard`` preset."""
 
 TEXT_VARIANTS = ("dense", "linear", NO_ATTENTION)
-"""The variants of the default run's ``text`` task (1K bytes, 15 s a run): where the no-attention
-baseline is measured beside dense at a budget too short for attention to pay off."""
+"""The variants of the default run's ``text`` task (1K bytes, 15 s a run, a curated choice): where
+the no-attention baseline is measured beside dense at a budget too short for attention to pay off."""
 
 
 def _lr_sweep(task: str, factor: float = 3.0) -> dict:
@@ -96,28 +192,29 @@ PRESETS: dict[str, Preset] = {
     "standard": Preset(
         {
             "recall": TaskSetting(_SMALL_RECALL, {"steps": 2000, "eval_every": 250}, sweep=_lr_sweep("recall")),
-            "lookup": TaskSetting({}, _timed(20, eval_every=50), ("dense", "local", "linear", "performer", *GATED_VARIANTS, NO_ATTENTION),
-                                  seeds=(0, 1), sweep=_lr_sweep("lookup", 1 / 3)),
+            "lookup": TaskSetting({}, _timed(20, eval_every=50), seeds=(0, 1), sweep=_lr_sweep("lookup", 1 / 3)),
             "listops": TaskSetting({}, {"steps": 3000}),
             "pos": TaskSetting({}, {}),
             "digits": TaskSetting({}, {}),
             "speech": TaskSetting({}, {}),
         },
-        variants=(*(v for v in DEFAULT_VARIANTS if v != NO_ATTENTION), *GATED_VARIANTS, NO_ATTENTION),
-        description="the short tasks at their own default sizes and step counts, and lookup, with the gated linear-attention family; "
-                    "recall and lookup sweep the learning rate (an estimated two and a half hours)",
+        variants=DEFAULT_VARIANTS,
+        description="the short tasks at their own default sizes and step counts, and lookup, every registered variant that can run each "
+                    "(the causal recall and lookup: those with a causal form); recall and lookup sweep the learning rate (an estimated "
+                    "two and a half hours)",
     ),
     "lra": Preset(
-        {
+        {  # listops leaves out the references (dense_naive): at 2000 tokens its N x N weights make each step ~13 s and its
+            # evaluation minutes (measured), a quarter of the preset's hour for one cell
             "listops": TaskSetting({"size": 2000, "min_length": 500, "max_length": 2000, "max_args": 10},
                                    _timed(45, batch_size=16, num_layers=2, eval_every=100),
-                                   tuple(v for v in _LRA_VARIANTS if v != "dense_naive"), sweep=_lr_sweep("listops")),
+                                   DEFAULT_VARIANTS, sweep=_lr_sweep("listops")),
             "text": TaskSetting({"length": 2048}, _timed(45, num_layers=2, eval_every=100), sweep=_lr_sweep("text")),
             "retrieval": TaskSetting({"length": 1024}, _timed(45, num_layers=2, eval_every=100), sweep=_lr_sweep("retrieval")),
             "pathfinder": TaskSetting({"resolution": 32}, _timed(45, batch_size=16, num_layers=2, eval_every=100),
                                       sweep=_lr_sweep("pathfinder")),
         },
-        variants=_LRA_VARIANTS,
+        variants=Variants(select={}),  # every variant, the references too: dense_naive is the LRA's memory baseline
         description="the long tasks after the Long Range Arena, 1K-2K tokens, time-budgeted (45 s a run), each at two learning rates "
                     "(its own and three times it), an estimated two and a half hours on a 2-core CPU",
     ),

@@ -12,7 +12,9 @@ __all__ = ["recall"]
 
 
 def recall(
-    variants: str = typer.Option("dense,local,linear,retnet,gla,deltanet,gated_deltanet,mamba2", help="Comma-separated variants."),
+    variants: str | None = typer.Option(
+        None, help="Comma-separated variants [default: dense, local, linear and every input-gated variant that decodes causally "
+                   "(attnlab.studies.recall.default_variants)]."),
     pairs: str = typer.Option("8,16", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
     embed_dims: str = typer.Option("32,64", "--embed-dims", help="Comma-separated model widths E (the state grows with them)."),
     steps: int = typer.Option(1500, min=1, help="Training steps per model (the same for every variant)."),
@@ -26,15 +28,16 @@ def recall(
 ) -> None:
     """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same steps.
 
-    The defaults (8 variants x 2 pair counts x 2 widths) took 20 minutes on a 2-core CPU.
+    The defaults took 20 minutes on a 2-core CPU when they were 8 variants (x 2 pair counts x 2 widths).
     """
     from .. import efficient
-    from ..studies.recall import run
+    from ..studies.recall import default_variants, run
 
     if source:
         records = load_report(source, "bench recall", lambda d: d["records"])
     else:
-        names = name_list("--variants", variants, efficient.names(), hint=f"choose from {', '.join(efficient.names())}")
+        names = name_list("--variants", ",".join(default_variants()) if variants is None else variants, efficient.names(),
+                          hint=f"choose from {', '.join(efficient.names())}")
         pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--embed-dims", embed_dims, minimum=4)
         total = len(names) * len(pair_list) * len(dim_list)
         with track("training", total, output, records_json) as tracker:

@@ -80,9 +80,9 @@ def attention(
 
 def scaling(
     sizes: str = typer.Option("1024,2048,4096,8192,16384,32768", help="Comma-separated sequence lengths N."),
-    variants: str = typer.Option(
-        "dense,local,longformer,bigbird,linformer,performer,linear,reformer,nystrom", help="Comma-separated variants."
-    ),
+    variants: str | None = typer.Option(
+        None, help="Comma-separated variants [default: every registered variant with settings for long sequences (Budget.long), "
+                   "attnlab.studies.scaling.SETTINGS; those gated by the layer's input are timed as whole layers]."),
     repeats: int = repeats_option(),
     memory: bool = memory_option("Measure peak memory (a child process per cell)."),
     flex: bool = typer.Option(True, "--flex/--no-flex", help="At N=16384: local vs compiled FlexAttention, forward."),
@@ -108,7 +108,7 @@ def scaling(
         return
 
     size_list = int_list("--sizes", sizes, minimum=1)
-    names = name_list("--variants", variants, SETTINGS)
+    names = name_list("--variants", ",".join(SETTINGS) if variants is None else variants, list(SETTINGS))
     if allocator not in ALLOCATORS:
         fail(f"--allocator must be one of {', '.join(ALLOCATORS)}, got {allocator!r}")
     peer_done: list = []
@@ -314,8 +314,7 @@ def _bf16_note(got: dict) -> str:
 
 
 def precision(
-    variants: str = typer.Option("dense,dense_naive,local,longformer,linformer,performer,linear,nystrom,reformer,bigbird",
-                                 help="Comma-separated attention variants."),
+    variants: str | None = typer.Option(None, help="Comma-separated attention variants [default: every registered one]."),
     sizes: str = typer.Option("1024,4096", help="Comma-separated sequence lengths N."),
     tokens: int = typer.Option(8192, min=1, help="Tokens per batch (8 sequences of 1K, as the arena's text task; 2 of 4K)."),
     embed_dim: int = width_option(64),
@@ -331,7 +330,7 @@ def precision(
     from .. import efficient
     from ..studies.precision import run
 
-    names = name_list("--variants", variants, efficient.names())
+    names = name_list("--variants", ",".join(efficient.VARIANTS.in_order()) if variants is None else variants, efficient.names())
     lengths = int_list("--sizes", sizes, minimum=16)
     measured = _measure_peaks()
     peak_rates = {k: p.flops for k, p in measured.items()}

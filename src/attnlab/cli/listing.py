@@ -10,7 +10,7 @@ from .common import fail, out, print_json
 from .options import json_option
 from .tables import table
 
-__all__ = ["KINDS", "list_names"]
+__all__ = ["CAPABILITY_COLUMNS", "KINDS", "list_names", "list_rows", "variants_table"]
 
 KINDS = {
     "tasks": "the tasks of 'attnlab train TASK' and the arena (--tasks)",
@@ -72,20 +72,73 @@ def _sentence_ends(rest: str) -> bool:
     return rest == "" or (rest[0] == " " and rest[1:2].isupper())
 
 
+def list_rows(what: str) -> dict[str, dict]:
+    """The rows of ``attnlab list WHAT`` (one of :data:`KINDS`), by name, sorted: ``{summary, options}``
+    (the first sentence of the docstring; the keyword options, None for any), and for variants
+    their declared ``capabilities`` too (:meth:`attnlab.layers.step.Capabilities.describe`)."""
+    registry = _registry(what)
+    rows = {n: {"summary": _summary(registry.get(n)), "options": registry.options(n)} for n in registry.names()}
+    if what == "variants":
+        from ..efficient import capabilities
+
+        for n, row in rows.items():
+            row["capabilities"] = capabilities(n).describe()
+    return rows
+
+
 def list_names(
     what: str = typer.Argument(..., metavar="WHAT", help=f"One of {', '.join(KINDS)}."),
-    as_json: bool = json_option("Print one JSON object: {name: {summary, options}}."),
+    as_json: bool = json_option("Print one JSON object: {name: {summary, options}} (variants: with their capabilities too)."),
 ) -> None:
     """List the names an option accepts: tasks, variants, encodings, models, scores, normalizers."""
     if what not in KINDS:
         fail(f"unknown list {what!r}; choose one of {', '.join(KINDS)}")
-    registry = _registry(what)
-    rows = {n: {"summary": _summary(registry.get(n)), "options": registry.options(n)} for n in registry.names()}
+    rows = list_rows(what)
     if as_json:
         print_json(rows)
+        return
+    if what == "variants":
+        out.print(variants_table(rows))
         return
     t = table(f"{what}: {KINDS[what]}", ["name", "what it is", "options"], left=["name", "what it is", "options"])
     for name, row in rows.items():
         opts = row["options"]
         t.add_row(name, row["summary"], "any" if opts is None else ", ".join(opts))
     out.print(t)
+
+
+CAPABILITY_COLUMNS = {
+    "family": lambda c: c["family"] + (" (ref.)" if c["reference"] else ""),
+    "causal": lambda c: c["causal"] or "-",
+    "masks": lambda c: {"any": "any", "key_padding": "padding"}[c["masks"]],
+    "scores": lambda c: _yes(c["forms_scores"]),
+    "cache": lambda c: c["cache"] or "-",
+    "exact": lambda c: _yes(c["exact"]),
+    "input": lambda c: _yes(c["needs_input"]),
+}
+"""The columns of ``attnlab list variants``: each variant's declared capabilities
+(:class:`attnlab.layers.step.Capabilities`), shortly: its family (``ref.``: a slow reference of
+another variant, left out of the grids); its causal form (``mask``: a causal mask; ``flag``: the
+constructor's ``causal=True``; ``-``: none); the masks it takes (any, or key padding and packed
+documents); whether it forms the scores (a score bias, score functions, the weights); what it
+decodes with (``-``: no cached decoding); whether it is exact; whether its step reads the layer's
+input (gates)."""
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "-"
+
+
+def variants_table(rows: dict[str, dict]):
+    """The table of ``attnlab list variants``: per variant its :data:`CAPABILITY_COLUMNS` and what it
+    is (``rows``: the ``--json`` rows, with their ``capabilities``; their options are left to ``--json``)."""
+    columns = ["name", *CAPABILITY_COLUMNS, "what it is"]
+    t = table(f"variants: {KINDS['variants']}", columns, left=columns)
+    for col in t.columns[:-1]:  # the short columns whole, the summary wraps in what is left
+        col.no_wrap = True
+    t.caption = "causal: by a causal mask, by causal=True (flag), or none (-); masks: any, or key padding and packed documents; " \
+                "scores: it forms them (score bias, score functions, weights); input: its step reads the layer's input (gates); " \
+                "each variant's options: --json"
+    for name, row in rows.items():
+        t.add_row(name, *(show(row["capabilities"]) for show in CAPABILITY_COLUMNS.values()), row["summary"])
+    return t

@@ -149,8 +149,8 @@ DECODER_HELP = (" Or a decoder: docs-llama (a small Llama trained here on first 
 def bench_pretrained(
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP + DECODER_HELP),
     variants: str | None = typer.Option(
-        None, help="Comma-separated attention variants [default: local,longformer,bigbird,linformer,performer,linear,reformer,nystrom; "
-                   "a decoder: every variant with a causal form].", show_default=False),
+        None, help="Comma-separated attention variants [default: every variant that takes the model's q, k and v "
+                   "(attnlab.studies.pretrained.default_variants); a decoder: those of them with a causal form].", show_default=False),
     lengths: str | None = typer.Option(None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
                                           show_default=False),
     pairs: int = typer.Option(200, min=2, help="An encoder: retrieval pairs (standard-library docstrings) per length."),
@@ -173,7 +173,7 @@ def bench_pretrained(
     """
     from .. import efficient
     from ..studies.decoder import is_decoder
-    from ..studies.pretrained import budgets_for, run
+    from ..studies.pretrained import budgets_for, default_variants, run
 
     if report:
         recs = load_report(report, "bench pretrained", _checked_records)
@@ -182,8 +182,7 @@ def bench_pretrained(
     if is_decoder(model):
         _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot)
         return
-    names = name_list("--variants", variants or "local,longformer,bigbird,linformer,performer,linear,reformer,nystrom",
-                      [v for v in efficient.names() if v != "dense"])
+    names = name_list("--variants", variants or ",".join(default_variants()), [v for v in efficient.names() if v != "dense"])
     ns = int_list("--lengths", lengths or "128,512", minimum=2)
     total = sum(1 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
     with track("swapping attention", total, output, records_json) as tracker:

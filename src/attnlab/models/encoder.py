@@ -12,7 +12,6 @@ from ..core.attend import AttentionResult
 from ..core.masks import causal as causal_mask
 from ..core.masks import positions_of
 from ..layers.feedforward import ACTIVATIONS, FeedForward
-from ..layers.multihead import MultiHeadAttention
 from ..positional.base import PositionalEncoding, check_positions, kind_of, positions_for
 from ..positional.base import create as create_positional
 from ..validate import ArgumentTypeError, positive_int
@@ -37,11 +36,11 @@ class EncoderConfig:
         layer_norm_eps: LayerNorm's epsilon.
         attention, attention_options: the attention by name (:func:`attnlab.efficient.names`;
             ``"dense"`` is :class:`attnlab.MultiHeadAttention` with ``score``, ``normalize`` and
-            ``head_mode``; any other name is an efficient variant created with
-            ``attention_options``, ``max_len`` and the encoding, and ignores the score
-            options). Variants registered later work unchanged.
-        causal: every block is causal (exact attention: the causal mask is combined with the
-            caller's; efficient variants: created with ``causal=True``).
+            ``head_mode``, as is every variant whose declared causal form is a mask; any other
+            name is an efficient variant created with ``attention_options``, ``max_len`` and the
+            encoding, and ignores the score options). Variants registered later work unchanged.
+        causal: every block is causal (a variant causal by a mask, exact attention: the causal
+            mask is combined with the caller's; the others: created with ``causal=True``).
         num_kv_heads: G key / value heads per block (grouped-query attention; None: H).
     """
 
@@ -99,21 +98,26 @@ class EncoderCache:
         return sum(c.nbytes() for c in self.layers)
 
 
-EXACT = ("dense", "dense_naive")
-"""The variants that compute every score: they take any mask (causal as a mask) and the score options."""
+def causal_by_mask(attention: str) -> bool:
+    """Whether the variant ``attention`` is made causal by a causal mask: its declared causal form
+    (:attr:`attnlab.layers.step.Capabilities.causal`) is ``"mask"`` (exact attention that takes any
+    mask and the score options: ``dense``, ``dense_naive``); else it is given ``causal=True``."""
+    from .. import efficient
+
+    return efficient.capabilities(attention).causal == "mask"
 
 
 def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) -> nn.Module:
-    """The self-attention module of one block of ``cfg``: :class:`attnlab.MultiHeadAttention`
-    for ``"dense"`` (with the score options; ``"dense_naive"``: the same attention with its
-    weights materialised, :class:`attnlab.efficient.NaiveDenseAttention`), else the efficient
-    variant by name."""
-    if cfg.attention in EXACT:
+    """The self-attention module of one block of ``cfg``: a variant causal by a mask
+    (:func:`causal_by_mask`: ``"dense"``, :class:`attnlab.MultiHeadAttention`, or ``"dense_naive"``,
+    the same attention with its weights materialised) with the score options, else the variant
+    by name with ``attention_options`` (and ``causal=True`` for a causal model)."""
+    from .. import efficient
+
+    if causal_by_mask(cfg.attention):
         if cfg.attention_options:
             raise ValueError(f"attention_options apply to efficient variants; the {cfg.attention} layer takes score/normalize/head_mode")
-        from ..efficient.naive import NaiveDenseAttention
-
-        cls = MultiHeadAttention if cfg.attention == "dense" else NaiveDenseAttention
+        cls = efficient.VARIANTS.get(cfg.attention)
         return cls(
             cfg.embed_dim,
             cfg.num_heads,
@@ -125,8 +129,6 @@ def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) ->
             positional=positional,
             num_kv_heads=cfg.num_kv_heads,
         )
-    from .. import efficient
-
     opts = dict(cfg.attention_options or {})
     opts.setdefault("max_len", cfg.max_len)
     if cfg.num_kv_heads is not None:
@@ -147,7 +149,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm_first = cfg.norm_first
         self.attn = make_attention(cfg, positional)
-        self.causal_mask = cfg.causal and cfg.attention in EXACT
+        self.causal_mask = cfg.causal and causal_by_mask(cfg.attention)
         self.ff = FeedForward(cfg.embed_dim, cfg.ff_dim or 4 * cfg.embed_dim, activation=cfg.activation, dropout=cfg.dropout)
         self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)

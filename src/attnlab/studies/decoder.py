@@ -93,7 +93,7 @@ def train_decoder(folder: str | Path, *, on_step: Callable[[int, float], None] |
     in the Hugging Face layout (written whole into a temporary folder, then renamed: a killed run
     leaves nothing half-written). ``on_step(step, loss)`` after every step. Returns what
     ``training.json`` holds: the settings, the seconds and the validation perplexity."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     import attnlab.integrations.transformers  # noqa: F401  (attn_implementation="attnlab")
 
@@ -113,7 +113,7 @@ def train_decoder(folder: str | Path, *, on_step: Callable[[int, float], None] |
                          bos_token_id=None, eos_token_id=None, pad_token_id=None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec["seed"])
-        model = LlamaForCausalLM._from_config(config, attn_implementation="attnlab")
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="attnlab")  # a LlamaForCausalLM
         opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01)
         steps, warm = spec["steps"], spec["warmup"]
         sched = torch.optim.lr_scheduler.LambdaLR(
@@ -181,18 +181,19 @@ def is_decoder(name_or_path: str | Path) -> bool:
 
 
 def decoder_variants() -> list[str]:
-    """The variants a causal language model can take: a causal form, and q, k, v from the model."""
-    from ..integrations.transformers import implementation
+    """The variants a causal language model can take, from their declared capabilities: a causal
+    form, not a reference of another, and q, k, v from the model (an ``attnlab:<variant>``
+    implementation of :mod:`attnlab.integrations.transformers`; the exact layer is the ``attnlab``
+    row itself), sorted by name."""
+    from ..integrations.transformers import NAME, implementation
 
     out = []
-    for v in efficient.names():
-        if v in ("dense", "dense_naive") or not getattr(efficient.VARIANTS.get(v), "supports_causal", False):
-            continue
+    for v in sorted(efficient.select(causal=True, reference=False)):
         try:
-            implementation(v)
-        except ValueError:
+            if implementation(v) != NAME:
+                out.append(v)
+        except ValueError:  # its step reads the layer's input (gates): it cannot take the model's q, k, v
             continue
-        out.append(v)
     return out
 
 

@@ -37,7 +37,7 @@ from .. import efficient
 from ..profiling import measure_calls
 from .records import StudyRecord
 
-__all__ = ["DocPair", "PretrainedRecord", "SwapRecord", "budgets_for", "docstring_pairs", "run"]
+__all__ = ["DocPair", "PretrainedRecord", "SwapRecord", "budgets_for", "default_variants", "docstring_pairs", "run"]
 
 QUERY_TOKENS = 64
 """Queries (a docstring's first line) are cut to this many tokens."""
@@ -135,6 +135,14 @@ class PretrainedRecord(SwapRecord):
     step_ratio: float | None = None
 
 
+def default_variants() -> list[str]:
+    """The variants swapped into the trained model by default, from their declared capabilities:
+    every step that takes the model's q, k and v alone (not those that read the layer's input for
+    gates: theirs would be untrained), but the references of another (``dense_naive``) and dense
+    (the trained model itself), in the order of registration."""
+    return [v for v in efficient.select(needs_input=False, reference=False) if v != "dense"]
+
+
 def budgets_for(variant: str, n: int, max_points: int = 3) -> list[tuple[str, dict]]:
     """The budgets measured for ``variant`` at length ``n``: the points of its
     :attr:`attnlab.efficient.Budget.sweep` below ``n`` (where it approximates; the largest
@@ -173,7 +181,7 @@ def run(
 
     Args:
         model: a name or folder for :func:`attnlab.pretrained.load`.
-        variants: efficient variants (default: all but ``dense_naive``, which equals dense).
+        variants: efficient variants (default: :func:`default_variants`).
         pairs: retrieval pairs per length (fewer where fewer documents are that long).
         timing_batch: documents per timed forward pass.
         memory: also measure peak tensor memory.
@@ -181,7 +189,7 @@ def run(
     """
     from ..pretrained import load
 
-    variants = [v for v in efficient.names() if v not in ("dense", "dense_naive")] if variants is None else list(variants)
+    variants = default_variants() if variants is None else list(variants)
     for v in variants:
         if v not in efficient.names():
             raise ValueError(f"unknown attention variant {v!r}; expected some of {efficient.names()}")

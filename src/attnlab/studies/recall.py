@@ -29,12 +29,24 @@ from .. import efficient, tasks
 from ..training.config import TrainConfig
 from .records import StudyRecord
 
-__all__ = ["DEFAULT_VARIANTS", "RecallRecord", "WINDOW", "run", "state_floats"]
+__all__ = ["BASELINES", "RecallRecord", "WINDOW", "default_variants", "run", "state_floats"]
 
 WINDOW = 8
 """The sliding window's width in the study (``local``): a state of 2 (w + 1) d numbers."""
 
-DEFAULT_VARIANTS = ("dense", "local", "linear", "retnet", "gla", "deltanet", "gated_deltanet", "mamba2")
+BASELINES = ("dense", "local", "linear")
+"""The study's points of reference, one per kind of state: every token's keys and values
+(``dense``), a window (``local``), plain running sums (``linear``, the ungated ancestor)."""
+
+
+def default_variants() -> list[str]:
+    """The variants the study compares by default, read from the registry: the :data:`BASELINES`,
+    then every variant whose step is gated by the layer's input and that decodes causally from a
+    state (declared capabilities ``needs_input``, a causal form and a ``cache``; the study's
+    subject, the gated linear-attention family, and any such variant registered later), in the
+    order of registration."""
+    decoding = efficient.select(causal=True, decodes=True, reference=False)
+    return [v for v in BASELINES if v in decoding] + [v for v in decoding if efficient.capabilities(v).needs_input and v not in BASELINES]
 
 
 @dataclass
@@ -61,7 +73,7 @@ def state_floats(variant: str, embed_dim: int, num_heads: int, length: int, opti
     """Numbers one causal layer of ``variant`` keeps to decode the next token after ``length``
     tokens: its cache's bytes after reading them, over 4."""
     torch.manual_seed(0)
-    causal = {} if variant == "dense" else {"causal": True}  # dense decodes causally with any cache
+    causal = {"causal": True} if efficient.capabilities(variant).causal == "flag" else {}  # "mask": it decodes causally with any cache
     layer = efficient.create(variant, embed_dim=embed_dim, num_heads=num_heads, **causal, **_options(variant), **(options or {})).eval()
     cache = layer.new_cache()
     with torch.no_grad():
@@ -70,7 +82,7 @@ def state_floats(variant: str, embed_dim: int, num_heads: int, length: int, opti
 
 
 def run(
-    variants: Iterable[str] = DEFAULT_VARIANTS,
+    variants: Iterable[str] | None = None,
     pairs: Iterable[int] = (8, 16),
     embed_dims: Iterable[int] = (32, 64),
     *,
@@ -83,11 +95,13 @@ def run(
     options: dict[str, dict] | None = None,
     on_record: Callable[[RecallRecord], None] | None = None,
 ) -> list[RecallRecord]:
-    """Train and score every (pairs, embed_dim, variant) for ``steps`` steps (at most ``seconds`` each);
+    """Train and score every (pairs, embed_dim, variant) for ``steps`` steps (at most ``seconds`` each;
+    ``variants``: default :func:`default_variants`);
     ``queries = pairs``, ``num_keys`` keys and values. ``options``: extra attention options per
     variant (an ablation: ``{"deltanet": {"conv_size": 0}}``), named in the record's ``variant``."""
     from ..training import train
 
+    variants = default_variants() if variants is None else list(variants)
     out: list[RecallRecord] = []
     with tempfile.TemporaryDirectory(prefix="attnlab-recall-") as tmp:  # the runs' checkpoints, removed after
         for p in pairs:

@@ -34,22 +34,28 @@ import gc
 import json
 import statistics
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
 
 from .. import efficient
 from ..profiling import allocator_env, loglog_slope, measure_in_child, minor_faults, peak_bytes, quiet_stderr, round_robin
+from ..registry import RegistryView
 from .records import StudyRecord, timed
 
 __all__ = ["SETTINGS", "Record", "run", "slopes", "relative", "flex_local_forward"]
 
 HEADS, HEAD_DIM = 4, 64
 
-SETTINGS: dict[str, dict] = {name: dict(b.long) for name, b in efficient.budgets().items() if b.long is not None}
-"""Each variant's budget in this benchmark, a view of its :attr:`attnlab.efficient.Budget.long`
-(linformer's ``max_len`` is set to the largest N; a variant whose ``long`` is None is left out)."""
+SETTINGS: Mapping[str, dict] = RegistryView(efficient.VARIANTS, lambda name: _long(efficient.budget(name)))
+"""Each variant's budget in this benchmark, a live view of every registered variant's
+:attr:`attnlab.efficient.Budget.long` (linformer's ``max_len`` is set to the largest N; a variant
+whose ``long`` is None is left out), in the order of registration: the benchmark's variants."""
+
+
+def _long(b: efficient.Budget) -> dict | None:
+    return None if b.long is None else dict(b.long)
 
 
 @timed
@@ -86,7 +92,7 @@ def _inputs(n: int, grad: bool) -> list[torch.Tensor]:
 
 
 def _call(module, qkv) -> Callable[[], None]:
-    if isinstance(module, efficient.GatedRecurrence):  # gates come from the layer's inputs: the whole layer is timed
+    if module.capabilities.needs_input:  # its step reads the layer's input (gates): the whole layer is timed
         x = qkv[0].detach().transpose(1, 2).reshape(1, -1, HEADS * HEAD_DIM).requires_grad_(True)
 
         def layer_call():
@@ -161,7 +167,7 @@ def run(
 
     Args:
         sizes: sequence lengths N.
-        variants: names from :data:`SETTINGS` (default: all).
+        variants: names from :data:`SETTINGS` (default: all, read when called).
         min_repeats: timed repetitions at least (more while a round fits ``target_seconds``).
         memory: also measure peak memory (a child process per cell).
         allocator: ``"keep"`` (freed memory reused) or ``"system"`` (glibc's defaults) in the
