@@ -47,7 +47,7 @@ def grouped(layer, num_kv_heads: int):
     if layer.capabilities.shared_qk and g != layer.num_heads:
         raise ValueError(f"{type(layer).__name__} derives its keys from the queries: it takes no num_kv_heads")
     new = copy.deepcopy(layer)
-    new._step_hooks.clear()  # the copy is a new layer: hooks stay with the one they were registered on
+    new.clear_step_hooks()  # the copy is a new layer: hooks stay with the one they were registered on
     new.num_kv_heads = g
     r, d = layer.num_heads // g, layer.head_dim
     for name in ("k_proj", "v_proj"):
@@ -72,7 +72,7 @@ def from_torch(cls, m: nn.MultiheadAttention):
     new = new.to(device=m.out_proj.weight.device, dtype=m.out_proj.weight.dtype)
     e = m.embed_dim
     with torch.no_grad():
-        if m._qkv_same_embed_dim:
+        if m.in_proj_weight is not None:  # one packed projection (query, key and value of the same width)
             wq, wk, wv = m.in_proj_weight.split(e, dim=0)
         else:
             wq, wk, wv = m.q_proj_weight, m.k_proj_weight, m.v_proj_weight
@@ -112,7 +112,7 @@ def to_torch(layer) -> nn.MultiheadAttention:
     )
     with torch.no_grad():
         ws = (layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight)
-        if m._qkv_same_embed_dim:
+        if m.in_proj_weight is not None:  # one packed projection (query, key and value of the same width)
             m.in_proj_weight.copy_(torch.cat(ws, dim=0))
         else:
             for dst, w in zip((m.q_proj_weight, m.k_proj_weight, m.v_proj_weight), ws):

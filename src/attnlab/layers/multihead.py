@@ -21,7 +21,7 @@ from ..validate import ArgumentTypeError, positive_int, probability
 from . import checks, interop
 from .cache import KVCache, StaticKV, source_of
 from .padding import silence_padding
-from .state import MatrixState, RecurrentState
+from .state import MatrixState, RecurrentState, check_kind, make_cache
 from .step import Capabilities, StepInputs
 
 __all__ = ["MultiHeadAttention", "silence_padding"]
@@ -340,23 +340,7 @@ class MultiHeadAttention(nn.Module):
         sparse pattern: the bounded KVCache that is its causal pattern; kernel attention: a
         :class:`RecurrentState`; the gated family: a :class:`MatrixState`. Pass it as
         ``forward(x_new, cache=...)``."""
-        kind = self.capabilities.cache
-        if kind is None:
-            raise ValueError(f"the {self.name!r} attention has no cached decoding ({self.no_cache_reason}); "
-                             "attnlab.efficient.select(decodes=True) names the variants that decode")
-        if kind == "kv":
-            return KVCache(window=window, sinks=sinks, positions=positions)
-        if not getattr(self, "causal", False):
-            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
-        if kind == "window":
-            if window is not None or sinks or positions != "absolute":
-                raise ValueError(f"the {self.name!r} attention's cache is its own window: pass no window, sinks or positions")
-            own_window, own_sinks = self.cache_bounds()
-            return KVCache(window=own_window, sinks=own_sinks)
-        if window is not None or sinks or positions != "absolute":
-            raise ValueError(f"the {self.name!r} attention's cache is its state, already of constant size: "
-                             "pass no window, sinks or positions")
-        return RecurrentState() if kind == "recurrent" else MatrixState()
+        return make_cache(self, window, sinks, positions)
 
     def cache_bounds(self) -> tuple[int, int]:
         """``(window, sinks)`` of the bounded :class:`KVCache` that is exactly this layer's causal
@@ -371,19 +355,7 @@ class MultiHeadAttention(nn.Module):
         """Refuse a cache other than the kind :meth:`new_cache` makes: another window, sinks or
         positions would compute another pattern, a recurrent variant needs its own state, exact
         attention takes any :class:`KVCache` and no recurrent state."""
-        kind = self.capabilities.cache
-        if kind == "kv" and isinstance(cache, KVCache):
-            return
-        if kind is not None and kind != "kv" and not getattr(self, "causal", False):
-            raise ValueError(f"cached decoding needs a causal {self.name!r} attention (create it with causal=True)")
-        if kind == "window" and isinstance(cache, KVCache):
-            want = self.new_cache()
-            if (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions):
-                return
-        if kind in ("recurrent", "matrix") and isinstance(cache, RecurrentState if kind == "recurrent" else MatrixState):
-            return
-        got = {RecurrentState: "a recurrent state", MatrixState: "a matrix state"}.get(type(cache), type(cache).__name__)
-        raise ValueError(f"the {self.name!r} attention decodes with the cache its new_cache() makes, not this one ({got})")
+        check_kind(self, cache)
 
     def __setstate__(self, state: dict) -> None:  # a layer pickled before step hooks existed has none
         super().__setstate__({"_step_hooks": OrderedDict(), **state})
@@ -399,6 +371,10 @@ class MultiHeadAttention(nn.Module):
         handle = RemovableHandle(self._step_hooks)
         self._step_hooks[handle.id] = hook
         return handle
+
+    def clear_step_hooks(self) -> None:
+        """Remove every step hook (a copy such as :meth:`grouped`'s is a new layer: hooks stay with the one they were registered on)."""
+        self._step_hooks.clear()
 
     def attention_step(self, q, k, v, **kwargs) -> AttentionResult:
         """:meth:`forward`'s attention step: the step hooks, then :meth:`attend_heads`."""

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from ..core.attend import AttentionResult
-from .cache import Call, new_tokens, seen_positions
+from .cache import Call, KVCache, new_tokens, seen_positions
 
-__all__ = ["MatrixState", "RecurrentState"]
+__all__ = ["MatrixState", "RecurrentState", "check_kind", "make_cache"]
 
 
 class _Constant:
@@ -101,3 +101,45 @@ class MatrixState(_Constant):
         """Keep the rows ``index`` (beam search)."""
         self.state = None if self.state is None else self.state.index_select(0, index)
         self.conv = None if self.conv is None else self.conv.index_select(0, index)
+
+
+def make_cache(layer, window, sinks: int, positions: str):
+    """The cache of the kind ``layer``'s step declares (``capabilities.cache``): see
+    :meth:`attnlab.MultiHeadAttention.new_cache`."""
+    kind = layer.capabilities.cache
+    if kind is None:
+        raise ValueError(f"the {layer.name!r} attention has no cached decoding ({layer.no_cache_reason}); "
+                         "attnlab.efficient.select(decodes=True) names the variants that decode")
+    if kind == "kv":
+        return KVCache(window=window, sinks=sinks, positions=positions)
+    if not getattr(layer, "causal", False):
+        raise ValueError(f"cached decoding needs a causal {layer.name!r} attention (create it with causal=True)")
+    if kind == "window":
+        if window is not None or sinks or positions != "absolute":
+            raise ValueError(f"the {layer.name!r} attention's cache is its own window: pass no window, sinks or positions")
+        own_window, own_sinks = layer.cache_bounds()
+        return KVCache(window=own_window, sinks=own_sinks)
+    if window is not None or sinks or positions != "absolute":
+        raise ValueError(f"the {layer.name!r} attention's cache is its state, already of constant size: "
+                         "pass no window, sinks or positions")
+    return RecurrentState() if kind == "recurrent" else MatrixState()
+
+
+def check_kind(layer, cache) -> None:
+    """Refuse a cache other than the kind :func:`make_cache` makes for ``layer``: see
+    :meth:`attnlab.MultiHeadAttention.check_cache`."""
+    kind = layer.capabilities.cache
+    if kind is None:
+        raise ValueError(f"the {layer.name!r} attention has no cached decoding ({layer.no_cache_reason})")
+    if kind == "kv" and isinstance(cache, KVCache):
+        return
+    if kind != "kv" and not getattr(layer, "causal", False):
+        raise ValueError(f"cached decoding needs a causal {layer.name!r} attention (create it with causal=True)")
+    if kind == "window" and isinstance(cache, KVCache):
+        want = make_cache(layer, None, 0, "absolute")
+        if (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions):
+            return
+    if kind in ("recurrent", "matrix") and isinstance(cache, RecurrentState if kind == "recurrent" else MatrixState):
+        return
+    got = {RecurrentState: "a recurrent state", MatrixState: "a matrix state"}.get(type(cache), type(cache).__name__)
+    raise ValueError(f"the {layer.name!r} attention decodes with the cache its new_cache() makes, not this one ({got})")
