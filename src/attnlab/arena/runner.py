@@ -29,7 +29,7 @@ from .. import objectives
 from ..objectives import collate
 from ..training import TrainConfig, load_checkpoint, train
 from ..training.config import FORMER_NAMES
-from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
+from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting, Variants
 from .store import Store
 from .sweep import points as sweep_points
 
@@ -111,10 +111,14 @@ def plan(
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)} (or --data FILE for jsonl)")
             settings[t] = TaskSetting({}, {})
 
-    def chosen(setting: TaskSetting) -> list[str]:
-        return list(variants) if variants is not None else list(setting.variants or p.variants)
+    def chosen(t: str, setting: TaskSetting) -> list[str]:
+        """The variants asked by name (as they are), or the preset's that fit task ``t`` (a causal task: a causal form)."""
+        if variants is not None:
+            return list(variants)
+        picked = setting.variants if setting.variants is not None else p.variants
+        return list(Variants.of(picked).for_task(t, setting))
 
-    for v in dict.fromkeys(v for t in names for v in chosen(settings[t])):
+    for v in dict.fromkeys(v for t in names for v in chosen(t, settings[t])):
         if v not in efficient.names() and v != NO_ATTENTION:
             raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
     task_seeds = {t: list(seeds) if seeds is not None else list(settings[t].seeds or (0,)) for t in names}
@@ -128,7 +132,7 @@ def plan(
                 train["seconds"] = float(seconds)
             if precision is not None:
                 train["precision"] = precision
-            for v in chosen(s):
+            for v in chosen(t, s):
                 if v == NO_ATTENTION and task_registry.baseline_model(t) is None:
                     continue  # no backbone without attention reads this task
                 opts = VARIANT_OPTIONS.get(v, {})
