@@ -61,6 +61,16 @@ def test_a_grouped_copy_starts_without_the_hooks_and_a_hook_cannot_change_the_st
     assert calls == []
 
 
+def test_clear_step_hooks_removes_every_hook():
+    layer = MultiHeadAttention(16, 4)
+    calls = []
+    for _ in range(2):
+        layer.register_step_hook(lambda mod, q, k, v, kw: calls.append(mod))
+    layer.clear_step_hooks()
+    layer(torch.randn(1, 5, 16))
+    assert calls == []
+
+
 def test_a_hook_that_is_not_callable_is_refused_when_registered():
     layer = MultiHeadAttention(16, 4)
     with pytest.raises(TypeError, match="a step hook is a callable .* got int"):

@@ -4,7 +4,9 @@ shard's positions and key padding (:class:`RingContext`), and where ring time go
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -13,6 +15,8 @@ __all__ = ["P2P_BACKENDS", "RingContext", "RingTimings", "backend_of", "check_gr
 
 P2P_BACKENDS = ("gloo", "nccl", "mpi", "xccl")
 """Backends with the point-to-point ``isend`` / ``irecv`` the ring needs."""
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -124,3 +128,12 @@ class RingContext:
             if bool(valid.all()):
                 valid = None
         return cls(group, rank, world, ranks, pos, valid)
+
+    def plan(self, key, make: Callable[[], T]) -> T:
+        """What ``make()`` returns, made once per ``key`` and kept in the context (the ring schedule and
+        block maps of a mask: every layer of a forward uses the same; the eight newest are kept)."""
+        if key not in self._plans:
+            if len(self._plans) >= 8:  # a long-lived context: the oldest plan goes
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = make()
+        return self._plans[key]

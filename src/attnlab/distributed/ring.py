@@ -59,11 +59,7 @@ def _plan_of(ctx: RingContext, rule, batch: int, heads: int, block_size) -> _Pla
     """The ring schedule and the block maps of a mask rule over global positions, kept in the
     context (every layer of a forward uses the same)."""
     key = (id(rule), batch, heads, block_size)
-    if key not in ctx._plans:
-        if len(ctx._plans) >= 8:  # a long-lived context: the oldest plan goes
-            ctx._plans.pop(next(iter(ctx._plans)))
-        ctx._plans[key] = (rule, _Plan.make(ctx, rule, batch, heads, block_size))  # the rule kept alive with its key
-    return ctx._plans[key][1]
+    return ctx.plan(key, lambda: (rule, _Plan.make(ctx, rule, batch, heads, block_size)))[1]  # the rule kept alive with its key
 
 
 @dataclass

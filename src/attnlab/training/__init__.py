@@ -6,6 +6,8 @@ module              what it holds
 ``config``          :class:`TrainConfig` (typed; steps *or* epochs) and :func:`model_config`
 ``checkpoint``      atomic checkpoint folders, :func:`load_checkpoint` (versions 1 and 2)
 ``loop``            :func:`train` (incl. resuming, time budgets, DDP under torchrun)
+``run``             where a call of :func:`train` stands, and the checkpoint that saves it
+``parallel``        the loop's processes: torchrun's group, sequence groups, gradients averaged
 ``inference``       :func:`evaluate`, :func:`predict`, :func:`cross_attention_example`, :func:`generate`
 ``precision``       mixed precision: ``fp32``, ``bf16`` (autocast), ``auto``
 ``caveats``         why a score means less than it seems (tiny test split, too few steps)

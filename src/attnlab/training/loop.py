@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,9 +27,11 @@ from ..models.build import build_model
 from ..objectives import collate
 from ..profiling import flop_counter, peak_flops
 from ..tasks import Task
-from .checkpoint import CheckpointError, load_checkpoint, write_checkpoint
+from . import parallel
+from .checkpoint import CheckpointError, load_checkpoint
 from .config import TrainConfig, model_config
 from .precision import autocast, resolve, warn_if_emulated
+from .run import Run, copy_weights, save
 
 __all__ = ["BUDGET_FIELDS", "ConfigMismatchError", "RunExistsError", "TrainResult", "attention_label", "config_differences", "train"]
 
@@ -194,9 +195,32 @@ def train(
     encoder blocks per process (the final vectors are gathered whole for the head and the loss).
     """
     t0 = time.perf_counter()
-    out = Path(out)
-    rank, world, own_group = _distributed()
-    sp, dp_rank, dp_world = _sequence_groups(rank, world, sequence_parallel)
+    run = _start(cfg, Path(out), task, sequence_parallel, resume=resume, overwrite=overwrite)
+    if cfg.pretrain_steps and run.pretrain is None:
+        deadline = None if max_seconds is None else t0 + max_seconds
+        run.pretrain = _pretrain(run.model, run.task, cfg, run.precision, on_pretrain_step, deadline)
+        run.spent = run.pretrain["seconds"]
+        run.best_state = copy_weights(run.model)
+        save(run)  # the pretrained weights survive a crash: a resumed run fine-tunes them
+    stopped_by, step_seconds, steps_run = _fine_tune(run, t0, max_seconds, on_step, on_eval)
+    folder = save(run) if not (run.out / "checkpoint").exists() else run.out / "checkpoint"
+    value = _test(run)
+    parallel.finish(run.own_group)
+    flops, precision, device = run.flops, run.precision, run.device
+    rate = flops * steps_run / step_seconds if flops and step_seconds > 0 else None
+    peak = max(peak_flops(p, str(device)) for p in ("float32", precision)) if rate else None  # bf16: its products' or fp32's
+    return TrainResult(run.task.name, cfg.model, attention_label(cfg), run.task.metric, value, time.perf_counter() - t0, str(folder),
+                       run.step, run.history, step_seconds, steps_run, stopped_by, run.task.kind, *run.task.split_size("test"),
+                       precision=precision, flops_per_step=flops, flop_rate=rate, peak_fraction=rate / peak if rate else None,
+                       pretrain=run.pretrain)
+
+
+def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: int, *, resume: bool, overwrite: bool) -> Run:
+    """The setup of a call of :func:`train`: the processes, the checks that leave a run in ``out``
+    untouched, the task, the model (seeded) and its optimizer, resumed from ``out``'s checkpoint
+    when ``resume``, then compiled or wrapped for parallelism."""
+    rank, world, own_group = parallel.process_group()
+    sp, dp_rank, dp_world = parallel.sequence_groups(rank, world, sequence_parallel)
     if (cfg.pretrain_steps or cfg.compile) and (world > 1 or sp is not None):
         raise ValueError("self-pretraining and compile run in one process: not under torchrun")
     if not resume and not overwrite and (out / "checkpoint" / "config.json").exists():
@@ -213,31 +237,13 @@ def train(
     model = build_model(mcfg)
     device = next(model.parameters()).device
     precision = resolve(cfg.precision, device)
-    warn_if_emulated(cfg.precision, device)
+    warn_if_emulated(cfg.precision, device, stacklevel=4)  # the warning names the line that called train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step, best, since_best, history, resumes, losses = 0, None, 0, [], [], []
-    spent = 0.0  # seconds in optimizer steps, over every call of the run (self-pretraining's included)
-    pretrain = None  # the self-pretraining phase's record, once run
-    flops = 0  # FLOPs of one training step, counted once per run
-    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    run = Run(cfg, out, task, objective, mcfg, train_split, model, opt, device, precision, total, rank, world, own_group, sp, dp_rank,
+              dp_world, sequence_parallel, best_state=copy_weights(model))
     if resume:
-        ck = load_checkpoint(out, weights="last", with_state=True)
-        differences = config_differences(ck.config, cfg)
-        if differences:
-            raise ConfigMismatchError(out, differences)
-        model.load_state_dict(ck.model.state_dict())
-        opt.load_state_dict(ck.state["optimizer"])
-        torch.set_rng_state(ck.state["rng"])
-        step, best, since_best = ck.state["step"], ck.state["best"], ck.state["since_best"]
-        history = ck.meta.get("history", [])
-        resumes = ck.meta.get("resumes", []) + [step]
-        losses = ck.meta.get("losses", [])
-        spent = ck.meta.get("train_seconds", 0.0)
-        pretrain = ck.meta.get("pretrain")
-        precision = ck.meta.get("precision") or precision  # the run keeps its arithmetic, wherever it resumes (auto resolved once)
-        flops = ck.meta.get("flops_per_step", 0)
-        best_state = load_checkpoint(out, weights="best").model.state_dict()
-    train_model = torch.compile(model) if cfg.compile else model
+        _resume(run)
+    run.train_model = torch.compile(model) if cfg.compile else model
     if sp is not None:
         from ..distributed.sequence import parallelize
 
@@ -245,107 +251,126 @@ def train(
     elif world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        train_model = DistributedDataParallel(model)
+        run.train_model = DistributedDataParallel(model)
+    return run
 
-    def save():
-        state = {"optimizer": opt.state_dict(), "rng": torch.get_rng_state(), "step": step, "best": best, "since_best": since_best}
-        meta = {"step": step, "total_steps": total, "history": history, "metric": task.metric, "task_artifacts": task.artifacts,
-                "resumes": resumes, "losses": losses, "world_size": world, "train_seconds": spent, "sequence_parallel": sequence_parallel,
-                "precision": precision, "pretrain": pretrain, "flops_per_step": flops}
-        if sp is not None:  # this process's ring traffic and time, this call's steps and validations
-            meta["ring"] = {"sent_bytes": sp.timings.sent, "wait_seconds": sp.timings.wait, "compute_seconds": sp.timings.compute,
-                            "steps": sp.timings.steps}
-        if rank != 0:
-            return out / "checkpoint"
-        return write_checkpoint(out, model, best_state, cfg, mcfg, meta, state)
 
-    if cfg.pretrain_steps and pretrain is None:
-        deadline = None if max_seconds is None else t0 + max_seconds
-        pretrain = _pretrain(model, task, cfg, precision, on_pretrain_step, deadline)
-        spent = pretrain["seconds"]
-        best_state = {k: v.clone() for k, v in model.state_dict().items()}
-        save()  # the pretrained weights survive a crash: a resumed run fine-tunes them
-    pre_seconds = pretrain["seconds"] if pretrain else 0.0
+def _resume(run: Run) -> None:
+    """Load ``run.out``'s checkpoint into ``run``: weights, optimizer, random state, progress."""
+    ck = load_checkpoint(run.out, weights="last", with_state=True)
+    differences = config_differences(ck.config, run.cfg)
+    if differences:
+        raise ConfigMismatchError(run.out, differences)
+    run.model.load_state_dict(ck.model.state_dict())
+    run.opt.load_state_dict(ck.state["optimizer"])
+    torch.set_rng_state(ck.state["rng"])
+    run.step, run.best, run.since_best = ck.state["step"], ck.state["best"], ck.state["since_best"]
+    run.history = ck.meta.get("history", [])
+    run.resumes = ck.meta.get("resumes", []) + [run.step]
+    run.losses = ck.meta.get("losses", [])
+    run.spent = ck.meta.get("train_seconds", 0.0)
+    run.pretrain = ck.meta.get("pretrain")
+    run.precision = ck.meta.get("precision") or run.precision  # the run keeps its arithmetic, wherever it resumes (auto resolved once)
+    run.flops = ck.meta.get("flops_per_step", 0)
+    run.best_state = load_checkpoint(run.out, weights="best").model.state_dict()
+
+
+def _fine_tune(run: Run, t0: float, max_seconds: float | None, on_step: Callable[[int, int, float], None] | None,
+               on_eval: Callable[[int, float], None] | None) -> tuple[str, float, int]:
+    """The steps on the task's labels until the steps, the patience or a time budget run out,
+    validating (and saving) every ``eval_every`` steps and at the end. Returns what stopped it, and
+    this call's seconds in steps and number of steps."""
+    cfg = run.cfg
+    pre_seconds = run.pretrain["seconds"] if run.pretrain else 0.0
     budget = None if cfg.seconds is None else max(cfg.seconds - pre_seconds, 1e-9)  # fine-tuning's share of the time budget
-    stopped = cfg.seconds is not None and spent >= cfg.seconds  # resumed after its budget ran out: nothing to train
+    stopped = cfg.seconds is not None and run.spent >= cfg.seconds  # resumed after its budget ran out: nothing to train
     stopped_by = "budget" if stopped else "steps"
     step_seconds, steps_run = 0.0, 0
-    while step < total and not stopped:
+    while run.step < run.total and not stopped:
         t_step = time.perf_counter()
-        model.train()
-        idx = _batch_indices(len(train_split), cfg.batch_size, cfg.seed, step)
-        if dp_world > 1:
-            idx = idx[dp_rank::dp_world]  # this process's share of the global batch (its sequence group's)
-        inputs, labels = collate(task, train_split, idx, objective)
-        for group in opt.param_groups:
-            group["lr"] = _lr(cfg, step, total, spent - pre_seconds, budget)
-        opt.zero_grad(set_to_none=True)
-        count = not flops and world == 1  # one process (its rate is over its own peak): the first step it runs is counted, eagerly
-        with flop_counter() if count else contextlib.nullcontext() as counter:
-            with autocast(precision, device):
-                loss = objective.loss(model if count else train_model, inputs, labels)
-            loss.backward()
-        if count:
-            flops = int(counter.get_total_flops())
-        if sp is not None:
-            _average_gradients(model, world)
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step += 1
+        loss = _step(run, _lr(cfg, run.step, run.total, run.spent - pre_seconds, budget))
         steps_run += 1
         took = time.perf_counter() - t_step
         over_budget = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
-        if world > 1:  # the global loss, one step time (the slowest) and one decision about the budget for all processes
-            import torch.distributed as dist
-
-            both = torch.tensor([float(loss.detach()), float(over_budget)], dtype=torch.float64)
-            dist.all_reduce(both)
-            slowest = torch.tensor([took], dtype=torch.float64)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            loss, over_budget, took = both[0] / world, bool(both[1] > 0), float(slowest)
+        if run.world > 1:  # the global loss, one step time (the slowest) and one decision about the budget for all processes
+            loss, over_budget, took = parallel.agree(loss, over_budget, took, run.world)
         step_seconds += took
-        spent += took  # the same on every process: the learning rate follows it
-        over_budget = over_budget or (cfg.seconds is not None and spent >= cfg.seconds)
-        losses.append(float(loss.detach()))
+        run.spent += took  # the same on every process: the learning rate follows it
+        over_budget = over_budget or (cfg.seconds is not None and run.spent >= cfg.seconds)
+        run.losses.append(float(loss.detach()))
         if on_step is not None:
-            on_step(step, total, float(loss.detach()))
-        if step % cfg.eval_every == 0 or step == total or over_budget:
-            with autocast(precision, device):
-                val = objective.score(model, task, "val")
-            history.append({"step": step, "val": val, "loss": float(loss.detach()), "seconds": spent})
-            if objective.better(val, best):
-                best, since_best = val, 0
-                best_state = {k: v.clone() for k, v in model.state_dict().items()}
-            else:
-                since_best += 1
-            if on_eval is not None:
-                on_eval(step, val)
-            if cfg.patience is not None and since_best >= cfg.patience:
-                stopped, stopped_by = True, "patience"
-            if over_budget:
-                stopped, stopped_by = True, "budget"
-            save()
-    folder = save() if not (out / "checkpoint").exists() else out / "checkpoint"
-    best_model = build_model(mcfg)
-    best_model.load_state_dict(best_state)
-    if sp is not None:  # the test sequences sharded too: no process holds a whole one
+            on_step(run.step, run.total, float(loss.detach()))
+        if run.step % cfg.eval_every == 0 or run.step == run.total or over_budget:
+            stop = _validate(run, loss, over_budget, on_eval)
+            if stop is not None:
+                stopped, stopped_by = True, stop
+    return stopped_by, step_seconds, steps_run
+
+
+def _step(run: Run, lr: float) -> torch.Tensor:
+    """One optimizer step at learning rate ``lr`` on the step's batch (this process's share of it);
+    counts the FLOPs of the run's first step. Returns the loss."""
+    model, opt = run.model, run.opt
+    model.train()
+    idx = _batch_indices(len(run.train_split), run.cfg.batch_size, run.cfg.seed, run.step)
+    if run.dp_world > 1:
+        idx = idx[run.dp_rank :: run.dp_world]  # this process's share of the global batch (its sequence group's)
+    inputs, labels = collate(run.task, run.train_split, idx, run.objective)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    count = not run.flops and run.world == 1  # one process (its rate is over its own peak): the first step it runs is counted, eagerly
+    with flop_counter() if count else contextlib.nullcontext() as counter:
+        with autocast(run.precision, run.device):
+            loss = run.objective.loss(model if count else run.train_model, inputs, labels)
+        loss.backward()
+    if count:
+        run.flops = int(counter.get_total_flops())
+    if run.sp is not None:
+        parallel.average_gradients(model, run.world)
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    run.step += 1
+    return loss
+
+
+def _validate(run: Run, loss: torch.Tensor, over_budget: bool, on_eval: Callable[[int, float], None] | None) -> str | None:
+    """Score the validation split, keep the best weights, save; returns what stops the run now
+    (``"patience"``, ``"budget"``), or None."""
+    with autocast(run.precision, run.device):
+        val = run.objective.score(run.model, run.task, "val")
+    run.history.append({"step": run.step, "val": val, "loss": float(loss.detach()), "seconds": run.spent})
+    if run.objective.better(val, run.best):
+        run.best, run.since_best = val, 0
+        run.best_state = copy_weights(run.model)
+    else:
+        run.since_best += 1
+    if on_eval is not None:
+        on_eval(run.step, val)
+    stop = None
+    if run.cfg.patience is not None and run.since_best >= run.cfg.patience:
+        stop = "patience"
+    if over_budget:
+        stop = "budget"
+    save(run)
+    return stop
+
+
+def _test(run: Run) -> float:
+    """The test score of the best validation weights (under sequence parallelism the test sequences
+    are sharded too: no process holds a whole one)."""
+    best_model = build_model(run.mcfg)
+    best_model.load_state_dict(run.best_state)
+    if run.sp is not None:
         from ..distributed.sequence import parallelize
 
-        parallelize(best_model, sp)
-    with autocast(precision, device):
-        value = objective.score(best_model, task, "test")
-    if sp is not None:
+        parallelize(best_model, run.sp)
+    with autocast(run.precision, run.device):
+        value = run.objective.score(best_model, run.task, "test")
+    if run.sp is not None:
         parallelize(best_model, None)
-    if own_group:
-        import torch.distributed as dist
+    return value
 
-        dist.barrier()
-        dist.destroy_process_group()
-    rate = flops * steps_run / step_seconds if flops and step_seconds > 0 else None
-    peak = max(peak_flops(p, str(device)) for p in ("float32", precision)) if rate else None  # bf16: its products' or fp32's
-    return TrainResult(task.name, cfg.model, attention_label(cfg), task.metric, value, time.perf_counter() - t0, str(folder), step, history,
-                       step_seconds, steps_run, stopped_by, task.kind, *task.split_size("test"), precision=precision, flops_per_step=flops,
-                       flop_rate=rate, peak_fraction=rate / peak if rate else None, pretrain=pretrain)
 
 
 def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
@@ -388,62 +413,3 @@ def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
         val = objective.score(den, task, "val")
     return {"steps": step, "seconds": spent, "loss_first": sum(losses[:10]) / len(losses[:10]) if losses else None,
             "loss_last": sum(losses[-10:]) / len(losses[-10:]) if losses else None, "val_accuracy": val, "causal": den.causal}
-
-
-def _sequence_groups(rank: int, world: int, p: int):
-    """``(SequenceParallel or None, data-parallel rank, data-parallel world)`` for P-way sequence
-    parallelism: consecutive ranks ``k P .. k P + P - 1`` share each sequence."""
-    if not isinstance(p, int) or p < 1:
-        raise ValueError(f"sequence_parallel must be a positive int, got {p!r}")
-    if p == 1:
-        return None, rank, world
-    if world % p:
-        raise ValueError(f"sequence parallelism over {p} processes needs a multiple of {p} processes, got {world}: "
-                         f"launch with torchrun --nproc-per-node {p} (or a multiple)")
-    import torch.distributed as dist
-
-    from ..distributed.context import RingTimings
-    from ..distributed.sequence import SequenceParallel
-
-    mine = None
-    for start in range(0, world, p):  # every rank creates every group, in the same order
-        group = dist.new_group(list(range(start, start + p)))
-        if start <= rank < start + p:
-            mine = group
-    return SequenceParallel(mine, timings=RingTimings()), rank // p, world // p
-
-
-def _average_gradients(model: nn.Module, world: int) -> None:
-    """Average the parameters' gradients over every process (one all-reduce of them all)."""
-    import torch.distributed as dist
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int64)
-    dist.all_reduce(has)  # a parameter no process used keeps no gradient, as in one process
-    params = [p for p, n in zip(params, has.tolist()) if n]
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    if not params:
-        return
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
-    dist.all_reduce(flat)
-    flat /= world
-    at = 0
-    for p in params:
-        p.grad.copy_(flat[at : at + p.numel()].view_as(p))
-        at += p.numel()
-
-
-def _distributed() -> tuple[int, int, bool]:
-    """``(rank, world size, whether this call started the process group)``; starts one (gloo: the
-    loop trains on CPU) when launched by torchrun with ``WORLD_SIZE`` > 1."""
-    import torch.distributed as dist
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1 or not dist.is_available():
-        return 0, 1, False
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), False
-    dist.init_process_group("gloo")
-    return dist.get_rank(), dist.get_world_size(), True

@@ -68,15 +68,16 @@ def resolve(precision: str, device: torch.device | str = "cpu") -> str:
     return precision
 
 
-def warn_if_emulated(precision: str, device: torch.device | str = "cpu") -> None:
+def warn_if_emulated(precision: str, device: torch.device | str = "cpu", stacklevel: int = 3) -> None:
     """Warn (:class:`EmulatedBF16Warning`) when ``bf16`` is asked for explicitly on a device that
-    emulates bfloat16: it runs slower than float32 there (``auto`` picks float32 instead)."""
+    emulates bfloat16: it runs slower than float32 there (``auto`` picks float32 instead).
+    ``stacklevel``: :func:`warnings.warn`'s, counted from here (3: the caller of this function's caller)."""
     device = torch.device(device)
     if precision == "bf16" and not fast_bf16(device):
         warnings.warn(f"no native bfloat16 found on this {device.type.upper()} (on a CPU: neither AVX-512 BF16 nor AMX): --precision "
                       "bf16 is emulated and likely slower than fp32 here (attnlab bench peak measures both); --precision auto picks fp32",
                       EmulatedBF16Warning,
-                      stacklevel=3)
+                      stacklevel=stacklevel)
 
 
 def autocast(precision: str, device: torch.device | str = "cpu"):
