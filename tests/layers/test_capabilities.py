@@ -126,7 +126,7 @@ def test_grouped_keys_arrive_as_declared():
     for name in ("dense", "linear"):
         layer = build(name, num_kv_heads=2)
         heads = []
-        layer.register_step_hook(lambda lay, q, k, v, kw: heads.append(k.shape[1]))
+        layer.register_step_hook(lambda lay, q, k, v, kw, heads=heads: heads.append(k.shape[1]))
         layer(torch.randn(1, N, E, dtype=torch.float64))
         assert heads == [2 if efficient.capabilities(name).grouped_kv else H], name
 

@@ -318,7 +318,7 @@ class PatternAttention(EfficientAttention):
 
 
 # ---------------------------------------------------------------------------- registry
-VARIANTS: Registry[Callable[..., MultiHeadAttention]] = Registry("attention")
+VARIANTS: Registry[type[MultiHeadAttention]] = Registry("attention")
 """Every attention variant by name (``"dense"`` is the exact layer)."""
 
 class DenseAttention(MultiHeadAttention):
@@ -343,7 +343,11 @@ def names() -> list[str]:
 
 def capabilities(name: str) -> Capabilities:
     """What the variant ``name``'s attention step declares it can do (its class's ``capabilities``)."""
-    return VARIANTS.get(name).capabilities
+    found = getattr(VARIANTS.get(name), "capabilities", None)
+    if not isinstance(found, Capabilities):
+        raise ArgumentTypeError(f"the {name!r} attention declares no capabilities: give its class a Capabilities as the "
+                                "attribute 'capabilities'")
+    return found
 
 
 def select(*, causal: bool | None = None, decodes: bool | None = None, exact: bool | None = None, forms_scores: bool | None = None,

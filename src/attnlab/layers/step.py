@@ -76,11 +76,6 @@ class Capabilities:
         """A copy with ``changes`` (a subclass declaring what differs from its family)."""
         return replace(self, **changes)
 
-    @property
-    def causal_form(self) -> bool:
-        """True when the step can be causal (in either form)."""
-        return self.causal is not None
-
     def describe(self) -> dict[str, object]:
         """The declaration as plain values (``attnlab list variants --json``)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

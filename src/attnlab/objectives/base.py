@@ -66,10 +66,6 @@ class Objective:
         follow when they are per token. Default: labels are per example, unchanged."""
         return labels
 
-    def model_inputs(self, inputs: dict, labels: torch.Tensor) -> dict:
-        """The keyword inputs of the model's training forward (teacher forcing adds the target)."""
-        return inputs
-
     def loss(self, model: nn.Module, inputs: dict, labels: torch.Tensor) -> torch.Tensor:
         """The training loss of a batch."""
         raise NotImplementedError
