@@ -89,10 +89,10 @@ def test_bias_is_added_to_scores_on_both_backends():
 def test_sdpa_path_is_taken_and_equals_scaled_dot_product_attention():
     gen = torch.Generator().manual_seed(2)
     q, k, v = randn(2, 4, 33, 16, gen=gen), randn(2, 4, 40, 16, gen=gen), randn(2, 4, 40, 8, gen=gen)
-    assert attnlab.plan("scaled_dot", "softmax", head_dim=16) == "sdpa"
-    assert attnlab.plan("cosine", "softmax", head_dim=16) == "sdpa"
-    assert attnlab.plan("scaled_dot", "relu", head_dim=16) == "chunked"
-    assert attnlab.plan("scaled_dot", "softmax", head_dim=16, return_weights=True) == "chunked"
+    assert attnlab.backend_for("scaled_dot", "softmax", head_dim=16) == "sdpa"
+    assert attnlab.backend_for("cosine", "softmax", head_dim=16) == "sdpa"
+    assert attnlab.backend_for("scaled_dot", "relu", head_dim=16) == "chunked"
+    assert attnlab.backend_for("scaled_dot", "softmax", head_dim=16, return_weights=True) == "chunked"
     torch.testing.assert_close(attend(q, k, v).output, F.scaled_dot_product_attention(q, k, v), rtol=0, atol=0)
     mk = masks.padding([30, 40]).dense(40, 40)
     torch.testing.assert_close(

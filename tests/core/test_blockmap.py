@@ -90,7 +90,7 @@ def test_leading_full_tiles_are_read_unmasked_and_merged_exactly(rule):
     torch.manual_seed(0)
     n = 128
     bm = masks.block_map(rule, n, block_size=8)
-    chunks = bm.plan(1 << 20, 1 << 20)
+    chunks = bm.chunks(1 << 20, 1 << 20)
     assert any(c.lead > 0 for c in chunks)
     for c in chunks:  # every lead slot is FULL for every row, and a whole tile
         assert (c.states[..., : c.lead] == FULL).all()

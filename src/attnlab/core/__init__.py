@@ -19,7 +19,7 @@ tensor broadcastable to ``(B, H, N, M)``; attention computes only the tiles it a
 """
 
 from . import masks, normalize, score_mods, scores
-from .attend import AttentionResult, attend, plan
+from .attend import AttentionResult, attend, backend_for
 from .blockmap import BlockMap, block_map
 from .graph import EdgeAttentionResult, edge_attention
 from .normalize import relu, sigmoid, softmax
@@ -39,7 +39,7 @@ from .scores import (
 __all__ = [
     "masks",
     "attend",
-    "plan",
+    "backend_for",
     "AttentionResult",
     "BlockMap",
     "block_map",

@@ -28,9 +28,9 @@ from .maskfn import Mask, as_mask, broadcast_shape
 from .normalize import resolve_normalizer, softmax
 from .score_mods import check_learnable, learnable_tensors
 from .scores import Score, resolve_score
-from .sparse import DEFAULT_BLOCK_ELEMENTS, FUSED, SparseSetup, budgets, sparse_attention, sparse_weights
+from .sparse import DEFAULT_BLOCK_ELEMENTS, FUSED, SparseSetup, chunk_limits, sparse_attention, sparse_weights
 
-__all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "plan"]
+__all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "backend_for"]
 
 
 DENSE_PAIRS = 1 << 20
@@ -128,7 +128,7 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
     return b, h, n, m, v.shape[3]
 
 
-def plan(score="scaled_dot", normalize="softmax", *, head_dim: int, return_weights: bool = False) -> str:
+def backend_for(score="scaled_dot", normalize="softmax", *, head_dim: int, return_weights: bool = False) -> str:
     """The backend ``attend`` picks under ``backend="auto"`` with no mask: ``"sdpa"`` or ``"chunked"``."""
     s = resolve_score(score)
     return "sdpa" if _sdpa_scale(s, resolve_normalizer(normalize), head_dim, return_weights) is not None else "chunked"
@@ -337,7 +337,7 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     else:
         kind = "generic"
     seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
-    setup = SparseSetup(bmap, bmap.plan(*budgets(kind, bmap, b, h, score_fn)), b, h, score_fn, norm_fn, score_mod, scale, kind,
+    setup = SparseSetup(bmap, bmap.chunks(*chunk_limits(kind, bmap, b, h, score_fn)), b, h, score_fn, norm_fn, score_mod, scale, kind,
                         float(dropout_p), seed, params=params)
     if return_weights:
         out, w = sparse_weights(setup, qp, kp, v, bias)

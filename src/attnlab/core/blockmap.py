@@ -12,7 +12,7 @@ sliding window takes a few KiB where the dense bool mask takes 1 GiB (:meth:`Blo
 
 Build one with :func:`block_map` and pass it as ``mask=`` to :func:`attnlab.attend` (or to a
 layer, or every layer of a model): it is reused as long as the shapes agree, and so are the
-plans of its computation (:meth:`BlockMap.plan`).
+plans of its computation (:meth:`BlockMap.chunks`).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class BlockMap:
         """The map on ``device``."""
         return BlockMap(self.n, self.m, self.block, self.mask, self.index.to(device), self.state.to(device), self.count.to(device))
 
-    def plan(self, budget: int, lead_budget: int | None = None) -> list[Chunk]:
+    def chunks(self, budget: int, lead_budget: int | None = None) -> list[Chunk]:
         """The chunks of one attention call over this map, each computing at most about
         ``budget`` tile elements per (batch x head) (see :class:`Chunk`); kept for the next call.
         ``lead_budget``: a chunk with leading FULL slots (:attr:`Chunk.lead`, which a kernel that

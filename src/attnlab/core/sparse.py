@@ -29,7 +29,7 @@ from .amp import same_autocast_backward, same_autocast_forward
 from .blockmap import BlockMap, Chunk
 from .sparse_setup import SparseSetup, index4, split_heads, stat_dtype
 
-__all__ = ["SparseSetup", "sparse_attention", "sparse_forward", "sparse_backward", "FUSED", "DEFAULT_BLOCK_ELEMENTS", "budgets"]
+__all__ = ["SparseSetup", "sparse_attention", "sparse_forward", "sparse_backward", "FUSED", "DEFAULT_BLOCK_ELEMENTS", "chunk_limits"]
 
 _FWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -41,8 +41,8 @@ DEFAULT_BLOCK_ELEMENTS = 1 << 20
 (the chunk's key gradients are of the same order, so this also bounds the backward pass's temporaries)."""
 
 
-def budgets(kind: str, bmap: BlockMap, b: int, h: int, score_fn=None) -> tuple[int, int | None]:
-    """``(budget, lead_budget)`` of :meth:`BlockMap.plan` for a kernel ``kind``: the fused kernel
+def chunk_limits(kind: str, bmap: BlockMap, b: int, h: int, score_fn=None) -> tuple[int, int | None]:
+    """``(budget, lead_budget)`` of :meth:`BlockMap.chunks` for a kernel ``kind``: the fused kernel
     writes no scores out, so a chunk's leading FULL slots are free and its masked slots cost their
     mask (one copy for every batch row and head when the mask does not depend on them); the
     explicit kernels hold a few score-sized temporaries per chunk."""

@@ -129,7 +129,7 @@ class RingContext:
                 valid = None
         return cls(group, rank, world, ranks, pos, valid)
 
-    def plan(self, key, make: Callable[[], T]) -> T:
+    def cached(self, key, make: Callable[[], T]) -> T:
         """What ``make()`` returns, made once per ``key`` and kept in the context (the ring schedule and
         block maps of a mask: every layer of a forward uses the same; the eight newest are kept)."""
         if key not in self._plans:

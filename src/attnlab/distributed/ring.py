@@ -40,7 +40,7 @@ from ..core.maskfn import as_mask
 from ..core.normalize import resolve_normalizer, softmax
 from ..core.positioned import Positioned
 from ..core.scores import Score, resolve_score
-from ..core.sparse import FUSED, SparseSetup, budgets, pad_inputs, sparse_backward, sparse_forward
+from ..core.sparse import FUSED, SparseSetup, chunk_limits, pad_inputs, sparse_backward, sparse_forward
 from ..core.sparse_setup import stat_dtype
 from ..validate import ArgumentTypeError, int_at_least, optional_int
 from .context import RingContext, RingTimings, backend_of, check_group, gather_all
@@ -59,7 +59,7 @@ def _plan_of(ctx: RingContext, rule, batch: int, heads: int, block_size) -> _Pla
     """The ring schedule and the block maps of a mask rule over global positions, kept in the
     context (every layer of a forward uses the same)."""
     key = (id(rule), batch, heads, block_size)
-    return ctx.plan(key, lambda: (rule, _Plan.make(ctx, rule, batch, heads, block_size)))[1]  # the rule kept alive with its key
+    return ctx.cached(key, lambda: (rule, _Plan.make(ctx, rule, batch, heads, block_size)))[1]  # the rule kept alive with its key
 
 
 @dataclass
@@ -175,7 +175,7 @@ class _Setup:
         if bm is None:
             return None
         kind = "fused" if self.fused else "softmax"
-        return SparseSetup(bm, bm.plan(*budgets(kind, bm, self.b, self.h, self.score_fn)), self.b, self.h, self.score_fn,
+        return SparseSetup(bm, bm.chunks(*chunk_limits(kind, bm, self.b, self.h, self.score_fn)), self.b, self.h, self.score_fn,
                            softmax, self.global_mod(j), self.scale, kind, params=self.params)
 
     def global_mod(self, j: int):

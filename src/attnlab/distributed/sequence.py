@@ -161,7 +161,7 @@ class SequenceParallel:
     pad: bool = True
     timings: RingTimings | None = None
 
-    def plan(self, length: int, causal: bool) -> tuple[SequenceLayout, int]:
+    def layout_for(self, length: int, causal: bool) -> tuple[SequenceLayout, int]:
         """The layout of a sequence of ``length`` positions and this rank's index in the group."""
         from .layout import plan_layout
 

@@ -61,7 +61,7 @@ class TransformerBackbone(Backbone):
 
     def _forward_sharded(self, tokens, pad, sp: SequenceParallel) -> ModelOutput:
         """This rank's positions of every sequence through the encoder, then all gathered."""
-        layout, rank = sp.plan(tokens.shape[1], self.causal)
+        layout, rank = sp.layout_for(tokens.shape[1], self.causal)
         mine = shard(tokens, layout, rank)  # (B, c): padded positions hold PAD = 0
         valid = ~shard(pad, layout, rank, fill=True)  # (B, c): True = a real key
         ctx = RingContext.build(layout.positions(rank, device=tokens.device), None if bool(valid.all()) else valid, group=sp.group)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.attend import attend, plan
+from ..core.attend import attend, backend_for
 from ..core.scores import Additive
 from ..profiling import measure_in_child, peak_bytes, round_robin
 from .records import StudyRecord, timed
@@ -143,7 +143,7 @@ def _build(case: _Case):
     for impl in cfg["impls"]:
         if impl == "attend":
             calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm).output)
-            backends[impl] = plan(score, norm, head_dim=case.head_dim)
+            backends[impl] = backend_for(score, norm, head_dim=case.head_dim)
         elif impl == "attend_chunked":
             calls[impl] = make(lambda: attend(q, k, v, score=score, normalize=norm, backend="chunked").output)
             backends[impl] = "chunked"
