@@ -92,6 +92,10 @@ class BigBirdAttention(LongformerAttention):
         seed: the seed of the random pattern.
     """
 
+    # the random blocks are drawn for the whole length, so a prefix's pattern changes as it grows: no cache (with
+    # random_blocks=0 an instance declares longformer's)
+    capabilities = LongformerAttention.capabilities.but(cache=None)
+    no_cache_reason = "it draws its random blocks for the whole length; random_blocks=0 makes it longformer, which has"
     budget = Budget(
         short={"window": 4, "global_tokens": 1, "random_blocks": 1},
         long={"window": 64, "global_tokens": 2, "random_blocks": 3},
@@ -105,10 +109,8 @@ class BigBirdAttention(LongformerAttention):
         int_at_least("random_blocks", random_blocks, 0)
         super().__init__(embed_dim, num_heads, window=window, global_tokens=global_tokens, **options)
         self.num_random, self.seed = random_blocks, int(seed)
-        if self.num_random:  # the random blocks are drawn for the whole length: a prefix's pattern changes as it grows
-            self.capabilities = self.capabilities.but(cache=None)
-            self.no_cache_reason = ("it draws its random blocks for the whole length; random_blocks=0 makes it longformer, "
-                                    "which has")
+        if not self.num_random:  # no random blocks: longformer's pattern, and its cache
+            self.capabilities = LongformerAttention.capabilities
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, random_blocks={self.num_random}"
