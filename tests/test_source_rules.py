@@ -24,6 +24,7 @@ attribute access.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 from typing import NamedTuple
 
@@ -224,6 +225,7 @@ def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> dict[str, in
 FILES = sorted(PKG.rglob("*.py"))
 
 
+@functools.cache  # the two tests that read it share one pass over the source
 def _found() -> dict[tuple[str, str], list[Use]]:
     found: dict[tuple[str, str], list[Use]] = {}
     for path in FILES:

@@ -89,7 +89,10 @@ def test_5_a_real_sigint_ends_with_the_resume_line(tmp_path):
     out, log = tmp_path / "run", tmp_path / "stderr.txt"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "attnlab", "train", "pos", *TINY, "--steps", "100000", "--out", str(out)],
+        # no early stop: under load the run must still be training when the signal comes (patience ended it at step 136,
+        # about 3 s, before this loop saw its checkpoint, on a loaded 2-core machine)
+        proc = subprocess.Popen([sys.executable, "-m", "attnlab", "train", "pos", *TINY, "--steps", "100000", "--patience", "100000",
+                                 "--out", str(out)],
                                 stdout=subprocess.DEVNULL, stderr=stderr, env=env)
         try:
             deadline = time.monotonic() + 300
