@@ -89,11 +89,13 @@ def test_5_a_real_sigint_ends_with_the_resume_line(tmp_path):
     out, log = tmp_path / "run", tmp_path / "stderr.txt"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log, "w") as stderr:
-        # no early stop: under load the run must still be training when the signal comes (patience ended it at step 136,
-        # about 3 s, before this loop saw its checkpoint, on a loaded 2-core machine)
+        # as from a terminal: SIGINT at its default in the child (a suite started in the background, `bash .ci/run &`,
+        # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler), and no early stop, so that
+        # the run is still training when the signal comes
         proc = subprocess.Popen([sys.executable, "-m", "attnlab", "train", "pos", *TINY, "--steps", "100000", "--patience", "100000",
                                  "--out", str(out)],
-                                stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+                                stdout=subprocess.DEVNULL, stderr=stderr, env=env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + 300
             while not (out / "checkpoint" / "config.json").exists() and proc.poll() is None and time.monotonic() < deadline:
