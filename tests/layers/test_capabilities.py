@@ -137,3 +137,13 @@ def test_select_filters_by_declaration():
     assert "linformer" not in efficient.select(causal=True)
     assert set(efficient.select(family="gated")) >= {"retnet", "gla", "deltanet", "gated_deltanet", "mamba2"}
     assert all(efficient.capabilities(n).cache is not None for n in efficient.select(decodes=True))
+
+
+def test_bad_names_and_registrations_are_refused():
+    from attnlab.core import spanning
+
+    with pytest.raises(ValueError, match="unknown attention 'nope'"):
+        efficient.capabilities("nope")
+    with pytest.raises(TypeError, match="a class and a callable"):
+        spanning.register("ShardedMask", print)
+    assert spanning.attention_for(masks.causal()) is None and not spanning.spans(None)
