@@ -2,6 +2,7 @@
 chunkwise = recurrent in float64 (outputs and gradients), decoding with the cache equals the full
 forward at constant memory, agreement with fla's reference implementations, errors."""
 
+import functools
 import importlib.util
 import math
 import pathlib
@@ -28,7 +29,7 @@ def inputs(n=45, d=5, dv=4, seed=0):
             "g_channel": -0.5 * torch.rand(2, 3, n, d, dtype=torch.float64, generator=g), "s0": r(2, 3, d, dv)}
 
 
-CASES = [("gated", None), ("gated", "g_head"), ("gated", "g_channel"), ("delta", None), ("delta", "g_head")]
+CASES = [("gated", None), ("gated", "g_head"), ("gated", "g_channel"), ("delta", None), ("delta", "g_head"), ("delta", "g_channel")]
 
 
 def run(family, form, x, gate, state, chunk=None):
@@ -183,7 +184,8 @@ def fla_naive(family: str) -> types.ModuleType:
         pytest.skip("fla-core is not installed (pip install -e '.[dev]')")
     source = (pathlib.Path(spec.submodule_search_locations[0]) / "ops" / family / "naive.py").read_text()
     for old, new in [(".float()", ".double()"), ("torch.float32", "torch.float64"), ("dtype=torch.float)", "dtype=torch.float64)"),
-                     ("dtype=torch.float,", "dtype=torch.float64,")]:
+                     ("dtype=torch.float,", "dtype=torch.float64,"),
+                     (".to(torch.float)", ".to(torch.float64)"), ("dtype=torch.float, device", "dtype=torch.float64, device")]:
         source = source.replace(old, new)
     module = types.ModuleType(f"fla_naive_{family}")
     exec(compile(source, f"fla/ops/{family}/naive.py", "exec"), module.__dict__)
@@ -241,6 +243,19 @@ def test_gated_delta_rule_equals_fla_naive_recurrent_gated_delta_rule():
     assert_close_rel(s, ref_s, 1e-10, "gated delta rule state")
 
 
+@pytest.mark.parametrize("form", ["recurrent", "chunk"])
+def test_per_channel_delta_rule_equals_fla_naive_kda(form):
+    """Kimi Delta Attention: the gated delta rule with a decay per key channel."""
+    x = inputs(n=48)  # fla's chunk reference takes whole chunks of 16
+    q, k, v, beta, g, s0 = x["q"], x["k"], x["v"], x["beta"], x["g_channel"], x["s0"]
+    naive = fla_naive("kda")
+    ref_fn = naive.naive_recurrent_kda if form == "recurrent" else functools.partial(naive.naive_chunk_kda, chunk_size=16)
+    ref, ref_s = ref_fn(bthd(q), bthd(k), bthd(v), bthd(g), bthd(beta), scale=1.0, initial_state=s0, output_final_state=True)
+    out, s = recurrence.chunk_delta(q, k, v, beta, g, chunk=8, state=s0)
+    assert_close_rel(out, bthd(ref), 1e-10, f"kda ({form} reference)")
+    assert_close_rel(s, ref_s, 1e-10, f"kda state ({form} reference)")
+
+
 def test_mamba2_layer_equals_the_papers_recurrence_written_as_a_loop():
     """fla has no reference for Mamba-2 on a CPU: the SSD layer's equations (Dao & Gu 2024,
     section 7) as a float64 loop over the layer's own parameters."""
@@ -291,8 +306,8 @@ def test_the_forms_name_inputs_that_do_not_fit():
     for fn in (recurrence.recurrent_delta, recurrence.parallel_delta, recurrence.chunk_delta):
         with pytest.raises(ValueError, match=r"beta must have shape \(B, H, N\) = \(2, 3, 6\), got \(2, 3\)"):
             fn(q, k, v, beta[..., 0])
-        with pytest.raises(ValueError, match=r"must have shape \(B, H, N\) = \(2, 3, 6\), got \(2, 3, 6, 5\)"):
-            fn(q, k, v, beta, x["g_channel"])  # the delta rule's decay is one per head
+        with pytest.raises(ValueError, match=r"\(B, H, N\) = \(2, 3, 6\) or \(B, H, N, D\) = \(2, 3, 6, 5\), got \(2, 3, 6, 4\)"):
+            fn(q, k, v, beta, x["g_channel"][..., :4])  # the delta rule's decay is one per head or per channel (KDA)
     with pytest.raises(ValueError, match=r"q, k, v must be \(B, H, N, D\) tensors"):
         recurrence.chunk_gated(q[0], k, v)
     with pytest.raises(ValueError, match="chunk must be a positive int, got 0"):

@@ -7,9 +7,10 @@ Delta Networks", table 1). With ``S_0`` the initial state and ``q`` already scal
 * **gated** (RetNet, GLA, Mamba-2): ``S_t = diag(a_t) S_{t-1} + k_t v_t^T``, where ``a_t =
   exp(g_t)`` is a decay per head (``g`` ``(B, H, N)``: RetNet's fixed one, Mamba-2's
   data-dependent one) or per key channel (``g`` ``(B, H, N, D)``: GLA);
-* **delta** (DeltaNet, Gated DeltaNet): ``S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t
-  v_t^T`` — the state is corrected towards ``v_t`` at key ``k_t`` with learning rate ``beta_t``
-  (Schlag et al. 2021; Yang et al. 2024), ``a_t = exp(g_t)`` a scalar decay per head or none;
+* **delta** (DeltaNet, Gated DeltaNet, KDA): ``S_t = diag(a_t) (I - beta_t k_t k_t^T) S_{t-1} +
+  beta_t k_t v_t^T`` — the state is corrected towards ``v_t`` at key ``k_t`` with learning rate
+  ``beta_t`` (Schlag et al. 2021; Yang et al. 2024), ``a_t = exp(g_t)`` a decay per head (Gated
+  DeltaNet), per key channel (Kimi Delta Attention, Kimi Team 2025) or none;
 
 and the output is ``o_t = S_t^T q_t``. Each has three forms, equal in exact arithmetic:
 
@@ -26,8 +27,15 @@ Every function takes ``q``, ``k`` ``(B, H, N, D)``, ``v`` ``(B, H, N, Dv)`` and 
 state ``(B, H, D, Dv)`` or None (zeros), and returns ``(o, final_state)``. Decays are given in
 log space (``g <= 0``); cumulative sums of ``g`` are taken inside each chunk, so that only
 differences ``G_i - G_j <= 0`` are exponentiated on the paths that can (the scalar decays, the
-delta rule); GLA's per-channel decay is factored inside chunks of at most
+delta rule, KDA's per-channel decay); GLA's per-channel decay is factored inside chunks of at most
 :data:`CHANNEL_CHUNK` positions, so that no exponent is large.
+
+**Packed documents.** The chunkwise forms take ``cu_seqlens`` (``(S + 1,)`` offsets of ``S``
+documents laid end to end in a batch of one, as flash-attention and fla take them): no state
+crosses a boundary. Each document is laid out from a chunk boundary (its last chunk padded with
+zeros, which change nothing), the chunks of every document are computed at once, and the scan over
+chunks starts each document from its own initial state: no Python loop per document. The state
+given and returned is then one per document, ``(S, H, D, Dv)``.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ log-decay passes -88, which 16 positions reach only at a mean decay below ``e^-5
 kernels bound it the same way, with sub-chunks of 16)."""
 
 
-def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False) -> None:
+def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False, cu_seqlens=None) -> None:
     """``ValueError`` naming the shapes when the inputs do not fit together (see the module)."""
     def shape(t):
         return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
@@ -60,13 +68,31 @@ def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False) -> No
     b, h, n, d = q.shape
     if k.shape != q.shape or v.shape[:3] != (b, h, n):
         raise ValueError(f"k must have q's shape (B, H, N, D) = {tuple(q.shape)} and v its (B, H, N), got k {shape(k)}, v {shape(v)}")
-    if g is not None and (not isinstance(g, torch.Tensor) or tuple(g.shape) not in ((b, h, n), (b, h, n, d)) or (delta and g.dim() == 4)):
-        allowed = f"(B, H, N) = {(b, h, n)}" + ("" if delta else f" or (B, H, N, D) = {(b, h, n, d)}")
-        raise ValueError(f"g (the log decay) must have shape {allowed}, got {shape(g)}")
+    if g is not None and (not isinstance(g, torch.Tensor) or tuple(g.shape) not in ((b, h, n), (b, h, n, d))):
+        raise ValueError(f"g (the log decay) must have shape (B, H, N) = {(b, h, n)} or (B, H, N, D) = {(b, h, n, d)}, got {shape(g)}")
     if delta and (not isinstance(beta, torch.Tensor) or tuple(beta.shape) != (b, h, n)):
         raise ValueError(f"beta must have shape (B, H, N) = {(b, h, n)}, got {shape(beta)}")
-    if state is not None and (not isinstance(state, torch.Tensor) or tuple(state.shape) != (b, h, d, v.shape[-1])):
-        raise ValueError(f"state must have shape (B, H, D, Dv) = {(b, h, d, v.shape[-1])}, got {shape(state)}")
+    if cu_seqlens is None:
+        if state is not None and (not isinstance(state, torch.Tensor) or tuple(state.shape) != (b, h, d, v.shape[-1])):
+            raise ValueError(f"state must have shape (B, H, D, Dv) = {(b, h, d, v.shape[-1])}, got {shape(state)}")
+        return
+    docs = _check_offsets(cu_seqlens, b, n)
+    if state is not None and (not isinstance(state, torch.Tensor) or tuple(state.shape) != (docs, h, d, v.shape[-1])):
+        raise ValueError(f"with cu_seqlens, state must have shape (S, H, D, Dv) = {(docs, h, d, v.shape[-1])}, "
+                         f"one per document, got {shape(state)}")
+
+
+def _check_offsets(cu_seqlens, b: int, n: int) -> int:
+    """The number of documents ``cu_seqlens`` describes; ``ValueError`` unless it is a 1-D integer
+    tensor rising from 0 to N over a batch of one."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 \
+            or cu_seqlens.is_floating_point() or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must be a 1-D integer tensor of S + 1 offsets, got {cu_seqlens!r}")
+    if b != 1:
+        raise ValueError(f"packed documents (cu_seqlens) lie end to end in a batch of one, got a batch of {b}")
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != n or bool((cu_seqlens.diff() < 0).any()):
+        raise ValueError(f"cu_seqlens must rise from 0 to the sequence length {n}, got {cu_seqlens.tolist()}")
+    return cu_seqlens.numel() - 1
 
 
 def _state(q: torch.Tensor, v: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
@@ -81,6 +107,28 @@ def _decay_rows(g: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
     return g[..., None].expand(q.shape) if g.dim() == 3 else g
 
 
+def _as_rows(big: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """A cumulative log decay as rows that broadcast against ``like`` ``(..., N, D)``: ``(..., N, 1)``
+    per head, ``(..., N, D)`` per channel, zeros when there is none."""
+    if big is None:
+        return like.new_zeros(like.shape[:-1] + (1,))
+    return big[..., None] if big.dim() == like.dim() - 1 else big
+
+
+def _products(a: torch.Tensor, b: torch.Tensor, big: torch.Tensor | None, diagonal: int = 0) -> torch.Tensor:
+    """``P_ij = sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i + diagonal``, else 0, over the last
+    two dimensions; ``big`` the cumulative log decay, ``(..., N)`` per head, ``(..., N, D)`` per
+    channel, or None. Only differences ``G_i - G_j <= 0`` are exponentiated (per channel this holds
+    a ``(..., N, N, D)`` tensor: the chunkwise form calls it on chunks)."""
+    keep = _causal(a.shape[-2], a.device, diagonal)
+    if big is None:
+        return (a @ b.transpose(-1, -2)).masked_fill(~keep, 0.0)
+    if big.dim() == a.dim() - 1:  # per head: one mask for every channel
+        return (a @ b.transpose(-1, -2)) * (big[..., :, None] - big[..., None, :]).masked_fill(~keep, float("-inf")).exp()
+    diff = (big[..., :, None, :] - big[..., None, :, :]).masked_fill(~keep[..., None], float("-inf"))
+    return torch.einsum("...id,...jd,...ijd->...ij", a, b, diff.exp())
+
+
 # ---------------------------------------------------------------------------- recurrent forms
 def recurrent_gated(q, k, v, g=None, *, state=None):
     """``S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T``, ``o_t = S_t^T q_t``, one token at a time."""
@@ -93,12 +141,12 @@ def recurrent_gated(q, k, v, g=None, *, state=None):
 
 
 def recurrent_delta(q, k, v, beta, g=None, *, state=None):
-    """``S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``, ``o_t = S_t^T q_t``."""
+    """``S_t = diag(exp(g_t)) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``, ``o_t = S_t^T q_t``."""
     _check(q, k, v, g, beta, state, delta=True)
     s, outs = _state(q, v, state), []
     for t in range(q.shape[2]):
-        if g is not None:
-            s = g[:, :, t, None, None].exp() * s
+        if g is not None:  # per head: one factor; per channel (KDA): the state's rows
+            s = (g[:, :, t, None, None] if g.dim() == 3 else g[:, :, t, :, None]).exp() * s
         kt, bt = k[:, :, t], beta[:, :, t, None]
         u = bt * (v[:, :, t] - (kt[:, :, None, :] @ s)[:, :, 0])  # beta_t (v_t - S^T k_t): the correction
         s = s + kt[..., None] * u[:, :, None, :]
@@ -111,26 +159,10 @@ def _causal(n: int, device, diagonal: int = 0) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril(diagonal)
 
 
-def _scalar_mask(g: torch.Tensor | None, n: int, like: torch.Tensor, diagonal: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``M_ij = exp(G_i - G_j)`` for ``j <= i`` (+ ``diagonal``), else 0; and ``exp(G)`` ``(B, H, N)``."""
-    causal = _causal(n, like.device, diagonal)
-    if g is None:
-        return causal.to(like.dtype), like.new_ones(like.shape[:-1])
-    big = g.cumsum(-1)
-    diff = (big[..., :, None] - big[..., None, :]).masked_fill(~causal, float("-inf"))
-    return diff.exp(), big.exp()
-
-
 def _gated_scores(q, k, g):
     """``(Q K^T ⊙ M)`` of the gated form and ``q ⊙ exp(G)`` (the queries that read the initial state)."""
-    n = q.shape[2]
-    if g is None or g.dim() == 3:
-        mask, decay = _scalar_mask(g, n, q)
-        return (q @ k.transpose(-1, -2)) * mask, q * decay[..., None]
-    big = g.cumsum(2)  # (B, H, N, D): per channel
-    diff = big[:, :, :, None, :] - big[:, :, None, :, :]  # (B, H, N, N, D)
-    diff = diff.masked_fill(~_causal(n, q.device)[..., None], float("-inf"))
-    return torch.einsum("bhid,bhjd,bhijd->bhij", q, k, diff.exp()), q * big.exp()
+    big = None if g is None else g.cumsum(2)
+    return _products(q, k, big), q * _as_rows(big, q).exp()
 
 
 def parallel_gated(q, k, v, g=None, *, state=None):
@@ -145,34 +177,91 @@ def parallel_gated(q, k, v, g=None, *, state=None):
     return out, total.exp()[..., None] * s0 + (k * tail).transpose(-1, -2) @ v
 
 
-def _pseudo_values(k, v, beta, g, s0):
-    """The delta rule's pseudo-values ``U = (I + L)^{-1} diag(beta) (V - diag(e^G) K S_0)``,
-    ``L_tj = beta_t e^{G_t - G_j} k_t . k_j`` for ``j < t``; and the inner mask ``exp(G_i - G_j)``."""
-    n = k.shape[2]
-    strict, decay = _scalar_mask(g, n, k, diagonal=-1)
-    lower = beta[..., None] * (k @ k.transpose(-1, -2)) * strict
-    eye = torch.eye(n, dtype=k.dtype, device=k.device)
-    rhs = beta[..., None] * (v - decay[..., None] * (k @ s0))
-    u = torch.linalg.solve_triangular(eye + lower, rhs, upper=False, unitriangular=True)
-    return u, decay
-
-
 def parallel_delta(q, k, v, beta, g=None, *, state=None):
-    """The quadratic form of :func:`recurrent_delta`: ``O = (Q K^T ⊙ M) U + diag(e^G) Q S_0``."""
+    """The quadratic form of :func:`recurrent_delta`: ``O = P(Q, K) U + (Q ⊙ e^G) S_0`` with
+    ``P(A, B)_ij = sum_d a_id b_jd e^{G_id - G_jd}`` (``j <= i``) and the pseudo-values ``U = (I +
+    L)^{-1} diag(beta) (V - (K ⊙ e^G) S_0)``, ``L = diag(beta) P(K, K)`` strictly below the diagonal
+    (DeltaNet's WY / UT form; per channel, KDA's)."""
     _check(q, k, v, g, beta, state, delta=True)
     s0 = _state(q, v, state)
-    n = q.shape[2]
-    u, decay = _pseudo_values(k, v, beta, g, s0)
-    mask, _ = _scalar_mask(g, n, q)
-    out = ((q @ k.transpose(-1, -2)) * mask) @ u + (q * decay[..., None]) @ s0
-    if g is None:
-        return out, s0 + k.transpose(-1, -2) @ u
-    big = g.cumsum(-1)
-    tail = (big[..., -1:] - big).exp()  # exp(G_N - G_j)
-    return out, big[..., -1, None, None].exp() * s0 + (k * tail[..., None]).transpose(-1, -2) @ u
+    big = None if g is None else g.cumsum(2)
+    rows = _as_rows(big, k)  # (B, H, N, 1 | D): G
+    eye = torch.eye(q.shape[2], dtype=k.dtype, device=k.device)
+    system = eye + beta[..., None] * _products(k, k, big, -1)
+    u = torch.linalg.solve_triangular(system, beta[..., None] * (v - (k * rows.exp()) @ s0), upper=False, unitriangular=True)
+    out = _products(q, k, big) @ u + (q * rows.exp()) @ s0
+    last = rows[..., -1:, :]  # (B, H, 1, 1 | D): G_N
+    return out, last.transpose(-1, -2).exp() * s0 + (k * (last - rows).exp()).transpose(-1, -2) @ u
 
 
 # ---------------------------------------------------------------------------- chunkwise forms
+class _Layout:
+    """Where the positions lie in the chunked tensors ``(B, H, T, C, ...)``: one sequence per batch
+    row, zero-padded at its end; or, given ``cu_seqlens``, each document from a chunk boundary."""
+
+    def __init__(self, cu_seqlens: torch.Tensor | None, n: int, c: int, device):
+        self.c, self.n, self.slots = c, n, None
+        if cu_seqlens is None:
+            return
+        lengths = cu_seqlens.diff().to(device)
+        self.documents = lengths.numel()
+        per = (lengths + c - 1) // c  # chunks per document
+        first = per.cumsum(0) - per
+        doc = torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths, output_size=n)
+        self.slots = first[doc] * c + torch.arange(n, device=device) - cu_seqlens[:-1].to(device)[doc]
+        self.total = int(per.sum())
+        firsts, pers = first.tolist(), per.tolist()
+        self.begins = {f: i for i, (f, m) in enumerate(zip(firsts, pers)) if m}
+        self.ends = {f + m - 1: i for i, (f, m) in enumerate(zip(firsts, pers)) if m}
+
+    def chunks(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, H, N, ...)`` -> ``(B, H, T, C, ...)``."""
+        if self.slots is None:
+            return _chunks(x, self.c)
+        spread = x.new_zeros(*x.shape[:2], self.total * self.c, *x.shape[3:]).index_copy(2, self.slots, x)
+        return spread.view(*x.shape[:2], self.total, self.c, *x.shape[3:])
+
+    def positions(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, H, T, C, ...)`` -> ``(B, H, N, ...)``: the inverse of :meth:`chunks`."""
+        x = x.flatten(2, 3)
+        return x[:, :, :self.n] if self.slots is None else x.index_select(2, self.slots)
+
+    def scan(self, init: torch.Tensor, update, *per_chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The state entering each chunk ``(B, H, T, D, Dv)`` and the final state(s), with ``S_{t+1}
+        = update(S_t, *parts_t)``, ``parts_t`` the chunk's slices of ``per_chunk`` ``(B, H, T, ...)``
+        on ``(B H, ...)`` views, unbound once (a slice per step would give autograd a full-size zero
+        tensor per step). Packed: each document starts from its own initial state ``init[i]``."""
+        b, h = per_chunk[0].shape[:2]
+        parts = zip(*(x.flatten(0, 1).unbind(1) for x in per_chunk))
+        starts = []
+        if self.slots is None:
+            s = init.flatten(0, 1)
+            for part in parts:
+                starts.append(s)
+                s = update(s, *part)
+            return torch.stack(starts, 1).unflatten(0, (b, h)), s.unflatten(0, (b, h))
+        finals = list(init.unbind(0))  # a document without a position keeps its initial state
+        for t, part in enumerate(parts):
+            if t in self.begins:
+                s = init[self.begins[t]]
+            starts.append(s)
+            s = update(s, *part)
+            if t in self.ends:
+                finals[self.ends[t]] = s
+        return torch.stack(starts, 1).unflatten(0, (b, h)), torch.stack(finals, 0)
+
+    def initial(self, state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The initial state(s): the one given, or zeros (one per document when packed)."""
+        if state is not None or self.slots is None:
+            return _state(q, v, state)
+        return q.new_zeros(self.documents, q.shape[1], q.shape[-1], v.shape[-1])
+
+
+def _chunk_size(chunk: int, n: int, g, channel_chunk: bool) -> int:
+    c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
+    return min(c, CHANNEL_CHUNK) if channel_chunk and g is not None and g.dim() == 4 else c
+
+
 @overload
 def _chunks(x: torch.Tensor, c: int) -> torch.Tensor: ...
 @overload
@@ -189,83 +278,50 @@ def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
     return x.view(*x.shape[:2], (n + pad) // c, c, *x.shape[3:])
 
 
-def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None):
+def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None):
     """:func:`recurrent_gated` chunk by chunk: within each chunk its parallel form (every chunk at
-    once), across chunks the recurrence on the chunk-end states."""
-    _check(q, k, v, g, state=state)
-    n = q.shape[2]
-    c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
-    if g is not None and g.dim() == 4:  # per channel: e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay)
-        c = min(c, CHANNEL_CHUNK)
-    qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)  # (B, H, T, C, D)
-    gd = _chunks(_decay_rows(g, q).contiguous(), c).cumsum(3)  # G within each chunk, (B, H, T, C, D)
+    once), across chunks the recurrence on the chunk-end states. ``cu_seqlens``: packed documents
+    (see the module)."""
+    _check(q, k, v, g, state=state, cu_seqlens=cu_seqlens)
+    # per channel: e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay)
+    lay = _Layout(cu_seqlens, q.shape[2], _chunk_size(chunk, q.shape[2], g, True), q.device)
+    qc, kc, vc = lay.chunks(q), lay.chunks(k), lay.chunks(v)  # (B, H, T, C, D)
+    gd = lay.chunks(_decay_rows(g, q).contiguous()).cumsum(3)  # G within each chunk, (B, H, T, C, D)
     if g is None or g.dim() == 3:  # scalar: the mask exp(G_i - G_j) of one channel
-        gs = gd[..., 0]
-        causal = _causal(c, q.device)
-        mask = (gs[..., :, None] - gs[..., None, :]).masked_fill(~causal, float("-inf")).exp()
-        intra = ((qc @ kc.transpose(-1, -2)) * mask) @ vc
+        intra = _products(qc, kc, gd[..., 0]) @ vc
     else:  # per channel: no mask of one channel; factored at the chunk start, (q e^G_i) . (k e^-G_j)
         scores = (qc * gd.exp()) @ (kc * (-gd).exp()).transpose(-1, -2)
-        intra = scores.masked_fill(~_causal(c, q.device), 0.0) @ vc
+        intra = scores.masked_fill(~_causal(lay.c, q.device), 0.0) @ vc
     last = gd[..., -1:, :]  # (B, H, T, 1, D): the chunk's total log-decay
     writes = (kc * (last - gd).exp()).transpose(-1, -2) @ vc  # (B, H, T, D, Dv): what each chunk adds
     carry = last[..., 0, :, None].exp()  # (B, H, T, D, 1)
-    starts, s = _scan(_state(q, v, state), carry, writes)
-    inter = (qc * gd.exp()) @ starts
-    out = (intra + inter).flatten(2, 3)[:, :, :n]
-    return out, s
+    starts, s = lay.scan(lay.initial(state, q, v), lambda s, cr, wr: torch.addcmul(wr, cr, s), carry, writes)
+    return lay.positions(intra + (qc * gd.exp()) @ starts), s
 
 
-def _scan(s, carry, writes):
-    """``S_{t+1} = carry_t ⊙ S_t + writes_t`` over the chunks: the states entering each chunk
-    ``(B, H, T, D, Dv)`` and the last. One fused op per chunk on ``(B H, D, Dv)`` views, the
-    chunks unbound once (a slice per step would give autograd a full-size zero tensor per step)."""
-    b, h = s.shape[:2]
-    flat = lambda x: x.flatten(0, 1)  # noqa: E731
-    s, starts = flat(s), []
-    for cr, wr in zip(flat(carry).unbind(1), flat(writes).unbind(1)):
-        starts.append(s)
-        s = torch.addcmul(wr, cr, s)
-    return torch.stack(starts, 1).unflatten(0, (b, h)), s.unflatten(0, (b, h))
-
-
-def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None):
+def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None):
     """:func:`recurrent_delta` chunk by chunk: the pseudo-values of every chunk at once from its
     WY form (a unit-triangular solve per chunk), then the recurrence on the chunk-end states, which
-    corrects each chunk's pseudo-values for the state it starts from."""
-    _check(q, k, v, g, beta, state, delta=True)
-    n = q.shape[2]
-    c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
-    qc, kc, vc, bc = _chunks(q, c), _chunks(k, c), _chunks(v, c), _chunks(beta, c)
-    gc = None if g is None else _chunks(g, c)
-    strict, decay = _scalar_mask(gc, c, kc, diagonal=-1)  # per chunk
-    mask, _ = _scalar_mask(gc, c, qc)
-    eye = torch.eye(c, dtype=q.dtype, device=q.device)
-    system = eye + bc[..., None] * (kc @ kc.transpose(-1, -2)) * strict
+    corrects each chunk's pseudo-values for the state it starts from. A per-channel decay (KDA)
+    takes chunks of at most :data:`CHANNEL_CHUNK` positions (its scores hold ``(C, C, D)`` per
+    chunk). ``cu_seqlens``: packed documents (see the module)."""
+    _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens)
+    lay = _Layout(cu_seqlens, q.shape[2], _chunk_size(chunk, q.shape[2], g, True), q.device)
+    qc, kc, vc, bc = lay.chunks(q), lay.chunks(k), lay.chunks(v), lay.chunks(beta)
+    big = None if g is None else lay.chunks(g).cumsum(3)  # G within each chunk
+    rows = _as_rows(big, kc)  # (B, H, T, C, 1 | D)
+    system = torch.eye(lay.c, dtype=q.dtype, device=q.device) + bc[..., None] * _products(kc, kc, big, -1)
     # U = T beta V and W = T beta e^G K: the chunk's pseudo-values from a zero state, and how they
     # move with the state it starts from (U_c = U - W S_c)
-    solved = torch.linalg.solve_triangular(system, torch.cat([bc[..., None] * vc, (bc * decay)[..., None] * kc], -1),
+    solved = torch.linalg.solve_triangular(system, torch.cat([bc[..., None] * vc, bc[..., None] * rows.exp() * kc], -1),
                                            upper=False, unitriangular=True)
     u0, w = solved.split([v.shape[-1], k.shape[-1]], -1)
-    scores = (qc @ kc.transpose(-1, -2)) * mask  # (B, H, T, C, C)
-    qd = qc * decay[..., None]
-    if gc is None:
-        tail, carry = torch.ones_like(decay), None
-    else:
-        big = gc.cumsum(-1)
-        tail, carry = (big[..., -1:] - big).exp(), big[..., -1].exp()  # exp(G_C - G_j), exp(G_C)
-    kt = (kc * tail[..., None]).transpose(-1, -2)  # (B, H, T, D, C)
+    last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
+    kt = (kc * (last - rows).exp()).transpose(-1, -2)  # (B, H, T, D, C): K~ = K e^{G_C - G_j}
     # the state entering the next chunk is affine in the state entering this one:
-    # S_{c+1} = carry_c S_c + K~_c^T (U_c - W_c S_c) = A_c S_c + B_c, with A_c = carry_c I - K~_c^T W_c
-    # and B_c = K~_c^T U_c for every chunk at once; the sequential part is one product per chunk
-    eye_d = torch.eye(k.shape[-1], dtype=q.dtype, device=q.device)
-    step = (eye_d if carry is None else carry[..., None, None] * eye_d) - kt @ w  # (B, H, T, D, D)
-    shift = kt @ u0  # (B, H, T, D, Dv)
-    b, h = q.shape[:2]
-    s, starts = _state(q, v, state).flatten(0, 1), []
-    for a_t, b_t in zip(step.flatten(0, 1).unbind(1), shift.flatten(0, 1).unbind(1)):
-        starts.append(s)
-        s = torch.baddbmm(b_t, a_t, s)
-    starts_t = torch.stack(starts, 1).unflatten(0, (b, h))  # (B, H, T, D, Dv): the state entering each chunk
-    out = qd @ starts_t + scores @ (u0 - w @ starts_t)
-    return out.flatten(2, 3)[:, :, :n], s.unflatten(0, (b, h))
+    # S_{c+1} = diag(e^G_C) S_c + K~_c^T (U_c - W_c S_c) = A_c S_c + B_c, with A_c = diag(e^G_C) -
+    # K~_c^T W_c and B_c = K~_c^T U_c for every chunk at once; the sequential part is one product per chunk
+    step = last.transpose(-1, -2).exp() * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w  # (B, H, T, D, D)
+    starts, s = lay.scan(lay.initial(state, q, v), lambda s, a, b: torch.baddbmm(b, a, s), step, kt @ u0)
+    out = (qc * rows.exp()) @ starts + _products(qc, kc, big) @ (u0 - w @ starts)
+    return lay.positions(out), s

@@ -1,0 +1,90 @@
+"""Packed documents in the chunkwise forms (``cu_seqlens``): no state crosses a boundary, so a
+packed call equals each document run alone, outputs, final states and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.efficient import recurrence
+from tests.helpers import assert_close_rel
+
+LENGTHS = [5, 0, 17, 1, 9, 40]  # an empty document; lengths that are not whole chunks
+GATES = [("gated", None), ("gated", "head"), ("gated", "channel"), ("delta", None), ("delta", "head"), ("delta", "channel")]
+
+
+def packed_inputs(lengths, h=2, d=4, dv=3, seed=0):
+    n = sum(lengths)
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, dtype=torch.float64, generator=g)  # noqa: E731
+    return {"q": r(1, h, n, d), "k": F.normalize(r(1, h, n, d), dim=-1), "v": r(1, h, n, dv),
+            "beta": torch.rand(1, h, n, dtype=torch.float64, generator=g),
+            "head": -0.5 * torch.rand(1, h, n, dtype=torch.float64, generator=g),
+            "channel": -0.5 * torch.rand(1, h, n, d, dtype=torch.float64, generator=g),
+            "s0": r(len(lengths), h, d, dv)}
+
+
+def call(family, x, gate, sl=slice(None), state=None, **kw):
+    fn = getattr(recurrence, f"chunk_{family}")
+    pick = lambda t: t[:, :, sl]  # noqa: E731
+    args = [pick(x["q"]), pick(x["k"]), pick(x["v"])] + ([pick(x["beta"])] if family == "delta" else [])
+    return fn(*args, None if gate is None else pick(x[gate]), state=state, **kw)
+
+
+@pytest.mark.parametrize("family,gate", GATES)
+@pytest.mark.parametrize("with_state", [False, True])
+def test_a_packed_call_equals_each_document_alone(family, gate, with_state):
+    x = {k: t.clone().requires_grad_(True) for k, t in packed_inputs(LENGTHS).items()}
+    cu = torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()])
+    out, finals = call(family, x, gate, state=x["s0"] if with_state else None, chunk=8, cu_seqlens=cu)
+    outs, states = [], []
+    for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        s0 = x["s0"][i : i + 1] if with_state else None
+        if a == b:  # an empty document keeps its initial state
+            states.append(x["s0"][i] if with_state else torch.zeros_like(x["s0"][i]))
+            continue
+        o, s = call(family, x, gate, slice(a, b), state=s0, chunk=8)
+        outs.append(o)
+        states.append(s[0])
+    ref_out, ref_finals = torch.cat(outs, 2), torch.stack(states)
+    assert_close_rel(out, ref_out, 1e-10, "packed output")
+    assert_close_rel(finals, ref_finals, 1e-10, "packed final states")
+    probe = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(1))
+    names = [n for n in ("q", "k", "v", "beta", gate, "s0") if n is not None and (n != "beta" or family == "delta")]
+    got = torch.autograd.grad((out * probe).sum() + finals.square().sum(), [x[n] for n in names], allow_unused=True)
+    want = torch.autograd.grad((ref_out * probe).sum() + ref_finals.square().sum(), [x[n] for n in names], allow_unused=True)
+    for name, a, b in zip(names, got, want):
+        if b is not None:
+            assert_close_rel(a, b, 1e-10, f"packed gradient of {name}")
+
+
+def test_a_state_does_cross_when_the_documents_are_not_given():
+    """The test above could pass if the kernels never carried state: here they must."""
+    x = packed_inputs([10, 10])
+    joined, _ = call("delta", x, "head", chunk=4)
+    split, _ = call("delta", x, "head", chunk=4, cu_seqlens=torch.tensor([0, 10, 20]))
+    assert torch.equal(joined[:, :, :10], split[:, :, :10])
+    assert (joined[:, :, 10:] - split[:, :, 10:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("bad,match", [
+    (torch.tensor([0, 5, 20]), r"rise from 0 to the sequence length 21, got \[0, 5, 20\]"),
+    (torch.tensor([0, 12, 5, 21]), r"rise from 0 to the sequence length 21"),
+    (torch.tensor([0.0, 21.0]), "1-D integer tensor of S \\+ 1 offsets"),
+    (torch.tensor([21]), "1-D integer tensor of S \\+ 1 offsets"),
+])
+def test_offsets_that_do_not_describe_the_sequence_are_refused(bad, match):
+    x = packed_inputs([21])
+    with pytest.raises(ValueError, match=match):
+        call("delta", x, None, cu_seqlens=bad)
+
+
+def test_packing_wants_a_batch_of_one_and_a_state_per_document():
+    x = packed_inputs([4, 4])
+    cu = torch.tensor([0, 4, 8])
+    q2 = x["q"].expand(2, -1, -1, -1)
+    with pytest.raises(ValueError, match="batch of one, got a batch of 2"):
+        recurrence.chunk_gated(q2, q2, x["v"].expand(2, -1, -1, -1), cu_seqlens=cu)
+    with pytest.raises(ValueError, match=r"state must have shape \(S, H, D, Dv\) = \(2, 2, 4, 3\), one per document"):
+        call("gated", x, None, state=x["s0"][:1], cu_seqlens=cu)
