@@ -19,6 +19,10 @@ Importing this module registers, in ``transformers``' ``AttentionInterface`` and
   causal form, a sliding window that cuts, soft-capping, dropout, cached decoding) raises
   :class:`UnsupportedError` naming both (as ``"attnlab:retnet"`` and the other variants that cannot serve do).
 
+The linear-attention layers of hybrid models (Qwen3-Next, Qwen3.5, Kimi Linear, Mamba-2,
+Falcon-H1) compute through attnlab's recurrences with :func:`use_kernels` (from
+:mod:`attnlab.integrations.hybrid`).
+
 Usage::
 
     import attnlab.integrations.transformers
@@ -54,8 +58,10 @@ from ..core.masks import causal as causal_mask
 from ..core.masks import valid_keys
 from ..core.score_mods import softcap as softcap_mod
 from ..validate import ArgumentTypeError
+from .hybrid import Kernels, use_kernels
 
-__all__ = ["NAME", "OPTIONS", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask", "set_attention"]
+__all__ = ["NAME", "OPTIONS", "Kernels", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask",
+           "set_attention", "use_kernels"]
 
 NAME = "attnlab"
 """The exact backend's ``attn_implementation``; ``"attnlab:<variant>"`` for a variant."""

@@ -1,0 +1,337 @@
+"""attnlab's recurrences inside transformers' hybrid models: :func:`use_kernels`.
+
+Qwen3-Next and Qwen3.5 (Gated DeltaNet), Kimi Linear (Kimi Delta Attention) and Mamba-2 and
+Falcon-H1 (SSD) compute their linear-attention layers with functions of their modeling module
+that fall back, without flash-linear-attention's Triton kernels or mamba-ssm (that is, on any
+CPU), to a reference PyTorch path. :func:`use_kernels` makes those layers compute through
+:mod:`attnlab.efficient.recurrence` instead:
+
+* the chunkwise form (:func:`~attnlab.efficient.recurrence.chunk_delta`,
+  :func:`~attnlab.efficient.recurrence.chunk_gated`) for training and prefill, the recurrent form
+  for one-token decoding with the model's own cache;
+* packed sequences: a batch of one whose ``position_ids`` restart (or given ``cu_seq_lens_q``)
+  keeps its documents apart in the recurrences and the short convolutions, in one call, where
+  transformers' own path refuses them (Qwen) or lets the state cross (Kimi, Mamba-2).
+
+The model's parameters, cache and every other step stay transformers'; its attention layers keep
+their ``attn_implementation`` (``"attnlab"`` included). Each served function computes in float32
+as transformers' path does. An argument attnlab cannot serve is refused by name.
+
+Usage::
+
+    from attnlab.integrations.transformers import use_kernels
+    swap = use_kernels(model)      # swap.replaced: {layer name: the functions now attnlab's}
+    swap.restore()                 # transformers' own path again
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import sys
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..efficient import recurrence
+
+__all__ = ["LAYERS", "Kernels", "UnservedArgument", "causal_conv", "delta_rule", "offsets_from_positions", "ssd_scan", "ssd_step",
+           "tiny_config", "use_kernels"]
+
+LAYERS = {
+    "Qwen3NextGatedDeltaNet": "qwen3_next",
+    "Qwen3_5GatedDeltaNet": "qwen3_5",
+    "Qwen3_5MoeGatedDeltaNet": "qwen3_5_moe",
+    "KimiLinearDeltaAttention": "kimi_linear",
+    "Mamba2Mixer": "mamba2",
+    "FalconH1Mixer": "falcon_h1",
+}
+"""The layer classes :func:`use_kernels` serves, and their transformers model family."""
+
+# transformers' per-call keyword arguments that change nothing in a recurrence (the packing ones are read)
+_HARMLESS = {"num_items_in_batch", "output_hidden_states", "output_attentions", "output_router_logits", "cu_seq_lens_k",
+             "max_length_q", "max_length_k", "position_ids", "is_causal", "chunk_size", "use_cache", "return_dict", "cache_position"}
+
+
+class UnservedArgument(ValueError):
+    """A hybrid layer asked a served function for something attnlab does not compute."""
+
+
+def _refuse(fn: str, kwargs: dict) -> None:
+    extra = sorted(k for k, v in kwargs.items() if v is not None and k not in _HARMLESS)
+    if extra:
+        raise UnservedArgument(f"attnlab's {fn} cannot serve {', '.join(extra)}: call use_kernels(model).restore() "
+                               "to use transformers' own path")
+
+
+def _offsets(cu_seqlens, cu_seq_lens_q, seq_idx) -> torch.Tensor | None:
+    """Packed documents' offsets from any of the three spellings (``seq_idx``: Mamba's document
+    index per position, ``(1, N)``)."""
+    cu = cu_seqlens if cu_seqlens is not None else cu_seq_lens_q
+    if cu is None and seq_idx is not None:
+        idx = seq_idx.reshape(-1)
+        starts = torch.nonzero(idx[1:] != idx[:-1]).flatten() + 1
+        cu = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), idx.numel())])
+    return None if cu is None else cu.long()
+
+
+def _no_cache(fn: str, cu, initial_state, output_final_state) -> None:
+    if cu is not None and (initial_state is not None or output_final_state):
+        raise UnservedArgument(f"attnlab's {fn} keeps packed documents apart without a cache, as transformers packs its "
+                               "attention layers only then: call the model with use_cache=False")
+
+
+def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
+    """The gated delta rule (per head: Gated DeltaNet; per channel: KDA) with fla's and
+    transformers' arguments, ``(B, T, H, D)`` tensors, served by attnlab's chunkwise form (or the
+    recurrent one for a single token); ``l2norm`` is the modeling module's own, so that the
+    normalisation rounds as transformers' does. Value heads may outnumber key heads (Qwen's
+    grouped values)."""
+
+    def run(query, key, value, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
+            use_qk_l2norm_in_kernel=False, cu_seqlens=None, scale=None, cu_seq_lens_q=None, **kwargs):
+        _refuse(name, kwargs)
+        dtype, n = query.dtype, query.shape[1]
+        q, k, v, b, gd = (t.transpose(1, 2).float().contiguous() for t in (query, key, value, beta, g))
+        if use_qk_l2norm_in_kernel:
+            q, k = l2norm(q, dim=-1, eps=1e-6), l2norm(k, dim=-1, eps=1e-6)
+        if v.shape[1] != k.shape[1]:  # each key head serves H_v / H_k consecutive value heads
+            q, k = (t.repeat_interleave(v.shape[1] // k.shape[1], dim=1) for t in (q, k))
+        q = q * (q.shape[-1] ** -0.5 if scale is None else scale)
+        cu = _offsets(cu_seqlens, cu_seq_lens_q, None)
+        _no_cache(name, cu, initial_state, output_final_state)
+        state = None if initial_state is None else initial_state.float()
+        if n == 1 and cu is None:
+            o, s = recurrence.recurrent_delta(q, k, v, b, gd, state=state)
+        else:
+            o, s = recurrence.chunk_delta(q, k, v, b, gd, state=state, cu_seqlens=cu)
+        return o.transpose(1, 2).to(dtype), (s if output_final_state else None)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+def causal_conv(hidden_states, weight, bias=None, activation=None, cu_seq_lens_q=None, seq_idx=None, **kwargs):
+    """The depthwise causal convolution of the hybrid layers, ``(B, C, T)``, weight ``(C, K)``;
+    with packed documents no position sees an earlier document's."""
+    from transformers.activations import ACT2FN
+
+    _refuse("causal_conv1d_fn", kwargs)
+    c, n, width = hidden_states.shape[1], hidden_states.shape[-1], weight.shape[-1]
+    x = hidden_states.to(weight.dtype)
+    cu = _offsets(None, cu_seq_lens_q, seq_idx)
+    if cu is None:
+        out = F.conv1d(x, weight.unsqueeze(1), bias, padding=width - 1, groups=c)[..., :n]
+    else:  # window position j of output t reads t - (K - 1) + j: only from t's own document
+        pos = torch.arange(n, device=x.device)
+        start = cu[torch.searchsorted(cu, pos, right=True) - 1].to(x.device)
+        keep = (pos[:, None] - (width - 1) + torch.arange(width, device=x.device)) >= start[:, None]  # (T, K)
+        windows = F.pad(x, (width - 1, 0)).unfold(-1, width, 1)  # (B, C, T, K)
+        out = (windows * keep * weight[:, None, :]).sum(-1)
+        if bias is not None:
+            out = out + bias[:, None]
+    if activation is not None:
+        out = ACT2FN[activation](out)
+    return out.to(hidden_states.dtype)
+
+
+def _ssd_inputs(hidden_states, dt, a, b, c, dt_bias, dt_softplus, dt_limit):
+    """SSD as gated linear attention: the query ``C``, key ``B`` (a group shared by H / G heads),
+    value ``dt x`` and log decay ``dt A``, ``(B, H, T, ...)`` in float32."""
+    heads = hidden_states.shape[2]
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).float()  # (B, T, H)
+    x = hidden_states.float()
+    q, k = (t.float().repeat_interleave(heads // t.shape[2], dim=2).transpose(1, 2).contiguous() for t in (c, b))
+    v = (x * dt[..., None]).transpose(1, 2).contiguous()
+    return x, q, k, v, (a.float()[:, None] * dt.transpose(1, 2)).contiguous()
+
+
+def ssd_scan(hidden_states, dt, A, B, C, chunk_size=256, D=None, dt_bias=None, initial_states=None, dt_softplus=False,
+             dt_limit=(0.0, float("inf")), return_final_states=False, z=None, seq_idx=None, cu_seqlens=None,
+             cu_seq_lens_q=None, **kwargs):
+    """Mamba-2's chunked scan (mamba-ssm's ``mamba_chunk_scan_combined`` arguments): ``x``
+    ``(B, T, H, P)``, ``B``/``C`` ``(B, T, G, N)`` with G groups and state width N, the state
+    ``(B, H, P, N)``; served by :func:`~attnlab.efficient.recurrence.chunk_gated`."""
+    _refuse("mamba_chunk_scan_combined", kwargs)
+    x, q, k, v, g = _ssd_inputs(hidden_states, dt, A, B, C, dt_bias, dt_softplus, dt_limit)
+    cu = _offsets(cu_seqlens, cu_seq_lens_q, seq_idx)
+    _no_cache("mamba_chunk_scan_combined", cu, initial_states, return_final_states)
+    state = None if initial_states is None else initial_states.float().transpose(-1, -2)
+    o, s = recurrence.chunk_gated(q, k, v, g, state=state, cu_seqlens=cu)
+    y = o.transpose(1, 2).contiguous()  # the mixers view it
+    if D is not None:
+        y = y + D.float()[:, None] * x
+    if z is not None:  # mamba-ssm's gate
+        y = y * F.silu(z.float())
+    return (y, s.transpose(-1, -2)) if return_final_states else y
+
+
+def ssd_step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None, **kwargs):
+    """One decoding step of Mamba-2 (mamba-ssm's ``selective_state_update``): ``x`` ``(B, H,
+    P)``, ``dt``, ``dt_bias`` and ``D`` repeated over P and ``A`` over ``(P, N)`` as the mixers
+    give them, ``B``/``C`` ``(B, G, N)``; ``state`` ``(B, H, P, N)`` updated in place; served by
+    :func:`~attnlab.efficient.recurrence.recurrent_gated`."""
+    _refuse("selective_state_update", kwargs)
+    one = lambda t: t[:, :, None]  # noqa: E731 - (B, H, ...) -> (B, H, 1, ...): a sequence of one token
+    x, heads = hidden_states.float(), hidden_states.shape[1]
+    dt = dt[..., 0] + (0 if dt_bias is None else dt_bias[:, 0].to(dt.dtype))
+    dt = (F.softplus(dt) if dt_softplus else dt).float()  # (B, H)
+    q, k = (one(t.float().repeat_interleave(heads // t.shape[1], dim=1)) for t in (C, B))
+    o, s = recurrence.recurrent_gated(q, k, one(x * dt[..., None]), one(A[:, 0, 0].float() * dt), state=state.float().transpose(-1, -2))
+    state.copy_(s.transpose(-1, -2).to(state.dtype))
+    out = o[:, :, 0] + (0 if D is None else x * D.float())
+    if z is not None:
+        out = out * F.silu(z.float())
+    return out.to(hidden_states.dtype)
+
+
+def _served(family: str, modeling) -> dict[str, Callable]:
+    """The functions of a modeling module attnlab serves, by the name the layer calls."""
+    conv = {"causal_conv1d_fn": causal_conv}
+    if family in ("mamba2", "falcon_h1"):
+        return conv | {"mamba2_chunk_scan": ssd_scan, "mamba2_selective_state_update": ssd_step}
+    rule = functools.partial(delta_rule, modeling.l2norm)
+    if family == "kimi_linear":
+        return conv | {"chunk_kimi_delta_attention": rule("chunk_kda"), "recurrent_kimi_delta_attention": rule("fused_recurrent_kda")}
+    return conv | {"torch_chunk_gated_delta_rule": rule("chunk_gated_delta_rule"),
+                   "torch_recurrent_gated_delta_rule": rule("fused_recurrent_gated_delta_rule")}
+
+
+@contextlib.contextmanager
+def _swapped(modeling, served: dict[str, Callable]):
+    saved = {name: getattr(modeling, name) for name in served}
+    try:
+        for name, fn in served.items():
+            setattr(modeling, name, fn)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(modeling, name, fn)
+
+
+def _forward_through(forward, modeling, served, packing: _Packing):
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        if packing.offsets is not None and kwargs.get("cu_seq_lens_q") is None:
+            kwargs["cu_seq_lens_q"] = packing.offsets
+        with _swapped(modeling, served):
+            return forward(*args, **kwargs)
+    return run
+
+
+def offsets_from_positions(position_ids: torch.Tensor) -> torch.Tensor | None:
+    """``cu_seqlens`` of a packed batch of one whose ``position_ids`` restart at 0 at each
+    document, or None when they do not restart (one sequence, or a batch of several)."""
+    if position_ids is None or position_ids.dim() != 2 or position_ids.shape[0] != 1 or position_ids.shape[1] < 2:
+        return None
+    pos = position_ids[0]
+    starts = torch.nonzero(pos[1:] <= pos[:-1]).flatten() + 1
+    if starts.numel() == 0 or int(pos[0]) != 0:
+        return None
+    return torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), pos.numel())])
+
+
+class _Packing:
+    """The offsets of the packed batch the model is computing, read by its forward pre-hook from
+    position ids that restart when the model runs without a cache (transformers then packs its
+    attention layers' masks from the same position ids), and handed to each served layer: some
+    models (Mamba-2) do not pass their call's arguments down to their layers."""
+
+    offsets: torch.Tensor | None = None
+
+    def before(self, model, args, kwargs):
+        use_cache = kwargs.get("use_cache")
+        if use_cache is None:
+            use_cache = getattr(getattr(model, "config", None), "use_cache", False)
+        given = kwargs.get("cu_seq_lens_q") is not None or kwargs.get("past_key_values") is not None
+        self.offsets = None if given or use_cache else offsets_from_positions(kwargs.get("position_ids"))
+
+    def after(self, model, args, kwargs, output):
+        self.offsets = None
+
+
+@dataclasses.dataclass
+class Kernels:
+    """What :func:`use_kernels` replaced: ``replaced`` maps each layer's name in the model to the
+    names of the modeling functions attnlab now serves for it; :meth:`restore` undoes it."""
+
+    model: nn.Module
+    replaced: dict[str, tuple[str, ...]]
+    hooks: tuple[torch.utils.hooks.RemovableHandle, ...]
+
+    def restore(self) -> None:
+        """Give every layer back transformers' own path."""
+        for name in self.replaced:
+            vars(self.model.get_submodule(name)).pop("forward", None)
+        for hook in self.hooks:
+            hook.remove()
+
+
+def use_kernels(model: nn.Module) -> Kernels:
+    """Make every linear-attention layer of a transformers hybrid model (:data:`LAYERS`) compute
+    through attnlab's recurrences (see the module); returns what it replaced. ``ValueError`` when
+    the model has none of those layers, or when one's modeling module lacks a function attnlab
+    would serve (another transformers version)."""
+    replaced: dict[str, tuple[str, ...]] = {}
+    packing = _Packing()
+    for name, module in model.named_modules():
+        family = LAYERS.get(type(module).__name__)
+        if family is None:
+            continue
+        modeling = sys.modules[type(module).__module__]
+        try:
+            served = _served(family, modeling)
+            missing = [f for f in served if not hasattr(modeling, f)]
+        except AttributeError as e:  # the delta rules take the module's own l2norm
+            served, missing = {}, [str(e.name)]
+        if missing:
+            raise ValueError(f"{type(module).__name__} ({modeling.__name__}) has no {', '.join(missing)}: "
+                             "attnlab serves the hybrid layers of transformers 5.24")
+        module.forward = _forward_through(module.forward, modeling, served, packing)
+        replaced[name] = tuple(served)
+    if not replaced:
+        raise ValueError(f"{type(model).__name__} has no linear-attention layer attnlab serves (it serves {', '.join(LAYERS)})")
+    hooks = (model.register_forward_pre_hook(packing.before, with_kwargs=True),
+             model.register_forward_hook(packing.after, with_kwargs=True, always_call=True))
+    return Kernels(model, replaced, hooks)
+
+
+def tiny_config(family: str, *, hidden: int = 64, heads: int = 4, head_dim: int = 16, layers: int = 4, **overrides):
+    """A small randomly initialisable config of a hybrid family (``"qwen3_next"``, ``"qwen3_5_text"``,
+    ``"kimi_linear"``, ``"mamba2"``, ``"falcon_h1"``): three linear-attention layers to one
+    attention layer, grouped value heads (Qwen), two B/C groups and a state width other than the
+    head width (Mamba-2, Falcon-H1); for tests, benchmarks and examples without a download."""
+    from transformers import AutoConfig
+
+    common = dict(vocab_size=128, hidden_size=hidden, intermediate_size=hidden * 3 // 2, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=head_dim, max_position_embeddings=16384,
+                  pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    mixed = ["linear_attention"] * 3 + ["full_attention"]
+    kinds = (mixed * layers)[:layers]
+    families = {
+        "qwen3_next": dict(linear_num_value_heads=heads, linear_num_key_heads=heads // 2, linear_key_head_dim=head_dim,
+                           linear_value_head_dim=head_dim, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=hidden // 2, shared_expert_intermediate_size=hidden // 2, layer_types=kinds),
+        "qwen3_5_text": dict(linear_num_value_heads=heads, linear_num_key_heads=heads // 2, linear_key_head_dim=head_dim,
+                             linear_value_head_dim=head_dim, linear_conv_kernel_dim=4, layer_types=kinds),
+        "kimi_linear": dict(num_key_value_heads=heads, num_experts=4, num_experts_per_token=2, moe_intermediate_size=hidden // 2,
+                            kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=head_dim, v_head_dim=head_dim,
+                            linear_head_dim=head_dim, linear_num_heads=heads, mlp_layer_types=["dense"] + ["sparse"] * (layers - 1),
+                            layer_types=kinds),
+        "mamba2": dict(num_heads=2 * hidden // head_dim, state_size=24, n_groups=2, expand=2, chunk_size=64),
+        "falcon_h1": dict(mamba_d_ssm=2 * hidden, mamba_n_heads=2 * hidden // head_dim, mamba_d_head=head_dim, mamba_d_state=24,
+                          mamba_n_groups=2, mamba_chunk_size=64),
+    }
+    if family not in families:
+        raise ValueError(f"no tiny config for {family!r}: the hybrid families are {', '.join(families)}")
+    if family == "mamba2":
+        common = dict(vocab_size=128, hidden_size=hidden, num_hidden_layers=layers, head_dim=head_dim,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return AutoConfig.for_model(family, **{**common, **families[family], **overrides})
