@@ -8,9 +8,9 @@ from attnlab import efficient
 from attnlab.efficient import Budget, Sweep
 
 E, H = 16, 4
-GATED = ["retnet", "gla", "deltanet", "gated_deltanet", "mamba2"]  # exact recurrences, not approximations of softmax
+GATED = ["retnet", "gla", "deltanet", "gated_deltanet", "kda", "mamba2"]  # exact recurrences, not approximations of softmax
 CATALOGUE = ["dense", "local", "longformer", "bigbird", "linformer", "performer", "linear", "retnet", "gla", "deltanet", "gated_deltanet",
-             "mamba2", "fox", "reformer", "nystrom", "dense_naive"]
+             "kda", "mamba2", "fox", "reformer", "nystrom", "dense_naive"]
 NO_SWEEP = (*GATED, "fox")  # fox: exact softmax attention with forget gates, nothing to budget
 
 

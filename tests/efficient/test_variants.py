@@ -43,8 +43,8 @@ def grads(module, x, mask=None):
 
 
 def test_registry():
-    assert efficient.names() == ["bigbird", "deltanet", "dense", "dense_naive", "fox", "gated_deltanet", "gla", "linear", "linformer",
-                                 "local", "longformer", "mamba2", "nystrom", "performer", "reformer", "retnet"]
+    assert efficient.names() == ["bigbird", "deltanet", "dense", "dense_naive", "fox", "gated_deltanet", "gla", "kda", "linear",
+                                 "linformer", "local", "longformer", "mamba2", "nystrom", "performer", "reformer", "retnet"]
     for name in VARIANTS:  # fox is softmax attention on the exact engine: a MultiHeadAttention, as dense_naive
         assert isinstance(efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})),
                           MultiHeadAttention if name == "fox" else EfficientAttention)

@@ -135,7 +135,7 @@ def test_select_filters_by_declaration():
     assert "dense_naive" not in efficient.select(reference=False)
     assert set(efficient.select(causal=False)) >= {"linformer", "nystrom"}
     assert "linformer" not in efficient.select(causal=True)
-    assert set(efficient.select(family="gated")) >= {"retnet", "gla", "deltanet", "gated_deltanet", "mamba2"}
+    assert set(efficient.select(family="gated")) >= {"retnet", "gla", "deltanet", "gated_deltanet", "kda", "mamba2"}
     assert all(efficient.capabilities(n).cache is not None for n in efficient.select(decodes=True))
 
 

@@ -3,7 +3,7 @@
 ``create(name, embed_dim=..., num_heads=..., **options)`` returns a module with
 :class:`attnlab.MultiHeadAttention`'s call signature and output; ``names()`` names
 them (the registry is :data:`VARIANTS`). The gated linear-attention family (``retnet``, ``gla``,
-``deltanet``, ``gated_deltanet``, ``mamba2``) shares :class:`GatedRecurrence` and the three
+``deltanet``, ``gated_deltanet``, ``kda``, ``mamba2``) shares :class:`GatedRecurrence` and the three
 forms of :mod:`attnlab.efficient.recurrence`. ``"dense"`` is the exact layer. Each declares what
 its attention step can do (``capabilities``); ``select(causal=True, ...)`` lists the variants by it. ``budget(name)``
 is a variant's :class:`Budget`: its settings at short and long lengths and its budget axis.
@@ -20,6 +20,7 @@ from . import linear as _linear  # noqa: F401
 from . import retnet as _retnet  # noqa: F401
 from . import gla as _gla  # noqa: F401
 from . import deltanet as _deltanet  # noqa: F401  (deltanet, gated_deltanet)
+from . import kda as _kda  # noqa: F401
 from . import mamba2 as _mamba2  # noqa: F401
 from . import fox as _fox  # noqa: F401
 from . import reformer as _reformer  # noqa: F401
@@ -46,6 +47,7 @@ from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
 from .fox import ForgettingAttention
 from .gated import GatedRecurrence, MatrixState
 from .gla import GatedLinearAttention
+from .kda import KimiDeltaAttention
 from .kernel import kernel_attention
 from .linear import LinearAttention, elu_feature_map
 from .linformer import LinformerAttention
@@ -97,6 +99,7 @@ __all__ = [
     "GatedLinearAttention",
     "DeltaNetAttention",
     "GatedDeltaNetAttention",
+    "KimiDeltaAttention",
     "Mamba2Attention",
     "ForgettingAttention",
 ]
