@@ -84,3 +84,25 @@ def test_another_decoder_is_measured_on_standard_library_docstrings(tmp_path, ti
     tok = decoder.byte_tokenizer()
     text = "".join(p.document for p in docstring_pairs(12))
     assert tok.decode(w.reshape(-1).tolist()) == tok.decode(tok.encode(text).ids[: 96])
+
+
+def test_a_hybrid_folder_gains_the_kernels_row_at_the_same_perplexity(tmp_path, monkeypatch):
+    """bench pretrained --model on a Qwen3-Next folder (random weights, the byte tokenizer): the
+    'kernels' row computes its linear-attention layers through attnlab and keeps the perplexity."""
+    from attnlab.integrations.hybrid import tiny_config
+
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(tiny_config("qwen3_next", vocab_size=256)).save_pretrained(tmp_path / "qwen")
+    decoder.byte_tokenizer().save(str(tmp_path / "qwen" / "tokenizer.json"))
+    assert decoder.is_decoder(tmp_path / "qwen") and decoder.is_hybrid(tmp_path / "qwen")
+    from attnlab.efficient import recurrence
+
+    served = []
+    chunk_delta = recurrence.chunk_delta
+    monkeypatch.setattr(recurrence, "chunk_delta", lambda *a, **kw: served.append(a[0].shape) or chunk_delta(*a, **kw))
+    recs = decoder.run(str(tmp_path / "qwen"), ["local"], [48], windows=2, timing_batch=1, max_points=1)
+    assert [r.variant for r in recs] == ["sdpa", "attnlab", "kernels", "local"]
+    sdpa, exact, kernels, local = recs
+    assert abs(kernels.ratio - 1) < 1e-5 and abs(exact.ratio - 1) < 1e-6
+    assert served and all(shape[2] == 48 for shape in served)  # only the kernels row's three linear layers, every call
+    assert not decoder.is_hybrid(tmp_path)

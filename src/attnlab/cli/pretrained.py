@@ -143,7 +143,8 @@ def view(
 
 DECODER_HELP = (" Or a decoder: docs-llama (a small Llama trained here on first use, about 5 minutes, then cached) or the folder of a"
                 " transformers causal language model: perplexity instead of embeddings, the variants swapped in through"
-                " attn_implementation='attnlab:<variant>'.")
+                " attn_implementation='attnlab:<variant>'; a hybrid (Qwen3-Next, Qwen3.5, Kimi Linear, Mamba-2, Falcon-H1) gains"
+                " a 'kernels' row: its linear-attention layers through attnlab's recurrences.")
 
 
 def bench_pretrained(
@@ -195,14 +196,15 @@ def bench_pretrained(
 
 
 def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot) -> None:
-    from ..studies.decoder import TRAINING, decoder_variants, run
+    from ..studies.decoder import TRAINING, decoder_variants, is_hybrid, run
     from ..studies.pretrained import budgets_for
 
     known = decoder_variants()
     names = name_list("--variants", variants or ",".join(known), known,
                       "a causal language model takes a variant with a causal form: " + ", ".join(known))
     ns = int_list("--lengths", lengths or "512", minimum=2)
-    total = sum(2 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
+    exact = 3 if is_hybrid(model) else 2  # sdpa, attnlab (and a hybrid's kernels)
+    total = sum(exact + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
     with track("swapping attention into the decoder", total, output, records_json) as tracker:
         def trained(step, loss):  # a named decoder's first use: its training shows on the bar
             if step % 50 == 0:

@@ -17,8 +17,10 @@ On the held-out text (the last 5 %, never trained on), cut into windows of N tok
   row in one process, relative to the model under transformers' own ``sdpa``.
 
 The rows: ``sdpa`` (the model as transformers runs it), ``attnlab`` (the exact backend: the same
-perplexity, and its speed against sdpa), then every variant with a causal form at its budgets
-(:func:`attnlab.studies.pretrained.budgets_for`).
+perplexity, and its speed against sdpa), for a hybrid model (Qwen3-Next, Qwen3.5, Kimi Linear,
+Mamba-2, Falcon-H1) ``kernels`` (the exact backend with its linear-attention layers through
+attnlab's recurrences, :func:`attnlab.integrations.hybrid.use_kernels`), then every variant with a
+causal form at its budgets (:func:`attnlab.studies.pretrained.budgets_for`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ..validate import int_at_least, number_above, positive_int
 from .pretrained import SwapRecord
 
 __all__ = ["DECODERS", "DecoderRecord", "TRAINING", "byte_tokenizer", "decoder_folder", "decoder_variants", "heldout_windows",
-           "is_decoder", "run", "train_decoder"]
+           "is_decoder", "is_hybrid", "run", "train_decoder"]
 
 DECODERS = {"docs-llama": "a 0.8M-parameter Llama trained here on Python's documentation topics (about 5 minutes, cached)"}
 """Decoders known by name: trained on first use, then read from the cache."""
@@ -180,6 +182,19 @@ def is_decoder(name_or_path: str | Path) -> bool:
     return any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
 
 
+def is_hybrid(folder: str | Path) -> bool:
+    """Whether a decoder folder's model has linear-attention layers attnlab's kernels serve (its
+    ``model_type`` is one of :data:`attnlab.integrations.hybrid.LAYERS`' families)."""
+    from ..integrations.hybrid import LAYERS
+
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    kind = config.get("model_type")
+    return kind in set(LAYERS.values()) or kind == "qwen3_5_text"
+
+
 def decoder_variants() -> list[str]:
     """The variants a causal language model can take, from their declared capabilities: a causal
     form, not a reference of another, and q, k, v from the model (an ``attnlab:<variant>``
@@ -271,7 +286,7 @@ def _length(folder, model, n, longest, variants, windows, timing_batch, max_poin
     """The rows at length ``n``: each loaded, its perplexity measured, then all timed round-robin."""
     from transformers import AutoModelForCausalLM
 
-    from ..integrations.transformers import implementation
+    from ..integrations.transformers import implementation, use_kernels
     from .pretrained import budgets_for
 
     if not 2 <= n <= (longest or n):
@@ -280,12 +295,16 @@ def _length(folder, model, n, longest, variants, windows, timing_batch, max_poin
     if len(data) < 1:
         raise ValueError(f"no held-out window of {n} tokens")
     rows = [("sdpa", "trained", {}, "sdpa"), ("attnlab", "exact", {}, "attnlab")]
+    if is_hybrid(folder):
+        rows.append(("kernels", "exact", {}, "attnlab"))
     rows += [(v, label, opts, implementation(v)) for v in variants for label, opts in budgets_for(v, n, max_points)]
     models, recs = {}, {}
     for i, (v, label, opts, impl) in enumerate(rows):
         m = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation=impl).eval()
         if models:  # one set of weights for every row: the first model's tensors
             m.load_state_dict(models[0].state_dict(), assign=True)
+        if v == "kernels":
+            use_kernels(m)
         m.config.attnlab_options = opts or None
         ppl = _perplexity(m, data)
         recs[i] = DecoderRecord(model, v, opts, label, n, len(data), timing_batch, ppl, ppl / (recs[0].perplexity if recs else ppl))
