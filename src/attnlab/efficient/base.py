@@ -160,8 +160,10 @@ def documents(mask) -> bool:
 
 def per_document(layer, run: Callable, docs, heads: tuple[torch.Tensor, ...], x: torch.Tensor | None = None) -> torch.Tensor:
     """Packed documents, each alone: ``run(*heads, x)`` on every document's positions (documents of
-    one length stacked into one call), padding left at zero. ``heads``: ``(B, H, N, .)`` tensors
-    (the first is the queries); ``x``: ``(B, N, .)`` or None, sliced alike."""
+    one length stacked into one call), padding left at zero. ``heads``: ``(B, ., N, .)`` tensors
+    (the first is the queries, the last the values: the output has the values' heads, as many as
+    ``run`` returns, where the queries may come in fewer, grouped); ``x``: ``(B, N, .)`` or None,
+    sliced alike."""
     causal = getattr(layer, "causal", False)
     if docs.window is not None or docs.causal != causal:
         raise ValueError(f"the {layer.name} layer (causal={causal}) attends packed documents with its own pattern: "
@@ -177,10 +179,10 @@ def per_document(layer, run: Callable, docs, heads: tuple[torch.Tensor, ...], x:
 
         res = run(*(take(t, 3) for t in heads), None if x is None else take(x, 2))
         if out is None:
-            out = q.new_zeros(*q.shape[:3], res.shape[-1])
+            out = q.new_zeros(q.shape[0], res.shape[1], q.shape[2], res.shape[-1])
         for j, (r, s) in enumerate(where):
             out[r, :, s : s + n] = res[j]
-    return q.new_zeros(*q.shape[:3], heads[-1].shape[-1]) if out is None else out
+    return q.new_zeros(q.shape[0], heads[-1].shape[1], q.shape[2], heads[-1].shape[-1]) if out is None else out
 
 
 class EfficientAttention(MultiHeadAttention):

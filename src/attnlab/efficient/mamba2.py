@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.amp import upcast
+from ..validate import positive_int
 from .base import Budget, register
 from .gated import GatedRecurrence, HeadNorm, time_step_bias
 
@@ -22,22 +23,100 @@ class Mamba2Attention(GatedRecurrence):
     ``(C B^T ⊙ L) (dt x)`` with the 1-semiseparable mask ``L_ij = exp(A_h sum_{j<l<=i} dt_l)``.
     ``dt = softplus(x W_dt + dt_bias)`` per head, ``A_h = -exp(A_log_h)``; x, B and C pass a short
     causal convolution (width 4) and SiLU; a skip ``D_h x_t``; the output is RMS-normalised and
-    gated by ``silu(z)``, ``z = x W_z`` (the paper's gated RMSNorm). No scaling of q (SSD has
-    none). Differences from the paper's layer: B and C are per head (the paper shares one group
-    across heads, ``ngroups=1``) and the state width is the head width.
+    gated by ``silu(z)``, ``z = x W_z`` (the paper's gated RMSNorm, here per head and normalised
+    before the gate). No scaling of q (SSD has none).
+
+    B and C: by default one per head, of the head's width D (``q_proj`` and ``k_proj`` as every
+    attnlab layer's). With ``ngroups`` and / or ``state_size``, B and C are projected to
+    ``ngroups x state_size`` and shared by the heads of a group (head ``h`` reads group
+    ``h // (H / ngroups)``, as transformers' ``Mamba2Mixer`` repeats them), convolved once per
+    group; x keeps the head width, so each head's state is ``state_size x D``. ``ngroups=1``
+    shares one B and C across all heads, as the paper's default (its ``d_state`` is
+    ``state_size``); the output norm stays per head. The step then receives C and B per group
+    ``(B, ngroups, N, state_size)`` (what step hooks see) and the values per head.
+
+    Args:
+        ngroups: the groups sharing B and C (must divide ``num_heads``; default: one per head).
+        state_size: the width of B and C, the rows of each head's state (default: the head width).
     """
 
     default_conv = 4
     q_scale = False
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
-    def __init__(self, embed_dim: int, num_heads: int, **options):
+    def __init__(self, embed_dim: int, num_heads: int, *, ngroups: int | None = None, state_size: int | None = None, **options):
         super().__init__(embed_dim, num_heads, **options)
-        self.dt_proj = nn.Linear(self.embed_dim, self.num_heads, bias=False)
-        self.dt_bias = nn.Parameter(time_step_bias(self.num_heads))
-        self.log_rate = nn.Parameter(torch.empty(self.num_heads).uniform_(1, 16).log())  # A_h = -exp(log_rate)
-        self.skip = nn.Parameter(torch.ones(self.num_heads))  # D
-        self.out_norm = HeadNorm(self.embed_dim, self.num_heads, gate=True)
+        h = self.num_heads
+        self.ngroups = h if ngroups is None else positive_int("ngroups", ngroups)
+        self.state_size = self.head_dim if state_size is None else positive_int("state_size", state_size)
+        if h % self.ngroups:
+            raise ValueError(f"ngroups must divide num_heads (each group of B and C serves num_heads / ngroups heads), "
+                             f"got ngroups={self.ngroups} and num_heads={h}")
+        if self.grouped_bc:
+            self._group_projections()
+        self.dt_proj = nn.Linear(self.embed_dim, h, bias=False)
+        self.dt_bias = nn.Parameter(time_step_bias(h))
+        self.log_rate = nn.Parameter(torch.empty(h).uniform_(1, 16).log())  # A_h = -exp(log_rate)
+        self.skip = nn.Parameter(torch.ones(h))  # D
+        self.out_norm = HeadNorm(self.embed_dim, h, gate=True)
+
+    @property
+    def grouped_bc(self) -> bool:
+        """Whether B and C are not the default (one per head, of the head width)."""
+        return (self.ngroups, self.state_size) != (self.num_heads, self.head_dim)
+
+    def _group_projections(self) -> None:
+        """C and B projected to ``ngroups x state_size`` (``q_proj``, ``k_proj``), the short
+        convolution over C, B and x; refuses what the grouped projection does not combine with."""
+        if self.num_kv_heads != self.num_heads or self.head_mode != "split":
+            raise ValueError("ngroups and state_size group B and C themselves: they take neither num_kv_heads nor head_mode='project'")
+        pe = self.positional
+        if pe is not None and pe.kind == "rotation" and self.state_size != self.head_dim:
+            raise ValueError(f"the {pe.name!r} encoding rotates C and B, of width state_size={self.state_size}: it needs "
+                             f"state_size equal to the head width {self.head_dim}")
+        width = self.ngroups * self.state_size
+        bias = self.v_proj.bias is not None
+        self.q_proj = nn.Linear(self.embed_dim, width, bias=bias)  # C
+        self.k_proj = nn.Linear(self.embed_dim, width, bias=bias)  # B
+        for lin in (self.q_proj, self.k_proj):
+            nn.init.xavier_uniform_(lin.weight)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+        if self.conv is not None:
+            channels = 2 * width + self.embed_dim
+            self.conv = nn.Conv1d(channels, channels, self.conv_size, groups=channels, bias=False)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", ngroups={self.ngroups}, state_size={self.state_size}" if self.grouped_bc else "")
+
+    def project(self, query, key=None, value=None, *, positions=None, key_positions=None, rotate: bool = True, kv=None):
+        """As :meth:`attnlab.MultiHeadAttention.project`; with grouped B and C: C and B per group
+        ``(B, ngroups, N, state_size)``, x per head ``(B, H, N, D)``."""
+        if not self.grouped_bc:
+            return super().project(query, key, value, positions=positions, key_positions=key_positions, rotate=rotate, kv=kv)
+        if key is not None or value is not None or kv is not None:
+            raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value (its step reads "
+                             "the layer's input)")
+        self.check_input("query", query, self.embed_dim, None)
+        b, n, _ = query.shape
+        pe, qpos, kpos = self.positional, positions, key_positions
+        if pe is not None and (qpos is None or kpos is None):
+            qpos, kpos = self.positions(n, n, positions, key_positions, query.device)
+        if pe is not None and pe.kind == "input":
+            query = pe.add_to(query, qpos)
+        c = self.q_proj(query).view(b, n, self.ngroups, self.state_size).transpose(1, 2)
+        bk = self.k_proj(query).view(b, n, self.ngroups, self.state_size).transpose(1, 2)
+        x = self.v_proj(query).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        if rotate and pe is not None and pe.kind == "rotation":
+            c, bk = pe.rotate(c, bk, qpos, kpos)
+        return c, bk, x, self.score_mod(qpos, kpos)
+
+    def features(self, q, k):
+        """Grouped C and B (after the convolution) repeated to the heads: head ``h`` reads group ``h // (H / ngroups)``."""
+        r = self.num_heads // q.shape[1]
+        if r == 1:
+            return q, k
+        return q.repeat_interleave(r, dim=1), k.repeat_interleave(r, dim=1)
 
     def gates(self, x):
         dt = F.softplus(upcast(self.dt_proj(x)) + self.dt_bias).transpose(1, 2)  # (B, H, N)
