@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab import efficient, masks
 from attnlab.efficient import recurrence
 from tests.helpers import assert_close_rel
 
@@ -88,3 +89,41 @@ def test_packing_wants_a_batch_of_one_and_a_state_per_document():
         recurrence.chunk_gated(q2, q2, x["v"].expand(2, -1, -1, -1), cu_seqlens=cu)
     with pytest.raises(ValueError, match=r"state must have shape \(S, H, D, Dv\) = \(2, 2, 4, 3\), one per document"):
         call("gated", x, None, state=x["s0"][:1], cu_seqlens=cu)
+
+
+GATED_LAYERS = efficient.select(family="gated")
+
+
+@pytest.mark.parametrize("name", GATED_LAYERS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_gated_layer_attends_packed_documents_in_one_call(name, causal, monkeypatch):
+    """Two rows of documents (one row with a gap after its documents), rope at the positions
+    within each document, both scans when bidirectional: each document as if alone, with the
+    recurrence called once per scan, not once per document."""
+    torch.manual_seed(0)
+    m = efficient.create(name, embed_dim=16, num_heads=2, causal=causal, positional="rope", chunk=4).double()
+    x = torch.randn(2, 12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    rows = [[5, 1, 6], [7, 3]]
+    calls = []
+    fn = "chunk_delta" if m.delta else "chunk_gated"
+    original = getattr(recurrence, fn)
+    monkeypatch.setattr(recurrence, fn, lambda *a, **kw: calls.append(kw.get("cu_seqlens")) or original(*a, **kw))
+    out = m(x, mask=masks.Documents(rows, causal=causal)).output
+    assert len(calls) == (1 if causal else 2) and calls[0].tolist() == [0, 5, 6, 12, 19, 22]
+    for r, row in enumerate(rows):
+        start = 0
+        for length in row:
+            alone = m(x[r : r + 1, start : start + length]).output[0]
+            assert_close_rel(out[r, start : start + length], alone, 1e-10, f"{name} row {r} document at {start}")
+            start += length
+    assert torch.equal(out[1, 10:], torch.zeros_like(out[1, 10:]))  # the gap after the documents
+
+
+def test_the_short_convolution_restarts_at_each_document():
+    g = torch.Generator().manual_seed(2)
+    x, w, b = torch.randn(1, 3, 9, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, generator=g)
+    cu = torch.tensor([0, 2, 9])
+    out = recurrence.causal_conv(x, w, b, cu_seqlens=cu)
+    ref = torch.cat([recurrence.causal_conv(x[..., :2], w, b), recurrence.causal_conv(x[..., 2:], w, b)], -1)
+    assert_close_rel(out, ref, 1e-6, "packed convolution")
+    assert (recurrence.causal_conv(x, w, b)[..., 2:5] - ref[..., 2:5]).abs().max() > 1e-3  # unpacked, it reads across

@@ -49,7 +49,8 @@ from ..registry import Registry
 from ..validate import ArgumentTypeError
 
 __all__ = ["VARIANTS", "Budget", "DenseAttention", "EfficientAttention", "PatternAttention", "Sweep", "budget", "budgets",
-           "capabilities", "check_step", "create", "documents", "key_padding", "names", "per_document", "register", "select"]
+           "capabilities", "check_documents", "check_step", "create", "documents", "key_padding", "names", "per_document", "register",
+           "select"]
 
 
 @dataclass(frozen=True)
@@ -158,16 +159,22 @@ def documents(mask) -> bool:
     return isinstance(mask, Documents)
 
 
+def check_documents(layer, docs) -> None:
+    """``ValueError`` unless packed documents ask for the layer's own pattern (causal as the layer,
+    no window): a variant attends each document with its method, not the mask's rule."""
+    causal = getattr(layer, "causal", False)
+    if docs.window is not None or docs.causal != causal:
+        raise ValueError(f"the {layer.name} layer (causal={causal}) attends packed documents with its own pattern: "
+                         f"give Documents(causal={causal}) without a window")
+
+
 def per_document(layer, run: Callable, docs, heads: tuple[torch.Tensor, ...], x: torch.Tensor | None = None) -> torch.Tensor:
     """Packed documents, each alone: ``run(*heads, x)`` on every document's positions (documents of
     one length stacked into one call), padding left at zero. ``heads``: ``(B, ., N, .)`` tensors
     (the first is the queries, the last the values: the output has the values' heads, as many as
     ``run`` returns, where the queries may come in fewer, grouped); ``x``: ``(B, N, .)`` or None,
     sliced alike."""
-    causal = getattr(layer, "causal", False)
-    if docs.window is not None or docs.causal != causal:
-        raise ValueError(f"the {layer.name} layer (causal={causal}) attends packed documents with its own pattern: "
-                         f"give Documents(causal={causal}) without a window")
+    check_documents(layer, docs)
     q = heads[0]
     out = None
     by_length: dict[int, list[tuple[int, int]]] = {}

@@ -43,10 +43,12 @@ from __future__ import annotations
 from typing import overload
 
 import torch
+import torch.nn.functional as F
 
 from ..validate import positive_int
 
-__all__ = ["CHANNEL_CHUNK", "CHUNK", "chunk_delta", "chunk_gated", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
+__all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "delta_step", "gated_step", "parallel_delta",
+           "parallel_gated", "recurrent_delta", "recurrent_gated"]
 
 CHUNK = 64
 """Positions per chunk of the chunkwise form."""
@@ -133,11 +135,21 @@ def _products(a: torch.Tensor, b: torch.Tensor, big: torch.Tensor | None, diagon
 def recurrent_gated(q, k, v, g=None, *, state=None):
     """``S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T``, ``o_t = S_t^T q_t``, one token at a time."""
     _check(q, k, v, g, state=state)
-    s, gd, outs = _state(q, v, state), _decay_rows(g, q), []
+    s, outs = _state(q, v, state), []
     for t in range(q.shape[2]):
-        s = gd[:, :, t, :, None].exp() * s + k[:, :, t, :, None] * v[:, :, t, None, :]
-        outs.append((q[:, :, t, None, :] @ s)[:, :, 0])
+        o, s = gated_step(q[:, :, t], k[:, :, t], v[:, :, t], None if g is None else g[:, :, t], s)
+        outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
+
+
+def gated_step(q, k, v, g, s):
+    """One token of :func:`recurrent_gated` (decoding): ``q``, ``k`` ``(B, H, D)``, ``v`` ``(B, H,
+    Dv)``, ``g`` ``(B, H)``, ``(B, H, D)`` or None, the state ``s`` ``(B, H, D, Dv)``; returns the
+    output ``(B, H, Dv)`` and the new state. Unchecked: the callers check."""
+    if g is not None:
+        s = (g[..., None, None] if g.dim() == 2 else g[..., None]).exp() * s
+    s = s + k[..., None] * v[:, :, None, :]
+    return (q[:, :, None, :] @ s)[:, :, 0], s
 
 
 def recurrent_delta(q, k, v, beta, g=None, *, state=None):
@@ -145,13 +157,21 @@ def recurrent_delta(q, k, v, beta, g=None, *, state=None):
     _check(q, k, v, g, beta, state, delta=True)
     s, outs = _state(q, v, state), []
     for t in range(q.shape[2]):
-        if g is not None:  # per head: one factor; per channel (KDA): the state's rows
-            s = (g[:, :, t, None, None] if g.dim() == 3 else g[:, :, t, :, None]).exp() * s
-        kt, bt = k[:, :, t], beta[:, :, t, None]
-        u = bt * (v[:, :, t] - (kt[:, :, None, :] @ s)[:, :, 0])  # beta_t (v_t - S^T k_t): the correction
-        s = s + kt[..., None] * u[:, :, None, :]
-        outs.append((q[:, :, t, None, :] @ s)[:, :, 0])
+        o, s = delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s)
+        outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
+
+
+def delta_step(q, k, v, beta, g, s):
+    """One token of :func:`recurrent_delta` (decoding): ``q``, ``k`` ``(B, H, D)``, ``v`` ``(B, H,
+    Dv)``, ``beta`` ``(B, H)``, ``g`` ``(B, H)`` (per head), ``(B, H, D)`` (per channel) or None,
+    the state ``s`` ``(B, H, D, Dv)``; returns the output ``(B, H, Dv)`` and the new state.
+    Unchecked: the callers check."""
+    if g is not None:  # per head: one factor; per channel (KDA): the state's rows
+        s = (g[..., None, None] if g.dim() == 2 else g[..., None]).exp() * s
+    u = beta[..., None] * (v - (k[:, :, None, :] @ s)[:, :, 0])  # beta_t (v_t - S^T k_t): the correction
+    s = s + k[..., None] * u[:, :, None, :]
+    return (q[:, :, None, :] @ s)[:, :, 0], s
 
 
 # ---------------------------------------------------------------------------- parallel forms
@@ -325,3 +345,20 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seq
     starts, s = lay.scan(lay.initial(state, q, v), lambda s, a, b: torch.baddbmm(b, a, s), step, kt @ u0)
     out = (qc * rows.exp()) @ starts + _products(qc, kc, big) @ (u0 - w @ starts)
     return lay.positions(out), s
+
+
+def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, cu_seqlens=None) -> torch.Tensor:
+    """The gated family's short convolution: depthwise and causal, ``x`` ``(B, C, N)``, ``weight``
+    ``(C, K)``: ``out_t = sum_j w_j x_{t - K + 1 + j}`` (+ bias), zero before the sequence; with
+    packed documents (``cu_seqlens``, a batch of one) zero before each document, so that no
+    position reads an earlier document's."""
+    c, n, width = x.shape[1], x.shape[-1], weight.shape[-1]
+    if cu_seqlens is None:
+        return F.conv1d(x, weight.unsqueeze(1), bias, padding=width - 1, groups=c)[..., :n]
+    _check_offsets(cu_seqlens, x.shape[0], n)
+    pos = torch.arange(n, device=x.device)
+    cu = cu_seqlens.to(x.device)
+    start = cu[torch.searchsorted(cu, pos, right=True) - 1]  # each position's document start
+    keep = (pos[:, None] - (width - 1) + torch.arange(width, device=x.device)) >= start[:, None]  # (N, K)
+    out = (F.pad(x, (width - 1, 0)).unfold(-1, width, 1) * keep * weight[:, None, :]).sum(-1)  # windows (B, C, N, K)
+    return out if bias is None else out + bias[:, None]

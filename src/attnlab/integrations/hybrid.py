@@ -86,8 +86,9 @@ def _no_cache(fn: str, cu, initial_state, output_final_state) -> None:
 
 def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
     """The gated delta rule (per head: Gated DeltaNet; per channel: KDA) with fla's and
-    transformers' arguments, ``(B, T, H, D)`` tensors, served by attnlab's chunkwise form (or the
-    recurrent one for a single token); ``l2norm`` is the modeling module's own, so that the
+    transformers' arguments, ``(B, T, H, D)`` tensors, served by attnlab's chunkwise form (or one
+    step of the recurrent one, :func:`~attnlab.efficient.recurrence.delta_step`, for a token
+    decoded from a state); ``l2norm`` is the modeling module's own, so that the
     normalisation rounds as transformers' does. Value heads may outnumber key heads (Qwen's
     grouped values)."""
 
@@ -95,19 +96,20 @@ def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
             use_qk_l2norm_in_kernel=False, cu_seqlens=None, scale=None, cu_seq_lens_q=None, **kwargs):
         _refuse(name, kwargs)
         dtype, n = query.dtype, query.shape[1]
-        q, k, v, b, gd = (t.transpose(1, 2).float().contiguous() for t in (query, key, value, beta, g))
+        cu = _offsets(cu_seqlens, cu_seq_lens_q, None)
+        _no_cache(name, cu, initial_state, output_final_state)
+        state = None if initial_state is None else initial_state.float()
+        step = n == 1 and cu is None and state is not None  # decoding: one step, on (B, H, D) views
+        q, k, v, b, gd = (t[:, 0].float() if step else t.transpose(1, 2).float().contiguous() for t in (query, key, value, beta, g))
         if use_qk_l2norm_in_kernel:
             q, k = l2norm(q, dim=-1, eps=1e-6), l2norm(k, dim=-1, eps=1e-6)
         if v.shape[1] != k.shape[1]:  # each key head serves H_v / H_k consecutive value heads
             q, k = (t.repeat_interleave(v.shape[1] // k.shape[1], dim=1) for t in (q, k))
         q = q * (q.shape[-1] ** -0.5 if scale is None else scale)
-        cu = _offsets(cu_seqlens, cu_seq_lens_q, None)
-        _no_cache(name, cu, initial_state, output_final_state)
-        state = None if initial_state is None else initial_state.float()
-        if n == 1 and cu is None:
-            o, s = recurrence.recurrent_delta(q, k, v, b, gd, state=state)
-        else:
-            o, s = recurrence.chunk_delta(q, k, v, b, gd, state=state, cu_seqlens=cu)
+        if step:
+            o, s = recurrence.delta_step(q, k, v, b, gd, state)
+            return o[:, None].to(dtype), (s if output_final_state else None)
+        o, s = recurrence.chunk_delta(q, k, v, b, gd, state=state, cu_seqlens=cu)
         return o.transpose(1, 2).to(dtype), (s if output_final_state else None)
 
     run.__name__ = run.__qualname__ = name
@@ -120,19 +122,8 @@ def causal_conv(hidden_states, weight, bias=None, activation=None, cu_seq_lens_q
     from transformers.activations import ACT2FN
 
     _refuse("causal_conv1d_fn", kwargs)
-    c, n, width = hidden_states.shape[1], hidden_states.shape[-1], weight.shape[-1]
     x = hidden_states.to(weight.dtype)
-    cu = _offsets(None, cu_seq_lens_q, seq_idx)
-    if cu is None:
-        out = F.conv1d(x, weight.unsqueeze(1), bias, padding=width - 1, groups=c)[..., :n]
-    else:  # window position j of output t reads t - (K - 1) + j: only from t's own document
-        pos = torch.arange(n, device=x.device)
-        start = cu[torch.searchsorted(cu, pos, right=True) - 1].to(x.device)
-        keep = (pos[:, None] - (width - 1) + torch.arange(width, device=x.device)) >= start[:, None]  # (T, K)
-        windows = F.pad(x, (width - 1, 0)).unfold(-1, width, 1)  # (B, C, T, K)
-        out = (windows * keep * weight[:, None, :]).sum(-1)
-        if bias is not None:
-            out = out + bias[:, None]
+    out = recurrence.causal_conv(x, weight, bias, cu_seqlens=_offsets(None, cu_seq_lens_q, seq_idx))
     if activation is not None:
         out = ACT2FN[activation](out)
     return out.to(hidden_states.dtype)
@@ -177,16 +168,15 @@ def ssd_step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplu
     """One decoding step of Mamba-2 (mamba-ssm's ``selective_state_update``): ``x`` ``(B, H,
     P)``, ``dt``, ``dt_bias`` and ``D`` repeated over P and ``A`` over ``(P, N)`` as the mixers
     give them, ``B``/``C`` ``(B, G, N)``; ``state`` ``(B, H, P, N)`` updated in place; served by
-    :func:`~attnlab.efficient.recurrence.recurrent_gated`."""
+    :func:`~attnlab.efficient.recurrence.gated_step`."""
     _refuse("selective_state_update", kwargs)
-    one = lambda t: t[:, :, None]  # noqa: E731 - (B, H, ...) -> (B, H, 1, ...): a sequence of one token
     x, heads = hidden_states.float(), hidden_states.shape[1]
     dt = dt[..., 0] + (0 if dt_bias is None else dt_bias[:, 0].to(dt.dtype))
     dt = (F.softplus(dt) if dt_softplus else dt).float()  # (B, H)
-    q, k = (one(t.float().repeat_interleave(heads // t.shape[1], dim=1)) for t in (C, B))
-    o, s = recurrence.recurrent_gated(q, k, one(x * dt[..., None]), one(A[:, 0, 0].float() * dt), state=state.float().transpose(-1, -2))
+    q, k = (t.float().repeat_interleave(heads // t.shape[1], dim=1) for t in (C, B))
+    o, s = recurrence.gated_step(q, k, x * dt[..., None], A[:, 0, 0].float() * dt, state.float().transpose(-1, -2))
     state.copy_(s.transpose(-1, -2).to(state.dtype))
-    out = o[:, :, 0] + (0 if D is None else x * D.float())
+    out = o + (0 if D is None else x * D.float())
     if z is not None:
         out = out * F.silu(z.float())
     return out.to(hidden_states.dtype)
