@@ -6,6 +6,10 @@ Side by side in one process, each pair in a fresh round-robin (:func:`attnlab.pr
 machine noise hits both alike), float32, B = 1, two copies of one randomly initialised model, the
 second with :func:`attnlab.integrations.hybrid.use_kernels`:
 
+* **step**: the functions attnlab serves alone, on the layers' shapes below (Gated DeltaNet:
+  ``torch_chunk_gated_delta_rule``; KDA: ``chunk_kimi_delta_attention``, up to ``--kda-step-up-to``
+  tokens, as transformers' takes minutes a call beyond; SSD: ``mamba2_chunk_scan``), forward +
+  backward at each ``--lengths``;
 * **layer**: one linear-attention layer of each family (Qwen3-Next and Qwen3.5: Gated DeltaNet
   with 4 key and 8 value heads of 128; Kimi Linear: KDA with 8 heads of 128; Mamba-2 and
   Falcon-H1: SSD with 16 heads of 128, one group, state 128; hidden size 1024), forward +
@@ -15,15 +19,20 @@ second with :func:`attnlab.integrations.hybrid.use_kernels`:
 * **decode**: the same model, ``--steps`` single-token steps with its cache after a prompt of
   ``--prompt`` tokens (the prompt's prefill is not timed): tokens per second.
 
-Prints the seconds (median over the repeats after a warm-up) and attnlab's speed-up.
+Prints the seconds (median over the repeats after a warm-up) and attnlab's speed-up. The process
+reuses freed memory as ``attnlab bench scaling``'s timing processes do (it restarts itself with
+:func:`attnlab.profiling.allocator_env`'s ``"keep"``).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -31,8 +40,9 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging
 
+from attnlab.integrations import hybrid
 from attnlab.integrations.hybrid import LAYERS, tiny_config, use_kernels
-from attnlab.profiling import round_robin
+from attnlab.profiling import allocator_env, round_robin
 
 FAMILIES = ("qwen3_next", "qwen3_5_text", "kimi_linear", "mamba2", "falcon_h1")
 LAYER_SHAPE = dict(hidden=1024, heads=8, head_dim=128, layers=1)
@@ -68,6 +78,32 @@ def layer_calls(family: str, n: int) -> dict:
     return {"transformers": run(linear_layer(ref)), "attnlab": run(linear_layer(ours))}
 
 
+def step_calls(family: str, n: int) -> dict:
+    """The served function against transformers' own, forward + backward, on the layer's shapes."""
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    g = torch.Generator().manual_seed(n)
+    grad = lambda *shape: torch.randn(*shape, generator=g).requires_grad_(True)  # noqa: E731
+    if family == "mamba2":
+        x, dt, b, c = grad(1, n, 16, 128), grad(1, n, 16), grad(1, n, 1, 128), grad(1, n, 1, 128)
+        a, d = -torch.rand(16, generator=g), torch.ones(16)
+        args, kw = (x, dt, a, b, c), dict(chunk_size=64, D=d, dt_softplus=True)
+        pair = (modeling.mamba2_chunk_scan, hybrid.ssd_scan)
+    else:
+        heads = 4 if family == "qwen3_next" else 8
+        q, k, v = grad(1, n, heads, 128), grad(1, n, heads, 128), grad(1, n, 8, 128)
+        decay = (-torch.rand(1, n, 8, *((128,) if family == "kimi_linear" else ()), generator=g)).requires_grad_(True)
+        args, kw = (q, k, v, decay, torch.rand(1, n, 8, generator=g).requires_grad_(True)), dict(use_qk_l2norm_in_kernel=True)
+        name = "torch_chunk_gated_delta_rule" if family == "qwen3_next" else "chunk_kimi_delta_attention"
+        pair = (getattr(modeling, name), hybrid.delta_rule(modeling.l2norm))
+
+    def run(fn):
+        def call():
+            out = fn(*args, **kw)
+            (out[0] if isinstance(out, tuple) else out).square().mean().backward()
+        return call
+    return {"transformers": run(pair[0]), "attnlab": run(pair[1])}
+
+
 def prefill_calls(family: str, n: int) -> dict:
     ref, ours = pair(family, SMALL, **SSD.get(family, {}))
     ids = torch.randint(3, 128, (1, n), generator=torch.Generator().manual_seed(n))
@@ -97,9 +133,12 @@ def decode_times(family: str, prompt: int, steps: int, repeats: int) -> dict:
 
 
 def main() -> None:
+    if "ATTNLAB_ALLOCATOR" not in os.environ:  # restart once with freed memory reused, as `attnlab bench scaling` times
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **allocator_env("keep"), "ATTNLAB_ALLOCATOR": "keep"})
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--lengths", default="2048,8192")
+    ap.add_argument("--kda-step-up-to", type=int, default=2048)
     ap.add_argument("--prefill", type=int, default=2048)
     ap.add_argument("--prompt", type=int, default=256)
     ap.add_argument("--steps", type=int, default=32)
@@ -121,6 +160,9 @@ def main() -> None:
 
     families = args.families.split(",")
     for n in (int(s) for s in args.lengths.split(",")):
+        for family in ("qwen3_next", "kimi_linear", "mamba2"):
+            if family in families and (family != "kimi_linear" or n <= args.kda_step_up_to):
+                record("step", family, n, round_robin(step_calls(family, n), args.repeats, 10.0, max_repeats=args.repeats))
         for family in families:
             record("layer", family, n, round_robin(layer_calls(family, n), args.repeats, 10.0, max_repeats=args.repeats))
     for family in families:
