@@ -159,7 +159,7 @@ def main() -> None:
             Path(args.output).write_text(json.dumps({"records": records}, indent=1))
 
     families = args.families.split(",")
-    for n in (int(s) for s in args.lengths.split(",")):
+    for n in (int(s) for s in args.lengths.split(",") if s):  # --lengths "": the whole model only
         for family in ("qwen3_next", "kimi_linear", "mamba2"):
             if family in families and (family != "kimi_linear" or n <= args.kda_step_up_to):
                 record("step", family, n, round_robin(step_calls(family, n), args.repeats, 10.0, max_repeats=args.repeats))

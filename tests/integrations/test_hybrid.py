@@ -139,6 +139,8 @@ def test_restore_gives_back_transformers_path_bit_for_bit(calls):
         served = ("causal_conv1d_fn", "chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
         assert swap.replaced["model.layers.0.self_attn"] == served
         model(ids)
+        with pytest.raises(ValueError, match=r"model.layers.0.self_attn \(KimiLinearDeltaAttention\) already has a forward of its own"):
+            use_kernels(model)
         swap.restore()
         calls.clear()
         assert torch.equal(model(ids).logits, ref)

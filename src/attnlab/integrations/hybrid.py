@@ -264,33 +264,39 @@ class Kernels:
             hook.remove()
 
 
+def _functions_for(name: str, module: nn.Module) -> tuple:
+    """A served layer's modeling module and the functions attnlab serves for it; ``ValueError``
+    when the module lacks one (another transformers version) or the layer is already served."""
+    modeling = sys.modules[type(module).__module__]
+    try:
+        served = _served(LAYERS[type(module).__name__], modeling)
+        missing = [f for f in served if not hasattr(modeling, f)]
+    except AttributeError as e:  # the delta rules take the module's own l2norm
+        served, missing = {}, [str(e.name)]
+    if missing:
+        raise ValueError(f"{type(module).__name__} ({modeling.__name__}) has no {', '.join(missing)}: "
+                         "attnlab serves the hybrid layers of transformers 5.24")
+    if "forward" in vars(module):
+        raise ValueError(f"{name} ({type(module).__name__}) already has a forward of its own (use_kernels called twice?): "
+                         "restore() what the first call returned")
+    return modeling, served
+
+
 def use_kernels(model: nn.Module) -> Kernels:
     """Make every linear-attention layer of a transformers hybrid model (:data:`LAYERS`) compute
     through attnlab's recurrences (see the module); returns what it replaced. ``ValueError`` when
-    the model has none of those layers, or when one's modeling module lacks a function attnlab
-    would serve (another transformers version)."""
-    replaced: dict[str, tuple[str, ...]] = {}
-    packing = _Packing()
-    for name, module in model.named_modules():
-        family = LAYERS.get(type(module).__name__)
-        if family is None:
-            continue
-        modeling = sys.modules[type(module).__module__]
-        try:
-            served = _served(family, modeling)
-            missing = [f for f in served if not hasattr(modeling, f)]
-        except AttributeError as e:  # the delta rules take the module's own l2norm
-            served, missing = {}, [str(e.name)]
-        if missing:
-            raise ValueError(f"{type(module).__name__} ({modeling.__name__}) has no {', '.join(missing)}: "
-                             "attnlab serves the hybrid layers of transformers 5.24")
-        module.forward = _forward_through(module.forward, modeling, served, packing)
-        replaced[name] = tuple(served)
-    if not replaced:
+    the model has none of those layers, when one's modeling module lacks a function attnlab would
+    serve (another transformers version), or when its layers are already served (nothing is
+    changed then)."""
+    layers = {name: (module, *_functions_for(name, module)) for name, module in model.named_modules() if type(module).__name__ in LAYERS}
+    if not layers:
         raise ValueError(f"{type(model).__name__} has no linear-attention layer attnlab serves (it serves {', '.join(LAYERS)})")
+    packing = _Packing()
+    for module, modeling, served in layers.values():
+        module.forward = _forward_through(module.forward, modeling, served, packing)
     hooks = (model.register_forward_pre_hook(packing.before, with_kwargs=True),
              model.register_forward_hook(packing.after, with_kwargs=True, always_call=True))
-    return Kernels(model, replaced, hooks)
+    return Kernels(model, {name: tuple(served) for name, (_, _, served) in layers.items()}, hooks)
 
 
 def tiny_config(family: str, *, hidden: int = 64, heads: int = 4, head_dim: int = 16, layers: int = 4, **overrides):
