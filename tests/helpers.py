@@ -14,6 +14,22 @@ def assert_close_rel(actual: torch.Tensor, ref: torch.Tensor, tol: float, what: 
     assert err <= tol * scale + floor, f"{what}: max error {err:.3g} > {tol} x reference magnitude {scale:.3g}"
 
 
+def assert_every_form_equals(layer, x: torch.Tensor, want: torch.Tensor, modes, tol: float = 1e-10) -> tuple:
+    """The layer's output on ``x`` in each of ``modes`` (its ``mode`` attribute) and the gradient
+    of every parameter equal ``want``'s, a reference computed from the same parameters; returns the
+    reference's gradients (None for a parameter it does not reach)."""
+    params = dict(layer.named_parameters())
+    want_grads = torch.autograd.grad(want.square().sum(), list(params.values()), allow_unused=True)
+    for mode in modes:
+        layer.mode = mode
+        out = layer(x).output
+        assert_close_rel(out, want, tol, f"{mode} output")
+        grads = torch.autograd.grad(out.square().sum(), list(params.values()))
+        for (name, _), g, r in zip(params.items(), grads, want_grads):
+            assert_close_rel(g, r, tol, f"{mode} gradient of {name}")
+    return want_grads
+
+
 def randn(*shape, gen=None, dtype=torch.float32, requires_grad=False):
     t = torch.randn(*shape, generator=gen, dtype=dtype)
     return t.requires_grad_(requires_grad)
