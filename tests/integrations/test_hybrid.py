@@ -129,6 +129,21 @@ def test_transformers_own_path_refuses_packed_offsets_which_attnlab_serves():
     assert_close_rel(given, alone, FLOAT32, "offsets given")
 
 
+def test_a_failing_layer_call_leaves_transformers_functions_in_place():
+    """The hooks put attnlab's functions in the modeling module for a layer's call only, and put
+    transformers' back even when the call raises (here: packed offsets with a cache, refused)."""
+    import sys
+
+    model = build("qwen3_next")
+    modeling = sys.modules[type(model).__module__]
+    original = modeling.torch_chunk_gated_delta_rule
+    use_kernels(model)
+    cu = torch.tensor([0, 10, 30])
+    with pytest.raises(UnservedArgument, match="without a cache"):
+        model(torch.randint(3, 128, (1, 30)), cu_seq_lens_q=cu, use_cache=True)
+    assert modeling.torch_chunk_gated_delta_rule is original and modeling.causal_conv1d_fn.__module__ == modeling.__name__
+
+
 def test_restore_gives_back_transformers_path_bit_for_bit(calls):
     model = build("kimi_linear")
     ids = torch.randint(3, 128, (1, 20), generator=torch.Generator().manual_seed(6))
@@ -139,7 +154,7 @@ def test_restore_gives_back_transformers_path_bit_for_bit(calls):
         served = ("causal_conv1d_fn", "chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
         assert swap.replaced["model.layers.0.self_attn"] == served
         model(ids)
-        with pytest.raises(ValueError, match=r"model.layers.0.self_attn \(KimiLinearDeltaAttention\) already has a forward of its own"):
+        with pytest.raises(ValueError, match=r"model.layers.0.self_attn \(KimiLinearDeltaAttention\) is already served by attnlab"):
             use_kernels(model)
         swap.restore()
         calls.clear()
@@ -186,6 +201,24 @@ def test_the_ssd_functions_equal_transformers_with_groups_and_a_wider_state(fami
     assert_close_rel(hybrid.ssd_step(state, *one, **step), modeling.mamba2_selective_state_update(state_ref, *one, **step),
                      FLOAT32, "ssd step")
     assert_close_rel(state, state_ref, FLOAT32, "ssd step's state, in place")
+
+
+def test_every_family_builds_a_model_whose_type_is_known_and_whose_layers_are_served():
+    for family in FAMILIES:
+        model = AutoModelForCausalLM.from_config(tiny_config(family))
+        assert model.config.model_type in hybrid.MODEL_TYPES
+        assert {type(m).__name__ for m in model.modules()} & set(hybrid.LAYERS)
+
+
+def test_mambas_document_index_gives_the_same_packing_as_offsets():
+    g = torch.Generator().manual_seed(8)
+    x, dt, a = torch.randn(1, 20, 4, 8, generator=g), torch.randn(1, 20, 4, generator=g), -torch.rand(4, generator=g)
+    b, c = torch.randn(1, 20, 2, 6, generator=g), torch.randn(1, 20, 2, 6, generator=g)
+    seq_idx = torch.tensor([[0] * 7 + [1] * 13])
+    by_index = hybrid.ssd_scan(x, dt, a, b, c, dt_softplus=True, seq_idx=seq_idx)
+    alone = torch.cat([hybrid.ssd_scan(x[:, s], dt[:, s], a, b[:, s], c[:, s], dt_softplus=True) for s in (slice(0, 7), slice(7, 20))], 1)
+    assert_close_rel(by_index, alone, FLOAT32, "seq_idx")
+    assert_close_rel(hybrid.ssd_scan(x, dt, a, b, c, dt_softplus=True, cu_seqlens=torch.tensor([0, 7, 20])), alone, FLOAT32, "offsets")
 
 
 def test_offsets_come_only_from_position_ids_that_restart():

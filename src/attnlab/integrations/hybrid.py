@@ -26,10 +26,10 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import sys
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -38,8 +38,8 @@ from torch import nn
 
 from ..efficient import recurrence
 
-__all__ = ["LAYERS", "Kernels", "UnservedArgument", "causal_conv", "delta_rule", "offsets_from_positions", "ssd_scan", "ssd_step",
-           "tiny_config", "use_kernels"]
+__all__ = ["LAYERS", "MODEL_TYPES", "Kernels", "UnservedArgument", "causal_conv", "delta_rule", "offsets_from_positions", "ssd_scan",
+           "ssd_step", "tiny_config", "use_kernels"]
 
 LAYERS = {
     "Qwen3NextGatedDeltaNet": "qwen3_next",
@@ -50,6 +50,9 @@ LAYERS = {
     "FalconH1Mixer": "falcon_h1",
 }
 """The layer classes :func:`use_kernels` serves, and their transformers model family."""
+
+MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "kimi_linear", "mamba2", "falcon_h1"})
+"""The configs' ``model_type`` of the models whose layers :data:`LAYERS` lists (Qwen3.5's text models have their own)."""
 
 # transformers' per-call keyword arguments that change nothing in a recurrence (the packing ones are read)
 _HARMLESS = {"num_items_in_batch", "output_hidden_states", "output_attentions", "output_router_logits", "cu_seq_lens_k",
@@ -194,26 +197,27 @@ def _served(family: str, modeling) -> dict[str, Callable]:
                    "torch_recurrent_gated_delta_rule": rule("fused_recurrent_gated_delta_rule")}
 
 
-@contextlib.contextmanager
-def _swapped(modeling, served: dict[str, Callable]):
-    saved = {name: getattr(modeling, name) for name in served}
-    try:
-        for name, fn in served.items():
-            setattr(modeling, name, fn)
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(modeling, name, fn)
+class _Served:
+    """One served layer: its forward pre-hook puts attnlab's functions in its modeling module (and
+    a packed batch's offsets in its call), its forward hook, which runs even when the call fails,
+    puts transformers' back; the functions are attnlab's for the length of that layer's call only."""
 
+    def __init__(self, modeling, served: dict[str, Callable], packing: _Packing):
+        self.modeling, self.served, self.packing = modeling, served, packing
+        self.saved: dict[str, Callable] = {}
 
-def _forward_through(forward, modeling, served, packing: _Packing):
-    @functools.wraps(forward)
-    def run(*args, **kwargs):
-        if packing.offsets is not None and kwargs.get("cu_seq_lens_q") is None:
-            kwargs["cu_seq_lens_q"] = packing.offsets
-        with _swapped(modeling, served):
-            return forward(*args, **kwargs)
-    return run
+    def before(self, module, args, kwargs):
+        self.saved = {name: getattr(self.modeling, name) for name in self.served}
+        for name, fn in self.served.items():
+            setattr(self.modeling, name, fn)
+        if self.packing.offsets is not None and kwargs.get("cu_seq_lens_q") is None:
+            return args, dict(kwargs, cu_seq_lens_q=self.packing.offsets)
+        return None
+
+    def after(self, module, args, kwargs, output):
+        for name, fn in self.saved.items():
+            setattr(self.modeling, name, fn)
+        self.saved = {}
 
 
 def offsets_from_positions(position_ids: torch.Tensor) -> torch.Tensor | None:
@@ -247,6 +251,9 @@ class _Packing:
         self.offsets = None
 
 
+_SERVING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the layers use_kernels serves now
+
+
 @dataclasses.dataclass
 class Kernels:
     """What :func:`use_kernels` replaced: ``replaced`` maps each layer's name in the model to the
@@ -254,14 +261,14 @@ class Kernels:
 
     model: nn.Module
     replaced: dict[str, tuple[str, ...]]
-    hooks: tuple[torch.utils.hooks.RemovableHandle, ...]
+    hooks: list[torch.utils.hooks.RemovableHandle]
 
     def restore(self) -> None:
-        """Give every layer back transformers' own path."""
-        for name in self.replaced:
-            vars(self.model.get_submodule(name)).pop("forward", None)
+        """Give every layer back transformers' own path (its hooks removed)."""
         for hook in self.hooks:
             hook.remove()
+        for name in self.replaced:
+            _SERVING.pop(self.model.get_submodule(name), None)
 
 
 def _functions_for(name: str, module: nn.Module) -> tuple:
@@ -276,26 +283,29 @@ def _functions_for(name: str, module: nn.Module) -> tuple:
     if missing:
         raise ValueError(f"{type(module).__name__} ({modeling.__name__}) has no {', '.join(missing)}: "
                          "attnlab serves the hybrid layers of transformers 5.24")
-    if "forward" in vars(module):
-        raise ValueError(f"{name} ({type(module).__name__}) already has a forward of its own (use_kernels called twice?): "
+    if module in _SERVING:
+        raise ValueError(f"{name} ({type(module).__name__}) is already served by attnlab (use_kernels called twice?): "
                          "restore() what the first call returned")
     return modeling, served
 
 
 def use_kernels(model: nn.Module) -> Kernels:
     """Make every linear-attention layer of a transformers hybrid model (:data:`LAYERS`) compute
-    through attnlab's recurrences (see the module); returns what it replaced. ``ValueError`` when
-    the model has none of those layers, when one's modeling module lacks a function attnlab would
-    serve (another transformers version), or when its layers are already served (nothing is
-    changed then)."""
+    through attnlab's recurrences (see the module), with forward hooks on each layer and on the
+    model (transformers' classes and functions are left as they are between calls); returns what
+    it replaced. ``ValueError`` when the model has none of those layers, when one's modeling module
+    lacks a function attnlab would serve (another transformers version), or when its layers are
+    already served (nothing is changed then)."""
     layers = {name: (module, *_functions_for(name, module)) for name, module in model.named_modules() if type(module).__name__ in LAYERS}
     if not layers:
         raise ValueError(f"{type(model).__name__} has no linear-attention layer attnlab serves (it serves {', '.join(LAYERS)})")
     packing = _Packing()
+    hooks = [model.register_forward_pre_hook(packing.before, with_kwargs=True),
+             model.register_forward_hook(packing.after, with_kwargs=True, always_call=True)]
     for module, modeling, served in layers.values():
-        module.forward = _forward_through(module.forward, modeling, served, packing)
-    hooks = (model.register_forward_pre_hook(packing.before, with_kwargs=True),
-             model.register_forward_hook(packing.after, with_kwargs=True, always_call=True))
+        _SERVING[module] = serving = _Served(modeling, served, packing)
+        hooks += [module.register_forward_pre_hook(serving.before, with_kwargs=True),
+                  module.register_forward_hook(serving.after, with_kwargs=True, always_call=True)]
     return Kernels(model, {name: tuple(served) for name, (_, _, served) in layers.items()}, hooks)
 
 
