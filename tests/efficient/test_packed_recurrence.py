@@ -127,3 +127,38 @@ def test_the_short_convolution_restarts_at_each_document():
     ref = torch.cat([recurrence.causal_conv(x[..., :2], w, b), recurrence.causal_conv(x[..., 2:], w, b)], -1)
     assert_close_rel(out, ref, 1e-6, "packed convolution")
     assert (recurrence.causal_conv(x, w, b)[..., 2:5] - ref[..., 2:5]).abs().max() > 1e-3  # unpacked, it reads across
+
+
+@pytest.mark.parametrize("gate", [None, "head", "channel"])
+def test_one_decoding_step_is_one_token_of_the_recurrent_form(gate):
+    x = packed_inputs([3])
+    s0 = x["s0"]
+    pick = lambda t: None if t is None else t[:, :, 0]  # noqa: E731 - the first token, (B, H, ...)
+    g = None if gate is None else x[gate]
+    pairs = ((recurrence.delta_step, recurrence.recurrent_delta, (x["beta"],)), (recurrence.gated_step, recurrence.recurrent_gated, ()))
+    for step, form, extra in pairs:
+        ref, ref_s = form(x["q"][:, :, :1], x["k"][:, :, :1], x["v"][:, :, :1], *(t[:, :, :1] for t in extra),
+                          None if g is None else g[:, :, :1], state=s0)
+        out, s = step(pick(x["q"]), pick(x["k"]), pick(x["v"]), *map(pick, extra), pick(g), s0)
+        assert torch.equal(out, ref[:, :, 0]) and torch.equal(s, ref_s)
+
+
+def test_a_decoding_step_names_inputs_that_do_not_fit():
+    x = packed_inputs([3])
+    q, k, v, beta, s0 = (x[n][:, :, 0] if n != "s0" else x[n] for n in ("q", "k", "v", "beta", "s0"))
+    with pytest.raises(ValueError, match="a decoding step needs the state"):
+        recurrence.delta_step(q, k, v, beta, None, None)
+    with pytest.raises(ValueError, match=r"state must have shape \(B, H, D, Dv\) = \(1, 2, 4, 3\), got \(1, 2, 3, 3\)"):
+        recurrence.gated_step(q, k, v, None, s0[:, :, :3])
+    with pytest.raises(ValueError, match=r"beta must have shape \(B, H, N\) = \(1, 2, 1\)"):
+        recurrence.delta_step(q, k, v, beta[:, :1], None, s0)
+    with pytest.raises(ValueError, match=r"q, k, v must be \(B, H, N, D\) tensors"):
+        recurrence.gated_step(q[0], k, v, None, s0)
+
+
+def test_the_short_convolution_refuses_offsets_that_do_not_describe_the_sequence():
+    x, w = torch.randn(1, 3, 9), torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"rise from 0 to the sequence length 9, got \[0, 2, 8\]"):
+        recurrence.causal_conv(x, w, cu_seqlens=torch.tensor([0, 2, 8]))
+    with pytest.raises(ValueError, match="batch of one, got a batch of 2"):
+        recurrence.causal_conv(x.expand(2, -1, -1), w, cu_seqlens=torch.tensor([0, 9]))

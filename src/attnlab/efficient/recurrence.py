@@ -97,6 +97,18 @@ def _check_offsets(cu_seqlens, b: int, n: int) -> int:
     return cu_seqlens.numel() - 1
 
 
+def _one_token(t):
+    """A decoding step's ``(B, H, ...)`` input as a sequence of one token, ``(B, H, 1, ...)``, for
+    :func:`_check` (anything else is left for it to name)."""
+    return t.unsqueeze(2) if isinstance(t, torch.Tensor) and t.dim() >= 2 else t
+
+
+def _needed(s):
+    if not isinstance(s, torch.Tensor):
+        raise ValueError(f"a decoding step needs the state (B, H, D, Dv), got {type(s).__name__}")
+    return s
+
+
 def _state(q: torch.Tensor, v: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
     b, h, _, d = q.shape
     return q.new_zeros(b, h, d, v.shape[-1]) if state is None else state
@@ -137,7 +149,7 @@ def recurrent_gated(q, k, v, g=None, *, state=None):
     _check(q, k, v, g, state=state)
     s, outs = _state(q, v, state), []
     for t in range(q.shape[2]):
-        o, s = gated_step(q[:, :, t], k[:, :, t], v[:, :, t], None if g is None else g[:, :, t], s)
+        o, s = _gated_step(q[:, :, t], k[:, :, t], v[:, :, t], None if g is None else g[:, :, t], s)
         outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
 
@@ -145,7 +157,12 @@ def recurrent_gated(q, k, v, g=None, *, state=None):
 def gated_step(q, k, v, g, s):
     """One token of :func:`recurrent_gated` (decoding): ``q``, ``k`` ``(B, H, D)``, ``v`` ``(B, H,
     Dv)``, ``g`` ``(B, H)``, ``(B, H, D)`` or None, the state ``s`` ``(B, H, D, Dv)``; returns the
-    output ``(B, H, Dv)`` and the new state. Unchecked: the callers check."""
+    output ``(B, H, Dv)`` and the new state."""
+    _check(*map(_one_token, (q, k, v, g)), state=_needed(s))
+    return _gated_step(q, k, v, g, s)
+
+
+def _gated_step(q, k, v, g, s):
     if g is not None:
         s = (g[..., None, None] if g.dim() == 2 else g[..., None]).exp() * s
     s = s + k[..., None] * v[:, :, None, :]
@@ -157,7 +174,7 @@ def recurrent_delta(q, k, v, beta, g=None, *, state=None):
     _check(q, k, v, g, beta, state, delta=True)
     s, outs = _state(q, v, state), []
     for t in range(q.shape[2]):
-        o, s = delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s)
+        o, s = _delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s)
         outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
 
@@ -165,8 +182,12 @@ def recurrent_delta(q, k, v, beta, g=None, *, state=None):
 def delta_step(q, k, v, beta, g, s):
     """One token of :func:`recurrent_delta` (decoding): ``q``, ``k`` ``(B, H, D)``, ``v`` ``(B, H,
     Dv)``, ``beta`` ``(B, H)``, ``g`` ``(B, H)`` (per head), ``(B, H, D)`` (per channel) or None,
-    the state ``s`` ``(B, H, D, Dv)``; returns the output ``(B, H, Dv)`` and the new state.
-    Unchecked: the callers check."""
+    the state ``s`` ``(B, H, D, Dv)``; returns the output ``(B, H, Dv)`` and the new state."""
+    _check(*map(_one_token, (q, k, v, g, beta)), _needed(s), delta=True)
+    return _delta_step(q, k, v, beta, g, s)
+
+
+def _delta_step(q, k, v, beta, g, s):
     if g is not None:  # per head: one factor; per channel (KDA): the state's rows
         s = (g[..., None, None] if g.dim() == 2 else g[..., None]).exp() * s
     u = beta[..., None] * (v - (k[:, :, None, :] @ s)[:, :, 0])  # beta_t (v_t - S^T k_t): the correction
