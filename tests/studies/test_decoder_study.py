@@ -93,6 +93,8 @@ def test_a_hybrid_folder_gains_the_kernels_row_at_the_same_perplexity(tmp_path, 
 
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(tiny_config("qwen3_next", vocab_size=256)).save_pretrained(tmp_path / "qwen")
+    with pytest.raises(ValueError, match="has no tokenizer.json: the held-out text is cut into tokens by the model's own"):
+        decoder.run(str(tmp_path / "qwen"), ["local"], [48], windows=2)
     decoder.byte_tokenizer().save(str(tmp_path / "qwen" / "tokenizer.json"))
     assert decoder.is_decoder(tmp_path / "qwen") and decoder.is_hybrid(tmp_path / "qwen")
     from attnlab.efficient import recurrence

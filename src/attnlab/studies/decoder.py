@@ -184,15 +184,14 @@ def is_decoder(name_or_path: str | Path) -> bool:
 
 def is_hybrid(folder: str | Path) -> bool:
     """Whether a decoder folder's model has linear-attention layers attnlab's kernels serve (its
-    ``model_type`` is one of :data:`attnlab.integrations.hybrid.LAYERS`' families)."""
-    from ..integrations.hybrid import LAYERS
+    ``model_type`` is one of :data:`attnlab.integrations.hybrid.MODEL_TYPES`)."""
+    from ..integrations.hybrid import MODEL_TYPES
 
     try:
         config = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    kind = config.get("model_type")
-    return kind in set(LAYERS.values()) or kind == "qwen3_5_text"
+    return config.get("model_type") in MODEL_TYPES
 
 
 def decoder_variants() -> list[str]:
@@ -218,6 +217,8 @@ def heldout_windows(folder: Path, n: int, count: int) -> torch.Tensor:
     ``tokenizer.json`` for another model."""
     from tokenizers import Tokenizer
 
+    if not (folder / "tokenizer.json").is_file():
+        raise ValueError(f"{folder} has no tokenizer.json: the held-out text is cut into tokens by the model's own tokenizer")
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     if (folder / "training.json").exists():
         return _windows(_splits(tok)[2], n, count)
