@@ -199,8 +199,9 @@ def test_a_torch_style_key_padding_tensor_is_pointed_to_masks_valid_keys():
     x = torch.randn(2, 5, E)
     real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
     with pytest.raises(ValueError, match=r"mask of shape \(2, 5\) does not broadcast .*; a \(B, M\) = \(2, 5\) key-padding tensor goes "
-                                         r"through attnlab\.masks\.valid_keys\(flags\), flags True = a real key \(True = may attend; "
-                                         r"torch's key_padding_mask is True = padding: valid_keys\(~key_padding_mask\)\)"):
+                                         r"through attnlab\.masks\.valid_keys\(flags\), flags True = a real key \(every attention "
+                                         r"reads a bare 2-D tensor as an \(N, M\) mask of \(query, key\) pairs; torch's "
+                                         r"key_padding_mask is True = padding: valid_keys\(~key_padding_mask\)\)"):
         mha(x, mask=real)
     want, _ = mha.to_torch()(x, x, x, key_padding_mask=~real)
     assert (mha(x, mask=masks.valid_keys(real)).output - want).abs().max() < 1e-6

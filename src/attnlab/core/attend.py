@@ -25,6 +25,7 @@ from ..validate import ArgumentTypeError, probability
 from . import spanning
 from .blockmap import BlockMap, block_map, resolve_block
 from .maskfn import Mask, as_mask, broadcast_shape
+from .masks import padding_tensor_hint
 from .normalize import resolve_normalizer, softmax
 from .score_mods import check_learnable, learnable_tensors
 from .scores import Score, resolve_score
@@ -90,10 +91,7 @@ def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) 
     except ValueError:
         ok = False
     if not ok:
-        hint = ""
-        if name == "mask" and tuple(t.shape) == (b, m):  # torch's key_padding_mask shape
-            hint = (f"; a (B, M) = ({b}, {m}) key-padding tensor goes through attnlab.masks.valid_keys(flags), flags True = a real "
-                    "key (True = may attend; torch's key_padding_mask is True = padding: valid_keys(~key_padding_mask))")
+        hint = padding_tensor_hint(tuple(t.shape), b, m) if name == "mask" else ""
         raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, N, M) = {target}{hint}")
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but q is on {device}")

@@ -32,7 +32,7 @@ from .maskfn import EMPTY, FULL, PARTIAL, And, Everything, Grid, Mask, Not, Or, 
 
 __all__ = ["Mask", "as_mask", "and_masks", "or_masks", "full", "causal", "window", "dilated_window", "no_self",
            "padding", "valid_keys", "prefix_lm", "global_tokens", "Documents", "block_table", "random_blocks", "graph",
-           "key_padding_flags"]
+           "key_padding_flags", "padding_tensor_hint"]
 
 def _check_size(name: str, value: object) -> int:
     if not is_int(value):
@@ -343,10 +343,23 @@ def positions_of(mask, n: int, device=None) -> torch.Tensor | None:
     return method(n, device) if callable(method) else None
 
 
+def padding_tensor_hint(shape: tuple[int, ...], b: int, m: int) -> str:
+    """What to say of a bool tensor of ``shape`` given as a mask where key padding was meant: a
+    bare ``(B, M)`` tensor (torch's ``key_padding_mask`` shape) is, for every attention, an
+    ``(N, M)`` mask of (query, key) pairs; key padding goes through :func:`valid_keys` (``""``
+    for any other shape)."""
+    if len(shape) != 2 or shape != (b, m) or b == 1:
+        return ""
+    return (f"; a (B, M) = ({b}, {m}) key-padding tensor goes through attnlab.masks.valid_keys(flags), flags True = a real "
+            "key (every attention reads a bare 2-D tensor as an (N, M) mask of (query, key) pairs; torch's key_padding_mask "
+            "is True = padding: valid_keys(~key_padding_mask))")
+
+
 def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key-padding mask") -> torch.Tensor | None:
     """The ``(B, M)`` "key is real" flags of a key-padding mask, or None for no mask: a mask that
-    depends on the key alone (:func:`padding`, :func:`valid_keys`, a ``(B, 1, 1, M)`` tensor), or
-    a ``(B, M)`` bool tensor.
+    depends on the key alone (:func:`padding`, :func:`valid_keys`), or a bool tensor that does
+    once broadcast to ``(B, H, N, M)``, as every attention reads a tensor: ``(B, 1, 1, M)``,
+    ``(1, M)`` or ``(M,)``. A bare ``(B, M)`` tensor is not one: it reads as an ``(N, M)`` mask.
 
     Raises ``TypeError`` for a non-bool tensor and ``ValueError`` for any other mask, the
     message naming what was expected and got, then ``refuse``: what the caller takes instead.
@@ -360,11 +373,11 @@ def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key
         if mask.dtype != torch.bool:
             raise ArgumentTypeError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
         shape = tuple(mask.shape)
-        ok = mask.dim() == 4 and shape[1:3] == (1, 1) and shape[0] in (1, b) and shape[3] == m
-        ok = ok or (mask.dim() == 2 and shape[0] in (1, b) and shape[1] == m)
-        if not ok:
-            raise ValueError(f"expected a key-padding mask of shape (B, 1, 1, M) = ({b}, 1, 1, {m}) or (B, M), got shape {shape}; {refuse}")
-        return mask.reshape(mask.shape[0], m).expand(b, m).to(device)
+        full = (1,) * (4 - len(shape)) + shape  # as it broadcasts to (B, H, N, M)
+        if len(shape) > 4 or full[1:3] != (1, 1) or full[0] not in (1, b) or full[3] != m:
+            raise ValueError(f"expected a key-padding mask, a bool tensor broadcastable to (B, 1, 1, M) = ({b}, 1, 1, {m}), got shape "
+                             f"{shape}{padding_tensor_hint(shape, b, m)}; {refuse}")
+        return mask.reshape(full[0], m).expand(b, m).to(device)
     mk = as_mask(mask) if callable(mask) else None
     if mk is None or not mk.key_only:
         raise ValueError(f"expected a key-padding mask (masks.padding, masks.valid_keys, a (B, 1, 1, M) tensor), "
