@@ -18,12 +18,12 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from .presets import NO_ATTENTION
-from .store import Store
+from .charts import label, plot_curves, plot_lra, plot_maps, slug
+from .store import Store, task_label
 from .sweep import choose
 
 __all__ = ["budget_of", "build_report", "caveats", "label", "leaderboard", "peak_share", "plot_curves", "plot_lra", "plot_maps",
-           "setting_of", "sweep_text", "task_budget"]
+           "setting_of", "sweep_text", "task_budget", "task_label"]
 
 
 def budget_of(config: dict) -> str:
@@ -33,11 +33,6 @@ def budget_of(config: dict) -> str:
     if config.get("steps") is not None:
         return f"{config['steps']} steps"
     return f"{config.get('epochs') or 10} epochs"
-
-
-def label(entry: dict) -> str:
-    """An entry's name on the leaderboard: its variant, and its setting when the variant has several."""
-    return entry["variant"] + (f" ({entry['setting']})" if entry.get("setting") else "")
 
 
 def sweep_text(entry: dict) -> str:
@@ -99,13 +94,13 @@ def leaderboard(rows: list[dict]) -> dict:
     tasks: dict[str, list[dict]] = {}
     swept: dict[tuple[str, str], set[str]] = {}  # per task and variant, every field a sweep of it varied
     for r in rows:
-        swept.setdefault((r["task"], r["variant"]), set()).update(r.get("sweep") or {})
+        swept.setdefault((task_label(r), r["variant"]), set()).update(r.get("sweep") or {})
     cells: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for r in rows:
-        names = swept[(r["task"], r["variant"])]
+        names = swept[(task_label(r), r["variant"])]
         if names:  # a run stored before the sweep, at one of its values, is that point of it
             r = {**r, "sweep": {k: r["config"].get(k) for k in sorted(names)}}
-        cells.setdefault((r["task"], r["variant"]), {}).setdefault(setting_of(r, names), []).append(r)
+        cells.setdefault((task_label(r), r["variant"]), {}).setdefault(setting_of(r, names), []).append(r)
     for (task, variant), by_setting in cells.items():
         labels = _differences(list(by_setting))
         for setting, rs in by_setting.items():
@@ -215,128 +210,6 @@ def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
     return [c for c in found if c]
 
 
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-            "#393b79", "#ad494a", "#637939", "#843c39")
-
-
-def _color(variant: str) -> str:
-    """One colour per variant, the same in every panel (black: the no-attention baseline)."""
-    from .. import efficient
-
-    if variant == NO_ATTENTION:
-        return "black"
-    names = efficient.names()
-    return _PALETTE[(names.index(variant) if variant in names else len(names)) % len(_PALETTE)]
-
-
-def _bubbles(ax, entries: list[dict], title: str) -> None:
-    pts = [e for e in entries if e.get("value") is not None and e.get("speed")]
-    for e in pts:
-        size = 600 * (e.get("memory") or 1.0)
-        ax.scatter(e["speed"], e["value"], s=size, alpha=0.45, color=_color(e["variant"]))
-        if e.get("spread") and math.isfinite(e["spread"]):  # the seeds' spread: +- one standard deviation
-            ax.errorbar(e["speed"], e["value"], yerr=e["spread"], color=_color(e["variant"]), capsize=3, lw=1)
-        if e.get("sweep"):  # the sweep's range: every value's mean test score, dotted
-            ax.vlines(e["speed"], e["sweep"]["low"], e["sweep"]["high"], colors=_color(e["variant"]), linestyles=":", lw=1.2)
-        ax.annotate(label(e), (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
-    ax.set_xscale("log", base=2)
-    ax.axvline(1.0, color="grey", lw=0.6, ls=":")
-    ax.set_xlabel("training speed relative to dense")
-    ax.set_ylabel("test score")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    if pts:
-        lo, hi = min(e["speed"] for e in pts), max(e["speed"] for e in pts)
-        ax.set_xlim(lo / 1.6, hi * 1.6)
-
-
-def plot_lra(board: dict, path: str | Path) -> Path:
-    """The Long-Range-Arena chart: one panel per task and one for the average (bubble area =
-    peak memory relative to dense)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [(f"{t}", es) for t, es in board["tasks"].items()] + [("average over tasks (geometric mean speed)", board["average"])]
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
-    for ax, (title, es) in zip(axes.flat, panels):
-        _bubbles(ax, es, title)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    swept = any(e.get("sweep") for es in board["tasks"].values() for e in es)
-    fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense; bars: +-1 sd over seeds"
-                 + ("; dotted: the range over a sweep's values" if swept else "") + ")")
-    fig.subplots_adjust(hspace=0.35)
-    return _save(fig, path)
-
-
-def plot_curves(rows: list[dict], path: str | Path) -> Path | None:
-    """Validation score against training time, one panel per task and one line per variant
-    (its first seed): which variant is ahead at every budget, not only at the end. None when no
-    stored run has a history (stores written before histories were kept)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks: dict[str, dict[str, list]] = {}
-    for r in sorted(rows, key=lambda r: r["seed"]):
-        hist = [h for h in r.get("history") or [] if h.get("seconds") is not None]
-        if r["status"] == "done" and hist and r["variant"] not in tasks.get(r["task"], {}):
-            tasks.setdefault(r["task"], {})[r["variant"]] = hist
-    if not tasks:
-        return None
-    cols = min(3, len(tasks))
-    nrows = math.ceil(len(tasks) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
-    for ax, (task, lines) in zip(axes.flat, tasks.items()):
-        for variant, hist in lines.items():
-            ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker=".", ms=4, lw=1.2,
-                    color=_color(variant), label=variant, ls="--" if variant == NO_ATTENTION else "-")
-        ax.set_xlabel("training time (s, validation not counted)")
-        ax.set_ylabel("validation score")
-        ax.set_title(task, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-    for ax in list(axes.flat)[len(tasks):]:
-        ax.axis("off")
-    fig.suptitle("attnlab arena: validation score against training time (dashed: no attention)")
-    fig.subplots_adjust(hspace=0.35)
-    return _save(fig, path)
-
-
-def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
-    """Attention maps of the first layer: one column per variant, one row per example."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [v for v in maps if maps[v]]
-    rows = max((len(maps[v]) for v in names), default=1)
-    fig, axes = plt.subplots(rows, max(1, len(names)), figsize=(2.2 * max(1, len(names)), 2.3 * rows), squeeze=False)
-    for j, v in enumerate(names):
-        for i in range(rows):
-            ax = axes[i][j]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if i < len(maps[v]):
-                ax.imshow(maps[v][i].numpy(), cmap="viridis", aspect="auto")
-            if i == 0:
-                ax.set_title(v, fontsize=9)
-    fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
-
-
-def _save(fig, path) -> Path:
-    from ..viz.bench import save_figure
-
-    return save_figure(fig, path, dpi=100)
-
-
 def _fmt(x, spec=".3f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -355,11 +228,26 @@ def _img(path: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+def _maps_section(out: Path, task: str, rows: list[dict], seed: int) -> list[str]:
+    """The report's attention maps of ``task`` (its runs ``rows`` of seed ``seed`` that saved maps), as HTML parts."""
+    from safetensors.torch import load_file
+
+    maps = {}
+    for r in rows:
+        f = out / "runs" / r["run_id"] / "attention.safetensors"
+        if r["seed"] == seed and f.exists():
+            t = load_file(str(f))
+            maps[r["variant"]] = [t[k] for k in sorted(t)]
+    if not maps:
+        return []
+    png = plot_maps(maps, out / f"attention-{slug(task)}.png", f"{task}: first-layer attention (mean over heads), two test examples")
+    return ["<p>First-layer attention maps (rows: queries, columns: keys; efficient variants: the map they apply "
+            "implicitly, measured with the identity as values).</p>" + _img(png, f"attention maps {task}")]
+
+
 def build_report(out: str | Path) -> tuple[Path, dict]:
     """Read ``out/results.sqlite``, write ``out/lra.png``, ``out/curves.png``, ``out/attention-<task>.png`` and the
     self-contained ``out/report.html``; returns the HTML path and the leaderboard."""
-    from safetensors.torch import load_file
-
     out = Path(out)
     if not (out / "results.sqlite").exists():
         raise ValueError(f"{out} holds no results.sqlite (the --out folder of 'attnlab arena')")
@@ -422,16 +310,8 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
         notes = [f"<li>{html.escape(label(e))}: {html.escape(c)}</li>" for e in entries for c in e.get("caveats", [])]
         if notes:
             parts.append("<p class='caveat'>&#9888; marks a score that means less than it seems:</p><ul>" + "".join(notes) + "</ul>")
-        maps = {}
-        for r in rows:
-            f = out / "runs" / r["run_id"] / "attention.safetensors"
-            if r["task"] == task and r["run_id"] in behind and r["seed"] == min(x["seed"] for x in rows) and f.exists():
-                t = load_file(str(f))
-                maps[r["variant"]] = [t[k] for k in sorted(t)]
-        if maps:
-            png = plot_maps(maps, out / f"attention-{task}.png", f"{task}: first-layer attention (mean over heads), two test examples")
-            parts.append("<p>First-layer attention maps (rows: queries, columns: keys; efficient variants: the map they apply "
-                         "implicitly, measured with the identity as values).</p>" + _img(png, f"attention maps {task}"))
+        shown = [r for r in rows if task_label(r) == task and r["run_id"] in behind]
+        parts += _maps_section(out, task, shown, min(x["seed"] for x in rows))
     parts.append("</body></html>")
     page = out / "report.html"
     tmp = page.with_name("report.html.tmp")

@@ -7,9 +7,10 @@ Folder layout (``--out DIR``)::
     DIR/runs/<run id>/        each run's checkpoint/ (atomic, resumable) and attention.safetensors
     DIR/report.html, DIR/*.png   written by :func:`attnlab.arena.report.build_report`
 
-A run's id is a hash of its full training config, so the same command plans the same ids:
+A run's id is a hash of its full training config, and of the contents of the user's file it reads
+(``--data``: :func:`attnlab.tasks.data_digest`), so the same command plans the same ids:
 rerunning skips stored runs and resumes an interrupted one from its checkpoint (losing at most
-one ``eval_every`` interval).
+one ``eval_every`` interval), and a changed file gets new runs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from .. import objectives
 from ..objectives import collate
+from ..tasks import DataChangedError, data_files
 from ..training import TrainConfig, load_checkpoint, train
 from ..training.config import FORMER_NAMES
 from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting, Variants
@@ -47,6 +49,8 @@ class RunSpec:
     config: TrainConfig
     sweep: dict = dataclasses.field(default_factory=dict, hash=False)
     """The settings of the sweep point this run is (``{}``: not part of a sweep; :mod:`attnlab.arena.sweep`)."""
+    data_sha256: str | None = None
+    """The SHA-256 of the user's file the run reads (:func:`attnlab.tasks.data_digest`; None: a generated task), part of its id."""
 
 
 _LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5}
@@ -54,12 +58,14 @@ _LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretra
 run at those values keeps the id it was planned under before the field existed."""
 
 
-def _run_id(cfg: TrainConfig) -> str:
+def _run_id(cfg: TrainConfig, data_sha256: str | None = None) -> str:
     earlier = {new: old for old, new in FORMER_NAMES.items()}  # hashed under the sizes' earlier names: a run keeps its id
     fields = {earlier.get(k, k): v for k, v in dataclasses.asdict(cfg).items()}
     for name, before in _LATER_FIELDS.items():
         if fields[name] == before:
             del fields[name]
+    if data_sha256 is not None:  # the user's file by its contents: a changed file gets new runs
+        fields["data_sha256"] = data_sha256
     blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -122,6 +128,7 @@ def plan(
         if v not in efficient.names() and v != NO_ATTENTION:
             raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
     task_seeds = {t: list(seeds) if seeds is not None else list(settings[t].seeds or (0,)) for t in names}
+    digests = {t: task_registry.data_digest(t, dict(settings[t].task_options)) for t in names}
     specs = []
     for seed in dict.fromkeys(x for t in names for x in task_seeds[t]):  # seed by seed: every task's seed 0 first
         for t in (t for t in names if seed in task_seeds[t]):
@@ -143,7 +150,7 @@ def plan(
                     )
                     if v == NO_ATTENTION:
                         cfg = cfg.baseline()
-                    specs.append(RunSpec(_run_id(cfg), t, v, seed, cfg, dict(point)))
+                    specs.append(RunSpec(_run_id(cfg, digests[t]), t, v, seed, cfg, dict(point), digests[t]))
     seen: set[str] = set()  # two points that make one config (a setting the variant ignores) are one run
     return [x for x in specs if not (x.run_id in seen or seen.add(x.run_id))]
 
@@ -243,9 +250,12 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
     or ``failed``; an error is caught and stored with its message, never raised)."""
     folder = out / "runs" / spec.run_id
     row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config),
-           "sweep": spec.sweep}
+           "sweep": spec.sweep, "data_sha256": spec.data_sha256}
     try:
         task = (tasks or _TaskCache()).get(spec.config.task, spec.config.task_options)
+        if spec.data_sha256 is not None and task.artifacts.get("data_sha256") != spec.data_sha256:
+            raise DataChangedError(f"{', '.join(data_files(spec.task, spec.config.task_options).values())} changed after the grid "
+                                   "was planned: run the arena again to plan runs of its new contents")
         if spec.variant == NO_ATTENTION and task.kind == "seq2seq":
             raise ValueError("a seq2seq model's decoder attends whatever its encoder: the task has no no-attention baseline")
         resume = (folder / "checkpoint" / "config.json").exists()

@@ -14,12 +14,12 @@ import sqlite3
 import time
 from pathlib import Path
 
-__all__ = ["COLUMNS", "Store"]
+__all__ = ["COLUMNS", "Store", "task_label"]
 
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
     "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size", "precision", "flop_rate",
-    "peak_fraction", "sweep",
+    "peak_fraction", "sweep", "data_sha256",
 )
 """The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
 ``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
@@ -27,10 +27,11 @@ the training time so far; ``test_size``: the examples, or nodes, the test score 
 ``precision``: ``fp32`` or ``bf16``; ``flop_rate``: FLOP/s of its training steps, ``peak_fraction``
 that over the machine's peak in its precision (:class:`attnlab.training.TrainResult`);
 ``sweep``: the settings of the sweep point the run is, as JSON (``{}``: not swept;
-:mod:`attnlab.arena.sweep`); stores written before a column have it added, empty)."""
+:mod:`attnlab.arena.sweep`); ``data_sha256``: the SHA-256 of the user's file a run read (``jsonl``; None for generated
+tasks: :func:`attnlab.tasks.data_digest`); stores written before a column have it added, empty)."""
 
 _ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"), ("peak_fraction", "REAL"),
-          ("sweep", "TEXT"))
+          ("sweep", "TEXT"), ("data_sha256", "TEXT"))
 """Columns added after the first stores were written: a store without them gains them (empty)."""
 
 _SCHEMA = """
@@ -55,7 +56,8 @@ CREATE TABLE IF NOT EXISTS runs (
     precision TEXT,
     flop_rate REAL,
     peak_fraction REAL,
-    sweep TEXT
+    sweep TEXT,
+    data_sha256 TEXT
 )
 """
 
@@ -141,3 +143,20 @@ class Store:
                 return con.execute("DELETE FROM runs WHERE status = 'failed'").rowcount
         finally:
             con.close()
+
+
+def task_label(row: dict) -> str:
+    """A stored run's task as the leaderboard names it: its name, and for the user's file, the file
+    and the first 12 hex digits of its contents' SHA-256 (``"jsonl (mine.jsonl, sha256 1a2b3c4d5e6f)"``):
+    runs of two versions of one file are two tasks, never averaged."""
+    from ..tasks import data_files
+
+    digest = row.get("data_sha256")
+    if not digest:
+        return row["task"]
+    try:
+        files = data_files(row["task"], row["config"].get("task_options") or {})
+    except ValueError:  # a task no longer registered
+        files = {}
+    named = ", ".join(Path(f).name for f in files.values())
+    return f"{row['task']} ({named + ', ' if named else ''}sha256 {digest[:12]})"

@@ -16,7 +16,26 @@
 """
 
 from . import docs, graphs, images, jsonl, listops, lookup, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
-from .base import CLS, FIRST, IGNORE, INPUTS, KINDS, PAD, TASKS, Split, Task, baseline_model, create, names, register, train_defaults
+from .base import (
+    CLS,
+    FIRST,
+    IGNORE,
+    INPUTS,
+    KINDS,
+    PAD,
+    TASKS,
+    DataChangedError,
+    Split,
+    Task,
+    baseline_model,
+    check_saved,
+    create,
+    data_digest,
+    data_files,
+    names,
+    register,
+    train_defaults,
+)
 
 __all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS", "FIRST", "IGNORE",
-           "KINDS", "INPUTS"]
+           "KINDS", "INPUTS", "DataChangedError", "check_saved", "data_digest", "data_files"]

@@ -28,8 +28,10 @@ token, in every task's vocabulary; a task's own tokens start at :data:`FIRST`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -38,7 +40,7 @@ from ..registry import Registry
 from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "baseline_model",
-           "KINDS", "INPUTS"]
+           "KINDS", "INPUTS", "DataChangedError", "data_digest", "data_files", "check_saved"]
 
 KINDS = ("tagging", "classification", "seq2seq", "regression", "pair", "lm")
 INPUTS = ("tokens", "features", "graph", "image")
@@ -129,7 +131,8 @@ class Task:
 TASKS: Registry = Registry("task")
 
 
-def register(name: str, *, train_defaults: dict | Callable[..., dict] | None = None, baseline_model: str | None = "mlp"):
+def register(name: str, *, train_defaults: dict | Callable[..., dict] | None = None, baseline_model: str | None = "mlp",
+             files: tuple[str, ...] = (), rebuild: Callable[..., Task] | None = None):
     """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``.
 
     Args:
@@ -140,11 +143,19 @@ def register(name: str, *, train_defaults: dict | Callable[..., dict] | None = N
         baseline_model: the task's **no-attention baseline**, a backbone that uses no attention
             (default ``"mlp"``: each token alone, pooled for a set; ``"cnn"``, ``"node_mlp"``), or
             None where no such backbone reads the task; see :func:`baseline_model`.
+        files: the options that name the user's files or folders the task reads (``jsonl``:
+            ``path``): their contents' hash (:func:`data_digest`) is recorded in the task's
+            artifacts, keys the arena's runs and is checked when a run is resumed or scored.
+        rebuild: ``(saved, **options) -> Task``: the task built again with what an earlier build
+            saved in its artifacts (``saved``: a checkpoint's, e.g. user data's trained tokenizers)
+            instead of deriving it from the data anew; see :func:`create`.
     """
 
     def deco(fn):
         fn.train_defaults = train_defaults if callable(train_defaults) else dict(train_defaults or {})
         fn.baseline_model = baseline_model
+        fn.files = tuple(files)
+        fn.rebuild = rebuild
         TASKS.add(name, fn)
         return fn
 
@@ -166,8 +177,75 @@ def baseline_model(name: str) -> str | None:
     return getattr(TASKS.get(name), "baseline_model", None)
 
 
-def create(name: str, **options) -> Task:
-    """Build the task ``name`` (see :func:`names`) with its options (``size``, ``seed``, ...)."""
+class DataChangedError(ValueError):
+    """The user's file a run was trained on no longer holds what it held then (its hash differs)."""
+
+
+def data_files(name: str, options: dict) -> dict[str, str]:
+    """The user's files or folders the task ``name`` reads with ``options``: ``{option: path}``
+    for the options it registered as ``files`` that are set (``{}`` for a generated task)."""
+    found = getattr(TASKS.get(name), "files", ())
+    return {o: str(options[o]) for o in found if options.get(o)}
+
+
+def _hash_path(h, path: Path) -> None:
+    if path.is_dir():  # a folder: every file under it, by its path inside the folder
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            h.update(str(f.relative_to(path)).encode() + b"\0")
+            h.update(f.read_bytes())
+    else:
+        h.update(path.read_bytes())
+
+
+def data_digest(name: str, options: dict) -> str | None:
+    """The SHA-256 (hex) of the contents of the user's files the task ``name`` reads with
+    ``options`` (:func:`data_files`; a folder: its files' relative paths and contents), or None
+    when it reads none. A path that cannot be read gives None: building the task says why."""
+    files = data_files(name, options)
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for option, path in sorted(files.items()):
+        h.update(option.encode() + b"\0")
+        try:
+            _hash_path(h, Path(path))
+        except OSError:
+            return None
+    return h.hexdigest()
+
+
+def _check_digest(name: str, options: dict, old: str | None, new: str | None, where: str) -> None:
+    if old is not None and new is not None and old != new:  # unreadable now (new None): building the task says why
+        files = ", ".join(data_files(name, options).values())
+        raise DataChangedError(
+            f"{files} has changed since {where} read it (sha256 {old[:12]} then, {new[:12]} now): its splits and "
+            "labels would not be the run's; restore the file, or train a new run on it")
+
+
+def check_saved(task: Task, saved: dict | None, where: str = "the run") -> None:
+    """Refuse a task that is not the one an earlier build saved ``saved`` for (a checkpoint's
+    ``task_artifacts``; ``where`` names it in the message): the user's file has changed since
+    (:class:`DataChangedError`), or, for a task that reuses what it saved (``rebuild``), its
+    tokenizers or labels differ. Nothing to check when ``saved`` is None or empty."""
+    if not saved:
+        return
+    _check_digest(task.name, task.options, saved.get("data_sha256"), task.artifacts.get("data_sha256"), where)
+    if getattr(TASKS.get(task.name), "rebuild", None) is not None:
+        differ = sorted(k for k in saved if k != "data_sha256" and k in task.artifacts and task.artifacts[k] != saved[k])
+        if differ:
+            raise ValueError(f"the {task.name} task's {', '.join(differ)} differ from those {where} was trained with; build the "
+                             "task from the run's saved artifacts (attnlab.tasks.create(..., saved=checkpoint.meta['task_artifacts']))")
+
+
+def create(name: str, *, saved: dict | None = None, **options) -> Task:
+    """Build the task ``name`` (see :func:`names`) with its options (``size``, ``seed``, ...).
+
+    ``saved``: the artifacts an earlier build of the same task and options saved (a checkpoint's
+    ``meta["task_artifacts"]``; None: build from the data alone): a task on the user's files
+    refuses to build when the files have changed since (:class:`DataChangedError`), and a task
+    that derives an encoding from its data (``jsonl``'s tokenizers) reuses the saved one
+    instead of deriving it again, and refuses when none was saved.
+    """
     import inspect
 
     make = TASKS.get(name)
@@ -175,7 +253,14 @@ def create(name: str, **options) -> Task:
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ArgumentTypeError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: {', '.join(known)}")
-    return make(**options)
+    digest = data_digest(name, options)
+    if saved:
+        _check_digest(name, options, saved.get("data_sha256"), digest, "the run")
+    rebuild = getattr(make, "rebuild", None)
+    task = rebuild(saved, **options) if saved is not None and rebuild is not None else make(**options)
+    if digest is not None:
+        task.artifacts["data_sha256"] = digest
+    return task
 
 
 def names() -> list[str]:

@@ -6,25 +6,31 @@ The first line decides the kind, and every line must then have the same fields:
 * classification — ``{"text": "...", "label": "positive"}`` (a label may be a string or an int);
 * seq2seq — ``{"source": "...", "target": "..."}``.
 
-Tokenizers are trained on the file by the HF ``tokenizers`` library: a word-level vocabulary
-for given tokens, WordPiece (whitespace and punctuation split) for text; ids 0 and 1 are
-``<pad>`` and ``<cls>`` (targets: ``<pad>``, ``<bos>``, ``<eos>``), unknown words map to
-``[UNK]``. The lines are shuffled with ``seed`` and cut into train / val / test. The trained
-tokenizers and the label names travel with the task (``Task.artifacts``) into checkpoints, so
-``attnlab predict`` needs only the checkpoint. A malformed file raises a ``ValueError`` naming
-the line and the field.
+Tokenizers are trained on the training split by the HF ``tokenizers`` library: a word-level
+vocabulary for given tokens (ids 0, 1, 2: ``<pad>``, ``<cls>``, ``[UNK]``; a word seen only in
+validation or test is ``[UNK]``, and building the task warns with the share of such tokens,
+:class:`UnknownTokensWarning`), **byte-level BPE** for text (ids 0 and 1: ``<pad>`` and
+``<cls>``; targets: ``<pad>``, ``<bos>``, ``<eos>``): every byte is in its vocabulary, so no
+text is lost to an unknown token, whatever its spaces (code, logs, DNA, Chinese). Both are
+deterministic: the same file gives the same vocabulary in every process. The lines are shuffled
+with ``seed`` and cut into train / val / test. The trained tokenizers, the label names and the
+file's SHA-256 travel with the task (``Task.artifacts``) into checkpoints: ``attnlab predict``
+needs only the checkpoint, and ``eval``, ``--resume`` and the viewer encode with the run's own
+tokenizers and refuse a file that has changed since (:func:`attnlab.tasks.create`'s ``saved``).
+A malformed file raises a ``ValueError`` naming the line and the field.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import warnings
 from pathlib import Path
 
 from .base import IGNORE, Split, Task, pad_rows, register
 
-__all__ = ["FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "SHORT_DEFAULTS", "encode_inputs", "kind_of_record", "make_jsonl", "read_records",
-           "train_defaults_for"]
+__all__ = ["FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "SHORT_DEFAULTS", "UnknownTokensWarning", "encode_inputs", "kind_of_record",
+           "make_jsonl", "read_records", "token_strings", "train_defaults_for", "unknown_share"]
 
 FIELDS = {"tagging": ("tokens", "labels"), "classification": ("text", "label"), "seq2seq": ("source", "target")}
 
@@ -107,13 +113,18 @@ def _word_tokenizer(corpus: list[list[str]]):
 
 
 def _text_tokenizer(texts: list[str], specials: list[str], vocab_size: int):
+    """Byte-level BPE (GPT-2's scheme): the UTF-8 bytes of the text, split before runs of letters,
+    digits and punctuation, merged by frequency up to ``vocab_size`` tokens. Every one of the 256
+    bytes is in the vocabulary, so any text encodes without an unknown token (runs without spaces,
+    code, DNA, Chinese), and the vocabulary is the same in every process: the byte alphabet's ids
+    are fixed, and each merge is the most frequent pair, ties broken by the pair's ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*specials, "[UNK]"],
-                                                             show_progress=False))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     return tok
 
 
@@ -125,6 +136,25 @@ def encode_inputs(kind: str, artifacts: dict, records: list[dict]) -> list[list[
     if kind == "tagging":
         return [tok.encode(r["tokens"], is_pretokenized=True).ids for r in records]
     return [tok.encode(r[FIELDS[kind][0]]).ids for r in records]
+
+
+def token_strings(tokenizer: str, ids: list[int]) -> list[str]:
+    """Each token id as the text it stands for under the serialised ``tokenizer`` (a byte-level
+    token shows its characters, a space included, not its byte alphabet's ``Ġ``)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer)
+    return [tok.decode([i], skip_special_tokens=False) or tok.id_to_token(i) or f"#{i}" for i in ids]
+
+
+def unknown_share(tokenizer: str, rows: list[list[int]]) -> float:
+    """The share of the tokens of ``rows`` (token ids) that are the tokenizer's ``[UNK]`` (0.0
+    when it has none: byte-level text tokenizers represent every input)."""
+    from tokenizers import Tokenizer
+
+    unk = Tokenizer.from_str(tokenizer).token_to_id("[UNK]")
+    total = sum(len(r) for r in rows)
+    return 0.0 if unk is None or not total else sum(r.count(unk) for r in rows) / total
 
 
 SHORT_DEFAULTS = {"positional": "rope"}
@@ -162,15 +192,25 @@ def train_defaults_for(path: str | None = None, **options) -> dict:
     return dict(SHORT_DEFAULTS)
 
 
-@register("jsonl", train_defaults=train_defaults_for, baseline_model="window_mlp")
-def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
-               size: int | None = None) -> Task:
-    """The user's file as a task (see the module docstring); ``size`` keeps that many training lines."""
+def _rebuild(saved: dict, **options) -> Task:
+    """The task on the same file with the tokenizers and labels a checkpoint saved (``saved``:
+    its ``task_artifacts``), never trained again: ``attnlab eval``, ``--resume`` and the viewer
+    score exactly the tokens the run trained on."""
+    if "tokenizer" not in saved or "labels" not in saved or ("kind" in saved and saved["kind"] == "seq2seq"
+                                                              and "target_tokenizer" not in saved):
+        raise ValueError("the run was saved without its tokenizer (by an attnlab from before tokenizers travelled with runs): "
+                         "its inputs cannot be encoded as they were in training, and re-tokenising would score other tokens; "
+                         "train it again")
+    return _build(saved=saved, **options)
+
+
+def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
+           size: int | None = None, *, saved: dict | None = None) -> Task:
     if path is None:
-        raise ValueError("the jsonl task needs its file: --task-option path=FILE.jsonl")
+        raise ValueError("the jsonl task needs its file: --data FILE.jsonl (attnlab train jsonl --data FILE, attnlab arena --data FILE)")
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
         raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum below 1")
-    kind, records = read_records(path)
+    kind, records = read_records(path, None if saved is None else saved.get("kind"))
     if len(records) < 3:
         raise ValueError(f"{path}: need at least 3 records for train, val and test, got {len(records)}")
     order = list(range(len(records)))
@@ -181,8 +221,16 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
     if size is not None:
         parts["train"] = parts["train"][:size]
     train_recs = [records[i] for i in parts["train"]]
+    from tokenizers import Tokenizer
+
     artifacts: dict = {"kind": kind}
-    if kind == "tagging":
+    if saved is not None:
+        tok = Tokenizer.from_str(saved["tokenizer"])
+        names = list(saved["labels"])
+        if kind == "seq2seq":
+            tgt = Tokenizer.from_str(saved["target_tokenizer"])
+            artifacts["target_tokenizer"] = saved["target_tokenizer"]
+    elif kind == "tagging":
         tok = _word_tokenizer([r["tokens"] for r in train_recs])
         names = sorted({str(lab) for r in records for lab in r["labels"]})
     elif kind == "classification":
@@ -192,14 +240,19 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
         tok = _text_tokenizer([r["source"] for r in train_recs], ["<pad>", "<cls>"], vocab_size)
         tgt = _text_tokenizer([r["target"] for r in train_recs], ["<pad>", "<bos>", "<eos>"], vocab_size)
         artifacts["target_tokenizer"] = tgt.to_str()
-        names = [tgt.id_to_token(i) for i in range(tgt.get_vocab_size())]
+        names = token_strings(artifacts["target_tokenizer"], list(range(tgt.get_vocab_size())))
     artifacts["tokenizer"] = tok.to_str()
     artifacts["labels"] = names
     label_id = {n: i for i, n in enumerate(names)}
-    splits = {}
+    if kind != "seq2seq":
+        unseen = sorted({str(lab) for r in records for lab in (r["labels"] if kind == "tagging" else [r["label"]])} - set(label_id))
+        if unseen:
+            raise ValueError(f"{path} holds labels the run never had ({', '.join(unseen[:5])}): it is not the file the run trained on")
+    splits, unknown = {}, {}
     for name, idx in parts.items():
         recs = [records[i] for i in idx]
         ids = encode_inputs(kind, artifacts, recs)
+        unknown[name] = unknown_share(artifacts["tokenizer"], ids)
         if kind == "tagging":
             labels = pad_rows([[label_id[str(lab)] for lab in r["labels"]] for r in recs], IGNORE, max(len(x) for x in ids))
         elif kind == "classification":
@@ -207,6 +260,10 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
         else:
             labels = pad_rows([tgt.encode(r["target"]).ids + [2] for r in recs], 0)
         splits[name] = Split(pad_rows(ids, 0), labels)
+    if any(unknown.values()):
+        shares = ", ".join(f"{unknown[name]:.1%} of {name}" for name in ("train", "val", "test"))
+        warnings.warn(f"{path}: tokens unknown to the vocabulary ([UNK]): {shares}; a tagging vocabulary holds the training "
+                      "split's words, so words seen only in validation or test are unknown", UnknownTokensWarning, stacklevel=3)
     return Task(
         name="jsonl",
         kind=kind,
@@ -216,7 +273,19 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
         splits=splits,
         options={"path": str(path), "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction, "vocab_size": vocab_size,
                  "size": size},
-        vocab=[tok.id_to_token(i) for i in range(tok.get_vocab_size())],
+        vocab=token_strings(artifacts["tokenizer"], list(range(tok.get_vocab_size()))),
         label_names=names,
         artifacts=artifacts,
     )
+
+
+class UnknownTokensWarning(UserWarning):
+    """Some of a user file's tokens are not in the vocabulary the task trained (``[UNK]``): their
+    words are lost to the model."""
+
+
+@register("jsonl", train_defaults=train_defaults_for, baseline_model="window_mlp", files=("path",), rebuild=_rebuild)
+def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
+               size: int | None = None) -> Task:
+    """The user's file as a task (see the module docstring); ``size`` keeps that many training lines."""
+    return _build(path, seed, val_fraction, test_fraction, vocab_size, size)

@@ -17,7 +17,7 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .loop import TrainResult, attention_label
 from .precision import autocast, resolve
 
-__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "score", "split_summary",
+__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "saved_task", "score", "split_summary",
            "unseen_labels"]
 
 
@@ -31,7 +31,7 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
     ``task`` for one built in Python), at the precision the run trained and validated in."""
     t0 = time.perf_counter()
     ck = load_checkpoint(path)
-    task = task_registry.create(ck.config.task, **ck.config.task_options) if task is None else task
+    task = saved_task(ck) if task is None else task
     precision = _precision(ck)
     with autocast(precision, next(ck.model.parameters()).device):
         value = objectives.get(task).score(ck.model, task, split)
@@ -41,6 +41,12 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
         ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit, precision=precision,
         pretrain=ck.meta.get("pretrain"),
     )
+
+
+def saved_task(ck) -> Task:
+    """The task a loaded checkpoint ``ck`` trained on, rebuilt from its config with what it saved
+    (user data: its tokenizers and labels, and the file's hash, checked: a changed file is refused)."""
+    return task_registry.create(ck.config.task, saved=ck.meta.get("task_artifacts") or {}, **ck.config.task_options)
 
 
 def split_summary(result: TrainResult, split: str) -> dict:
@@ -61,7 +67,7 @@ def cross_attention_example(path: str | Path, index: int = 0, split: str = "test
     decoder block's cross-attention ``(M, N)`` (mean over heads), the source words and the
     generated words (EOS included)."""
     ck = load_checkpoint(path)
-    task = task_registry.create(ck.config.task, **ck.config.task_options)
+    task = saved_task(ck)
     if task.kind != "seq2seq":
         raise ValueError(f"task {task.name!r} is {task.kind}: cross-attention exists only for seq2seq tasks")
     data = task.split(split)

@@ -228,7 +228,11 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
         raise RunExistsError(out, meta.get("step", 0), meta.get("total_steps"))
     if rank == 0:  # an unwritable --out fails now, not after the first stretch of training
         out.mkdir(parents=True, exist_ok=True)
-    task = task_registry.create(cfg.task, **cfg.task_options) if task is None else task
+    saved = (load_checkpoint(out, weights="last").meta.get("task_artifacts") or {}) if resume else None
+    if task is None:  # resumed: the task the run trained on (the user's file unchanged, its saved tokenizers), never derived anew
+        task = task_registry.create(cfg.task, saved=saved, **cfg.task_options)
+    else:
+        task_registry.check_saved(task, saved, f"the run in {out}")
     objective = objectives.get(task)
     mcfg = model_config(cfg, task)
     train_split = task.split("train")

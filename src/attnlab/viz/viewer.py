@@ -163,7 +163,7 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
     built-in task's vocabulary (raises ``ValueError`` naming the words it lacks)."""
     from .. import tasks as task_registry
     from ..models.base import CLS
-    from ..tasks.jsonl import FIELDS, encode_inputs
+    from ..tasks.jsonl import FIELDS, encode_inputs, token_strings
     from ..training.checkpoint import load_checkpoint
     from .trace import capture
 
@@ -180,15 +180,12 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
             raise ValueError(f"the text is {len(ids)} bytes, over the {limit} the model was trained on: shorten it")
         tokens = [_byte_label(b) for b in text.encode("utf-8")]
     elif "tokenizer" in art:
-        from tokenizers import Tokenizer
-
         kind = art["kind"]
         if kind == "seq2seq":
             raise ValueError("the viewer shows encoders of one token sequence; this checkpoint is a seq2seq model")
         record = {"tokens": text.split()} if kind == "tagging" else {FIELDS[kind][0]: text}
         ids = encode_inputs(kind, art, [record])[0]
-        tok = Tokenizer.from_str(art["tokenizer"])
-        tokens = [tok.id_to_token(i) or f"#{i}" for i in ids]
+        tokens = token_strings(art["tokenizer"], ids)
     else:
         task = task_registry.create(ck.config.task, **ck.config.task_options)
         if task.inputs != "tokens" or task.kind in ("pair", "seq2seq") or not task.vocab:
