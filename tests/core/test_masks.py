@@ -149,3 +149,19 @@ def test_a_mask_function_that_returns_integers_is_refused_wherever_it_is_evaluat
 
     assert torch.equal(masks.as_mask(as_bool).dense(6), masks.causal().dense(6))
     assert (attend(q, q, q, mask=as_bool, backend="chunked").output - attend(q, q, q, mask=masks.causal()).output).abs().max() < 1e-12
+
+
+def test_a_mask_function_deciding_with_python_if_is_answered_with_how_to_write_it():
+    """vmap cannot decide a Python `if` on position tensors: the message says to write a tensor expression (torch.where)."""
+    from attnlab import attend
+
+    def with_if(b, h, q_idx, kv_idx):
+        if q_idx >= kv_idx:
+            return torch.tensor(True)
+        return torch.tensor(False)
+
+    q = torch.randn(1, 1, 8, 4)
+    with pytest.raises(ValueError, match=r"mask function with_if decides with Python control flow.*torch\.where\(cond, a, b\)"):
+        attend(q, q, q, mask=with_if)
+    written = attend(q, q, q, mask=lambda b, h, q_idx, kv_idx: torch.where(q_idx >= kv_idx, True, False)).output
+    assert torch.equal(written, attend(q, q, q, mask=masks.causal()).output)

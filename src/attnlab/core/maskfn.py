@@ -204,7 +204,23 @@ class FunctionMask(Mask):
             self.uses_h = bool(hs.numel() > 1 and (grid != grid[:, :1]).any())
 
     def _flat(self, b, h, q, kv) -> torch.Tensor:
-        return self._checked(self._vmapped(b, h, q, kv))
+        return self._checked(self._run(self._vmapped, b, h, q, kv))
+
+    def _run(self, fn, *args):
+        """``fn(*args)``, a vmapped mask function; Python control flow on its position tensors (an
+        ``if``, ``and`` / ``or``, ``bool()``, ``.item()``), which vmap cannot decide, is answered
+        with how to write it instead of PyTorch's message."""
+        try:
+            return fn(*args)
+        except RuntimeError as e:
+            if "data-dependent control flow" not in str(e) and ".item()" not in str(e):
+                raise
+            name = getattr(self.fn, "__name__", type(self.fn).__name__)
+            raise ValueError(
+                f"the mask function {name} decides with Python control flow on its positions (an if, and / or / not, bool() or "
+                "item()): it runs on tensors of positions (under torch.vmap, as FlexAttention runs it), where that cannot be "
+                "decided; write the rule as one tensor expression: comparisons (q_idx >= kv_idx) combined with & | ~, and "
+                "torch.where(cond, a, b) for a choice") from None
 
     def _checked(self, out) -> torch.Tensor:
         """The function's result, refused unless bool: an integer 0 / 1 or a float is no mask (one dtype look per call)."""
@@ -243,7 +259,7 @@ class FunctionMask(Mask):
         fn = self.fn
         for i in reversed(range(len(levels))):
             fn = torch.vmap(fn, in_dims=tuple(0 if k[i] else None for k in kept))
-        return self._checked(fn(*squeezed)).reshape(shape)
+        return self._checked(self._run(fn, *squeezed)).reshape(shape)
 
     def __repr__(self):
         return f"FunctionMask({getattr(self.fn, '__name__', self.fn)!r})"
