@@ -205,3 +205,10 @@ def test_a_torch_style_key_padding_tensor_is_pointed_to_masks_valid_keys():
         mha(x, mask=real)
     want, _ = mha.to_torch()(x, x, x, key_padding_mask=~real)
     assert (mha(x, mask=masks.valid_keys(real)).output - want).abs().max() < 1e-6
+
+
+def test_a_variant_asked_of_the_exact_layer_is_pointed_to_efficient_create():
+    with pytest.raises(TypeError, match=r"takes no variant= option.*attnlab\.efficient\.create\('fox', embed_dim"):
+        MultiHeadAttention(E, H, variant="fox")
+    with pytest.raises(TypeError, match=r"takes no attention= option"):
+        MultiHeadAttention(E, H, attention="linear")

@@ -79,6 +79,14 @@ class MultiHeadAttention(nn.Module):
     mask, forms scores, decodes with any :class:`KVCache` and takes grouped keys itself. Each
     variant declares its own (:class:`attnlab.layers.step.Capabilities`)."""
 
+    def __new__(cls, *args, **kwargs):
+        given = [k for k in ("variant", "attention") if k in kwargs]
+        if given:  # a variant is a layer of its own, not an option of this one: say where they come from
+            raise TypeError(f"{cls.__name__} takes no {given[0]}= option: each attention variant is its own layer, made by "
+                            f"attnlab.efficient.create({kwargs[given[0]]!r}, embed_dim=..., num_heads=..., **options) "
+                            "(the names: attnlab.efficient.names(); 'dense' is this exact layer)")
+        return super().__new__(cls)
+
     def __init__(
         self,
         embed_dim: int,
@@ -250,7 +258,7 @@ class MultiHeadAttention(nn.Module):
             key_positions: integer ``(M,)`` (or ``(B, M)``) positions of the keys (default ``0..M-1``).
             cache: decode with a cache from :meth:`new_cache` (self-attention: ``query`` holds the
                 new tokens only, which continue the cached ones, causally; ``mask`` is then their
-                key padding ``(B, 1, 1, N)`` or ``(B, N)``, or None) or from
+                key padding, :func:`attnlab.masks.valid_keys` or ``(B, 1, 1, N)``, or None) or from
                 :meth:`new_cross_cache` (cross-attention: the keys of ``key`` are computed on
                 the first call and reused).
 
