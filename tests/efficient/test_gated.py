@@ -338,3 +338,29 @@ def test_time_step_initialisation_inverts_softplus():
     dt = F.softplus(time_step_bias(1000).double())
     assert 1e-3 <= dt.min() < 2e-3 and 0.05 < dt.max() <= 0.1  # log-uniform over [1e-3, 0.1]
     assert abs(dt.log().mean().item() - (math.log(1e-3) + math.log(0.1)) / 2) < 0.1
+
+
+@pytest.mark.parametrize("name", efficient.select(family="gated"))
+def test_padding_between_real_tokens_warns_exactly_where_the_short_convolution_changes_the_output(name):
+    """Key padding in the middle of a row: the variants with a short convolution warn once (their
+    outputs after the gap differ from the row without it); the others equal that row, silently."""
+    import warnings
+
+    from attnlab.efficient.gated import PaddingInsideWarning
+
+    torch.manual_seed(0)
+    m = efficient.create(name, embed_dim=E, num_heads=H, causal=True).double().eval()
+    x = torch.randn(1, 12, E, dtype=torch.float64)
+    keep = torch.ones(1, 12, dtype=torch.bool)
+    keep[0, 5:7] = False
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = m(x, mask=masks.valid_keys(keep)).output[:, keep[0]]
+        alone = m(x[:, keep[0]]).output
+        m(x, mask=masks.valid_keys(torch.arange(12)[None] < 9))  # padding at the end: no warning
+    warned = [w for w in caught if issubclass(w.category, PaddingInsideWarning)]
+    assert len(warned) == (m.conv is not None)
+    if m.conv is None:
+        assert (out - alone).abs().max() < 1e-12
+    else:
+        assert (out - alone).abs().max() > 1e-3 and "start or the end" in str(warned[0].message)

@@ -321,7 +321,7 @@ class PatternAttention(EfficientAttention):
         n, m = q.shape[2], k.shape[2]
         if n != m:
             raise ValueError(f"this attention relates positions: it needs as many keys as queries, got N={n}, M={m}")
-        if mask is not None:  # the caller's mask read as exact attention reads it, checked before it joins the pattern
+        if isinstance(mask, torch.Tensor):  # the caller's tensor read as exact attention reads it, checked before it joins the pattern
             check_mask_or_bias("mask", mask, (q.shape[0], q.shape[1], n, m), q.device)
         pat = self.full_pattern()
         return attend(q, k, v, score=self.score, normalize=self.normalize, mask=pat if mask is None else pat & mask, score_mod=score_mod,

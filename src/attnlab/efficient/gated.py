@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ from ..validate import choice, int_at_least, positive_int
 from . import recurrence
 from .base import EfficientAttention, check_documents, check_step, documents, key_padding, per_document
 
-__all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "inverse_softplus", "time_step_bias"]
+__all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "PaddingInsideWarning", "inverse_softplus", "time_step_bias"]
 
 MODES = ("chunk", "parallel", "recurrent")
 """The forms a layer computes with: chunkwise (training, the default), the quadratic parallel
@@ -53,6 +54,23 @@ def time_step_bias(num_heads: int, lo: float = 1e-3, hi: float = 0.1) -> torch.T
     """Mamba's initial time-step bias: ``softplus(bias)`` log-uniform in ``[lo, hi]`` per head."""
     dt = torch.exp(torch.rand(num_heads) * (math.log(hi) - math.log(lo)) + math.log(lo))
     return inverse_softplus(dt)
+
+
+class PaddingInsideWarning(UserWarning):
+    """Key padding hides positions between real tokens of a layer with a short convolution: its
+    window counts positions, so the real tokens after such a gap see the gap as zeros instead of
+    the tokens before it, and the output differs from the row with those tokens removed."""
+
+
+def _warn_if_padding_inside(valid: torch.Tensor, name: str) -> None:
+    """Warn (:class:`PaddingInsideWarning`; Python shows it once) when ``valid`` ``(B, N)`` hides a
+    position that has real tokens on both sides in its row."""
+    seen = valid.cumsum(1)  # real tokens up to and including each position
+    inside = ~valid & (seen > 0) & (seen < seen[:, -1:])
+    if bool(inside.any()):
+        warnings.warn(f"the {name!r} attention's short convolution counts positions: key padding between real tokens changes "
+                      "the outputs after it against the row without those tokens; put the padding at the start or the end of "
+                      "each row, or pack the pieces as documents (attnlab.masks.Documents)", PaddingInsideWarning, stacklevel=2)
 
 
 class GatedRecurrence(EfficientAttention):
@@ -121,6 +139,8 @@ class GatedRecurrence(EfficientAttention):
 
             return AttentionResult(per_document(self, run, mask, (q, k, v), x))
         valid = key_padding(mask, b, n, self.name, x.device)
+        if valid is not None and self.conv is not None and state is None:
+            _warn_if_padding_inside(valid, self.name)
         if n == 0:
             return AttentionResult(q.new_zeros(b, self.num_heads, 0, self.head_dim))
         if valid is not None:
