@@ -5,12 +5,13 @@ normalisers, backbones, tasks, sequence layers) is found by name, with the same 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from .validate import ArgumentTypeError
 
-__all__ = ["Registry", "RegistryView", "keyword_options"]
+__all__ = ["Registry", "RegistryView", "keyword_options", "option_docs"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -149,3 +150,48 @@ def keyword_options(obj) -> list[str] | None:
             more = keyword_options(target)
             return None if more is None else sorted(set(seen) | set(more))
     return None
+
+
+def option_docs(obj) -> dict[str, str]:
+    """What each keyword option of a registered class or function is, read from the ``Args:``
+    section of its docstring (a class's, then its bases'; the first that says wins): an entry
+    ``name: text`` or ``a, b: text`` (options that share a line), continued on more indented
+    lines, and several ``name: text.`` entries on one line. ``{}`` without such a section."""
+    found: dict[str, str] = {}
+    sources = [c for c in obj.__mro__ if c is not object] if isinstance(obj, type) else [obj]
+    for src in sources:
+        for name, text in _args_entries(inspect.getdoc(src) or "").items():
+            found.setdefault(name, text)
+    return found
+
+
+_ENTRY = re.compile(r"(?:^|(?<=\. ))((?:\w+)(?:, \w+)*): ")
+
+
+def _args_entries(doc: str) -> dict[str, str]:
+    lines = doc.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Args:"), None)
+    if start is None:
+        return {}
+    block, indent = [], None
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            if block:
+                break
+            continue
+        width = len(line) - len(line.lstrip())
+        indent = width if indent is None else indent
+        if width < indent:
+            break
+        if width == indent:
+            block.append(line.strip())
+        elif block:
+            block[-1] += " " + line.strip()
+    out: dict[str, str] = {}
+    for entry in block:
+        marks = list(_ENTRY.finditer(entry))
+        for i, mark in enumerate(marks):
+            text = entry[mark.end() : marks[i + 1].start() if i + 1 < len(marks) else len(entry)].strip()
+            for name in mark.group(1).split(", "):
+                out[name] = text
+    return out

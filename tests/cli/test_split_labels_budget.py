@@ -32,13 +32,13 @@ def test_predict_warns_of_labels_the_model_never_saw(runs, tmp_path):
 
 
 def test_a_time_budgeted_run_shows_its_seconds_not_its_step_cap(monkeypatch, capsys):
-    from attnlab.cli import train as train_cli
+    from attnlab.cli import training_bar as train_cli
     from attnlab.training.config import TIME_BUDGET_STEPS
 
     now = [100.0]
     monkeypatch.setattr(train_cli, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     with Progress(disable=False) as bar:  # a terminal's bar
-        meter = train_cli._TrainingBar(bar, "pos transformer", 30.0)
+        meter = train_cli.TrainingBar(bar, "pos transformer", 30.0)
         meter.on_step(1, TIME_BUDGET_STEPS, 2.0)
         now[0] += 12
         meter.on_step(21, TIME_BUDGET_STEPS, 1.0)
@@ -46,7 +46,7 @@ def test_a_time_budgeted_run_shows_its_seconds_not_its_step_cap(monkeypatch, cap
         assert task.total == 30.0 and task.completed == 12.0 and "step 21, 12 s of 30 s, loss=1.0000" in task.description
     now[0] = 100.0
     with Progress(disable=True) as bar:  # a log file: one plain line per validation
-        meter = train_cli._TrainingBar(bar, "pos transformer", 30.0)
+        meter = train_cli.TrainingBar(bar, "pos transformer", 30.0)
         meter.on_step(1, TIME_BUDGET_STEPS, 2.0)
         now[0] += 12
         meter.on_step(21, TIME_BUDGET_STEPS, 1.0)

@@ -75,9 +75,14 @@ def arena(
         fail(str(e))
     Store(Path(out_dir) / "results.sqlite")  # a damaged store or an unwritable folder fails here, before the board is drawn
     grid = LiveGrid(specs)
+    running: dict = {}  # the run in progress (serial runs): its spec and last step
     with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
 
         def on_event(kind, spec, **info):
+            if kind in ("start", "step"):
+                running.update(spec=spec, step=info.get("step", running.get("step") if kind == "step" else 0))
+            elif kind == "end":
+                running.clear()
             grid.on_event(kind, spec, **info)
             live.update(grid.render())
             if kind == "end" and not err.is_terminal:  # a log file: one plain line per finished run
@@ -86,13 +91,46 @@ def arena(
                 point = "".join(f" / {k}={v}" for k, v in spec.sweep.items())
                 err.print(f"{spec.task} / {spec.variant} / seed {spec.seed}{point}: {result}", highlight=False, markup=False)
 
-        run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event, executor=executor, address=address)
+        try:
+            run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event, executor=executor, address=address)
+        except KeyboardInterrupt:
+            running["interrupted"] = True
+    if running.get("interrupted"):  # the board closed first, then one line on where the grid stopped
+        if not err.is_terminal and grid.current:  # rich ends a live board with a newline on a terminal only
+            err.line()
+        err.print(_interrupted(out_dir, specs, running), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(130)
     page, board = build_report(out_dir)
     if as_json:
         print_json({**board, "report": str(page), "wall_seconds": grid.elapsed()})
         return
     _print_leaderboard(board)
     out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
+
+
+def _interrupted(out_dir: str, specs: list, running: dict) -> str:
+    """Ctrl-C: how many runs the store holds, where the run in progress stopped and what its
+    checkpoint keeps, and the command that continues (the same one: stored runs are skipped)."""
+    import shlex
+    import sys
+
+    from ..arena import Store
+    from ..training import CheckpointError, load_checkpoint
+
+    stored = Store(Path(out_dir) / "results.sqlite").finished()
+    done = sum(s.run_id in stored for s in specs)
+    head = f"interrupted: {done} of {len(specs)} runs stored in {Path(out_dir) / 'results.sqlite'}"
+    spec = running.get("spec")
+    if spec is not None:
+        folder = Path(out_dir) / "runs" / spec.run_id
+        try:
+            step = load_checkpoint(folder).meta.get("step", 0)
+            kept = f"its checkpoint of step {step} in {folder / 'checkpoint'}, which the rerun resumes"
+        except (CheckpointError, OSError):
+            kept = "nothing saved yet, so the rerun starts it over"
+        head += f"; {spec.task} / {spec.variant} / seed {spec.seed} stopped at step {running.get('step') or 0} ({kept})"
+    again = shlex.join(["attnlab", *sys.argv[1:]]) if sys.argv[1:2] == ["arena"] else "the same attnlab arena command"
+    return f"{head}; continue with: {again}"
 
 
 def report(

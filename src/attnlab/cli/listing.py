@@ -10,7 +10,7 @@ from .common import fail, out, print_json
 from .options import json_option
 from .tables import table
 
-__all__ = ["CAPABILITY_COLUMNS", "KINDS", "list_names", "list_rows", "variants_table"]
+__all__ = ["CAPABILITY_COLUMNS", "KINDS", "list_names", "list_rows", "option_rows", "variants_table"]
 
 KINDS = {
     "tasks": "the tasks of 'attnlab train TASK' and the arena (--tasks)",
@@ -86,13 +86,52 @@ def list_rows(what: str) -> dict[str, dict]:
     return rows
 
 
+def option_rows(what: str, name: str) -> dict[str, dict]:
+    """The options of one entry of ``attnlab list WHAT`` (``attnlab list WHAT NAME``), in the order
+    its signature takes them: ``{option: {default, help}}`` (``default``: its value, None when it has
+    none; ``help``: what the docstring's ``Args:`` says of it, :func:`attnlab.registry.option_docs`)."""
+    import inspect
+
+    from ..registry import option_docs
+
+    registry = _registry(what)
+    obj = registry.get(name)
+    docs = option_docs(obj)
+    params: dict[str, inspect.Parameter] = {}
+    for src in ([c for c in obj.__mro__ if "__init__" in vars(c) and c is not object] if isinstance(obj, type) else [obj]):
+        fn = src.__init__ if isinstance(src, type) else src
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                params.setdefault(p.name, p)
+    known = registry.options(name)
+    return {o: {"default": None if p.default is p.empty else p.default, "help": docs.get(o, "")}
+            for o, p in params.items() if known is None or o in known}
+
+
 def list_names(
     what: str = typer.Argument(..., metavar="WHAT", help=f"One of {', '.join(KINDS)}."),
-    as_json: bool = json_option("Print one JSON object: {name: {summary, options}} (variants: with their capabilities too)."),
+    name: str | None = typer.Argument(None, metavar="[NAME]", help="One of them: its options, their defaults and what each is."),
+    as_json: bool = json_option("Print one JSON object: {name: {summary, options}} (variants: with their capabilities too); "
+                                "with NAME: {option: {default, help}}."),
 ) -> None:
-    """List the names an option accepts: tasks, variants, encodings, models, scores, normalizers."""
+    """List the names an option accepts (tasks, variants, encodings, models, scores, normalizers), or one name's options."""
     if what not in KINDS:
         fail(f"unknown list {what!r}; choose one of {', '.join(KINDS)}")
+    if name is not None:
+        try:
+            options = option_rows(what, name)
+        except ValueError as e:
+            fail(str(e))
+        if as_json:
+            print_json(options)
+            return
+        t = table(f"{name}: {_summary(_registry(what).get(name))}", ["option", "default", "what it is"],
+                  left=["option", "default", "what it is"])
+        for o, row in options.items():
+            helped = re.sub(r":\w+:`~?([^`]+)`", r"\1", row["help"]).replace("``", "")  # Sphinx roles read as their names
+            t.add_row(o, "-" if row["default"] is None else str(row["default"]), helped or "-")
+        out.print(t)
+        return
     rows = list_rows(what)
     if as_json:
         print_json(rows)
@@ -101,6 +140,7 @@ def list_names(
         out.print(variants_table(rows))
         return
     t = table(f"{what}: {KINDS[what]}", ["name", "what it is", "options"], left=["name", "what it is", "options"])
+    t.caption = f"'attnlab list {what} NAME': one's options, their defaults and what each is"
     for name, row in rows.items():
         opts = row["options"]
         t.add_row(name, row["summary"], "any" if opts is None else ", ".join(opts))

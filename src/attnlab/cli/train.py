@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import time
 from collections.abc import Callable
 
 import typer
@@ -13,6 +12,7 @@ from rich.markup import escape
 
 from .common import err, fail, out, output_folder, print_json, progress, refuse_overwrite
 from .options import blocks_option, heads_option, json_option, plot_option, precision_option, width_option
+from .training_bar import TrainingBar, interrupted_message
 
 __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
 
@@ -22,6 +22,10 @@ TASK_HELP = "The task (pos, recall, listops, text, docs, digits, karate, jsonl, 
 
 def train(
     task: str = typer.Argument(..., metavar="TASK", help=TASK_HELP),
+    extra: list[str] | None = typer.Argument(None, hidden=True),
+    data: str | None = typer.Option(None, "--data", metavar="FILE",
+                                    help="The user's own data, for a task that reads it: jsonl's file, wav_folder's folder (as in "
+                                         "'attnlab arena --data'; the same as --task-option path=FILE)."),
     model: str | None = typer.Option(None, help="Backbone (default: the task's, else transformer; 'attnlab list models')."),
     attention: str | None = typer.Option(None, help="Attention variant (default dense; 'attnlab list variants')."),
     positional: str | None = typer.Option(None, help="Positional encoding (default: the task's; 'attnlab list encodings')."),
@@ -82,7 +86,8 @@ def train(
     base_dir = os.path.join(out_dir, "baseline")
     previous = _previous_run(out_dir, task) if resume else None
     cfg = _config(
-        task, size, task_option, model_option, attention_option, previous=previous, model=model, attention=attention,
+        task, size, [*task_option, *_data_option(task, data, task_option, extra)], model_option, attention_option, previous=previous,
+        model=model, attention=attention,
         positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, embed_dim=embed_dim, num_layers=num_layers,
         num_heads=num_heads, batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience, seconds=seconds, precision=precision,
         compile=compile_step, pretrain_steps=pretrain_steps, pretrain_share=pretrain_share,
@@ -97,14 +102,14 @@ def train(
                 run_train(base_cfg, base_dir, resume=base_resume, overwrite=force)
             return
         with progress() as bar:
-            meter = _TrainingBar(bar, f"{task} {cfg.model}", cfg.seconds)
-            pre = _TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
+            meter = TrainingBar(bar, f"{task} {cfg.model}", cfg.seconds)
+            pre = TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
             phases.append((out_dir, meter, pre))
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval,
                                sequence_parallel=sequence_parallel, overwrite=force, on_pretrain_step=pre.on_step if pre else None)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
-                meter = _TrainingBar(bar, f"{task} {base_cfg.model} (no attention)", base_cfg.seconds)
+                meter = TrainingBar(bar, f"{task} {base_cfg.model} (no attention)", base_cfg.seconds)
                 phases.append((base_dir, meter, None))
                 base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval, overwrite=force)
     except KeyboardInterrupt:
@@ -113,13 +118,16 @@ def train(
         folder, meter, pre = phases[-1]
         again = f"attnlab train {task} --out {shlex.quote(out_dir)} --resume" + (
             "" if baseline is None else " --baseline" if baseline else " --no-baseline")
-        err.print(_interrupted_message(folder, meter, pre, baseline=folder != out_dir, again=again), markup=False, highlight=False,
+        err.print(interrupted_message(folder, meter, pre, baseline=folder != out_dir, again=again), markup=False, highlight=False,
                   soft_wrap=True)
         raise typer.Exit(130) from None
     except ConfigMismatchError as e:
         fail(_mismatch_message(out_dir, e))
     except RunExistsError as e:
         fail(_exists_message(e.folder, e.step, e.total))
+    finally:  # ended, failed or interrupted: no notice of a setup comes after it
+        for _, meter, _pre in phases:
+            meter.close()
     caveats = _caveats(result, cfg)
     if resume and result.steps_run == 0:
         caveats.append(f"nothing was trained: the run had already reached its budget ({result.steps} steps); give more --steps or "
@@ -146,6 +154,28 @@ def train(
                   + (" (lower is better)" if lower else ""), highlight=False)
     for c in caveats:
         err.print(f"[yellow]warning:[/] {escape(c)}", soft_wrap=True, highlight=False)
+
+
+def _data_option(task: str, data: str | None, task_option: list[str], extra: list[str] | None) -> list[str]:
+    """``--data FILE`` as the ``--task-option`` it stands for: the one option naming the task's file
+    (:func:`attnlab.tasks.data_files`; jsonl's ``path``), or a one-line error for a task that reads
+    no file or several, when the option is also given, or for a file given after the task
+    (``extra``: ``attnlab train jsonl FILE``)."""
+    from .. import tasks as task_registry
+
+    if extra:
+        fail(f"unexpected {' '.join(extra)!r} after the task: give your data as --data {shlex.quote(extra[0])} "
+             f"(attnlab train {task} --data FILE)")
+
+    if data is None or task not in task_registry.names():
+        return []
+    files = getattr(task_registry.TASKS.get(task), "files", ())
+    if len(files) != 1:
+        fail(f"--data: the task {task!r} reads " + ("no file of yours (its data is generated)" if not files else
+             f"several files: give each as --task-option {', '.join(f + '=FILE' for f in files)}"))
+    if any(o.partition("=")[0] == files[0] for o in task_option):
+        fail(f"--data and --task-option {files[0]}=... both name the file: give it once, as --data FILE")
+    return [f"{files[0]}={data}"]
 
 
 def _utilisation(r) -> str:
@@ -183,29 +213,6 @@ def _previous_run(out_dir: str, task: str):
         fail(f"--out {out_dir} holds a run of task {cfg.task!r}, not {task!r}: resume it as "
              f"'attnlab train {cfg.task} --out {out_dir} --resume'")
     return cfg
-
-
-def _interrupted_message(folder: str, meter: _TrainingBar, pre: _TrainingBar | None, *, baseline: bool, again: str) -> str:
-    """Ctrl-C: the one line saying where the run in ``folder`` stopped, what its checkpoint holds,
-    and ``again``, the command that resumes it (or that nothing was saved yet)."""
-    from ..training import CheckpointError, load_checkpoint
-    from ..training.config import TIME_BUDGET_STEPS
-
-    try:
-        ck = load_checkpoint(folder)
-        saved, where = ck.meta.get("step", 0), ck.path
-    except (CheckpointError, OSError):
-        saved, where = None, None
-    pretraining = pre is not None and pre.step is not None and meter.step is None
-    now = pre if pretraining else meter
-    step = now.step if now.step is not None else saved or 0
-    of = "" if now.total in (None, TIME_BUDGET_STEPS) else f" of {now.total}"
-    what = ("the no-attention baseline " if baseline else "") + ("self-pretraining " if pretraining else "")
-    head = f"interrupted {what}at step {step}{of}"
-    if where is None and not baseline:
-        return f"{head}, before its first checkpoint: nothing was saved; run the same command again to start over"
-    kept = "nothing of the baseline yet" if where is None else f"the checkpoint of step {saved} in {where}"
-    return f"{head}; saved: {kept}; resume with: {again}"
 
 
 def _exists_message(folder, step: int, total) -> str:
@@ -303,53 +310,6 @@ def _option_pairs(pairs: list[str], what: str) -> dict:
         except ValueError:
             options[key] = raw
     return options
-
-
-class _TrainingBar:
-    """The progress of one training run: a bar (step, loss, the last validation score, steps per
-    second) where stderr is a terminal, else one plain line per validation (a log file shows the
-    run as it goes)."""
-
-    def __init__(self, bar, label: str, seconds: float | None = None):
-        self.bar, self.label = bar, label
-        self.seconds, self.used = seconds, 0.0  # a time budget, shown instead of its step cap (TIME_BUDGET_STEPS), and its seconds used
-        self.task = bar.add_task(label, total=None)
-        self.start: float | None = None
-        self.first_step = 0
-        self.step: int | None = None  # the last step done in this call
-        self.val: float | None = None
-        self.loss, self.total, self.rate = float("nan"), None, 0.0
-        self.plain = bar.disable  # no bar (stderr is not a terminal): plain lines
-
-    def on_step(self, step: int, total: int, loss: float) -> None:
-        """After each optimizer step."""
-        now = time.perf_counter()
-        if self.start is None:
-            self.start, self.first_step = now, step
-        self.rate = (step - self.first_step) / max(now - self.start, 1e-9)
-        self.step = step
-        self.loss, self.total = loss, total
-        val = "" if self.val is None else f" val={self.val:.4f}"
-        if self.seconds is not None:  # the bar follows the seconds (wall time of this call, capped at the budget)
-            self.used = min(now - self.start, self.seconds)
-            self.bar.update(self.task, completed=self.used, total=self.seconds,
-                            description=f"{self.label} {self._where(step)} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
-            return
-        self.bar.update(self.task, completed=step, total=total, description=f"{self.label} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
-
-    def _where(self, step: int) -> str:
-        """``step 21/400``, or under a time budget ``step 21, 12 s of 30 s,`` (its step cap is no limit)."""
-        from ..training.config import TIME_BUDGET_STEPS
-
-        of = "" if self.total in (None, TIME_BUDGET_STEPS) else f"/{self.total}"
-        return f"step {step}{of}" if self.seconds is None else f"step {step}{of}, {self.used:.0f} s of {self.seconds:g} s,"
-
-    def on_eval(self, step: int, val: float) -> None:
-        """After each validation."""
-        self.val = val
-        if self.plain:
-            err.print(f"{self.label}: {self._where(step)} loss {self.loss:.4f} val {val:.4f} {self.rate:.1f} steps/s", highlight=False,
-                      soft_wrap=True)
 
 
 def _show(result, detail: Callable[[object], str]) -> None:

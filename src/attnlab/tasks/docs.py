@@ -59,7 +59,12 @@ def _windows(data: np.ndarray, length: int, stride: int) -> tuple[torch.Tensor, 
 @register("docs", train_defaults={"model": "lm", "steps": 1200, "batch_size": 16, "lr": 2e-3, "warmup": 50,
                                   "embed_dim": 128, "num_layers": 4, "num_heads": 4, "positional": "rope", "eval_every": 200})
 def make_docs(size: int = 8000, seed: int = 0, length: int = 256) -> Task:
-    """The ``docs`` task: at most ``size`` training windows of ``length`` bytes (see the module docstring)."""
+    """The ``docs`` task: at most ``size`` training windows of ``length`` bytes (see the module docstring).
+
+    Args:
+        size: the most training windows kept. seed: which windows are kept.
+        length: bytes per window (the model's context).
+    """
     positive_int("size", size)
     int_at_least("length", length, 8)
     data = np.frombuffer(docs_text(), dtype=np.uint8)

@@ -98,6 +98,7 @@ def sbm(
     Args:
         size: training graphs (validation and test: ``size / 8``, at least 64... see
             :func:`attnlab.tasks.base.split_sizes`; here at least 8 each).
+        seed: the generator's.
         nodes: per graph. blocks: classes, equal-sized blocks. p_in, p_out: edge probability
             inside a block and across blocks. signal: length of each block's mean feature
             vector (noise is N(0, 1) per coordinate). dim: feature width.
@@ -252,7 +253,7 @@ def _read_rows(path: str, what: str) -> list[list[str]]:
 
 @register("graph_files", train_defaults={"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3,
                                          "embed_dim": 64, "num_layers": 2, "warmup": 20, "eval_every": 20, "patience": None},
-          baseline_model="node_mlp")
+          baseline_model="node_mlp", files=("edges", "features", "labels"))
 def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int = 0, directed: bool = False) -> Task:
     """The user's own graph for node classification, from three text files.
 
@@ -265,6 +266,11 @@ def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int
     The labelled nodes are shuffled with ``seed`` and cut 70 / 15 / 15 into train / val / test.
     Errors name the file and the line. (A PyTorch Geometric ``Data`` is taken directly by
     :class:`attnlab.models.GraphTransformer`.)
+
+    Args:
+        edges: the edge list file. features: the node features file. labels: the node labels file.
+        seed: the shuffle of the labelled nodes into train / val / test.
+        directed: read each edge one way only (default: both ways).
     """
     if not (edges and features and labels):
         raise ValueError("graph_files needs edges=, features= and labels= files (--task-option edges=PATH ...)")

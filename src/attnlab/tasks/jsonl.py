@@ -287,5 +287,15 @@ class UnknownTokensWarning(UserWarning):
 @register("jsonl", train_defaults=train_defaults_for, baseline_model="window_mlp", files=("path",), rebuild=_rebuild)
 def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
                size: int | None = None) -> Task:
-    """The user's file as a task (see the module docstring); ``size`` keeps that many training lines."""
+    """The user's file as a task (see the module docstring).
+
+    Args:
+        path: the jsonl file (``attnlab train jsonl --data FILE``).
+        seed: the shuffle of the lines into train / val / test.
+        val_fraction: the share of the lines held out for validation.
+        test_fraction: the share of the lines held out for test.
+        vocab_size: the most tokens of a text tokenizer (byte-level BPE: the 256 bytes, the
+            special tokens and the most frequent merges).
+        size: keep this many training lines (default: all).
+    """
     return _build(path, seed, val_fraction, test_fraction, vocab_size, size)

@@ -72,7 +72,13 @@ def evaluate_listops(tokens: list[str]) -> int:
                                      "positional": "sinusoidal"})
 def make_listops(size: int = 10000, seed: int = 0, min_length: int = 16, max_length: int = 128, max_depth: int = 6,
                  max_args: int = 5) -> Task:
-    """The ``listops`` task (classification, 10 classes); ``max_length`` is the length knob."""
+    """The ``listops`` task (classification, 10 classes); ``max_length`` is the length knob.
+
+    Args:
+        size: training expressions (val and test: size / 8 each, at least 64). seed: the generator's.
+        min_length: the fewest tokens of an expression. max_length: the most.
+        max_depth: the deepest nesting of operations. max_args: the most arguments of one operation.
+    """
     if not 1 <= min_length <= max_length:
         raise ValueError(f"need 1 <= min_length <= max_length, got {min_length} and {max_length}")
     rng = random.Random(seed)

@@ -44,7 +44,21 @@ def make_lookup(size: int = 1024, seed: int = 0, length: int = 1024, keys: int =
 
     Token ids: a write ``(k, v)`` is ``FIRST + k * values + v``, a read of
     key ``k`` is ``FIRST + num_keys * values + k``, then the ``noise`` tokens; labels are values
-    at the reads (:data:`IGNORE` elsewhere)."""
+    at the reads (:data:`IGNORE` elsewhere).
+
+    Args:
+        size: training sequences (val and test: size / 8 each, at least 64). seed: the generator's.
+        length: tokens per sequence (noise fills what the log leaves).
+        keys: the keys written in each sequence (its log has ``keys * repeats`` past writes);
+            a fixed-size state must hold every one of them across the gap.
+        values: the values a key can hold (chance is ``1 / values``).
+        repeats: how often each key is written before the reads (and with every other value after them).
+        queries: the reads, each of one of the sequence's keys: the scored positions.
+        gap: noise tokens between the last past write and the first read (a window shorter than
+            this sees no write from a read).
+        num_keys: the key vocabulary the ``keys`` of a sequence are drawn from (at least ``keys``).
+        noise: the noise tokens' vocabulary.
+    """
     for name, val in (("size", size), ("length", length), ("keys", keys), ("values", values), ("repeats", repeats),
                       ("queries", queries), ("num_keys", num_keys), ("noise", noise)):
         positive_int(name, val)

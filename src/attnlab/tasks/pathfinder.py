@@ -110,7 +110,13 @@ def draw_example(rng: np.random.Generator, connected: bool, *, resolution: int =
                                         "positional": "sinusoidal", "eval_every": 250})
 def make_pathfinder(size: int = 2000, seed: int = 0, resolution: int = 32, distractors: int = 2, dash: int = 3, gap: int = 2) -> Task:
     """The ``pathfinder`` task: ``size`` training images of ``resolution`` x ``resolution`` pixels,
-    as token sequences of ``resolution ** 2`` (see the module docstring)."""
+    as token sequences of ``resolution ** 2`` (see the module docstring).
+
+    Args:
+        size: training images (val and test: size / 8 each, at least 64). seed: the generator's.
+        resolution: pixels per side (32: 1,024 tokens; 64: 4,096).
+        distractors: curves that carry no dot. dash: pixels drawn per dash. gap: pixels left out between dashes.
+    """
     choice("resolution", resolution, (16, 32, 64))
     int_at_least("distractors", distractors, 0)
     positive_int("dash", dash)

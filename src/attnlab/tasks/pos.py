@@ -67,7 +67,11 @@ def _word_majority(sentences) -> float:
 
 @register("pos", train_defaults={"steps": 600, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2, "positional": "rope"})
 def make_pos(size: int = 4000, seed: int = 0) -> Task:
-    """The ``pos`` task: ``size`` training sentences (val and test: size / 8 each), fixed ``seed``."""
+    """The ``pos`` task: ``size`` training sentences (val and test: size / 8 each), fixed ``seed``.
+
+    Args:
+        size: training sentences. seed: the generator's.
+    """
     sizes = split_sizes(size)
     rng = random.Random(seed)
     word_id = {w: FIRST + i for i, w in enumerate(WORDS)}

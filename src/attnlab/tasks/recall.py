@@ -30,7 +30,15 @@ def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int 
     """The ``recall`` task; token ids: keys ``FIRST ..``, then values, then ``noise`` noise tokens;
     labels are value indices. ``length`` (default: no noise, ``2 * pairs + queries`` tokens)
     puts noise tokens between the pairs and the queries up to that many tokens: the long-range
-    form, pairs and queries ``length - 2 * pairs - queries`` tokens apart."""
+    form, pairs and queries ``length - 2 * pairs - queries`` tokens apart.
+
+    Args:
+        size: training sequences (val and test: size / 8 each, at least 64). seed: the generator's.
+        pairs: key-value pairs written at the start of a sequence. queries: keys asked after them.
+        num_keys: the key vocabulary. num_values: the value vocabulary (chance is ``1 / num_values``).
+        length: tokens per sequence, noise between the pairs and the queries (None: no noise).
+        noise: the noise tokens' vocabulary.
+    """
     for name, val in (("pairs", pairs), ("queries", queries), ("num_keys", num_keys), ("num_values", num_values), ("noise", noise)):
         positive_int(name, val)
     if pairs > num_keys:

@@ -50,7 +50,12 @@ def _pairs(rng: np.random.Generator, per_class: list[list[bytes]], count: int) -
                                        "pooling": "mean", "positional": "sinusoidal", "eval_every": 250})
 def make_retrieval(size: int = 2000, seed: int = 0, length: int = 1024, classes: int = 6) -> Task:
     """The ``retrieval`` task: ``size`` training pairs of two ``length``-byte windows (see the
-    module docstring); validation and test take ``size / 5`` pairs each (at least 100)."""
+    module docstring); validation and test take ``size / 5`` pairs each (at least 100).
+
+    Args:
+        size: training pairs. seed: the draw of the windows and of the split.
+        length: bytes per window. classes: the standard-library packages the windows come from.
+    """
     present, rng, by_split, files_of = package_data("retrieval", size=size, seed=seed, length=length, classes=classes)
     splits = {}
     for name, per_class in by_split.items():

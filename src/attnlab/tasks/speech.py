@@ -146,10 +146,15 @@ def speech(
 _AUDIO = (".wav", ".flac", ".ogg")
 
 
-@register("wav_folder", train_defaults=_SPEECH_DEFAULTS, baseline_model=None)
+@register("wav_folder", train_defaults=_SPEECH_DEFAULTS, baseline_model=None, files=("path",))
 def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
     """The user's recordings: ``path/<label>/<clip>.wav`` (see the module docstring); the clips
-    are shuffled with ``seed`` and cut 80 / 10 / 10 into train / val / test."""
+    are shuffled with ``seed`` and cut 80 / 10 / 10 into train / val / test.
+
+    Args:
+        path: the folder of label folders (``attnlab train wav_folder --data FOLDER``).
+        seed: the shuffle of the clips. features: ``"logmel"`` or ``"mfcc"``.
+    """
     if not path:
         raise ValueError("wav_folder needs path= a folder with one subfolder per label (--task-option path=DIR)")
     root = Path(path)

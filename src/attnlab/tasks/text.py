@@ -95,7 +95,12 @@ def package_data(task: str, *, size: int, seed: int, length: int, classes: int):
                                   "pooling": "mean", "positional": "sinusoidal", "eval_every": 250})
 def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int = 6) -> Task:
     """The ``text`` task: at most ``size`` training windows of ``length`` bytes from ``classes``
-    standard-library packages (see the module docstring)."""
+    standard-library packages (see the module docstring).
+
+    Args:
+        size: the most training windows. seed: the split of the files and the draw of the windows.
+        length: bytes per window. classes: the standard-library packages, the labels (at most 6).
+    """
     present, rng, by_split, files_of = package_data("text", size=size, seed=seed, length=length, classes=classes)
     splits = {}
     for name, per_class in by_split.items():

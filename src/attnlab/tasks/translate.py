@@ -65,7 +65,11 @@ def translate_sentence(words: list[str]) -> list[str]:
 @register("translate", baseline_model=None, train_defaults={"steps": 5000, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
                                                             "positional": "sinusoidal"})
 def make_translate(size: int = 6000, seed: int = 0) -> Task:
-    """The ``translate`` task (kind ``seq2seq``): ``size`` training pairs, fixed ``seed``."""
+    """The ``translate`` task (kind ``seq2seq``): ``size`` training pairs, fixed ``seed``.
+
+    Args:
+        size: training sentence pairs. seed: the generator's.
+    """
     rng = random.Random(seed)
     src_ids = {w: FIRST + i for i, w in enumerate(_SOURCE)}
     tgt_words = list(LEXICON.values())

@@ -195,14 +195,15 @@ def train(
     encoder blocks per process (the final vectors are gathered whole for the head and the loss).
     """
     t0 = time.perf_counter()
-    run = _start(cfg, Path(out), task, sequence_parallel, resume=resume, overwrite=overwrite)
-    if cfg.pretrain_steps and run.pretrain is None:
-        deadline = None if max_seconds is None else t0 + max_seconds
-        run.pretrain = _pretrain(run.model, run.task, cfg, run.precision, on_pretrain_step, deadline)
-        run.spent = run.pretrain["seconds"]
-        run.best_state = copy_weights(run.model)
-        save(run)  # the pretrained weights survive a crash: a resumed run fine-tunes them
-    stopped_by, step_seconds, steps_run = _fine_tune(run, t0, max_seconds, on_step, on_eval)
+    with _removed_if_left_empty(Path(out)):  # failed or interrupted before its first checkpoint: no empty folder left
+        run = _start(cfg, Path(out), task, sequence_parallel, resume=resume, overwrite=overwrite)
+        if cfg.pretrain_steps and run.pretrain is None:
+            deadline = None if max_seconds is None else t0 + max_seconds
+            run.pretrain = _pretrain(run.model, run.task, cfg, run.precision, on_pretrain_step, deadline)
+            run.spent = run.pretrain["seconds"]
+            run.best_state = copy_weights(run.model)
+            save(run)  # the pretrained weights survive a crash: a resumed run fine-tunes them
+        stopped_by, step_seconds, steps_run = _fine_tune(run, t0, max_seconds, on_step, on_eval)
     folder = save(run) if not (run.out / "checkpoint").exists() else run.out / "checkpoint"
     value = _test(run)
     parallel.finish(run.own_group)
@@ -213,6 +214,23 @@ def train(
                        run.step, run.history, step_seconds, steps_run, stopped_by, run.task.kind, *run.task.split_size("test"),
                        precision=precision, flops_per_step=flops, flop_rate=rate, peak_fraction=rate / peak if rate else None,
                        pretrain=run.pretrain)
+
+
+@contextlib.contextmanager
+def _removed_if_left_empty(out: Path):
+    """The folders this call creates for ``out`` (it and any missing parent) are removed again
+    when setting the run up fails or is interrupted before anything was written into them: a
+    failed or interrupted ``train`` leaves no empty output folder behind."""
+    new = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for folder in new:
+            try:
+                folder.rmdir()  # only an empty one
+            except OSError:
+                break
+        raise
 
 
 def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: int, *, resume: bool, overwrite: bool) -> Run:
