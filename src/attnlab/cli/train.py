@@ -352,7 +352,7 @@ def eval_cmd(
 
 def predict(
     checkpoint: str = typer.Argument(..., metavar="DIR",
-                                     help="A checkpoint trained on a jsonl file (attnlab train jsonl --task-option path=...)."),
+                                     help="A checkpoint trained on a jsonl file (attnlab train jsonl --data FILE)."),
     input_file: str = typer.Argument(..., metavar="INPUT", help="jsonl with the input field: tokens, text or source (labels optional)."),
     beam: int | None = typer.Option(None, min=1, help="seq2seq: beam search of this width instead of greedy decoding."),
     output: str | None = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),

@@ -156,7 +156,7 @@ def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
         seed: the shuffle of the clips. features: ``"logmel"`` or ``"mfcc"``.
     """
     if not path:
-        raise ValueError("wav_folder needs path= a folder with one subfolder per label (--task-option path=DIR)")
+        raise ValueError("wav_folder needs path= a folder with one subfolder per label (--data DIR)")
     root = Path(path)
     if not root.is_dir():
         raise ValueError(f"{root} is not a folder")
