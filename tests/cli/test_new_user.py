@@ -15,7 +15,7 @@ import attnlab.training
 from attnlab.cli import app
 from attnlab.models.encoder import Encoder
 from attnlab.training import TrainConfig, load_checkpoint
-from tests.cli.helpers import runner
+from tests.cli.helpers import interrupt_training, runner
 
 TINY = ["--size", "64", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--eval-every", "2"]
 
@@ -47,19 +47,7 @@ def test_3_generate_on_a_tagger_says_it_is_not_a_language_model_and_nothing_befo
 
 def _interrupt_at(monkeypatch, at: int) -> None:
     """``attnlab train`` is interrupted (as by Ctrl-C) right after optimizer step ``at``."""
-    real = attnlab.training.train
-
-    def train(cfg, out, **kw):
-        shown = kw["on_step"]
-
-        def on_step(step, total, loss):
-            shown(step, total, loss)
-            if step == at:
-                raise KeyboardInterrupt
-
-        return real(cfg, out, **{**kw, "on_step": on_step})
-
-    monkeypatch.setattr(attnlab.training, "train", train)
+    interrupt_training(monkeypatch, attnlab.training, at)
 
 
 def test_5_ctrl_c_says_where_the_run_stopped_and_how_to_resume_it(tmp_path, monkeypatch):

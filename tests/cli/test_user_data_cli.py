@@ -10,7 +10,7 @@ import pytest
 
 import attnlab.arena.runner
 from attnlab.cli import app
-from tests.cli.helpers import runner
+from tests.cli.helpers import interrupt_training, runner
 
 
 @pytest.fixture
@@ -22,26 +22,10 @@ def tiny_arena(monkeypatch):
                                                                                       "num_layers": 1, "num_heads": 2})}))
 
 
-def _interrupt_arena_at(monkeypatch, at: int) -> None:
-    real = attnlab.arena.runner.train
-
-    def train(cfg, out, **kw):
-        shown = kw["on_step"]
-
-        def on_step(step, total, loss):
-            shown(step, total, loss)
-            if step == at:
-                raise KeyboardInterrupt
-
-        return real(cfg, out, **{**kw, "on_step": on_step})
-
-    monkeypatch.setattr(attnlab.arena.runner, "train", train)
-
-
 @pytest.mark.parametrize("at", [5, 15])
 def test_ctrl_c_in_the_arena_says_where_it_stopped_and_leaves_no_empty_folder(tmp_path, monkeypatch, tiny_arena, at):
     args = ["arena", "--tasks", "pos", "--variants", "dense", "--out", str(tmp_path / "a")]
-    _interrupt_arena_at(monkeypatch, at)
+    interrupt_training(monkeypatch, attnlab.arena.runner, at)
     res = runner.invoke(app, args)
     assert res.exit_code == 130
     line = res.stderr.splitlines()[-1]

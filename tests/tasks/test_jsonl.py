@@ -96,6 +96,7 @@ def test_train_on_user_data_reports_the_no_attention_baseline(tmp_path):
 
     base = load_checkpoint(tmp_path / "run" / "baseline")
     assert base.config.model == "window_mlp" and base.config.steps == 6 and base.config.task_options == {"path": str(data)}
+    assert base.meta["task_artifacts"] == load_checkpoint(tmp_path / "run").meta["task_artifacts"]  # the same tokens, labels and file
     r = CliRunner().invoke(app, [*args[:-1], "--no-baseline", "--out", str(tmp_path / "run2"), "--json"])
     assert "baseline" not in json.loads(r.stdout.splitlines()[-1])
 
