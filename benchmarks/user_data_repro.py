@@ -2,6 +2,7 @@
 command line, on two files built here (no download):
 
     python benchmarks/user_data_repro.py -o benchmarks/results/user-data-repro-2026-11-26-cpu2.json
+    PYTHONPATH=OLD/src python benchmarks/user_data_repro.py --skip-nospace --label "before (8397ec4)" -o (the same file)
 
 * ``pieces.jsonl``: 1,000 pieces of 300 characters of the standard library's source, labelled by
   package (``json``, ``http``, ``email``, ``logging``; 250 each): real text, where a 100-step run
@@ -94,6 +95,7 @@ def main() -> None:
     ap.add_argument("-o", "--output", help="JSON file of the results")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--skip-nospace", action="store_true", help="leave out the default-settings run on the unspaced file")
+    ap.add_argument("--label", default="this code", help="the key of this run's results in --output (other keys there are kept)")
     args = ap.parse_args()
     result: dict = {"python": sys.version.split()[0]}
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +122,9 @@ def main() -> None:
             print(f"nospace: model {n['value']:.4f}, baseline ({n['baseline']['model']}) {n['baseline']['value']:.4f}, "
                   f"{n['steps']} steps", flush=True)
     if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=1))
+        out = Path(args.output)
+        kept = json.loads(out.read_text()) if out.exists() else {}
+        out.write_text(json.dumps({**kept, args.label: result}, indent=1))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ TINY = Preset({"pos": TaskSetting({"size": 200}, {"steps": 40, "eval_every": 20,
               ("dense", "linformer"))
 
 
-def test_plans_are_deterministic_and_checked():
+def test_plans_are_deterministic_and_checked(tmp_path):
     a, b = plan("quick"), plan("quick")
     quick = PRESETS["quick"]
     assert [s.run_id for s in a] == [s.run_id for s in b]
@@ -40,7 +40,11 @@ def test_plans_are_deterministic_and_checked():
         plan("quick", tasks=["nope"])
     with pytest.raises(ValueError, match="unknown preset"):
         plan("huge")
-    assert plan("quick", tasks=["jsonl"], variants=["dense"], data="d.jsonl")[0].config.task_options == {"path": "d.jsonl"}
+    (tmp_path / "d.jsonl").write_text('{"text": "a b", "label": 0}\n')
+    assert plan("quick", tasks=["jsonl"], variants=["dense"], data=str(tmp_path / "d.jsonl"))[0].config.task_options == {
+        "path": str(tmp_path / "d.jsonl")}
+    with pytest.raises(ValueError, match="cannot read .*none.jsonl"):  # the file's contents key its runs: read at planning
+        plan("quick", tasks=["jsonl"], variants=["dense"], data=str(tmp_path / "none.jsonl"))
 
 
 def test_precision_is_each_tasks_own_or_the_one_asked_for_and_old_run_ids_stay():

@@ -34,7 +34,7 @@ def test_ctrl_c_in_the_arena_says_where_it_stopped_and_leaves_no_empty_folder(tm
     assert line.endswith("; continue with: the same attnlab arena command")
     runs = tmp_path / "a" / "runs"
     if at < 10:  # before the first checkpoint: nothing saved, and no empty run folder left
-        assert "nothing saved yet, so the rerun starts it over" in line and not runs.exists()
+        assert "nothing saved yet, so the rerun starts it over" in line and not any(runs.iterdir())
     else:
         folder = next(runs.iterdir())
         assert f"its checkpoint of step 10 in {folder / 'checkpoint'}, which the rerun resumes" in line
@@ -119,3 +119,14 @@ def test_the_command_line_guide_lists_every_option_of_every_command():
             if forms and not p.hidden and p.name != "help" and not shown:
                 missing.setdefault(" ".join(path), []).append(forms[0])
     assert not missing, missing
+
+
+def test_ctrl_c_with_runs_in_parallel_names_no_single_run(tmp_path, tiny_arena):
+    """With --workers or Ray the runner reports every queued run as started: the line names none of them."""
+    from attnlab.arena import plan
+    from attnlab.cli.arena import _interrupted
+
+    specs = plan("quick", tasks=["pos"], variants=["dense", "linear"])
+    line = _interrupted(str(tmp_path), specs, {"serial": False, "interrupted": True})
+    assert line.startswith(f"interrupted: 0 of 2 runs stored in {tmp_path / 'results.sqlite'}; the runs in progress resume from their "
+                           "checkpoints") and "pos / dense" not in line

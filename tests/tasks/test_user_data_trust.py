@@ -170,3 +170,36 @@ def test_a_changed_file_is_refused_by_eval_and_resume_and_gets_new_arena_runs(tm
             for s, v in ((before[0], 0.9), (after[0], 0.3))]
     board = leaderboard(rows)
     assert set(board["tasks"]) == {f"jsonl (mine.jsonl, sha256 {digest[:12]})", f"jsonl (mine.jsonl, sha256 {after[0].data_sha256[:12]})"}
+
+
+def test_a_task_given_in_python_is_checked_too_and_resuming_on_another_file_names_the_option(tmp_path):
+    from attnlab.tasks import DataChangedError, Task, check_saved
+    from attnlab.training import ConfigMismatchError
+
+    data = words_file(tmp_path / "mine.jsonl")
+    cfg = TrainConfig.for_task("jsonl", task_options={"path": str(data)}, **{**TINY, "steps": 4})
+    train(cfg, tmp_path / "run")
+    other = words_file(tmp_path / "other.jsonl", seed=7)
+    with pytest.raises(ConfigMismatchError, match="path"):  # another file is another option, not a changed one
+        train(TrainConfig.for_task("jsonl", task_options={"path": str(other)}, **{**TINY, "steps": 4}), tmp_path / "run", resume=True)
+    fresh = tasks.create("jsonl", path=str(data), vocab_size=300)  # built in Python with other tokenizers
+    with pytest.raises(ValueError, match="labels|tokenizer"):
+        evaluate(tmp_path / "run", task=fresh)
+    words_file(data, seed=5)
+    with pytest.raises(DataChangedError):
+        evaluate(tmp_path / "run", task=tasks.create("jsonl", path=str(data)))
+    custom = Task("custom", "classification", 4, 2, "accuracy", {}, {}, artifacts={"x": 1})  # a task of the user's own, unregistered
+    check_saved(custom, {"x": 2})  # nothing it could check: no refusal, no crash
+
+
+def test_a_folders_hash_covers_the_files_the_task_reads_and_an_unreadable_file_is_named(tmp_path):
+    (tmp_path / "yes").mkdir()
+    (tmp_path / "yes" / "a.wav").write_bytes(b"RIFF1")
+    before = tasks.data_digest("wav_folder", {"path": str(tmp_path)})
+    (tmp_path / ".DS_Store").write_bytes(b"x")
+    (tmp_path / "yes" / "notes.txt").write_text("not audio")
+    assert tasks.data_digest("wav_folder", {"path": str(tmp_path)}) == before
+    (tmp_path / "yes" / "a.wav").write_bytes(b"RIFF2")
+    assert tasks.data_digest("wav_folder", {"path": str(tmp_path)}) != before
+    with pytest.raises(ValueError, match=r"cannot read .*missing\.jsonl"):
+        tasks.data_digest("jsonl", {"path": str(tmp_path / "missing.jsonl")})

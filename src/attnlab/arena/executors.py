@@ -72,7 +72,8 @@ def _lost(spec: Any, error: Exception) -> dict:
     """The failed row of a run whose task Ray gave up on (its worker died more than :data:`RAY_RETRIES` times)."""
     reason = " ".join(str(error).split())[:500]
     return {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed,
-            "config": dataclasses.asdict(spec.config), "sweep": getattr(spec, "sweep", {}), "status": "failed",
+            "config": dataclasses.asdict(spec.config), "sweep": getattr(spec, "sweep", {}),
+            "data_sha256": getattr(spec, "data_sha256", None), "status": "failed",
             "error": f"{type(error).__name__}: {reason}",
             "finished_at": time.time()}
 

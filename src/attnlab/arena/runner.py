@@ -28,7 +28,7 @@ import torch
 
 from .. import objectives
 from ..objectives import collate
-from ..tasks import DataChangedError, data_files
+from ..tasks import TASKS, DataChangedError, data_files
 from ..training import TrainConfig, load_checkpoint, train
 from ..training.config import FORMER_NAMES
 from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting, Variants
@@ -259,7 +259,10 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
         if spec.variant == NO_ATTENTION and task.kind == "seq2seq":
             raise ValueError("a seq2seq model's decoder attends whatever its encoder: the task has no no-attention baseline")
         resume = (folder / "checkpoint" / "config.json").exists()
-        res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds, task=task)
+        # resumed: a task that derives its encoding from the data (user data's tokenizers) is rebuilt from what the run saved
+        reuse = not (resume and getattr(TASKS.get(spec.task), "rebuild", None) is not None)
+        res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds,
+                    task=task if reuse else None)
         ck = load_checkpoint(folder)
         try:
             maps = attention_maps(ck.model, task)
@@ -325,6 +328,7 @@ def run_grid(
         raise ValueError("workers caps a Ray instance started here; with an address the cluster's own CPUs decide")
     out = Path(out)
     store = Store(out / "results.sqlite")
+    (out / "runs").mkdir(exist_ok=True)  # here, before any run: a run's cleanup after a failure never removes it under another
     if retry_failed:
         store.remove_failed()
     done = store.finished()

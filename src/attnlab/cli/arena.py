@@ -75,14 +75,14 @@ def arena(
         fail(str(e))
     Store(Path(out_dir) / "results.sqlite")  # a damaged store or an unwritable folder fails here, before the board is drawn
     grid = LiveGrid(specs)
-    running: dict = {}  # the run in progress (serial runs): its spec and last step
+    running: dict = {"serial": workers <= 1 and executor == "local"}  # serial runs: the one in progress, its spec and last step
     with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
 
         def on_event(kind, spec, **info):
-            if kind in ("start", "step"):
-                running.update(spec=spec, step=info.get("step", running.get("step") if kind == "step" else 0))
+            if running["serial"] and kind in ("start", "step"):
+                running.update(spec=spec, step=info.get("step", 0))
             elif kind == "end":
-                running.clear()
+                running.pop("spec", None)
             grid.on_event(kind, spec, **info)
             live.update(grid.render())
             if kind == "end" and not err.is_terminal:  # a log file: one plain line per finished run
@@ -96,7 +96,7 @@ def arena(
         except KeyboardInterrupt:
             running["interrupted"] = True
     if running.get("interrupted"):  # the board closed first, then one line on where the grid stopped
-        if not err.is_terminal and grid.current:  # rich ends a live board with a newline on a terminal only
+        if not err.is_terminal and (grid.current or not running["serial"]):  # rich ends a live board with a newline on a terminal only
             err.line()
         err.print(_interrupted(out_dir, specs, running), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130)
@@ -129,6 +129,8 @@ def _interrupted(out_dir: str, specs: list, running: dict) -> str:
         except (CheckpointError, OSError):
             kept = "nothing saved yet, so the rerun starts it over"
         head += f"; {spec.task} / {spec.variant} / seed {spec.seed} stopped at step {running.get('step') or 0} ({kept})"
+    elif not running.get("serial"):  # several at a time: each resumes from its own checkpoint
+        head += "; the runs in progress resume from their checkpoints (those interrupted before their first start over)"
     again = shlex.join(["attnlab", *sys.argv[1:]]) if sys.argv[1:2] == ["arena"] else "the same attnlab arena command"
     return f"{head}; continue with: {again}"
 

@@ -102,7 +102,7 @@ def train(
                 run_train(base_cfg, base_dir, resume=base_resume, overwrite=force)
             return
         with progress() as bar:
-            meter = TrainingBar(bar, f"{task} {cfg.model}", cfg.seconds)
+            meter = TrainingBar(bar, f"{task} {cfg.model}", cfg.seconds, notice=not cfg.pretrain_steps)
             pre = TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
             phases.append((out_dir, meter, pre))
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval,
@@ -126,8 +126,10 @@ def train(
     except RunExistsError as e:
         fail(_exists_message(e.folder, e.step, e.total))
     finally:  # ended, failed or interrupted: no notice of a setup comes after it
-        for _, meter, _pre in phases:
-            meter.close()
+        for _, *bars in phases:
+            for b in bars:
+                if b is not None:
+                    b.close()
     caveats = _caveats(result, cfg)
     if resume and result.steps_run == 0:
         caveats.append(f"nothing was trained: the run had already reached its budget ({result.steps} steps); give more --steps or "

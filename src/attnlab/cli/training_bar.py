@@ -18,9 +18,11 @@ refusal stays one line)."""
 class TrainingBar:
     """The progress of one training run: a bar (step, loss, the last validation score, steps per
     second) where stderr is a terminal, else one plain line per validation (a log file shows the
-    run as it goes)."""
+    run as it goes), a line at its first step and, with ``notice``, one when setting the run up
+    takes over :data:`BUILDING_NOTICE_SECONDS` (the bar of the phase that steps first: a run's
+    self-pretraining, when it has one)."""
 
-    def __init__(self, bar, label: str, seconds: float | None = None):
+    def __init__(self, bar, label: str, seconds: float | None = None, *, notice: bool = True):
         self.bar, self.label = bar, label
         self.seconds, self.used = seconds, 0.0  # a time budget, shown instead of its step cap (TIME_BUDGET_STEPS), and its seconds used
         self.task = bar.add_task(f"{label} (building the task and the model)", total=None)
@@ -31,7 +33,7 @@ class TrainingBar:
         self.loss, self.total, self.rate = float("nan"), None, 0.0
         self.plain = bar.disable  # no bar (stderr is not a terminal): plain lines
         self._notice: threading.Timer | None = None
-        if self.plain:  # a log shows a long setup (a tokenizer trained on a large file) as it goes, not from the first validation
+        if self.plain and notice:  # a log shows a long setup (a tokenizer trained on a big file) as it goes, not from the first validation
             self._notice = threading.Timer(BUILDING_NOTICE_SECONDS, lambda: err.print(
                 f"{label}: building the task and the model", highlight=False, soft_wrap=True))
             self._notice.daemon = True

@@ -62,15 +62,17 @@ class PaddingInsideWarning(UserWarning):
     the tokens before it, and the output differs from the row with those tokens removed."""
 
 
-def _warn_if_padding_inside(valid: torch.Tensor, name: str) -> None:
-    """Warn (:class:`PaddingInsideWarning`; Python shows it once) when ``valid`` ``(B, N)`` hides a
-    position that has real tokens on both sides in its row."""
+def _warn_if_padding_inside(valid: torch.Tensor, name: str) -> bool:
+    """Warn (:class:`PaddingInsideWarning`) when ``valid`` ``(B, N)`` hides a position that has real
+    tokens on both sides in its row; returns whether it did (a layer warns once)."""
     seen = valid.cumsum(1)  # real tokens up to and including each position
     inside = ~valid & (seen > 0) & (seen < seen[:, -1:])
-    if bool(inside.any()):
-        warnings.warn(f"the {name!r} attention's short convolution counts positions: key padding between real tokens changes "
-                      "the outputs after it against the row without those tokens; put the padding at the start or the end of "
-                      "each row, or pack the pieces as documents (attnlab.masks.Documents)", PaddingInsideWarning, stacklevel=2)
+    if not bool(inside.any()):
+        return False
+    warnings.warn(f"the {name!r} attention's short convolution counts positions: key padding between real tokens changes "
+                  "the outputs after it against the row without those tokens; put the padding at the start or the end of "
+                  "each row, or pack the pieces as documents (attnlab.masks.Documents)", PaddingInsideWarning, stacklevel=2)
+    return True
 
 
 class GatedRecurrence(EfficientAttention):
@@ -139,8 +141,9 @@ class GatedRecurrence(EfficientAttention):
 
             return AttentionResult(per_document(self, run, mask, (q, k, v), x))
         valid = key_padding(mask, b, n, self.name, x.device)
-        if valid is not None and self.conv is not None and state is None:
-            _warn_if_padding_inside(valid, self.name)
+        if valid is not None and self.conv is not None and state is None and not getattr(self, "_warned_padding", False) \
+                and not torch.compiler.is_compiling():  # looked at until it warns once: no host sync after that, no graph break
+            self._warned_padding = _warn_if_padding_inside(valid, self.name)
         if n == 0:
             return AttentionResult(q.new_zeros(b, self.num_heads, 0, self.head_dim))
         if valid is not None:

@@ -132,7 +132,7 @@ TASKS: Registry = Registry("task")
 
 
 def register(name: str, *, train_defaults: dict | Callable[..., dict] | None = None, baseline_model: str | None = "mlp",
-             files: tuple[str, ...] = (), rebuild: Callable[..., Task] | None = None):
+             files: tuple[str, ...] | dict[str, str | Callable] = (), rebuild: Callable[..., Task] | None = None):
     """Decorator for a generator function ``(size=..., seed=..., **options) -> Task``.
 
     Args:
@@ -143,9 +143,12 @@ def register(name: str, *, train_defaults: dict | Callable[..., dict] | None = N
         baseline_model: the task's **no-attention baseline**, a backbone that uses no attention
             (default ``"mlp"``: each token alone, pooled for a set; ``"cnn"``, ``"node_mlp"``), or
             None where no such backbone reads the task; see :func:`baseline_model`.
-        files: the options that name the user's files or folders the task reads (``jsonl``:
-            ``path``): their contents' hash (:func:`data_digest`) is recorded in the task's
-            artifacts, keys the arena's runs and is checked when a run is resumed or scored.
+        files: the options that name the user's files the task reads (``jsonl``: ``("path",)``),
+            or ``{option: pattern}`` for folders, the pattern naming the files it reads in them (a
+            ``Path.glob`` pattern, or ``folder -> files``; ``wav_folder``: its audio files in the
+            label folders): their contents' hash
+            (:func:`data_digest`) is recorded in the task's artifacts, keys the arena's runs and is
+            checked when a run is resumed or scored.
         rebuild: ``(saved, **options) -> Task``: the task built again with what an earlier build
             saved in its artifacts (``saved``: a checkpoint's, e.g. user data's trained tokenizers)
             instead of deriving it from the data anew; see :func:`create`.
@@ -154,7 +157,7 @@ def register(name: str, *, train_defaults: dict | Callable[..., dict] | None = N
     def deco(fn):
         fn.train_defaults = train_defaults if callable(train_defaults) else dict(train_defaults or {})
         fn.baseline_model = baseline_model
-        fn.files = tuple(files)
+        fn.files = dict(files) if isinstance(files, dict) else tuple(files)
         fn.rebuild = rebuild
         TASKS.add(name, fn)
         return fn
@@ -181,41 +184,51 @@ class DataChangedError(ValueError):
     """The user's file a run was trained on no longer holds what it held then (its hash differs)."""
 
 
+def _maker(name: str):
+    """The registered maker of task ``name``, or None for a task built in Python under another name."""
+    return TASKS.get(name) if name in TASKS else None
+
+
 def data_files(name: str, options: dict) -> dict[str, str]:
     """The user's files or folders the task ``name`` reads with ``options``: ``{option: path}``
     for the options it registered as ``files`` that are set (``{}`` for a generated task)."""
-    found = getattr(TASKS.get(name), "files", ())
+    found = getattr(_maker(name), "files", ())
     return {o: str(options[o]) for o in found if options.get(o)}
 
 
-def _hash_path(h, path: Path) -> None:
-    if path.is_dir():  # a folder: every file under it, by its path inside the folder
-        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+def _hash_path(h, path: Path, pattern) -> None:
+    if pattern is not None and path.is_dir():  # a folder: the files the task reads in it, by their path inside it
+        found = path.glob(pattern) if isinstance(pattern, str) else pattern(path)
+        for f in sorted(p for p in found if p.is_file()):
             h.update(str(f.relative_to(path)).encode() + b"\0")
-            h.update(f.read_bytes())
+            with f.open("rb") as fh:
+                h.update(hashlib.file_digest(fh, "sha256").digest())
     else:
-        h.update(path.read_bytes())
+        with path.open("rb") as fh:
+            h.update(hashlib.file_digest(fh, "sha256").digest())
 
 
 def data_digest(name: str, options: dict) -> str | None:
     """The SHA-256 (hex) of the contents of the user's files the task ``name`` reads with
-    ``options`` (:func:`data_files`; a folder: its files' relative paths and contents), or None
-    when it reads none. A path that cannot be read gives None: building the task says why."""
+    ``options`` (:func:`data_files`; a folder: the files its ``files`` pattern names in it, with
+    their paths inside it), or None when it reads none. A file that cannot be read raises
+    ``ValueError``."""
     files = data_files(name, options)
     if not files:
         return None
+    patterns = getattr(_maker(name), "files", {})
     h = hashlib.sha256()
     for option, path in sorted(files.items()):
         h.update(option.encode() + b"\0")
         try:
-            _hash_path(h, Path(path))
-        except OSError:
-            return None
+            _hash_path(h, Path(path), patterns.get(option) if isinstance(patterns, dict) else None)
+        except OSError as e:
+            raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     return h.hexdigest()
 
 
 def _check_digest(name: str, options: dict, old: str | None, new: str | None, where: str) -> None:
-    if old is not None and new is not None and old != new:  # unreadable now (new None): building the task says why
+    if old is not None and new is not None and old != new:
         files = ", ".join(data_files(name, options).values())
         raise DataChangedError(
             f"{files} has changed since {where} read it (sha256 {old[:12]} then, {new[:12]} now): its splits and "
@@ -230,7 +243,7 @@ def check_saved(task: Task, saved: dict | None, where: str = "the run") -> None:
     if not saved:
         return
     _check_digest(task.name, task.options, saved.get("data_sha256"), task.artifacts.get("data_sha256"), where)
-    if getattr(TASKS.get(task.name), "rebuild", None) is not None:
+    if getattr(_maker(task.name), "rebuild", None) is not None:
         differ = sorted(k for k in saved if k != "data_sha256" and k in task.artifacts and task.artifacts[k] != saved[k])
         if differ:
             raise ValueError(f"the {task.name} task's {', '.join(differ)} differ from those {where} was trained with; build the "

@@ -146,7 +146,12 @@ def speech(
 _AUDIO = (".wav", ".flac", ".ogg")
 
 
-@register("wav_folder", train_defaults=_SPEECH_DEFAULTS, baseline_model=None, files=("path",))
+def _audio_files(root: Path) -> list[Path]:
+    """The clips ``wav_folder`` reads in ``root``: the audio files of its label folders."""
+    return [f for d in root.iterdir() if d.is_dir() for f in d.iterdir() if f.suffix.lower() in _AUDIO]
+
+
+@register("wav_folder", train_defaults=_SPEECH_DEFAULTS, baseline_model=None, files={"path": _audio_files})
 def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
     """The user's recordings: ``path/<label>/<clip>.wav`` (see the module docstring); the clips
     are shuffled with ``seed`` and cut 80 / 10 / 10 into train / val / test.

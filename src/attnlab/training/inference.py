@@ -31,7 +31,10 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
     ``task`` for one built in Python), at the precision the run trained and validated in."""
     t0 = time.perf_counter()
     ck = load_checkpoint(path)
-    task = saved_task(ck) if task is None else task
+    if task is None:
+        task = saved_task(ck)
+    else:  # built in Python: it must be the one the run trained on (the same file and, for user data, tokenizers)
+        task_registry.check_saved(task, ck.meta.get("task_artifacts"), f"the run in {ck.path.parent}")
     precision = _precision(ck)
     with autocast(precision, next(ck.model.parameters()).device):
         value = objectives.get(task).score(ck.model, task, split)

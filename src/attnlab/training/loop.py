@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -220,8 +221,10 @@ def train(
 def _removed_if_left_empty(out: Path):
     """The folders this call creates for ``out`` (it and any missing parent) are removed again
     when setting the run up fails or is interrupted before anything was written into them: a
-    failed or interrupted ``train`` leaves no empty output folder behind."""
-    new = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
+    failed or interrupted ``train`` leaves no empty output folder behind. Only the process that
+    writes the run (rank 0 under torchrun, which creates the folder) removes anything."""
+    writer = int(os.environ.get("RANK", "0")) == 0
+    new = [p for p in (out, *out.parents) if not p.exists()] if writer else []  # deepest first
     try:
         yield
     except BaseException:
@@ -246,7 +249,10 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
         raise RunExistsError(out, meta.get("step", 0), meta.get("total_steps"))
     if rank == 0:  # an unwritable --out fails now, not after the first stretch of training
         out.mkdir(parents=True, exist_ok=True)
-    saved = (load_checkpoint(out, weights="last").meta.get("task_artifacts") or {}) if resume else None
+    ck = load_checkpoint(out, weights="last", with_state=True) if resume else None
+    if ck is not None and (differences := config_differences(ck.config, cfg)):  # before the task: a run on another file is this
+        raise ConfigMismatchError(out, differences)
+    saved = None if ck is None else ck.meta.get("task_artifacts") or {}
     if task is None:  # resumed: the task the run trained on (the user's file unchanged, its saved tokenizers), never derived anew
         task = task_registry.create(cfg.task, saved=saved, **cfg.task_options)
     else:
@@ -263,8 +269,8 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run(cfg, out, task, objective, mcfg, train_split, model, opt, device, precision, total, rank, world, own_group, sp, dp_rank,
               dp_world, sequence_parallel, best_state=copy_weights(model))
-    if resume:
-        _resume(run)
+    if ck is not None:
+        _resume(run, ck)
     run.train_model = torch.compile(model) if cfg.compile else model
     if sp is not None:
         from ..distributed.sequence import parallelize
@@ -277,12 +283,9 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
     return run
 
 
-def _resume(run: Run) -> None:
-    """Load ``run.out``'s checkpoint into ``run``: weights, optimizer, random state, progress."""
-    ck = load_checkpoint(run.out, weights="last", with_state=True)
-    differences = config_differences(ck.config, run.cfg)
-    if differences:
-        raise ConfigMismatchError(run.out, differences)
+def _resume(run: Run, ck) -> None:
+    """Load ``run.out``'s checkpoint ``ck`` (its last weights, with its state) into ``run``: weights,
+    optimizer, random state, progress."""
     run.model.load_state_dict(ck.model.state_dict())
     run.opt.load_state_dict(ck.state["optimizer"])
     torch.set_rng_state(ck.state["rng"])
