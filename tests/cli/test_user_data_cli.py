@@ -35,9 +35,9 @@ def test_ctrl_c_in_the_arena_says_where_it_stopped_and_leaves_no_empty_folder(tm
     runs = tmp_path / "a" / "runs"
     if at < 10:  # before the first checkpoint: nothing saved, and no empty run folder left
         assert "nothing saved yet, so the rerun starts it over" in line and not any(runs.iterdir())
-    else:
-        folder = next(runs.iterdir())
-        assert f"its checkpoint of step 10 in {folder / 'checkpoint'}, which the rerun resumes" in line
+        return
+    folder = next(runs.iterdir())
+    assert f"its checkpoint of step 10 in {folder / 'checkpoint'}, which the rerun resumes" in line
     monkeypatch.setattr(attnlab.arena.runner, "train", attnlab.training.train)
     again = runner.invoke(app, [*args, "--json"])  # the same command continues, and ends
     assert again.exit_code == 0, again.output
