@@ -6,8 +6,8 @@ piece of its source comes from, trained as a user would with ``attnlab train jso
 The data set is real text a user might bring: non-overlapping 2,600-character pieces of the
 Python files of five standard-library packages (``asyncio``, ``email``, ``multiprocessing``,
 ``tkinter``, ``xml``; at most 100 pieces each, 5 balanced classes), one ``{"text", "label"}``
-line per piece; ``attnlab train jsonl`` tokenizes it (byte-level BPE since 2026-11-26; the first results: WordPiece, 2,000 words: about 700 tokens a
-piece) and splits it 80 / 10 / 10. Every configuration trains the same ``--seconds`` of
+line per piece; ``attnlab train jsonl`` tokenizes it (byte-level BPE since 2026-11-26; the first
+results: WordPiece, 2,000 words, about 700 tokens a piece) and splits it 80 / 10 / 10. Every configuration trains the same ``--seconds`` of
 optimizer steps (time-budgeted, no early stop) at ``--precision`` (default ``auto``): the
 short-data defaults (``SHORT``: :data:`attnlab.tasks.jsonl.SHORT_DEFAULTS` on TrainConfig's own
 batch, warm-up and learning rate, what ``jsonl`` used for every file before) with the changes

@@ -87,7 +87,8 @@ def interrupted_then_resumed(args: list[str], out: Path, at: int) -> int:
 
 
 def same_bytes(a: Path, b: Path) -> bool:
-    return all((a / "checkpoint" / f).read_bytes() == (b / "checkpoint" / f).read_bytes() for f in ("model.safetensors", "best.safetensors"))
+    files = ("model.safetensors", "best.safetensors")
+    return all((a / "checkpoint" / f).read_bytes() == (b / "checkpoint" / f).read_bytes() for f in files)
 
 
 def main() -> None:
