@@ -1,5 +1,6 @@
 """The arena grid: deterministic plans, resumable runs, failures recorded, a SIGKILL survived."""
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import torch
 
 from attnlab import tasks
 from attnlab.arena import PRESETS, Preset, TaskSetting, attention_maps, plan, run_grid
+from attnlab.arena.presets import LOOKUP_LEVELS, LOOKUP_STEPS, TEXT_STEPS
 from attnlab.arena.store import Store
 from attnlab.models import build_model
 from attnlab.training import TrainConfig, model_config
@@ -23,14 +25,17 @@ def test_plans_are_deterministic_and_checked(tmp_path):
     a, b = plan("quick"), plan("quick")
     quick = PRESETS["quick"]
     assert [s.run_id for s in a] == [s.run_id for s in b]
-    assert len(a) == sum(len(t.variants or quick.variants) * len(t.seeds or (0,)) for t in quick.tasks.values())
-    text = [s for s in a if s.task == "text"]  # the real-text task: the baseline beside dense, time-budgeted
-    assert {"dense", "none"} <= {s.variant for s in text} and all(s.config.seconds == 15.0 for s in text)
-    lookup = [s for s in a if s.task == "lookup"]  # the long task attention must solve: two seeds, causal, 20 s
-    assert {s.seed for s in lookup} == {0, 1} and all(s.config.seconds == 20.0 and (s.config.causal or s.variant == "none") for s in lookup)
+    assert len(a) == sum(len(t.variants or quick.variants) * len(t.seeds or (0,)) * max(1, len(t.levels)) for t in quick.tasks.values())
+    text = [s for s in a if s.task == "text"]  # the real-text task: the baseline beside dense, step-budgeted
+    assert {"dense", "none"} <= {s.variant for s in text} and all(s.config.seconds is None and s.config.steps == TEXT_STEPS for s in text)
+    lookup = [s for s in a if s.task == "lookup"]  # the long task attention must solve: two seeds, causal, three levels, in steps
+    assert {s.seed for s in lookup} == {0, 1} and all(s.config.seconds is None and s.config.steps == LOOKUP_STEPS
+                                                      and (s.config.causal or s.variant == "none") for s in lookup)
+    assert {json.dumps(s.level) for s in lookup} == {json.dumps(lv) for lv in LOOKUP_LEVELS}
+    assert all(s.config.task_options == {"size": 512, **s.level} for s in lookup)  # the level's options are the run's
     assert len({s.run_id for s in a}) == len(a)
     two = plan("quick", tasks=["lookup"], variants=["dense"], seeds=[0, 1])
-    assert [s.seed for s in two] == [0, 1] and two[0].run_id != two[1].run_id and two[0].run_id == next(
+    assert [s.seed for s in two] == [0] * 3 + [1] * 3 and len({s.run_id for s in two}) == 6 and two[0].run_id == next(
         s.run_id for s in a if s.task == "lookup" and s.variant == "dense" and s.seed == 0)
     local = next(s for s in a if s.variant == "local" and s.task == "lookup")
     assert local.config.attention_options == {"window": 4} and local.config.causal  # typed field since issue 14
@@ -55,8 +60,7 @@ def test_precision_is_each_tasks_own_or_the_one_asked_for_and_old_run_ids_stay()
     from attnlab.arena.runner import _run_id
 
     quick = plan("quick")
-    assert {s.config.precision for s in quick if s.task == "text"} == {"auto"}  # the long task: bfloat16 where the CPU has it
-    assert {s.config.precision for s in quick if s.task != "text"} == {"fp32"}
+    assert {s.config.precision for s in quick} == {"fp32"}  # the default run: the same numbers on a CPU with or without native bf16
     assert {s.config.precision for s in plan("quick", precision="bf16")} == {"bf16"}
     with pytest.raises(ValueError, match="precision must be one of"):
         plan("quick", precision="fp8")
@@ -125,15 +129,17 @@ def test_grid_stores_each_run_once_and_skips_it_next_time(tmp_path):
     assert events == [("skip", "dense"), ("skip", "linformer")] and len(store.rows()) == 2
 
 
-def test_a_variant_without_a_causal_form_is_a_failed_row_with_its_reason(tmp_path):
+def test_a_variant_without_a_causal_form_is_named_in_the_plan_with_its_reason(tmp_path):
     pre = Preset({"recall": TaskSetting({"size": 100, "pairs": 2, "queries": 2, "num_keys": 8, "num_values": 8}, {"steps": 5})},
                  ("nystrom",))
-    assert plan(pre) == []  # a preset plans a variant only where its capabilities fit; asked for by name, it runs and fails
-    store = run_grid(plan(pre, variants=["nystrom"]), tmp_path)
-    (row,) = store.rows()
-    assert row["status"] == "failed" and "causal" in row["error"] and row["value"] is None
-    run_grid(plan(pre, variants=["nystrom"]), tmp_path, retry_failed=True)
-    assert len(store.rows()) == 1  # tried again, failed again, stored once
+    assert plan(pre) == []  # a preset plans a variant only where its capabilities fit; asked for by name, the plan says why not
+    asked = plan(pre, variants=["nystrom", "dense"])
+    assert [s.variant for s in asked] == ["dense"]
+    assert asked.notes == ["recall / nystrom left out: nystrom has no causal form and recall is trained causally"]
+    run_grid(asked, tmp_path)
+    from attnlab.arena.report import plan_notes
+
+    assert plan_notes(tmp_path) == asked.notes  # kept for the report
 
 
 _KILLABLE = """

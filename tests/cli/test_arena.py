@@ -62,9 +62,9 @@ def test_live_grid_follows_the_runner_events():
     assert grid.cell("pos", "dense") == "[yellow]running[/]"
     assert "pos / dense / seed 0: step 10/30 loss 1.2500, validation 0.500, ETA 20 s" in _text(grid)
     grid.on_event("end", pos_dense[0], row={"status": "done", "value": 0.75})
-    assert grid.current == "" and grid.cell("pos", "dense") == "[dim]queued[/]"  # seed 1 still to run
-    grid.on_event("skip", pos_dense[1])
-    assert grid.cell("pos", "dense") == "0.750"
+    assert grid.current == "" and grid.cell("pos", "dense") == "0.750 [dim](1/2)[/]"  # seed 1 still to run
+    grid.on_event("end", pos_dense[1], row={"status": "done", "value": 0.25})
+    assert grid.cell("pos", "dense") == "0.500"  # the mean over the seeds, as the leaderboard
     for spec in specs[2:4]:
         grid.on_event("skip", spec)
     assert grid.cell("pos", "local") == "stored"
@@ -116,7 +116,28 @@ def test_live_grid_shows_a_sweep_s_best_point_and_the_point_running():
     grid.on_event("step", specs[1], step=1, total=10, loss=1.0)
     assert "lookup / dense / seed 0 / lr=0.003: step 1/10" in _text(grid)
     grid.on_event("end", specs[1], row={"status": "done", "value": 0.5})
-    assert grid.cell("lookup", "dense") == "best 0.900"
+    assert grid.cell("lookup", "dense") == "0.900"  # no validation history: the first point, as the leaderboard chooses
+
+
+def test_live_grid_follows_the_leaderboard_rule_with_the_runs_stored_before():
+    """Issue 50: the live grid's "best" counted only the runs trained in this call and one seed
+    (best 0.546 beside the leaderboard's 0.675 over two seeds); a sweep's point is the one chosen
+    on validation, not the best test score."""
+    from attnlab.arena.report import leaderboard
+
+    specs = [SimpleNamespace(run_id=f"r{seed}{i}", task="lookup", variant="dense", seed=seed, config=SimpleNamespace(seconds=None),
+                             sweep={"lr": lr}, level={}) for seed in (0, 1) for i, lr in enumerate((0.01, 0.003))]
+    hist = lambda val: [{"step": 10, "val": val, "loss": 1.0, "seconds": 1.0}]  # noqa: E731
+    rows = [{"run_id": "r00", "status": "done", "value": 0.9, "history": hist(0.6)},
+            {"run_id": "r01", "status": "done", "value": 0.7, "history": hist(0.8)},
+            {"run_id": "r10", "status": "done", "value": 0.8, "history": hist(0.5)}]
+    full = [LiveGrid._full(next(s for s in specs if s.run_id == r["run_id"]), r) for r in rows]
+    grid = LiveGrid(specs, clock=lambda: 0.0, stored=full)
+    assert grid.cell("lookup", "dense") == "0.700 [dim](3/4)[/]"  # lr=0.003 chosen on validation; its one seed so far
+    last = {"run_id": "r11", "status": "done", "value": 0.6, "history": hist(0.9)}
+    grid.on_event("end", specs[3], row=last)
+    board = leaderboard([*full, LiveGrid._full(specs[3], last)])
+    assert grid.cell("lookup", "dense") == f"{board['tasks']['lookup'][0]['value']:.3f}" == "0.650"
 
 
 def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path):

@@ -1,15 +1,21 @@
 """The arena: train attention variants on tasks, store every result, compare them.
 
-* :func:`plan` — the runs of a preset (tasks x variants x seeds), each with its full config;
+* :func:`plan` — the runs of a preset (tasks x variants x seeds x difficulty levels), each with
+  its full config, as a :class:`Plan` that names every run it leaves out and why;
 * :func:`run_grid` — run what is not stored yet (resuming an interrupted run), optionally in
   several worker processes; :class:`Store` — the SQLite results file, one row per finished run;
-* :func:`build_report` — leaderboard, Long-Range-Arena chart, attention maps, ``report.html``;
+* :func:`measure_cost` — each variant's training step at 1K, 4K and 16K tokens beside the fused
+  and the materialising dense (:mod:`attnlab.arena.cost`);
+* :func:`build_report` — leaderboard, the lecture's chart at 16K, the difficulty curve, the
+  Long-Range-Arena chart per task, attention maps, ``report.html``;
 * :class:`LiveGrid` — the table ``attnlab arena`` redraws from :func:`run_grid`'s events.
 """
 
+from .cost import COST_LENGTHS, cost_table, measure_cost, plot_cost
 from .live import LiveGrid
 from .presets import (
     DEFAULT_VARIANTS,
+    LOOKUP_LEVELS,
     LOOKUP_VARIANTS,
     NO_ATTENTION,
     PRESETS,
@@ -19,12 +25,21 @@ from .presets import (
     TaskSetting,
     Variants,
 )
-from .report import budget_of, build_report, leaderboard, plot_curves, plot_lra, plot_maps
-from .runner import RunSpec, attention_maps, plan, run_grid, run_one, training_step_peak
+from .report import average_over_tasks, budget_of, build_report, leaderboard, plot_curves, plot_levels, plot_lra, plot_maps
+from .runner import Plan, RunSpec, attention_maps, parse_task_options, plan, run_grid, run_one, training_step_peak
 from .store import COLUMNS, Store
 
 __all__ = [
     "COLUMNS",
+    "COST_LENGTHS",
+    "LOOKUP_LEVELS",
+    "Plan",
+    "average_over_tasks",
+    "cost_table",
+    "measure_cost",
+    "parse_task_options",
+    "plot_cost",
+    "plot_levels",
     "DEFAULT_VARIANTS",
     "LOOKUP_VARIANTS",
     "TEXT_VARIANTS",

@@ -9,7 +9,7 @@ from pathlib import Path
 from .presets import NO_ATTENTION
 from .store import task_label
 
-__all__ = ["label", "plot_curves", "plot_lra", "plot_maps", "slug"]
+__all__ = ["label", "plot_curves", "plot_levels", "plot_lra", "plot_maps", "slug"]
 
 
 def label(entry: dict) -> str:
@@ -17,8 +17,9 @@ def label(entry: dict) -> str:
     return entry["variant"] + (f" ({entry['setting']})" if entry.get("setting") else "")
 
 
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-            "#393b79", "#ad494a", "#637939", "#843c39")
+_PALETTE = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd", "#c5b0d5",
+            "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5", "#393b79", "#637939")
+"""Matplotlib's tab20 and two more: as many distinct colours as registered variants."""
 
 
 def _color(variant: str) -> str:
@@ -33,6 +34,11 @@ def _color(variant: str) -> str:
 
 def _bubbles(ax, entries: list[dict], title: str) -> None:
     pts = [e for e in entries if e.get("value") is not None and e.get("speed")]
+    if entries and not pts:  # nothing to place on the speed axis: say why instead of a blank panel
+        why = "no dense run here: speed and memory are relative to dense" if not any(e["variant"] == "dense" for e in entries) \
+            else "no finished run with a speed"
+        ax.text(0.5, 0.5, why + "\n" + ", ".join(f"{label(e)} {e['value']:.3f}" for e in entries if e.get("value") is not None),
+                ha="center", va="center", fontsize=8, transform=ax.transAxes, wrap=True)
     for e in pts:
         size = 600 * (e.get("memory") or 1.0)
         ax.scatter(e["speed"], e["value"], s=size, alpha=0.45, color=_color(e["variant"]))
@@ -60,7 +66,11 @@ def plot_lra(board: dict, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(f"{t}", es) for t, es in board["tasks"].items()] + [("average over tasks (geometric mean speed)", board["average"])]
+    ranked = [e for e in board["average"] if e.get("ranked", True)]
+    fewer = [label(e) for e in board["average"] if not e.get("ranked", True)]
+    title = f"average over the {len(board['tasks'])} tasks every shown variant ran (geometric mean speed)" + \
+        (f"\nnot shown, ran fewer tasks: {', '.join(fewer)}" if fewer else "")
+    panels = [(f"{t}", es) for t, es in board["tasks"].items()] + ([(title, ranked)] if len(board["tasks"]) > 1 else [])
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
@@ -75,29 +85,32 @@ def plot_lra(board: dict, path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def plot_curves(rows: list[dict], path: str | Path) -> Path | None:
-    """Validation score against training time, one panel per task and one line per variant
-    (its first seed): which variant is ahead at every budget, not only at the end. None when no
-    stored run has a history (stores written before histories were kept)."""
+def plot_curves(rows: list[dict], path: str | Path, labels: dict[str, str] | None = None) -> Path | None:
+    """Validation score against training time, one panel per task and one line per leaderboard
+    entry (``labels``: run id -> the entry's label, :func:`label`; default the variant), drawn from
+    its first seed (and its easiest level): which variant is ahead at every budget, not only at
+    the end. None when no stored run has a history (stores written before histories were kept)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks: dict[str, dict[str, list]] = {}
+    labels = labels or {}
+    tasks: dict[str, dict[str, tuple[str, list]]] = {}
     for r in sorted(rows, key=lambda r: r["seed"]):
         hist = [h for h in r.get("history") or [] if h.get("seconds") is not None]
-        if r["status"] == "done" and hist and r["variant"] not in tasks.get(task_label(r), {}):
-            tasks.setdefault(task_label(r), {})[r["variant"]] = hist
+        name = labels.get(r.get("run_id"), r["variant"])
+        if r["status"] == "done" and hist and name not in tasks.get(task_label(r), {}):
+            tasks.setdefault(task_label(r), {})[name] = (r["variant"], hist)
     if not tasks:
         return None
     cols = min(3, len(tasks))
     nrows = math.ceil(len(tasks) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
     for ax, (task, lines) in zip(axes.flat, tasks.items()):
-        for variant, hist in lines.items():
+        for name, (variant, hist) in lines.items():
             ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker=".", ms=4, lw=1.2,
-                    color=_color(variant), label=variant, ls="--" if variant == NO_ATTENTION else "-")
+                    color=_color(variant), label=name, ls="--" if variant == NO_ATTENTION else "-")
         ax.set_xlabel("training time (s, validation not counted)")
         ax.set_ylabel("validation score")
         ax.set_title(task, fontsize=10)
@@ -105,17 +118,54 @@ def plot_curves(rows: list[dict], path: str | Path) -> Path | None:
         ax.legend(fontsize=7, ncol=2)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    fig.suptitle("attnlab arena: validation score against training time (dashed: no attention)")
+    fig.suptitle("attnlab arena: validation score against training time (dashed: no attention; one line per setting, its first "
+                 "seed and easiest level)", fontsize=10)
     fig.subplots_adjust(hspace=0.35)
     return _save(fig, path)
 
 
-def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
-    """Attention maps of the first layer: one column per variant, one row per example."""
+def plot_levels(board: dict, path: str | Path) -> Path | None:
+    """The difficulty curve: for each task measured at several levels, each entry's score at each
+    level (mean over seeds, +- one standard deviation), easiest first; the chance line where the
+    task says it. None when no task has levels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    tasks = {t: [e for e in es if e.get("levels")] for t, es in board["tasks"].items()}
+    tasks = {t: es for t, es in tasks.items() if es}
+    if not tasks:
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.2 * len(tasks), 4.4), squeeze=False)
+    for ax, (task, entries) in zip(axes.flat, tasks.items()):
+        names = [", ".join(f"{k}={v}" for k, v in p["level"].items()) for p in entries[0]["levels"]]
+        for e in entries:
+            pts = [(i, p["value"], p.get("spread")) for i, p in enumerate(e["levels"]) if p["value"] is not None]
+            if not pts:
+                continue
+            xs, ys, sd = zip(*pts)
+            ax.errorbar(xs, ys, yerr=[s if s is not None and math.isfinite(s) else 0 for s in sd], marker="o", ms=5, capsize=3,
+                        color=_color(e["variant"]), ls="--" if e["variant"] == NO_ATTENTION else "-", label=label(e))
+        ax.set_xticks(range(len(names)), names, fontsize=8)
+        ax.set_xlabel("difficulty level (easiest first)")
+        ax.set_ylabel("test score (mean over seeds)")
+        ax.set_title(task, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    fig.suptitle("attnlab arena: score against difficulty (a fixed-size state falls off as the keys grow; attention holds)", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
+    """Attention maps of the first layer: one column per variant, one row per example; each row
+    of a map scaled to its own maximum (square-root colours), so a query's weight shows where it
+    goes even when a thousand keys share it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import PowerNorm
 
     names = [v for v in maps if maps[v]]
     rows = max((len(maps[v]) for v in names), default=1)
@@ -126,7 +176,9 @@ def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
             ax.set_xticks([])
             ax.set_yticks([])
             if i < len(maps[v]):
-                ax.imshow(maps[v][i].numpy(), cmap="viridis", aspect="auto")
+                m = maps[v][i].abs()
+                m = m / m.amax(dim=-1, keepdim=True).clamp_min(1e-12)  # each row to its own maximum: where each query's weight goes
+                ax.imshow(m.numpy(), cmap="magma", aspect="auto", norm=PowerNorm(0.5, vmin=0, vmax=1), interpolation="nearest")
             if i == 0:
                 ax.set_title(v, fontsize=9)
     fig.suptitle(title, fontsize=10)

@@ -73,7 +73,7 @@ def _lost(spec: Any, error: Exception) -> dict:
     reason = " ".join(str(error).split())[:500]
     return {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed,
             "config": dataclasses.asdict(spec.config), "sweep": getattr(spec, "sweep", {}),
-            "data_sha256": getattr(spec, "data_sha256", None), "status": "failed",
+            "data_sha256": getattr(spec, "data_sha256", None), "level": getattr(spec, "level", {}), "status": "failed",
             "error": f"{type(error).__name__}: {reason}",
             "finished_at": time.time()}
 

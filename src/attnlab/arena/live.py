@@ -1,7 +1,9 @@
 """The arena's live grid: the table ``attnlab arena`` redraws while its runs train.
 
 One row per task, one column per variant; a cell shows whether the runs of that pair are queued,
-running, failed or stored, and their mean score once done. A line under the table follows the
+running, failed or stored, and their score by the leaderboard's rule (:func:`attnlab.arena.leaderboard`:
+mean over seeds and levels, a sweep's point chosen on validation), counting the runs stored by
+earlier calls, with how many of the cell's runs it has while some are still to come. A line under the table follows the
 run in progress (step, loss, last validation, time left). :meth:`LiveGrid.on_event` takes the
 events of :func:`attnlab.arena.run_grid`; :meth:`LiveGrid.render` draws the current state.
 """
@@ -28,14 +30,19 @@ class LiveGrid:
     Args:
         specs: the planned runs (:class:`~attnlab.arena.RunSpec`: ``run_id``, ``task``, ``variant``, ``seed``).
         clock: seconds, for the elapsed time and the ETA (default :func:`time.perf_counter`).
+        stored: the rows already in the store (:meth:`attnlab.arena.Store.rows`), so that a cell
+            counts the runs of earlier calls as the leaderboard does.
     """
 
-    def __init__(self, specs: Iterable, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, specs: Iterable, clock: Callable[[], float] = time.perf_counter, stored: Iterable[dict] = ()):
         self.specs = list(specs)
         self.clock = clock
         self.start = clock()
         self.state = {s.run_id: "queued" for s in self.specs}  # queued, running, done, failed or stored
-        self.values: dict = {}  # run_id -> test score of a run done now
+        planned = set(self.state)
+        by_id = {s.run_id: s for s in self.specs}
+        self.rows: dict = {r["run_id"]: self._full(by_id[r["run_id"]], r) for r in stored
+                           if r.get("run_id") in planned and r.get("status") == "done"}
         self.current = ""  # the line that follows the run in progress
         self.tasks = list(dict.fromkeys(s.task for s in self.specs))
         self.variants = list(dict.fromkeys(s.variant for s in self.specs))
@@ -73,8 +80,19 @@ class LiveGrid:
             row = info["row"]
             self.state[run] = row["status"]
             if row["status"] == "done":
-                self.values[run] = row["value"]
+                self.rows[run] = self._full(spec, row)
             self.current = ""
+
+    @staticmethod
+    def _full(spec, row: dict) -> dict:
+        """A finished run's row with every store column (the spec's task, variant, seed, sweep
+        point and level where the row leaves them out), as the leaderboard reads it."""
+        from .store import COLUMNS
+
+        sweep = getattr(spec, "sweep", None) or {}
+        return {**dict.fromkeys(COLUMNS), "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dict(sweep),
+                "sweep": sweep, "level": getattr(spec, "level", None) or {}, "history": [],
+                "metric": "score", **{k: v for k, v in row.items() if v is not None}}
 
     def cell(self, task: str, variant: str) -> str:
         """The grid's cell for ``task`` and ``variant`` (over their seeds), with rich markup."""
@@ -82,15 +100,18 @@ class LiveGrid:
         ids = [s.run_id for s in specs]
         if not ids:  # this variant does not run on this task
             return ""
-        swept = any(getattr(s, "sweep", None) for s in specs)  # a sweep's points differ: the best so far, not their mean
         states = [self.state[i] for i in ids]
-        stored = all(x in ("done", "stored") for x in states)
         if "running" in states:
             return "[yellow]running[/]"
-        if stored and any(i in self.values for i in ids):
-            vals = [self.values[i] for i in ids if i in self.values]
-            return f"best {max(vals):.3f}" if swept else f"{sum(vals) / len(vals):.3f}"
-        if stored:
+        rows = [self.rows[i] for i in ids if i in self.rows]
+        if rows:
+            from .report import leaderboard
+
+            entries = [e for es in leaderboard(rows)["tasks"].values() for e in es if e["value"] is not None]
+            if entries:
+                shown = "  ".join(f"{e['value']:.3f}" for e in entries)  # one per setting the cell holds
+                return shown if len(rows) == len(ids) else f"{shown} [dim]({len(rows)}/{len(ids)})[/]"
+        if all(x in ("done", "stored") for x in states):
             return "stored"
         if "failed" in states:
             return "[red]failed[/]"

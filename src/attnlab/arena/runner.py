@@ -35,7 +35,8 @@ from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting
 from .store import Store
 from .sweep import points as sweep_points
 
-__all__ = ["NO_ATTENTION", "RunSpec", "attention_maps", "plan", "run_grid", "run_one", "training_step_peak"]
+__all__ = ["NO_ATTENTION", "RUN_THREADS", "Plan", "RunSpec", "attention_maps", "parse_task_options", "plan", "run_grid", "run_one",
+           "training_step_peak", "unfit_reason"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,22 @@ class RunSpec:
     """The settings of the sweep point this run is (``{}``: not part of a sweep; :mod:`attnlab.arena.sweep`)."""
     data_sha256: str | None = None
     """The SHA-256 of the user's file the run reads (:func:`attnlab.tasks.data_digest`; None: a generated task), part of its id."""
+    level: dict = dataclasses.field(default_factory=dict, hash=False)
+    """The task options of the difficulty level this run is (``{}``: the task has no levels;
+    :attr:`attnlab.arena.TaskSetting.levels`); they are in ``config.task_options`` too."""
+
+
+class Plan(list):
+    """The runs :func:`plan` gives (a list of :class:`RunSpec`), with ``notes``: one line for each
+    run the grid leaves out and why (a variant that cannot run a task, a task without a
+    no-attention baseline, levels replaced by a task option, a task compared without dense)."""
+
+    def __init__(self, specs=(), notes=(), cost=None):
+        super().__init__(specs)
+        self.notes = list(notes)
+        self.cost = cost
+        """What to measure after the grid (:func:`attnlab.arena.cost.measure_cost`'s arguments: ``task``,
+        ``variants``, ``lengths``, ``task_options``, ``train``), or None: no task of the grid asks for it."""
 
 
 _LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5}
@@ -74,6 +91,55 @@ LOWER_IS_BETTER = {"docs": "perplexity"}
 """Tasks whose metric falls as models improve: the arena, which ranks and averages accuracies, leaves them out."""
 
 
+def unfit_reason(variant: str, task: str, setting: TaskSetting | None = None) -> str | None:
+    """Why ``variant`` cannot run ``task`` (trained as ``setting`` says), in words, or None when it
+    can: a causal task needs a causal form (linformer and nystrom have none), the no-attention
+    baseline needs a backbone without attention for the task (none for a seq2seq task's decoder)."""
+    from .. import efficient
+    from .. import tasks as task_registry
+    from .presets import fits, task_is_causal
+
+    setting = setting or TaskSetting()
+    if variant == NO_ATTENTION:
+        if task in task_registry.TASKS and task_registry.baseline_model(task) is None:
+            return f"{task} has no no-attention baseline (no backbone without attention reads it; a seq2seq decoder attends its encoder)"
+        return None
+    if variant in efficient.VARIANTS and not fits(variant, task_is_causal(task, setting.task_options, setting.train)):
+        return f"{variant} has no causal form and {task} is trained causally"
+    return None
+
+
+def parse_task_options(items: Iterable[str], tasks: Iterable[str] | None = None) -> dict[str, dict]:
+    """``["lookup.keys=32", "text.length=2048"]`` -> ``{"lookup": {"keys": 32}, "text": {"length": 2048}}``:
+    the arena's ``--task-option TASK.KEY=VALUE`` (values parsed as JSON numbers, booleans or lists,
+    else kept as words). ``tasks``: the grid's tasks (an option of another task is refused)."""
+    from .. import tasks as task_registry
+
+    known = None if tasks is None else list(tasks)
+    out: dict[str, dict] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        task, dot, key = name.strip().partition(".")
+        if not sep or not dot or not task or not key:
+            raise ValueError(f"--task-option takes TASK.KEY=VALUE (e.g. lookup.keys=32), got {item!r}")
+        if known is not None and task not in known:
+            raise ValueError(f"--task-option {name.strip()}: {task} is not a task of this grid ({', '.join(known)})")
+        if task not in task_registry.TASKS:
+            raise ValueError(f"--task-option {name.strip()}: unknown task {task!r}")
+        accepted = task_registry.TASKS.options(task)
+        if accepted is not None and key not in accepted:
+            raise ValueError(f"--task-option {task}.{key}: {task} has no option {key!r}; it takes {', '.join(accepted)} "
+                             f"(attnlab list tasks {task})")
+        if key in out.get(task, {}):
+            raise ValueError(f"--task-option {task}.{key} given twice")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        out.setdefault(task, {})[key] = value
+    return out
+
+
 def plan(
     preset: str | Preset = "quick",
     *,
@@ -82,24 +148,35 @@ def plan(
     seeds: Iterable[int] | None = None,
     data: str | None = None,
     seconds: float | None = None,
+    steps: int | None = None,
     precision: str | None = None,
     sweep: dict[str, list] | None = None,
-) -> list[RunSpec]:
+    task_options: dict[str, dict] | None = None,
+) -> Plan:
     """The runs of a preset (restricted to ``tasks`` / ``variants`` when given; otherwise each
     task's own variants, or the preset's), one per seed (``seeds``; default: each task's own,
-    :attr:`TaskSetting.seeds`, else seed 0) and per point of the sweep (``sweep``, as
-    :func:`attnlab.arena.sweep.parse_sweep` gives it, replaces every task's own
+    :attr:`TaskSetting.seeds`, else seed 0), per difficulty level (:attr:`TaskSetting.levels`) and
+    per point of the sweep (``sweep``, as :func:`attnlab.arena.sweep.parse_sweep` gives it, replaces every task's own
     :attr:`TaskSetting.sweep`; ``{}``: no sweep anywhere);
     ``data`` adds the user's jsonl file as task ``jsonl`` (also when ``tasks`` names others). The variant :data:`NO_ATTENTION`
-    (``"none"``) is each task's no-attention baseline. ``seconds`` makes every run
-    time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
-    training seconds, the step count no longer limits it, no early stopping). ``precision``
-    (``fp32``, ``bf16``, ``auto``) replaces every task's own (:mod:`attnlab.training.precision`)."""
+    (``"none"``) is each task's no-attention baseline.
+
+    Budgets: ``steps`` makes every run step-budgeted (that many optimizer steps: the same scores on any machine);
+    ``seconds`` makes every run time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
+    training seconds, the learning rate annealed over them: this machine's result). ``precision``
+    (``fp32``, ``bf16``, ``auto``) replaces every task's own (:mod:`attnlab.training.precision`).
+    ``task_options``: per task, options laid over the preset's (:func:`parse_task_options`); one
+    that a level sets replaces the task's levels.
+
+    Returns a :class:`Plan`: the runs, and a note for each run left out and why
+    (:func:`unfit_reason`), for levels replaced by an option, and for a task compared without dense."""
     from .. import efficient
     from .. import tasks as task_registry
 
     if isinstance(preset, str) and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if seconds is not None and steps is not None:
+        raise ValueError("give a budget in steps or in seconds, not both")
     p = PRESETS[preset] if isinstance(preset, str) else preset
     settings = dict(p.tasks)
     if data:
@@ -116,6 +193,16 @@ def plan(
             if t not in known:
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)} (or --data FILE for jsonl)")
             settings[t] = TaskSetting({}, {})
+    notes: list[str] = []
+    for t, extra in (task_options or {}).items():
+        if t not in names:
+            raise ValueError(f"task option for {t!r}, which is not a task of this grid ({', '.join(names)})")
+        s = settings[t]
+        replaced = sorted({k for level in s.levels for k in level} & set(extra))
+        if replaced:
+            notes.append(f"{t}: {', '.join(f'{k}={extra[k]}' for k in replaced)} given, so its levels "
+                         f"({'; '.join(_level_text(lv) for lv in s.levels)}) are not run")
+        settings[t] = dataclasses.replace(s, task_options={**s.task_options, **extra}, levels=() if replaced else s.levels)
 
     def chosen(t: str, setting: TaskSetting) -> list[str]:
         """The variants asked by name (as they are), or the preset's that fit task ``t`` (a causal task: a causal form)."""
@@ -127,6 +214,17 @@ def plan(
     for v in dict.fromkeys(v for t in names for v in chosen(t, settings[t])):
         if v not in efficient.names() and v != NO_ATTENTION:
             raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
+    runnable: dict[str, list[str]] = {}
+    for t in names:
+        runnable[t] = []
+        for v in chosen(t, settings[t]):
+            why = unfit_reason(v, t, settings[t])
+            if why is None:
+                runnable[t].append(v)
+            else:
+                notes.append(f"{t} / {v} left out: {why}")
+        if runnable[t] and "dense" not in runnable[t]:
+            notes.append(f"{t}: no dense run, so no speed or memory is compared there (dense is the reference)")
     task_seeds = {t: list(seeds) if seeds is not None else list(settings[t].seeds or (0,)) for t in names}
     digests = {t: task_registry.data_digest(t, dict(settings[t].task_options)) for t in names}
     specs = []
@@ -137,22 +235,38 @@ def plan(
             if seconds is not None:  # the budget replaces the preset's: steps and patience follow the time-budget rule
                 train.pop("epochs", None), train.pop("steps", None)
                 train["seconds"] = float(seconds)
+            if steps is not None:
+                train.pop("epochs", None), train.pop("seconds", None)
+                train["steps"] = int(steps)
             if precision is not None:
                 train["precision"] = precision
-            for v in chosen(t, s):
-                if v == NO_ATTENTION and task_registry.baseline_model(t) is None:
-                    continue  # no backbone without attention reads this task
-                opts = VARIANT_OPTIONS.get(v, {})
-                for point in sweep_points(s.sweep if sweep is None else sweep):
-                    cfg = TrainConfig.for_task(
-                        t, attention="dense" if v == NO_ATTENTION else v, seed=seed, task_options=dict(s.task_options),
-                        **({"attention_options": dict(opts)} if opts else {}), **{**train, **point},
-                    )
-                    if v == NO_ATTENTION:
-                        cfg = cfg.baseline()
-                    specs.append(RunSpec(_run_id(cfg, digests[t]), t, v, seed, cfg, dict(point), digests[t]))
+            for level in s.levels or ({},):
+                for v in runnable[t]:
+                    opts = VARIANT_OPTIONS.get(v, {})
+                    for point in sweep_points(s.sweep if sweep is None else sweep):
+                        budget = dict(train)
+                        if {"steps", "epochs"} & set(point):  # a swept step count is a step budget
+                            budget.pop("seconds", None)
+                        if "seconds" in point:
+                            budget.pop("steps", None), budget.pop("epochs", None)
+                        cfg = TrainConfig.for_task(
+                            t, attention="dense" if v == NO_ATTENTION else v, seed=seed, task_options={**s.task_options, **level},
+                            **({"attention_options": dict(opts)} if opts else {}), **{**budget, **point},
+                        )
+                        if v == NO_ATTENTION:
+                            cfg = cfg.baseline()
+                        specs.append(RunSpec(_run_id(cfg, digests[t]), t, v, seed, cfg, dict(point), digests[t], dict(level)))
     seen: set[str] = set()  # two points that make one config (a setting the variant ignores) are one run
-    return [x for x in specs if not (x.run_id in seen or seen.add(x.run_id))]
+    costed = next((t for t in names if settings[t].cost and runnable[t]), None)
+    cost = None if costed is None else {
+        "task": costed, "variants": runnable[costed], "lengths": tuple(settings[costed].cost),
+        "task_options": {k: v for k, v in settings[costed].task_options.items() if k != "length"}, "train": dict(settings[costed].train)}
+    return Plan([x for x in specs if not (x.run_id in seen or seen.add(x.run_id))], notes, cost)
+
+
+def _level_text(level: dict) -> str:
+    """A difficulty level in words: ``"keys=8, repeats=32"``."""
+    return ", ".join(f"{k}={v}" for k, v in level.items())
 
 
 def training_step_peak(model: torch.nn.Module, task, batch_size: int, precision: str = "fp32") -> int | None:
@@ -185,7 +299,9 @@ def _first_attention(model: torch.nn.Module):
 @torch.no_grad()
 def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.Tensor]:
     """The first attention layer's map ``(N, M)`` (mean over heads) for the first ``count``
-    test examples. For every variant this is its *effective* map: its attention applied to
+    test examples; for a tagging task scored at a few positions (``lookup``'s reads), only those
+    rows ``(R, M)``: at 1K a whole map is a dark square, the scored rows show where the weight goes.
+    For every variant this is its *effective* map: its attention applied to
     the identity as values (``out = A V`` with ``V = I`` gives ``A``), so efficient variants,
     which never build the matrix, show the one they compute implicitly. A step that forms its
     scores returns its weights themselves. The gated recurrences have none to show: their
@@ -198,7 +314,8 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     data = task.split("test")
     maps = []
     for i in range(min(count, len(data))):
-        inputs, _ = collate(task, data, torch.tensor([i]))
+        inputs, labels = collate(task, data, torch.tensor([i]))
+        scored = _scored_rows(task, labels)
         seen: dict = {}
         handle = attn.register_step_hook(lambda layer, q, k, v, kw, seen=seen: seen.setdefault("args", (q, k, kw)))
         try:
@@ -213,7 +330,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
         kw = {key: val for key, val in kw.items() if key != "return_weights"}
         if caps.forms_scores:
             weights = attn.attend_heads(q, k, torch.zeros_like(k), return_weights=True, **kw).weights
-            maps.append(weights[0].mean(0).float().cpu())
+            maps.append(_rows(weights[0].mean(0).float().cpu(), scored))
             continue
         cols = []
         for c in range(0, m, d):  # identity columns in slices of the head width (fused kernels want Dv = D)
@@ -222,8 +339,27 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
             eye[c : c + w, :w] = torch.eye(w, dtype=q.dtype, device=q.device)
             out = attn.attend_heads(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output  # k.shape[1]: G heads when grouped
             cols.append(out[..., :w])
-        maps.append(torch.cat(cols, dim=-1)[0].mean(0).float().cpu())
+        maps.append(_rows(torch.cat(cols, dim=-1)[0].mean(0).float().cpu(), scored))
     return maps
+
+
+def _scored_rows(task, labels: torch.Tensor) -> torch.Tensor | None:
+    """The query positions a tagging example is scored at, when only some are (``lookup``'s
+    reads: 64 of 1,024): the rows of its map worth drawing. None: every row (or not tagging)."""
+    from ..tasks.base import IGNORE
+
+    if task.kind != "tagging" or labels.dim() != 2:
+        return None
+    rows = (labels[0] != IGNORE).nonzero().flatten()
+    return rows if 0 < len(rows) < labels.shape[1] else None
+
+
+def _rows(m: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """The map's scored rows, over the keys up to the last of them (a causal read sees no later key)."""
+    if rows is None or m.shape[0] <= int(rows.max()):
+        return m
+    last = int(rows.max()) + 1
+    return m[rows][:, :last] if bool((m[rows][:, last:] == 0).all()) else m[rows]
 
 
 class _TaskCache:
@@ -247,10 +383,28 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
             on_step: Callable[[int, int, float], None] | None = None, on_eval: Callable[[int, float], None] | None = None,
             tasks: _TaskCache | None = None) -> dict:
     """Train (or resume) one run in ``out/runs/<id>`` and return its store row (status ``done``
-    or ``failed``; an error is caught and stored with its message, never raised)."""
+    or ``failed``; an error is caught and stored with its message, never raised).
+
+    The run trains on **one thread** (:data:`RUN_THREADS`), whatever this process has: a matrix
+    product split over more threads sums in another order, so the same run id would give other
+    weights, and after a few hundred steps another score. Parallelism comes from running several
+    runs at once (``run_grid(workers=...)``, Ray), which changes no run."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(RUN_THREADS)
+    try:
+        return _run_one(spec, out, budget_seconds=budget_seconds, on_step=on_step, on_eval=on_eval, tasks=tasks)
+    finally:
+        torch.set_num_threads(before)
+
+
+RUN_THREADS = 1
+"""torch threads of every arena run (:func:`run_one`): the same computation on any machine."""
+
+
+def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step, on_eval, tasks: _TaskCache | None) -> dict:
     folder = out / "runs" / spec.run_id
     row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config),
-           "sweep": spec.sweep, "data_sha256": spec.data_sha256}
+           "sweep": spec.sweep, "data_sha256": spec.data_sha256, "level": spec.level}
     try:
         task = (tasks or _TaskCache()).get(spec.config.task, spec.config.task_options)
         if spec.data_sha256 is not None and task.artifacts.get("data_sha256") != spec.data_sha256:
@@ -287,9 +441,21 @@ def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
     return row
 
 
+def _keep_notes(out: Path, notes: list[str]) -> None:
+    """Add a plan's notes to ``out/notes.json`` (each once), for the report."""
+    from .report import NOTES_FILE, plan_notes
+
+    if not notes:
+        return
+    kept = list(dict.fromkeys([*plan_notes(out), *notes]))
+    tmp = out / (NOTES_FILE + ".tmp")
+    tmp.write_text(json.dumps(kept, indent=1))
+    tmp.replace(out / NOTES_FILE)
+
+
 def _worker(args):
     spec, out, budget, threads = args
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads)  # the process's; each run trains on RUN_THREADS
     return run_one(spec, Path(out), budget_seconds=budget)
 
 
@@ -329,6 +495,7 @@ def run_grid(
     out = Path(out)
     store = Store(out / "results.sqlite")
     (out / "runs").mkdir(exist_ok=True)  # here, before any run: a run's cleanup after a failure never removes it under another
+    _keep_notes(out, getattr(specs, "notes", []))
     if retry_failed:
         store.remove_failed()
     done = store.finished()
@@ -361,13 +528,16 @@ def run_grid(
 
     threads = max(1, torch.get_num_threads() // workers)
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {}
-        for spec in todo:
-            futures[pool.submit(_worker, (spec, str(out), budget_seconds, threads))] = spec
+        futures = {pool.submit(_worker, (spec, str(out), budget_seconds, threads)): spec for spec in todo}
+        waiting = list(todo)  # the pool takes runs in this order: the first `workers` are running, the next starts as one ends
+        for spec in waiting[:workers]:
             emit("start", spec)
+        del waiting[:workers]
         for fut in cf.as_completed(futures):
             spec = futures[fut]
             row = fut.result()
             store.add(row)
             emit("end", spec, row=row)
+            if waiting:
+                emit("start", waiting.pop(0))
     return store

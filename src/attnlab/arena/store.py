@@ -19,7 +19,7 @@ __all__ = ["COLUMNS", "Store", "task_label"]
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
     "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size", "precision", "flop_rate",
-    "peak_fraction", "sweep", "data_sha256",
+    "peak_fraction", "sweep", "data_sha256", "level",
 )
 """The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
 ``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
@@ -28,10 +28,11 @@ the training time so far; ``test_size``: the examples, or nodes, the test score 
 that over the machine's peak in its precision (:class:`attnlab.training.TrainResult`);
 ``sweep``: the settings of the sweep point the run is, as JSON (``{}``: not swept;
 :mod:`attnlab.arena.sweep`); ``data_sha256``: the SHA-256 of the user's file a run read (``jsonl``; None for generated
-tasks: :func:`attnlab.tasks.data_digest`); stores written before a column have it added, empty)."""
+tasks: :func:`attnlab.tasks.data_digest`); ``level``: the task options of the difficulty level a run is, as JSON
+(``{}``: the task has no levels; :attr:`attnlab.arena.TaskSetting.levels`); stores written before a column have it added, empty)."""
 
 _ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"), ("peak_fraction", "REAL"),
-          ("sweep", "TEXT"), ("data_sha256", "TEXT"))
+          ("sweep", "TEXT"), ("data_sha256", "TEXT"), ("level", "TEXT"))
 """Columns added after the first stores were written: a store without them gains them (empty)."""
 
 _SCHEMA = """
@@ -57,7 +58,8 @@ CREATE TABLE IF NOT EXISTS runs (
     flop_rate REAL,
     peak_fraction REAL,
     sweep TEXT,
-    data_sha256 TEXT
+    data_sha256 TEXT,
+    level TEXT
 )
 """
 
@@ -100,7 +102,7 @@ class Store:
         already stored. ``row`` has :data:`COLUMNS` (``config`` a dict, ``finished_at`` optional)."""
         row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time(),
                "history": json.dumps(row["history"]) if row.get("history") is not None else None,
-               "sweep": json.dumps(row.get("sweep") or {}, sort_keys=True)}
+               "sweep": json.dumps(row.get("sweep") or {}, sort_keys=True), "level": json.dumps(row.get("level") or {}, sort_keys=True)}
         optional = ("error", "metric", "value", "train_seconds", "steps", "steps_per_second", "peak_bytes", "params",
                     *(c for c, _ in _ADDED))
         missing = [c for c in COLUMNS if c not in row and c not in optional]
@@ -133,6 +135,7 @@ class Store:
             r["config"] = json.loads(r["config"])
             r["history"] = json.loads(r["history"]) if r.get("history") else []
             r["sweep"] = json.loads(r["sweep"]) if r.get("sweep") else {}
+            r["level"] = json.loads(r["level"]) if r.get("level") else {}
         return out
 
     def remove_failed(self) -> int:

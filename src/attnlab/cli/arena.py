@@ -17,16 +17,24 @@ __all__ = ["arena", "report"]
 def arena(
     tasks: str | None = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
     variants: str | None = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
-    preset: str = typer.Option("quick", help="quick (the default, about 7 minutes on 2 cores: lookup, a 1K-token task attention must "
-         "solve, with two seeds, and a 1K-byte text task beside its no-attention baseline), standard (the short tasks and lookup, "
-         "with the gated linear-attention family, an estimated two and a half hours) or lra (the long tasks at 1K-2K, each at two "
-         "learning rates, an estimated two and a half hours)."),
+    preset: str = typer.Option("quick", help="quick (the default: lookup, a 1K-token task attention must solve, at three "
+         "difficulty levels with two seeds, a 1K-byte text task beside its no-attention baseline, all in steps, then each variant's "
+         "cost at 1K, 4K and 16K tokens), standard (the short tasks and lookup, with the gated linear-attention family, an estimated "
+         "two and a half hours) or lra (the long tasks at 1K-2K, each at two learning rates, an estimated hour and a quarter)."),
     seeds: str | None = typer.Option(None, help="Comma-separated seeds (default: each task's own, seed 0 unless the preset "
                                      "names more)."),
+    budget_steps: int | None = typer.Option(
+        None, "--budget-steps", min=1,
+        help="Every run trains this many optimizer steps (the same scores on any machine, thread count or executor). "
+             "Default: the preset's steps."),
     budget_seconds: float | None = typer.Option(
         None, "--budget-seconds", min=1.0,
         help="Time-budgeted mode: every run trains for these seconds (learning rate annealed over them, no step limit, "
-             "no early stop). Default: the preset's budgets (steps, or seconds for its long tasks)."),
+             "no early stop): this machine's scores, not reproducible elsewhere. Default: the preset's steps."),
+    task_option: list[str] = typer.Option(
+        [], "--task-option", metavar="TASK.KEY=VALUE",
+        help="A task option for one task of the grid (repeatable), e.g. lookup.keys=32 --task-option lookup.length=2048; "
+             "one that the task's difficulty levels set replaces the levels."),
     precision: str | None = precision_option(None),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
     data: str | None = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl', added to --tasks)."),
@@ -35,8 +43,10 @@ def arena(
         help="Run each (task, variant, seed) at every value of a training setting (any TrainConfig field: lr, batch_size, "
              "warmup, ...; repeat for a product), pick each cell's value on the validation split and report the test score "
              "there, with the sweep's range. Replaces the preset's own sweeps; --sweep none runs without any."),
-    workers: int = typer.Option(1, min=1, help="Runs at a time, each in its own process (with --executor ray and no --address, "
-                                "N > 1 caps the Ray instance started here at N CPUs; otherwise it takes every core)."),
+    workers: int | None = typer.Option(
+        None, min=1, help="Runs at a time, each in its own process of one thread (every run trains on one thread: the same "
+        "scores whatever the count). Default: the command's torch threads (--threads; one per core), at most the runs to do. With "
+        "--executor ray and no --address, N > 1 caps the Ray instance started here at N CPUs; otherwise it takes every core."),
     executor: str = typer.Option(
         "local", "--executor",
         help="local (this machine: one run at a time, or --workers processes) or ray (each run a Ray task of one CPU, "
@@ -60,21 +70,31 @@ def arena(
         fail(f"--executor {executor}: choose local or ray")
     if address is not None and executor != "ray":
         fail("--address is a Ray cluster's: it needs --executor ray")
-    if address is not None and workers > 1:
+    if address is not None and workers is not None and workers > 1:
         fail("--workers caps a Ray instance started here; with --address the cluster's own CPUs decide (ray start --num-cpus N)")
+    if budget_steps is not None and budget_seconds is not None:
+        fail("--budget-steps and --budget-seconds: give one budget")
     if executor == "ray":
         from ..arena.executors import require_ray
 
         require_ray()  # a missing extra is one line before the board, not after it
     try:
+        from ..arena.runner import parse_task_options
+
         grid_sweep = None if not sweep else {} if sweep == ["none"] else parse_sweep(sweep)
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
                      seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data, seconds=budget_seconds,
-                     precision=precision, sweep=grid_sweep)
+                     steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option))
     except (ValueError, KeyError) as e:
         fail(str(e))
-    Store(Path(out_dir) / "results.sqlite")  # a damaged store or an unwritable folder fails here, before the board is drawn
-    grid = LiveGrid(specs)
+    for note in specs.notes:  # every run left out, and why, before the board
+        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    if workers is None:  # one process of one thread per core: each run trains on one thread anyway
+        import torch
+
+        workers = 1 if executor == "ray" else max(1, min(torch.get_num_threads(), len(specs)))
+    stored = Store(Path(out_dir) / "results.sqlite").rows()  # a damaged store or an unwritable folder fails here, before the board
+    grid = LiveGrid(specs, stored=stored)
     running: dict = {"serial": workers <= 1 and executor == "local"}  # serial runs: the one in progress, its spec and last step
     with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
 
@@ -100,12 +120,31 @@ def arena(
             err.line()
         err.print(_interrupted(out_dir, specs, running), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130)
+    if specs.cost is not None:
+        _measure_cost(out_dir, specs.cost)
     page, board = build_report(out_dir)
     if as_json:
         print_json({**board, "report": str(page), "wall_seconds": grid.elapsed()})
         return
     _print_leaderboard(board)
     out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
+
+
+def _measure_cost(out_dir: str, cost: dict) -> None:
+    """After the grid: each variant's training step at the long lengths (:func:`attnlab.arena.cost.measure_cost`),
+    one line per measurement; Ctrl-C keeps what was measured (the rerun measures the rest)."""
+    from ..arena.cost import measure_cost
+
+    lengths = ", ".join(f"{n:,}" for n in cost["lengths"])
+    err.print(f"cost: one training step of {cost['task']}'s model at {lengths} tokens, per variant (this machine's seconds)",
+              markup=False, highlight=False)
+    try:
+        measure_cost(out_dir, cost["task"], cost["variants"], lengths=cost["lengths"], task_options=cost["task_options"],
+                     train=cost["train"], on_progress=lambda v, n: err.print(f"  {v} at {n:,} tokens", markup=False, highlight=False))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the cost measurements so far are kept in {Path(out_dir) / 'cost.json'}; "
+                  "the same command measures the rest", markup=False, highlight=False)
+        raise typer.Exit(130) from None
 
 
 def _interrupted(out_dir: str, specs: list, running: dict) -> str:
@@ -151,25 +190,31 @@ def report(
 
 
 def _print_leaderboard(board: dict) -> None:
-    """The arena's leaderboard: per task, then the average; ``!`` marks a score with a caveat,
-    explained under its table, as is a failed run (its whole reason)."""
-    from ..arena.report import label, peak_share, sweep_text, task_budget
+    """The arena's leaderboard: what the grid left out, per task, then the average and the cost;
+    ``!`` marks a score with a caveat, explained under its table, as is a failed run (its whole reason)."""
+    from ..arena.report import label, level_names, level_values, peak_share, sweep_text, task_budget
 
+    for note in board.get("notes") or []:
+        out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for task, entries in board["tasks"].items():
         metric = next((e["metric"] for e in entries if e["metric"]), "score")
         budget = task_budget(entries)
         timed = {e["timed"] for e in entries}
-        mode = f", {budget} per run" + (f", {'time' if timed.pop() else 'step'}-budgeted" if len(timed) == 1 else "") if entries else ""
+        kind = ("time-budgeted: this machine's scores" if timed.pop() else "step-budgeted") if len(timed) == 1 else ""
+        mode = f", {budget} per run" + (f", {kind}" if kind else "") if entries else ""
         swept = any(e.get("sweep") for e in entries)
-        t = table(f"{task} ({metric}{mode})", ["variant", metric, *(["chosen on val: test range"] if swept else []), "speed vs dense",
+        levels = level_names(entries)
+        t = table(f"{task} ({metric}{mode})", ["variant", metric + (" (mean over levels)" if levels else ""), *levels,
+                                                *(["chosen on val: test range"] if swept else []), "speed vs dense",
                                                 "memory vs dense", "steps/s", "of peak", "params"])
         for e in entries:
             if e["value"] is None:
-                t.add_row(label(e), "[red]failed[/]", *([""] if swept else []), "", "", "", "", "")
+                t.add_row(label(e), "[red]failed[/]", *([""] * len(levels)), *([""] if swept else []), "", "", "", "", "")
                 continue
             mark = " [yellow]![/]" if e.get("caveats") else ""
             spread = f" ± {e['spread']:.3f}" if e.get("spread") is not None else ""
-            t.add_row(label(e), f"{e['value']:.3f}{spread}{mark}", *([sweep_text(e)] if swept else []), fmt_x(e["speed"]),
+            t.add_row(label(e), f"{e['value']:.3f}{spread}{mark}", *("-" if x is None else f"{x:.3f}" for x in level_values(e, levels)),
+                      *([sweep_text(e)] if swept else []), fmt_x(e["speed"]),
                       fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}", peak_share(e["peak_fraction"], e["precision"]),
                       f"{e['params']:,}")
         out.print(t)
@@ -179,8 +224,36 @@ def _print_leaderboard(board: dict) -> None:
         for e in entries:  # the whole reason, wrapped at the console's width (a table cell would cut it)
             if e["value"] is None:
                 out.print(f"  [red]failed[/] {escape(label(e))}: {escape(e['error'] or 'no reason stored')}", highlight=False)
-    if board["average"]:
-        t = table("average over tasks", ["variant", "mean score", "tasks", "speed vs dense", "memory vs dense"])
+    if board["average"] and len(board["tasks"]) > 1:
+        t = table(f"average over tasks (ranked: the variants that ran all {len(board['tasks'])})",
+                  ["variant", "mean score", "tasks", "dense on the same tasks", "speed vs dense", "memory vs dense"])
         for e in board["average"]:
-            t.add_row(label(e), f"{e['value']:.3f}", str(e["tasks"]), fmt_x(e["speed"]), fmt_x(e["memory"]))
+            ranked = e.get("ranked", True)
+            t.add_row(label(e) + ("" if ranked else " [dim](unranked)[/]"), f"{e['value']:.3f}",
+                      f"{e['tasks']} of {e.get('of', e['tasks'])}",
+                      "" if ranked or e.get("dense_same_tasks") is None else f"{e['dense_same_tasks']:.3f}",
+                      fmt_x(e["speed"]), fmt_x(e["memory"]))
         out.print(t)
+    _print_cost(board)
+
+
+def _print_cost(board: dict) -> None:
+    """The cost measurements of the report (``board["cost"]``): per variant, its speed and memory
+    relative to the fused dense at each length, and its memory relative to the materialising dense."""
+    cost = board.get("cost")
+    if not cost:
+        return
+    from ..arena.cost import REFERENCE
+
+    lengths = cost["lengths"]
+    t = table(f"cost: one training step of {cost['task']}'s model (speed and memory vs the fused dense; this machine's seconds)",
+              ["variant", *(f"{n:,}: speed, memory" for n in lengths), f"{lengths[-1]:,}: memory vs {REFERENCE}"])
+    for v, per in cost["variants"].items():
+        cells = []
+        for n in lengths:
+            r = per.get(str(n))
+            projected = " (projected)" if r and r.get("projected") else ""
+            cells.append("-" if r is None else f"{fmt_x(r['speed'])}, {fmt_x(r['memory'])}{projected}")
+        last = per.get(str(lengths[-1]))
+        t.add_row(v, *cells, "-" if not last or last.get("memory_vs_naive") is None else f"{last['memory_vs_naive']:.3f}x")
+    out.print(t)

@@ -1,0 +1,279 @@
+"""What each variant costs where efficient attention pays: one training step (forward and
+backward, batch 1) of a task's own model at 1K, 4K and 16K tokens, its seconds and peak tensor
+bytes, beside the fused dense (PyTorch's ``scaled_dot_product_attention``, memory linear in N)
+and the dense that materialises the N x N weights (``dense_naive``: LRA's memory baseline).
+
+At 1K a fused dense kernel is hard to beat; the lecture's (and LRA's) claim that efficient
+attention is faster and smaller lives at 4K and beyond. :func:`measure_cost` measures it on this
+machine (the seconds are this machine's; the bytes are the same on any machine), and
+:func:`plot_cost` draws the lecture's chart from it: score against speed at the longest length,
+bubble area = peak memory relative to the fused dense, the materialising dense beside them.
+
+Results are kept in ``<out>/cost.json`` (:func:`cost_table`): a rerun measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+__all__ = ["COST_FILE", "COST_LENGTHS", "MODEL_FIELDS", "REFERENCE", "cost_summary", "cost_table", "cpu_name", "measure_cost",
+           "measure_one", "plot_cost", "ratios"]
+
+COST_LENGTHS = (1024, 4096, 16384)
+"""The lengths each variant's training step is measured at (the chart uses the last)."""
+
+REFERENCE = "dense_naive"
+"""The materialising dense, measured beside the variants: its scores are dense's (the same function)."""
+
+COST_FILE = "cost.json"
+
+MODEL_FIELDS = ("embed_dim", "num_heads", "num_layers", "positional", "causal")
+"""The training settings that shape the measured model (the rest, steps or learning rate, do not)."""
+
+
+def cpu_name() -> str:
+    """This machine's processor as ``/proc/cpuinfo`` names it, with the kernel path PyTorch takes
+    (``torch.backends.cpu.get_cpu_capability()``: ``AVX512``, ``AVX2``, ...)."""
+    import platform
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
+
+
+def _available_bytes() -> int | None:
+    """Memory this machine can still give (Linux: ``MemAvailable``; None elsewhere)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def measure_one(task: str, variant: str, length: int, *, task_options: dict | None = None, train: dict | None = None,
+                repeats: int = 1) -> dict:
+    """One variant's training step at ``length`` tokens on ``task``'s own model (batch 1, fp32):
+    ``{"variant", "length", "seconds"`` (the fastest of ``repeats`` timed steps after one warm-up),
+    ``"peak_bytes"`` (:func:`attnlab.profiling.peak_bytes`), ``"params"}``."""
+    from .. import objectives
+    from .. import tasks as task_registry
+    from ..models import build_model
+    from ..objectives import collate
+    from ..profiling import peak_bytes
+    from ..training import TrainConfig, model_config
+    from .presets import NO_ATTENTION, VARIANT_OPTIONS
+
+    opts = {**(task_options or {}), "length": length, "size": 8}
+    data = task_registry.create(task, **opts)
+    attention = "dense" if variant == NO_ATTENTION else variant
+    extra = VARIANT_OPTIONS.get(variant, {}) if variant != NO_ATTENTION else {}
+    cfg = TrainConfig.for_task(task, attention=attention, task_options=opts, **({"attention_options": dict(extra)} if extra else {}),
+                               **{k: v for k, v in (train or {}).items() if k in MODEL_FIELDS})
+    if variant == NO_ATTENTION:
+        cfg = cfg.baseline()
+    torch.manual_seed(0)
+    model = build_model(model_config(cfg, data))
+    objective = objectives.get(data)
+    inputs, labels = collate(data, data.split("train"), torch.arange(1), objective)
+    model.train()
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        objective.loss(model, inputs, labels).backward()
+
+    step()  # warm-up: lazy buffers and kernels' first calls stay out of both measurements
+    best = math.inf
+    for _ in range(max(1, repeats)):
+        t = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - t)
+    return {"variant": variant, "length": length, "seconds": best, "peak_bytes": peak_bytes(step),
+            "params": sum(p.numel() for p in model.parameters())}
+
+
+def _key(task: str, task_options: dict | None, train: dict | None) -> str:
+    return json.dumps([task, task_options or {}, {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}], sort_keys=True)
+
+
+def cost_table(out: str | Path) -> dict:
+    """The measurements kept in ``out/cost.json``: ``{"task", "key", "threads", "cpu", "rows": [...]}``, a row
+    ``{"variant", "length", "seconds", "peak_bytes", "params"}`` (``"projected": True`` for a projection, see
+    :func:`measure_cost`); ``{}`` when none were made."""
+    path = Path(out) / COST_FILE
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
+def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths: Iterable[int] = COST_LENGTHS,
+                 task_options: dict | None = None, train: dict | None = None, reference: str | None = REFERENCE,
+                 reference_up_to: int = 4096, on_progress: Callable[[str, int], None] | None = None) -> dict:
+    """Measure (:func:`measure_one`) each of ``variants`` and ``reference`` at each of ``lengths``
+    on ``task``'s model, keep the results in ``out/cost.json`` (rows already there for the same
+    task, options and model are kept, not measured again) and return the table (:func:`cost_table`).
+
+    The materialising reference is measured up to ``reference_up_to`` tokens, and beyond only where
+    its projected peak fits in half the memory available (its step at 16K takes tens of seconds and
+    gigabytes); elsewhere its row is **projected** (``"projected": True``, no seconds): peak bytes
+    ``b N + c N^2`` fitted through its two longest measured lengths (exact for its N x N weights,
+    the scores, their softmax and their gradients, all N^2; the rest linear in N)."""
+    out = Path(out)
+    key = _key(task, task_options, train)
+    table = cost_table(out)
+    if table.get("key") != key:
+        table = {"task": task, "key": key, "rows": []}
+    table.update(threads=torch.get_num_threads(), cpu=cpu_name())
+    table["rows"] = [r for r in table["rows"] if not r.get("projected")]
+    have = {(r["variant"], r["length"]) for r in table["rows"]}
+    names = list(dict.fromkeys([*variants, *([reference] if reference else [])]))
+    for length in sorted(lengths):
+        for v in names:
+            if (v, length) in have:
+                continue
+            if v == reference and length > reference_up_to:
+                projected = _projected(table["rows"], v, length)
+                free = _available_bytes()
+                if projected is None or free is None or projected["peak_bytes"] > free / 2 or length > reference_up_to:
+                    if projected is not None:
+                        table["rows"].append(projected)
+                    continue
+            if on_progress:
+                on_progress(v, length)
+            table["rows"].append(measure_one(task, v, length, task_options=task_options, train=train,
+                                             repeats=2 if length <= 4096 else 1))
+            _write(out, table)
+    _write(out, table)
+    return table
+
+
+def _projected(rows: list[dict], variant: str, length: int) -> dict | None:
+    """``variant``'s peak bytes at ``length``, projected as ``b N + c N^2`` through its two longest
+    measured lengths (None with fewer than two)."""
+    got = sorted((r for r in rows if r["variant"] == variant and r.get("peak_bytes") and not r.get("projected")), key=lambda r: r["length"])
+    if len(got) < 2:
+        return None
+    (n1, p1), (n2, p2) = ((r["length"], r["peak_bytes"]) for r in got[-2:])
+    c = (p2 / n2 - p1 / n1) / (n2 - n1)
+    b = p1 / n1 - c * n1
+    return {"variant": variant, "length": length, "seconds": None, "peak_bytes": int(b * length + c * length**2),
+            "params": got[-1]["params"],
+            "projected": True, "from": [n1, n2]}
+
+
+def _write(out: Path, table: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (COST_FILE + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    os.replace(tmp, out / COST_FILE)
+
+
+def ratios(table: dict, length: int) -> dict[str, dict]:
+    """Per variant at ``length``: ``speed`` (dense's seconds over its own: above 1 is faster),
+    ``memory`` (its peak bytes over the fused dense's) and ``memory_vs_naive`` (over the
+    materialising dense's, when measured); None where dense (or the reference) is missing."""
+    rows = {r["variant"]: r for r in table.get("rows", []) if r["length"] == length}
+    dense, naive = rows.get("dense"), rows.get(REFERENCE)
+    out = {}
+    for v, r in rows.items():
+        out[v] = {"seconds": r["seconds"], "peak_bytes": r["peak_bytes"],
+                  "speed": dense["seconds"] / r["seconds"] if dense and r["seconds"] else None,
+                  "memory": r["peak_bytes"] / dense["peak_bytes"] if dense and dense["peak_bytes"] and r["peak_bytes"] else None,
+                  "memory_vs_naive": r["peak_bytes"] / naive["peak_bytes"] if naive and naive["peak_bytes"] and r["peak_bytes"] else None}
+    return out
+
+
+def cost_summary(table: dict) -> dict | None:
+    """The cost table as the leaderboard carries it (``board["cost"]``): ``{"task", "lengths", "cpu",
+    "threads", "variants": {variant: {str(length): ratios + "projected"}}}`` (:func:`ratios`); None when empty."""
+    rows = table.get("rows") or []
+    if not rows:
+        return None
+    lengths = sorted({r["length"] for r in rows})
+    variants: dict[str, dict] = {}
+    for n in lengths:
+        for v, r in ratios(table, n).items():
+            projected = any(x.get("projected") for x in rows if x["variant"] == v and x["length"] == n)
+            variants.setdefault(v, {})[str(n)] = {**r, "projected": projected}
+    return {"task": table.get("task"), "lengths": lengths, "cpu": table.get("cpu"), "threads": table.get("threads"), "variants": variants}
+
+
+def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_task: str = "") -> Path | None:
+    """The lecture's chart from the cost table: left, score (``scores``: variant -> the task's mean
+    score) against training-step speed relative to dense at the longest measured length, bubble
+    area = peak memory relative to the fused dense there, each bubble naming its memory relative
+    to the materialising dense too, whose own peak is written beside them; right, each variant's
+    step seconds and peak memory against the length. None without measurements."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .charts import _color, _save
+    from .presets import NO_ATTENTION
+
+    rows = table.get("rows", [])
+    if not rows:
+        return None
+    length = max(r["length"] for r in rows if r["variant"] == "dense") if any(r["variant"] == "dense" for r in rows) else None
+    fig, (ax, ax_t, ax_m) = plt.subplots(1, 3, figsize=(17, 5.2))
+    if length is not None:
+        at = ratios(table, length)
+        for v, r in at.items():
+            score = scores.get(v)
+            if v == REFERENCE or score is None or r["speed"] is None:
+                continue
+            ax.scatter(r["speed"], score, s=500 * (r["memory"] or 1.0), alpha=0.45, color=_color(v))
+            ax.annotate(v, (r["speed"], score), fontsize=8, ha="center", va="center")
+        ref = next((x for x in rows if x["variant"] == REFERENCE and x["length"] == length), None)
+        dense = next((x for x in rows if x["variant"] == "dense" and x["length"] == length), None)
+        if ref and dense and ref["peak_bytes"] and dense["peak_bytes"]:
+            how = (f"projected through {ref['from'][0]:,} and {ref['from'][1]:,} tokens" if ref.get("projected") else "measured")
+            naive = (f"\n{REFERENCE} (materialises N x N, scores as dense): {ref['peak_bytes'] / 2**30:.1f} GiB,\n"
+                     f"{ref['peak_bytes'] / dense['peak_bytes']:.0f}x the fused dense's ({how})")
+        else:
+            naive = ""
+        ax.set_xscale("log", base=2)
+        ax.axvline(1.0, color="grey", lw=0.6, ls=":")
+        ax.set_xlabel(f"training-step speed relative to the fused dense at {length:,} tokens (this machine's)")
+        ax.set_ylabel(f"{title_task} score (mean over levels and seeds)" if title_task else "score")
+        ax.set_title(f"score against speed at {length:,} tokens\n(bubble area: peak memory relative to the fused dense){naive}",
+                     fontsize=8)
+        ax.grid(True, alpha=0.3)
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    for v in variants:
+        mine = sorted((r for r in rows if r["variant"] == v), key=lambda r: r["length"])
+        style = dict(marker="o", ms=4, color="grey" if v == REFERENCE else _color(v), ls="--" if v in (REFERENCE, NO_ATTENTION) else "-",
+                     label=v)
+        timed = [r for r in mine if r["seconds"] is not None]
+        ax_t.plot([r["length"] for r in timed], [r["seconds"] for r in timed], **style)
+        ax_m.plot([r["length"] for r in mine if r["peak_bytes"]], [r["peak_bytes"] / 2**20 for r in mine if r["peak_bytes"]], **style)
+    for a, what in ((ax_t, "seconds per training step"), (ax_m, "peak tensor MiB of a training step")):
+        a.set_xscale("log", base=2)
+        a.set_yscale("log")
+        a.set_xlabel("tokens (batch 1)")
+        a.set_ylabel(what)
+        a.grid(True, alpha=0.3, which="both")
+        a.legend(fontsize=7)
+    ax_t.set_title(f"time (this machine: {table.get('cpu') or 'CPU'}, {table.get('threads')} threads)", fontsize=9)
+    ax_m.set_title("memory (the same on any machine)", fontsize=9)
+    for r in rows:
+        if r.get("projected"):
+            ax_m.annotate(f"{r['variant']} at {r['length']:,}: projected (b N + c N^2 through {r['from'][0]:,} and {r['from'][1]:,})",
+                          (0.02, 0.02), xycoords="axes fraction", fontsize=7)
+    fig.suptitle("where efficient attention pays: one training step of the task's model", fontsize=11)
+    fig.subplots_adjust(wspace=0.3, top=0.8)
+    return _save(fig, path)

@@ -1,0 +1,206 @@
+"""Issue 50: the arena's verdict, reproducible and discriminating.
+
+Step budgets (``--budget-steps``), per-task options (``--task-option TASK.KEY=VALUE``), the same
+score for one run id under two thread counts, difficulty levels averaged as MAD does, an average
+over tasks that never ranks a variant with fewer tasks above one with more, the cost measured at
+long lengths beside the fused and the materialising dense, and the new-user findings of
+2026-11-26 (a swept step count labelled a time budget, dropped runs unsaid, charts blank or
+unlabelled, attention maps a black square at 1K)."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnlab.arena import Preset, TaskSetting, attention_maps, leaderboard, plan, run_grid
+from attnlab.arena.cost import REFERENCE, cost_summary, measure_cost, ratios
+from attnlab.arena.report import budget_of, build_report
+from attnlab.arena.runner import parse_task_options
+from attnlab.cli import app
+from attnlab.training import load_checkpoint
+
+runner = CliRunner()
+
+SMALL = {"size": 64, "length": 96, "keys": 2, "repeats": 4, "gap": 8, "queries": 8, "num_keys": 8, "noise": 4}
+"""A lookup small enough to train in a second: 2 or 4 keys, 96 tokens."""
+
+TRAIN = {"steps": 4, "eval_every": 2, "embed_dim": 16, "num_heads": 2, "batch_size": 2, "patience": 10**6}
+
+
+def _preset(**more) -> Preset:
+    return Preset({"lookup": TaskSetting(SMALL, TRAIN, ("dense", "linear", "none"), seeds=(0, 1),
+                                         levels=({"keys": 2}, {"keys": 4}), **more)}, ("dense", "linear", "none"))
+
+
+def test_budget_steps_replaces_every_budget_and_a_swept_step_count_is_a_step_budget():
+    timed = Preset({"lookup": TaskSetting(SMALL, {"seconds": 20.0, "eval_every": 2})}, ("dense",))
+    assert {s.config.seconds for s in plan(timed)} == {20.0}
+    stepped = plan(timed, steps=7)
+    assert {(s.config.steps, s.config.seconds) for s in stepped} == {(7, None)}
+    assert budget_of(json.loads(json.dumps(stepped[0].config.__dict__))) == "7 steps"
+    # the finding: --sweep steps=30 on a time-budgeted task kept its 20 s and was labelled "20 s per run, time-budgeted"
+    swept = plan(timed, sweep={"steps": [30]})
+    assert {(s.config.steps, s.config.seconds) for s in swept} == {(30, None)}
+    with pytest.raises(ValueError, match="steps or in seconds, not both"):
+        plan(timed, steps=5, seconds=5.0)
+    res = runner.invoke(app, ["arena", "--budget-steps", "5", "--budget-seconds", "5", "--out", "unused"])
+    assert res.exit_code == 2 and "give one budget" in res.output
+
+
+def test_a_task_option_reaches_its_task_and_one_a_level_sets_replaces_the_levels():
+    opts = parse_task_options(["lookup.keys=32", "lookup.length=2048", "text.length=512"])
+    assert opts == {"lookup": {"keys": 32, "length": 2048}, "text": {"length": 512}}
+    grid = plan("quick", tasks=["lookup", "text"], variants=["dense"], seeds=[0], task_options=opts)
+    lookup = [s for s in grid if s.task == "lookup"]
+    assert len(lookup) == 1 and lookup[0].config.task_options == {"size": 512, "keys": 32, "length": 2048} and lookup[0].level == {}
+    assert [s.config.task_options for s in grid if s.task == "text"] == [{"length": 512}]
+    assert any("keys=32 given, so its levels" in n for n in grid.notes)
+    kept = plan("quick", tasks=["lookup"], variants=["dense"], seeds=[0], task_options=parse_task_options(["lookup.gap=64"]))
+    assert [s.config.task_options["gap"] for s in kept] == [64, 64, 64] and len({json.dumps(s.level) for s in kept}) == 3
+    for bad, said in ((["lookup.kes=3"], "lookup has no option 'kes'; it takes"), (["keys=3"], "takes TASK.KEY=VALUE"),
+                      (["nope.keys=3"], "unknown task 'nope'")):
+        with pytest.raises(ValueError, match=said):
+            parse_task_options(bad)
+    with pytest.raises(ValueError, match="not a task of this grid"):
+        plan("quick", tasks=["text"], task_options={"lookup": {"keys": 8}})
+    res = runner.invoke(app, ["arena", "--tasks", "text", "--task-option", "text.lenght=5", "--out", "unused"])
+    assert res.exit_code == 2 and "text has no option 'lenght'" in " ".join(res.output.split())
+
+
+def test_the_same_run_id_gives_the_same_score_under_two_thread_counts(tmp_path):
+    """The reproducibility rule: a step-budgeted run is the same computation whatever the threads."""
+    (spec,) = plan(Preset({"lookup": TaskSetting(SMALL, TRAIN)}, ("dense",)))
+    before = torch.get_num_threads()
+    scores = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            store = run_grid([spec], tmp_path / f"t{threads}")
+            (row,) = store.rows()
+            weights = load_checkpoint(tmp_path / f"t{threads}" / "runs" / spec.run_id).model.state_dict()
+            scores.append((row["run_id"], row["value"], [h["val"] for h in row["history"]], weights))
+    finally:
+        torch.set_num_threads(before)
+    (id1, v1, h1, w1), (id2, v2, h2, w2) = scores
+    assert id1 == id2 and v1 == v2 and h1 == h2
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)  # bitwise: not only the rounded score
+
+
+def _board_rows():
+    def row(i, task, variant, value, seed=0, level=None, sps=10.0, peak=1000):
+        return {"run_id": str(i), "task": task, "variant": variant, "seed": seed, "status": "done", "metric": "accuracy",
+                "value": value, "steps": 10, "steps_per_second": sps, "peak_bytes": peak, "params": 1, "train_seconds": 1.0,
+                "error": None, "history": [], "level": level or {},
+                "config": {"steps": 10, "task_options": {**(level or {}), "size": 8}}}
+    return row
+
+
+def test_a_variant_s_score_is_its_mean_over_levels_with_each_level_shown():
+    row = _board_rows()
+    rows = [row(1, "lookup", "dense", 1.0, 0, {"keys": 8}), row(2, "lookup", "dense", 0.9, 0, {"keys": 32}),
+            row(3, "lookup", "dense", 0.8, 1, {"keys": 8}), row(4, "lookup", "dense", 0.9, 1, {"keys": 32}),
+            row(5, "lookup", "linear", 0.9, 0, {"keys": 8}), row(6, "lookup", "linear", 0.5, 0, {"keys": 32})]
+    (dense, linear) = leaderboard(rows)["tasks"]["lookup"]
+    assert dense["variant"] == "dense" and dense["setting"] == ""  # the levels are one cell, not one setting each
+    assert dense["value"] == pytest.approx(0.9) and [p["value"] for p in dense["levels"]] == pytest.approx([0.9, 0.9])
+    assert dense["spread"] == pytest.approx(0.0707106, abs=1e-6)  # the sd over seeds of each seed's mean over the levels: 0.95, 0.85
+    assert [p["level"] for p in linear["levels"]] == [{"keys": 8}, {"keys": 32}] and linear["value"] == pytest.approx(0.7)
+
+
+def test_the_average_never_ranks_a_variant_with_fewer_tasks_above_one_with_more():
+    """The finding: performer (1 task, 0.991) and retnet (0.999) stood above dense (2 tasks, 0.642)."""
+    row = _board_rows()
+    rows = [row(1, "lookup", "dense", 0.985), row(2, "text", "dense", 0.298), row(3, "lookup", "performer", 0.991),
+            row(4, "lookup", "retnet", 0.999), row(5, "text", "none", 0.482), row(6, "lookup", "none", 0.495)]
+    avg = leaderboard(rows)["average"]
+    assert [(e["variant"], e["ranked"]) for e in avg] == [("dense", True), ("none", True), ("retnet", False), ("performer", False)]
+    retnet = next(e for e in avg if e["variant"] == "retnet")
+    assert retnet["tasks"] == 1 and retnet["of"] == 2 and retnet["dense_same_tasks"] == pytest.approx(0.985)
+
+
+def test_a_grid_without_dense_says_so_and_still_averages():
+    """The finding: --variants linear,linformer gave '-' columns, an empty average and three blank panels, with no word why."""
+    grid = plan("quick", tasks=["text"], variants=["linear", "linformer"])
+    assert grid.notes == ["text: no dense run, so no speed or memory is compared there (dense is the reference)"]
+    row = _board_rows()
+    board = leaderboard([row(1, "text", "linear", 0.3), row(2, "text", "linformer", 0.2), row(3, "pos", "linear", 0.5),
+                         row(4, "pos", "linformer", 0.4)])
+    assert [e["variant"] for e in board["average"]] == ["linear", "linformer"] and board["average"][0]["speed"] is None
+
+
+def test_a_run_a_task_cannot_take_is_named_in_the_plan():
+    """The finding: --tasks translate,karate --variants dense,none dropped none on translate without a word."""
+    grid = plan("quick", tasks=["translate", "karate"], variants=["dense", "none"])
+    assert sorted((s.task, s.variant) for s in grid) == [("karate", "dense"), ("karate", "none"), ("translate", "dense")]
+    assert grid.notes == ["translate / none left out: translate has no no-attention baseline (no backbone without attention "
+                          "reads it; a seq2seq decoder attends its encoder)"]
+    res = runner.invoke(app, ["arena", "--tasks", "translate", "--variants", "none", "--out", "x", "--budget-steps", "1"],
+                        catch_exceptions=False)
+    assert "note: translate / none left out" in " ".join(res.output.split())
+
+
+def test_cost_is_measured_at_each_length_beside_the_fused_and_the_materialising_dense(tmp_path):
+    small = {k: v for k, v in SMALL.items() if k != "length"}
+    train = {k: TRAIN[k] for k in ("embed_dim", "num_heads")}
+    table = measure_cost(tmp_path, "lookup", ["dense", "linear", "none"], lengths=(96, 192, 384), task_options=small, train=train,
+                         reference_up_to=192)
+    got = {(r["variant"], r["length"]): r for r in table["rows"]}
+    assert set(got) == {(v, n) for v in ("dense", "linear", "none", REFERENCE) for n in (96, 192, 384)}
+    naive = got[(REFERENCE, 384)]
+    assert naive["projected"] and naive["seconds"] is None  # beyond reference_up_to: projected, never timed
+    (n1, p1), (n2, p2) = ((n, got[(REFERENCE, n)]["peak_bytes"]) for n in (96, 192))
+    c = (p2 / n2 - p1 / n1) / (n2 - n1)
+    assert naive["peak_bytes"] == int((p1 / n1 - c * n1) * 384 + c * 384**2)  # b N + c N^2 through the two measured lengths
+    at = ratios(table, 192)
+    assert at["dense"]["speed"] == 1.0 and at["dense"]["memory"] == 1.0
+    assert at[REFERENCE]["memory"] > 1.5  # the N x N weights: more than the fused dense already at 192 tokens
+    assert all(at[v]["memory_vs_naive"] < 1 for v in ("dense", "linear", "none"))
+    again = measure_cost(tmp_path, "lookup", ["dense", "linear", "none"], lengths=(96, 192, 384), task_options=small, train=train,
+                         reference_up_to=192, on_progress=lambda v, n: pytest.fail(f"{v} at {n} measured again"))
+    assert len(again["rows"]) == len(table["rows"])  # a rerun keeps what was measured
+    summary = cost_summary(again)
+    assert summary["lengths"] == [96, 192, 384] and summary["variants"][REFERENCE]["384"]["projected"]
+
+
+def test_the_report_has_the_difficulty_curve_the_cost_chart_and_maps_of_the_scored_rows(tmp_path, monkeypatch):
+    grid = plan(_preset(cost=(96, 192)))
+    assert len(grid) == 3 * 2 * 2 and grid.cost["lengths"] == (96, 192)
+    run_grid(grid, tmp_path)
+    measure_cost(tmp_path, grid.cost["task"], grid.cost["variants"], lengths=grid.cost["lengths"],
+                 task_options=grid.cost["task_options"], train=grid.cost["train"])
+    import attnlab.arena.charts as charts
+
+    legends = {}
+    save = charts._save
+
+    def keep(fig, path):
+        legends[str(path).rsplit("/", 1)[-1]] = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        return save(fig, path)
+
+    monkeypatch.setattr(charts, "_save", keep)
+    page, board = build_report(tmp_path)
+    html = page.read_text()
+    assert "Score against difficulty" in html and "Where efficient attention pays" in html and (tmp_path / "cost.png").exists()
+    assert [p["level"] for p in board["tasks"]["lookup"][0]["levels"]] == [{"keys": 2}, {"keys": 4}]
+    assert set(legends["levels.png"]) == {"dense", "linear", "none"}
+    assert board["cost"]["variants"]["dense"]["192"]["speed"] == 1.0
+    # the maps: the 8 scored reads of each example (positions 16-23: 2 keys x 4 repeats + a gap of 8), over the keys up to the last
+    spec = next(s for s in grid if s.variant == "dense")
+    from attnlab import tasks
+
+    maps = attention_maps(load_checkpoint(tmp_path / "runs" / spec.run_id).model, tasks.create("lookup", **spec.config.task_options))
+    assert [tuple(m.shape) for m in maps] == [(8, 24), (8, 24)]  # not a 96 x 96 square
+
+
+def test_the_curves_chart_names_each_setting(tmp_path, monkeypatch):
+    """The finding: one unlabelled line per variant over runs of different budgets and sweep values."""
+    import attnlab.arena.charts as charts
+
+    hist = [{"step": 2, "val": 0.5, "loss": 1.0, "seconds": 1.0}]
+    rows = [{"run_id": i, "task": "pos", "variant": "dense", "seed": 0, "status": "done", "history": hist} for i in ("a", "b")]
+    seen = {}
+    monkeypatch.setattr(charts, "_save", lambda fig, path: seen.setdefault("labels", [t.get_text() for t in
+                                                                                    fig.axes[0].get_legend().get_texts()]))
+    charts.plot_curves(rows, tmp_path / "c.png", {"a": "dense (steps=10)", "b": "dense (steps=20)"})
+    assert seen["labels"] == ["dense (steps=10)", "dense (steps=20)"]
