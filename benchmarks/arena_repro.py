@@ -74,7 +74,7 @@ def main() -> None:
         same = [i for i in a if i in b and a[i]["value"] == b[i]["value"]
                 and [h["val"] for h in a[i]["history"]] == [h["val"] for h in b[i]["history"]]]
         result["comparison"] = {"runs_a": len(a), "runs_b": len(b), "same_ids": sorted(a) == sorted(b), "identical_runs": len(same),
-                                "differing": sorted(set(a) | set(b) - set(same))}
+                                "differing": sorted((set(a) | set(b)) - set(same))}
         print(json.dumps(result["comparison"]), flush=True)
     Path(args.output).write_text(json.dumps(result, indent=1))
 

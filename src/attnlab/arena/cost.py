@@ -52,18 +52,6 @@ def cpu_name() -> str:
     return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
 
 
-def _available_bytes() -> int | None:
-    """Memory this machine can still give (Linux: ``MemAvailable``; None elsewhere)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def measure_one(task: str, variant: str, length: int, *, task_options: dict | None = None, train: dict | None = None,
                 repeats: int = 1) -> dict:
     """One variant's training step at ``length`` tokens on ``task``'s own model (batch 1, fp32):
@@ -126,11 +114,10 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
     on ``task``'s model, keep the results in ``out/cost.json`` (rows already there for the same
     task, options and model are kept, not measured again) and return the table (:func:`cost_table`).
 
-    The materialising reference is measured up to ``reference_up_to`` tokens, and beyond only where
-    its projected peak fits in half the memory available (its step at 16K takes tens of seconds and
-    gigabytes); elsewhere its row is **projected** (``"projected": True``, no seconds): peak bytes
-    ``b N + c N^2`` fitted through its two longest measured lengths (exact for its N x N weights,
-    the scores, their softmax and their gradients, all N^2; the rest linear in N)."""
+    The materialising reference is measured up to ``reference_up_to`` tokens (at 16K one step of it
+    takes tens of seconds and about 16 GiB); beyond, its row is **projected** (``"projected": True``,
+    no seconds): peak bytes ``b N + c N^2`` fitted through its two longest measured lengths (its N x N
+    weights, scores, softmax and their gradients are all N^2, the rest linear in N)."""
     out = Path(out)
     key = _key(task, task_options, train)
     table = cost_table(out)
@@ -144,13 +131,11 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
         for v in names:
             if (v, length) in have:
                 continue
-            if v == reference and length > reference_up_to:
+            if v == reference and length > reference_up_to:  # projected, not run: tens of seconds and gigabytes a step
                 projected = _projected(table["rows"], v, length)
-                free = _available_bytes()
-                if projected is None or free is None or projected["peak_bytes"] > free / 2 or length > reference_up_to:
-                    if projected is not None:
-                        table["rows"].append(projected)
-                    continue
+                if projected is not None:
+                    table["rows"].append(projected)
+                continue
             if on_progress:
                 on_progress(v, length)
             table["rows"].append(measure_one(task, v, length, task_options=task_options, train=train,

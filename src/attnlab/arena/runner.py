@@ -172,6 +172,7 @@ def plan(
     (:func:`unfit_reason`), for levels replaced by an option, and for a task compared without dense."""
     from .. import efficient
     from .. import tasks as task_registry
+    from .report import level_text
 
     if isinstance(preset, str) and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
@@ -201,7 +202,7 @@ def plan(
         replaced = sorted({k for level in s.levels for k in level} & set(extra))
         if replaced:
             notes.append(f"{t}: {', '.join(f'{k}={extra[k]}' for k in replaced)} given, so its levels "
-                         f"({'; '.join(_level_text(lv) for lv in s.levels)}) are not run")
+                         f"({'; '.join(level_text(lv) for lv in s.levels)}) are not run")
         settings[t] = dataclasses.replace(s, task_options={**s.task_options, **extra}, levels=() if replaced else s.levels)
 
     def chosen(t: str, setting: TaskSetting) -> list[str]:
@@ -262,11 +263,6 @@ def plan(
         "task": costed, "variants": runnable[costed], "lengths": tuple(settings[costed].cost),
         "task_options": {k: v for k, v in settings[costed].task_options.items() if k != "length"}, "train": dict(settings[costed].train)}
     return Plan([x for x in specs if not (x.run_id in seen or seen.add(x.run_id))], notes, cost)
-
-
-def _level_text(level: dict) -> str:
-    """A difficulty level in words: ``"keys=8, repeats=32"``."""
-    return ", ".join(f"{k}={v}" for k, v in level.items())
 
 
 def training_step_peak(model: torch.nn.Module, task, batch_size: int, precision: str = "fp32") -> int | None:
