@@ -13,10 +13,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnlab.arena import Preset, TaskSetting, attention_maps, leaderboard, plan, run_grid
+from attnlab.arena import Preset, TaskSetting, attention_maps, budget_of, build_report, leaderboard, parse_task_options, plan, run_grid
 from attnlab.arena.cost import REFERENCE, cost_summary, measure_cost, ratios
-from attnlab.arena.report import budget_of, build_report
-from attnlab.arena.runner import parse_task_options
 from attnlab.cli import app
 from attnlab.training import load_checkpoint
 

@@ -57,7 +57,7 @@ def test_precision_is_each_tasks_own_or_the_one_asked_for_and_old_run_ids_stay()
     import hashlib
     import json
 
-    from attnlab.arena.runner import _run_id
+    from attnlab.arena.planning import _run_id
 
     quick = plan("quick")
     assert {s.config.precision for s in quick} == {"fp32"}  # the default run: the same numbers on a CPU with or without native bf16

@@ -62,7 +62,7 @@ def test_generate_refuses_other_checkpoints_and_empty_prompts(trained, tmp_path)
 
 
 def test_the_arena_refuses_a_perplexity_task():
-    from attnlab.arena.runner import plan
+    from attnlab.arena import plan
 
     with pytest.raises(ValueError, match="lower is better"):
         plan("quick", tasks=["docs"])

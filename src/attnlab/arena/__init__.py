@@ -11,9 +11,13 @@
 * :class:`LiveGrid` — the table ``attnlab arena`` redraws from :func:`run_grid`'s events.
 """
 
-from .cost import COST_LENGTHS, cost_table, measure_cost, plot_cost
+from .board import average_over_tasks, budget_of, leaderboard
+from .charts import plot_cost, plot_curves, plot_levels, plot_lra, plot_maps
+from .cost import cost_table, measure_cost
 from .live import LiveGrid
+from .planning import Plan, RunSpec, parse_task_options, plan
 from .presets import (
+    COST_LENGTHS,
     DEFAULT_VARIANTS,
     LOOKUP_LEVELS,
     LOOKUP_VARIANTS,
@@ -25,8 +29,8 @@ from .presets import (
     TaskSetting,
     Variants,
 )
-from .report import average_over_tasks, budget_of, build_report, leaderboard, plot_curves, plot_levels, plot_lra, plot_maps
-from .runner import Plan, RunSpec, attention_maps, parse_task_options, plan, run_grid, run_one, training_step_peak
+from .report import build_report
+from .runner import attention_maps, run_grid, run_one, training_step_peak
 from .store import COLUMNS, Store
 
 __all__ = [

@@ -9,7 +9,7 @@ from pathlib import Path
 from .presets import NO_ATTENTION
 from .store import task_label
 
-__all__ = ["label", "plot_curves", "plot_levels", "plot_lra", "plot_maps", "slug"]
+__all__ = ["label", "plot_cost", "plot_curves", "plot_levels", "plot_lra", "plot_maps", "slug"]
 
 
 def label(entry: dict) -> str:
@@ -182,6 +182,73 @@ def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
             if i == 0:
                 ax.set_title(v, fontsize=9)
     fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_task: str = "") -> Path | None:
+    """The lecture's chart from the cost table: left, score (``scores``: variant -> the task's mean
+    score) against training-step speed relative to dense at the longest measured length, bubble
+    area = peak memory relative to the fused dense there, each bubble naming its memory relative
+    to the materialising dense too, whose own peak is written beside them; right, each variant's
+    step seconds and peak memory against the length. None without measurements."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .cost import REFERENCE, ratios
+
+    rows = table.get("rows", [])
+    if not rows:
+        return None
+    length = max(r["length"] for r in rows if r["variant"] == "dense") if any(r["variant"] == "dense" for r in rows) else None
+    fig, (ax, ax_t, ax_m) = plt.subplots(1, 3, figsize=(17, 5.2))
+    if length is not None:
+        at = ratios(table, length)
+        for v, r in at.items():
+            score = scores.get(v)
+            if v == REFERENCE or score is None or r["speed"] is None:
+                continue
+            ax.scatter(r["speed"], score, s=500 * (r["memory"] or 1.0), alpha=0.45, color=_color(v))
+            ax.annotate(v, (r["speed"], score), fontsize=8, ha="center", va="center")
+        ref = next((x for x in rows if x["variant"] == REFERENCE and x["length"] == length), None)
+        dense = next((x for x in rows if x["variant"] == "dense" and x["length"] == length), None)
+        if ref and dense and ref["peak_bytes"] and dense["peak_bytes"]:
+            how = (f"projected through {ref['from'][0]:,} and {ref['from'][1]:,} tokens" if ref.get("projected") else "measured")
+            naive = (f"\n{REFERENCE} (materialises N x N, scores as dense): {ref['peak_bytes'] / 2**30:.1f} GiB,\n"
+                     f"{ref['peak_bytes'] / dense['peak_bytes']:.0f}x the fused dense's ({how})")
+        else:
+            naive = ""
+        ax.set_xscale("log", base=2)
+        ax.axvline(1.0, color="grey", lw=0.6, ls=":")
+        ax.set_xlabel(f"training-step speed relative to the fused dense at {length:,} tokens (this machine's)")
+        ax.set_ylabel(f"{title_task} score (mean over levels and seeds)" if title_task else "score")
+        ax.set_title(f"score against speed at {length:,} tokens\n(bubble area: peak memory relative to the fused dense){naive}",
+                     fontsize=8)
+        ax.grid(True, alpha=0.3)
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    for v in variants:
+        mine = sorted((r for r in rows if r["variant"] == v), key=lambda r: r["length"])
+        style = dict(marker="o", ms=4, color="grey" if v == REFERENCE else _color(v), ls="--" if v in (REFERENCE, NO_ATTENTION) else "-",
+                     label=v)
+        timed = [r for r in mine if r["seconds"] is not None]
+        ax_t.plot([r["length"] for r in timed], [r["seconds"] for r in timed], **style)
+        ax_m.plot([r["length"] for r in mine if r["peak_bytes"]], [r["peak_bytes"] / 2**20 for r in mine if r["peak_bytes"]], **style)
+    for a, what in ((ax_t, "seconds per training step"), (ax_m, "peak tensor MiB of a training step")):
+        a.set_xscale("log", base=2)
+        a.set_yscale("log")
+        a.set_xlabel("tokens (batch 1)")
+        a.set_ylabel(what)
+        a.grid(True, alpha=0.3, which="both")
+        a.legend(fontsize=7)
+    ax_t.set_title(f"time (this machine: {table.get('cpu') or 'CPU'}, {table.get('threads')} threads)", fontsize=9)
+    ax_m.set_title("memory (the same on any machine)", fontsize=9)
+    for r in rows:
+        if r.get("projected"):
+            ax_m.annotate(f"{r['variant']} at {r['length']:,}: projected (b N + c N^2 through {r['from'][0]:,} and {r['from'][1]:,})",
+                          (0.02, 0.02), xycoords="axes fraction", fontsize=7)
+    fig.suptitle("where efficient attention pays: one training step of the task's model", fontsize=11)
+    fig.subplots_adjust(wspace=0.3, top=0.8)
     return _save(fig, path)
 
 

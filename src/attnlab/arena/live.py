@@ -105,7 +105,7 @@ class LiveGrid:
             return "[yellow]running[/]"
         rows = [self.rows[i] for i in ids if i in self.rows]
         if rows:
-            from .report import leaderboard
+            from .board import leaderboard
 
             entries = [e for es in leaderboard(rows)["tasks"].values() for e in es if e["value"] is not None]
             if entries:

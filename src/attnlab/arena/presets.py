@@ -16,10 +16,9 @@ from dataclasses import dataclass, field, replace
 
 from .. import efficient
 from ..registry import RegistryView
-from .cost import COST_LENGTHS
 
-__all__ = ["DEFAULT_VARIANTS", "LOOKUP_LEVELS", "LOOKUP_STEPS", "LOOKUP_VARIANTS", "LRA_STEPS", "TEXT_STEPS", "TEXT_VARIANTS",
-           "NO_ATTENTION", "PRESETS", "VARIANT_OPTIONS", "Preset",
+__all__ = ["COST_LENGTHS", "DEFAULT_VARIANTS", "LOOKUP_LEVELS", "LOOKUP_STEPS", "LOOKUP_VARIANTS", "LRA_STEPS", "TEXT_STEPS",
+           "TEXT_VARIANTS", "NO_ATTENTION", "PRESETS", "VARIANT_OPTIONS", "Preset",
            "TaskSetting", "Variants", "fits", "task_is_causal"]
 
 VARIANT_OPTIONS: Mapping[str, dict] = RegistryView(efficient.VARIANTS, lambda name: dict(efficient.budget(name).short))
@@ -162,6 +161,10 @@ class Preset:
 
 _SMALL_RECALL = {"pairs": 8, "queries": 8, "num_keys": 32, "num_values": 32, "size": 4000}
 
+
+COST_LENGTHS = (1024, 4096, 16384)
+"""The lengths at which the arena measures each variant's training step after the grid
+(:mod:`attnlab.arena.cost`; its chart uses the last): where efficient attention pays."""
 
 LOOKUP_LEVELS = tuple({"keys": k, "repeats": 256 // k} for k in (8, 16, 32))
 """The difficulty levels of ``lookup`` in the default run: 8, 16 and 32 keys per sequence, each

@@ -79,7 +79,7 @@ def arena(
 
         require_ray()  # a missing extra is one line before the board, not after it
     try:
-        from ..arena.runner import parse_task_options
+        from ..arena.planning import parse_task_options
 
         grid_sweep = None if not sweep else {} if sweep == ["none"] else parse_sweep(sweep)
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
@@ -192,7 +192,9 @@ def report(
 def _print_leaderboard(board: dict) -> None:
     """The arena's leaderboard: what the grid left out, per task, then the average and the cost;
     ``!`` marks a score with a caveat, explained under its table, as is a failed run (its whole reason)."""
-    from ..arena.report import label, level_names, level_values, peak_share, sweep_text, task_budget
+    from ..arena.board import level_names, level_values, sweep_text, task_budget
+    from ..arena.charts import label
+    from ..arena.report import peak_share
 
     for note in board.get("notes") or []:
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,272 @@
+"""The arena's leaderboard: per task, one entry per variant and setting (the mean over seeds,
+a sweep's point chosen on validation, the mean over difficulty levels), speed and memory relative
+to dense, caveats, and the average over tasks that ranks only the variants that ran them all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable
+
+from .store import task_label
+from .sweep import choose
+
+__all__ = ["average_over_tasks", "budget_of", "caveats", "leaderboard", "level_names", "level_text", "level_values", "setting_of",
+           "sweep_text", "task_budget"]
+
+
+def budget_of(config: dict) -> str:
+    """How a run was limited, in words: ``"60 s"`` (time-budgeted: this machine's) or ``"400 steps"``."""
+    if config.get("seconds") is not None:
+        return f"{config['seconds']:g} s"
+    if config.get("steps") is not None:
+        return f"{config['steps']} steps"
+    return f"{config.get('epochs') or 10} epochs"
+
+
+def sweep_text(entry: dict) -> str:
+    """``"lr=0.01 of 3: 0.31-0.93"``: an entry's chosen sweep point, the number of points and the
+    range of their mean test scores (``""``: not swept)."""
+    sw = entry.get("sweep")
+    if not sw:
+        return ""
+    chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sw["chosen"].items())
+    return f"{chosen} of {len(sw['points'])}: {sw['low']:.2f}-{sw['high']:.2f}"
+
+
+def task_budget(entries: list[dict]) -> str:
+    """The budget of a task's finished entries in words (of all, when none finished), or ``"budgets
+    differ"`` when they do (each entry's setting says how)."""
+    budgets = {e["budget"] for e in entries if e["value"] is not None} or {e["budget"] for e in entries}
+    return budgets.pop() if len(budgets) == 1 else "budgets differ"
+
+
+def setting_of(row: dict, swept: Iterable[str] = ()) -> str:
+    """A run's setting: its configuration less its seed, the swept fields (``swept``, default
+    its own sweep's) and the task options of its difficulty level (``row["level"]``; JSON, sizes
+    under their current names, :data:`attnlab.training.config.FORMER_NAMES`). Runs of one setting
+    differ only in their seed, sweep point and level; runs of two settings are never averaged."""
+    from ..training.config import FORMER_NAMES
+
+    skip = {"seed", *(swept or row.get("sweep") or {})}
+    config = {FORMER_NAMES.get(k, k): v for k, v in row["config"].items() if k not in skip}
+    level = row.get("level") or {}
+    if level and isinstance(config.get("task_options"), dict):
+        config["task_options"] = {k: v for k, v in config["task_options"].items() if k not in level}
+    return json.dumps(config, sort_keys=True)
+
+
+def level_text(level: dict) -> str:
+    """A difficulty level in words: ``"keys=8, repeats=32"`` (``""``: no level)."""
+    return ", ".join(f"{k}={v}" for k, v in level.items())
+
+
+def level_names(entries: list[dict]) -> list[str]:
+    """The difficulty levels of a task's entries, in words, easiest first (``[]``: none)."""
+    return list(dict.fromkeys(level_text(p["level"]) for e in entries for p in e.get("levels") or []))
+
+
+def level_values(entry: dict, names: list[str]) -> list[float | None]:
+    """An entry's score at each of the levels ``names`` (None where it has none)."""
+    got = {level_text(p["level"]): p["value"] for p in entry.get("levels") or []}
+    return [got.get(n) for n in names]
+
+
+def _differences(settings: list[str]) -> dict[str, str]:
+    """Each setting's fields that differ from the others' (``"seconds=4"``), for telling cells apart."""
+    if len(settings) < 2:
+        return {s: "" for s in settings}
+    parsed = {s: json.loads(s) for s in settings}
+    keys = sorted({k for c in parsed.values() for k in c if len({json.dumps(p.get(k), sort_keys=True) for p in parsed.values()}) > 1})
+    return {s: ", ".join(f"{k}={json.dumps(c.get(k))}" for k in keys) for s, c in parsed.items()}
+
+
+def leaderboard(rows: list[dict]) -> dict:
+    """``{"tasks": {task: [entry, ...]}, "average": [entry, ...]}``.
+
+    A cell is one task, one variant and one **setting** (:func:`setting_of`): runs that differ in
+    anything but the seed (budget, precision, ...) are never averaged together; when a variant has
+    several settings on a task, each is an entry and its ``setting`` names what differs
+    (``"seconds=4"``; ``""`` when the variant has one). A cell run as a sweep
+    (:mod:`attnlab.arena.sweep`) reports its point with the best mean validation score.
+
+    An entry has ``variant``, ``setting``, ``value`` (mean test score over seeds, at the chosen
+    point), ``spread`` (the seeds' sample standard deviation; None with one seed), ``seeds``
+    (distinct seeds behind the value), ``sweep`` (None, or ``{"chosen": settings, "points":
+    [{"point", "val", "value", "seeds"}, ...], "low", "high"}``: every point's mean validation and
+    test scores, and the lowest and highest test means: the sensitivity to the swept setting),
+    ``speed`` and ``memory`` relative to dense of the same setting (None without one),
+    ``flop_rate`` (FLOP/s) and ``peak_fraction`` (of the machine's peak in the run's
+    ``precision``), ``params``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time
+    budget), ``error`` (failed runs: the message), ``caveats`` (:func:`caveats`), ``run_ids``
+    (the runs behind the value)."""
+    tasks: dict[str, list[dict]] = {}
+    swept: dict[tuple[str, str], set[str]] = {}  # per task and variant, every field a sweep of it varied
+    for r in rows:
+        swept.setdefault((task_label(r), r["variant"]), set()).update(r.get("sweep") or {})
+    cells: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for r in rows:
+        names = swept[(task_label(r), r["variant"])]
+        if names:  # a run stored before the sweep, at one of its values, is that point of it
+            r = {**r, "sweep": {k: r["config"].get(k) for k in sorted(names)}}
+        cells.setdefault((task_label(r), r["variant"]), {}).setdefault(setting_of(r, names), []).append(r)
+    for (task, variant), by_setting in cells.items():
+        labels = _differences(list(by_setting))
+        for setting, rs in by_setting.items():
+            tasks.setdefault(task, []).append(_entry(variant, labels[setting], rs, rows))
+    for entries in tasks.values():
+        for e in entries:
+            same = [d for d in entries if d["variant"] == "dense" and d["value"] is not None]
+            dense = next((d for d in same if d["setting"] == e["setting"]), same[0] if same else None)
+            e["speed"] = e["steps_per_second"] / dense["steps_per_second"] if dense and e["steps_per_second"] else None
+            e["memory"] = e["peak_bytes"] / dense["peak_bytes"] if dense and e["peak_bytes"] and dense["peak_bytes"] else None
+        entries.sort(key=lambda e: (e["value"] is None, -(e["value"] or 0)))
+    return {"tasks": tasks, "average": average_over_tasks(tasks)}
+
+
+def average_over_tasks(tasks: dict[str, list[dict]]) -> list[dict]:
+    """The leaderboard's average: each variant (and setting) that finished **every** task of the
+    board is ranked by its mean score over them (``ranked`` True); a variant that finished fewer is
+    listed after them, unranked, with its mean over its own tasks, their count, and dense's mean over
+    those same tasks (``dense_same_tasks``): a mean over fewer tasks is never placed above a full
+    one. ``speed`` and ``memory``: geometric means over the tasks where dense was the reference."""
+    everyone = len(tasks)
+    out = []
+    labels = dict.fromkeys((e["variant"], e["setting"]) for es in tasks.values() for e in es)
+    for v, setting in labels:
+        cells = {t: e for t, es in tasks.items() for e in es if (e["variant"], e["setting"]) == (v, setting) and e["value"] is not None}
+        if not cells:
+            continue
+        timed = [c for c in cells.values() if c["speed"] is not None]
+        sized = [c for c in timed if c["memory"]]
+        dense = [next((e["value"] for e in tasks[t] if e["variant"] == "dense" and e["value"] is not None), None) for t in cells]
+        out.append({
+            "variant": v, "setting": setting, "value": statistics.fmean(c["value"] for c in cells.values()), "tasks": len(cells),
+            "of": everyone, "ranked": len(cells) == everyone, "task_names": list(cells),
+            "speed": math.exp(statistics.fmean(math.log(c["speed"]) for c in timed)) if timed else None,
+            "memory": math.exp(statistics.fmean(math.log(c["memory"]) for c in sized)) if sized else None,
+            "dense_same_tasks": statistics.fmean(dense) if dense and None not in dense and len(cells) < everyone else None,
+        })
+    out.sort(key=lambda e: (not e["ranked"], -e["value"]))
+    return out
+
+
+def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -> dict:
+    """One leaderboard entry from the runs ``rs`` of one cell (see :func:`leaderboard`): at one
+    level, :func:`_level_entry`; at several (a task's difficulty levels), their mean (MAD's rule,
+    Poli et al. 2024), with each level's entry in ``levels`` (easiest first) and the spread over
+    seeds of each seed's mean over the levels. A level without a score leaves the mean undefined."""
+    by_level: dict[str, list[dict]] = {}
+    for r in rs:
+        by_level.setdefault(json.dumps(r.get("level") or {}, sort_keys=True), []).append(r)
+    if len(by_level) == 1 and next(iter(by_level)) == "{}":
+        return _level_entry(variant, setting, rs, rows)
+    order = sorted(by_level, key=lambda k: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in json.loads(k).values()])
+    parts = [{**_level_entry(variant, setting, by_level[k], rows), "level": json.loads(k)} for k in order]
+    first = parts[0]
+    entry = {**first, "levels": parts, "run_ids": [i for p in parts for i in p["run_ids"]],
+             "caveats": list(dict.fromkeys(f"{level_text(p['level'])}: {c}" for p in parts for c in p["caveats"]))}
+    missing = [p for p in parts if p["value"] is None]
+    if missing:
+        entry.update(value=None, spread=None, error=f"{level_text(missing[0]['level'])}: {missing[0]['error']}")
+        return entry
+    by_id = {r.get("run_id"): r for r in rs}
+    per_seed: dict[int, list[float]] = {}
+    for p in parts:
+        for i in p["run_ids"]:
+            per_seed.setdefault(by_id[i]["seed"], []).append(by_id[i]["value"])
+    seed_means = [statistics.fmean(v) for v in per_seed.values() if len(v) == len(parts)]
+    sweeps = [p["sweep"] for p in parts if p.get("sweep")]
+    entry.update(
+        value=statistics.fmean(p["value"] for p in parts), spread=_spread(seed_means), seeds=len(seed_means),
+        steps_per_second=statistics.fmean(p["steps_per_second"] for p in parts),
+        peak_bytes=max(p["peak_bytes"] or 0 for p in parts) or None,
+        flop_rate=_mean_of(parts, "flop_rate"), peak_fraction=_mean_of(parts, "peak_fraction"),
+        sweep=None if not sweeps else {**sweeps[0], "low": min(w["low"] for w in sweeps), "high": max(w["high"] for w in sweeps),
+                                       "chosen": sweeps[0]["chosen"] if all(w["chosen"] == sweeps[0]["chosen"] for w in sweeps)
+                                       else {k: "by level" for k in sweeps[0]["chosen"]}},
+    )
+    return entry
+
+
+def _level_entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -> dict:
+    """The entry of the runs ``rs`` of one cell at one level (see :func:`leaderboard`)."""
+    done = [r for r in rs if r["status"] == "done"]
+    swept = any(r.get("sweep") for r in rs)
+    sweep = None
+    ok = done
+    if swept and done:
+        chosen, ok, points = choose(done)
+        means = [p["value"] for p in points]
+        sweep = {"chosen": json.loads(chosen), "points": points, "low": min(means), "high": max(means)}
+    first = (ok or rs)[0]
+    entry = {"variant": variant, "setting": setting, "seeds": len({r["seed"] for r in ok}), "sweep": sweep,
+             "metric": first["metric"] or (ok[0]["metric"] if ok else None), "budget": budget_of(first["config"]),
+             "timed": first["config"].get("seconds") is not None, "caveats": caveats(ok, rows), "run_ids": [r.get("run_id") for r in ok]}
+    if ok:
+        values = [r["value"] for r in ok]
+        entry.update(
+            value=statistics.fmean(values), spread=_spread(values),
+            steps_per_second=sum(r["steps_per_second"] or 0 for r in ok) / len(ok),
+            peak_bytes=max(r["peak_bytes"] or 0 for r in ok) or None,
+            params=ok[0]["params"], error=None, precision=ok[0].get("precision"),
+            flop_rate=_mean_of(ok, "flop_rate"), peak_fraction=_mean_of(ok, "peak_fraction"),
+        )
+    else:
+        entry.update(value=None, spread=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"], precision=None,
+                     flop_rate=None, peak_fraction=None)
+    return entry
+
+
+def _spread(values: list[float]) -> float | None:
+    """The sample standard deviation of the seeds' scores: None with one seed, NaN when one
+    diverged (a NaN or infinite score)."""
+    if len(values) < 2:
+        return None
+    if not all(math.isfinite(v) for v in values):
+        return math.nan
+    return statistics.stdev(values)
+
+
+def _mean_of(rows: list[dict], key: str) -> float | None:
+    """The mean of ``key`` over the rows that have it (None: none has; stores from before the column)."""
+    got = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.fmean(got) if got else None
+
+
+def _same_setup(config: dict) -> str:
+    """A run's configuration less its seed and budget: runs with the same key train the same model
+    on the same task, so they should make the same steps per second (rows stored before the sizes
+    were renamed hold them under their earlier names: :data:`attnlab.training.config.FORMER_NAMES`)."""
+    from ..training.config import FORMER_NAMES
+
+    return json.dumps({FORMER_NAMES.get(k, k): v for k, v in config.items() if k not in ("seed", "seconds", "steps", "epochs", "patience")},
+                      sort_keys=True)
+
+
+def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
+    """Why a leaderboard cell's score (its finished runs ``cell``) means less than it seems
+    (:mod:`attnlab.training.caveats`): a tiny test split, a time-budgeted run with too few steps,
+    or one whose steps per second fell far below other stored runs of the same configuration
+    (a busy machine). Rows stored before ``test_size`` existed skip that check."""
+    from ..training.caveats import busy, few_steps, tiny_test
+
+    sizes = [r["test_size"] for r in cell if r.get("test_size") is not None]
+    found = [tiny_test(min(sizes)) if sizes else None]
+
+    def first(rule) -> str | None:  # the rule's caveat for the first run of the cell it holds for, naming its seed
+        for r in cell:
+            if (c := rule(r)) is not None:
+                return c + (f" (seed {r['seed']})" if len(cell) > 1 else "")
+        return None
+
+    def peers(r) -> list[float]:
+        key = _same_setup(r["config"])
+        return [o["steps_per_second"] for o in rows if o is not r and o["status"] == "done" and _same_setup(o["config"]) == key]
+
+    timed = lambda r: r["config"].get("seconds") is not None  # noqa: E731
+    found.append(first(lambda r: few_steps(r["steps"] or 0, timed(r))))
+    found.append(first(lambda r: busy(r["steps_per_second"], peers(r)) if timed(r) else None))
+    return [c for c in found if c]
