@@ -118,9 +118,13 @@ class LiveGrid:
         return "[dim]queued[/]"
 
     def render(self) -> Group:
-        """The table (runs finished of all, elapsed seconds), then the line of the run in progress."""
+        """The table (runs finished of all, elapsed seconds and, once a run of this call has ended,
+        the time left at the pace so far), then the line of the run in progress."""
         finished = sum(v in _FINISHED for v in self.state.values())
-        t = Table(title=f"arena ({finished}/{len(self.state)} runs, {self.elapsed():.0f} s)", box=box.SIMPLE_HEAD)
+        now = sum(v in ("done", "failed") for v in self.state.values())  # ended in this call (not found stored)
+        left = len(self.state) - finished
+        eta = f", about {self.elapsed() / now * left:.0f} s left" if now and left else ""
+        t = Table(title=f"arena ({finished}/{len(self.state)} runs, {self.elapsed():.0f} s{eta})", box=box.SIMPLE_HEAD)
         t.add_column("task")
         for v in self.variants:
             t.add_column(v, justify="right")
