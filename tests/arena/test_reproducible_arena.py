@@ -8,12 +8,24 @@ long lengths beside the fused and the materialising dense, and the new-user find
 unlabelled, attention maps a black square at 1K)."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnlab.arena import Preset, TaskSetting, attention_maps, budget_of, build_report, leaderboard, parse_task_options, plan, run_grid
+from attnlab.arena import (
+    LiveGrid,
+    Preset,
+    TaskSetting,
+    attention_maps,
+    budget_of,
+    build_report,
+    leaderboard,
+    parse_task_options,
+    plan,
+    run_grid,
+)
 from attnlab.arena.cost import REFERENCE, cost_summary, measure_cost, ratios
 from attnlab.cli import app
 from attnlab.training import load_checkpoint
@@ -202,3 +214,42 @@ def test_the_curves_chart_names_each_setting(tmp_path, monkeypatch):
                                                                                     fig.axes[0].get_legend().get_texts()]))
     charts.plot_curves(rows, tmp_path / "c.png", {"a": "dense (steps=10)", "b": "dense (steps=20)"})
     assert seen["labels"] == ["dense (steps=10)", "dense (steps=20)"]
+
+
+def test_a_missing_or_failed_level_leaves_the_mean_undefined_and_a_level_run_by_option_is_that_level():
+    row = _board_rows()
+    lv = [{"keys": 8, "repeats": 32}, {"keys": 32, "repeats": 8}]
+    rows = [row(1, "lookup", "dense", 1.0, 0, lv[0]), row(2, "lookup", "dense", 0.9, 0, lv[1]),
+            row(3, "lookup", "linear", 0.9, 0, lv[0])]  # linear's 32-key run never finished (Ctrl-C)
+    board = leaderboard(rows)
+    linear = next(e for e in board["tasks"]["lookup"] if e["variant"] == "linear")
+    assert linear["value"] is None and "keys=32, repeats=8: no finished run" in linear["error"] and linear["speed"] is None
+    # the same run planned by --task-option lookup.keys=32 --task-option lookup.repeats=8 is stored without a level: it is that level
+    by_option = {**row(4, "lookup", "linear", 0.5, 0), "config": {"steps": 10, "task_options": {"keys": 32, "repeats": 8, "size": 8}}}
+    linear = next(e for e in leaderboard([*rows, by_option])["tasks"]["lookup"] if e["variant"] == "linear")
+    assert linear["value"] == pytest.approx(0.7) and [p["value"] for p in linear["levels"]] == [0.9, 0.5]
+
+
+def test_a_sweep_s_range_over_levels_is_over_each_point_s_mean_over_the_levels():
+    row = _board_rows()
+    rows = []
+    for i, (lr, keys, value) in enumerate([(1e-3, 8, 0.99), (1e-3, 32, 0.41), (3e-3, 8, 0.9), (3e-3, 32, 0.5)]):
+        r = row(i, "lookup", "dense", value, 0, {"keys": keys})
+        r["config"]["lr"], r["sweep"] = lr, {"lr": lr}
+        rows.append(r)
+    (e,) = leaderboard(rows)["tasks"]["lookup"]
+    assert (e["sweep"]["low"], e["sweep"]["high"]) == (pytest.approx(0.7), pytest.approx(0.7))  # 0.70 and 0.70, not 0.41-0.99
+
+
+def test_the_live_grid_shows_a_failed_level_as_failed():
+    specs = [SimpleNamespace(run_id=f"r{k}", task="lookup", variant="dense", seed=0, config=SimpleNamespace(seconds=None), sweep={},
+                             level={"keys": k}) for k in (8, 32)]
+    grid = LiveGrid(specs, clock=lambda: 0.0)
+    grid.on_event("end", specs[0], row={"status": "done", "value": 0.9, "metric": "accuracy"})
+    grid.on_event("end", specs[1], row={"status": "failed", "value": None, "error": "boom"})
+    assert grid.cell("lookup", "dense") == "[red]failed[/]"  # not "0.900 (1/2)", as if a run were still to come
+
+
+def test_the_cost_measurement_always_has_its_fused_dense():
+    grid = plan("quick", tasks=["lookup"], variants=["linear", "local"], seeds=[0])
+    assert grid.cost["variants"] == ["dense", "linear", "local"]

@@ -103,6 +103,11 @@ def leaderboard(rows: list[dict]) -> dict:
     budget), ``error`` (failed runs: the message), ``caveats`` (:func:`caveats`), ``run_ids``
     (the runs behind the value)."""
     tasks: dict[str, list[dict]] = {}
+    rows = _with_levels(rows)
+    known = {}  # per task, every level its runs were planned at
+    for r in rows:
+        if r.get("level"):
+            known.setdefault(task_label(r), {})[json.dumps(r["level"], sort_keys=True)] = r["level"]
     swept: dict[tuple[str, str], set[str]] = {}  # per task and variant, every field a sweep of it varied
     for r in rows:
         swept.setdefault((task_label(r), r["variant"]), set()).update(r.get("sweep") or {})
@@ -115,7 +120,8 @@ def leaderboard(rows: list[dict]) -> dict:
     for (task, variant), by_setting in cells.items():
         labels = _differences(list(by_setting))
         for setting, rs in by_setting.items():
-            tasks.setdefault(task, []).append(_entry(variant, labels[setting], rs, rows))
+            levels = list(known.get(task, {}).values()) if any(r.get("level") for r in rs) else None  # a cell of levels has them all
+            tasks.setdefault(task, []).append(_entry(variant, labels[setting], rs, rows, levels))
     for entries in tasks.values():
         for e in entries:
             same = [d for d in entries if d["variant"] == "dense" and d["value"] is not None]
@@ -126,13 +132,30 @@ def leaderboard(rows: list[dict]) -> dict:
     return {"tasks": tasks, "average": average_over_tasks(tasks)}
 
 
+def _with_levels(rows: list[dict]) -> list[dict]:
+    """The rows, where a run stored without a level (planned by a task option that set exactly a
+    level's options) takes the level of its task whose options its own contain: it is that run."""
+    levels: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("level") and r["level"] not in levels.setdefault(r["task"], []):
+            levels[r["task"]].append(r["level"])
+    out = []
+    for r in rows:
+        if not r.get("level") and levels.get(r["task"]):
+            opts = r["config"].get("task_options") or {}
+            hit = next((lv for lv in levels[r["task"]] if all(opts.get(k) == v for k, v in lv.items())), None)
+            r = {**r, "level": hit} if hit else r
+        out.append(r)
+    return out
+
+
 def average_over_tasks(tasks: dict[str, list[dict]]) -> list[dict]:
     """The leaderboard's average: each variant (and setting) that finished **every** task of the
     board is ranked by its mean score over them (``ranked`` True); a variant that finished fewer is
     listed after them, unranked, with its mean over its own tasks, their count, and dense's mean over
     those same tasks (``dense_same_tasks``): a mean over fewer tasks is never placed above a full
     one. ``speed`` and ``memory``: geometric means over the tasks where dense was the reference."""
-    everyone = len(tasks)
+    everyone = sum(any(e["value"] is not None for e in es) for es in tasks.values())  # tasks where some run finished
     out = []
     labels = dict.fromkeys((e["variant"], e["setting"]) for es in tasks.values() for e in es)
     for v, setting in labels:
@@ -141,7 +164,8 @@ def average_over_tasks(tasks: dict[str, list[dict]]) -> list[dict]:
             continue
         timed = [c for c in cells.values() if c["speed"] is not None]
         sized = [c for c in timed if c["memory"]]
-        dense = [next((e["value"] for e in tasks[t] if e["variant"] == "dense" and e["value"] is not None), None) for t in cells]
+        dense = [next((e["value"] for e in sorted(tasks[t], key=lambda d: d["setting"] != setting)
+                       if e["variant"] == "dense" and e["value"] is not None), None) for t in cells]
         out.append({
             "variant": v, "setting": setting, "value": statistics.fmean(c["value"] for c in cells.values()), "tasks": len(cells),
             "of": everyone, "ranked": len(cells) == everyone, "task_names": list(cells),
@@ -153,24 +177,28 @@ def average_over_tasks(tasks: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
-def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -> dict:
+def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict], levels: list[dict] | None = None) -> dict:
     """One leaderboard entry from the runs ``rs`` of one cell (see :func:`leaderboard`): at one
-    level, :func:`_level_entry`; at several (a task's difficulty levels), their mean (MAD's rule,
-    Poli et al. 2024), with each level's entry in ``levels`` (easiest first) and the spread over
-    seeds of each seed's mean over the levels. A level without a score leaves the mean undefined."""
-    by_level: dict[str, list[dict]] = {}
+    level, :func:`_level_entry`; at several (``levels``: the task's difficulty levels), their mean
+    (MAD's rule, Poli et al. 2024), with each level's entry in ``levels`` (easiest first) and the
+    spread over seeds of each seed's mean over the levels. A level without a score (failed, or
+    not run) leaves the mean undefined; a sweep's range is over each point's mean over the levels."""
+    by_level: dict[str, list[dict]] = {json.dumps(lv, sort_keys=True): [] for lv in levels or []}
     for r in rs:
         by_level.setdefault(json.dumps(r.get("level") or {}, sort_keys=True), []).append(r)
     if len(by_level) == 1 and next(iter(by_level)) == "{}":
         return _level_entry(variant, setting, rs, rows)
     order = sorted(by_level, key=lambda k: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in json.loads(k).values()])
-    parts = [{**_level_entry(variant, setting, by_level[k], rows), "level": json.loads(k)} for k in order]
+    parts = [{**_level_entry(variant, setting, by_level[k], rows), "level": json.loads(k)} if by_level[k] else
+             {**_level_entry(variant, setting, rs[:1], rows), "level": json.loads(k), "value": None, "spread": None, "seeds": 0,
+              "run_ids": [], "caveats": [], "error": "no finished run at this level"} for k in order]
     first = parts[0]
     entry = {**first, "levels": parts, "run_ids": [i for p in parts for i in p["run_ids"]],
              "caveats": list(dict.fromkeys(f"{level_text(p['level'])}: {c}" for p in parts for c in p["caveats"]))}
     missing = [p for p in parts if p["value"] is None]
     if missing:
-        entry.update(value=None, spread=None, error=f"{level_text(missing[0]['level'])}: {missing[0]['error']}")
+        entry.update(value=None, spread=None, error=f"{level_text(missing[0]['level'])}: {missing[0]['error']}", steps_per_second=None,
+                     peak_bytes=None, flop_rate=None, peak_fraction=None, sweep=None)
         return entry
     by_id = {r.get("run_id"): r for r in rs}
     per_seed: dict[int, list[float]] = {}
@@ -184,11 +212,27 @@ def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -> dict
         steps_per_second=statistics.fmean(p["steps_per_second"] for p in parts),
         peak_bytes=max(p["peak_bytes"] or 0 for p in parts) or None,
         flop_rate=_mean_of(parts, "flop_rate"), peak_fraction=_mean_of(parts, "peak_fraction"),
-        sweep=None if not sweeps else {**sweeps[0], "low": min(w["low"] for w in sweeps), "high": max(w["high"] for w in sweeps),
-                                       "chosen": sweeps[0]["chosen"] if all(w["chosen"] == sweeps[0]["chosen"] for w in sweeps)
-                                       else {k: "by level" for k in sweeps[0]["chosen"]}},
+        sweep=_levels_sweep(sweeps),
     )
     return entry
+
+
+def _levels_sweep(sweeps: list[dict]) -> dict | None:
+    """A cell's sweep over its levels: each point's mean validation and test scores over the levels,
+    the range of those means (the sensitivity to the swept setting of the task's score), and the
+    chosen point (``"by level"`` where the levels chose differently)."""
+    if not sweeps:
+        return None
+    means: dict[str, list[dict]] = {}
+    for w in sweeps:
+        for p in w["points"]:
+            means.setdefault(json.dumps(p["point"], sort_keys=True), []).append(p)
+    points = [{"point": json.loads(k), "value": statistics.fmean(p["value"] for p in ps),
+               "val": statistics.fmean(p["val"] for p in ps) if all(p["val"] is not None for p in ps) else None,
+               "seeds": min(p["seeds"] for p in ps)} for k, ps in means.items()]
+    same = all(w["chosen"] == sweeps[0]["chosen"] for w in sweeps)
+    return {"chosen": sweeps[0]["chosen"] if same else {k: "by level" for k in sweeps[0]["chosen"]}, "points": points,
+            "low": min(p["value"] for p in points), "high": max(p["value"] for p in points)}
 
 
 def _level_entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -> dict:

@@ -97,7 +97,10 @@ def plot_curves(rows: list[dict], path: str | Path, labels: dict[str, str] | Non
 
     labels = labels or {}
     tasks: dict[str, dict[str, tuple[str, list]]] = {}
-    for r in sorted(rows, key=lambda r: r["seed"]):
+    def easiest(r):  # its seed, then its level (easiest first: the levels' values in order)
+        return (r["seed"], [v if isinstance(v, (int, float)) else 0 for v in (r.get("level") or {}).values()])
+
+    for r in sorted(rows, key=easiest):
         hist = [h for h in r.get("history") or [] if h.get("seconds") is not None]
         name = labels.get(r.get("run_id"), r["variant"])
         if r["status"] == "done" and hist and name not in tasks.get(task_label(r), {}):
@@ -138,10 +141,13 @@ def plot_levels(board: dict, path: str | Path) -> Path | None:
     if not tasks:
         return None
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.2 * len(tasks), 4.4), squeeze=False)
+    from .board import level_text
+
     for ax, (task, entries) in zip(axes.flat, tasks.items()):
-        names = [", ".join(f"{k}={v}" for k, v in p["level"].items()) for p in entries[0]["levels"]]
+        names = list(dict.fromkeys(level_text(p["level"]) for e in entries for p in e["levels"]))
         for e in entries:
-            pts = [(i, p["value"], p.get("spread")) for i, p in enumerate(e["levels"]) if p["value"] is not None]
+            at = {level_text(p["level"]): p for p in e["levels"]}
+            pts = [(i, at[n]["value"], at[n].get("spread")) for i, n in enumerate(names) if n in at and at[n]["value"] is not None]
             if not pts:
                 continue
             xs, ys, sd = zip(*pts)

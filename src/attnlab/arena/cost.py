@@ -92,7 +92,9 @@ def measure_one(task: str, variant: str, length: int, *, task_options: dict | No
 
 
 def _key(task: str, task_options: dict | None, train: dict | None) -> str:
-    return json.dumps([task, task_options or {}, {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}], sort_keys=True)
+    """What the kept measurements are valid for: the task, its model, and this machine's CPU and threads (the seconds are theirs)."""
+    return json.dumps([task, task_options or {}, {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}, cpu_name(),
+                       torch.get_num_threads()], sort_keys=True)
 
 
 def cost_table(out: str | Path) -> dict:
@@ -119,7 +121,7 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
     out = Path(out)
     key = _key(task, task_options, train)
     table = cost_table(out)
-    if table.get("key") != key:
+    if table.get("key") != key:  # another task, model, CPU or thread count: measured again
         table = {"task": task, "key": key, "rows": []}
     table.update(threads=torch.get_num_threads(), cpu=cpu_name())
     table["rows"] = [r for r in table["rows"] if not r.get("projected")]

@@ -41,8 +41,7 @@ class LiveGrid:
         self.state = {s.run_id: "queued" for s in self.specs}  # queued, running, done, failed or stored
         planned = set(self.state)
         by_id = {s.run_id: s for s in self.specs}
-        self.rows: dict = {r["run_id"]: self._full(by_id[r["run_id"]], r) for r in stored
-                           if r.get("run_id") in planned and r.get("status") == "done"}
+        self.rows: dict = {r["run_id"]: self._full(by_id[r["run_id"]], r) for r in stored if r.get("run_id") in planned}
         self.current = ""  # the line that follows the run in progress
         self.tasks = list(dict.fromkeys(s.task for s in self.specs))
         self.variants = list(dict.fromkeys(s.variant for s in self.specs))
@@ -79,8 +78,7 @@ class LiveGrid:
         elif kind == "end":
             row = info["row"]
             self.state[run] = row["status"]
-            if row["status"] == "done":
-                self.rows[run] = self._full(spec, row)
+            self.rows[run] = self._full(spec, row)
             self.current = ""
 
     @staticmethod
@@ -92,7 +90,7 @@ class LiveGrid:
         sweep = getattr(spec, "sweep", None) or {}
         return {**dict.fromkeys(COLUMNS), "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dict(sweep),
                 "sweep": sweep, "level": getattr(spec, "level", None) or {}, "history": [],
-                "metric": "score", **{k: v for k, v in row.items() if v is not None}}
+                "metric": "score", "status": "done", **{k: v for k, v in row.items() if v is not None}}
 
     def cell(self, task: str, variant: str) -> str:
         """The grid's cell for ``task`` and ``variant`` (over their seeds), with rich markup."""
@@ -107,10 +105,12 @@ class LiveGrid:
         if rows:
             from .board import leaderboard
 
-            entries = [e for es in leaderboard(rows)["tasks"].values() for e in es if e["value"] is not None]
-            if entries:
+            entries = [e for es in leaderboard(rows)["tasks"].values() for e in es]
+            if entries and all(e["value"] is not None for e in entries):
                 shown = "  ".join(f"{e['value']:.3f}" for e in entries)  # one per setting the cell holds
                 return shown if len(rows) == len(ids) else f"{shown} [dim]({len(rows)}/{len(ids)})[/]"
+            if any(r["status"] == "failed" for r in rows):  # a failed run (or level) leaves the cell without a score
+                return "[red]failed[/]"
         if all(x in ("done", "stored") for x in states):
             return "stored"
         if "failed" in states:

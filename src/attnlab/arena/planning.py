@@ -248,7 +248,7 @@ def plan(
     seen: set[str] = set()  # two points that make one config (a setting the variant ignores) are one run
     costed = next((t for t in names if settings[t].cost and runnable[t]), None)
     cost = None if costed is None else {
-        "task": costed, "variants": runnable[costed], "lengths": tuple(settings[costed].cost),
+        "task": costed, "variants": list(dict.fromkeys(["dense", *runnable[costed]])), "lengths": tuple(settings[costed].cost),
         "task_options": {k: v for k, v in settings[costed].task_options.items() if k != "length"}, "train": dict(settings[costed].train)}
     return Plan([x for x in specs if not (x.run_id in seen or seen.add(x.run_id))], notes, cost)
 

@@ -23,7 +23,7 @@ __all__ = ["NOTES_FILE", "build_report", "peak_share", "plan_notes"]
 
 
 def plan_notes(out: str | Path) -> list[str]:
-    """The notes of the plans run in ``out`` (:attr:`attnlab.arena.Plan.notes`: what each
+    """The notes of the last plan run in ``out`` (:attr:`attnlab.arena.Plan.notes`: what the
     grid left out and why), kept in ``out/notes.json`` by :func:`attnlab.arena.run_grid`."""
     path = Path(out) / NOTES_FILE
     return json.loads(path.read_text()) if path.exists() else []

@@ -208,14 +208,12 @@ def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step,
 
 
 def _keep_notes(out: Path, notes: list[str]) -> None:
-    """Add a plan's notes to ``out/notes.json`` (each once), for the report."""
-    from .report import NOTES_FILE, plan_notes
+    """Write the plan's notes to ``out/notes.json`` for the report (the last grid's: a note of an
+    earlier plan may no longer hold)."""
+    from .report import NOTES_FILE
 
-    if not notes:
-        return
-    kept = list(dict.fromkeys([*plan_notes(out), *notes]))
     tmp = out / (NOTES_FILE + ".tmp")
-    tmp.write_text(json.dumps(kept, indent=1))
+    tmp.write_text(json.dumps(list(notes), indent=1))
     tmp.replace(out / NOTES_FILE)
 
 
@@ -240,7 +238,7 @@ def run_grid(
 
     Args:
         budget_seconds: cap on each run's training time (it then validates, checkpoints, tests).
-        workers: runs at a time, each in its own process (threads shared out among them); with
+        workers: runs at a time, each in its own process (every run trains on one thread); with
             ``executor="ray"`` and no ``address``, more than one caps the local Ray instance at
             that many CPUs (default: every core).
         retry_failed: forget stored failures first, so they run again.
@@ -261,7 +259,8 @@ def run_grid(
     out = Path(out)
     store = Store(out / "results.sqlite")
     (out / "runs").mkdir(exist_ok=True)  # here, before any run: a run's cleanup after a failure never removes it under another
-    _keep_notes(out, getattr(specs, "notes", []))
+    if hasattr(specs, "notes"):  # a Plan; a list of specs built by hand says nothing of what was left out
+        _keep_notes(out, specs.notes)
     if retry_failed:
         store.remove_failed()
     done = store.finished()

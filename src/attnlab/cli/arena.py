@@ -89,11 +89,13 @@ def arena(
         fail(str(e))
     for note in specs.notes:  # every run left out, and why, before the board
         err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    if workers is None:  # one process of one thread per core: each run trains on one thread anyway
+    stored = Store(Path(out_dir) / "results.sqlite").rows()  # a damaged store or an unwritable folder fails here, before the board
+    if workers is None:  # one process of one thread per core, at most one per run to do: each run trains on one thread anyway
         import torch
 
-        workers = 1 if executor == "ray" else max(1, min(torch.get_num_threads(), len(specs)))
-    stored = Store(Path(out_dir) / "results.sqlite").rows()  # a damaged store or an unwritable folder fails here, before the board
+        kept = {r["run_id"] for r in stored if r["status"] == "done" or not retry_failed}  # the runs the grid will skip
+        todo = sum(s.run_id not in kept for s in specs)
+        workers = 1 if executor == "ray" else max(1, min(torch.get_num_threads(), todo))
     grid = LiveGrid(specs, stored=stored)
     running: dict = {"serial": workers <= 1 and executor == "local"}  # serial runs: the one in progress, its spec and last step
     with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:

@@ -23,8 +23,9 @@ chance), and a recurrent state must hold every key's value across the gap (``lin
 
 The arena trains it causally with rotary positions (:func:`make_lookup`'s training defaults:
 one layer of four heads of 16 channels), at three difficulty levels of ``keys`` (8, 16 and 32,
-:data:`attnlab.arena.presets.LOOKUP_LEVELS`), 200 steps a run: dense attention reaches >= 0.9 at
-each, while a fixed-size state falls off as the keys it must hold grow.
+:data:`attnlab.arena.presets.LOOKUP_LEVELS`), 200 steps a run: dense attention's mean over two
+seeds is 0.93 or more at each (measured 2026-11-26), while a fixed-size state falls off as the
+keys it must hold grow.
 """
 
 from __future__ import annotations
