@@ -253,3 +253,19 @@ def test_the_live_grid_shows_a_failed_level_as_failed():
 def test_the_cost_measurement_always_has_its_fused_dense():
     grid = plan("quick", tasks=["lookup"], variants=["linear", "local"], seeds=[0])
     assert grid.cost["variants"] == ["dense", "linear", "local"]
+
+
+def test_bad_cost_and_budget_input_is_refused_with_its_reason(tmp_path):
+    from attnlab.arena.cost import cpu_name
+
+    for bad, said in (({"variants": ["fast"]}, "unknown variant 'fast'"), ({"variants": ["dense"], "lengths": (0,)}, "length must be"),
+                      ({"variants": ["dense"], "lengths": ()}, "at least one length")):
+        with pytest.raises(ValueError, match=said):
+            measure_cost(tmp_path, "lookup", **bad)
+    assert not (tmp_path / "cost.json").exists()  # refused before anything was measured or written
+    assert cpu_name().endswith(torch.backends.cpu.get_cpu_capability())  # the kernels the seconds were measured with
+    # a budget given twice (the option and a swept budget field) would leave one of them silently unused
+    with pytest.raises(ValueError, match="--sweep steps and a --budget-steps"):
+        plan("quick", tasks=["text"], steps=10, sweep={"steps": [30]})
+    with pytest.raises(ValueError, match="--sweep seconds and a --budget-seconds"):
+        plan("quick", tasks=["text"], seconds=5.0, sweep={"seconds": [3.0]})

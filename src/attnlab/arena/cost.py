@@ -118,6 +118,16 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
     takes tens of seconds and about 16 GiB); beyond, its row is **projected** (``"projected": True``,
     no seconds): peak bytes ``b N + c N^2`` fitted through its two longest measured lengths (its N x N
     weights, scores, softmax and their gradients are all N^2, the rest linear in N)."""
+    from .. import efficient
+    from ..validate import positive_int
+
+    lengths, variants = [positive_int("length", n) for n in lengths], list(variants)
+    positive_int("reference_up_to", reference_up_to)
+    if not lengths:
+        raise ValueError("measure_cost needs at least one length")
+    for v in [*variants, *([reference] if reference else [])]:
+        if v != NO_ATTENTION and v not in efficient.VARIANTS:
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
     out = Path(out)
     key = _key(task, task_options, train)
     table = cost_table(out)

@@ -209,6 +209,10 @@ def plan(
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if seconds is not None and steps is not None:
         raise ValueError("give a budget in steps or in seconds, not both")
+    swept_budget = sorted({"steps", "epochs", "seconds"} & set(sweep or {}))
+    if swept_budget and (seconds is not None or steps is not None):
+        raise ValueError(f"--sweep {swept_budget[0]} and a --budget-{'steps' if steps is not None else 'seconds'}: the sweep "
+                         "sets each run's budget, give it once")
     p = PRESETS[preset] if isinstance(preset, str) else preset
     names, settings = _grid_tasks(p, tasks, data)
     notes = _lay_task_options(names, settings, task_options or {})

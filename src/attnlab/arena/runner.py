@@ -219,7 +219,7 @@ def _keep_notes(out: Path, notes: list[str]) -> None:
 
 def _worker(args):
     spec, out, budget, threads = args
-    torch.set_num_threads(threads)  # the process's; each run trains on RUN_THREADS
+    torch.set_num_threads(threads)
     return run_one(spec, Path(out), budget_seconds=budget)
 
 
@@ -291,9 +291,8 @@ def run_grid(
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    threads = max(1, torch.get_num_threads() // workers)
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker, (spec, str(out), budget_seconds, threads)): spec for spec in todo}
+        futures = {pool.submit(_worker, (spec, str(out), budget_seconds, RUN_THREADS)): spec for spec in todo}
         waiting = list(todo)  # the pool takes runs in this order: the first `workers` are running, the next starts as one ends
         for spec in waiting[:workers]:
             emit("start", spec)
