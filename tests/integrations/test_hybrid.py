@@ -129,19 +129,28 @@ def test_transformers_own_path_refuses_packed_offsets_which_attnlab_serves():
     assert_close_rel(given, alone, FLOAT32, "offsets given")
 
 
-def test_a_failing_layer_call_leaves_transformers_functions_in_place():
-    """The hooks put attnlab's functions in the modeling module for a layer's call only, and put
-    transformers' back even when the call raises (here: packed offsets with a cache, refused)."""
+def test_serving_changes_no_module_class_or_function_of_transformers():
+    """use_kernels gives the served layers their own methods; transformers' modeling module, the
+    layer class and its functions are the same objects before, during (a call that fails: packed
+    offsets with a cache, refused) and after."""
+    import inspect
     import sys
 
     model = build("qwen3_next")
     modeling = sys.modules[type(model).__module__]
-    original = modeling.torch_chunk_gated_delta_rule
-    use_kernels(model)
+    layer = model.model.layers[0].linear_attn
+    before = {name: getattr(modeling, name) for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule",
+                                                         "causal_conv1d_fn")}
+    forward = type(layer).forward
+    swap = use_kernels(model)
+    own = inspect.unwrap(vars(layer)["forward"].__func__)  # under transformers' decorators, copied too
+    assert own.__globals__ is vars(sys.modules["attnlab.served." + modeling.__name__]) and own.__code__ is inspect.unwrap(forward).__code__
     cu = torch.tensor([0, 10, 30])
     with pytest.raises(UnservedArgument, match="without a cache"):
         model(torch.randint(3, 128, (1, 30)), cu_seq_lens_q=cu, use_cache=True)
-    assert modeling.torch_chunk_gated_delta_rule is original and modeling.causal_conv1d_fn.__module__ == modeling.__name__
+    assert {name: getattr(modeling, name) for name in before} == before and type(layer).forward is forward
+    swap.restore()
+    assert "forward" not in vars(layer)
 
 
 def test_restore_gives_back_transformers_path_bit_for_bit(calls):

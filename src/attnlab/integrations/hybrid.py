@@ -11,11 +11,29 @@ CPU), to a reference PyTorch path. :func:`use_kernels` makes those layers comput
   for one-token decoding with the model's own cache;
 * packed sequences: a batch of one whose ``position_ids`` restart (or given ``cu_seq_lens_q``)
   keeps its documents apart in the recurrences and the short convolutions, in one call, where
-  transformers' own path refuses them (Qwen) or lets the state cross (Kimi, Mamba-2).
+  transformers' own path refuses them (Qwen) or lets the state cross (Kimi, Mamba-2); such a row
+  with a cache (``use_cache`` left to the config's True, or given) is refused
+  (:class:`PackedWithCache`), as transformers' attention layers would mix its documents then.
+
+**Per model, not per process.** transformers' layers call these functions by their names in the
+modeling module. Without the optional ``kernels`` package its extension points
+(``use_kernel_func_from_hub_with_fallback``) resolve the implementation once, at import, for every
+model; with it, ``kernelize`` maps functions by name for every model of a class and needs a
+kernel repository layout. Neither serves one model and not another, so :func:`use_kernels` gives
+each served layer, as its own attributes, copies of its class's methods that look these names up
+in ``attnlab.served.<modeling module>`` (the modeling module's names, the served functions in
+place of transformers'). No module, class or function of transformers changes: another model of
+the same family, in this thread or another, keeps transformers' path; two served models run in
+two threads without a lock; ``torch.compile`` guards the copies' names through that module. The
+packed offsets travel in the call's keyword arguments (``cu_seq_lens_q``), which transformers
+hands to every layer, so a checkpointed layer recomputes with them in the backward.
 
 The model's parameters, cache and every other step stay transformers'; its attention layers keep
 their ``attn_implementation`` (``"attnlab"`` included). Each served function computes in float32
-as transformers' path does. An argument attnlab cannot serve is refused by name.
+as transformers' path does (in float64 for a float64 model, a reference); the delta rules' decays
+are accumulated and exponentiated in float64 inside the kernel (see
+:func:`~attnlab.efficient.recurrence.chunk_delta`). An argument attnlab cannot serve is refused by
+name.
 
 Usage::
 
@@ -26,9 +44,11 @@ Usage::
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import sys
+import types
 import weakref
 from collections.abc import Callable
 
@@ -38,8 +58,8 @@ from torch import nn
 
 from ..efficient import recurrence
 
-__all__ = ["LAYERS", "MODEL_TYPES", "Kernels", "UnservedArgument", "causal_conv", "delta_rule", "offsets_from_positions", "ssd_scan",
-           "ssd_step", "tiny_config", "use_kernels"]
+__all__ = ["LAYERS", "MODEL_TYPES", "Kernels", "PackedWithCache", "UnservedArgument", "causal_conv", "delta_rule",
+           "offsets_from_positions", "ssd_scan", "ssd_step", "tiny_config", "use_kernels"]
 
 LAYERS = {
     "Qwen3NextGatedDeltaNet": "qwen3_next",
@@ -68,6 +88,12 @@ def _refuse(fn: str, kwargs: dict) -> None:
     if extra:
         raise UnservedArgument(f"attnlab's {fn} cannot serve {', '.join(extra)}: call use_kernels(model).restore() "
                                "to use transformers' own path")
+
+
+def _wide(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, as transformers' paths compute whatever the model's dtype, or in float64
+    when ``like`` (the layer's input) is: a float64 model is a reference."""
+    return t.to(torch.float64 if like.dtype == torch.float64 else torch.float32)
 
 
 def _offsets(cu_seqlens, cu_seq_lens_q, seq_idx) -> torch.Tensor | None:
@@ -101,9 +127,9 @@ def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
         dtype, n = query.dtype, query.shape[1]
         cu = _offsets(cu_seqlens, cu_seq_lens_q, None)
         _no_cache(name, cu, initial_state, output_final_state)
-        state = None if initial_state is None else initial_state.float()
+        state = None if initial_state is None else _wide(initial_state, query)
         step = n == 1 and cu is None and state is not None  # decoding: one step, on (B, H, D) views
-        q, k, v, b, gd = (t[:, 0].float() if step else t.transpose(1, 2).float().contiguous() for t in (query, key, value, beta, g))
+        q, k, v, b, gd = (_wide(t[:, 0] if step else t.transpose(1, 2), query).contiguous() for t in (query, key, value, beta, g))
         if use_qk_l2norm_in_kernel:
             q, k = l2norm(q, dim=-1, eps=1e-6), l2norm(k, dim=-1, eps=1e-6)
         if v.shape[1] != k.shape[1]:  # each key head serves H_v / H_k consecutive value heads
@@ -140,11 +166,11 @@ def _ssd_inputs(hidden_states, dt, a, b, c, dt_bias, dt_softplus, dt_limit):
         dt = dt + dt_bias.to(dt.dtype)
     if dt_softplus:
         dt = F.softplus(dt)
-    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).float()  # (B, T, H)
-    x = hidden_states.float()
-    q, k = (t.float().repeat_interleave(heads // t.shape[2], dim=2).transpose(1, 2).contiguous() for t in (c, b))
+    dt = _wide(torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]), hidden_states)  # (B, T, H)
+    x = _wide(hidden_states, hidden_states)
+    q, k = (_wide(t, hidden_states).repeat_interleave(heads // t.shape[2], dim=2).transpose(1, 2).contiguous() for t in (c, b))
     v = (x * dt[..., None]).transpose(1, 2).contiguous()
-    return x, q, k, v, (a.float()[:, None] * dt.transpose(1, 2)).contiguous()
+    return x, q, k, v, (_wide(a, hidden_states)[:, None] * dt.transpose(1, 2)).contiguous()
 
 
 def ssd_scan(hidden_states, dt, A, B, C, chunk_size=256, D=None, dt_bias=None, initial_states=None, dt_softplus=False,
@@ -157,13 +183,13 @@ def ssd_scan(hidden_states, dt, A, B, C, chunk_size=256, D=None, dt_bias=None, i
     x, q, k, v, g = _ssd_inputs(hidden_states, dt, A, B, C, dt_bias, dt_softplus, dt_limit)
     cu = _offsets(cu_seqlens, cu_seq_lens_q, seq_idx)
     _no_cache("mamba_chunk_scan_combined", cu, initial_states, return_final_states)
-    state = None if initial_states is None else initial_states.float().transpose(-1, -2)
+    state = None if initial_states is None else _wide(initial_states, hidden_states).transpose(-1, -2)
     o, s = recurrence.chunk_gated(q, k, v, g, state=state, cu_seqlens=cu)
     y = o.transpose(1, 2).contiguous()  # the mixers view it
     if D is not None:
-        y = y + D.float()[:, None] * x
+        y = y + _wide(D, hidden_states)[:, None] * x
     if z is not None:  # mamba-ssm's gate
-        y = y * F.silu(z.float())
+        y = y * F.silu(_wide(z, hidden_states))
     return (y, s.transpose(-1, -2)) if return_final_states else y
 
 
@@ -173,15 +199,16 @@ def ssd_step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplu
     give them, ``B``/``C`` ``(B, G, N)``; ``state`` ``(B, H, P, N)`` updated in place; served by
     :func:`~attnlab.efficient.recurrence.gated_step`."""
     _refuse("selective_state_update", kwargs)
-    x, heads = hidden_states.float(), hidden_states.shape[1]
+    x, heads = _wide(hidden_states, hidden_states), hidden_states.shape[1]
     dt = dt[..., 0] + (0 if dt_bias is None else dt_bias[:, 0].to(dt.dtype))
-    dt = (F.softplus(dt) if dt_softplus else dt).float()  # (B, H)
-    q, k = (t.float().repeat_interleave(heads // t.shape[1], dim=1) for t in (C, B))
-    o, s = recurrence.gated_step(q, k, x * dt[..., None], A[:, 0, 0].float() * dt, state.float().transpose(-1, -2))
+    dt = _wide(F.softplus(dt) if dt_softplus else dt, hidden_states)  # (B, H)
+    q, k = (_wide(t, hidden_states).repeat_interleave(heads // t.shape[1], dim=1) for t in (C, B))
+    a = _wide(A[:, 0, 0], hidden_states)
+    o, s = recurrence.gated_step(q, k, x * dt[..., None], a * dt, _wide(state, hidden_states).transpose(-1, -2))
     state.copy_(s.transpose(-1, -2).to(state.dtype))
-    out = o + (0 if D is None else x * D.float())
+    out = o + (0 if D is None else x * _wide(D, hidden_states))
     if z is not None:
-        out = out * F.silu(z.float())
+        out = out * F.silu(_wide(z, hidden_states))
     return out.to(hidden_states.dtype)
 
 
@@ -197,27 +224,85 @@ def _served(family: str, modeling) -> dict[str, Callable]:
                    "torch_recurrent_gated_delta_rule": rule("fused_recurrent_gated_delta_rule")}
 
 
-class _Served:
-    """One served layer: its forward pre-hook puts attnlab's functions in its modeling module (and
-    a packed batch's offsets in its call), its forward hook, which runs even when the call fails,
-    puts transformers' back; the functions are attnlab's for the length of that layer's call only."""
+def _references(fn: types.FunctionType, names: frozenset, namespace: dict) -> bool:
+    """Whether ``fn`` looks up one of ``names`` in ``namespace`` (its own code or a nested one's)."""
+    if fn.__globals__ is not namespace:
+        return False
+    codes = [fn.__code__]
+    while codes:
+        code = codes.pop()
+        if names & set(code.co_names):
+            return True
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return False
 
-    def __init__(self, modeling, served: dict[str, Callable], packing: _Packing):
-        self.modeling, self.served, self.packing = modeling, served, packing
-        self.saved: dict[str, Callable] = {}
 
-    def before(self, module, args, kwargs):
-        self.saved = {name: getattr(self.modeling, name) for name in self.served}
-        for name, fn in self.served.items():
-            setattr(self.modeling, name, fn)
-        if self.packing.offsets is not None and kwargs.get("cu_seq_lens_q") is None:
-            return args, dict(kwargs, cu_seq_lens_q=self.packing.offsets)
-        return None
+def _rebound(fn, names: frozenset, namespace: dict, served_namespace: dict, _seen: dict | None = None):
+    """A copy of ``fn`` whose lookups of ``names`` in its module's ``namespace`` find
+    ``served_namespace`` instead, through the closures of the decorators that wrap it (each
+    wrapper copied with a new cell for the function it wraps); ``fn`` itself when nothing in it
+    looks them up. Nothing is changed in place: the module, the class and ``fn`` stay as they are."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    seen = {} if _seen is None else _seen
+    if id(fn) in seen:  # a closure that reaches itself
+        return seen[id(fn)]
+    seen[id(fn)] = fn
+    cells = fn.__closure__ or ()
+    inner = [_rebound(c.cell_contents, names, namespace, served_namespace, seen) if _filled(c) else None for c in cells]
+    own = _references(fn, names, namespace)
+    if not own and all(new is None or new is c.cell_contents for new, c in zip(inner, cells)):
+        return fn
+    closure = tuple(c if new is None or new is c.cell_contents else types.CellType(new) for new, c in zip(inner, cells))
+    copy = types.FunctionType(fn.__code__, served_namespace if own else fn.__globals__, fn.__name__, fn.__defaults__, closure or None)
+    copy.__kwdefaults__, copy.__qualname__, copy.__module__ = fn.__kwdefaults__, fn.__qualname__, fn.__module__
+    copy.__dict__.update(fn.__dict__)
+    copy.__doc__ = fn.__doc__
+    if "__wrapped__" in fn.__dict__:
+        copy.__wrapped__ = _rebound(fn.__wrapped__, names, namespace, served_namespace, seen)
+    seen[id(fn)] = copy
+    return copy
 
-    def after(self, module, args, kwargs, output):
-        for name, fn in self.saved.items():
-            setattr(self.modeling, name, fn)
-        self.saved = {}
+
+def _filled(cell) -> bool:
+    try:
+        return cell.cell_contents is not cell  # always True: reading an empty cell raises
+    except ValueError:
+        return False
+
+
+def _served_module(modeling, served: dict[str, Callable]) -> types.ModuleType:
+    """A module of the modeling module's names with the served functions in place of
+    transformers' (made once per modeling module), registered in ``sys.modules`` as
+    ``attnlab.served.<the modeling module's name>``: torch.compile guards a function's globals
+    through its module's entry there."""
+    name = f"attnlab.served.{modeling.__name__}"
+    if name not in sys.modules:
+        module = types.ModuleType(name, modeling.__doc__)
+        module.__dict__.update({k: v for k, v in vars(modeling).items() if k not in ("__name__", "__spec__", "__loader__")})
+        module.__dict__.update(served)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+def _served_methods(module: nn.Module, modeling, served: dict[str, Callable]) -> dict[str, Callable]:
+    """The methods of a layer's class that call a served function, each as a copy that finds
+    attnlab's functions (a namespace of its own: the modeling module's names, the served ones
+    replaced), bound to this layer alone."""
+    names, namespace = frozenset(served), vars(modeling)
+    methods = {}
+    served_namespace = _served_module(modeling, served).__dict__
+    for cls in reversed(type(module).__mro__):
+        if cls.__module__ != modeling.__name__:  # only the modeling module's own classes call its functions
+            continue
+        for attr, fn in vars(cls).items():
+            if isinstance(fn, types.FunctionType) and attr != "__init__":
+                copy = _rebound(fn, names, namespace, served_namespace)
+                if copy is not fn:
+                    methods[attr] = types.MethodType(copy, module)
+                else:
+                    methods.pop(attr, None)  # a subclass's own version that calls nothing served
+    return methods
 
 
 def offsets_from_positions(position_ids: torch.Tensor) -> torch.Tensor | None:
@@ -232,23 +317,49 @@ def offsets_from_positions(position_ids: torch.Tensor) -> torch.Tensor | None:
     return torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), pos.numel())])
 
 
-class _Packing:
-    """The offsets of the packed batch the model is computing, read by its forward pre-hook from
-    position ids that restart when the model runs without a cache (transformers then packs its
-    attention layers' masks from the same position ids), and handed to each served layer: some
-    models (Mamba-2) do not pass their call's arguments down to their layers."""
+class PackedWithCache(UnservedArgument):
+    """A packed row (``position_ids`` restarting at 0) with a cache: transformers' attention layers
+    would let its documents see each other."""
 
-    offsets: torch.Tensor | None = None
 
-    def before(self, model, args, kwargs):
-        use_cache = kwargs.get("use_cache")
-        if use_cache is None:
-            use_cache = getattr(getattr(model, "config", None), "use_cache", False)
-        given = kwargs.get("cu_seq_lens_q") is not None or kwargs.get("past_key_values") is not None
-        self.offsets = None if given or use_cache else offsets_from_positions(kwargs.get("position_ids"))
+_OFFSETS: contextvars.ContextVar = contextvars.ContextVar("attnlab_packed_offsets", default=None)
+"""The packed offsets of the served call in progress, for the inner models that a model does not
+hand its call's arguments to (Mamba-2's causal LM drops them); a context variable, so one per thread."""
 
-    def after(self, model, args, kwargs, output):
-        self.offsets = None
+
+def _pack(model, args, kwargs):
+    """The served model's forward pre-hook: a batch of one whose ``position_ids`` restart is a row
+    of packed documents, and its offsets go into the call as ``cu_seq_lens_q`` (transformers hands
+    the call's keyword arguments down to every layer, so a checkpointed layer recomputes with them
+    and concurrent calls never share them). With a cache that row is refused: transformers packs
+    its attention layers' masks only without one."""
+    offsets = offsets_from_positions(kwargs.get("position_ids"))
+    if offsets is None or kwargs.get("cu_seq_lens_q") is not None:
+        _OFFSETS.set(None)
+        return None
+    use_cache = kwargs.get("use_cache")
+    if use_cache is None:
+        use_cache = getattr(getattr(model, "config", None), "use_cache", False)
+    if use_cache or kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None:
+        raise PackedWithCache(
+            f"position_ids restart at 0 at {offsets.numel() - 2} places (a row of {offsets.numel() - 1} packed documents) in a "
+            "call with a cache, where transformers' attention layers would mix the documents: call the model with use_cache=False "
+            "(the documents are then kept apart in every layer), or give each document a row of its own")
+    _OFFSETS.set(offsets)
+    return args, dict(kwargs, cu_seq_lens_q=offsets)
+
+
+def _pack_inner(model, args, kwargs):
+    """An inner model's forward pre-hook: the offsets of the call in progress, when its outer model
+    did not hand them down."""
+    offsets = _OFFSETS.get()
+    if offsets is None or kwargs.get("cu_seq_lens_q") is not None:
+        return None
+    return args, dict(kwargs, cu_seq_lens_q=offsets)
+
+
+def _unpack(model, args, kwargs, output):
+    _OFFSETS.set(None)
 
 
 _SERVING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the layers use_kernels serves now
@@ -262,13 +373,18 @@ class Kernels:
     model: nn.Module
     replaced: dict[str, tuple[str, ...]]
     hooks: list[torch.utils.hooks.RemovableHandle]
+    methods: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def restore(self) -> None:
-        """Give every layer back transformers' own path (its hooks removed)."""
+        """Give every layer back transformers' own path (its methods the class's again, the
+        model's hook removed)."""
         for hook in self.hooks:
             hook.remove()
-        for name in self.replaced:
-            _SERVING.pop(self.model.get_submodule(name), None)
+        for name, methods in self.methods.items():
+            layer = self.model.get_submodule(name)
+            for method in methods:
+                layer.__dict__.pop(method, None)
+            _SERVING.pop(layer, None)
 
 
 def _functions_for(name: str, module: nn.Module) -> tuple:
@@ -286,27 +402,41 @@ def _functions_for(name: str, module: nn.Module) -> tuple:
     if module in _SERVING:
         raise ValueError(f"{name} ({type(module).__name__}) is already served by attnlab (use_kernels called twice?): "
                          "restore() what the first call returned")
-    return modeling, served
+    methods = _served_methods(module, modeling, served)
+    if not methods:
+        raise ValueError(f"no method of {type(module).__name__} ({modeling.__name__}) calls {', '.join(served)}: "
+                         "attnlab serves the hybrid layers of transformers 5.24")
+    return served, methods
 
 
 def use_kernels(model: nn.Module) -> Kernels:
     """Make every linear-attention layer of a transformers hybrid model (:data:`LAYERS`) compute
-    through attnlab's recurrences (see the module), with forward hooks on each layer and on the
-    model (transformers' classes and functions are left as they are between calls); returns what
-    it replaced. ``ValueError`` when the model has none of those layers, when one's modeling module
-    lacks a function attnlab would serve (another transformers version), or when its layers are
-    already served (nothing is changed then)."""
+    through attnlab's recurrences (see the module) and return what it replaced.
+
+    Only this model's layers change: each gets, as its own attributes, copies of its class's
+    methods that call the served functions, which find attnlab's functions where the class's find
+    transformers' (the copies look names up in a namespace of their own). transformers' modules,
+    classes and functions are never changed, so other models of the same family, in this thread or
+    another, keep transformers' path, and the served model needs no lock. A forward pre-hook on the
+    model turns ``position_ids`` that restart into packed offsets passed in the call.
+
+    ``ValueError`` when the model has none of those layers, when one's modeling module lacks a
+    function attnlab would serve (another transformers version), or when its layers are already
+    served (nothing is changed then)."""
     layers = {name: (module, *_functions_for(name, module)) for name, module in model.named_modules() if type(module).__name__ in LAYERS}
+    from transformers import PreTrainedModel
+
     if not layers:
         raise ValueError(f"{type(model).__name__} has no linear-attention layer attnlab serves (it serves {', '.join(LAYERS)})")
-    packing = _Packing()
-    hooks = [model.register_forward_pre_hook(packing.before, with_kwargs=True),
-             model.register_forward_hook(packing.after, with_kwargs=True, always_call=True)]
-    for module, modeling, served in layers.values():
-        _SERVING[module] = serving = _Served(modeling, served, packing)
-        hooks += [module.register_forward_pre_hook(serving.before, with_kwargs=True),
-                  module.register_forward_hook(serving.after, with_kwargs=True, always_call=True)]
-    return Kernels(model, {name: tuple(served) for name, (_, _, served) in layers.items()}, hooks)
+    for module, _, methods in layers.values():
+        module.__dict__.update(methods)
+        _SERVING[module] = True
+    hooks = [model.register_forward_pre_hook(_pack, with_kwargs=True),
+             model.register_forward_hook(_unpack, with_kwargs=True, always_call=True)]
+    hooks += [inner.register_forward_pre_hook(_pack_inner, with_kwargs=True)
+              for inner in model.modules() if inner is not model and isinstance(inner, PreTrainedModel)]
+    return Kernels(model, {name: tuple(served) for name, (_, served, _) in layers.items()}, hooks,
+                   {name: tuple(methods) for name, (_, _, methods) in layers.items()})
 
 
 def tiny_config(family: str, *, hidden: int = 64, heads: int = 4, head_dim: int = 16, layers: int = 4, **overrides):
