@@ -40,15 +40,17 @@ given and returned is then one per document, ``(S, H, D, Dv)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import overload
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..validate import positive_int
 
-__all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "delta_step", "gated_step", "parallel_delta",
-           "parallel_gated", "recurrent_delta", "recurrent_gated"]
+__all__ = ["CHANNEL_CHUNK", "CHUNK", "SEGMENT", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step", "gated_step",
+           "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated", "segmented"]
 
 CHUNK = 64
 """Positions per chunk of the chunkwise form."""
@@ -58,6 +60,10 @@ CHANNEL_CHUNK = 16
 factored as ``(q_i e^{G_i}) . (k_j e^{-G_j})`` inside a chunk: float32 overflows when a chunk's
 log-decay passes -88, which 16 positions reach only at a mean decay below ``e^-5.5`` a step (fla's
 kernels bound it the same way, with sub-chunks of 16)."""
+
+SEGMENT = 1024
+"""Positions per segment of the chunkwise forms (see the module: memory): under autograd only the
+state entering each segment is kept, and the segment's chunks are computed again in the backward."""
 
 
 def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False, cu_seqlens=None) -> None:
@@ -138,9 +144,15 @@ def _products(a: torch.Tensor, b: torch.Tensor, big: torch.Tensor | None, diagon
     if big is None:
         return (a @ b.transpose(-1, -2)).masked_fill(~keep, 0.0)
     if big.dim() == a.dim() - 1:  # per head: one mask for every channel
-        return (a @ b.transpose(-1, -2)) * (big[..., :, None] - big[..., None, :]).masked_fill(~keep, float("-inf")).exp()
+        return (a @ b.transpose(-1, -2)) * _exp((big[..., :, None] - big[..., None, :]).masked_fill(~keep, float("-inf")), a)
     diff = (big[..., :, None, :] - big[..., None, :, :]).masked_fill(~keep[..., None], float("-inf"))
-    return torch.einsum("...id,...jd,...ijd->...ij", a, b, diff.exp())
+    return torch.einsum("...id,...jd,...ijd->...ij", a, b, _exp(diff, a))
+
+
+def _exp(log: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``exp(log)`` in ``like``'s dtype: a decay accumulated in float64 (see :func:`chunk_delta`)
+    is exponentiated there and rounded once."""
+    return log.exp().to(like.dtype)
 
 
 # ---------------------------------------------------------------------------- recurrent forms
@@ -298,9 +310,13 @@ class _Layout:
         return q.new_zeros(self.documents, q.shape[1], q.shape[-1], v.shape[-1])
 
 
-def _chunk_size(chunk: int, n: int, g, channel_chunk: bool) -> int:
-    c = min(positive_int("chunk", chunk), max(n, 1))  # a sequence shorter than a chunk is one chunk of its own length
-    return min(c, CHANNEL_CHUNK) if channel_chunk and g is not None and g.dim() == 4 else c
+def chunk_length(chunk: int, n: int, g: torch.Tensor | None = None) -> int:
+    """The positions per chunk the chunkwise forms take, asked for ``chunk`` over ``n`` positions
+    with the log decay ``g``: at most ``n`` (a shorter sequence is one chunk of its own length),
+    and under a per-channel decay at most :data:`CHANNEL_CHUNK` (e^-G_j within a chunk stays
+    below e^(CHANNEL_CHUNK steps of decay))."""
+    c = min(positive_int("chunk", chunk), max(n, 1))
+    return min(c, CHANNEL_CHUNK) if g is not None and g.dim() == 4 else c
 
 
 @overload
@@ -319,13 +335,103 @@ def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
     return x.view(*x.shape[:2], (n + pad) // c, c, *x.shape[3:])
 
 
-def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None):
+# ---------------------------------------------------------------------------- segments
+Piece = tuple[int, "int | None", "int | None"]
+"""A document's positions inside one segment: ``(length, begins, ends)``, ``begins`` the
+document's index where it begins in the segment (else None: it continues the previous segment's
+last piece), ``ends`` its index where it ends there (else None: the next segment continues it)."""
+
+
+def _segments(n: int, c: int, segment: int, cu_seqlens: torch.Tensor | None) -> list[tuple[int, int, list[Piece] | None]]:
+    """The segments of ``n`` positions, ``(a, b, pieces)``: positions ``[a, b)``, whole chunks of
+    ``c`` but the last, at most ``segment`` positions (at least one chunk); packed (``cu_seqlens``),
+    each document laid from a chunk boundary as :class:`_Layout` lays it, and ``pieces`` the
+    documents' pieces in the segment (:data:`Piece`), else None."""
+    m = c * max(1, positive_int("segment", segment) // c)  # positions per segment
+    if cu_seqlens is None:
+        return [(a, min(a + m, n), None) for a in range(0, n, m)]
+    parts: list[tuple[int, int, list[Piece] | None]] = []
+    pieces: list[Piece] = []
+    a = pos = used = 0  # the segment's first position, the next position, the chunk slots it has filled
+    for i, length in enumerate(cu_seqlens.diff().tolist()):
+        done = 0
+        while done < length:
+            if used == m:
+                parts.append((a, pos, pieces))
+                pieces, a, used = [], pos, 0
+            take = min(length - done, m - used)  # a piece that goes on is whole chunks
+            pieces.append((take, i if done == 0 else None, i if done + take == length else None))
+            done, pos, used = done + take, pos + take, used + -(-take // c) * c
+    if pieces:
+        parts.append((a, pos, pieces))
+    return parts
+
+
+def segmented(run: Callable, n: int, *, chunk: int, state: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
+              segment: int | None = SEGMENT) -> tuple[torch.Tensor, torch.Tensor]:
+    """A chunkwise form over segments of at most ``segment`` positions, one after another, each
+    starting from the state the previous one ends in: ``run(a, b, state, cu_seqlens)`` computes
+    positions ``[a, b)`` (whole chunks of ``chunk``, the chunk length the form takes:
+    :func:`chunk_length`) from the state(s) entering them, and returns their output ``(B, H, b -
+    a, Dv)`` and final state(s). Under autograd each segment is a checkpoint
+    (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant): the backward keeps only the state
+    entering it and what ``run`` reads, and computes the segment again, one segment at a time.
+    Packed (``cu_seqlens``, ``state`` one per document ``(S, H, D, Dv)``): each segment gets the
+    offsets of the documents' pieces in it and a state per piece, the carried state for a piece
+    that continues a document, the document's own for one that begins; returns the final state per
+    document (an empty document keeps its initial one). ``segment=None``, or a sequence of one
+    segment: one call, everything kept for the backward."""
+    parts = [] if segment is None else _segments(n, chunk, segment, cu_seqlens)
+    if len(parts) <= 1:
+        return run(0, n, state, cu_seqlens)
+    step = (lambda *a: checkpoint(run, *a, use_reentrant=False)) if torch.is_grad_enabled() else run
+    outs = []
+    if cu_seqlens is None:
+        for a, b, _ in parts:
+            o, state = step(a, b, state, None)
+            outs.append(o)
+        return torch.cat(outs, 2), state
+    finals, carry = list(state.unbind(0)), state[0]
+    for a, b, pieces in parts:
+        assert pieces is not None
+        starts = torch.stack([carry if begins is None else state[begins] for _, begins, _ in pieces])
+        cu = torch.tensor([0] + [length for length, _, _ in pieces], device=cu_seqlens.device).cumsum(0)
+        o, ends = step(a, b, starts, cu)
+        outs.append(o)
+        for j, (_, _, end) in enumerate(pieces):
+            if end is not None:
+                finals[end] = ends[j]
+        carry = ends[-1]  # the last piece goes on into the next segment unless it ended here
+    return torch.cat(outs, 2), torch.stack(finals)
+
+
+def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+    """The initial state(s): the one given, or zeros (one per document when packed)."""
+    if state is not None:
+        return state
+    rows = q.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
+    return q.new_zeros(rows, q.shape[1], q.shape[-1], v.shape[-1])
+
+
+def _slices(a: int, b: int, *ts: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """Positions ``[a, b)`` of each ``(B, H, N, ...)`` tensor (views)."""
+    return [None if t is None else t[:, :, a:b] for t in ts]
+
+
+# ---------------------------------------------------------------------------- chunkwise forms
+def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None, segment: int | None = SEGMENT):
     """:func:`recurrent_gated` chunk by chunk: within each chunk its parallel form (every chunk at
-    once), across chunks the recurrence on the chunk-end states. ``cu_seqlens``: packed documents
-    (see the module)."""
+    once), across chunks the recurrence on the chunk-end states; in segments of ``segment``
+    positions (:func:`segmented`: under autograd each segment's chunks are computed again in the
+    backward; None: never). ``cu_seqlens``: packed documents (see the module)."""
     _check(q, k, v, g, state=state, cu_seqlens=cu_seqlens)
-    # per channel: e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay)
-    lay = _Layout(cu_seqlens, q.shape[2], _chunk_size(chunk, q.shape[2], g, True), q.device)
+    c = chunk_length(chunk, q.shape[2], g)
+    run = lambda a, b, s, cu: _chunk_gated(*_slices(a, b, q, k, v, g), s, cu, c)  # noqa: E731
+    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment)
+
+
+def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
+    lay = _Layout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc = lay.chunks(q), lay.chunks(k), lay.chunks(v)  # (B, H, T, C, D)
     gd = lay.chunks(_decay_rows(g, q).contiguous()).cumsum(3)  # G within each chunk, (B, H, T, C, D)
     if g is None or g.dim() == 3:  # scalar: the mask exp(G_i - G_j) of one channel
@@ -340,14 +446,21 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=N
     return lay.positions(intra + (qc * gd.exp()) @ starts), s
 
 
-def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None):
+def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None, segment: int | None = SEGMENT):
     """:func:`recurrent_delta` chunk by chunk: the pseudo-values of every chunk at once from its
     WY form (a unit-triangular solve per chunk), then the recurrence on the chunk-end states, which
     corrects each chunk's pseudo-values for the state it starts from. A per-channel decay (KDA)
     takes chunks of at most :data:`CHANNEL_CHUNK` positions (its scores hold ``(C, C, D)`` per
-    chunk). ``cu_seqlens``: packed documents (see the module)."""
+    chunk). In segments of ``segment`` positions as :func:`chunk_gated`. ``cu_seqlens``: packed
+    documents (see the module)."""
     _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens)
-    lay = _Layout(cu_seqlens, q.shape[2], _chunk_size(chunk, q.shape[2], g, True), q.device)
+    c = chunk_length(chunk, q.shape[2], g)
+    run = lambda a, b, s, cu: _chunk_delta(*_slices(a, b, q, k, v, beta, g), s, cu, c)  # noqa: E731
+    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment)
+
+
+def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
+    lay = _Layout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc, bc = lay.chunks(q), lay.chunks(k), lay.chunks(v), lay.chunks(beta)
     big = None if g is None else lay.chunks(g).cumsum(3)  # G within each chunk
     rows = _as_rows(big, kc)  # (B, H, T, C, 1 | D)
