@@ -1,7 +1,7 @@
 """The Forgetting Transformer's attention (``fox``): equal to its formula built by hand (outputs and
 every gradient, the forget gate's included), to causal dense attention when the gates stay open,
-unchanged by padding anywhere and by packing, listed by its capabilities, trainable in a language
-model, and refusing what it cannot do."""
+unchanged by padding anywhere and by packing, decoding with its cache to the whole sequence's
+outputs, listed by its capabilities, trainable in a language model, and refusing what it cannot do."""
 
 import math
 
@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from attnlab import efficient, masks
 from attnlab.efficient import ForgettingAttention
+from attnlab.layers import ForgetKVCache, KVCache
 from attnlab.layers.step import StepInputs
 from attnlab.models import Encoder, build_model
 from attnlab.models.config import AttentionSpec, ModelConfig, PositionalSpec
@@ -163,11 +164,15 @@ def test_weights_are_returned_and_are_the_formula_s():
 
 def test_fox_is_listed_by_its_capabilities_and_created_by_name():
     caps = efficient.capabilities("fox")
-    assert (caps.causal, caps.cache, caps.needs_input, caps.forms_scores, caps.masks) == ("flag", None, True, True, "any")
+    assert (caps.causal, caps.cache, caps.needs_input, caps.forms_scores, caps.masks) == ("flag", "forget", True, True, "any")
     assert "fox" in efficient.select(causal=True) and "fox" in efficient.select(needs_input=True)
     assert "fox" in efficient.select(forms_scores=True) and "fox" in efficient.select(family="gated softmax")
-    assert "fox" not in efficient.select(decodes=True) and "fox" not in efficient.select(exact=True)
+    assert "fox" in efficient.select(causal=True, decodes=True) and "fox" not in efficient.select(exact=True)
     assert "fox" in efficient.names() and efficient.budget("fox").sweep is None
+    from attnlab.studies.recall import default_variants, state_floats
+
+    assert "fox" in default_variants()  # by its declaration: input-gated, causal, and it decodes
+    assert state_floats("fox", 32, 4, 48) == state_floats("dense", 32, 4, 48) + 4 * 48  # dense's keys and values, one c per head and token
     m = efficient.create("fox", embed_dim=E, num_heads=H)
     assert isinstance(m, ForgettingAttention) and m.causal is False and m.fgate_proj.weight.shape == (H, E)
     assert abs(float(m.fgate_proj.weight.detach().std()) - 0.02) < 0.01 and not m.fgate_proj.bias.any()  # the paper's initialisation
@@ -221,12 +226,6 @@ def test_what_fox_cannot_do_it_refuses_clearly():
         m(x, torch.randn(1, 5, E))
     with pytest.raises(ValueError, match="kdim must equal embed_dim"):
         efficient.create("fox", embed_dim=E, num_heads=H, kdim=8)
-    with pytest.raises(ValueError, match="no cached decoding"):
-        m.new_cache()
-    with pytest.raises(ValueError, match="no cached decoding"):
-        m(x, cache=efficient.create("dense", embed_dim=E, num_heads=H).new_cache())
-    with pytest.raises(ValueError, match="no cached decoding"):
-        Encoder(E, H, 1, attention="fox", causal=True).new_cache()
     with pytest.raises(ValueError, match="computes its forget gates from the layer's input"):
         m.attend_heads(*(torch.randn(1, H, 6, E // H) for _ in range(3)))
     with pytest.raises(ValueError, match="self-attention: the input .* must share B and N"):
@@ -242,3 +241,108 @@ def test_what_fox_cannot_do_it_refuses_clearly():
         m(x, mask=torch.ones(2, 1, 6, 6, dtype=torch.bool))
     with pytest.raises(TypeError, match="causal must be a bool"):
         efficient.create("fox", embed_dim=E, num_heads=H, causal="yes")
+
+
+def decode(m, x, real, prefill, chunk):
+    """``m``'s outputs for ``x`` fed through a fresh cache: ``prefill`` tokens, then ``chunk`` at a
+    time, each call with its tokens' key padding (``real``)."""
+    cache = m.new_cache()
+    cuts = [0, *range(prefill, x.shape[1], chunk), x.shape[1]]
+    return torch.cat([m(x[:, a:b], cache=cache, mask=masks.valid_keys(real[:, a:b])).output for a, b in zip(cuts, cuts[1:])], 1), cache
+
+
+@pytest.mark.parametrize("pe,kv_heads", [(None, None), ("rope", 2), ("alibi", None), ("sinusoidal", 1)])
+@pytest.mark.parametrize("padded", [False, True])
+def test_cached_decoding_equals_the_whole_sequence(pe, kv_heads, padded):
+    """A prefill of 7, then one token at a time, or 3 at a time, or all at once: every real token's
+    output equals the whole sequence's (float64, 1e-10), under rope (the keys enter the cache
+    rotated), ALiBi (at the held keys' positions), an input encoding and grouped keys; with
+    padding (NaN there): a left-padded row, and a hole and right padding in the other."""
+    m = fox(positional=pe, max_len=64, num_kv_heads=kv_heads).eval()
+    n, g = 41, torch.Generator().manual_seed(11)
+    x = torch.randn(2, n, E, dtype=torch.float64, generator=g)
+    real = torch.ones(2, n, dtype=torch.bool)
+    if padded:
+        real[0, 12:16] = real[0, 38:] = False
+        real[1, :5] = False
+        x[~real] = float("nan")
+    with torch.no_grad():
+        whole = m(x, mask=masks.valid_keys(real)).output
+        for prefill, chunk in ((7, 1), (7, 3), (1, 1), (n, 1)):
+            out, cache = decode(m, x, real, prefill, chunk)
+            gap = (out - whole)[real].abs().max().item()
+            assert gap < 1e-10, (prefill, chunk, gap)
+    assert isinstance(cache, ForgetKVCache) and cache.seen == cache.size == n
+    assert torch.isfinite(out[real]).all()
+    # the cache holds c = cumsum(log f), padding not forgetting, and the running total is its last
+    log_f = F.logsigmoid(m.fgate_proj(torch.nan_to_num(x))).transpose(1, 2).masked_fill(~real[:, None, :], 0.0)
+    assert_close_rel(cache.c[..., :n], log_f.cumsum(-1), 1e-12, "held gates")
+    assert torch.equal(cache.total, cache.c[..., n - 1])
+    # the decay is not a no-op here: the same cache without gates (dense) differs
+    dense = efficient.create("dense", embed_dim=E, num_heads=H, positional=pe, max_len=64, num_kv_heads=kv_heads).double().eval()
+    dense.load_state_dict(m.state_dict(), strict=False)
+    with torch.no_grad():
+        plain = dense(x, mask=masks.causal() & masks.valid_keys(real)).output
+    assert (plain - whole)[real].abs().max() > 1e-2
+
+
+def test_cached_decoding_returns_the_weights_and_follows_beams():
+    """One new token's weights over the held keys are the whole sequence's last row; after
+    ``reorder`` (beam search) and ``reset`` decoding continues each chosen row."""
+    m = fox().eval()
+    x = torch.randn(2, 15, E, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
+    with torch.no_grad():
+        full = m(x, return_weights=True)
+        cache = m.new_cache()
+        m(x[:, :14], cache=cache)
+        last = m(x[:, 14:], cache=cache, return_weights=True)
+        assert last.weights.shape == (2, H, 1, 15)
+        assert_close_rel(last.weights, full.weights[:, :, 14:], 1e-10, "weights of the last token")
+        beams = torch.tensor([1, 1, 0])
+        cache.reset()
+        m(x[:, :9], cache=cache)
+        cache.reorder(beams)
+        rest = torch.cat([m(x[beams, i : i + 1], cache=cache).output for i in range(9, 15)], 1)
+        assert_close_rel(rest, m(x[beams]).output[:, 9:], 1e-10, "after reorder")
+        assert cache.c.shape[:2] == (3, H)
+
+
+def test_a_language_model_with_fox_generates_the_same_tokens_with_and_without_its_cache():
+    torch.manual_seed(0)
+    cfg = ModelConfig(kind="lm", model="lm", num_labels=30, embed_dim=E, vocab_size=30, num_layers=2, num_heads=H, max_len=40,
+                      attention=AttentionSpec("fox", {}), positional=PositionalSpec("rope"))
+    model = build_model(cfg).double().eval()
+    prompt = torch.randint(2, 30, (2, 6), generator=torch.Generator().manual_seed(1))
+    cached = torch.stack(list(model.generate(prompt, 12, temperature=0, cache=True)), 1)
+    rerun = torch.stack(list(model.generate(prompt, 12, temperature=0, cache=False)), 1)
+    assert torch.equal(cached, rerun)
+    assert all(isinstance(c, ForgetKVCache) for c in model.new_cache().layers)
+
+
+def test_what_fox_cannot_decode_it_refuses_clearly():
+    m = efficient.create("fox", embed_dim=E, num_heads=H, causal=True)
+    x = torch.randn(1, 6, E)
+    with pytest.raises(ValueError, match=r"cached decoding needs a causal 'fox' attention \(create it with causal=True\)"):
+        efficient.create("fox", embed_dim=E, num_heads=H).new_cache()  # the bidirectional form: later tokens change earlier ones
+    with pytest.raises(ValueError, match="cached decoding needs a causal 'fox'"):
+        efficient.create("fox", embed_dim=E, num_heads=H)(x, cache=ForgetKVCache())
+    with pytest.raises(ValueError, match="cached decoding needs a causal encoder"):
+        Encoder(E, H, 1, attention="fox").new_cache()
+    with pytest.raises(ValueError, match="cumulative forget gate: pass no window, sinks or positions"):
+        m.new_cache(window=8)
+    with pytest.raises(ValueError, match=r"decodes with the cache its new_cache\(\) makes, not this one \(KVCache\)"):
+        m(x, cache=KVCache())  # a plain KVCache keeps no gates
+    with pytest.raises(ValueError, match="not this one \\(a forget-gate cache\\)"):
+        efficient.create("dense", embed_dim=E, num_heads=H)(x, cache=m.new_cache())
+    with pytest.raises(ValueError, match="mask is the new tokens' key padding"):
+        m(x, cache=m.new_cache(), mask=masks.causal())
+    with pytest.raises(ValueError, match="a score bias cannot be combined with a cache"):
+        m(x, cache=m.new_cache(), bias=torch.zeros(1, H, 6, 6))
+    cache = m.new_cache()
+    m(x, cache=cache)
+    with pytest.raises(ValueError, match="the cache holds gates of shape"):
+        cache.write(torch.randn(1, H, 1, E // H), torch.randn(1, H, 1, E // H), torch.zeros(1, 2, 1))
+    from attnlab.efficient.fox import forget_decay
+
+    with pytest.raises(ValueError, match="causal form only"):
+        forget_decay(torch.zeros(1, H, 3), causal=False, queries=torch.zeros(1, H, 1))

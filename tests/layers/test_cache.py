@@ -55,7 +55,8 @@ def test_dense_cache_other_layers(kw, data):
 
 
 VARIANTS = [("dense_naive", {}), ("local", {"window": 5}), ("longformer", {"window": 4, "global_tokens": 2}),
-            ("bigbird", {"window": 4, "global_tokens": 1, "random_blocks": 0}), ("linear", {}), ("performer", {"seed": 0})]
+            ("bigbird", {"window": 4, "global_tokens": 1, "random_blocks": 0}), ("linear", {}), ("performer", {"seed": 0}),
+            ("fox", {})]
 
 
 @pytest.mark.parametrize("name,opts", VARIANTS)

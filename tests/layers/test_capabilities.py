@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from attnlab import efficient, masks
-from attnlab.layers import Capabilities, KVCache, MatrixState, RecurrentState
+from attnlab.layers import Capabilities, ForgetKVCache, KVCache, MatrixState, RecurrentState
 
 E, H, N = 16, 4, 9
 NAMES = efficient.select()
-CACHE_TYPES = {"kv": KVCache, "window": KVCache, "recurrent": RecurrentState, "matrix": MatrixState}
+CACHE_TYPES = {"kv": KVCache, "window": KVCache, "recurrent": RecurrentState, "matrix": MatrixState, "forget": ForgetKVCache}
 
 
 def build(name: str, **options):

@@ -50,7 +50,8 @@ def test_cached_equals_full_prefix_every_encoding(pe):
 @pytest.mark.parametrize(
     "attention,opts",
     [("dense_naive", {}), ("local", {"window": 16}), ("longformer", {"window": 16, "global_tokens": 2}), ("linear", {}),
-     ("performer", {"seed": 0}), ("retnet", {}), ("gla", {}), ("deltanet", {}), ("gated_deltanet", {}), ("mamba2", {})],
+     ("performer", {"seed": 0}), ("retnet", {}), ("gla", {}), ("deltanet", {}), ("gated_deltanet", {}), ("mamba2", {}),
+     ("fox", {})],
 )
 @pytest.mark.parametrize("pe", ["none", "rope"])
 def test_cached_equals_full_prefix_every_causal_variant(attention, opts, pe):

@@ -15,6 +15,8 @@ projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own key
   the cache instead of its place in the text, so that a stream may run past the longest
   position the model was trained on. What each new query sees (earlier keys, the window, the
   sinks, not padding) is a mask over the held keys' positions, the same kind of mask as any.
+* :class:`ForgetKVCache` — a KVCache that also keeps each held key's cumulative log forget gate
+  (the Forgetting Transformer, ``fox``), whose decay continues across calls.
 * :class:`StaticKV` — the keys and values of cross-attention, computed once from the encoder's
   output and reused at every step.
 * the states of constant size (:mod:`attnlab.layers.state`): :class:`RecurrentState`, the
@@ -43,7 +45,7 @@ from ..core.positioned import Positioned
 from ..validate import ArgumentTypeError, int_at_least, positive_int
 from .padding import silence_padding
 
-__all__ = ["Call", "KVCache", "NO_CACHE", "NoCache", "StaticKV", "new_tokens", "refuse_given", "seen_positions"]
+__all__ = ["Call", "ForgetKVCache", "KVCache", "NO_CACHE", "NoCache", "StaticKV", "new_tokens", "refuse_given", "seen_positions"]
 
 
 @dataclass
@@ -313,6 +315,84 @@ class KVCache:
         def rank(p):
             return torch.where(p < self.sinks, p, self.sinks + (p - start))
         return rank(key_positions), rank(torch.tensor([query_position], device=key_positions.device))
+
+
+class ForgetKVCache(KVCache):
+    """A forgetting attention layer's cache (FoX, :class:`attnlab.efficient.ForgettingAttention`):
+    every token's key and value, and beside each its cumulative log forget gate.
+
+    FoX adds ``c_i - c_j`` to the score of query ``i`` and key ``j``, ``c_t = sum_{l <= t} log f_l``
+    along the row. A held key keeps its ``c_j``, and the running total ``c_{seen - 1}`` (:attr:`total`)
+    continues the sum: ``n`` new tokens get ``c = total + cumsum(log f_new)``, so the next query
+    scores the held keys exactly as the whole sequence would (a padding token's ``log f`` is 0, as
+    in the layer). Unbounded (the decay is the layer's, not a window's); the layer's attention
+    step writes it (:meth:`write`) as it reads it, as a recurrent state is written.
+
+    Attributes:
+        c: ``(B, H, S)`` the held keys' cumulative log forget gates (per query head; in the gates'
+            dtype, at least float32), or None before the first token.
+    """
+
+    c: torch.Tensor | None
+
+    def __init__(self):
+        super().__init__()
+        self.c = None
+
+    @property
+    def total(self) -> torch.Tensor | None:
+        """``(B, H)`` the running total ``c_{seen - 1} = sum_{l < seen} log f_l``, or None before the first token."""
+        return None if self.c is None or not self.size else self.c[..., self.size - 1]
+
+    def nbytes(self) -> int:
+        return super().nbytes() + (0 if self.c is None else self.c.numel() * self.c.element_size())
+
+    def reset(self) -> None:
+        super().reset()
+        self.c = None
+
+    def reorder(self, index: torch.Tensor) -> None:
+        super().reorder(index)
+        if self.c is not None:
+            self.c = self.c[index]
+
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
+        """Hand the new tokens' heads to the layer's step, which writes them with their gates
+        (:meth:`write`): ``mask`` is their key padding ``(B, 1, 1, n)``, ``score_mod`` the bias
+        encoding's at their positions and the held keys' after the write (``0 .. seen + n - 1``)."""
+        assert call.qpos is not None  # begin() gives the new tokens' positions
+        mod = layer.score_mod(call.qpos, seen_positions(0, self.seen + q.shape[2], q.device))
+        return layer.attention_step(q, k, v, state=self, mask=None if call.valid is None else call.valid[:, None, None, :],
+                                    score_mod=mod, return_weights=return_weights, inputs=inputs)
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor, valid: torch.Tensor | None = None):
+        """Write ``n`` new tokens and return what they attend to with the gates of both sides.
+
+        Args:
+            k, v: the new keys (rotated at their positions) and values ``(B, G, n, D)``.
+            log_f: ``(B, H, n)`` their log forget gates (0 at padding).
+            valid: ``(B, n)`` bool, False for padding tokens, or None.
+
+        Returns:
+            ``(keys, values, key_valid, key_positions, c)`` as :meth:`KVCache.update`, and ``c``
+            ``(B, H, S)`` the held keys' cumulative gates; the new queries' are its last ``n``.
+        """
+        b, h, n = log_f.shape
+        if log_f.shape[0] != k.shape[0] or log_f.shape[2] != k.shape[2]:
+            raise ValueError(f"the gates (B, H, n) = {tuple(log_f.shape)} do not match the new keys {tuple(k.shape)}")
+        if self.c is not None and self.c.shape[:2] != (b, h):
+            raise ValueError(f"the cache holds gates of shape (B, H, .) = {tuple(self.c.shape)}, got new gates {tuple(log_f.shape)}")
+        total = self.total
+        c = log_f.cumsum(-1) if total is None else total[..., None].to(log_f.dtype) + log_f.cumsum(-1)  # (B, H, n)
+        held = self.size
+        keys, values, key_valid, kpos = self.update(k, v, valid)
+        if self.c is None or self.c.shape[-1] < self.capacity:  # grown with the keys' buffer
+            grown = log_f.new_zeros(b, h, self.capacity)
+            if self.c is not None:
+                grown[..., :held] = self.c[..., :held]
+            self.c = grown
+        self.c[..., held : self.size] = c
+        return keys, values, key_valid, kpos, self.c[..., : self.size]
 
 
 def _before(count: int):

@@ -346,7 +346,8 @@ class MultiHeadAttention(nn.Module):
         declares (``capabilities.cache``). Exact attention: a :class:`KVCache` (``window``,
         ``sinks`` and ``positions`` bound it, StreamingLLM's way when ``positions="cache"``); a
         sparse pattern: the bounded KVCache that is its causal pattern; kernel attention: a
-        :class:`RecurrentState`; the gated family: a :class:`MatrixState`. Pass it as
+        :class:`RecurrentState`; the gated family: a :class:`MatrixState`; forgetting attention
+        (``fox``): a :class:`attnlab.layers.cache.ForgetKVCache`. Pass it as
         ``forward(x_new, cache=...)``."""
         return make_cache(self, window, sinks, positions)
 
@@ -371,9 +372,9 @@ class MultiHeadAttention(nn.Module):
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
         """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's forward passes, with the heads
         and a copy of the keyword arguments (``mask``, ``bias``, ``score_mod``, ``state``, ``inputs``, ...) the step
-        receives; with a cache, ``k`` and ``v`` are the held keys (a recurrent state: the new tokens'). Every variant
-        calls it, the gated recurrences included (their heads before the short convolution). The return value is
-        ignored; the handle's ``remove()`` removes it."""
+        receives; with a cache, ``k`` and ``v`` are the held keys (a recurrent state or a forget-gate cache, which the
+        step writes itself: the new tokens'). Every variant calls it, the gated recurrences included (their heads before
+        the short convolution). The return value is ignored; the handle's ``remove()`` removes it."""
         if not callable(hook):
             raise ArgumentTypeError(f"a step hook is a callable (layer, q, k, v, kwargs), got {type(hook).__name__}")
         handle = RemovableHandle(self._step_hooks)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.attend import AttentionResult
-from .cache import Call, KVCache, new_tokens, seen_positions
+from .cache import Call, ForgetKVCache, KVCache, new_tokens, seen_positions
 
 __all__ = ["MatrixState", "RecurrentState", "check_kind", "make_cache"]
 
@@ -114,6 +114,11 @@ def make_cache(layer, window, sinks: int, positions: str):
         return KVCache(window=window, sinks=sinks, positions=positions)
     if not getattr(layer, "causal", False):
         raise ValueError(f"cached decoding needs a causal {layer.name!r} attention (create it with causal=True)")
+    if kind == "forget":
+        if window is not None or sinks or positions != "absolute":
+            raise ValueError(f"the {layer.name!r} attention's cache holds every token with its cumulative forget gate: "
+                             "pass no window, sinks or positions")
+        return ForgetKVCache()
     if kind == "window":
         if window is not None or sinks or positions != "absolute":
             raise ValueError(f"the {layer.name!r} attention's cache is its own window: pass no window, sinks or positions")
@@ -131,7 +136,7 @@ def check_kind(layer, cache) -> None:
     kind = layer.capabilities.cache
     if kind is None:
         raise ValueError(f"the {layer.name!r} attention has no cached decoding ({layer.no_cache_reason})")
-    if kind == "kv" and isinstance(cache, KVCache):
+    if kind == "kv" and isinstance(cache, KVCache) and not isinstance(cache, ForgetKVCache):
         return
     if kind != "kv" and not getattr(layer, "causal", False):
         raise ValueError(f"cached decoding needs a causal {layer.name!r} attention (create it with causal=True)")
@@ -139,7 +144,10 @@ def check_kind(layer, cache) -> None:
         want = make_cache(layer, None, 0, "absolute")
         if (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions):
             return
+    if kind == "forget" and isinstance(cache, ForgetKVCache):
+        return
     if kind in ("recurrent", "matrix") and isinstance(cache, RecurrentState if kind == "recurrent" else MatrixState):
         return
-    got = {RecurrentState: "a recurrent state", MatrixState: "a matrix state"}.get(type(cache), type(cache).__name__)
+    got = {RecurrentState: "a recurrent state", MatrixState: "a matrix state",
+           ForgetKVCache: "a forget-gate cache"}.get(type(cache), type(cache).__name__)
     raise ValueError(f"the {layer.name!r} attention decodes with the cache its new_cache() makes, not this one ({got})")

@@ -25,11 +25,12 @@ MASK_KINDS = ("any", "key_padding")
 """The masks a step takes: ``"any"`` mask function or tensor; ``"key_padding"``: key padding and
 packed documents (:class:`attnlab.masks.Documents`) only."""
 
-CACHES = ("kv", "window", "recurrent", "matrix")
+CACHES = ("kv", "window", "recurrent", "matrix", "forget")
 """What a step decodes with: ``"kv"`` — any :class:`attnlab.layers.cache.KVCache`; ``"window"`` —
 the bounded KVCache that is exactly its causal pattern; ``"recurrent"`` — running sums
 (:class:`attnlab.layers.cache.RecurrentState`); ``"matrix"`` — a matrix state and short
-convolution (:class:`attnlab.efficient.MatrixState`)."""
+convolution (:class:`attnlab.efficient.MatrixState`); ``"forget"`` — every key and value with
+its cumulative log forget gate (:class:`attnlab.layers.cache.ForgetKVCache`, FoX)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Capabilities:
     causal: Literal["mask", "flag"] | None = "mask"
     masks: Literal["any", "key_padding"] = "any"
     forms_scores: bool = True
-    cache: Literal["kv", "window", "recurrent", "matrix"] | None = "kv"
+    cache: Literal["kv", "window", "recurrent", "matrix", "forget"] | None = "kv"
     grouped_kv: bool = True
     exact: bool = True
     needs_input: bool = False

@@ -9,7 +9,8 @@ variant slower per step than the cap allows trains fewer steps, which its record
 pairs (the sequence holds ``2 pairs + queries`` tokens) and model widths, and scored on the test
 queries. The **state size** is measured, not assumed: the bytes one layer's decoding cache holds
 after reading a whole sequence (:meth:`attnlab.MultiHeadAttention.new_cache`), in float32 numbers —
-the keys and values of every token for dense attention, of the window for ``local``, the running
+the keys and values of every token for dense attention (and for ``fox`` each key's cumulative
+forget gate per head), of the window for ``local``, the running
 sums for ``linear`` and the ``D x D`` state per head (and the short convolution's last inputs) for
 the gated family.
 """
