@@ -45,6 +45,7 @@ class KimiDeltaAttention(DeltaNetAttention):
     """
 
     output_gate = False  # the RMSNorm alone: KDA's output gate is its own (sigmoid, low rank), applied in finish
+    default_segment = 512  # its per-channel products hold (C, C, D) per chunk: half the positions per segment
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
     def __init__(self, embed_dim: int, num_heads: int, *, gate_rank: int | None = None, **options):

@@ -42,6 +42,7 @@ class Mamba2Attention(GatedRecurrence):
 
     default_conv = 4
     q_scale = False
+    finish_reads_values = True  # the skip D x
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
     def __init__(self, embed_dim: int, num_heads: int, *, ngroups: int | None = None, state_size: int | None = None, **options):

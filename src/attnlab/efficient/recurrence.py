@@ -20,7 +20,8 @@ and the output is ``o_t = S_t^T q_t``. Each has three forms, equal in exact arit
   replaced by the pseudo-values ``U = (I + L)^{-1} diag(beta) V`` of a unit lower-triangular
   system (DeltaNet's WY / UT form). O(N^2) time and memory: the float64 reference;
 * ``chunk_*``: chunkwise-parallel, for training: the parallel form inside chunks of ``chunk``
-  positions and the recurrence across them; O(N C D + N D^2) time, O(N (C + D)) memory;
+  positions and the recurrence across them; O(N C D + N D^2) time; in segments of ``segment``
+  positions (see memory, below);
 * ``recurrent_*``: one token at a time, O(D Dv) memory whatever the length: decoding.
 
 Every function takes ``q``, ``k`` ``(B, H, N, D)``, ``v`` ``(B, H, N, Dv)`` and an initial
@@ -36,21 +37,32 @@ crosses a boundary. Each document is laid out from a chunk boundary (its last ch
 zeros, which change nothing), the chunks of every document are computed at once, and the scan over
 chunks starts each document from its own initial state: no Python loop per document. The state
 given and returned is then one per document, ``(S, H, D, Dv)``.
+
+**Memory.** Autograd would keep every chunk's products for the backward, O(N (C + D)) per head
+with a large constant (a (C, C) score and decay and several (C, D) and (D, Dv) tensors per chunk:
+at N = 16K, B = 1, H = 4, D = 64, one chunkwise scan of Gated DeltaNet kept about 500 MiB). The
+chunkwise forms therefore run in segments of :data:`~attnlab.efficient.segments.SEGMENT`
+positions (``segment=``; :func:`~attnlab.efficient.segments.segmented`), one after another, each
+starting from the state the previous one ends in; under autograd each segment is a non-reentrant
+checkpoint, so that the backward keeps only the inputs and the ``D x Dv`` state entering each
+segment, and computes one segment's chunks again at a time (what fla's kernels do with the states
+at chunk boundaries). The scan across chunks is one autograd node
+(:class:`~attnlab.efficient.segments.LinearScan`). The price is one more forward of the chunks;
+``segment=None`` keeps everything. A sequence of one segment is computed without recomputation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import overload
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from ..validate import positive_int
+from .segments import SEGMENT, LinearScan, segment_bounds, segmented
 
 __all__ = ["CHANNEL_CHUNK", "CHUNK", "SEGMENT", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step", "gated_step",
-           "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated", "segmented"]
+           "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated", "segment_bounds", "segmented"]
 
 CHUNK = 64
 """Positions per chunk of the chunkwise form."""
@@ -60,11 +72,6 @@ CHANNEL_CHUNK = 16
 factored as ``(q_i e^{G_i}) . (k_j e^{-G_j})`` inside a chunk: float32 overflows when a chunk's
 log-decay passes -88, which 16 positions reach only at a mean decay below ``e^-5.5`` a step (fla's
 kernels bound it the same way, with sub-chunks of 16)."""
-
-SEGMENT = 1024
-"""Positions per segment of the chunkwise forms (see the module: memory): under autograd only the
-state entering each segment is kept, and the segment's chunks are computed again in the backward."""
-
 
 def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False, cu_seqlens=None) -> None:
     """``ValueError`` naming the shapes when the inputs do not fit together (see the module)."""
@@ -135,18 +142,31 @@ def _as_rows(big: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return big[..., None] if big.dim() == like.dim() - 1 else big
 
 
-def _products(a: torch.Tensor, b: torch.Tensor, big: torch.Tensor | None, diagonal: int = 0) -> torch.Tensor:
-    """``P_ij = sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i + diagonal``, else 0, over the last
-    two dimensions; ``big`` the cumulative log decay, ``(..., N)`` per head, ``(..., N, D)`` per
-    channel, or None. Only differences ``G_i - G_j <= 0`` are exponentiated (per channel this holds
-    a ``(..., N, N, D)`` tensor: the chunkwise form calls it on chunks)."""
+def _products(a: torch.Tensor, b: torch.Tensor, big: torch.Tensor | None, diagonal: int = 0,
+              decay: torch.Tensor | None = None) -> torch.Tensor:
+    """``P_ij = sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i + diagonal`` (``diagonal`` 0 or
+    -1), else 0, over the last two dimensions; ``big`` the cumulative log decay, ``(..., N)`` per
+    head, ``(..., N, D)`` per channel, or None; ``decay``: its :func:`_decay`, when already made.
+    Only differences ``G_i - G_j <= 0`` are exponentiated (per channel this holds a ``(..., N, N,
+    D)`` tensor: the chunkwise form calls it on chunks)."""
     keep = _causal(a.shape[-2], a.device, diagonal)
     if big is None:
         return (a @ b.transpose(-1, -2)).masked_fill(~keep, 0.0)
+    decay = _decay(big, a) if decay is None else decay
     if big.dim() == a.dim() - 1:  # per head: one mask for every channel
-        return (a @ b.transpose(-1, -2)) * _exp((big[..., :, None] - big[..., None, :]).masked_fill(~keep, float("-inf")), a)
-    diff = (big[..., :, None, :] - big[..., None, :, :]).masked_fill(~keep[..., None], float("-inf"))
-    return torch.einsum("...id,...jd,...ijd->...ij", a, b, _exp(diff, a))
+        products = (a @ b.transpose(-1, -2)) * decay
+    else:
+        products = torch.einsum("...id,...jd,...ijd->...ij", a, b, decay)
+    return products if diagonal == 0 else products.masked_fill(~keep, 0.0)
+
+
+def _decay(big: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``exp(G_i - G_j)`` for ``j <= i``, else 0, in ``like``'s dtype (:func:`_exp`): ``(..., N, N)``
+    per head, ``(..., N, N, D)`` per channel (see :func:`_products`)."""
+    keep = _causal(big.shape[-1] if big.dim() == like.dim() - 1 else big.shape[-2], big.device)
+    if big.dim() == like.dim() - 1:
+        return _exp((big[..., :, None] - big[..., None, :]).masked_fill(~keep, float("-inf")), like)
+    return _exp((big[..., :, None, :] - big[..., None, :, :]).masked_fill(~keep[..., None], float("-inf")), like)
 
 
 def _exp(log: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -268,9 +288,11 @@ class _Layout:
         self.ends = {f + m - 1: i for i, (f, m) in enumerate(zip(firsts, pers)) if m}
 
     def chunks(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, H, N, ...)`` -> ``(B, H, T, C, ...)``."""
+        """``(B, H, N, ...)`` -> ``(B, H, T, C, ...)``, contiguous: one copy of a strided input (a
+        segment's piece, heads transposed from the projections) instead of one per product it
+        enters, forward and backward (batched products flatten ``(B, H, T)``)."""
         if self.slots is None:
-            return _chunks(x, self.c)
+            return _chunks(x, self.c).contiguous()
         spread = x.new_zeros(*x.shape[:2], self.total * self.c, *x.shape[3:]).index_copy(2, self.slots, x)
         return spread.view(*x.shape[:2], self.total, self.c, *x.shape[3:])
 
@@ -279,29 +301,19 @@ class _Layout:
         x = x.flatten(2, 3)
         return x[:, :, :self.n] if self.slots is None else x.index_select(2, self.slots)
 
-    def scan(self, init: torch.Tensor, update, *per_chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def scan(self, init: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, *, matrix: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The state entering each chunk ``(B, H, T, D, Dv)`` and the final state(s), with ``S_{t+1}
-        = update(S_t, *parts_t)``, ``parts_t`` the chunk's slices of ``per_chunk`` ``(B, H, T, ...)``
-        on ``(B H, ...)`` views, unbound once (a slice per step would give autograd a full-size zero
-        tensor per step). Packed: each document starts from its own initial state ``init[i]``."""
-        b, h = per_chunk[0].shape[:2]
-        parts = zip(*(x.flatten(0, 1).unbind(1) for x in per_chunk))
-        starts = []
-        if self.slots is None:
-            s = init.flatten(0, 1)
-            for part in parts:
-                starts.append(s)
-                s = update(s, *part)
-            return torch.stack(starts, 1).unflatten(0, (b, h)), s.unflatten(0, (b, h))
-        finals = list(init.unbind(0))  # a document without a position keeps its initial state
-        for t, part in enumerate(parts):
-            if t in self.begins:
-                s = init[self.begins[t]]
-            starts.append(s)
-            s = update(s, *part)
-            if t in self.ends:
-                finals[self.ends[t]] = s
-        return torch.stack(starts, 1).unflatten(0, (b, h)), torch.stack(finals, 0)
+        = A_t S_t + B_t`` (:class:`LinearScan`): ``carry`` the ``A_t`` ``(B, H, T, D, D)`` when
+        ``matrix``, else the factors ``(B, H, T, 1 | D, 1)`` of a diagonal one, ``writes`` the
+        ``B_t`` ``(B, H, T, D, Dv)``. Packed: each document starts from its own initial state
+        ``init[i]``."""
+        b, h = writes.shape[:2]
+        if self.slots is None:  # one sequence per row: its first chunk begins it, its last ends it
+            rows, begins, ends = init.flatten(0, 1)[None], {0: 0}, {writes.shape[2] - 1: 0}
+        else:  # a batch of one: the initial states are one per document, (S, H, D, Dv)
+            rows, begins, ends = init, self.begins, self.ends
+        starts, finals = LinearScan.apply(rows, carry.flatten(0, 1), writes.flatten(0, 1), begins, ends, matrix)
+        return starts.unflatten(0, (b, h)), (finals[0].unflatten(0, (b, h)) if self.slots is None else finals)
 
     def initial(self, state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The initial state(s): the one given, or zeros (one per document when packed)."""
@@ -335,87 +347,12 @@ def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
     return x.view(*x.shape[:2], (n + pad) // c, c, *x.shape[3:])
 
 
-# ---------------------------------------------------------------------------- segments
-Piece = tuple[int, "int | None", "int | None"]
-"""A document's positions inside one segment: ``(length, begins, ends)``, ``begins`` the
-document's index where it begins in the segment (else None: it continues the previous segment's
-last piece), ``ends`` its index where it ends there (else None: the next segment continues it)."""
-
-
-def _segments(n: int, c: int, segment: int, cu_seqlens: torch.Tensor | None) -> list[tuple[int, int, list[Piece] | None]]:
-    """The segments of ``n`` positions, ``(a, b, pieces)``: positions ``[a, b)``, whole chunks of
-    ``c`` but the last, at most ``segment`` positions (at least one chunk); packed (``cu_seqlens``),
-    each document laid from a chunk boundary as :class:`_Layout` lays it, and ``pieces`` the
-    documents' pieces in the segment (:data:`Piece`), else None."""
-    m = c * max(1, positive_int("segment", segment) // c)  # positions per segment
-    if cu_seqlens is None:
-        return [(a, min(a + m, n), None) for a in range(0, n, m)]
-    parts: list[tuple[int, int, list[Piece] | None]] = []
-    pieces: list[Piece] = []
-    a = pos = used = 0  # the segment's first position, the next position, the chunk slots it has filled
-    for i, length in enumerate(cu_seqlens.diff().tolist()):
-        done = 0
-        while done < length:
-            if used == m:
-                parts.append((a, pos, pieces))
-                pieces, a, used = [], pos, 0
-            take = min(length - done, m - used)  # a piece that goes on is whole chunks
-            pieces.append((take, i if done == 0 else None, i if done + take == length else None))
-            done, pos, used = done + take, pos + take, used + -(-take // c) * c
-    if pieces:
-        parts.append((a, pos, pieces))
-    return parts
-
-
-def segmented(run: Callable, n: int, *, chunk: int, state: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
-              segment: int | None = SEGMENT) -> tuple[torch.Tensor, torch.Tensor]:
-    """A chunkwise form over segments of at most ``segment`` positions, one after another, each
-    starting from the state the previous one ends in: ``run(a, b, state, cu_seqlens)`` computes
-    positions ``[a, b)`` (whole chunks of ``chunk``, the chunk length the form takes:
-    :func:`chunk_length`) from the state(s) entering them, and returns their output ``(B, H, b -
-    a, Dv)`` and final state(s). Under autograd each segment is a checkpoint
-    (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant): the backward keeps only the state
-    entering it and what ``run`` reads, and computes the segment again, one segment at a time.
-    Packed (``cu_seqlens``, ``state`` one per document ``(S, H, D, Dv)``): each segment gets the
-    offsets of the documents' pieces in it and a state per piece, the carried state for a piece
-    that continues a document, the document's own for one that begins; returns the final state per
-    document (an empty document keeps its initial one). ``segment=None``, or a sequence of one
-    segment: one call, everything kept for the backward."""
-    parts = [] if segment is None else _segments(n, chunk, segment, cu_seqlens)
-    if len(parts) <= 1:
-        return run(0, n, state, cu_seqlens)
-    step = (lambda *a: checkpoint(run, *a, use_reentrant=False)) if torch.is_grad_enabled() else run
-    outs = []
-    if cu_seqlens is None:
-        for a, b, _ in parts:
-            o, state = step(a, b, state, None)
-            outs.append(o)
-        return torch.cat(outs, 2), state
-    finals, carry = list(state.unbind(0)), state[0]
-    for a, b, pieces in parts:
-        assert pieces is not None
-        starts = torch.stack([carry if begins is None else state[begins] for _, begins, _ in pieces])
-        cu = torch.tensor([0] + [length for length, _, _ in pieces], device=cu_seqlens.device).cumsum(0)
-        o, ends = step(a, b, starts, cu)
-        outs.append(o)
-        for j, (_, _, end) in enumerate(pieces):
-            if end is not None:
-                finals[end] = ends[j]
-        carry = ends[-1]  # the last piece goes on into the next segment unless it ended here
-    return torch.cat(outs, 2), torch.stack(finals)
-
-
 def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None) -> torch.Tensor:
     """The initial state(s): the one given, or zeros (one per document when packed)."""
     if state is not None:
         return state
     rows = q.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
     return q.new_zeros(rows, q.shape[1], q.shape[-1], v.shape[-1])
-
-
-def _slices(a: int, b: int, *ts: torch.Tensor | None) -> list[torch.Tensor | None]:
-    """Positions ``[a, b)`` of each ``(B, H, N, ...)`` tensor (views)."""
-    return [None if t is None else t[:, :, a:b] for t in ts]
 
 
 # ---------------------------------------------------------------------------- chunkwise forms
@@ -426,24 +363,26 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=N
     backward; None: never). ``cu_seqlens``: packed documents (see the module)."""
     _check(q, k, v, g, state=state, cu_seqlens=cu_seqlens)
     c = chunk_length(chunk, q.shape[2], g)
-    run = lambda a, b, s, cu: _chunk_gated(*_slices(a, b, q, k, v, g), s, cu, c)  # noqa: E731
-    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment)
+    run = lambda a, b, s, cu, q, k, v, g: _chunk_gated(q, k, v, g, s, cu, c)  # noqa: E731
+    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment,
+                     split=(q, k, v, g))
 
 
 def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
     lay = _Layout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc = lay.chunks(q), lay.chunks(k), lay.chunks(v)  # (B, H, T, C, D)
-    gd = lay.chunks(_decay_rows(g, q).contiguous()).cumsum(3)  # G within each chunk, (B, H, T, C, D)
-    if g is None or g.dim() == 3:  # scalar: the mask exp(G_i - G_j) of one channel
-        intra = _products(qc, kc, gd[..., 0]) @ vc
+    big = None if g is None else lay.chunks(g).cumsum(3)  # G within each chunk, (B, H, T, C) per head, (B, H, T, C, D) per channel
+    if big is None or big.dim() == 4:  # per head: the mask exp(G_i - G_j) of one channel
+        intra = _products(qc, kc, big) @ vc
     else:  # per channel: no mask of one channel; factored at the chunk start, (q e^G_i) . (k e^-G_j)
-        scores = (qc * gd.exp()) @ (kc * (-gd).exp()).transpose(-1, -2)
+        scores = (qc * big.exp()) @ (kc * (-big).exp()).transpose(-1, -2)
         intra = scores.masked_fill(~_causal(lay.c, q.device), 0.0) @ vc
-    last = gd[..., -1:, :]  # (B, H, T, 1, D): the chunk's total log-decay
-    writes = (kc * (last - gd).exp()).transpose(-1, -2) @ vc  # (B, H, T, D, Dv): what each chunk adds
-    carry = last[..., 0, :, None].exp()  # (B, H, T, D, 1)
-    starts, s = lay.scan(lay.initial(state, q, v), lambda s, cr, wr: torch.addcmul(wr, cr, s), carry, writes)
-    return lay.positions(intra + (qc * gd.exp()) @ starts), s
+    rows = _as_rows(big, kc)  # (B, H, T, C, 1 | D)
+    last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
+    writes = (kc * (last - rows).exp()).transpose(-1, -2) @ vc  # (B, H, T, D, Dv): what each chunk adds
+    carry = last.transpose(-1, -2).exp()  # (B, H, T, 1 | D, 1)
+    starts, s = lay.scan(lay.initial(state, q, v), carry, writes, matrix=False)
+    return lay.positions(intra + (qc * rows.exp()) @ starts), s
 
 
 def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None, segment: int | None = SEGMENT):
@@ -455,29 +394,32 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seq
     documents (see the module)."""
     _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens)
     c = chunk_length(chunk, q.shape[2], g)
-    run = lambda a, b, s, cu: _chunk_delta(*_slices(a, b, q, k, v, beta, g), s, cu, c)  # noqa: E731
-    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment)
+    run = lambda a, b, s, cu, q, k, v, beta, g: _chunk_delta(q, k, v, beta, g, s, cu, c)  # noqa: E731
+    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment,
+                     split=(q, k, v, beta, g))
 
 
 def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
     lay = _Layout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc, bc = lay.chunks(q), lay.chunks(k), lay.chunks(v), lay.chunks(beta)
-    big = None if g is None else lay.chunks(g).cumsum(3)  # G within each chunk
+    # G within each chunk; a decay per head, (B, H, N), accumulated and exponentiated in float64 (:func:`_exp`)
+    big = None if g is None else lay.chunks(g.double() if g.dim() == 3 else g).cumsum(3)
     rows = _as_rows(big, kc)  # (B, H, T, C, 1 | D)
-    system = torch.eye(lay.c, dtype=q.dtype, device=q.device) + bc[..., None] * _products(kc, kc, big, -1)
+    decay = None if big is None else _decay(big, kc)  # e^{G_i - G_j}, j <= i: one for both products below
+    system = torch.eye(lay.c, dtype=q.dtype, device=q.device) + bc[..., None] * _products(kc, kc, big, -1, decay)
     # U = T beta V and W = T beta e^G K: the chunk's pseudo-values from a zero state, and how they
     # move with the state it starts from (U_c = U - W S_c)
-    solved = torch.linalg.solve_triangular(system, torch.cat([bc[..., None] * vc, bc[..., None] * rows.exp() * kc], -1),
+    solved = torch.linalg.solve_triangular(system, torch.cat([bc[..., None] * vc, bc[..., None] * _exp(rows, kc) * kc], -1),
                                            upper=False, unitriangular=True)
     u0, w = solved.split([v.shape[-1], k.shape[-1]], -1)
     last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
-    kt = (kc * (last - rows).exp()).transpose(-1, -2)  # (B, H, T, D, C): K~ = K e^{G_C - G_j}
+    kt = (kc * _exp(last - rows, kc)).transpose(-1, -2)  # (B, H, T, D, C): K~ = K e^{G_C - G_j}
     # the state entering the next chunk is affine in the state entering this one:
     # S_{c+1} = diag(e^G_C) S_c + K~_c^T (U_c - W_c S_c) = A_c S_c + B_c, with A_c = diag(e^G_C) -
     # K~_c^T W_c and B_c = K~_c^T U_c for every chunk at once; the sequential part is one product per chunk
-    step = last.transpose(-1, -2).exp() * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w  # (B, H, T, D, D)
-    starts, s = lay.scan(lay.initial(state, q, v), lambda s, a, b: torch.baddbmm(b, a, s), step, kt @ u0)
-    out = (qc * rows.exp()) @ starts + _products(qc, kc, big) @ (u0 - w @ starts)
+    step = _exp(last.transpose(-1, -2), kc) * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w  # (B, H, T, D, D)
+    starts, s = lay.scan(lay.initial(state, q, v), step, kt @ u0, matrix=True)
+    out = (qc * _exp(rows, qc)) @ starts + _products(qc, kc, big, 0, decay) @ (u0 - w @ starts)
     return lay.positions(out), s
 
 
