@@ -13,7 +13,11 @@ second with :func:`attnlab.integrations.hybrid.use_kernels`:
 * **layer**: one linear-attention layer of each family (Qwen3-Next and Qwen3.5: Gated DeltaNet
   with 4 key and 8 value heads of 128; Kimi Linear: KDA with 8 heads of 128; Mamba-2 and
   Falcon-H1: SSD with 16 heads of 128, one group, state 128; hidden size 1024), forward +
-  backward at each ``--lengths``;
+  backward at each ``--lengths``, and a third copy whose served functions cost nothing (each
+  returns an input of its output's shape): the time left is the layer's own (its projections,
+  gates, norms), its share of transformers' layer time is ``rest``, and ``bound`` = 1 / ``rest`` is
+  the speed-up that the fastest possible served functions would give (Amdahl's law); ``of bound``
+  is the share of that possible saving attnlab's kernels take;
 * **prefill**: the whole small model (4 layers, 3 linear to 1 attention; hidden 256, 4 heads of 64),
   one forward over ``--prefill`` tokens with its cache, no gradient;
 * **decode**: the same model, ``--steps`` single-token steps with its cache after a prompt of
@@ -27,6 +31,7 @@ reuses freed memory as ``attnlab bench scaling``'s timing processes do (it resta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib
 import json
@@ -63,6 +68,29 @@ def linear_layer(model):
     return next(m for m in model.modules() if type(m).__name__ in LAYERS)
 
 
+def _free(name: str):
+    """A stand-in for a served function that costs nothing: an input of the output's shape (the
+    values for the delta rules, the input for the convolution and the SSD scan)."""
+    if name in ("causal_conv1d_fn", "mamba2_chunk_scan"):
+        return lambda hidden_states, *args, **kwargs: hidden_states
+    return lambda query, key, value, *args, **kwargs: (value, None)
+
+
+@contextlib.contextmanager
+def free_functions(layer):
+    """The layer's modeling module with its served functions costing nothing, for the call inside."""
+    modeling = sys.modules[type(layer).__module__]
+    names = hybrid._served(LAYERS[type(layer).__name__], modeling)
+    saved = {name: getattr(modeling, name) for name in names}
+    for name in names:
+        setattr(modeling, name, _free(name))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(modeling, name, fn)
+
+
 def layer_calls(family: str, n: int) -> dict:
     overrides = dict(SSD.get(family, {}), **({"layer_types": ["linear_attention"]} if family not in SSD else {}))
     if family == "kimi_linear":
@@ -70,12 +98,13 @@ def layer_calls(family: str, n: int) -> dict:
     ref, ours = pair(family, LAYER_SHAPE, **overrides)
     x = torch.randn(1, n, LAYER_SHAPE["hidden"], generator=torch.Generator().manual_seed(n)).requires_grad_(True)
 
-    def run(layer):
+    def run(layer, free=False):
         def call():
             x.grad = None
-            layer(hidden_states=x).square().mean().backward()
+            with free_functions(layer) if free else contextlib.nullcontext():
+                layer(hidden_states=x).square().mean().backward()
         return call
-    return {"transformers": run(linear_layer(ref)), "attnlab": run(linear_layer(ours))}
+    return {"transformers": run(linear_layer(ref)), "attnlab": run(linear_layer(ours)), "free": run(linear_layer(ref), free=True)}
 
 
 def step_calls(family: str, n: int) -> dict:
@@ -152,9 +181,15 @@ def main() -> None:
         row = {"measure": measure, "family": family, "n": n, **{k: statistics.median(t[1:]) for k, t in times.items()},
                "repeats": len(times["attnlab"]) - 1}
         row["speedup"] = row["transformers"] / row["attnlab"]
+        bound = ""
+        if "free" in row:  # Amdahl: the layer's own share of transformers' layer time bounds the speed-up
+            row["rest"] = row["free"] / row["transformers"]
+            row["bound"] = 1 / row["rest"]
+            row["of_bound"] = (row["transformers"] - row["attnlab"]) / (row["transformers"] - row["free"])
+            bound = f"  rest {100 * row['rest']:4.0f}%  bound {row['bound']:5.2f}x  of bound {100 * row['of_bound']:4.0f}%"
         records.append(row)
         print(f"{measure:8s} {family:13s} N={n:5d}  transformers {row['transformers']:8.3f} s  attnlab {row['attnlab']:8.3f} s"
-              f"  {row['speedup']:5.2f}x  ({row['repeats']} repeats)", flush=True)
+              f"  {row['speedup']:5.2f}x{bound}  ({row['repeats']} repeats)", flush=True)
         if args.output:
             Path(args.output).write_text(json.dumps({"records": records}, indent=1))
 

@@ -319,18 +319,11 @@ class KVCache:
 
 class ForgetKVCache(KVCache):
     """A forgetting attention layer's cache (FoX, :class:`attnlab.efficient.ForgettingAttention`):
-    every token's key and value, and beside each its cumulative log forget gate.
+    every token's key and value, and beside each its cumulative log forget gate ``c`` ``(B, H, S)``.
 
-    FoX adds ``c_i - c_j`` to the score of query ``i`` and key ``j``, ``c_t = sum_{l <= t} log f_l``
-    along the row. A held key keeps its ``c_j``, and the running total ``c_{seen - 1}`` (:attr:`total`)
-    continues the sum: ``n`` new tokens get ``c = total + cumsum(log f_new)``, so the next query
-    scores the held keys exactly as the whole sequence would (a padding token's ``log f`` is 0, as
-    in the layer). Unbounded (the decay is the layer's, not a window's); the layer's attention
-    step writes it (:meth:`write`) as it reads it, as a recurrent state is written.
-
-    Attributes:
-        c: ``(B, H, S)`` the held keys' cumulative log forget gates (per query head; in the gates'
-            dtype, at least float32), or None before the first token.
+    FoX adds ``c_i - c_j`` to the score of query ``i`` and key ``j``, ``c_t = sum_{l <= t} log f_l``;
+    new tokens continue the sum from :attr:`total`, so each query scores the held keys as the whole
+    sequence would (padding's ``log f`` is 0). Unbounded; the layer's step writes it (:meth:`write`).
     """
 
     c: torch.Tensor | None
