@@ -59,10 +59,10 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import positive_int
-from .segments import SEGMENT, LinearScan, segment_bounds, segmented
+from .segments import SEGMENT, LinearScan, segment_bounds, segmented  # noqa: F401 - segment_bounds: the layers read it here
 
-__all__ = ["CHANNEL_CHUNK", "CHUNK", "SEGMENT", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step", "gated_step",
-           "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated", "segment_bounds", "segmented"]
+__all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step", "gated_step",
+           "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]  # SEGMENT, segmented: attnlab.efficient.segments
 
 CHUNK = 64
 """Positions per chunk of the chunkwise form."""
