@@ -1,7 +1,7 @@
 """The chunkwise forms' segments (:mod:`attnlab.efficient.recurrence`, memory): a long sequence
 computed as segments of at most :data:`SEGMENT` positions, each a non-reentrant checkpoint, so that
 the backward keeps only the state entering each segment and computes its chunks again; and the
-scan over chunks as one autograd function (:class:`LinearScan`)."""
+scan over chunks as one autograd function (:class:`_LinearScan`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..validate import positive_int
 
-__all__ = ["SEGMENT", "LinearScan", "Piece", "segment_bounds", "segmented"]
+__all__ = ["SEGMENT", "Piece", "segment_bounds", "segmented"]
 
 SEGMENT = 1024
 """Positions per segment of the chunkwise forms (see the module: memory): under autograd only the
@@ -104,7 +104,7 @@ def segmented(run: Callable, n: int, *, chunk: int, state: torch.Tensor, cu_seql
     return (out, state, *more)
 
 
-class LinearScan(torch.autograd.Function):
+class _LinearScan(torch.autograd.Function):
     """The recurrence across chunks, ``S_{t+1} = A_t S_t + B_t``, as one autograd node: the forward
     a loop of one product per chunk that autograd does not record, the backward the reverse loop
     ``G_t = A_t^T G_{t+1} + dS_t`` (one product per chunk; autograd's would take two and a node
