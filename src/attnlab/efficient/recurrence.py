@@ -47,7 +47,7 @@ starting from the state the previous one ends in; under autograd each segment is
 checkpoint, so that the backward keeps only the inputs and the ``D x Dv`` state entering each
 segment, and computes one segment's chunks again at a time (what fla's kernels do with the states
 at chunk boundaries). The scan across chunks is one autograd node
-(:class:`~attnlab.efficient.segments._LinearScan`). The price is one more forward of the chunks;
+(:func:`~attnlab.efficient.segments.linear_scan`). The price is one more forward of the chunks;
 ``segment=None`` keeps everything. A sequence of one segment is computed without recomputation.
 """
 
@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import positive_int
-from .segments import SEGMENT, _LinearScan, segment_bounds, segmented  # noqa: F401 - segment_bounds: the layers read it here
+from .segments import SEGMENT, linear_scan, segment_bounds, segmented  # noqa: F401 - segment_bounds: the layers read it here
 
 __all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step", "gated_step",
            "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]  # SEGMENT, segmented: attnlab.efficient.segments
@@ -303,7 +303,7 @@ class _Layout:
 
     def scan(self, init: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, *, matrix: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The state entering each chunk ``(B, H, T, D, Dv)`` and the final state(s), with ``S_{t+1}
-        = A_t S_t + B_t`` (:class:`_LinearScan`): ``carry`` the ``A_t`` ``(B, H, T, D, D)`` when
+        = A_t S_t + B_t`` (:func:`~attnlab.efficient.segments.linear_scan`): ``carry`` the ``A_t`` ``(B, H, T, D, D)`` when
         ``matrix``, else the factors ``(B, H, T, 1 | D, 1)`` of a diagonal one, ``writes`` the
         ``B_t`` ``(B, H, T, D, Dv)``. Packed: each document starts from its own initial state
         ``init[i]``."""
@@ -312,7 +312,7 @@ class _Layout:
             rows, begins, ends = init.flatten(0, 1)[None], {0: 0}, {writes.shape[2] - 1: 0}
         else:  # a batch of one: the initial states are one per document, (S, H, D, Dv)
             rows, begins, ends = init, self.begins, self.ends
-        starts, finals = _LinearScan.apply(rows, carry.flatten(0, 1), writes.flatten(0, 1), begins, ends, matrix)
+        starts, finals = linear_scan(rows, carry.flatten(0, 1), writes.flatten(0, 1), begins, ends, matrix)
         return starts.unflatten(0, (b, h)), (finals[0].unflatten(0, (b, h)) if self.slots is None else finals)
 
     def initial(self, state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

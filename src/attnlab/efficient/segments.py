@@ -1,7 +1,7 @@
 """The chunkwise forms' segments (:mod:`attnlab.efficient.recurrence`, memory): a long sequence
 computed as segments of at most :data:`SEGMENT` positions, each a non-reentrant checkpoint, so that
 the backward keeps only the state entering each segment and computes its chunks again; and the
-scan over chunks as one autograd function (:class:`_LinearScan`)."""
+scan over chunks as one autograd function (:func:`linear_scan`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..validate import positive_int
 
-__all__ = ["SEGMENT", "Piece", "segment_bounds", "segmented"]
+__all__ = ["SEGMENT", "Piece", "linear_scan", "segment_bounds", "segmented"]
 
 SEGMENT = 1024
 """Positions per segment of the chunkwise forms (see the module: memory): under autograd only the
@@ -105,16 +105,9 @@ def segmented(run: Callable, n: int, *, chunk: int, state: torch.Tensor, cu_seql
 
 
 class _LinearScan(torch.autograd.Function):
-    """The recurrence across chunks, ``S_{t+1} = A_t S_t + B_t``, as one autograd node: the forward
-    a loop of one product per chunk that autograd does not record, the backward the reverse loop
-    ``G_t = A_t^T G_{t+1} + dS_t`` (one product per chunk; autograd's would take two and a node
-    per chunk) with ``dB_t = G_{t+1}`` and ``dA_t = G_{t+1} S_t^T`` for every chunk at once.
-
-    ``rows`` ``(R, M, D, Dv)``: the initial states, ``begins`` / ``ends``: the chunk at which row
-    ``r`` begins / ends (a row with no chunk keeps its initial state); ``carry`` ``(M, T, D, D)``
-    (``matrix``) or the diagonal factors ``(M, T, 1 | D, 1)``; ``writes`` ``(M, T, D, Dv)``.
-    Returns the state entering each chunk ``(M, T, D, Dv)`` and each row's final state ``(R, M, D,
-    Dv)``. Not twice differentiable."""
+    """:func:`linear_scan`'s autograd node: the forward a loop of one product per chunk that autograd
+    does not record, the backward the reverse loop with ``dB_t = G_{t+1}`` and ``dA_t = G_{t+1} S_t^T``
+    for every chunk at once."""
 
     @staticmethod
     def forward(ctx, rows, carry, writes, begins, ends, matrix):
@@ -157,3 +150,17 @@ class _LinearScan(torch.autograd.Function):
             if carry.shape[-2] == 1:
                 d_carry = d_carry.sum(-2, keepdim=True)
         return d_rows, d_carry, after, None, None, None
+
+
+def linear_scan(rows: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, begins: dict[int, int],
+                ends: dict[int, int], matrix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrence across chunks, ``S_{t+1} = A_t S_t + B_t``, as one autograd node (its backward
+    the reverse loop ``G_t = A_t^T G_{t+1} + dS_t``, one product per chunk, where autograd's own
+    would record two and a node per chunk).
+
+    ``rows`` ``(R, M, D, Dv)``: the initial states; ``begins`` / ``ends``: the chunk at which row
+    ``r`` begins / ends (a row with no chunk keeps its initial state); ``carry`` the ``A_t``, ``(M,
+    T, D, D)`` when ``matrix``, else the diagonal factors ``(M, T, 1 | D, 1)``; ``writes`` the ``B_t``
+    ``(M, T, D, Dv)``. Returns the state entering each chunk ``(M, T, D, Dv)`` and each row's final
+    state ``(R, M, D, Dv)``. Differentiable once."""
+    return _LinearScan.apply(rows, carry, writes, begins, ends, matrix)
