@@ -136,19 +136,16 @@ def test_two_threads_serving_their_own_models_beside_an_unserved_one(monkeypatch
 
 
 def test_compiled_served_model_equals_eager():
-    """Two compilations (the suite's time): the logits of one sequence, and a packed row's logits
-    and every gradient."""
+    """One compilation (the suite's time: its first compile takes a minute): a packed row's logits
+    and every gradient (the packed row runs the served functions with offsets, the one-sequence
+    path without them is the same functions)."""
     torch.manual_seed(0)
-    config = tiny_config("qwen3_next", layers=2, layer_types=["linear_attention", "full_attention"])
+    config = tiny_config("qwen3_next", layers=1, layer_types=["linear_attention"])
     model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
     use_kernels(model)
     ids, weights = _inputs(n=90)
     positions = torch.cat([torch.arange(40), torch.arange(50)])[None]
-    with torch.no_grad():
-        eager = model(ids, use_cache=False).logits
     compiled = torch.compile(model)
-    with torch.no_grad():
-        assert_close_rel(compiled(ids, use_cache=False).logits, eager, FLOAT32, "compiled")
     ref = _grads(model, ids, weights, position_ids=positions)
     eager_packed = model(ids, position_ids=positions, use_cache=False).logits.detach()
     model.zero_grad()
