@@ -151,3 +151,38 @@ def test_a_segmented_prefill_continues_the_cache(name):
     outs = [m(x[:, :3], cache=cache).output, m(x[:, 3:21], cache=cache).output]  # the second prefill: three segments
     outs += [m(x[:, t : t + 1], cache=cache).output for t in range(21, 30)]
     assert_close_rel(torch.cat(outs, 1), full, 1e-10, f"{name} prefill and decoding")
+
+
+@pytest.mark.parametrize("matrix", [True, False])
+def test_linear_scan_equals_the_recurrence_written_as_a_loop(matrix):
+    """Two rows (documents) over six chunks in float64: the states entering each chunk, the final
+    states and every gradient equal ``S_{t+1} = A_t S_t + B_t`` run by autograd step by step."""
+    g = torch.Generator().manual_seed(3)
+    m, t, d, dv = 3, 6, 4, 2
+    rows = torch.randn(2, m, d, dv, dtype=torch.float64, generator=g).requires_grad_()
+    shape = (m, t, d, d) if matrix else (m, t, d, 1)
+    carry = (0.5 * torch.randn(*shape, dtype=torch.float64, generator=g)).requires_grad_()
+    writes = torch.randn(m, t, d, dv, dtype=torch.float64, generator=g).requires_grad_()
+    begins, ends = {0: 0, 3: 1}, {2: 0, 5: 1}
+    starts, finals = segments.linear_scan(rows, carry, writes, begins, ends, matrix)
+    want_starts, want_finals, s = [], [None, None], None
+    for c in range(t):
+        s = rows[begins[c]] if c in begins else s
+        want_starts.append(s)
+        s = (carry[:, c] @ s if matrix else carry[:, c] * s) + writes[:, c]
+        if c in ends:
+            want_finals[ends[c]] = s
+    want = (torch.stack(want_starts, 1), torch.stack(want_finals))
+    probe = [torch.randn(x.shape, dtype=torch.float64, generator=g) for x in want]
+    got_grads = torch.autograd.grad(sum((x * p).sum() for x, p in zip((starts, finals), probe)), [rows, carry, writes])
+    want_grads = torch.autograd.grad(sum((x * p).sum() for x, p in zip(want, probe)), [rows, carry, writes])
+    for got, exp, what in zip((starts, finals, *got_grads), (*want, *want_grads), ("starts", "finals", "d rows", "d carry", "d writes")):
+        assert_close_rel(got, exp, 1e-12, what)
+
+
+def test_linear_scan_refuses_shapes_and_chunks_that_do_not_match():
+    rows, writes = torch.zeros(1, 2, 3, 3), torch.zeros(2, 4, 3, 3)
+    with pytest.raises(ValueError, match="do not match writes"):
+        segments.linear_scan(rows, torch.zeros(2, 5, 3, 3), writes, {0: 0}, {3: 0}, True)
+    with pytest.raises(ValueError, match="outside 0..3"):
+        segments.linear_scan(rows, torch.zeros(2, 4, 3, 3), writes, {0: 0}, {4: 0}, True)

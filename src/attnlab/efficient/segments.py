@@ -163,4 +163,11 @@ def linear_scan(rows: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, b
     T, D, D)`` when ``matrix``, else the diagonal factors ``(M, T, 1 | D, 1)``; ``writes`` the ``B_t``
     ``(M, T, D, Dv)``. Returns the state entering each chunk ``(M, T, D, Dv)`` and each row's final
     state ``(R, M, D, Dv)``. Differentiable once."""
+    m, t = writes.shape[:2]
+    if carry.shape[:2] != (m, t) or rows.shape[1:] != (m, *writes.shape[2:]):
+        raise ValueError(f"linear_scan: carry {tuple(carry.shape)} and rows {tuple(rows.shape)} do not match writes "
+                         f"{tuple(writes.shape)} (carry (M, T, ...), rows (R, M, D, Dv))")
+    if not set(begins.values()) | set(ends.values()) <= set(range(rows.shape[0])) or not all(0 <= c < t for c in (*begins, *ends)):
+        raise ValueError(f"linear_scan: begins {begins} / ends {ends} name a chunk outside 0..{t - 1} or a row outside "
+                         f"0..{rows.shape[0] - 1}")
     return _LinearScan.apply(rows, carry, writes, begins, ends, matrix)
