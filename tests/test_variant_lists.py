@@ -160,7 +160,7 @@ def test_the_docs_table_has_a_row_per_registered_variant(gated):
         sys.path.remove(str(docs / "_ext"))
     rows = variant_table.markdown()[2:]
     assert [r.split(" | ")[0].strip("| `") for r in rows] == efficient.VARIANTS.in_order()
-    assert "| `retnet` | gated | flag | padding | - | matrix | - | yes |" in "\n".join(rows)
+    assert "| `retnet` | gated | option | padding | - | matrix | - | yes |" in "\n".join(rows)
     assert "{variant-table}" in (docs / "guides" / "efficient.md").read_text()
 
 

@@ -24,7 +24,7 @@ def test_list_variants_keeps_the_citation_and_stops_at_the_sentence_end():
     rows = json.loads(runner.invoke(app, ["list", "variants", "--json"]).stdout)
     assert rows["bigbird"]["summary"] == ("A sliding window, global tokens and random key blocks "
                                           "(Zaheer et al. 2020, https://arxiv.org/abs/2007.14062)")
-    assert rows["dense"]["summary"].startswith("The exact layer as the registry's \"dense\" variant: attnlab.MultiHeadAttention unchanged")
+    assert rows["dense"]["summary"].startswith("Exact attention on heads: attnlab.attend with this step's score")
     scores = json.loads(runner.invoke(app, ["list", "scores", "--json"]).stdout)
     assert scores["dot"]["summary"] == "Dot-product score q . k (module form of dot)"
 

@@ -29,7 +29,7 @@ def kda(causal=True, seed=0, **options) -> KimiDeltaAttention:
         for lin in (m.q_proj, m.k_proj, m.v_proj, m.out_proj):
             if lin.bias is not None:
                 lin.bias.normal_(0.0, 0.3)
-    assert isinstance(m, KimiDeltaAttention)
+    assert isinstance(m.step, KimiDeltaAttention)
     return m
 
 
@@ -171,4 +171,4 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="cached decoding needs a causal"):
         kda(causal=False).new_cache()
     with pytest.raises(ValueError, match="calls the layer|call the layer"):
-        m.attend_heads(*(torch.randn(1, H, 5, D, dtype=torch.float64) for _ in range(3)))
+        m.step(*(torch.randn(1, H, 5, D, dtype=torch.float64) for _ in range(3)))

@@ -30,7 +30,7 @@ def mamba2(causal=True, seed=0, **options) -> Mamba2Attention:
         m.skip.normal_(1.0, 0.5)
         m.out_norm.norm.weight.normal_(1.0, 0.3)
         m.dt_bias.normal_(-1.0, 0.5)
-    assert isinstance(m, Mamba2Attention)
+    assert isinstance(m.step, Mamba2Attention)
     return m
 
 
@@ -98,7 +98,7 @@ def test_heads_of_a_group_share_b_and_c():
     assert seen == [((1, 2, 9, 6), (1, 2, 9, 6), (1, H, 9, D))]  # C and B per group, x per head
     q, k, v, _ = m.project(x)
     m.finish = lambda o, x, v: o  # the recurrence's heads, before the norm
-    heads = m.attend_heads(q, k, v, inputs=StepInputs(x, torch.arange(9))).output
+    heads = m.step(q, k, v, inputs=StepInputs(x, torch.arange(9))).output
     assert_close_rel(heads[:, 1], heads[:, 0], 1e-12, "group 0")
     assert (heads[:, 2] - heads[:, 1]).abs().max() > 1e-3
 
@@ -154,7 +154,7 @@ def test_bad_groups_are_refused():
         mamba2(num_kv_heads=2)
     with pytest.raises(ValueError, match="neither num_kv_heads nor head_mode='project'"):
         mamba2(head_mode="project")
-    with pytest.raises(ValueError, match="rotates C and B, of width state_size=6: it needs state_size equal to the head width 8"):
+    with pytest.raises(ValueError, match="rotates the .mamba2. attention.s queries and keys, of width 6: it needs them of the head width"):
         mamba2(positional="rope")
     m = mamba2()
     x = torch.randn(1, 5, E, dtype=torch.float64)

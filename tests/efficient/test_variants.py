@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from attnlab import MultiHeadAttention, efficient, masks
 from attnlab.efficient import (
-    EfficientAttention,
     favor_features,
     iterative_pinv,
     kernel_attention,
@@ -43,11 +42,11 @@ def grads(module, x, mask=None):
 
 
 def test_registry():
-    assert efficient.names() == ["bigbird", "deltanet", "dense", "dense_naive", "fox", "gated_deltanet", "gla", "kda", "linear",
-                                 "linformer", "local", "longformer", "mamba2", "nystrom", "performer", "reformer", "retnet"]
-    for name in VARIANTS:  # fox is softmax attention on the exact engine: a MultiHeadAttention, as dense_naive
-        assert isinstance(efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {})),
-                          MultiHeadAttention if name == "fox" else EfficientAttention)
+    assert efficient.names() == sorted(efficient.VARIANTS.in_order()) and "dense" in efficient.names()
+    for name in VARIANTS:  # every variant is a step the layer holds, registered under its own name
+        layer = efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {}))
+        assert isinstance(layer, MultiHeadAttention) and type(layer.step) is efficient.VARIANTS.get(name)
+        assert layer.step.name == layer.name == name
     with pytest.raises(ValueError, match="unknown attention 'flash'"):
         efficient.create("flash", embed_dim=E, num_heads=H)
 

@@ -55,8 +55,15 @@ def test_dense_cache_other_layers(kw, data):
 
 
 VARIANTS = [("dense_naive", {}), ("local", {"window": 5}), ("longformer", {"window": 4, "global_tokens": 2}),
-            ("bigbird", {"window": 4, "global_tokens": 1, "random_blocks": 0}), ("linear", {}), ("performer", {"seed": 0}),
-            ("fox", {})]
+            ("linear", {}), ("performer", {"seed": 0}), ("fox", {})]
+
+
+def test_bigbird_declares_no_cache_whatever_its_options():
+    """Its declaration is its class's: random_blocks=0 is longformer's pattern, and the message says to use it."""
+    layer = efficient.create("bigbird", embed_dim=E, num_heads=H, causal=True, window=4, global_tokens=1, random_blocks=0)
+    assert efficient.capabilities("bigbird").cache is None and layer.capabilities is efficient.capabilities("bigbird")
+    with pytest.raises(ValueError, match="no cached decoding .*with random_blocks=0 it is longformer, which decodes"):
+        layer.new_cache()
 
 
 @pytest.mark.parametrize("name,opts", VARIANTS)
@@ -139,7 +146,7 @@ def test_streaming_positions_are_cache_slots():
         keep = torch.tensor([0, 26, 27, 28, 29])
         q, k, v, _ = layer.project(x[:, 29:30], x[:, keep], positions=torch.tensor([4]), key_positions=torch.arange(5))
         bias = layer.positional.score_mod(torch.tensor([4]), torch.arange(5))
-        ref = layer.merge_heads(layer.attend_heads(q, k, v, score_mod=bias).output)
+        ref = layer.merge_heads(layer.step(q, k, v, score_mod=bias).output)
     assert (out - ref).abs().max() < 1e-12
     assert sorted(cache.slot_pos.tolist()) == [0, 26, 27, 28, 29]
 

@@ -39,7 +39,7 @@ def test_a_declaration_refuses_unknown_values():
         Capabilities(masks="some")
     with pytest.raises(ValueError, match="cache must be one of"):
         Capabilities(cache="disk")
-    assert Capabilities().but(cache=None).cache is None and Capabilities().cache == "kv"
+    assert Capabilities().with_changes(cache=None).cache is None and Capabilities().cache == "kv"
 
 
 def test_every_registered_variant_declares_its_capabilities():

@@ -154,7 +154,7 @@ def test_pooling_and_length_come_from_the_sentence_transformers_files(tmp_path, 
 def test_a_variant_at_its_exact_limit_keeps_the_trained_output(tiny_bert):
     dense = pretrained.load(tiny_bert)
     local = pretrained.load(tiny_bert, attention="local", attention_options={"window": 64})
-    assert isinstance(local.model.encoder.layers[0].attn, __import__("attnlab").efficient.LocalAttention)
+    assert isinstance(local.model.encoder.layers[0].attn.step, __import__("attnlab").efficient.LocalAttention)
     assert (local.embed(SENTENCES) - dense.embed(SENTENCES)).abs().max() < 1e-5
     narrow = pretrained.load(tiny_bert, attention="local", attention_options={"window": 1})
     assert (narrow.embed(SENTENCES) - dense.embed(SENTENCES)).abs().max() > 1e-3  # a real change, not a no-op

@@ -95,7 +95,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
         m, d = k.shape[2], k.shape[3]
         kw = {key: val for key, val in kw.items() if key != "return_weights"}
         if caps.forms_scores:
-            weights = attn.attend_heads(q, k, torch.zeros_like(k), return_weights=True, **kw).weights
+            weights = attn.step(q, k, torch.zeros_like(k), return_weights=True, **kw).weights
             maps.append(_rows(weights[0].mean(0).float().cpu(), scored))
             continue
         cols = []
@@ -103,7 +103,7 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
             eye = torch.zeros(m, d, dtype=q.dtype, device=q.device)
             w = min(d, m - c)
             eye[c : c + w, :w] = torch.eye(w, dtype=q.dtype, device=q.device)
-            out = attn.attend_heads(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output  # k.shape[1]: G heads when grouped
+            out = attn.step(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output  # k.shape[1]: G heads when grouped
             cols.append(out[..., :w])
         maps.append(_rows(torch.cat(cols, dim=-1)[0].mean(0).float().cpu(), scored))
     return maps

@@ -158,8 +158,8 @@ CAPABILITY_COLUMNS = {
 }
 """The columns of ``attnlab list variants``: each variant's declared capabilities
 (:class:`attnlab.layers.step.Capabilities`), shortly: its family (``ref.``: a slow reference of
-another variant, left out of the grids); its causal form (``mask``: a causal mask; ``flag``: the
-constructor's ``causal=True``; ``-``: none); the masks it takes (any, or key padding and packed
+another variant, left out of the grids); its causal form (``mask``: a causal mask; ``option``: the
+step's option ``causal=True``; ``-``: none); the masks it takes (any, or key padding and packed
 documents); whether it forms the scores (a score bias, score functions, the weights); what it
 decodes with (``-``: no cached decoding); whether it is exact; whether its step reads the layer's
 input (gates)."""
@@ -176,7 +176,7 @@ def variants_table(rows: dict[str, dict]):
     t = table(f"variants: {KINDS['variants']}", columns, left=columns)
     for col in t.columns[:-1]:  # the short columns whole, the summary wraps in what is left
         col.no_wrap = True
-    t.caption = "causal: by a causal mask, by causal=True (flag), or none (-); masks: any, or key padding and packed documents; " \
+    t.caption = "causal: by a causal mask, by the option causal=True, or none (-); masks: any, or key padding and packed documents; " \
                 "scores: it forms them (score bias, score functions, weights); input: its step reads the layer's input (gates); " \
                 "each variant's options: --json"
     for name, row in rows.items():

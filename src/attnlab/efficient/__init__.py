@@ -1,8 +1,10 @@
 """Efficient attention: variants that avoid the N x N matrix, behind one interface.
 
-``create(name, embed_dim=..., num_heads=..., **options)`` returns a module with
-:class:`attnlab.MultiHeadAttention`'s call signature and output; ``names()`` names
-them (the registry is :data:`VARIANTS`). The gated linear-attention family (``retnet``, ``gla``,
+Each variant is an attention step (:class:`attnlab.layers.step.AttentionStep`).
+``create(name, embed_dim=..., num_heads=..., **options)`` returns the
+:class:`attnlab.MultiHeadAttention` holding it; ``step(name, ...)`` the step alone, to call on
+heads (``step(q, k, v)``) as :func:`attnlab.attend` is; ``names()`` names them (the registry is
+:data:`VARIANTS`). The gated linear-attention family (``retnet``, ``gla``,
 ``deltanet``, ``gated_deltanet``, ``kda``, ``mamba2``) shares :class:`GatedRecurrence` and the three
 forms of :mod:`attnlab.efficient.recurrence`. ``"dense"`` is the exact layer. Each declares what
 its attention step can do (``capabilities``); ``select(causal=True, ...)`` lists the variants by it. ``budget(name)``
@@ -27,21 +29,24 @@ from . import reformer as _reformer  # noqa: F401
 from . import nystrom as _nystrom  # noqa: F401
 from . import naive as _naive  # noqa: F401
 # isort: on
+from ..layers.exact import DenseStep
+from ..layers.step import AttentionStep, StepCall, StepInputs
 from .base import (
+    LAYER_OPTIONS,
     VARIANTS,
     Budget,
-    DenseAttention,
-    EfficientAttention,
-    PatternAttention,
+    EfficientStep,
+    PatternStep,
     Sweep,
+    VariantRegistry,
     budget,
     budgets,
     capabilities,
     create,
-    key_padding,
     names,
     register,
     select,
+    step,
 )
 from .deltanet import DeltaNetAttention, GatedDeltaNetAttention
 from .fox import ForgettingAttention
@@ -62,7 +67,13 @@ from .retnet import RetentionAttention, retention_decays
 
 __all__ = [
     "VARIANTS",
+    "LAYER_OPTIONS",
+    "VariantRegistry",
     "create",
+    "step",
+    "AttentionStep",
+    "StepCall",
+    "StepInputs",
     "names",
     "register",
     "budget",
@@ -70,11 +81,10 @@ __all__ = [
     "capabilities",
     "select",
     "Budget",
-    "DenseAttention",
+    "DenseStep",
     "Sweep",
-    "EfficientAttention",
-    "PatternAttention",
-    "key_padding",
+    "EfficientStep",
+    "PatternStep",
     "LocalAttention",
     "LongformerAttention",
     "BigBirdAttention",

@@ -29,12 +29,14 @@ class DeltaNetAttention(GatedRecurrence):
     delta = True
     default_conv = 4
     output_gate = False  # fla's DeltaNet layer has none; Gated DeltaNet has
+    beta_bias = True  # beta's projection has a bias (KDA's has none)
+    norm_eps = 1e-6  # the output RMSNorm's epsilon
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
         super().__init__(embed_dim, num_heads, **options)
-        self.beta_proj = nn.Linear(self.embed_dim, self.num_heads)
-        self.out_norm = HeadNorm(self.embed_dim, self.num_heads, gate=self.output_gate)
+        self.beta_proj = nn.Linear(self.embed_dim, self.num_heads, bias=self.beta_bias)
+        self.out_norm = HeadNorm(self.embed_dim, self.num_heads, gate=self.output_gate, eps=self.norm_eps)
 
     def features(self, q, k):
         if self.conv is None:  # the convolution already applied SiLU

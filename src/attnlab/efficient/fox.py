@@ -9,18 +9,14 @@ from torch import nn
 
 from ..core import masks
 from ..core.amp import upcast
-from ..core.attend import AttentionResult, attend, check_mask_or_bias
-from ..core.blockmap import BlockMap
-from ..core.maskfn import as_mask
-from ..core.masks import key_padding_flags
+from ..core.attend import AttentionResult
 from ..core.score_mods import ScoreMod, compose
 from ..layers.cache import ForgetKVCache
-from ..layers.multihead import MultiHeadAttention
-from ..layers.step import StepInputs
-from ..validate import ArgumentTypeError
-from .base import Budget, check_step, register
+from ..layers.exact import DenseStep
+from ..layers.step import StepCall
+from .base import Budget, register
 
-__all__ = ["ForgettingAttention", "forget_decay", "padding_of"]
+__all__ = ["ForgettingAttention", "forget_decay"]
 
 
 def forget_decay(c: torch.Tensor, *, causal: bool, queries: torch.Tensor | None = None) -> ScoreMod:
@@ -47,18 +43,8 @@ def forget_decay(c: torch.Tensor, *, causal: bool, queries: torch.Tensor | None 
                     name="forget_gate" if causal else "forget_gate(both directions)")
 
 
-def padding_of(mask, b: int, n: int, device) -> torch.Tensor | None:
-    """``(B, N)`` True for the tokens no query may see (padding: :func:`attnlab.masks.padding`,
-    :func:`attnlab.masks.valid_keys`, the tail of :class:`attnlab.masks.Documents`, a bool tensor's
-    unseen keys), or None when the mask does not say (a plain callable) or there is no mask."""
-    if mask is None:
-        return None
-    hidden = as_mask(mask.mask if isinstance(mask, BlockMap) else mask).hidden_keys(n, device)
-    return None if hidden is None else hidden.to(device).expand(b, n)
-
-
 @register("fox")
-class ForgettingAttention(MultiHeadAttention):
+class ForgettingAttention(DenseStep):
     """Forgetting attention (FoX): softmax attention with a data-dependent forget gate (Lin et al. 2025, https://arxiv.org/abs/2503.02130).
 
     Each head ``h`` computes a forget gate per token from the layer's input,
@@ -76,7 +62,7 @@ class ForgettingAttention(MultiHeadAttention):
     mask, dropout, grouped keys; ``return_weights`` gives the weights), and equal to the
     causal ``dense`` layer in the limit ``f -> 1``.
 
-    Masks: any. A padded token (one no query may see: :func:`padding_of`) does not forget
+    Masks: any. A padded token (one no query may see: :meth:`attnlab.layers.step.StepCall.hidden_keys`) does not forget
     (``log f = 0`` there), so padding anywhere in a row, even between real tokens, changes nothing
     for the real ones. The decay counts the tokens between key and query in the row, not their
     position values: packed documents (:class:`attnlab.masks.Documents`, positions restarting)
@@ -90,8 +76,8 @@ class ForgettingAttention(MultiHeadAttention):
             non-exact variant). ``False`` (an encoder's default): every query sees every key,
             with the decay over the tokens between them in either direction (attnlab's
             bidirectional form, not in the paper; it equals the causal form for ``j <= i``).
-        **options: as for :class:`attnlab.MultiHeadAttention` (``score``, ``normalize``,
-            ``head_mode``, ``dropout``, ``positional``, ``max_len``, ``num_kv_heads``, ``bias``).
+        **options: as for :class:`attnlab.layers.exact.DenseStep` (``score``, ``normalize``,
+            ``dropout``); the layer holding it takes any positional encoding and grouped keys.
 
     Decoding (causal form): ``new_cache()`` gives a :class:`attnlab.layers.cache.ForgetKVCache`,
     every held key and value with its ``c_j``; ``n`` new tokens continue the sum,
@@ -99,28 +85,21 @@ class ForgettingAttention(MultiHeadAttention):
     ``c_i - c_j``: the outputs of the whole sequence, token by token or a few at a time, key
     padding included (:meth:`decode_heads`).
 
-    Refuses: a key or value (it is self-attention: the gates come from the query's tokens),
-    ``kdim`` / ``vdim`` other than E, a cache for the bidirectional form (a new token would change
-    the decay of the held queries) or a cache of another kind, and ring attention
+    Refuses, as its declaration says (:func:`attnlab.layers.step.check_call`): a key or value (it
+    is self-attention: the gates come from the query's tokens), ``kdim`` / ``vdim`` other than
+    E, a cache for the bidirectional form (a new token would change the decay of the held
+    queries) or a cache of another kind, and ring attention
     (:class:`attnlab.distributed.ShardedMask`: the cumulative gates span the whole sequence; the
-    step declares ``exact=False``, it is not dense attention, so
-    :func:`attnlab.efficient.base.check_step` refuses it as for every such step).
+    step declares ``exact=False``, it is not dense attention).
     """
 
-    name = "fox"
-    capabilities = MultiHeadAttention.capabilities.but(causal="flag", cache="forget", exact=False, needs_input=True,
+    capabilities = DenseStep.capabilities.with_changes(causal="option", cache="forget", exact=False, needs_input=True,
                                                        family="gated softmax")
     budget = Budget()  # exact in its own terms, no knob: not a point of the approximation table
+    drawn_first = False  # its forget gate, drawn after the projections
 
     def __init__(self, embed_dim: int, num_heads: int, *, causal: bool = False, **options):
-        for what in ("kdim", "vdim"):
-            if options.get(what) not in (None, embed_dim):
-                raise ValueError(f"the 'fox' attention is self-attention: {what} must equal embed_dim ({embed_dim}), "
-                                 f"got {options[what]!r}")
-        super().__init__(embed_dim, num_heads, **options)
-        if not isinstance(causal, bool):
-            raise ArgumentTypeError(f"causal must be a bool, got {type(causal).__name__}")
-        self.causal = causal
+        super().__init__(embed_dim, num_heads, causal=causal, **options)
         self.fgate_proj = nn.Linear(self.embed_dim, self.num_heads, bias=True)
         self.reset_gate()
 
@@ -128,14 +107,6 @@ class ForgettingAttention(MultiHeadAttention):
         """The paper's initialisation of the forget gate: weights ``N(0, 0.02^2)``, bias 0 (``f`` near 1/2)."""
         nn.init.normal_(self.fgate_proj.weight, std=0.02)
         nn.init.zeros_(self.fgate_proj.bias)
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        if getattr(self, "fgate_proj", None) is not None:  # the base constructor resets before the gate exists
-            self.reset_gate()
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, causal={self.causal}"
 
     # ---------------------------------------------------------------- the step
     def log_forget(self, x: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
@@ -149,59 +120,39 @@ class ForgettingAttention(MultiHeadAttention):
             log_f = torch.where(padding[:, None, :], torch.zeros((), dtype=log_f.dtype, device=log_f.device), log_f)
         return log_f
 
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
-                     inputs: StepInputs | None = None) -> AttentionResult:
-        """Forgetting attention on the projected heads: the gates from ``inputs.x``, ``rope`` at
-        ``inputs.positions``, then :func:`attnlab.attend` with the decay composed after
-        ``score_mod`` (under the causal mask and the caller's when causal); with a cache
-        (``state``), :meth:`decode_heads`."""
-        check_step(self, mask, bias, score_mod, return_weights)  # ring attention: refused, as for every non-exact step
-        if inputs is None:
-            raise ValueError("the 'fox' attention computes its forget gates from the layer's input: call the layer, "
-                             "or pass inputs=StepInputs(x, positions)")
-        x, pos = inputs.x, inputs.positions
-        b, h, n = q.shape[0], q.shape[1], q.shape[2]
-        if x.dim() != 3 or x.shape[:2] != (b, n) or k.shape[2] != n:
-            raise ValueError(f"the 'fox' attention is self-attention: the input (B, N, E) and the heads must share B and N, got "
-                             f"input {tuple(x.shape)}, q {tuple(q.shape)}, k {tuple(k.shape)}")
-        if state is not None:
-            return self.decode_heads(q, k, v, state, inputs, mask=mask, bias=bias, score_mod=score_mod,
-                                     return_weights=return_weights)
-        if mask is not None:
-            check_mask_or_bias("mask", mask, (b, h, n, n), q.device)
-        c = self.log_forget(x, padding_of(mask, b, n, x.device)).cumsum(-1)  # (B, H, N)
-        pe = self.positional
-        if pe is not None and pe.kind == "rotation":
-            q, k = pe.rotate(q, k, pos, pos)
-        if self.causal:
-            mask = masks.causal() if mask is None else masks.causal() & (mask.mask if isinstance(mask, BlockMap) else mask)
-        return attend(q, k, v, score=self.score, normalize=self.normalize, mask=mask,
-                      score_mod=compose(score_mod, forget_decay(c, causal=self.causal)), bias=bias,
-                      dropout_p=self.dropout if self.training else 0.0, return_weights=return_weights)
+    def attend(self, q, k, v, call: StepCall) -> AttentionResult:
+        """Forgetting attention on the projected heads: the gates from ``call.inputs.x``, ``rope``
+        at ``call.inputs.positions``, then :func:`attnlab.attend` with the decay composed after
+        the call's score function (under the causal mask and the call's when causal); with a
+        cache (``call.state``), :meth:`decode_heads`."""
+        if call.state is not None:
+            return self.decode_heads(q, k, v, call)
+        inputs = call.inputs
+        assert inputs is not None  # the call was checked: a step that reads the layer's input has it
+        b, n = q.shape[0], q.shape[2]
+        mask = call.combined(masks.causal(), q) if self.causal else call.combined(None, q)
+        c = self.log_forget(inputs.x, call.hidden_keys(b, n, q.device)).cumsum(-1)  # (B, H, N)
+        q, k = inputs.rotate(q, k)
+        return self.exact(q, k, v, call, mask=mask, score_mod=compose(call.score_mod, forget_decay(c, causal=self.causal)))
 
-    def decode_heads(self, q, k, v, cache: ForgetKVCache, inputs: StepInputs, *, mask=None, bias=None, score_mod=None,
-                     return_weights=False) -> AttentionResult:
+    def decode_heads(self, q, k, v, call: StepCall) -> AttentionResult:
         """Cached decoding: ``n`` new tokens' heads ``(B, H|G, n, D)`` after the ``seen`` held ones.
 
-        Their gates ``log f`` from ``inputs.x`` (0 at the padding ``mask`` gives: their key padding,
+        ``call.state`` is the :class:`attnlab.layers.cache.ForgetKVCache`. Their gates ``log f``
+        from ``inputs.x`` (0 at the padding the call's ``mask`` gives: their key padding,
         ``(B, 1, 1, n)`` or :func:`attnlab.masks.valid_keys`), ``rope`` at ``inputs.positions``
         (``seen .. seen + n - 1``), then :meth:`attnlab.layers.cache.ForgetKVCache.write` keeps
         the keys, values and ``c = c_{seen - 1} + cumsum(log f)``, and every new query ``i``
         attends to the held keys ``j <= i`` (not padding) with ``score + c_i - c_j``: for the
         query, what the whole sequence gives it. ``score_mod``: at the new and the held
         positions (the cache's bias encoding)."""
-        self.check_cache(cache)  # a causal layer, and the cache its new_cache() makes
-        if bias is not None:
-            raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer itself)")
+        cache, inputs = call.state, call.inputs
+        assert inputs is not None and isinstance(cache, ForgetKVCache)  # checked: the input, and the cache its declaration names
         b, n = q.shape[0], q.shape[2]
-        valid = key_padding_flags(mask, b, n, q.device, refuse="with a cache, mask is the new tokens' key padding "
-                                  "(causal order is the cache's)")
+        valid = call.key_padding(b, n, self.name, q.device)  # the new tokens' (the cache's source refused any other mask)
         log_f = self.log_forget(inputs.x, None if valid is None else ~valid)  # (B, H, n)
         pos = inputs.positions
-        pe = self.positional
-        if pe is not None and pe.kind == "rotation":  # the keys enter the cache rotated, as a KVCache's
-            q, k = pe.rotate(q, k, pos, pos)
+        q, k = inputs.rotate(q, k)  # the keys enter the cache rotated, as a KVCache's
         keys, values, key_valid, kpos, c = cache.write(k, v, log_f, valid)  # c: (B, H, S), the new queries' the last n
-        return attend(q, keys, values, score=self.score, normalize=self.normalize, mask=cache.mask(pos, kpos, key_valid),
-                      score_mod=compose(score_mod, forget_decay(c, causal=True, queries=c[..., c.shape[-1] - n :])),
-                      dropout_p=self.dropout if self.training else 0.0, return_weights=return_weights)
+        return self.exact(q, keys, values, call, mask=cache.mask(pos, kpos, key_valid),
+                          score_mod=compose(call.score_mod, forget_decay(c, causal=True, queries=c[..., c.shape[-1] - n :])))

@@ -33,10 +33,10 @@ from torch import nn
 from ..core.amp import upcast
 from ..core.attend import AttentionResult
 from ..layers.state import MatrixState
-from ..layers.step import StepInputs
+from ..layers.step import StepCall, StepInputs
 from ..validate import choice, int_at_least, positive_int
 from . import recurrence
-from .base import EfficientAttention, check_documents, check_step, documents, key_padding, per_document
+from .base import EfficientStep, check_documents, per_document
 
 __all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "PaddingInsideWarning", "inverse_softplus", "time_step_bias"]
 
@@ -123,13 +123,13 @@ def _warn_if_padding_inside(valid: torch.Tensor, name: str) -> bool:
     return True
 
 
-class GatedRecurrence(EfficientAttention):
-    """Base class of the gated linear-attention family (see the module's documentation).
+class GatedRecurrence(EfficientStep):
+    """Base class of the gated linear-attention family's steps (see the module's documentation).
 
     Args:
-        embed_dim, num_heads, causal, positional (``rope`` or an input encoding), max_len,
-            num_kv_heads, bias, head_mode: as for :class:`attnlab.efficient.EfficientAttention`.
-            Grouped key / value heads share keys and values; the state and gates stay per head.
+        embed_dim, num_heads, causal: as for :class:`attnlab.efficient.EfficientStep`. In the
+            layer holding it: ``rope`` or an input encoding, grouped key / value heads (they
+            share keys and values; the state and gates stay per head).
         chunk: positions per chunk of the chunkwise form.
         segment: positions per segment of the chunkwise form (default: the variant's,
             :data:`attnlab.efficient.recurrence.SEGMENT` unless it says otherwise): under autograd
@@ -142,7 +142,7 @@ class GatedRecurrence(EfficientAttention):
             default is the paper's).
     """
 
-    capabilities = EfficientAttention.capabilities.but(cache="matrix", needs_input=True, family="gated")
+    capabilities = EfficientStep.capabilities.with_changes(cache="matrix", needs_input=True, family="gated")
     delta: bool = False  # the delta rule (True) or a gated sum (False)
     default_conv: int = 0
     q_scale: bool = True  # q scaled by D^-1/2, as fla's kernels do
@@ -182,25 +182,24 @@ class GatedRecurrence(EfficientAttention):
         return o
 
     # ---------------------------------------------------------------- the step
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
-                     inputs: StepInputs | None = None) -> AttentionResult:
+    def attend(self, q, k, v, call: StepCall) -> AttentionResult:
         """The gated recurrence on the projected heads (before the short convolution), its gates
-        computed from ``inputs.x``, rope applied at ``inputs.positions`` after the convolution;
-        ``state``: a :class:`MatrixState` when decoding (updated in place)."""
-        check_step(self, mask, bias, score_mod, return_weights)
-        if inputs is None:
-            raise ValueError(f"the {self.name!r} attention computes its gates from the layer's inputs: call the layer")
-        x, pos = inputs.x, inputs.positions
+        computed from ``call.inputs.x``, rope applied at ``call.inputs.positions`` after the
+        convolution; ``call.state``: a :class:`MatrixState` when decoding (updated in place)."""
+        inputs, state, docs = call.inputs, call.state, call.documents
+        assert inputs is not None  # the call was checked: a step that reads the layer's input has it
+        x, pos, rotation = inputs.x, inputs.positions, inputs.rotation
         b, n = x.shape[0], x.shape[1]
-        if state is None and documents(mask):
+        if state is None and docs is not None:
             if self.mode == "chunk":  # every document in one call of the chunkwise form
-                return AttentionResult(self._packed(q, k, v, x, mask))
+                return AttentionResult(self._packed(q, k, v, x, docs, rotation))
 
             def run(q, k, v, x):  # the reference forms: each document alone
-                return self.attend_heads(q, k, v, inputs=StepInputs(x, torch.arange(x.shape[1], device=x.device))).output
+                at = torch.arange(x.shape[1], device=x.device)
+                return self.attend(q, k, v, StepCall(inputs=StepInputs(x, at, rotation))).output
 
-            return AttentionResult(per_document(self, run, mask, (q, k, v), x))
-        valid = key_padding(mask, b, n, self.name, x.device)
+            return AttentionResult(per_document(self, run, docs, (q, k, v), x))
+        valid = call.key_padding(b, n, self.name, x.device)
         if valid is not None and self.conv is not None and state is None and not getattr(self, "_warned_padding", False) \
                 and not torch.compiler.is_compiling():  # looked at until it warns once: no host sync after that, no graph break
             self._warned_padding = _warn_if_padding_inside(valid, self.name)
@@ -208,9 +207,9 @@ class GatedRecurrence(EfficientAttention):
             return AttentionResult(q.new_zeros(b, self.num_heads, 0, self.head_dim))
         if valid is not None:
             x = torch.where(valid[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
-        return AttentionResult(self._both_ways(q, k, v, x, valid, pos, state))
+        return AttentionResult(self._both_ways(q, k, v, x, valid, pos, rotation, state))
 
-    def _both_ways(self, q, k, v, x, valid, pos, state, cu=None):
+    def _both_ways(self, q, k, v, x, valid, pos, rotation, state, cu=None):
         """The gates, the scan (and, not causal, the reverse scan from the last position to the
         first, whose documents come in reverse order), then :meth:`finish`. The projections and
         the inputs are cut once at every position where a segment of either scan (or the
@@ -231,14 +230,14 @@ class GatedRecurrence(EfficientAttention):
             points += [n - p if reverse else p for a, b in segments for p in (a, b, a - halo)]
         cut = _Cut(n, points)
         pieces = [cut.cut(t, 2) for t in (q, k, v)] + [cut.cut(x, 1)]
-        outs = [self._direction(cut, pieces, q, v, valid, pos, cache, offsets, mode, c, segments, reverse)
+        outs = [self._direction(cut, pieces, q, v, valid, pos, rotation, cache, offsets, mode, c, segments, reverse)
                 for (reverse, offsets, cache), segments in zip(scans, bounds)]
         out, vf = outs[0]
         if len(outs) > 1:
             out = out + outs[1][0].flip(2)
         return self.finish(out, x, vf)
 
-    def _packed(self, q, k, v, x, docs) -> torch.Tensor:
+    def _packed(self, q, k, v, x, docs, rotation) -> torch.Tensor:
         """Packed documents in one call: every document of every row laid end to end in one row,
         the short convolution and the recurrence told where each starts (``cu_seqlens``), rope at
         the positions within each document; positions outside the documents give zeros."""
@@ -250,11 +249,11 @@ class GatedRecurrence(EfficientAttention):
         pos = torch.cat([torch.arange(length, device=x.device) for length in lengths])
         cu = torch.tensor([0, *itertools.accumulate(lengths)], device=x.device)
         pick = lambda t: t.transpose(0, 1).flatten(1, 2)[:, where][None]  # noqa: E731 - (B, H, N, D) -> (1, H, M, D)
-        out = self._both_ways(pick(q), pick(k), pick(v), x.flatten(0, 1)[where][None], None, pos, None, cu)[0]  # (H, M, Dv)
+        out = self._both_ways(pick(q), pick(k), pick(v), x.flatten(0, 1)[where][None], None, pos, rotation, None, cu)[0]  # (H, M, Dv)
         full = out.new_zeros(out.shape[0], b * n, out.shape[-1]).index_copy(1, where, out)
         return full.view(out.shape[0], b, n, -1).transpose(0, 1)
 
-    def _direction(self, cut, pieces, q, v, valid, pos, cache, cu, mode, c, bounds, reverse):
+    def _direction(self, cut, pieces, q, v, valid, pos, rotation, cache, cu, mode, c, bounds, reverse):
         """One scan over the projections q, k, v ``(B, H, N, D)`` and the gates, read from their
         ``pieces`` (``reverse``: from the last position to the first; packed documents: ``cu`` their
         offsets in the scan's order, a row of one): convolution, feature maps, rotation, padding
@@ -277,7 +276,6 @@ class GatedRecurrence(EfficientAttention):
             fn = {"chunk": recurrence.chunk_gated, "parallel": recurrence.parallel_gated, "recurrent": recurrence.recurrent_gated}[mode]
         values = self.finish_reads_values and not reverse
         zero = torch.zeros((), dtype=q.dtype, device=q.device)
-        pe = self.positional
 
         def run(a, b, state, cu_part):
             """Positions ``[a, b)`` of the scan from ``state``; ``cu_part``: the documents' pieces in them."""
@@ -286,9 +284,9 @@ class GatedRecurrence(EfficientAttention):
             else:
                 qs, ks, vs = (scan.read(t, a, b) for t in (cq, ck, cv))
             qs, ks = self.features(qs, ks)
-            if pe is not None and pe.kind == "rotation":
+            if rotation is not None:
                 at = _positions(pos, a, b, pos.dim() - 1, reverse)
-                qs, ks = pe.rotate(qs, ks, at, at)
+                qs, ks = rotation.rotate(qs, ks, at, at)
             if self.q_scale:
                 qs = qs * self.head_dim ** -0.5
             gs, bs = self.gates(scan.read(cx, a, b, 1))

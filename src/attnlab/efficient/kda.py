@@ -10,7 +10,7 @@ from ..core.amp import upcast
 from ..validate import positive_int
 from .base import Budget, register
 from .deltanet import DeltaNetAttention
-from .gated import HeadNorm, time_step_bias
+from .gated import time_step_bias
 
 __all__ = ["KimiDeltaAttention"]
 
@@ -45,6 +45,8 @@ class KimiDeltaAttention(DeltaNetAttention):
     """
 
     output_gate = False  # the RMSNorm alone: KDA's output gate is its own (sigmoid, low rank), applied in finish
+    beta_bias = False  # beta's projection has no bias, as the paper's layer
+    norm_eps = 1e-5  # the reference's RMSNorm epsilon
     default_segment = 512  # its per-channel products hold (C, C, D) per chunk: half the positions per segment
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
@@ -52,8 +54,6 @@ class KimiDeltaAttention(DeltaNetAttention):
         super().__init__(embed_dim, num_heads, **options)
         e, h = self.embed_dim, self.num_heads
         self.gate_rank = r = self.head_dim if gate_rank is None else positive_int("gate_rank", gate_rank)
-        self.beta_proj = nn.Linear(e, h, bias=False)
-        self.out_norm = HeadNorm(e, h, gate=False, eps=1e-5)  # the reference's RMSNorm epsilon
         self.decay_down = nn.Linear(e, r, bias=False)  # W_fa
         self.decay_up = nn.Linear(r, e, bias=False)  # W_fb
         self.log_rate = nn.Parameter(torch.empty(h).uniform_(1, 16).log())  # A_h: exp(log_rate) is the rate

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..layers.state import RecurrentState
-from .base import Budget, EfficientAttention, Sweep, register
+from .base import Budget, EfficientStep, Sweep, register
 from .kernel import FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["LinearAttention", "elu_feature_map"]
@@ -25,7 +25,7 @@ class _EluMap(FeatureMap):
 
 
 @register("linear")
-class LinearAttention(EfficientAttention):
+class LinearAttention(EfficientStep):
     """``b_i = phi(q_i)^T sum_j phi(k_j) v_j^T / phi(q_i)^T sum_j phi(k_j)``, ``phi = elu + 1``.
 
     Katharopoulos et al. 2020 (https://arxiv.org/abs/2006.16236): replacing
@@ -36,19 +36,19 @@ class LinearAttention(EfficientAttention):
     ``b_t = phi(q_t)^T S_t / (phi(q_t)^T z_t)``.
 
     Args:
-        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        embed_dim, num_heads, causal: see :class:`attnlab.efficient.EfficientStep`.
         eps: added to the normaliser.
     """
 
     budget = Budget(sweep=Sweep(None, (0,), "(none)"))  # no knob: one cost, O(N D^2)
     # decoding: the recurrent state (S, z), equal to the parallel causal layer at a cost per token independent of the length
-    capabilities = EfficientAttention.capabilities.but(cache="recurrent", family="kernel")
+    capabilities = EfficientStep.capabilities.with_changes(cache="recurrent", family="kernel")
 
     def __init__(self, embed_dim: int, num_heads: int, *, eps: float = 1e-6, **options):
         super().__init__(embed_dim, num_heads, **options)
         self.eps = float(eps)
 
-    def efficient(self, q, k, v, valid):
+    def compute(self, q, k, v, valid):
         if not self.causal:
             return chunked_kernel_attention(_EluMap(), q, k, v, valid=valid, eps=self.eps)
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
@@ -56,7 +56,7 @@ class LinearAttention(EfficientAttention):
             phi_k = phi_k * valid[:, None, :, None]
         return kernel_attention(phi_q, phi_k, v, causal=self.causal, eps=self.eps)
 
-    def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
+    def decode(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
         if valid is not None:
             phi_k = phi_k * valid[:, None, :, None]

@@ -7,13 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..validate import is_int, positive_int
-from .base import Budget, EfficientAttention, Sweep, register
+from .base import Budget, EfficientStep, Sweep, register
 
 __all__ = ["LinformerAttention"]
 
 
 @register("linformer")
-class LinformerAttention(EfficientAttention):
+class LinformerAttention(EfficientStep):
     """``softmax(Q (E K)^T / sqrt(D)) (F V)`` with learned ``E, F`` of shape ``(k, max_len)``.
 
     Wang et al. 2020 (https://arxiv.org/abs/2006.04768): the N x N attention matrix is close to
@@ -25,7 +25,7 @@ class LinformerAttention(EfficientAttention):
     positions). With ``k = max_len = N`` and ``E = F = I`` it is exact attention.
 
     Args:
-        embed_dim, num_heads, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        embed_dim, num_heads: see :class:`attnlab.efficient.EfficientStep`.
         max_len: the longest sequence (required).
         k: the projected length (default 256, at most ``max_len``).
         share_kv: one projection for keys and values (``F = E``).
@@ -33,13 +33,13 @@ class LinformerAttention(EfficientAttention):
 
     budget = Budget(short={"k": 16}, long={"k": 256}, sweep=Sweep("k", (32, 128, 512, 1024), "k (random E, F)"), max_len=True)
 
-    capabilities = EfficientAttention.capabilities.but(causal=None, family="low rank")
+    capabilities = EfficientStep.capabilities.with_changes(causal=None, family="low rank")
 
     def __init__(self, embed_dim: int, num_heads: int, *, max_len: int | None = None, k: int = 256, share_kv: bool = False, **options):
         if max_len is None or not is_int(max_len) or max_len < 1:  # None is not an int either: testing it first tells mypy
             raise ValueError(f"linformer projects sequences of a fixed maximum length: pass max_len (a positive int), got {max_len!r}")
         positive_int("k", k)
-        super().__init__(embed_dim, num_heads, max_len=max_len, **options)
+        super().__init__(embed_dim, num_heads, **options)
         self.max_len, self.k = max_len, min(k, max_len)
         self.proj_k = nn.Parameter(torch.empty(self.k, max_len))
         self.proj_v = self.proj_k if share_kv else nn.Parameter(torch.empty(self.k, max_len))
@@ -49,7 +49,7 @@ class LinformerAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_len={self.max_len}, k={self.k}"
 
-    def efficient(self, q, k, v, valid):
+    def compute(self, q, k, v, valid):
         m = k.shape[2]
         if m > self.max_len:
             raise ValueError(f"linformer was built for sequences up to max_len={self.max_len}, got {m} keys")

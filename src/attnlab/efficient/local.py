@@ -7,7 +7,7 @@ import torch
 from ..core import masks
 from ..core.attend import attend
 from ..validate import int_at_least, optional_int
-from .base import Budget, PatternAttention, Sweep, register
+from .base import Budget, PatternStep, Sweep, register
 
 __all__ = ["LocalAttention", "banded_attention"]
 
@@ -47,7 +47,7 @@ def banded_attention(
 
 
 @register("local")
-class LocalAttention(PatternAttention):
+class LocalAttention(PatternStep):
     """Truncated self-attention: each query sees the keys within ``window`` positions.
 
     ``b_i = sum_{|i - j| <= w} softmax_j(q_i . k_j / sqrt(D)) v_j`` — the lecture's truncated
@@ -58,7 +58,7 @@ class LocalAttention(PatternAttention):
     time and memory, forward and backward; any other mask, score function or encoding combines.
 
     Args:
-        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        embed_dim, num_heads, causal: see :class:`attnlab.efficient.PatternStep`.
         window: w, the half-width (default 256).
         block: the tile of the computation (default :data:`attnlab.masks.DEFAULT_BLOCK`).
     """

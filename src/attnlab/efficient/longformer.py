@@ -6,7 +6,7 @@ import torch
 
 from ..core import masks
 from ..validate import ArgumentTypeError, int_at_least
-from .base import Budget, PatternAttention, Sweep, register
+from .base import Budget, PatternStep, Sweep, register
 
 __all__ = ["LongformerAttention", "BigBirdAttention", "block_layout"]
 
@@ -35,7 +35,7 @@ def _check_global(global_tokens):
 
 
 @register("longformer")
-class LongformerAttention(PatternAttention):
+class LongformerAttention(PatternStep):
     """A sliding window plus global tokens (Beltagy et al. 2020, https://arxiv.org/abs/2004.05150).
 
     Each query sees the keys within ``window`` positions and every global token; each global
@@ -43,7 +43,7 @@ class LongformerAttention(PatternAttention):
     block-sparse, O(N (w + G)). With every token global it is dense attention.
 
     Args:
-        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        embed_dim, num_heads, causal: see :class:`attnlab.efficient.PatternStep`.
         window: the half-width w (default 256).
         global_tokens: a count g (the first g positions, e.g. a CLS token) or a list of positions.
         block: the tile of the computation.
@@ -92,10 +92,9 @@ class BigBirdAttention(LongformerAttention):
         seed: the seed of the random pattern.
     """
 
-    # the random blocks are drawn for the whole length, so a prefix's pattern changes as it grows: no cache (with
-    # random_blocks=0 an instance declares longformer's)
-    capabilities = LongformerAttention.capabilities.but(cache=None)
-    no_cache_reason = "it draws its random blocks for the whole length; random_blocks=0 makes it longformer, which has"
+    # the random blocks are drawn for the whole length, so a prefix's pattern changes as it grows: no cache
+    capabilities = LongformerAttention.capabilities.with_changes(cache=None)
+    no_cache_reason = "it draws its random blocks for the whole length; with random_blocks=0 it is longformer, which decodes"
     budget = Budget(
         short={"window": 4, "global_tokens": 1, "random_blocks": 1},
         long={"window": 64, "global_tokens": 2, "random_blocks": 3},
@@ -109,8 +108,6 @@ class BigBirdAttention(LongformerAttention):
         int_at_least("random_blocks", random_blocks, 0)
         super().__init__(embed_dim, num_heads, window=window, global_tokens=global_tokens, **options)
         self.num_random, self.seed = random_blocks, int(seed)
-        if not self.num_random:  # no random blocks: longformer's pattern, and its cache
-            self.capabilities = LongformerAttention.capabilities
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, random_blocks={self.num_random}"
@@ -142,7 +139,7 @@ class BigBirdAttention(LongformerAttention):
 class _RandomBlocks(masks.BlockTable):
     """BigBird's random blocks of a layer, drawn for the length at hand."""
 
-    def __init__(self, layer: BigBirdAttention):
+    def __init__(self, layer: BigBirdAttention):  # the step
         super().__init__(None, 1, self._draw, name="random_blocks")
         self.layer = layer
 

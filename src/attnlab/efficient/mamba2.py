@@ -33,7 +33,9 @@ class Mamba2Attention(GatedRecurrence):
     group; x keeps the head width, so each head's state is ``state_size x D``. ``ngroups=1``
     shares one B and C across all heads, as the paper's default (its ``d_state`` is
     ``state_size``); the output norm stays per head. The step then receives C and B per group
-    ``(B, ngroups, N, state_size)`` (what step hooks see) and the values per head.
+    ``(B, ngroups, N, state_size)`` (what step hooks see) and the values per head. The layer
+    holding it projects C and B to that shape (:meth:`query_key_shape`), which takes neither
+    ``num_kv_heads`` nor ``head_mode="project"``, and ``rope`` only where ``state_size`` is the head width.
 
     Args:
         ngroups: the groups sharing B and C (must divide ``num_heads``; default: one per head).
@@ -53,8 +55,9 @@ class Mamba2Attention(GatedRecurrence):
         if h % self.ngroups:
             raise ValueError(f"ngroups must divide num_heads (each group of B and C serves num_heads / ngroups heads), "
                              f"got ngroups={self.ngroups} and num_heads={h}")
-        if self.grouped_bc:
-            self._group_projections()
+        if self.grouped_bc and self.conv is not None:  # the short convolution over C, B (per group) and x
+            channels = 2 * self.ngroups * self.state_size + self.embed_dim
+            self.conv = nn.Conv1d(channels, channels, self.conv_size, groups=channels, bias=False)
         self.dt_proj = nn.Linear(self.embed_dim, h, bias=False)
         self.dt_bias = nn.Parameter(time_step_bias(h))
         self.log_rate = nn.Parameter(torch.empty(h).uniform_(1, 16).log())  # A_h = -exp(log_rate)
@@ -66,51 +69,12 @@ class Mamba2Attention(GatedRecurrence):
         """Whether B and C are not the default (one per head, of the head width)."""
         return (self.ngroups, self.state_size) != (self.num_heads, self.head_dim)
 
-    def _group_projections(self) -> None:
-        """C and B projected to ``ngroups x state_size`` (``q_proj``, ``k_proj``), the short
-        convolution over C, B and x; refuses what the grouped projection does not combine with."""
-        if self.num_kv_heads != self.num_heads or self.head_mode != "split":
-            raise ValueError("ngroups and state_size group B and C themselves: they take neither num_kv_heads nor head_mode='project'")
-        pe = self.positional
-        if pe is not None and pe.kind == "rotation" and self.state_size != self.head_dim:
-            raise ValueError(f"the {pe.name!r} encoding rotates C and B, of width state_size={self.state_size}: it needs "
-                             f"state_size equal to the head width {self.head_dim}")
-        width = self.ngroups * self.state_size
-        bias = self.v_proj.bias is not None
-        self.q_proj = nn.Linear(self.embed_dim, width, bias=bias)  # C
-        self.k_proj = nn.Linear(self.embed_dim, width, bias=bias)  # B
-        for lin in (self.q_proj, self.k_proj):
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
-        if self.conv is not None:
-            channels = 2 * width + self.embed_dim
-            self.conv = nn.Conv1d(channels, channels, self.conv_size, groups=channels, bias=False)
+    def query_key_shape(self) -> tuple[int, int]:
+        """C and B: ``ngroups`` heads of width ``state_size`` (the layer projects to them)."""
+        return self.ngroups, self.state_size
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (f", ngroups={self.ngroups}, state_size={self.state_size}" if self.grouped_bc else "")
-
-    def project(self, query, key=None, value=None, *, positions=None, key_positions=None, rotate: bool = True, kv=None):
-        """As :meth:`attnlab.MultiHeadAttention.project`; with grouped B and C: C and B per group
-        ``(B, ngroups, N, state_size)``, x per head ``(B, H, N, D)``."""
-        if not self.grouped_bc:
-            return super().project(query, key, value, positions=positions, key_positions=key_positions, rotate=rotate, kv=kv)
-        if key is not None or value is not None or kv is not None:
-            raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value (its step reads "
-                             "the layer's input)")
-        self.check_input("query", query, self.embed_dim, None)
-        b, n, _ = query.shape
-        pe, qpos, kpos = self.positional, positions, key_positions
-        if pe is not None and (qpos is None or kpos is None):
-            qpos, kpos = self.positions(n, n, positions, key_positions, query.device)
-        if pe is not None and pe.kind == "input":
-            query = pe.add_to(query, qpos)
-        c = self.q_proj(query).view(b, n, self.ngroups, self.state_size).transpose(1, 2)
-        bk = self.k_proj(query).view(b, n, self.ngroups, self.state_size).transpose(1, 2)
-        x = self.v_proj(query).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        if rotate and pe is not None and pe.kind == "rotation":
-            c, bk = pe.rotate(c, bk, qpos, kpos)
-        return c, bk, x, self.score_mod(qpos, kpos)
 
     def features(self, q, k):
         """Grouped C and B (after the convolution) repeated to the heads: head ``h`` reads group ``h // (H / ngroups)``."""

@@ -3,15 +3,16 @@ materialised and kept for the backward pass: the memory baseline of the Long Ran
 
 from __future__ import annotations
 
-from ..core.attend import AttentionResult, attend
-from ..layers.multihead import MultiHeadAttention
+from ..core.attend import AttentionResult
+from ..layers.exact import DenseStep
+from ..layers.step import StepCall
 from .base import Budget, register
 
 __all__ = ["NaiveDenseAttention"]
 
 
 @register("dense_naive")
-class NaiveDenseAttention(MultiHeadAttention):
+class NaiveDenseAttention(DenseStep):
     """Dense attention the 2020 way: scores ``Q K^T`` for all ``N x M`` pairs, normalised, then
     ``weights @ V``, through plain autograd, which keeps every layer's ``(B, H, N, M)`` weights
     until the backward pass. It computes exactly what ``dense`` computes (every score,
@@ -20,16 +21,12 @@ class NaiveDenseAttention(MultiHeadAttention):
     memory column (Tay et al. 2021, Table 2: Transformer 9.48 GB vs Linformer 0.99 GB at 4K)
     compares against this, not against a fused kernel.
 
-    Args: as for :class:`attnlab.MultiHeadAttention`.
+    Args: as for :class:`attnlab.layers.exact.DenseStep`.
     """
 
-    name = "dense_naive"
-    capabilities = MultiHeadAttention.capabilities.but(reference=True)  # a reference of 'dense': left out of the grids
+    capabilities = DenseStep.capabilities.with_changes(reference=True)  # a reference of 'dense': left out of the grids
     budget = Budget(long=None)  # the arena only: at the scaling benchmark's 16K-32K its weights do not fit
 
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
-                     inputs=None) -> AttentionResult:
-        res = attend(q, k, v, score=self.score, normalize=self.normalize, mask=mask, score_mod=score_mod, bias=bias,
-                     dropout_p=self.dropout if self.training else 0.0, return_weights=True,
-                     block_size=(max(1, q.shape[2]), max(1, k.shape[2])))
-        return res if return_weights else AttentionResult(res.output)
+    def attend(self, q, k, v, call: StepCall) -> AttentionResult:
+        res = self.exact(q, k, v, call, return_weights=True, block_size=(max(1, q.shape[2]), max(1, k.shape[2])))
+        return res if call.return_weights else AttentionResult(res.output)

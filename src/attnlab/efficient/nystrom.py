@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import positive_int
-from .base import Budget, EfficientAttention, Sweep, register
+from .base import Budget, EfficientStep, Sweep, register
 
 __all__ = ["NystromAttention", "iterative_pinv", "segment_means"]
 
@@ -55,7 +55,7 @@ def segment_means(x: torch.Tensor, m: int, valid: torch.Tensor | None,
 
 
 @register("nystrom")
-class NystromAttention(EfficientAttention):
+class NystromAttention(EfficientStep):
     """``softmax(Q K~^T) pinv(softmax(Q~ K~^T)) softmax(Q~ K^T) V`` with ``m`` landmarks, O(N m).
 
     Xiong et al. 2021, "Nystromformer" (https://arxiv.org/abs/2102.03902): landmarks ``Q~, K~``
@@ -66,7 +66,7 @@ class NystromAttention(EfficientAttention):
     attention (``A pinv(A) A = A``). Not causal.
 
     Args:
-        embed_dim, num_heads, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        embed_dim, num_heads: see :class:`attnlab.efficient.EfficientStep`.
         landmarks: m (default 64; at most the sequence length is used).
         pinv: ``"iterative"`` (the paper's, ``pinv_iters`` steps) or ``"exact"`` (``torch.linalg.pinv``).
         pinv_iters: iterations of :func:`iterative_pinv`.
@@ -74,7 +74,7 @@ class NystromAttention(EfficientAttention):
 
     budget = Budget(short={"landmarks": 8}, long={"landmarks": 64}, sweep=Sweep("landmarks", (16, 64, 256, 1024), "landmarks"))
 
-    capabilities = EfficientAttention.capabilities.but(causal=None, family="landmarks")
+    capabilities = EfficientStep.capabilities.with_changes(causal=None, family="landmarks")
 
     def __init__(self, embed_dim: int, num_heads: int, *, landmarks: int = 64, pinv: str = "iterative", pinv_iters: int = 6, **options):
         positive_int("landmarks", landmarks)
@@ -86,7 +86,7 @@ class NystromAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, landmarks={self.landmarks}, pinv={self.pinv!r}"
 
-    def efficient(self, q, k, v, valid):
+    def compute(self, q, k, v, valid):
         n, mk = q.shape[2], k.shape[2]
         m = min(self.landmarks, n, mk)
         work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype

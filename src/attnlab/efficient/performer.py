@@ -8,7 +8,7 @@ import torch
 
 from ..layers.state import RecurrentState
 from ..validate import int_at_least, positive_int
-from .base import Budget, EfficientAttention, Sweep, register
+from .base import Budget, EfficientStep, Sweep, register
 from .kernel import CAUSAL_CHUNK, FeatureMap, chunked_kernel_attention, kernel_attention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian", "favor_features"]
@@ -73,7 +73,7 @@ class _FavorMap(FeatureMap):
 
 
 @register("performer")
-class PerformerAttention(EfficientAttention):
+class PerformerAttention(EfficientStep):
     """Softmax attention estimated with FAVOR+ random features, in O(N F D).
 
     Choromanski et al. 2021, "Rethinking Attention with Performers"
@@ -83,7 +83,7 @@ class PerformerAttention(EfficientAttention):
     The error of the estimate shrinks as ``num_features`` grows.
 
     Args:
-        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`.
+        embed_dim, num_heads, causal: see :class:`attnlab.efficient.EfficientStep`.
         num_features: F, random features per head dimension set (default ``int(D log D)``, the
             paper's choice).
         redraw_interval: in training mode, draw new features every this many forward calls
@@ -97,7 +97,7 @@ class PerformerAttention(EfficientAttention):
         sweep=Sweep("num_features", (16, 64, 256, 1024), "features", seeded=True),
     )
 
-    capabilities = EfficientAttention.capabilities.but(cache="recurrent", family="kernel")  # decoding: FAVOR+'s running sums
+    capabilities = EfficientStep.capabilities.with_changes(cache="recurrent", family="kernel")  # decoding: FAVOR+'s running sums
     # buffers (registered in __init__; nn.Module's __getattr__ types them as Tensor | Module)
     features: torch.Tensor
     calls: torch.Tensor
@@ -132,17 +132,17 @@ class PerformerAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_features={self.num_features}, redraw_interval={self.redraw_interval}"
 
-    def forward(self, *args, **kwargs):
-        """As :meth:`attnlab.MultiHeadAttention.forward`; in training mode, every
+    def attend(self, q, k, v, call):
+        """As :meth:`attnlab.efficient.EfficientStep.attend`; in training mode, every
         ``redraw_interval`` calls draw new features first (one draw per call, however many
-        attention steps the call runs: packed documents run one per document length)."""
+        documents the call runs: packed documents run one per document length)."""
         if self.training and self.redraw_interval:
             if int(self.calls) and int(self.calls) % self.redraw_interval == 0:
                 self.redraw()
             self.calls += 1
-        return super().forward(*args, **kwargs)
+        return super().attend(q, k, v, call)
 
-    def efficient(self, q, k, v, valid):
+    def compute(self, q, k, v, valid):
         if not self.causal:
             return chunked_kernel_attention(_FavorMap(self.features), q, k, v, valid=valid, eps=1e-12)
         # causal: chunk after chunk with a running stabiliser, the same computation as decoding
@@ -177,5 +177,5 @@ class PerformerAttention(EfficientAttention):
         state.shift, state.seen = shift, state.seen + q.shape[2]
         return out
 
-    def recurrent_attend(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
+    def decode(self, q, k, v, state: RecurrentState, valid) -> torch.Tensor:
         return self._causal_chunk(q, k, v, valid, state)

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ..core.amp import same_autocast_backward, same_autocast_forward
 from ..validate import positive_int
-from .base import Budget, EfficientAttention, Sweep, register
+from .base import Budget, EfficientStep, Sweep, register
 
 __all__ = ["ReformerAttention", "lsh_buckets", "SELF_LOGIT"]
 
@@ -125,7 +125,7 @@ class _LSHChunks(torch.autograd.Function):
 
 
 @register("reformer")
-class ReformerAttention(EfficientAttention):
+class ReformerAttention(EfficientStep):
     """LSH attention: queries attend to the keys hashed into their bucket, O(N c) per hash round.
 
     Kitaev et al. 2020, "Reformer" (https://arxiv.org/abs/2001.04451), section 2: keys are the
@@ -141,7 +141,7 @@ class ReformerAttention(EfficientAttention):
     (a prefix is not computed as it would be alone: no cached decoding).
 
     Args:
-        embed_dim, num_heads, causal, ...: see :class:`attnlab.efficient.EfficientAttention`
+        embed_dim, num_heads, causal: see :class:`attnlab.efficient.EfficientStep`
             (self-attention only).
         num_buckets: even number of buckets (default 32).
         num_hashes: hash rounds (default 2).
@@ -156,7 +156,7 @@ class ReformerAttention(EfficientAttention):
                     seeded=True),
     )
 
-    capabilities = EfficientAttention.capabilities.but(shared_qk=True, family="hashing")  # the key projection is never computed
+    capabilities = EfficientStep.capabilities.with_changes(shared_qk=True, family="hashing")  # the key projection is never computed
 
     def __init__(
         self,
@@ -179,7 +179,7 @@ class ReformerAttention(EfficientAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_buckets={self.num_buckets}, num_hashes={self.num_hashes}, chunk_size={self.chunk_size}"
 
-    def efficient(self, q, k, v, valid):
+    def compute(self, q, k, v, valid):
         b, h, n, d = q.shape
         if k.shape[2] != n:
             raise ValueError(f"reformer attention shares queries and keys: it needs N = M, got N={n}, M={k.shape[2]}")

@@ -39,7 +39,6 @@ sees it: :func:`set_attention` checks the name and the options first.
 from __future__ import annotations
 
 import difflib
-import inspect
 import itertools
 import math
 import weakref
@@ -57,6 +56,8 @@ from ..core.maskfn import Everything, FunctionMask, Mask
 from ..core.masks import causal as causal_mask
 from ..core.masks import valid_keys
 from ..core.score_mods import softcap as softcap_mod
+from ..layers.step import StepCall
+from ..registry import keyword_options
 from ..validate import ArgumentTypeError
 from .hybrid import Kernels, use_kernels
 
@@ -341,10 +342,10 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
     else:
         kind = mask.kind if isinstance(mask, ModelMask) else ("custom",)
         causal = (kind[0] == "band" and kind[2] == 0) or (isinstance(mask, Mask) and mask.is_causal(n, m))
-    layer = _layer(module, variant, options, causal, q)
+    step = _step(module, variant, options, causal, q)
     pad = m - n
     if pad:  # queries at the end of a longer sequence (decoding with a cache): the variant's last rows of the whole
-        if layer.capabilities.cache is None:
+        if step.capabilities.cache is None:
             raise UnsupportedError(f"{who} decodes with a cache; the {variant!r} attention has no cached decoding")
         if pad < 0 or bias is not None or (pattern and isinstance(mask, ModelMask) and mask.kind == ("custom",)):
             raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under a mask that does not place them at the end of "
@@ -352,16 +353,16 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
                                    "transformers' dynamic cache")
         q = F.pad(q, (0, 0, pad, 0))
     if pattern:
-        if isinstance(mask, ModelMask) and mask.offset and not layer.full_pattern().shift_invariant:
+        if isinstance(mask, ModelMask) and mask.offset and not step.full_pattern().shift_invariant:
             raise UnsupportedError(f"{who} keeps a sliding-window cache (its keys start at position {mask.offset}); the {variant!r} "
                                    "attention's pattern is tied to absolute positions: use 'local' or the exact 'attnlab'")
-        layer.dropout = float(dropout)  # the model's, per call: the step applies it in training mode
-        layer.train(bool(dropout))
-        res = layer.attend_heads(q, k, v, mask=mask, bias=bias, score_mod=mod, return_weights=weights)
+        step.dropout = float(dropout)  # the model's, per call: the step applies it in training mode
+        step.train(bool(dropout))
+        res = step(q, k, v, StepCall(mask=mask, bias=bias, score_mod=mod, return_weights=weights))
     else:
         if k.shape[1] != q.shape[1]:  # grouped keys / values, repeated to H heads
             k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
-        res = layer.attend_heads(q, k, v, mask=None if flags is None else valid_keys(flags))
+        res = step(q, k, v, StepCall(mask=None if flags is None else valid_keys(flags)))
     if not pad:
         return res
     return AttentionResult(res.output[:, :, pad:], None if res.weights is None else res.weights[:, :, pad:])
@@ -395,35 +396,36 @@ def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torc
                            "attention cannot apply it: use the exact 'attnlab'")
 
 
-_LAYERS: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
+_STEPS: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
 
 
-def _layer(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
-    """The variant serving ``module``: built once per model attention, options and causality (its
-    own parameters drawn with ``seed`` and the layer's index; its projections, which the model's
-    own replace, freed), kept on q's device and dtype."""
-    per = _LAYERS.setdefault(module, {})
+def _step(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
+    """The attention step of the variant serving ``module`` (:func:`attnlab.efficient.step`: the
+    model's own projections around it), built once per model attention, options and causality
+    (its own parameters drawn with ``seed`` and the layer's index), kept on q's device and dtype."""
+    per = _STEPS.setdefault(module, {})
     key = (variant, repr(sorted(options.items())), causal)
-    layer = per.get(key)
+    step = per.get(key)
     h, d = q.shape[1], q.shape[-1]
-    if layer is None:
+    if step is None:
         _check_options(variant, options)
-        cls = efficient.VARIANTS.get(variant)
+        takes = keyword_options(efficient.VARIANTS.get(variant))  # the step's own options
         opts = dict(options)
-        seed = opts.get("seed", 0) if "seed" in inspect.signature(cls.__init__).parameters else opts.pop("seed", 0)
+        seed = opts.get("seed", 0) if takes is None or "seed" in takes else opts.pop("seed", 0)
         if efficient.budget(variant).max_len and "max_len" not in opts:
             opts["max_len"] = int(getattr(module.config, "max_position_embeddings", 512))
+        if efficient.capabilities(variant).causal == "option":
+            opts["causal"] = causal
+        opts = {k: v for k, v in opts.items() if takes is None or k in takes}  # max_len: the layer's, where the step has none
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed) * 1000 + int(getattr(module, "layer_idx", 0) or 0))
-            layer = efficient.create(variant, embed_dim=h * d, num_heads=h, causal=causal, **opts)
-        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            setattr(layer, name, None)
-        layer.requires_grad_(False).eval()
-        per[key] = layer
-    t = next(itertools.chain(layer.parameters(), layer.buffers()), None)
+            step = efficient.step(variant, embed_dim=h * d, num_heads=h, **opts)
+        step.requires_grad_(False).eval()
+        per[key] = step
+    t = next(itertools.chain(step.parameters(), step.buffers()), None)
     if t is not None and (t.device != q.device or (t.is_floating_point() and t.dtype != q.dtype)):
-        layer.to(device=q.device, dtype=q.dtype)
-    return layer
+        step.to(device=q.device, dtype=q.dtype)
+    return step
 
 
 def _refuse(module, *args, variant: str, **kwargs):

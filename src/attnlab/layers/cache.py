@@ -24,8 +24,8 @@ projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own key
   Katharopoulos et al. 2020), and :class:`MatrixState`, the matrix state and short convolution
   of the gated linear-attention family.
 
-Every source hands the attention step (:meth:`attnlab.MultiHeadAttention.attend_heads`) the
-cache itself as ``state=``: the step declares which it decodes with (its ``capabilities.cache``).
+A decoding source hands the layer's step itself as its call's ``state`` (the step declares
+which it decodes with: its ``capabilities.cache``).
 
 A cache is created by the layer that uses it (:meth:`attnlab.MultiHeadAttention.new_cache`) and
 passed back to it: ``layer(x_new, cache=cache)``. Caches are for inference: they are written
@@ -44,6 +44,7 @@ from ..core.masks import key_padding_flags, positions_of
 from ..core.positioned import Positioned
 from ..validate import ArgumentTypeError, int_at_least, positive_int
 from .padding import silence_padding
+from .step import StepCall
 
 __all__ = ["Call", "ForgetKVCache", "KVCache", "NO_CACHE", "NoCache", "StaticKV", "new_tokens", "refuse_given", "seen_positions"]
 
@@ -97,8 +98,7 @@ class NoCache:
         return Call(query, key, value, qpos, kpos, mask)
 
     def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
-        return layer.attention_step(q, k, v, mask=call.mask, bias=bias, score_mod=score_mod, return_weights=return_weights,
-                                    inputs=inputs)
+        return layer.attention_step(q, k, v, StepCall(call.mask, bias, score_mod, return_weights, inputs=inputs))
 
 
 NO_CACHE = NoCache()
@@ -198,8 +198,8 @@ class KVCache:
         keys, values, key_valid, kpos = self.update(k, v, call.valid)
         assert call.qpos is not None  # begin() gives the new tokens' positions
         mod = layer.score_mod(call.qpos, kpos)
-        return layer.attention_step(q, keys, values, state=self, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
-                                  return_weights=return_weights)
+        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
+                                                              return_weights=return_weights))
 
     def _streaming(self, layer, q, k, v, valid, return_weights) -> AttentionResult:
         qpos = self.seen
@@ -210,8 +210,8 @@ class KVCache:
             q, keys = pe.rotate(q, keys, bq, bk)
         mod = layer.score_mod(bq, bk)
         qp = torch.tensor([qpos], device=q.device)
-        return layer.attention_step(q, keys, values, state=self, mask=self.mask(qp, kpos, key_valid), score_mod=mod,
-                                    return_weights=return_weights)
+        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(qp, kpos, key_valid), score_mod=mod,
+                                                              return_weights=return_weights))
 
     # ------------------------------------------------------------------ storage
     def _allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int) -> None:
@@ -355,8 +355,8 @@ class ForgetKVCache(KVCache):
         encoding's at their positions and the held keys' after the write (``0 .. seen + n - 1``)."""
         assert call.qpos is not None  # begin() gives the new tokens' positions
         mod = layer.score_mod(call.qpos, seen_positions(0, self.seen + q.shape[2], q.device))
-        return layer.attention_step(q, k, v, state=self, mask=None if call.valid is None else call.valid[:, None, None, :],
-                                    score_mod=mod, return_weights=return_weights, inputs=inputs)
+        return layer.attention_step(q, k, v, StepCall(state=self, mask=None if call.valid is None else call.valid[:, None, None, :],
+                                                      score_mod=mod, return_weights=return_weights, inputs=inputs))
 
     def write(self, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor, valid: torch.Tensor | None = None):
         """Write ``n`` new tokens and return what they attend to with the gates of both sides.
@@ -435,7 +435,7 @@ class StaticKV:
         return Call(query, None, None, None, None, mask, kv=(self.k, self.v))
 
     def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
-        return layer.attention_step(q, k, v, state=self, mask=call.mask, return_weights=return_weights)
+        return layer.attention_step(q, k, v, StepCall(mask=call.mask, return_weights=return_weights))  # held keys: no state to write
 
 
 def source_of(cache):

@@ -1,4 +1,5 @@
-"""The checks of a :class:`attnlab.MultiHeadAttention`'s construction and inputs."""
+"""The checks of a :class:`attnlab.MultiHeadAttention`'s construction and inputs, and the
+mapping of a checkpoint written before the layer held its step."""
 
 from __future__ import annotations
 
@@ -7,8 +8,83 @@ import torch
 from ..positional.base import PositionalEncoding, kind_of
 from ..positional.base import create as create_positional
 from ..validate import ArgumentTypeError
+from .step import AttentionStep
 
-__all__ = ["check_input", "make_positional"]
+__all__ = ["EXACT_DEFAULTS", "LAYER_KEYS", "check_input", "check_layer", "check_positional", "built_step", "make_positional",
+           "refuse_exact_options", "step_keys"]
+
+LAYER_KEYS = ("q_proj.", "k_proj.", "v_proj.", "out_proj.", "head_q", "head_k", "head_v", "positional.", "step.")
+"""The state-dict keys (after the layer's prefix) that are the layer's own; every other key of a
+checkpoint written before the layer held its step is the step's (:func:`step_keys`)."""
+
+
+def step_keys(layer, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs) -> None:
+    """A load-state-dict pre-hook: the keys of a checkpoint written before the layer held its step
+    (the step's parameters, buffers and score at the layer's top level: ``gate_up.weight``,
+    ``score.weight``) are renamed ``step.*``, where the layer's step has them."""
+    own = set(layer.step.state_dict(keep_vars=True))
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        if not rest.startswith(LAYER_KEYS) and rest in own:
+            state_dict[f"{prefix}step.{rest}"] = state_dict.pop(key)
+
+
+EXACT_DEFAULTS = {"score": "scaled_dot", "score_options": None, "normalize": "softmax", "dropout": 0.0}
+"""The exact step's options (:class:`attnlab.layers.exact.DenseStep`) that a layer takes for its default step."""
+
+
+def refuse_exact_options(given: dict) -> None:
+    """Refuse the exact step's options given to a layer together with a step of its own."""
+    changed = [k for k, v in given.items() if v != EXACT_DEFAULTS[k]]
+    if changed:
+        raise ArgumentTypeError(f"{', '.join(changed)}: options of the attention step, given to a layer with a step of its own: "
+                                f"give them to the step (attnlab.efficient.step(name, ..., {changed[0]}=...))")
+
+
+def built_step(step, embed_dim: int, num_heads: int) -> AttentionStep:
+    """The layer's step: ``step``, or what it builds (a function, called with no argument);
+    refused unless it is an :class:`attnlab.layers.step.AttentionStep` of the layer's widths."""
+    if not isinstance(step, torch.nn.Module) and callable(step):
+        step = step()
+    if not isinstance(step, AttentionStep):
+        raise ArgumentTypeError(f"step must be an attnlab.layers.step.AttentionStep (attnlab.efficient.step(name, ...) makes "
+                                f"one), got {type(step).__name__}")
+    if (step.embed_dim, step.num_heads) != (embed_dim, num_heads):
+        raise ValueError(f"the step is built for embed_dim={step.embed_dim}, num_heads={step.num_heads}; the layer has "
+                         f"embed_dim={embed_dim}, num_heads={num_heads}")
+    return step
+
+
+def check_layer(step, layer) -> None:
+    """Refuse what the step declares the layer cannot be: grouped keys for a step whose keys are
+    its queries, key and value widths for a step that reads the layer's input (self-attention),
+    grouped or projected heads for a step with queries and keys of its own shape."""
+    caps, name = step.capabilities, step.name
+    qk_heads, qk_dim = step.query_key_shape()
+    if layer.num_kv_heads != layer.num_heads and caps.shared_qk:
+        raise ValueError(f"the {name!r} attention derives its keys from the queries: it takes no num_kv_heads")
+    for what in ("kdim", "vdim"):
+        if caps.needs_input and getattr(layer, what) != layer.embed_dim:
+            raise ValueError(f"the {name!r} attention is self-attention: {what} must equal embed_dim ({layer.embed_dim}), "
+                             f"got {getattr(layer, what)!r}")
+    if (qk_heads, qk_dim) != (layer.num_heads, layer.head_dim) and (layer.num_kv_heads != layer.num_heads
+                                                                   or layer.head_mode != "split"):
+        raise ValueError(f"the {name!r} attention's queries and keys are {qk_heads} heads of width {qk_dim}, its own: it takes "
+                         "neither num_kv_heads nor head_mode='project'")
+
+
+def check_positional(step, pe, head_dim: int) -> None:
+    """Refuse a bias encoding for a step that forms no scores, and a rotation of queries and keys
+    of another width than the head's."""
+    if pe is None:
+        return
+    qk_dim = step.query_key_shape()[1]
+    if pe.kind == "bias" and not step.capabilities.forms_scores:
+        raise ValueError(f"the {step.name!r} attention never forms the scores a bias encoding would add to; "
+                         f"use rope or an input encoding, or the 'dense' attention for {pe.name!r}")
+    if pe.kind == "rotation" and qk_dim != head_dim:
+        raise ValueError(f"the {pe.name!r} encoding rotates the {step.name!r} attention's queries and keys, of width {qk_dim}: "
+                         f"it needs them of the head width {head_dim}")
 
 
 def make_positional(self, positional, options, max_len) -> PositionalEncoding | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Literal
 
@@ -12,17 +11,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..core import scores as score_registry
-from ..core.attend import AttentionResult, attend
-from ..core.normalize import resolve_normalizer
-from ..core.scores import Score, resolve_score
+from ..core.attend import AttentionResult
+from ..core.scores import Score
 from ..positional.base import PositionalEncoding, check_positions
-from ..validate import ArgumentTypeError, positive_int, probability
+from ..validate import positive_int
 from . import checks, interop
 from .cache import KVCache, StaticKV, source_of
+from .exact import DenseStep
 from .padding import silence_padding
 from .state import MatrixState, RecurrentState, check_kind, make_cache
-from .step import Capabilities, StepInputs
+from .step import AttentionStep, Capabilities, StepCall, StepInputs
 
 __all__ = ["MultiHeadAttention", "silence_padding"]
 
@@ -40,7 +38,13 @@ class MultiHeadAttention(nn.Module):
     * ``head_mode="project"`` (the lecture notes' form): ``q^i = W^q a^i`` of width E, then a
       second projection per head, ``q^{i,h} = W^{q,h} q^i`` of width D; likewise for k and v.
 
-    Both end with the output transform ``W^o``.
+    Both end with the output transform ``W^o``. Between them, the layer runs the attention step
+    it holds (``step``, an :class:`attnlab.layers.step.AttentionStep`): exact attention
+    (:class:`attnlab.layers.exact.DenseStep`) unless given another, such as a variant of
+    :mod:`attnlab.efficient` (``efficient.create(name, ...)`` builds both). The step's attributes
+    read and set through the layer (``layer.window`` is ``layer.step.window``). A checkpoint
+    written before the layer held its step (the step's parameters at the layer's top level)
+    loads: its keys are mapped to ``step.*``.
 
     Args:
         embed_dim: E, the width of the queries and of the output.
@@ -66,25 +70,23 @@ class MultiHeadAttention(nn.Module):
             one key / value head; G = 1 is multi-query attention (Shazeer 2019). G must divide H.
             Softmax over a plain dot score runs on PyTorch's fused kernel with the G heads as
             they are; other paths (and the efficient variants) see them repeated to H.
+        step: the attention step (default: exact attention with ``score``, ``score_options``,
+            ``normalize`` and ``dropout``, which are its options: give them to a step given here),
+            or a function building it, called after the projections are drawn (what
+            :func:`attnlab.efficient.create` passes: a seeded layer draws its projections first,
+            then the step's parameters).
     """
 
-    name: str = "dense"
-    """The variant's registered name (:func:`attnlab.efficient.create`)."""
-
-    no_cache_reason: str = "its pattern is not a causal prefix rule"
-    """Why a step without a cache has none (the message of :meth:`new_cache`)."""
-
-    capabilities: Capabilities = Capabilities()
-    """What this layer's attention step (:meth:`attend_heads`) can do: exact attention takes any
-    mask, forms scores, decodes with any :class:`KVCache` and takes grouped keys itself. Each
-    variant declares its own (:class:`attnlab.layers.step.Capabilities`)."""
+    step: AttentionStep
+    """The attention step this layer holds (registered as the submodule ``step``)."""
 
     def __new__(cls, *args, **kwargs):
         given = [k for k in ("variant", "attention") if k in kwargs]
-        if given:  # a variant is a layer of its own, not an option of this one: say where they come from
-            raise TypeError(f"{cls.__name__} takes no {given[0]}= option: each attention variant is its own layer, made by "
+        if given:  # a variant is a step of its own, not an option of this one: say where they come from
+            raise TypeError(f"{cls.__name__} takes no {given[0]}= option: each attention variant is its own step, made by "
                             f"attnlab.efficient.create({kwargs[given[0]]!r}, embed_dim=..., num_heads=..., **options) "
-                            "(the names: attnlab.efficient.names(); 'dense' is this exact layer)")
+                            "or given as step=attnlab.efficient.step(...) (the names: attnlab.efficient.names(); 'dense' is "
+                            "exact attention)")
         return super().__new__(cls)
 
     def __init__(
@@ -104,35 +106,27 @@ class MultiHeadAttention(nn.Module):
         positional_options: dict | None = None,
         max_len: int | None = None,
         num_kv_heads: int | None = None,
+        step: AttentionStep | Callable[[], AttentionStep] | None = None,
     ):
         super().__init__()
         e = positive_int("embed_dim", embed_dim)
         h = positive_int("num_heads", num_heads)
         if e % h:
             raise ValueError(f"embed_dim must be divisible by num_heads, got embed_dim={e} and num_heads={h}")
+        if step is None:  # exact attention, its score drawn first (before the projections)
+            step = DenseStep(e, h, score=score, score_options=score_options, normalize=normalize, dropout=dropout)
+        else:
+            checks.refuse_exact_options({"score": score, "score_options": score_options, "normalize": normalize, "dropout": dropout})
         g = h if num_kv_heads is None else positive_int("num_kv_heads", num_kv_heads)
         if h % g:
             raise ValueError(f"num_kv_heads must divide num_heads, got num_kv_heads={g} and num_heads={h}")
-        if g != h and self.capabilities.shared_qk:
-            raise ValueError(f"{type(self).__name__} derives its keys from the queries: it takes no num_kv_heads")
         if head_mode not in ("split", "project"):
             raise ValueError(f"head_mode must be 'split' or 'project', got {head_mode!r}")
-        probability("dropout", dropout)
         self.embed_dim, self.num_heads, self.head_dim, self.num_kv_heads = e, h, e // h, g
         kv = g * (e // h)  # the width of the keys' and values' projections
         self.kdim = e if kdim is None else positive_int("kdim", kdim)
         self.vdim = e if vdim is None else positive_int("vdim", vdim)
         self.head_mode = head_mode
-        self.dropout = float(dropout)
-        self.normalize = normalize
-        resolve_normalizer(normalize)  # fail early on an unknown name
-        if isinstance(score, str):
-            self.score = score_registry.create(score, head_dim=self.head_dim, num_heads=h, **(score_options or {}))
-        else:
-            if score_options:
-                raise ArgumentTypeError("score_options apply only to a score given by name")
-            self.score = resolve_score(score)
-        self.score_name = score if isinstance(score, str) else type(self.score).__name__
         self.positional = checks.make_positional(self, positional, positional_options, max_len)
         self.q_proj = nn.Linear(e, e, bias=bias)
         self.k_proj = nn.Linear(self.kdim, kv if head_mode == "split" else e, bias=bias)
@@ -143,8 +137,51 @@ class MultiHeadAttention(nn.Module):
             self.head_q = nn.Parameter(torch.empty(h, self.head_dim, e))
             self.head_k = nn.Parameter(torch.empty(g, self.head_dim, e))
             self.head_v = nn.Parameter(torch.empty(g, self.head_dim, e))
-        self._step_hooks: OrderedDict[int, Callable] = OrderedDict()
         self.reset_parameters()
+        built = checks.built_step(step, e, h)  # a builder is called here: the step's parameters drawn after the projections
+        checks.check_layer(built, self)
+        checks.check_positional(built, self.positional, self.head_dim)
+        qk_heads, qk_dim = built.query_key_shape()
+        if (qk_heads, qk_dim) != (h, e // h):  # queries and keys of the step's own shape (Mamba-2's grouped B and C)
+            self.q_proj = nn.Linear(e, qk_heads * qk_dim, bias=bias)
+            self.k_proj = nn.Linear(e, qk_heads * qk_dim, bias=bias)
+            for lin in (self.q_proj, self.k_proj):
+                nn.init.xavier_uniform_(lin.weight)
+                if lin.bias is not None:
+                    nn.init.zeros_(lin.bias)
+        self.step = built  # last: from here on, the step's attributes read and set through the layer
+        self.register_load_state_dict_pre_hook(checks.step_keys)
+
+    @property
+    def name(self) -> str:
+        """The registered name of the step this layer holds (:func:`attnlab.efficient.create`)."""
+        return self.step.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this layer's attention step can do (:class:`attnlab.layers.step.Capabilities`):
+        exact attention takes any mask, forms scores, decodes with any :class:`KVCache` and takes
+        grouped keys itself. Each variant's step declares its own."""
+        return self.step.capabilities
+
+    def __getattr__(self, name: str):
+        """The step's attributes read through the layer (``layer.window`` is ``layer.step.window``)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            step = self.__dict__["_modules"].get("step")
+            if step is None or name.startswith("_"):
+                raise
+            return getattr(step, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        """An attribute of the step, not of the layer, is set on the step (``layer.mode = "recurrent"``)."""
+        step = self.__dict__.get("_modules", {}).get("step")
+        if (step is not None and not name.startswith("_") and name not in self.__dict__ and not hasattr(type(self), name)
+                and name not in self._modules and name not in self._parameters and hasattr(step, name)):
+            setattr(step, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
@@ -159,8 +196,7 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, score={self.score_name!r}, "
-            f"normalize={self.normalize!r}, head_mode={self.head_mode!r}, dropout={self.dropout}"
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_mode={self.head_mode!r}"
             + ("" if self.num_kv_heads == self.num_heads else f", num_kv_heads={self.num_kv_heads}")
             + ("" if self.positional is None else f", positional={self.positional.name!r}")
         )
@@ -182,9 +218,10 @@ class MultiHeadAttention(nn.Module):
 
     def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None, heads: int | None = None) -> torch.Tensor:
         b, n, _ = x.shape
-        x = proj(x)  # (B, N, E), or (B, N, G D) for grouped keys / values
+        x = proj(x)  # (B, N, E), or (B, N, G D) for grouped keys / values, or the step's own width
         if head_w is None:
-            return x.view(b, n, heads or self.num_heads, self.head_dim).transpose(1, 2)  # (B, H|G, N, D)
+            heads = heads or self.num_heads
+            return x.view(b, n, heads, proj.out_features // heads).transpose(1, 2)  # (B, H|G, N, D)
         return torch.einsum("bne,hde->bhnd", x, head_w)  # q^{i,h} = W^{q,h} q^i: (B, H|G, N, D)
 
     def _self_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -195,11 +232,12 @@ class MultiHeadAttention(nn.Module):
         projs = [self.q_proj, self.v_proj] if shared else [self.q_proj, self.k_proj, self.v_proj]
         w, bias = interop.fused_weights(self, projs)
         out = F.linear(x, w, bias)
-        if self.num_kv_heads != self.num_heads:  # grouped: q of H heads, k and v of G
-            q, k, v = out.split([self.embed_dim, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
-            g = self.num_kv_heads
-            return (q.view(b, n, self.num_heads, self.head_dim).transpose(1, 2),
-                    k.view(b, n, g, self.head_dim).transpose(1, 2), v.view(b, n, g, self.head_dim).transpose(1, 2))
+        if self.num_kv_heads != self.num_heads or self.q_proj.out_features != self.embed_dim:  # grouped, or the step's own q and k
+            q, k, v = out.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
+            qk = self.step.query_key_shape()[0]
+            kh = self.num_kv_heads if qk == self.num_heads else qk
+            return (q.view(b, n, qk, -1).transpose(1, 2), k.view(b, n, kh, -1).transpose(1, 2),
+                    v.view(b, n, self.num_kv_heads, -1).transpose(1, 2))
         heads = out.view(b, n, len(projs), self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) each
         if shared:  # a variant that derives its keys from the queries
             return heads[0], heads[0], heads[1]
@@ -238,7 +276,7 @@ class MultiHeadAttention(nn.Module):
 
         One path whatever the mask or the cache: where the keys come from and their positions
         (the call's own, or a cache's), the projections and positional encoding, the attention
-        step (:meth:`attention_step`: the step hooks, then :meth:`attend_heads`) under the mask,
+        step (:meth:`attention_step`: the step this layer holds, its hooks first) under the mask,
         then ``W^o``.
 
         Args:
@@ -289,7 +327,8 @@ class MultiHeadAttention(nn.Module):
         pos = call.qpos if call.qpos is not None else call.kpos
         if pos is None:
             pos = torch.arange(call.query.shape[1], device=call.query.device)
-        return StepInputs(call.query, pos)
+        pe = self.positional
+        return StepInputs(call.query, pos, pe if pe is not None and pe.kind == "rotation" else None)
 
     def score_mod(self, q_positions: torch.Tensor | None, k_positions: torch.Tensor | None):
         """The bias encoding's score function at these positions, or None (no bias encoding)."""
@@ -349,12 +388,7 @@ class MultiHeadAttention(nn.Module):
         :class:`RecurrentState`; the gated family: a :class:`MatrixState`; forgetting attention
         (``fox``): a :class:`attnlab.layers.cache.ForgetKVCache`. Pass it as
         ``forward(x_new, cache=...)``."""
-        return make_cache(self, window, sinks, positions)
-
-    def cache_bounds(self) -> tuple[int, int]:
-        """``(window, sinks)`` of the bounded :class:`KVCache` that is exactly this layer's causal
-        pattern (steps whose ``capabilities.cache`` is ``"window"``)."""
-        raise NotImplementedError
+        return make_cache(self.step, window, sinks, positions)
 
     def new_cross_cache(self) -> StaticKV:
         """An empty cache of cross-attention's keys and values (filled on the first call)."""
@@ -364,51 +398,30 @@ class MultiHeadAttention(nn.Module):
         """Refuse a cache other than the kind :meth:`new_cache` makes: another window, sinks or
         positions would compute another pattern, a recurrent variant needs its own state, exact
         attention takes any :class:`KVCache` and no recurrent state."""
-        check_kind(self, cache)
-
-    def __setstate__(self, state: dict) -> None:  # a layer pickled before step hooks existed has none
-        super().__setstate__({"_step_hooks": OrderedDict(), **state})
+        check_kind(self.step, cache)
 
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
-        """Call ``hook(layer, q, k, v, kwargs)`` before each attention step of this layer's forward passes, with the heads
-        and a copy of the keyword arguments (``mask``, ``bias``, ``score_mod``, ``state``, ``inputs``, ...) the step
-        receives; with a cache, ``k`` and ``v`` are the held keys (a recurrent state or a forget-gate cache, which the
-        step writes itself: the new tokens'). Every variant calls it, the gated recurrences included (their heads before
-        the short convolution). The return value is ignored; the handle's ``remove()`` removes it."""
-        if not callable(hook):
-            raise ArgumentTypeError(f"a step hook is a callable (layer, q, k, v, kwargs), got {type(hook).__name__}")
-        handle = RemovableHandle(self._step_hooks)
-        self._step_hooks[handle.id] = hook
-        return handle
+        """Call ``hook(layer, q, k, v, kwargs)`` before each call of this layer's step, with the heads and a copy of
+        the call as keyword arguments (``mask``, ``bias``, ``score_mod``, ``return_weights``, ``state``, ``inputs``:
+        :meth:`attnlab.layers.step.StepCall.kwargs`), whoever calls the step (this layer's forward passes, the
+        transformers integration, a study); with a cache, ``k`` and ``v`` are the held keys (a recurrent state or a
+        forget-gate cache, which the step writes itself: the new tokens'). Every variant calls it, the gated
+        recurrences included (their heads before the short convolution). The return value is ignored; the handle's
+        ``remove()`` removes it (:meth:`attnlab.layers.step.AttentionStep.register_hook`)."""
+        return self.step.register_hook(hook, owner=self)
 
     def clear_step_hooks(self) -> None:
         """Remove every step hook (a copy such as :meth:`grouped`'s is a new layer: hooks stay with the one they were registered on)."""
-        self._step_hooks.clear()
+        self.step.clear_hooks()
 
-    def attention_step(self, q, k, v, **kwargs) -> AttentionResult:
-        """:meth:`forward`'s attention step: the step hooks, then :meth:`attend_heads`."""
-        for hook in self._step_hooks.values():
-            hook(self, q, k, v, dict(kwargs))
-        return self.attend_heads(q, k, v, **kwargs)
+    def attention_step(self, q, k, v, call: StepCall) -> AttentionResult:
+        """:meth:`forward`'s attention step: this layer's step on the heads (the hooks, then the step)."""
+        return self.step(q, k, v, call)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
-
-    def attend_heads(self, q, k, v, *, mask=None, bias=None, score_mod=None, return_weights=False, state=None,
-                     inputs: StepInputs | None = None) -> AttentionResult:
-        """The attention step on projected heads, the one method a variant defines: q ``(B, H, N, D)``,
-        k ``(B, H|G, M, D)``, v ``(B, H|G, M, D)`` -> :class:`attnlab.AttentionResult` with output ``(B, H, N, D)``.
-
-        Exact attention here (:func:`attnlab.attend`, block-sparse under a mask function). The
-        variants of :mod:`attnlab.efficient` define their own and declare what it takes in
-        ``capabilities``. ``state``: the cache of a decoding call (a :class:`KVCache` holds the
-        keys given here; a recurrent state is updated in place); ``inputs``: the layer's input,
-        for a step that declares ``needs_input``.
-        """
-        return attend(q, k, v, score=self.score, normalize=self.normalize, mask=mask, score_mod=score_mod, bias=bias,
-                      dropout_p=self.dropout if self.training else 0.0, return_weights=return_weights)
 
     # ---------------------------------------------------------------- interop (attnlab.layers.interop)
     def grouped(self, num_kv_heads: int) -> MultiHeadAttention:

@@ -18,12 +18,13 @@ import torch
 
 from ..core.attend import AttentionResult
 from .cache import Call, ForgetKVCache, KVCache, new_tokens, seen_positions
+from .step import StepCall
 
-__all__ = ["MatrixState", "RecurrentState", "check_kind", "make_cache"]
+__all__ = ["ConstantSizeState", "MatrixState", "RecurrentState", "check_kind", "make_cache"]
 
 
-class _Constant:
-    """What both states share: the tokens seen, and the source protocol."""
+class ConstantSizeState:
+    """What both decoding states of constant size share: the tokens seen, and the source protocol."""
 
     seen: int
 
@@ -46,13 +47,13 @@ class _Constant:
     def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
         seen = self.seen
         mask = None if call.valid is None else call.valid[:, None, None, :]
-        res = layer.attention_step(q, k, v, mask=mask, state=self, inputs=inputs)
+        res = layer.attention_step(q, k, v, StepCall(mask=mask, state=self, inputs=inputs))
         self.seen = seen + q.shape[2]
         return res
 
 
 @dataclass
-class RecurrentState(_Constant):
+class RecurrentState(ConstantSizeState):
     """Causal kernel attention's running sums after ``seen`` tokens: ``s`` ``(B, H, F, Dv)``
     ``= sum_j phi(k_j) v_j^T``, ``z`` ``(B, H, F)`` ``= sum_j phi(k_j)``, and for exponential
     feature maps (Performer) ``shift`` ``(B, H, 1, 1)``, the running maximum of the keys'
@@ -74,7 +75,7 @@ class RecurrentState(_Constant):
 
 
 @dataclass
-class MatrixState(_Constant):
+class MatrixState(ConstantSizeState):
     """What a gated linear-attention layer keeps for decoding: its state and its short
     convolution's last inputs, of a size that does not grow with the tokens seen.
 
@@ -103,45 +104,45 @@ class MatrixState(_Constant):
         self.conv = None if self.conv is None else self.conv.index_select(0, index)
 
 
-def make_cache(layer, window, sinks: int, positions: str):
-    """The cache of the kind ``layer``'s step declares (``capabilities.cache``): see
+def make_cache(step, window, sinks: int, positions: str):
+    """The cache of the kind ``step`` declares (``capabilities.cache``): see
     :meth:`attnlab.MultiHeadAttention.new_cache`."""
-    kind = layer.capabilities.cache
+    kind = step.capabilities.cache
     if kind is None:
-        raise ValueError(f"the {layer.name!r} attention has no cached decoding ({layer.no_cache_reason}); "
+        raise ValueError(f"the {step.name!r} attention has no cached decoding ({step.no_cache_reason}); "
                          "attnlab.efficient.select(decodes=True) names the variants that decode")
     if kind == "kv":
         return KVCache(window=window, sinks=sinks, positions=positions)
-    if not getattr(layer, "causal", False):
-        raise ValueError(f"cached decoding needs a causal {layer.name!r} attention (create it with causal=True)")
+    if not step.causal:
+        raise ValueError(f"cached decoding needs a causal {step.name!r} attention (create it with causal=True)")
     if kind == "forget":
         if window is not None or sinks or positions != "absolute":
-            raise ValueError(f"the {layer.name!r} attention's cache holds every token with its cumulative forget gate: "
+            raise ValueError(f"the {step.name!r} attention's cache holds every token with its cumulative forget gate: "
                              "pass no window, sinks or positions")
         return ForgetKVCache()
     if kind == "window":
         if window is not None or sinks or positions != "absolute":
-            raise ValueError(f"the {layer.name!r} attention's cache is its own window: pass no window, sinks or positions")
-        own_window, own_sinks = layer.cache_bounds()
+            raise ValueError(f"the {step.name!r} attention's cache is its own window: pass no window, sinks or positions")
+        own_window, own_sinks = step.cache_bounds()
         return KVCache(window=own_window, sinks=own_sinks)
     if window is not None or sinks or positions != "absolute":
-        raise ValueError(f"the {layer.name!r} attention's cache is its state, already of constant size: "
+        raise ValueError(f"the {step.name!r} attention's cache is its state, already of constant size: "
                          "pass no window, sinks or positions")
     return RecurrentState() if kind == "recurrent" else MatrixState()
 
 
-def check_kind(layer, cache) -> None:
-    """Refuse a cache other than the kind :func:`make_cache` makes for ``layer``: see
+def check_kind(step, cache) -> None:
+    """Refuse a cache other than the kind :func:`make_cache` makes for ``step``: see
     :meth:`attnlab.MultiHeadAttention.check_cache`."""
-    kind = layer.capabilities.cache
+    kind = step.capabilities.cache
     if kind is None:
-        raise ValueError(f"the {layer.name!r} attention has no cached decoding ({layer.no_cache_reason})")
+        raise ValueError(f"the {step.name!r} attention has no cached decoding ({step.no_cache_reason})")
     if kind == "kv" and isinstance(cache, KVCache) and not isinstance(cache, ForgetKVCache):
         return
-    if kind != "kv" and not getattr(layer, "causal", False):
-        raise ValueError(f"cached decoding needs a causal {layer.name!r} attention (create it with causal=True)")
+    if kind != "kv" and not step.causal:
+        raise ValueError(f"cached decoding needs a causal {step.name!r} attention (create it with causal=True)")
     if kind == "window" and isinstance(cache, KVCache):
-        want = make_cache(layer, None, 0, "absolute")
+        want = make_cache(step, None, 0, "absolute")
         if (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions):
             return
     if kind == "forget" and isinstance(cache, ForgetKVCache):
@@ -150,4 +151,4 @@ def check_kind(layer, cache) -> None:
         return
     got = {RecurrentState: "a recurrent state", MatrixState: "a matrix state",
            ForgetKVCache: "a forget-gate cache"}.get(type(cache), type(cache).__name__)
-    raise ValueError(f"the {layer.name!r} attention decodes with the cache its new_cache() makes, not this one ({got})")
+    raise ValueError(f"the {step.name!r} attention decodes with the cache its new_cache() makes, not this one ({got})")

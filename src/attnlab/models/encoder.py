@@ -117,18 +117,9 @@ def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) ->
     if causal_by_mask(cfg.attention):
         if cfg.attention_options:
             raise ValueError(f"attention_options apply to efficient variants; the {cfg.attention} layer takes score/normalize/head_mode")
-        cls = efficient.VARIANTS.get(cfg.attention)
-        return cls(
-            cfg.embed_dim,
-            cfg.num_heads,
-            score=cfg.score,
-            score_options=cfg.score_options,
-            normalize=cfg.normalize,
-            head_mode=cfg.head_mode,
-            dropout=cfg.dropout,
-            positional=positional,
-            num_kv_heads=cfg.num_kv_heads,
-        )
+        return efficient.create(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, score=cfg.score,
+                                score_options=cfg.score_options, normalize=cfg.normalize, head_mode=cfg.head_mode,
+                                dropout=cfg.dropout, positional=positional, num_kv_heads=cfg.num_kv_heads)
     opts = dict(cfg.attention_options or {})
     opts.setdefault("max_len", cfg.max_len)
     if cfg.num_kv_heads is not None:

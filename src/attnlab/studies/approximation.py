@@ -74,7 +74,7 @@ def run_approximation(
                 torch.manual_seed(seed)
                 m = efficient.create(v, embed_dim=H * D, num_heads=H, **_options(v, budget, n, seed)).double()
                 with torch.no_grad():
-                    approx = m.attend_heads(q, k, val).output
+                    approx = m.step(q, k, val).output
                 errs.append(((approx - exact).norm() / exact.norm()).item())
             rec = ApproxRecord(v, knob, budget, n, temperature, sum(errs) / len(errs), seeds)
             out.append(rec)

@@ -77,7 +77,7 @@ def _pair(method: str, n: int) -> tuple[Callable[[], None], Callable[[], None], 
 
             return call
 
-        return step(lambda q, k, v: ours.attend_heads(q, k, v).output), step(peer), name
+        return step(lambda q, k, v: ours.step(q, k, v).output), step(peer), name
     x = torch.randn(1, n, e, generator=torch.Generator().manual_seed(n), requires_grad=True)
     if method == "nystrom":
         from nystrom_attention import NystromAttention

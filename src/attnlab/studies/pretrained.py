@@ -232,7 +232,7 @@ def run(
             x = trained.model.embeddings(timing.ids, timing.token_type_ids)
             q, k, v, _ = trained.model.encoder.layers[0].attn.project(x)  # (B, H, N, D): the first block's heads
             keys = timing.padding[:, None, None, :]
-            steps = measure_calls({i: (lambda m=m: m.model.encoder.layers[0].attn.attend_heads(q, k, v, mask=keys))  # noqa: B023  (called in this iteration)
+            steps = measure_calls({i: (lambda m=m: m.model.encoder.layers[0].attn.step(q, k, v, mask=keys))  # noqa: B023  (called in this iteration)
                                    for i, m in models.items()}, memory=False)
         base_t, base_m = measured[0][0], measured[0][1]
         for i, rec in recs.items():

@@ -74,7 +74,7 @@ def state_floats(variant: str, embed_dim: int, num_heads: int, length: int, opti
     """Numbers one causal layer of ``variant`` keeps to decode the next token after ``length``
     tokens: its cache's bytes after reading them, over 4."""
     torch.manual_seed(0)
-    causal = {"causal": True} if efficient.capabilities(variant).causal == "flag" else {}  # "mask": it decodes causally with any cache
+    causal = {"causal": True} if efficient.capabilities(variant).causal == "option" else {}  # "mask": it decodes causally with any cache
     layer = efficient.create(variant, embed_dim=embed_dim, num_heads=num_heads, **causal, **_options(variant), **(options or {})).eval()
     cache = layer.new_cache()
     with torch.no_grad():

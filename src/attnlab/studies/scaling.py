@@ -3,7 +3,7 @@
 The Long Range Arena measurement (Tay et al. 2021, Table 2: speed and memory relative to the
 vanilla Transformer at each length), made here on the attention step itself: for each N,
 q, k, v of shape ``(B, H, N, D)`` (B = 1, H = 4, D = 64, fp32) go through each variant's
-attention step (:meth:`attnlab.MultiHeadAttention.attend_heads`, the projections left out
+attention step (the layer's :attr:`~attnlab.MultiHeadAttention.step`, the projections left out
 because they cost the same for every variant) and the sum of the output is backpropagated to
 q, k, v. Each N is timed in a fresh child process, the variants round-robin inside it (machine
 noise hits every variant alike), and the sweep over N is repeated (``rounds``, 3 by default),
@@ -104,7 +104,7 @@ def _call(module, qkv) -> Callable[[], None]:
     def call():
         for t in qkv:
             t.grad = None
-        module.attend_heads(*qkv).output.sum().backward()
+        module.step(*qkv).output.sum().backward()
 
     return call
 
@@ -242,7 +242,7 @@ def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Rec
 
     def ours():
         with torch.no_grad():
-            module.attend_heads(q, k, v)
+            module.step(q, k, v)
 
     def flex():
         with torch.no_grad():

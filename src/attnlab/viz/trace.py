@@ -70,7 +70,7 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
             weights = output.weights
             if weights is None:  # an efficient variant refuses: it never builds the weights
                 try:
-                    weights = mod.attend_heads(q, k, v, mask=mask, bias=bias, score_mod=score_mod, return_weights=True).weights
+                    weights = mod.step(q, k, v, mask=mask, bias=bias, score_mod=score_mod, return_weights=True).weights
                 except ValueError as e:
                     raise ValueError(f"{names.get(mod) or type(mod).__name__}: {e}") from None
             scale, why = _scale(mod, mask, bias, score_mod)
