@@ -62,7 +62,7 @@ from ..validate import ArgumentTypeError
 from .hybrid import Kernels, use_kernels
 
 __all__ = ["NAME", "OPTIONS", "Kernels", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask",
-           "set_attention", "use_kernels"]
+           "serving_steps", "set_attention", "use_kernels"]
 
 NAME = "attnlab"
 """The exact backend's ``attn_implementation``; ``"attnlab:<variant>"`` for a variant."""
@@ -409,14 +409,11 @@ def _step(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
     h, d = q.shape[1], q.shape[-1]
     if step is None:
         _check_options(variant, options)
-        takes = keyword_options(efficient.VARIANTS.get(variant))  # the step's own options
-        opts = dict(options)
-        seed = opts.get("seed", 0) if takes is None or "seed" in takes else opts.pop("seed", 0)
-        if efficient.budget(variant).max_len and "max_len" not in opts:
-            opts["max_len"] = int(getattr(module.config, "max_position_embeddings", 512))
-        if efficient.capabilities(variant).causal == "option":
-            opts["causal"] = causal
-        opts = {k: v for k, v in opts.items() if takes is None or k in takes}  # max_len: the layer's, where the step has none
+        takes = keyword_options(efficient.VARIANTS.get(variant)) or list(options)  # the step's own options
+        seed = options.get("seed", 0)
+        opts = {"max_len": int(getattr(module.config, "max_position_embeddings", 512))} if efficient.budget(variant).max_len else {}
+        opts.update({**options, **({"causal": causal} if efficient.capabilities(variant).causal == "option" else {})})
+        opts = {k: v for k, v in opts.items() if k in takes}  # seed: the step's where it takes one; max_len: linformer's
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed) * 1000 + int(getattr(module, "layer_idx", 0) or 0))
             step = efficient.step(variant, embed_dim=h * d, num_heads=h, **opts)
@@ -426,6 +423,12 @@ def _step(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
     if t is not None and (t.device != q.device or (t.is_floating_point() and t.dtype != q.dtype)):
         step.to(device=q.device, dtype=q.dtype)
     return step
+
+
+def serving_steps(model) -> dict[str, list]:
+    """The attention steps serving ``model``'s attention modules that have run an ``attnlab:<variant>``, by module
+    name (one per variant, options and causality run), to inspect or watch (:meth:`~attnlab.layers.step.AttentionStep.register_hook`)."""
+    return {name: list(_STEPS[m].values()) for name, m in model.named_modules() if m in _STEPS}
 
 
 def _refuse(module, *args, variant: str, **kwargs):
