@@ -208,11 +208,9 @@ EXACT_LIMITS: dict[str, object] = {
                  "shrinking with the number of features is tested in tests/efficient/test_variants.py",
     "linear": "a different kernel (elu + 1), not an approximation of softmax: tests/efficient/test_variants.py checks its "
               "formula and its RNN form",
-    **{name: "a gated recurrence, not an approximation of softmax: tests/efficient/test_gated.py checks its parallel, chunkwise and "
-             "recurrent forms against each other and against fla's reference implementations"
-       for name in ("retnet", "gla", "deltanet", "gated_deltanet", "mamba2")},
-    "kda": "a gated recurrence, not an approximation of softmax: tests/efficient/test_kda.py checks its three forms against its "
-           "equations written as a loop and against transformers' KimiLinearDeltaAttention",
+    **{name: "a gated recurrence, not an approximation of softmax: tests/efficient/test_gated.py (and its own test file) check "
+             "its parallel, chunkwise and recurrent forms against each other and against its equations written as a loop"
+       for name in efficient.select(family="gated")},
 }
 """Every variant's exact limit: ``n -> (options, weights to load)`` where it equals dense softmax
 attention, or the reason it has none (and where its own formula is tested)."""

@@ -30,9 +30,19 @@ from ..validate import ArgumentTypeError, is_int
 from .band import Align, Band
 from .maskfn import EMPTY, FULL, PARTIAL, And, Everything, Grid, Mask, Not, Or, TensorMask, and_masks, as_mask, broadcast_shape, or_masks
 
-__all__ = ["Mask", "as_mask", "and_masks", "or_masks", "full", "causal", "window", "dilated_window", "no_self",
-           "padding", "valid_keys", "prefix_lm", "global_tokens", "Documents", "block_table", "random_blocks", "graph",
-           "key_padding_flags", "padding_tensor_hint"]
+__all__ = ["Mask", "as_mask", "and_masks", "or_masks", "key_padding_flags", "padding_tensor_hint"]
+
+LIBRARY: Registry = Registry("mask")
+"""Every mask builder of the library by name (what the property tests and ``attnlab bench masks``
+iterate): a builder joins it, and this module's exports, with :func:`builder`."""
+
+
+def builder(fn):
+    """Make ``fn`` (a function or class returning a :class:`Mask`) a builder of the library: in
+    :data:`LIBRARY` under its own name, and exported. Nothing else lists the builders."""
+    LIBRARY.add(fn.__name__, fn)
+    __all__.append(fn.__name__)
+    return fn
 
 def _check_size(name: str, value: object) -> int:
     if not is_int(value):
@@ -43,11 +53,13 @@ def _check_size(name: str, value: object) -> int:
     return value
 
 
+@builder
 def full() -> Mask:
     """Every query may attend to every key."""
     return Everything()
 
 
+@builder
 def causal(*, align: Align = "bottom_right") -> Mask:
     """Causal: query ``i`` attends to keys ``j <= i`` (``j <= i + (m - n)`` bottom-right aligned:
     the last query on the last key, decoding with a cache of ``m - n`` earlier keys). With
@@ -55,6 +67,7 @@ def causal(*, align: Align = "bottom_right") -> Mask:
     return Band(None, 0, align=align, name="causal")
 
 
+@builder
 def window(w: int, *, causal: bool = False, align: Align = "bottom_right") -> Mask:
     """Truncated (sliding-window) attention: ``|i - j| <= w`` (two-sided, the truncated
     self-attention of speech models), or ``0 <= i - j <= w`` with ``causal=True`` (one-sided,
@@ -63,6 +76,7 @@ def window(w: int, *, causal: bool = False, align: Align = "bottom_right") -> Ma
     return Band(-w, 0 if causal else w, align=align, name="window")
 
 
+@builder
 def dilated_window(w: int, dilation: int, *, causal: bool = False, align: Align = "bottom_right") -> Mask:
     """A dilated sliding window (Longformer, section 3.1): keys within ``w`` positions whose offset
     ``j - i`` is a multiple of ``dilation`` (``0 <= i - j <= w`` with ``causal=True``)."""
@@ -72,6 +86,7 @@ def dilated_window(w: int, dilation: int, *, causal: bool = False, align: Align 
     return Band(-w, 0 if causal else w, dilation=dilation, align=align, name="dilated_window")
 
 
+@builder
 def no_self(*, align: Align = "bottom_right") -> Mask:
     """Forbids each query to attend to its own position (in the lecture, attention of a vector
     to itself is optional); combine with other masks by ``&``."""
@@ -127,6 +142,7 @@ class KeyBefore(Mask):
         return f"{self.name}({self.limit.tolist()})"
 
 
+@builder
 def padding(lengths) -> Mask:
     """Key padding from the true lengths of a padded batch: row ``b`` attends to its first
     ``lengths[b]`` keys. Combine with causal or window masks by ``&``.
@@ -179,11 +195,13 @@ class KeyFlags(Mask):
         return ~f
 
 
+@builder
 def valid_keys(flags: torch.Tensor) -> Mask:
     """Key padding from per-key flags: ``flags`` ``(B, M)`` bool, True = a real key."""
     return KeyFlags(flags)
 
 
+@builder
 def prefix_lm(prefix, *, align: Align = "bottom_right") -> Mask:
     """Prefix-LM (T5, UniLM): every query sees the first ``prefix`` keys (bidirectional) and is
     causal after them. ``prefix``: an int, or one length per batch row."""
@@ -230,6 +248,7 @@ class PositionSet(Mask):
         return f"{self.side}_in({self.members.nonzero().flatten().tolist()})"
 
 
+@builder
 def global_tokens(tokens) -> Mask:
     """Global tokens (Longformer, Beltagy et al. 2020): a global token attends to every key and
     every query attends to it. ``tokens``: a count g (the first g positions, a CLS token) or a
@@ -287,6 +306,7 @@ class BlockTable(Mask):
         return f"{self.name}(block={self.block})"
 
 
+@builder
 def block_table(table: torch.Tensor, block: int) -> Mask:
     """A pattern of whole squares: query block ``t`` attends to key block ``s`` where ``table[t, s]``
     (``table`` a bool ``(query blocks, key blocks)`` tensor; blocks of ``block`` positions)."""
@@ -295,6 +315,7 @@ def block_table(table: torch.Tensor, block: int) -> Mask:
     return BlockTable(table, _check_size("block", block))
 
 
+@builder
 def random_blocks(count: int, block: int, *, seed: int = 0, causal: bool = False) -> Mask:
     """BigBird's random attention (Zaheer et al. 2020): each query block of ``block`` positions
     attends to ``count`` key blocks drawn without replacement (earlier ones when ``causal``),
@@ -316,6 +337,7 @@ def random_blocks(count: int, block: int, *, seed: int = 0, causal: bool = False
     return BlockTable(None, block, draw, name="random_blocks")
 
 
+@builder
 def graph(edge_index: torch.Tensor, num_nodes: int, *, add_self_loops: bool = False) -> Mask:
     """Attention restricted to a graph's edges: ``(2, E)`` ``edge_index``, column ``(j, i)`` an edge
     ``j -> i`` (source first, as in PyTorch Geometric), meaning **node i attends to node j**. For
@@ -334,6 +356,8 @@ def graph(edge_index: torch.Tensor, num_nodes: int, *, add_self_loops: bool = Fa
 
 
 from .documents import Documents  # noqa: E402  (a Mask built from the ones above)
+
+builder(Documents)
 
 
 def positions_of(mask, n: int, device=None) -> torch.Tensor | None:
@@ -390,12 +414,6 @@ def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key
 
 from .blockmap import DEFAULT_BLOCK, BlockMap, block_map  # noqa: E402
 
-LIBRARY: Registry = Registry("mask")
-"""Every mask builder of the library by name (what the property tests and ``attnlab bench masks`` iterate)."""
-for _fn in (full, causal, window, dilated_window, no_self, padding, valid_keys, prefix_lm, global_tokens, Documents, block_table,
-            random_blocks, graph):
-    LIBRARY.add(_fn.__name__, _fn)
-
 
 def names() -> list[str]:
     """The mask builders by name."""
@@ -403,4 +421,4 @@ def names() -> list[str]:
 
 
 __all__ += ["SharedPrefix", "Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap", "block_map", "DEFAULT_BLOCK",
-            "LIBRARY", "names", "positions_of"]
+            "LIBRARY", "builder", "names", "positions_of"]

@@ -4,15 +4,17 @@ Each variant is an attention step (:class:`attnlab.layers.step.AttentionStep`).
 ``create(name, embed_dim=..., num_heads=..., **options)`` returns the
 :class:`attnlab.MultiHeadAttention` holding it; ``step(name, ...)`` the step alone, to call on
 heads (``step(q, k, v)``) as :func:`attnlab.attend` is; ``names()`` names them (the registry is
-:data:`VARIANTS`). The gated linear-attention family (``retnet``, ``gla``,
-``deltanet``, ``gated_deltanet``, ``kda``, ``mamba2``) shares :class:`GatedRecurrence` and the three
-forms of :mod:`attnlab.efficient.recurrence`. ``"dense"`` is the exact layer. Each declares what
+:data:`VARIANTS`). The gated linear-attention family (``select(family="gated")``) shares
+:class:`GatedRecurrence` and the three forms of :mod:`attnlab.efficient.recurrence`.
+``"dense"`` is exact attention. A module of this package that registers a variant is imported
+and its step class exported here without being named: adding a variant is its file. Each declares what
 its attention step can do (``capabilities``); ``select(causal=True, ...)`` lists the variants by it. ``budget(name)``
 is a variant's :class:`Budget`: its settings at short and long lengths and its budget axis.
 """
 
 # each import registers its variant(s); this order (after "dense") is the order of budgets(),
 # so of the arena's, the scaling benchmark's and the approximation table's variants: keep it
+# (a module not named here joins after them: see the end of this file)
 # isort: off
 from . import local as _local  # noqa: F401
 from . import longformer as _longformer  # noqa: F401  (longformer, bigbird)
@@ -113,3 +115,21 @@ __all__ = [
     "Mamba2Attention",
     "ForgettingAttention",
 ]
+
+
+def _discover() -> None:
+    """Import every other module of this package (a variant's file registers it on import, after
+    the ones above) and export every registered step class by its name."""
+    import importlib
+    import pkgutil
+
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        importlib.import_module(f"{__name__}.{info.name}")
+    for name in VARIANTS.in_order():
+        cls = VARIANTS.get(name)
+        if cls.__module__.startswith(__name__) and cls.__name__ not in __all__:
+            globals()[cls.__name__] = cls
+            __all__.append(cls.__name__)
+
+
+_discover()

@@ -1,8 +1,8 @@
 """The gated linear-attention family's layer: projections, short convolution, gates, the
 recurrence (:mod:`attnlab.efficient.recurrence`) in one of its three forms, output norm and gate.
 
-RetNet, GLA, DeltaNet, Gated DeltaNet and Mamba-2 differ in their gates and state update; the
-layer around them is the same, and it is this class. A subclass says what its gates are
+The family's steps differ in their gates and state update; the step around them is the same,
+and it is this class. A subclass says what its gates are
 (:meth:`GatedRecurrence.gates`), how queries and keys are mapped (:meth:`GatedRecurrence.features`),
 and what happens to the heads' outputs (:meth:`GatedRecurrence.finish`).
 

@@ -1,13 +1,15 @@
-"""nn.Modules built on :mod:`attnlab.core`: multi-head attention, the feed-forward block, and
-attention along a graph's edges (:class:`GraphAttention`), the caches and states of decoding
-(:mod:`attnlab.layers.cache`, :mod:`attnlab.layers.state`) and what an attention step declares
-it can do (:class:`Capabilities`, :mod:`attnlab.layers.step`)."""
+"""nn.Modules built on :mod:`attnlab.core`: multi-head attention, the attention step it holds
+(:class:`AttentionStep`, called with a :class:`StepCall`; exact attention is :class:`DenseStep`)
+and what a step declares it can do (:class:`Capabilities`, :mod:`attnlab.layers.step`), the
+feed-forward block, attention along a graph's edges (:class:`GraphAttention`), and the caches
+and states of decoding (:mod:`attnlab.layers.cache`, :mod:`attnlab.layers.state`)."""
 
 from .cache import ForgetKVCache, KVCache, StaticKV
+from .exact import DenseStep
 from .graph import GraphAttention
 from .multihead import MultiHeadAttention
 from .state import MatrixState, RecurrentState
-from .step import Capabilities, StepInputs
+from .step import AttentionStep, Capabilities, StepCall, StepInputs
 
-__all__ = ["Capabilities", "ForgetKVCache", "GraphAttention", "KVCache", "MatrixState", "MultiHeadAttention", "RecurrentState",
-           "StaticKV", "StepInputs"]
+__all__ = ["AttentionStep", "Capabilities", "DenseStep", "ForgetKVCache", "GraphAttention", "KVCache", "MatrixState",
+           "MultiHeadAttention", "RecurrentState", "StaticKV", "StepCall", "StepInputs"]

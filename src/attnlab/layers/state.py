@@ -7,7 +7,7 @@ attention step as ``state=`` (the step updates it in place) and counts the token
 * :class:`RecurrentState` — the running sums of causal kernel attention (``linear``,
   ``performer``): "Transformers are RNNs" (Katharopoulos et al. 2020).
 * :class:`MatrixState` — the gated linear-attention family's matrix state ``S_t`` and its short
-  convolution's last inputs (``retnet``, ``gla``, ``deltanet``, ``gated_deltanet``, ``kda``, ``mamba2``).
+  convolution's last inputs (the steps that declare ``cache="matrix"``).
 """
 
 from __future__ import annotations

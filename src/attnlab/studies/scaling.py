@@ -11,9 +11,9 @@ so that a slow spell of the machine falls on every N rather than bending one end
 record keeps the median of its rounds, the fastest and the slowest round, and the minor page
 faults of one step. Peak memory (tensor bytes alive at once above
 the inputs, from PyTorch's profiler) is measured in a fresh child process per (variant, N).
-``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``. The gated
-linear-attention family (``retnet``, ``gla``, ``deltanet``, ``gated_deltanet``, ``kda``, ``mamba2``)
-computes its gates from the layer's inputs, so its whole layer is timed, projections, gates,
+``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``. A step that
+reads the layer's input (declared ``needs_input``: the gated linear-attention family, FoX)
+computes its gates from it, so its whole layer is timed, projections, gates,
 convolution and output norm included (against the others' attention step alone), in its
 bidirectional form (two scans, as the others attend non-causally).
 
