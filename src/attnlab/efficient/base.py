@@ -176,6 +176,13 @@ class VariantRegistry(Registry):
     """The attention steps by name: :meth:`create` builds the layer holding one, :meth:`options`
     are the step's and the layer's (:data:`LAYER_OPTIONS`)."""
 
+    def in_order(self) -> list[str]:
+        """The names in the order they were registered, the references of another variant
+        (``capabilities.reference``: ``dense_naive``) last: the order of every table and grid."""
+        names = super().in_order()
+        last = [n for n in names if getattr(self.get(n), "capabilities", None) is not None and self.get(n).capabilities.reference]
+        return [n for n in names if n not in last] + last
+
     def options(self, name: str) -> list[str] | None:
         own = keyword_options(self.get(name))
         return None if own is None else sorted({*own, *LAYER_OPTIONS})
