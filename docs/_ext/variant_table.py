@@ -9,8 +9,8 @@ and gets one row per registered variant (:data:`attnlab.efficient.VARIANTS`, in 
 registration): its declared capabilities (:class:`attnlab.layers.step.Capabilities`, in the
 columns of ``attnlab list variants``), the first sentence of its docstring and the options it
 takes beyond :class:`attnlab.MultiHeadAttention`'s. A
-variant registered later (one import in ``attnlab/efficient/__init__.py``) is in the table at the
-next build: nothing here names a variant.
+variant added later (its file in ``attnlab/efficient/``) is in the table at the next build:
+nothing here names a variant.
 """
 
 from __future__ import annotations
