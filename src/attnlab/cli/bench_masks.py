@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, load_report, name_list, out, track
-from .options import from_option, json_option, output_option, plot_option, repeats_option
+from .common import fail, int_list, name_list, out, track
+from .measured import measured
+from .options import repeats_option
 from .tables import table
 
 __all__ = ["bench_masks"]
 
 
-def bench_masks(
+def _bench_masks(
     sizes: str = typer.Option("4096,8192,16384,32768,65536,131072", help="Comma-separated sequence lengths N."),
     patterns: str = typer.Option("causal,window,documents,prefix_lm,dilated,global+window,bigbird", help="Comma-separated patterns."),
     methods: str = typer.Option("dense mask,block-sparse,pytorch causal,flex", help="Comma-separated methods."),
@@ -22,37 +23,28 @@ def bench_masks(
     quadratic_up_to: int = typer.Option(32768, min=1, help="Causal and prefix-LM (N^2 allowed pairs) only up to this N."),
     layer_step: int | None = typer.Option(None, min=0, help="One training step of one layer under the window at this N "
                                            "(default: the largest of --sizes; 0: none)."),
-    as_json: bool = json_option("Print the records, slopes and FlexAttention ratios as JSON instead of tables."),
-    output: str | None = output_option("Also write the JSON to this file (after every record)."),
-    plot: str | None = plot_option("Also draw time and memory against N per pattern to this PNG."),
-    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
-) -> None:
+    output: str | None = None,
+) -> dict:
     """Masks that scale: dense mask vs block-sparse vs PyTorch's causal kernel vs compiled FlexAttention (B=1, H=4, D=64, fp32)."""
     from ..studies.masks import METHODS, PATTERNS, flex_ratios, run, slopes
 
-    if report:
-        data = load_report(report, "bench masks", _checked)
-    else:
-        size_list = int_list("--sizes", sizes, minimum=1)
-        names = name_list("--patterns", patterns, PATTERNS)
-        kinds = name_list("--methods", methods, METHODS)
-        if not size_list:
-            fail("--sizes: give at least one length")
-        if layer_step is None:  # follows --sizes: a short sweep is not followed by a step at 131,072
-            layer_step = max(size_list)
+    size_list = int_list("--sizes", sizes, minimum=1)
+    names = name_list("--patterns", patterns, PATTERNS)
+    kinds = name_list("--methods", methods, METHODS)
+    if not size_list:
+        fail("--sizes: give at least one length")
+    if layer_step is None:  # follows --sizes: a short sweep is not followed by a step at 131,072
+        layer_step = max(size_list)
 
-        def payload(done: list) -> dict:
-            return {"records": [r.to_dict() for r in done], "slopes": slopes(done), "flex": flex_ratios(done)}
+    def payload(done: list) -> dict:
+        return {"records": [r.to_dict() for r in done], "slopes": slopes(done), "flex": flex_ratios(done)}
 
-        total = sum(len(kinds) for p in names for n in size_list if not (PATTERNS[p][1] and n > quadratic_up_to)) + (1 if layer_step else 0)
-        with track("measuring masks", total, output, payload) as tracker:
-            run(size_list, names, kinds, min_repeats=repeats, dense_up_to=dense_up_to, flex_up_to=flex_up_to,
-                quadratic_up_to=quadratic_up_to, layer_step=layer_step or None,
-                on_record=tracker.on_record(lambda r: f"{r.pattern} N={r.n} {r.method}"))
-        data = payload(tracker.records)
-    chart(plot, "masks.plot_masks", data)
-    if not emit_json(data, as_json, None if report else output):
-        _report(data)
+    total = sum(len(kinds) for p in names for n in size_list if not (PATTERNS[p][1] and n > quadratic_up_to)) + (1 if layer_step else 0)
+    with track("measuring masks", total, output, payload) as tracker:
+        run(size_list, names, kinds, min_repeats=repeats, dense_up_to=dense_up_to, flex_up_to=flex_up_to,
+            quadratic_up_to=quadratic_up_to, layer_step=layer_step or None,
+            on_record=tracker.on_record(lambda r: f"{r.pattern} N={r.n} {r.method}"))
+    return payload(tracker.records)
 
 
 def _checked(data: dict) -> dict:
@@ -106,3 +98,8 @@ def _report(data: dict) -> None:
         if r["mode"] == "layer_step":
             out.print(f"one training step of a MultiHeadAttention (E=256, 4 heads) under a window of 256 at N={r['n']:,}: "
                       f"{r['seconds']:.1f} s, {_mib(r['rss_bytes'])} MiB resident above the process's start")
+
+
+bench_masks = measured("bench masks", draw="masks.plot_masks", show=_report, checked=_checked,
+                       what="the records, slopes and FlexAttention ratios",
+                       plot_help="Also draw time and memory against N per pattern to this PNG.")(_bench_masks)

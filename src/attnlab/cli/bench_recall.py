@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, int_list, load_report, name_list, out, records_json, track
-from .options import from_option, json_option, output_option, plot_option, precision_option
+from .common import int_list, name_list, out, records_json, track
+from .measured import measured
+from .options import precision_option
 from .tables import table
 
 __all__ = ["recall"]
 
 
-def recall(
+def _recall(
     variants: str | None = typer.Option(
         None, help="Comma-separated variants [default: dense, local, linear and every input-gated variant that decodes causally "
                    "(attnlab.studies.recall.default_variants)]."),
@@ -21,11 +22,8 @@ def recall(
     seconds: float = typer.Option(60.0, min=0.1,
                                   help="At most this many training seconds per model (a slower variant trains fewer steps)."),
     precision: str = precision_option("fp32"),
-    as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: str | None = output_option("Also write the JSON to this file (after every model)."),
-    plot: str | None = plot_option("Also draw accuracy against state size to this PNG."),
-    source: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
-) -> None:
+    output: str | None = None,
+) -> dict:
     """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same steps.
 
     The defaults took 20 minutes on a 2-core CPU when they were 8 variants (x 2 pair counts x 2 widths).
@@ -33,23 +31,32 @@ def recall(
     from .. import efficient
     from ..studies.recall import default_variants, run
 
-    if source:
-        records = load_report(source, "bench recall", lambda d: d["records"])
-    else:
-        names = name_list("--variants", ",".join(default_variants()) if variants is None else variants, efficient.names(),
-                          hint=f"choose from {', '.join(efficient.names())}")
-        pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--embed-dims", embed_dims, minimum=4)
-        total = len(names) * len(pair_list) * len(dim_list)
-        with track("training", total, output, records_json) as tracker:
-            run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=precision,
-                on_record=tracker.on_record(lambda r: f"{r.variant} pairs={r.pairs} d={r.dim}: {r.accuracy:.3f}"))
-        records = [r.to_dict() for r in tracker.records]
-    chart(plot, "bench.plot_recall", records)
-    if emit_json({"records": records}, as_json):
-        return
+    names = name_list("--variants", ",".join(default_variants()) if variants is None else variants, efficient.names(),
+                      hint=f"choose from {', '.join(efficient.names())}")
+    pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--embed-dims", embed_dims, minimum=4)
+    total = len(names) * len(pair_list) * len(dim_list)
+    with track("training", total, output, records_json) as tracker:
+        run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=precision,
+            on_record=tracker.on_record(lambda r: f"{r.variant} pairs={r.pairs} d={r.dim}: {r.accuracy:.3f}"))
+    return records_json(tracker.records)
+
+
+def _report(data: dict) -> None:
     out.print("multi-query associative recall: test query accuracy (chance 1/values) and state size (float32 numbers per layer)")
     t = table(None, ["variant", "pairs", "N", "width", "state", "accuracy", "steps"], no_wrap=True)
-    for r in records:
+    for r in data["records"]:
         t.add_row(r["variant"], str(r["pairs"]), str(r["length"]), str(r["dim"]), f"{r['state_floats']:,}", f"{r['accuracy']:.3f}",
                   str(r["steps"]))
     out.print(t)
+
+
+def _checked(data: dict) -> dict:
+    for r in data["records"]:
+        for f in ("variant", "pairs", "length", "dim", "state_floats", "accuracy", "steps"):
+            if f not in r:
+                raise KeyError(f)
+    return data
+
+
+recall = measured("bench recall", draw="bench.plot_recall", show=_report, checked=_checked, drawn=lambda data: data["records"],
+                  plot_help="Also draw accuracy against state size to this PNG.")(_recall)

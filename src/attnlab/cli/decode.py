@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, load_report, out, records_json, track
-from .options import blocks_option, from_option, heads_option, json_option, output_option, plot_option, width_option
+from .common import emit_json, fail, int_list, out, records_json, track
+from .measured import measured
+from .options import blocks_option, heads_option, json_option, output_option, width_option
 from .tables import fmt_x, table
 
 __all__ = ["bench_decode", "bench_packing"]
 
 
-def bench_decode(
+def _bench_decode(
     contexts: str = typer.Option("256,1024,4096", help="Comma-separated prompt lengths."),
     new_tokens: int = typer.Option(32, "--new-tokens", min=2, help="Greedy tokens decoded after each prompt."),
     embed_dim: int = width_option(256),
@@ -27,20 +28,11 @@ def bench_decode(
     checkpoint: str | None = typer.Option(None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
     factor: int = typer.Option(8, min=2, help="The perplexity stream is this many training contexts long."),
     streams: int = typer.Option(2, min=1, help="Streams of the perplexity measure (cut from the docs test text)."),
-    as_json: bool = json_option("Print the records as JSON instead of tables."),
-    output: str | None = output_option("Also write the JSON here (after every record)."),
-    plot: str | None = plot_option("Also draw tokens per second against the context (and cache memory) to this PNG."),
-    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
-) -> None:
+    output: str | None = None,
+) -> dict:
     """Decoding speed and memory: KV cache vs recomputation vs transformers' generate, side by side."""
-    if report:
-        data = load_report(report, "bench decode", _checked)
-    else:
-        data = _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor,
-                        streams, output)
-    if not emit_json(data, as_json, None if report else output):
-        _report(data)
-    chart(plot, "decode.plot_decode", data)
+    return _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor,
+                    streams, output)
 
 
 def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor, streams,
@@ -136,6 +128,10 @@ def _report(data: dict) -> None:
         for r in data["perplexity"]:
             t.add_row(r["method"], "all" if r["kept"] is None else str(r["kept"]), f"{r['perplexity']:.3f}")
         out.print(t)
+
+
+bench_decode = measured("bench decode", draw="decode.plot_decode", show=_report, checked=_checked,
+                        plot_help="Also draw tokens per second against the context (and cache memory) to this PNG.")(_bench_decode)
 
 
 def bench_packing(

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, load_report, out, records_json, track
-from .options import blocks_option, from_option, heads_option, json_option, output_option, plot_option, width_option
+from .common import fail, int_list, out, records_json, track
+from .measured import measured
+from .options import blocks_option, heads_option, width_option
 from .tables import table
 
 __all__ = ["bench_ring"]
 
 
-def bench_ring(
+def _bench_ring(
     lengths: str = typer.Option("2048,4096,8192,16384,32768", help="Comma-separated sequence lengths."),
     processes: str = typer.Option("1,2,4", help="Comma-separated process counts P (1: the plain layer in one process)."),
     embed_dim: int = width_option(64),
@@ -26,29 +27,20 @@ def bench_ring(
         help="MiB each process may allocate beyond its start-up (setrlimit RLIMIT_DATA); a configuration that needs more fails "
              "and is recorded. 0: no cap."),
     threads: int = typer.Option(1, min=1, help="torch threads per process."),
-    as_json: bool = json_option("Print the records as JSON instead of a table."),
-    output: str | None = output_option("Also write the JSON here (after every record)."),
-    plot: str | None = plot_option("Also draw memory per process and time per step against the length to this PNG."),
-    report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
-) -> None:
+    output: str | None = None,
+) -> dict:
     """Ring attention: memory per process and step time against sequence length, P = 1, 2, 4 processes."""
-    if report:
-        data = load_report(report, "bench ring", _checked)
-    else:
-        ns = int_list("--lengths", lengths, minimum=1)
-        ps = int_list("--processes", processes, minimum=1)
-        if embed_dim % num_heads:
-            fail(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
-        from ..studies import ring
+    ns = int_list("--lengths", lengths, minimum=1)
+    ps = int_list("--processes", processes, minimum=1)
+    if embed_dim % num_heads:
+        fail(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
+    from ..studies import ring
 
-        with track("ring attention", len(ns) * len(ps), output, records_json) as tracker:
-            ring.run(ns, ps, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, causal=causal, repeats=repeats,
-                     memory_cap=int(memory_cap * 2**20), threads=threads,
-                     on_record=tracker.on_record(lambda r: f"P={r.processes}, N={r.length}: {r.status}"))
-        data = records_json(tracker.records)
-    if not emit_json(data, as_json, None if report else output):
-        _report(data["records"])
-    chart(plot, "ring.plot_ring", data)
+    with track("ring attention", len(ns) * len(ps), output, records_json) as tracker:
+        ring.run(ns, ps, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, causal=causal, repeats=repeats,
+                 memory_cap=int(memory_cap * 2**20), threads=threads,
+                 on_record=tracker.on_record(lambda r: f"P={r.processes}, N={r.length}: {r.status}"))
+    return records_json(tracker.records)
 
 
 def _checked(data: dict) -> dict:
@@ -86,3 +78,7 @@ def _report(recs: list[dict]) -> None:
     out.print(t)
     if any(r["status"] == "skipped" for r in recs):
         out.print("* not run: out of memory at a shorter length")
+
+
+bench_ring = measured("bench ring", draw="ring.plot_ring", show=lambda data: _report(data["records"]), checked=_checked,
+                      plot_help="Also draw memory per process and time per step against the length to this PNG.")(_bench_ring)
