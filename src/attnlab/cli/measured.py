@@ -7,27 +7,24 @@ FILE`` measures nothing and reports what an earlier ``-o`` wrote."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import typing
 from collections.abc import Callable
 
 from .common import chart, emit_json, load_report
-from .options import from_option, json_option, output_option, plot_option
+from .options import command, from_option, json_option, option, output_option, plot_option
 
 __all__ = ["measured"]
 
-_KW = inspect.Parameter.KEYWORD_ONLY
 
-
-def measured(command: str, *, draw: str, show: Callable[[dict], None], what: str = "the records",
+def measured(command_name: str, *, draw: str, show: Callable[[dict], None], what: str = "the records",
              plot_help: str, checked: Callable[[dict], dict] = lambda data: data, drawn: Callable[[dict], object] = lambda data: data):
     """Make ``measure(**options, output) -> data`` a command: its own options, then ``--json``,
     ``-o``, ``--plot`` and ``--from``; it measures (or reads ``--from``, checked by ``checked``),
     draws ``data`` with ``attnlab.viz.<draw>``, then prints it as JSON or with ``show``.
 
     Args:
-        command: its name in messages (``"bench masks"``).
+        command_name: its name in messages (``"bench masks"``).
         draw: the drawing function under :mod:`attnlab.viz` (``"masks.plot_masks"``).
         show: prints ``data`` as tables.
         what: what the JSON holds, for ``--json``'s help.
@@ -36,27 +33,17 @@ def measured(command: str, *, draw: str, show: Callable[[dict], None], what: str
         drawn: what of ``data`` the drawing takes (default all of it).
     """
     def decorate(measure: Callable[..., dict]):
-        @functools.wraps(measure)
         def run(*, as_json: bool, output: str | None, plot: str | None, report: str | None, **options) -> None:
-            data = load_report(report, command, checked) if report else measure(output=output, **options)
+            data = load_report(report, command_name, checked) if report else measure(output=output, **options)
             chart(plot, draw, drawn(data))
             if not emit_json(data, as_json, None if report else output):
                 show(data)
 
         own = [p for name, p in inspect.signature(measure).parameters.items() if name != "output"]
-        shared = [
-            inspect.Parameter("as_json", _KW, default=json_option(f"Print {what} as JSON instead of tables."), annotation=bool),
-            inspect.Parameter("output", _KW, default=output_option("Also write the JSON to this file (after every record)."),
-                              annotation=typing.Optional[str]),  # noqa: UP045 - typer reads the annotation object
-            inspect.Parameter("plot", _KW, default=plot_option(plot_help), annotation=typing.Optional[str]),  # noqa: UP045
-            inspect.Parameter("report", _KW, default=from_option("Measure nothing: print (and --plot) the JSON written by -o."),
-                              annotation=typing.Optional[str]),  # noqa: UP045
-        ]
-        hints = typing.get_type_hints(measure)
-        run.__signature__ = inspect.Signature([p.replace(kind=_KW, annotation=hints.get(p.name, p.annotation)) for p in own]
-                                              + shared)  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}  # type: ignore[attr-defined]
-        del run.__wrapped__  # typer reads the signature above, not measure's
-        return run
+        text = typing.Optional[str]  # noqa: UP045 - typer reads the annotation object
+        return command(run, measure, [*own, option("as_json", bool, json_option(f"Print {what} as JSON instead of tables.")),
+                                      option("output", text, output_option("Also write the JSON to this file (after every record).")),
+                                      option("plot", text, plot_option(plot_help)),
+                                      option("report", text, from_option("Measure nothing: print (and --plot) the JSON written by -o."))])
 
     return decorate

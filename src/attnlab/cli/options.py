@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+
 import typer
 
 __all__ = [
     "blocks_option",
+    "command",
+    "gathered",
+    "option",
     "from_option",
     "heads_option",
     "json_option",
@@ -75,3 +83,35 @@ def precision_option(default: str | None):
                         help="Matrix products in float32, in bfloat16 (mixed precision: float32 weights and loss), or auto: bf16 where "
                              "the device does it natively (AVX-512 BF16 / AMX CPUs, CUDA). Default: fp32 (the arena: each task's own); "
                              "'attnlab bench precision' measures what bf16 gains here, variant by variant.")
+
+
+def option(name: str, annotation, default) -> inspect.Parameter:
+    """The keyword parameter ``name`` of a command whose signature :func:`command` writes."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def command(run: Callable, like: Callable, params: list[inspect.Parameter]) -> Callable:
+    """``run`` (which takes keyword arguments) as the typer command of ``like`` with the parameters
+    ``params`` (``like``'s own, resolved, and any others made with :func:`option`): what typer reads."""
+    functools.update_wrapper(run, like)
+    hints = typing.get_type_hints(like)
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)) for p in params]
+    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
+    return run
+
+
+def gathered(options: list[inspect.Parameter], into: str):
+    """A command whose options ``options`` (made with :func:`option`) reach it as one dict, its
+    parameter ``into``: a long list of settings declared once, away from the function's body."""
+    def decorate(fn: Callable):
+        def run(**given):
+            settings = {p.name: given.pop(p.name) for p in options}
+            return fn(**given, **{into: settings})
+
+        own = [p for name, p in inspect.signature(fn).parameters.items() if name != into]
+        arguments = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]  # the positional ones first, as typer shows them
+        return command(run, fn, arguments + options + [p for p in own if p not in arguments])
+
+    return decorate

@@ -11,7 +11,8 @@ import typer
 from rich.markup import escape
 
 from .common import err, fail, out, output_folder, print_json, progress, refuse_overwrite
-from .options import blocks_option, heads_option, json_option, plot_option, precision_option, width_option
+from .options import gathered, json_option, plot_option
+from .train_options import RUN_OPTIONS
 from .training_bar import TrainingBar, interrupted_message
 
 __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
@@ -20,47 +21,16 @@ __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
 TASK_HELP = "The task (pos, recall, listops, text, docs, digits, karate, jsonl, ...: 'attnlab list tasks')."
 
 
+@gathered(RUN_OPTIONS, into="settings")
 def train(
     task: str = typer.Argument(..., metavar="TASK", help=TASK_HELP),
     extra: list[str] | None = typer.Argument(None, hidden=True),
     data: str | None = typer.Option(None, "--data", metavar="FILE",
                                     help="The user's own data, for a task that reads it: jsonl's file, wav_folder's folder (as in "
                                          "'attnlab arena --data'; the same as --task-option path=FILE)."),
-    model: str | None = typer.Option(None, help="Backbone (default: the task's, else transformer; 'attnlab list models')."),
-    attention: str | None = typer.Option(None, help="Attention variant (default dense; 'attnlab list variants')."),
-    positional: str | None = typer.Option(None, help="Positional encoding (default: the task's; 'attnlab list encodings')."),
-    causal: bool | None = typer.Option(None, "--causal/--bidirectional", help="Causal attention (default: the task's)."),
-    steps: int | None = typer.Option(None, min=1, help="Optimizer steps (default: the task's)."),
-    epochs: int | None = typer.Option(None, min=1, help="Passes over the training split instead of --steps."),
-    seed: int | None = typer.Option(None, help="Seed of the weights, dropout and example order (default 0)."),
     out_dir: str = typer.Option("runs/latest", "--out", metavar="DIR", help="Output folder (its checkpoint/ is written atomically)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; more --steps or --seconds extend a finished one."),
     force: bool = typer.Option(False, "--force", help="Replace a run already in --out (without it, such a run is never touched)."),
-    size: int | None = typer.Option(None, min=1, help="Task size knob: training examples."),
-    task_option: list[str] = typer.Option([], "--task-option", metavar="KEY=VALUE", help="A task option (repeatable)."),
-    model_option: list[str] = typer.Option([], "--model-option", metavar="KEY=VALUE", help="A backbone option (repeatable)."),
-    attention_option: list[str] = typer.Option([], "--attention-option", metavar="KEY=VALUE",
-                                               help="An option of the attention variant, e.g. window=16 (repeatable)."),
-    embed_dim: int | None = width_option(None, "Model width E (default: the task's, else 64)."),
-    num_layers: int | None = blocks_option(None, "Blocks (default: the task's, else 2)."),
-    num_heads: int | None = heads_option(None, "Attention heads, dividing --embed-dim (default: the task's, else 4)."),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Examples per optimizer step (default: the task's)."),
-    lr: float | None = typer.Option(None, min=0.0, help="Peak learning rate of AdamW (default: the task's)."),
-    eval_every: int | None = typer.Option(None, "--eval-every", min=1, help="Steps between validations and checkpoints."),
-    patience: int | None = typer.Option(None, min=1, help="Stop after this many validations without improvement."),
-    seconds: float | None = typer.Option(
-        None, "--seconds", min=0.1,
-        help="Time budget: train this many seconds, the learning rate annealed over them (no step limit unless --steps, no "
-             "early stop unless --patience)."),
-    precision: str | None = precision_option(None),
-    compile_step: bool | None = typer.Option(None, "--compile/--no-compile", help="Run the training forward through torch.compile."),
-    pretrain_steps: int | None = typer.Option(
-        None, "--pretrain-steps", min=0,
-        help="Self-pretraining first: this many steps restoring masked tokens (next token for causal models) on the task's own "
-             "inputs, then fine-tuning on the labels (default 0: none)."),
-    pretrain_share: float | None = typer.Option(
-        None, "--pretrain-share", min=0.01, max=0.99,
-        help="Under --seconds: the share of the budget self-pretraining may take at most (default 0.5)."),
     sequence_parallel: int = typer.Option(
         1, "--sequence-parallel", min=1,
         help="Under torchrun: P processes share every sequence (ring attention); the rest is data parallelism."),
@@ -70,6 +40,7 @@ def train(
              "jsonl and graph_files)."),
     as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, test_size, steps, "
                                 "seconds, checkpoint, warnings; baseline: its model and value)."),
+    settings: dict | None = None,
 ) -> None:
     """Train a model on a task with validation, early stopping and atomic checkpoints.
 
@@ -77,22 +48,27 @@ def train(
     extend a finished one), --force replaces it.
     """
     from ..tasks import baseline_model
-    from ..training import ConfigMismatchError, RunExistsError
-    from ..training import train as run_train
 
     if resume and force:
         fail("--resume continues the run in --out and --force replaces it: give one of them, not both")
     output_folder("--out", out_dir)
-    base_dir = os.path.join(out_dir, "baseline")
-    previous = _previous_run(out_dir, task) if resume else None
-    cfg = _config(
-        task, size, [*task_option, *_data_option(task, data, task_option, extra)], model_option, attention_option, previous=previous,
-        model=model, attention=attention,
-        positional=positional, causal=causal, steps=steps, epochs=epochs, seed=seed, embed_dim=embed_dim, num_layers=num_layers,
-        num_heads=num_heads, batch_size=batch_size, lr=lr, eval_every=eval_every, patience=patience, seconds=seconds, precision=precision,
-        compile=compile_step, pretrain_steps=pretrain_steps, pretrain_share=pretrain_share,
-    )
+    run = dict(settings or {})
+    given = [run.pop("task_option"), run.pop("model_option"), run.pop("attention_option")]
+    cfg = _config(task, run.pop("size"), [*given[0], *_data_option(task, data, given[0], extra)], given[1], given[2],
+                  previous=_previous_run(out_dir, task) if resume else None, **run)
     base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
+    done = _run(task, cfg, base_cfg, out_dir, resume=resume, force=force, sequence_parallel=sequence_parallel, baseline=baseline)
+    if done is not None:
+        _summary(*done, cfg, resume=resume, as_json=as_json)
+
+
+def _run(task: str, cfg, base_cfg, out_dir: str, *, resume: bool, force: bool, sequence_parallel: int, baseline: bool | None):
+    """Train ``cfg`` into ``out_dir`` (and the baseline ``base_cfg`` into its ``baseline/``) with
+    progress bars; ``(result, the baseline's or None)``, None on another process of torchrun's."""
+    from ..training import ConfigMismatchError, RunExistsError
+    from ..training import train as run_train
+
+    base_dir = os.path.join(out_dir, "baseline")
     base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
     phases: list = []  # the runs started: (folder, bar, self-pretraining's bar)
     try:
@@ -100,7 +76,7 @@ def train(
             first = run_train(cfg, out_dir, resume=resume, sequence_parallel=sequence_parallel, overwrite=force)
             if base_cfg is not None and first.kind != "seq2seq":
                 run_train(base_cfg, base_dir, resume=base_resume, overwrite=force)
-            return
+            return None
         with progress() as bar:
             meter = TrainingBar(bar, f"{task} {cfg.model}", cfg.seconds, notice=not cfg.pretrain_steps)
             pre = TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
@@ -112,6 +88,7 @@ def train(
                 meter = TrainingBar(bar, f"{task} {base_cfg.model} (no attention)", base_cfg.seconds)
                 phases.append((base_dir, meter, None))
                 base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval, overwrite=force)
+        return result, base
     except KeyboardInterrupt:
         if not phases:  # another process of torchrun's, or before training began: nothing to say
             raise typer.Exit(130) from None
@@ -130,6 +107,10 @@ def train(
             for b in bars:
                 if b is not None:
                     b.close()
+
+
+def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
+    """The run's score, its baseline's beside it, and its caveats (or one JSON object)."""
     caveats = _caveats(result, cfg)
     if resume and result.steps_run == 0:
         caveats.append(f"nothing was trained: the run had already reached its budget ({result.steps} steps); give more --steps or "
