@@ -18,7 +18,7 @@ import torch
 
 from ..core.attend import AttentionResult
 from .cache import Call, ForgetKVCache, KVCache, new_tokens, seen_positions
-from .step import StepCall
+from .step import StepCall, check_decodes
 
 __all__ = ["ConstantSizeState", "MatrixState", "RecurrentState", "check_kind", "make_cache"]
 
@@ -107,14 +107,10 @@ class MatrixState(ConstantSizeState):
 def make_cache(step, window, sinks: int, positions: str):
     """The cache of the kind ``step`` declares (``capabilities.cache``): see
     :meth:`attnlab.MultiHeadAttention.new_cache`."""
+    check_decodes(step)
     kind = step.capabilities.cache
-    if kind is None:
-        raise ValueError(f"the {step.name!r} attention has no cached decoding ({step.no_cache_reason}); "
-                         "attnlab.efficient.select(decodes=True) names the variants that decode")
     if kind == "kv":
         return KVCache(window=window, sinks=sinks, positions=positions)
-    if not step.causal:
-        raise ValueError(f"cached decoding needs a causal {step.name!r} attention (create it with causal=True)")
     if kind == "forget":
         if window is not None or sinks or positions != "absolute":
             raise ValueError(f"the {step.name!r} attention's cache holds every token with its cumulative forget gate: "
@@ -134,13 +130,10 @@ def make_cache(step, window, sinks: int, positions: str):
 def check_kind(step, cache) -> None:
     """Refuse a cache other than the kind :func:`make_cache` makes for ``step``: see
     :meth:`attnlab.MultiHeadAttention.check_cache`."""
+    check_decodes(step)
     kind = step.capabilities.cache
-    if kind is None:
-        raise ValueError(f"the {step.name!r} attention has no cached decoding ({step.no_cache_reason})")
     if kind == "kv" and isinstance(cache, KVCache) and not isinstance(cache, ForgetKVCache):
         return
-    if kind != "kv" and not step.causal:
-        raise ValueError(f"cached decoding needs a causal {step.name!r} attention (create it with causal=True)")
     if kind == "window" and isinstance(cache, KVCache):
         want = make_cache(step, None, 0, "absolute")
         if (cache.window, cache.sinks, cache.positions) == (want.window, want.sinks, want.positions):

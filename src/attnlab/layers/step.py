@@ -37,7 +37,8 @@ from ..validate import ArgumentTypeError, positive_int
 if TYPE_CHECKING:
     from ..positional.base import PositionalEncoding
 
-__all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KINDS", "StepCall", "StepInputs", "check_call"]
+__all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KINDS", "StepCall", "StepInputs", "check_call",
+           "check_decodes"]
 
 CAUSAL_FORMS = ("mask", "option")
 """How a step is causal: ``"mask"`` — it takes any mask, so ``masks.causal()`` (exact attention);
@@ -186,6 +187,17 @@ class StepCall:
             "create it with causal=True, for any other mask use the 'dense' attention"))
 
 
+def check_decodes(step: AttentionStep) -> None:
+    """Refuse cached decoding where the step declares none, or where its cache needs the causal
+    form (every kind but ``"kv"``: a state or a window rule only causal attention has) and the step
+    is not causal."""
+    if step.capabilities.cache is None:
+        raise ValueError(f"the {step.name!r} attention has no cached decoding ({step.no_cache_reason}); "
+                         "attnlab.efficient.select(decodes=True) names the variants that decode")
+    if step.capabilities.cache != "kv" and not step.causal:
+        raise ValueError(f"cached decoding needs a causal {step.name!r} attention (create it with causal=True)")
+
+
 def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: StepCall) -> None:
     """Refuse what ``step`` declares it cannot take (its ``capabilities``), one message per rule:
     the weights, a score bias or function without ``forms_scores``; a sharded sequence unless
@@ -201,8 +213,8 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if spanning.spans(call.mask) and not caps.exact:
         raise ValueError(f"the {name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs the "
                          "exact steps (attnlab.efficient.select(exact=True, reference=False))")
-    if call.state is not None and caps.cache is None:
-        raise ValueError(f"the {name!r} attention has no cached decoding ({step.no_cache_reason})")
+    if call.state is not None:
+        check_decodes(step)
     if call.state is not None and call.bias is not None:
         raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer itself)")
     if caps.needs_input and call.inputs is None:
