@@ -184,3 +184,22 @@ def test_a_decoder_takes_the_causal_variants_that_take_q_k_v(gated):
         got = decoder_variants()
         assert "test_kernel" in got and gated not in got and "dense" not in got and "linformer" not in got
     assert {"local", "longformer", "bigbird", "performer", "linear", "reformer"} <= set(got)
+
+
+def test_the_registrys_lists_budgets_and_steps_take_a_registered_variant(gated, acausal):
+    """What the tests and tables iterate (the registry's order, the budgets, the selections) and
+    the step alone take a variant registered later; the references of another stay last."""
+    order = efficient.VARIANTS.in_order()
+    assert order[-1] == "dense_naive" and {gated, acausal} <= set(order) and order.index(gated) < order.index("dense_naive")
+    assert {gated, acausal} <= set(efficient.budgets()) and gated in efficient.select(needs_input=True, forms_scores=False)
+    step = efficient.step(gated, embed_dim=8, num_heads=2, causal=True)
+    assert step.name == gated and efficient.capabilities(gated) is step.capabilities
+
+
+def test_a_variants_module_is_imported_and_its_step_exported_without_being_named():
+    """deltaproduct was added as its file alone: the package's __init__ does not name it, yet it is
+    registered and exported by its class name."""
+    init = Path(efficient.__file__).read_text()
+    assert "deltaproduct" not in init and "DeltaProduct" not in init
+    assert efficient.DeltaProductAttention is efficient.VARIANTS.get("deltaproduct")
+    assert "DeltaProductAttention" in efficient.__all__
