@@ -56,7 +56,7 @@ from ..core.maskfn import Everything, FunctionMask, Mask
 from ..core.masks import causal as causal_mask
 from ..core.masks import valid_keys
 from ..core.score_mods import softcap as softcap_mod
-from ..layers.step import StepCall
+from ..layers.step import StepCall, check_decodes
 from ..registry import keyword_options
 from ..validate import ArgumentTypeError
 from .hybrid import Kernels, use_kernels
@@ -345,8 +345,10 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
     step = _step(module, variant, options, causal, q)
     pad = m - n
     if pad:  # queries at the end of a longer sequence (decoding with a cache): the variant's last rows of the whole
-        if step.capabilities.cache is None:
-            raise UnsupportedError(f"{who} decodes with a cache; the {variant!r} attention has no cached decoding")
+        try:
+            check_decodes(step)
+        except ValueError as e:
+            raise UnsupportedError(f"{who} decodes with a cache; {e}") from None
         if pad < 0 or bias is not None or (pattern and isinstance(mask, ModelMask) and mask.kind == ("custom",)):
             raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under a mask that does not place them at the end of "
                                    f"the sequence (a static cache, or a rule of its own); the {variant!r} attention decodes with "
