@@ -155,27 +155,31 @@ class MultiHeadAttention(nn.Module):
     @property
     def name(self) -> str:
         """The registered name of the step this layer holds (:func:`attnlab.efficient.create`)."""
-        return self.step.name
+        return self.__dict__["_held"].name
 
     @property
     def capabilities(self) -> Capabilities:
         """What this layer's attention step can do (:class:`attnlab.layers.step.Capabilities`):
         exact attention takes any mask, forms scores, decodes with any :class:`KVCache` and takes
         grouped keys itself. Each variant's step declares its own."""
-        return self.step.capabilities
+        return self.__dict__["_held"].capabilities
 
     def __getattr__(self, name: str):
         """The step's attributes read through the layer (``layer.window`` is ``layer.step.window``)."""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            step = self.__dict__["_modules"].get("step")
-            if step is None or name.startswith("_"):
-                raise
-            return getattr(step, name)
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):  # nn.Module's own lookup, without a second frame on the hot path
+            found = d[store]
+            if name in found:
+                return found[name]
+        step = d["_modules"].get("step")
+        if step is None or name.startswith("_"):
+            return super().__getattr__(name)  # its AttributeError
+        return getattr(step, name)
 
     def __setattr__(self, name: str, value) -> None:
         """An attribute of the step, not of the layer, is set on the step (``layer.mode = "recurrent"``)."""
+        if name == "step":  # also held as a plain attribute: the forward pass reads it without nn.Module's lookup
+            self.__dict__["_held"] = value
         step = self.__dict__.get("_modules", {}).get("step")
         if (step is not None and not name.startswith("_") and name not in self.__dict__ and not hasattr(type(self), name)
                 and name not in self._modules and name not in self._parameters and hasattr(step, name)):
@@ -401,13 +405,10 @@ class MultiHeadAttention(nn.Module):
         check_kind(self.step, cache)
 
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
-        """Call ``hook(layer, q, k, v, kwargs)`` before each call of this layer's step, with the heads and a copy of
-        the call as keyword arguments (``mask``, ``bias``, ``score_mod``, ``return_weights``, ``state``, ``inputs``:
-        :meth:`attnlab.layers.step.StepCall.kwargs`), whoever calls the step (this layer's forward passes, the
-        transformers integration, a study); with a cache, ``k`` and ``v`` are the held keys (a recurrent state or a
-        forget-gate cache, which the step writes itself: the new tokens'). Every variant calls it, the gated
-        recurrences included (their heads before the short convolution). The return value is ignored; the handle's
-        ``remove()`` removes it (:meth:`attnlab.layers.step.AttentionStep.register_hook`)."""
+        """Call ``hook(layer, q, k, v, kwargs)`` before each call of this layer's step, whoever calls it, with the heads
+        and the call as keyword arguments (:meth:`attnlab.layers.step.StepCall.kwargs`); with a cache, ``k`` and ``v``
+        are the held keys (a recurrent state or a forget-gate cache, which the step writes itself: the new tokens'); the
+        gated recurrences' heads are those before the short convolution. The handle's ``remove()`` removes it."""
         return self.step.register_hook(hook, owner=self)
 
     def clear_step_hooks(self) -> None:
@@ -416,7 +417,7 @@ class MultiHeadAttention(nn.Module):
 
     def attention_step(self, q, k, v, call: StepCall) -> AttentionResult:
         """:meth:`forward`'s attention step: this layer's step on the heads (the hooks, then the step)."""
-        return self.step(q, k, v, call)
+        return self.__dict__["_held"](q, k, v, call)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
