@@ -162,3 +162,20 @@ def test_bad_groups_are_refused():
         m(x, x, x)
     with pytest.raises(ValueError, match="query"):
         m(torch.randn(1, 5, E + 1, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("ngroups,state_size", [(1, 32), (2, 16)])
+def test_groups_as_wide_as_the_layer_are_split_by_group_not_by_head(ngroups, state_size):
+    """ngroups x state_size = E: the projections have the layer's width, but C and B are still
+    ngroups heads of state_size (a width test alone would split them into H heads of D)."""
+    torch.manual_seed(0)
+    m = efficient.create("mamba2", embed_dim=32, num_heads=4, ngroups=ngroups, state_size=state_size, causal=True).double()
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    seen = []
+    m.register_step_hook(lambda layer, q, k, v, kw: seen.append((tuple(q.shape), tuple(k.shape), tuple(v.shape))))
+    out = m(x).output
+    assert seen == [((2, ngroups, 7, state_size), (2, ngroups, 7, state_size), (2, 4, 7, 8))]
+    c, b = (p(x).view(2, 7, ngroups, state_size).transpose(1, 2) for p in (m.q_proj, m.k_proj))
+    v = m.v_proj(x).view(2, 7, 4, 8).transpose(1, 2)
+    by_hand = m.merge_heads(m.step(c, b, v, inputs=StepInputs(x, torch.arange(7))).output)
+    assert (out - by_hand).abs().max() < 1e-12

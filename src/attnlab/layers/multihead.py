@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -155,14 +155,14 @@ class MultiHeadAttention(nn.Module):
     @property
     def name(self) -> str:
         """The registered name of the step this layer holds (:func:`attnlab.efficient.create`)."""
-        return self.__dict__["_held"].name
+        return cast(AttentionStep, self._modules["step"]).name
 
     @property
     def capabilities(self) -> Capabilities:
         """What this layer's attention step can do (:class:`attnlab.layers.step.Capabilities`):
         exact attention takes any mask, forms scores, decodes with any :class:`KVCache` and takes
         grouped keys itself. Each variant's step declares its own."""
-        return self.__dict__["_held"].capabilities
+        return cast(AttentionStep, self._modules["step"]).capabilities
 
     def __getattr__(self, name: str):
         """The step's attributes read through the layer (``layer.window`` is ``layer.step.window``)."""
@@ -178,11 +178,9 @@ class MultiHeadAttention(nn.Module):
 
     def __setattr__(self, name: str, value) -> None:
         """An attribute of the step, not of the layer, is set on the step (``layer.mode = "recurrent"``)."""
-        if name == "step":  # also held as a plain attribute: the forward pass reads it without nn.Module's lookup
-            self.__dict__["_held"] = value
         step = self.__dict__.get("_modules", {}).get("step")
         if (step is not None and not name.startswith("_") and name not in self.__dict__ and not hasattr(type(self), name)
-                and name not in self._modules and name not in self._parameters and hasattr(step, name)):
+                and name not in self._modules and name not in self._parameters and name not in self._buffers and hasattr(step, name)):
             setattr(step, name, value)
         else:
             super().__setattr__(name, value)
@@ -236,9 +234,10 @@ class MultiHeadAttention(nn.Module):
         projs = [self.q_proj, self.v_proj] if shared else [self.q_proj, self.k_proj, self.v_proj]
         w, bias = interop.fused_weights(self, projs)
         out = F.linear(x, w, bias)
-        if self.num_kv_heads != self.num_heads or self.q_proj.out_features != self.embed_dim:  # grouped, or the step's own q and k
+        own = cast(AttentionStep, self._modules["step"]).query_key_shape()
+        if self.num_kv_heads != self.num_heads or own != (self.num_heads, self.head_dim):  # grouped, or the step's own q and k
             q, k, v = out.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
-            qk = self.step.query_key_shape()[0]
+            qk = own[0]
             kh = self.num_kv_heads if qk == self.num_heads else qk
             return (q.view(b, n, qk, -1).transpose(1, 2), k.view(b, n, kh, -1).transpose(1, 2),
                     v.view(b, n, self.num_kv_heads, -1).transpose(1, 2))
@@ -417,7 +416,7 @@ class MultiHeadAttention(nn.Module):
 
     def attention_step(self, q, k, v, call: StepCall) -> AttentionResult:
         """:meth:`forward`'s attention step: this layer's step on the heads (the hooks, then the step)."""
-        return self.__dict__["_held"](q, k, v, call)
+        return cast(AttentionStep, self._modules["step"])(q, k, v, call)  # the registered module itself, read without nn.Module's lookup
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
