@@ -192,10 +192,8 @@ class VariantRegistry(Registry):
         self.check_options(name, options)
         cls = self.get(name)
         takes = set(keyword_options(cls) or ())
-        layer_options = {k: options.pop(k) for k in LAYER_OPTIONS if k in options and not (k == "max_len" and k in takes)}
-        if "max_len" in options and "max_len" in takes:  # the step's (linformer's) and the layer's (a learned encoding)
-            layer_options["max_len"] = options["max_len"]
-        build = functools.partial(cls, *args, **options)
+        layer_options = {k: v for k, v in options.items() if k in LAYER_OPTIONS}  # max_len: the layer's and linformer's
+        build = functools.partial(cls, *args, **{k: v for k, v in options.items() if k in takes or k not in LAYER_OPTIONS})
         return MultiHeadAttention(*args, step=build() if cls.drawn_first else build, **layer_options)
 
 

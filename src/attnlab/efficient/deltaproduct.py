@@ -26,7 +26,6 @@ class _HouseholderScan(GatedRecurrence):
     query reads). The segments, padding, decoding state and rope of the family come with it."""
 
     delta = True
-    default_conv = 0  # DeltaProduct's projections are not convolved here (see DeltaProductAttention)
 
     def __init__(self, embed_dim: int, num_heads: int, *, num_householder: int, **options):
         super().__init__(embed_dim, num_heads, causal=True, conv_size=0, **options)

@@ -151,10 +151,6 @@ class StepCall:
         """The call as keyword arguments (what a step hook receives; ``step(q, k, v, **kwargs)`` repeats it)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def but(self, **changes) -> StepCall:
-        """A copy with ``changes``."""
-        return replace(self, **changes)
-
     @property
     def documents(self) -> Documents | None:
         """The packed documents the mask is (:class:`attnlab.masks.Documents`: each attended alone), or None."""
