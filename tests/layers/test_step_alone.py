@@ -102,3 +102,20 @@ def test_the_approximation_study_calls_the_step_and_its_hooks_run(monkeypatch):
     records = approximation.run_approximation(n=16, variants=["local", "performer"], seeds=1)
     assert {r.variant for r in records} == {"local", "performer"}
     assert len(calls) == len(records) and all(n == 16 for _, n in calls)
+
+
+def test_a_steps_causal_option_is_refused_where_its_declaration_has_none():
+    with pytest.raises(TypeError, match="'dense' attention is causal by its mask: pass mask=masks.causal()"):
+        efficient.step("dense", embed_dim=E, num_heads=H, causal=True)
+    with pytest.raises(ValueError, match="'linformer' attention cannot be causal"):
+        efficient.step("linformer", embed_dim=E, num_heads=H, max_len=8, causal=True)
+    with pytest.raises(TypeError, match="causal must be a bool, got str"):
+        efficient.step("local", embed_dim=E, num_heads=H, causal="yes")
+    with pytest.raises(ValueError, match="embed_dim must be divisible by num_heads, got embed_dim=10 and num_heads=4"):
+        efficient.step("local", embed_dim=10, num_heads=H)
+
+
+def test_a_mask_builder_joins_the_library_once():
+    assert "causal" in masks.names() and "causal" in masks.__all__
+    with pytest.raises(ValueError, match="a mask named 'causal' is already registered"):
+        masks.builder(masks.causal)
