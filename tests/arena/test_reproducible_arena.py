@@ -65,7 +65,7 @@ def test_a_task_option_reaches_its_task_and_one_a_level_sets_replaces_the_levels
     lookup = [s for s in grid if s.task == "lookup"]
     assert len(lookup) == 1 and lookup[0].config.task_options == {"size": 512, "keys": 32, "length": 2048} and lookup[0].level == {}
     assert [s.config.task_options for s in grid if s.task == "text"] == [{"length": 512}]
-    assert any("keys=32 given, so its levels" in n for n in grid.notes)
+    assert any("keys=32 given, so it runs at that setting alone, in place of its difficulty levels" in n for n in grid.notes)
     kept = plan("quick", tasks=["lookup"], variants=["dense"], seeds=[0], task_options=parse_task_options(["lookup.gap=64"]))
     assert [s.config.task_options["gap"] for s in kept] == [64, 64, 64] and len({json.dumps(s.level) for s in kept}) == 3
     for bad, said in ((["lookup.kes=3"], "lookup has no option 'kes'; it takes"), (["keys=3"], "takes TASK.KEY=VALUE"),
@@ -139,13 +139,13 @@ def test_a_grid_without_dense_says_so_and_still_averages():
     assert [e["variant"] for e in board["average"]] == ["linear", "linformer"] and board["average"][0]["speed"] is None
 
 
-def test_a_run_a_task_cannot_take_is_named_in_the_plan():
+def test_a_run_a_task_cannot_take_is_named_in_the_plan(tmp_path):
     """The finding: --tasks translate,karate --variants dense,none dropped none on translate without a word."""
     grid = plan("quick", tasks=["translate", "karate"], variants=["dense", "none"])
     assert sorted((s.task, s.variant) for s in grid) == [("karate", "dense"), ("karate", "none"), ("translate", "dense")]
     assert grid.notes == ["translate / none left out: translate has no no-attention baseline (no backbone without attention "
                           "reads it; a seq2seq decoder attends its encoder)"]
-    res = runner.invoke(app, ["arena", "--tasks", "translate", "--variants", "none", "--out", "x", "--budget-steps", "1"],
+    res = runner.invoke(app, ["arena", "--tasks", "translate", "--variants", "none", "--out", str(tmp_path), "--budget-steps", "1"],
                         catch_exceptions=False)
     assert "note: translate / none left out" in " ".join(res.output.split())
 

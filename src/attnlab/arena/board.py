@@ -74,13 +74,31 @@ def level_values(entry: dict, names: list[str]) -> list[float | None]:
     return [got.get(n) for n in names]
 
 
-def _differences(settings: list[str]) -> dict[str, str]:
-    """Each setting's fields that differ from the others' (``"seconds=4"``), for telling cells apart."""
+def _leaves(config: dict) -> dict[str, str]:
+    """A setting's fields as ``name -> value`` in words, nested options flattened (``task_options``'
+    ``keys`` is ``keys``, the name a user gives it)."""
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, dict) and k.endswith("_options"):
+            out.update({f"{kk}": json.dumps(vv) if isinstance(vv, (dict, list)) else str(vv) for kk, vv in v.items()})
+        else:
+            out[k] = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+    return out
+
+
+def _differences(settings: list[str], most: int = 3) -> dict[str, str]:
+    """Each setting's fields that differ from the others', in a few words (``"keys=4, length=512"``;
+    ``default`` where a setting leaves the field to the task; at most ``most`` fields, then a count)."""
     if len(settings) < 2:
         return {s: "" for s in settings}
-    parsed = {s: json.loads(s) for s in settings}
-    keys = sorted({k for c in parsed.values() for k in c if len({json.dumps(p.get(k), sort_keys=True) for p in parsed.values()}) > 1})
-    return {s: ", ".join(f"{k}={json.dumps(c.get(k))}" for k in keys) for s, c in parsed.items()}
+    parsed = {s: _leaves(json.loads(s)) for s in settings}
+    keys = sorted({k for c in parsed.values() for k in c if len({p.get(k) for p in parsed.values()}) > 1})
+    shown, rest = keys[:most], len(keys) - most
+
+    def words(c: dict) -> str:
+        return ", ".join(f"{k}={c.get(k, 'default')}" for k in shown) + (f", {rest} more" if rest > 0 else "")
+
+    return {s: words(c) for s, c in parsed.items()}
 
 
 def leaderboard(rows: list[dict]) -> dict:
@@ -192,7 +210,7 @@ def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict], levels:
     parts = [{**_level_entry(variant, setting, by_level[k], rows), "level": json.loads(k)} if by_level[k] else
              {**_level_entry(variant, setting, rs[:1], rows), "level": json.loads(k), "value": None, "spread": None, "seeds": 0,
               "run_ids": [], "caveats": [], "error": "no finished run at this level"} for k in order]
-    first = parts[0]
+    first = {k: v for k, v in parts[0].items() if k != "level"}  # the mean over the levels is at no one level
     entry = {**first, "levels": parts, "run_ids": [i for p in parts for i in p["run_ids"]],
              "caveats": list(dict.fromkeys(f"{level_text(p['level'])}: {c}" for p in parts for c in p["caveats"]))}
     missing = [p for p in parts if p["value"] is None]
@@ -246,8 +264,11 @@ def _level_entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -
         means = [p["value"] for p in points]
         sweep = {"chosen": json.loads(chosen), "points": points, "low": min(means), "high": max(means)}
     first = (ok or rs)[0]
+    by_size = sorted(rs, key=lambda r: [r["config"].get(k) or 0 for k in ("seconds", "steps", "epochs")])
+    budgets = list(dict.fromkeys(budget_of(r["config"]) for r in by_size))
+    budget = budget_of(first["config"]) if len(budgets) == 1 else " or ".join(budgets) + " (swept)"
     entry = {"variant": variant, "setting": setting, "seeds": len({r["seed"] for r in ok}), "sweep": sweep,
-             "metric": first["metric"] or (ok[0]["metric"] if ok else None), "budget": budget_of(first["config"]),
+             "metric": first["metric"] or (ok[0]["metric"] if ok else None), "budget": budget,
              "timed": first["config"].get("seconds") is not None, "caveats": caveats(ok, rows), "run_ids": [r.get("run_id") for r in ok]}
     if ok:
         values = [r["value"] for r in ok]
@@ -294,7 +315,7 @@ def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
     """Why a leaderboard cell's score (its finished runs ``cell``) means less than it seems
     (:mod:`attnlab.training.caveats`): a tiny test split, a time-budgeted run with too few steps,
     or one whose steps per second fell far below other stored runs of the same configuration
-    (a busy machine). Rows stored before ``test_size`` existed skip that check."""
+    (a busy machine), or a share of the machine's peak above 100 %. Rows stored before ``test_size`` existed skip that check."""
     from ..training.caveats import busy, few_steps, tiny_test
 
     sizes = [r["test_size"] for r in cell if r.get("test_size") is not None]
@@ -310,6 +331,10 @@ def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
         key = _same_setup(r["config"])
         return [o["steps_per_second"] for o in rows if o is not r and o["status"] == "done" and _same_setup(o["config"]) == key]
 
+    over = max((r.get("peak_fraction") or 0 for r in cell), default=0)
+    if over > 1:  # FLOP/s over the peak measured at another time: the two were timed under different loads
+        found.append(f"its share of this machine's peak ({100 * over:.0f}%) is above 100%: the peak and its steps were timed under "
+                     "different loads (other work on the cores), so the share is not shown")
     timed = lambda r: r["config"].get("seconds") is not None  # noqa: E731
     found.append(first(lambda r: few_steps(r["steps"] or 0, timed(r))))
     found.append(first(lambda r: busy(r["steps_per_second"], peers(r)) if timed(r) else None))

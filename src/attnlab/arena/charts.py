@@ -4,6 +4,7 @@ validation curves against training time, and first-layer attention maps (PNG, ma
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 from .presets import NO_ATTENTION
@@ -73,15 +74,15 @@ def plot_lra(board: dict, path: str | Path) -> Path:
     panels = [(f"{t}", es) for t, es in board["tasks"].items()] + ([(title, ranked)] if len(board["tasks"]) > 1 else [])
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.4 * rows), squeeze=False, layout="constrained")
     for ax, (title, es) in zip(axes.flat, panels):
-        _bubbles(ax, es, title)
+        _bubbles(ax, es, "\n".join(textwrap.wrap(title, 60)))
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     swept = any(e.get("sweep") for es in board["tasks"].values() for e in es)
-    fig.suptitle("attnlab arena: score vs speed (bubble area: peak memory relative to dense; bars: +-1 sd over seeds"
-                 + ("; dotted: the range over a sweep's values" if swept else "") + ")")
-    fig.subplots_adjust(hspace=0.35)
+    heading = ("attnlab arena: score vs speed (bubble area: peak memory relative to dense; bars: +-1 sd over seeds"
+               + ("; dotted: the range over a sweep's values" if swept else "") + ")")
+    fig.suptitle("\n".join(textwrap.wrap(heading, 40 * cols)), fontsize=10)  # constrained layout keeps it off the panels' titles
     return _save(fig, path)
 
 
@@ -114,11 +115,15 @@ def plot_curves(rows: list[dict], path: str | Path, labels: dict[str, str] | Non
         for name, (variant, hist) in lines.items():
             ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker=".", ms=4, lw=1.2,
                     color=_color(variant), label=name, ls="--" if variant == NO_ATTENTION else "-")
+        if all(len(hist) < 2 for _, hist in lines.values()):  # one dot a line: say why, not a blank-looking panel
+            ax.text(0.5, 0.5, "one validation per run, at its last step:\nthe budget is no longer than the task's eval_every",
+                    ha="center", va="center", fontsize=8, transform=ax.transAxes, color="grey")
         ax.set_xlabel("training time (s, validation not counted)")
         ax.set_ylabel("validation score")
         ax.set_title(task, fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=2)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
     fig.suptitle("attnlab arena: validation score against training time (dashed: no attention; one line per setting, its first "
@@ -153,12 +158,16 @@ def plot_levels(board: dict, path: str | Path) -> Path | None:
             xs, ys, sd = zip(*pts)
             ax.errorbar(xs, ys, yerr=[s if s is not None and math.isfinite(s) else 0 for s in sd], marker="o", ms=5, capsize=3,
                         color=_color(e["variant"]), ls="--" if e["variant"] == NO_ATTENTION else "-", label=label(e))
+        if not ax.lines:  # every run failed: say so, not an empty panel
+            ax.text(0.5, 0.5, "no finished run at any level (the reasons are on the board)", ha="center", va="center", fontsize=8,
+                    transform=ax.transAxes, color="grey")
         ax.set_xticks(range(len(names)), names, fontsize=8)
         ax.set_xlabel("difficulty level (easiest first)")
         ax.set_ylabel("test score (mean over seeds)")
         ax.set_title(task, fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=2)
     fig.suptitle("attnlab arena: score against difficulty (a fixed-size state falls off as the keys grow; attention holds)", fontsize=10)
     return _save(fig, path)
 
@@ -211,12 +220,17 @@ def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_
     fig, (ax, ax_t, ax_m) = plt.subplots(1, 3, figsize=(17, 5.2))
     if length is not None:
         at = ratios(table, length)
+        drawn = 0
         for v, r in at.items():
             score = scores.get(v)
             if v == REFERENCE or score is None or r["speed"] is None:
                 continue
             ax.scatter(r["speed"], score, s=500 * (r["memory"] or 1.0), alpha=0.45, color=_color(v))
             ax.annotate(v, (r["speed"], score), fontsize=8, ha="center", va="center")
+            drawn += 1
+        if not drawn:  # the measured variants have no score on the board: say so, not an empty panel
+            ax.text(0.5, 0.5, f"no score to place: no measured variant finished a run of {title_task or 'the task'} on this board",
+                    ha="center", va="center", fontsize=8, transform=ax.transAxes, wrap=True, color="grey")
         ref = next((x for x in rows if x["variant"] == REFERENCE and x["length"] == length), None)
         dense = next((x for x in rows if x["variant"] == "dense" and x["length"] == length), None)
         if ref and dense and ref["peak_bytes"] and dense["peak_bytes"]:
@@ -247,7 +261,8 @@ def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_
         a.set_ylabel(what)
         a.grid(True, alpha=0.3, which="both")
         a.legend(fontsize=7)
-    ax_t.set_title(f"time (this machine: {table.get('cpu') or 'CPU'}, {table.get('threads')} threads)", fontsize=9)
+    n = table.get("threads")
+    ax_t.set_title(f"time (this machine: {table.get('cpu') or 'CPU'}, {n} thread{'' if n == 1 else 's'})", fontsize=9)
     ax_m.set_title("memory (the same on any machine)", fontsize=9)
     for r in rows:
         if r.get("projected"):

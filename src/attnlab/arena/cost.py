@@ -26,7 +26,7 @@ import torch
 from .presets import COST_LENGTHS, NO_ATTENTION, VARIANT_OPTIONS
 
 __all__ = ["COST_FILE", "MODEL_FIELDS", "REFERENCE", "cost_summary", "cost_table", "cpu_name", "measure_cost",
-           "measure_one", "ratios"]
+           "measure_one", "measures", "ratios"]
 
 REFERENCE = "dense_naive"
 """The materialising dense, measured beside the variants: its scores are dense's (the same function)."""
@@ -95,6 +95,14 @@ def _key(task: str, task_options: dict | None, train: dict | None) -> str:
     """What the kept measurements are valid for: the task, its model, and this machine's CPU and threads (the seconds are theirs)."""
     return json.dumps([task, task_options or {}, {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}, cpu_name(),
                        torch.get_num_threads()], sort_keys=True)
+
+
+def measures(table: dict, cost: dict) -> bool:
+    """Whether the kept ``table`` (:func:`cost_table`) measured the model a plan's ``cost`` asks for
+    (:attr:`attnlab.arena.Plan.cost`: the same task, options and model; on any CPU)."""
+    if not table.get("key"):
+        return False
+    return json.loads(table["key"])[:3] == json.loads(_key(cost["task"], cost.get("task_options"), cost.get("train")))[:3]
 
 
 def cost_table(out: str | Path) -> dict:

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from ..training.config import TIME_BUDGET_STEPS
 
-__all__ = ["LiveGrid"]
+__all__ = ["LiveGrid", "run_name"]
 
 _FINISHED = ("done", "failed", "stored")
 
@@ -73,8 +73,7 @@ class LiveGrid:
                 step = f"step {info['step']}{of}, {min(elapsed, seconds):.0f} s of {seconds:g} s,"
             val = self._validation.get(run)
             shown = "" if val is None else f", validation {val:.3f}"
-            point = "".join(f" / {k}={v}" for k, v in (getattr(spec, "sweep", None) or {}).items())
-            self.current = f"{spec.task} / {spec.variant} / seed {spec.seed}{point}: {step} loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s"
+            self.current = f"{run_name(spec)}: {step} loss {info['loss']:.4f}{shown}, ETA {eta:.0f} s"
         elif kind == "end":
             row = info["row"]
             self.state[run] = row["status"]
@@ -131,3 +130,13 @@ class LiveGrid:
         for task in self.tasks:
             t.add_row(task, *(self.cell(task, v) for v in self.variants))
         return Group(t, self.current)
+
+
+def run_name(spec) -> str:
+    """A run of the grid in a line: ``lookup (keys=8, repeats=32) / dense / seed 0 / lr=0.01``
+    (its task, difficulty level, variant, seed and sweep point)."""
+    from .board import level_text
+
+    level = getattr(spec, "level", None)
+    point = "".join(f" / {k}={v}" for k, v in (getattr(spec, "sweep", None) or {}).items())
+    return f"{spec.task}{f' ({level_text(level)})' if level else ''} / {spec.variant} / seed {spec.seed}{point}"

@@ -16,7 +16,7 @@ from ..training.config import FORMER_NAMES
 from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting, Variants
 from .sweep import points as sweep_points
 
-__all__ = ["LOWER_IS_BETTER", "Plan", "RunSpec", "parse_task_options", "plan", "unfit_reason"]
+__all__ = ["LOWER_IS_BETTER", "Plan", "RunSpec", "check_tasks", "parse_task_options", "plan", "unfit_reason"]
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,9 @@ def _lay_task_options(names: list[str], settings: dict[str, TaskSetting], task_o
         s = settings[t]
         replaced = sorted({k for level in s.levels for k in level} & set(extra))
         if replaced:
-            notes.append(f"{t}: {', '.join(f'{k}={extra[k]}' for k in replaced)} given, so its levels "
-                         f"({'; '.join(level_text(lv) for lv in s.levels)}) are not run")
+            given = ", ".join(f"{k}={extra[k]}" for k in replaced)
+            notes.append(f"{t}: {given} given, so it runs at that setting alone, in place of its difficulty levels "
+                         f"({'; '.join(level_text(lv) for lv in s.levels)})")
         settings[t] = dataclasses.replace(s, task_options={**s.task_options, **extra}, levels=() if replaced else s.levels)
     return notes
 
@@ -255,6 +256,27 @@ def plan(
         "task": costed, "variants": list(dict.fromkeys(["dense", *runnable[costed]])), "lengths": tuple(settings[costed].cost),
         "task_options": {k: v for k, v in settings[costed].task_options.items() if k != "length"}, "train": dict(settings[costed].train)}
     return Plan([x for x in specs if not (x.run_id in seen or seen.add(x.run_id))], notes, cost)
+
+
+def check_tasks(specs: Iterable[RunSpec]) -> None:
+    """Refuse a grid that cannot run, before it trains: each task of ``specs`` is built once at
+    each of its settings (its options, every difficulty level's, the user's file read and parsed),
+    so a bad option, an unreadable or one-class file or a level the task cannot hold raises the
+    ``ValueError`` that ``attnlab train`` gives, naming the task and level."""
+    from .. import tasks as task_registry
+    from .board import level_text
+
+    seen: set[str] = set()
+    for s in specs:
+        key = json.dumps([s.config.task, s.config.task_options], sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            task_registry.create(s.config.task, **s.config.task_options)
+        except (ValueError, TypeError) as e:
+            at = f" at level {level_text(s.level)}" if s.level else ""
+            raise ValueError(f"{s.task}{at}: {e}") from None
 
 
 def _runnable(task: str, setting: TaskSetting, variants: list[str], notes: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .board import leaderboard, level_names, level_text, level_values, sweep_text, task_budget
 from .charts import label, plot_curves, plot_levels, plot_lra, plot_maps, slug
+from .scope import grid_cost, scoped
 from .store import Store, task_label
 
 __all__ = ["NOTES_FILE", "build_report", "peak_share", "plan_notes"]
@@ -38,9 +39,9 @@ def _cost_section(out: Path, board: dict) -> list[str]:
     from .charts import plot_cost
     from .cost import REFERENCE, cost_table, ratios
 
-    table = cost_table(out)
-    if not table.get("rows"):
+    if not board.get("cost"):
         return []
+    table = cost_table(out)
     task = table["task"]
     entries = next((es for t, es in board["tasks"].items() if t == task), [])
     scores = {e["variant"]: e["value"] for e in entries if not e["setting"] and e["value"] is not None}
@@ -52,7 +53,7 @@ def _cost_section(out: Path, board: dict) -> list[str]:
              f"{lengths[-1]:,} tokens; the bubble is its peak memory relative to the fused dense. Two truths: against the fused dense "
              f"(memory linear in N) no variant is smaller; against {REFERENCE}, the dense that materialises the N x N weights "
              f"(LRA's memory baseline), they all are. Seconds are this machine's ({html.escape(str(table.get('cpu')))}, "
-             f"{table.get('threads')} threads); bytes are the same on any machine.</p>", _img(png, "cost chart"),
+             f"{_threads(table.get('threads'))}); bytes are the same on any machine.</p>", _img(png, "cost chart"),
              "<table><tr><th>variant</th>" + "".join(f"<th>{n:,}: ms</th><th>speed</th><th>MiB</th><th>memory vs dense</th>"
                                                      f"<th>vs {REFERENCE}</th>" for n in lengths) + "</tr>"]
     at = {n: ratios(table, n) for n in lengths}
@@ -66,8 +67,8 @@ def _cost_section(out: Path, board: dict) -> list[str]:
             projected = next((x.get("projected") for x in table["rows"] if x["variant"] == v and x["length"] == n), False)
             ms = "-" if r["seconds"] is None else f"{1000 * r['seconds']:.0f}"
             mib = f"{r['peak_bytes'] / 2**20:,.0f}" + (" (projected)" if projected else "")
-            cells.append(f"<td>{ms}</td><td>{_fmt(r['speed'], '.2f')}x</td><td>{mib}</td><td>{_fmt(r['memory'], '.2f')}x</td>"
-                         f"<td>{_fmt(r['memory_vs_naive'], '.3f')}x</td>")
+            cells.append(f"<td>{ms}</td><td>{_times(r['speed'])}</td><td>{mib}</td><td>{_times(r['memory'])}</td>"
+                         f"<td>{_times(r['memory_vs_naive'], '.3f')}</td>")
         parts.append(f"<tr><td>{html.escape(v)}</td>{''.join(cells)}</tr>")
     parts.append("</table>")
     if any(r.get("projected") for r in table["rows"]):
@@ -76,8 +77,17 @@ def _cost_section(out: Path, board: dict) -> list[str]:
     return parts
 
 
+def _threads(n) -> str:
+    return f"{n} thread{'' if n == 1 else 's'}"
+
+
 def _fmt(x, spec=".3f") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def _times(x, spec=".2f") -> str:
+    """A ratio: ``1.23x``, ``-`` when unknown (a projected row has no seconds, so no speed)."""
+    return "-" if x is None else f"{format(x, spec)}x"
 
 
 def _giga(x: float | None) -> float | None:
@@ -85,8 +95,9 @@ def _giga(x: float | None) -> float | None:
 
 
 def peak_share(fraction: float | None, precision: str | None) -> str:
-    """``"12% bf16"``: a share of the machine's peak in the run's precision (``-``: not measured)."""
-    return "-" if fraction is None else f"{100 * fraction:.0f}% {precision or ''}".strip()
+    """``"12% bf16"``: a share of the machine's peak in the run's precision (``-``: not measured, or
+    above 100 %, which only a peak timed under another load gives: :func:`attnlab.arena.board.caveats`)."""
+    return "-" if fraction is None or fraction > 1 else f"{100 * fraction:.0f}% {precision or ''}".strip()
 
 
 def _img(path: Path, alt: str) -> str:
@@ -143,8 +154,8 @@ def _task_section(out: Path, task: str, entries: list[dict], shown: list[dict], 
                      + "".join(f"<td>{_fmt(x)}</td>" for x in level_values(e, levels))
                      + (f"<td>{html.escape(sweep_text(e))}</td>" if swept else "")
                      + f"<td>{_fmt(e['steps_per_second'], '.1f')}</td><td>{_fmt(_giga(e['flop_rate']), '.1f')}</td>"
-                     f"<td>{peak_share(e['peak_fraction'], e['precision'])}</td><td>{_fmt(e['speed'], '.2f')}x</td>"
-                     f"<td>{_fmt(mib, '.1f')}</td><td>{_fmt(e['memory'], '.2f')}x</td><td>{e['params']:,}</td></tr>")
+                     f"<td>{peak_share(e['peak_fraction'], e['precision'])}</td><td>{_times(e['speed'])}</td>"
+                     f"<td>{_fmt(mib, '.1f')}</td><td>{_times(e['memory'])}</td><td>{e['params']:,}</td></tr>")
     parts.append("</table>")
     notes = [f"<li>{html.escape(label(e))}: {html.escape(c)}</li>" for e in entries for c in e.get("caveats", [])]
     if notes:
@@ -158,14 +169,18 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
     out = Path(out)
     if not (out / "results.sqlite").exists():
         raise ValueError(f"{out} holds no results.sqlite (the --out folder of 'attnlab arena')")
-    rows = Store(out / "results.sqlite").rows()
+    stored = Store(out / "results.sqlite").rows()
+    rows, others = scoped(stored, out)
     if not rows:
-        raise ValueError(f"{out / 'results.sqlite'} holds no finished run yet")
+        raise ValueError(f"{out / 'results.sqlite'} holds no finished run " + ("yet" if not stored else f"of the last grid ({others})"))
     board = leaderboard(rows)
-    from .cost import cost_summary, cost_table
+    from .cost import cost_summary, cost_table, measures
 
-    board["cost"] = cost_summary(cost_table(out))
-    board["notes"] = notes = plan_notes(out)
+    table, asked = cost_table(out), grid_cost(out)
+    if asked is not False and (asked is None or not measures(table, asked)):  # another grid's measurements: not this board's
+        table = {}
+    board["cost"] = cost_summary(table)
+    board["notes"] = notes = plan_notes(out) + ([others] if others else [])
     lra = plot_lra(board, out / "lra.png")
     behind = {i for es in board["tasks"].values() for e in es for i in e["run_ids"]}  # the runs each entry reports
     labels = {i: label(e) for es in board["tasks"].values() for e in es for i in e["run_ids"]}
@@ -181,7 +196,7 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
         (f"<p>{len(rows)} runs ({sum(r['status'] == 'done' for r in rows)} done, {sum(r['status'] == 'failed' for r in rows)} failed). "
          "Speed: training steps per second relative to dense on the same task; memory: peak tensor bytes of one training step "
          "relative to dense.</p>"),
-        *(["<p>Left out of the grid:</p><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"] if notes else []),
+        *(["<p>Left out:</p><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"] if notes else []),
         *cost,
         *(["<h2>Score against difficulty</h2><p>A task measured at several levels: each variant's score at each (mean over "
            "seeds); its score on the task is the mean over the levels (as MAD, Poli et al. 2024).</p>", _img(levels, "difficulty")]
@@ -205,7 +220,7 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
         same = "" if e.get("ranked", True) else _fmt(e.get("dense_same_tasks"))
         name = label(e) + ("" if e.get("ranked", True) else " (unranked)")
         parts.append(f"<tr><td>{html.escape(name)}</td><td>{e['value']:.3f}</td><td>{e['tasks']} of {e.get('of', e['tasks'])}</td>"
-                     f"<td>{same}</td><td>{_fmt(e['speed'], '.2f')}x</td><td>{_fmt(e['memory'], '.2f')}x</td></tr>")
+                     f"<td>{same}</td><td>{_times(e['speed'])}</td><td>{_times(e['memory'])}</td></tr>")
     parts.append("</table>")
     for task, entries in board["tasks"].items():
         parts += _task_section(out, task, entries, [r for r in rows if task_label(r) == task and r["run_id"] in behind],

@@ -207,14 +207,16 @@ def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step,
     return row
 
 
-def _keep_notes(out: Path, notes: list[str]) -> None:
-    """Write the plan's notes to ``out/notes.json`` for the report (the last grid's: a note of an
-    earlier plan may no longer hold)."""
+def _keep_grid(out: Path, specs: list[RunSpec]) -> None:
+    """Write the plan's notes to ``out/notes.json`` and its run ids to ``out/grid.json`` for the
+    report: the board shows the last grid (:mod:`attnlab.arena.scope`), whose notes hold."""
     from .report import NOTES_FILE
+    from .scope import GRID_FILE
 
-    tmp = out / (NOTES_FILE + ".tmp")
-    tmp.write_text(json.dumps(list(notes), indent=1))
-    tmp.replace(out / NOTES_FILE)
+    for name, payload in ((NOTES_FILE, list(getattr(specs, "notes", ()))), (GRID_FILE, {"run_ids": [s.run_id for s in specs], "cost": getattr(specs, "cost", None)})):
+        tmp = out / (name + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=1))
+        tmp.replace(out / name)
 
 
 def _worker(args):
@@ -259,8 +261,7 @@ def run_grid(
     out = Path(out)
     store = Store(out / "results.sqlite")
     (out / "runs").mkdir(exist_ok=True)  # here, before any run: a run's cleanup after a failure never removes it under another
-    if hasattr(specs, "notes"):  # a Plan; a list of specs built by hand says nothing of what was left out
-        _keep_notes(out, specs.notes)
+    _keep_grid(out, specs)
     if retry_failed:
         store.remove_failed()
     done = store.finished()

@@ -61,7 +61,7 @@ def arena(
     from rich.live import Live
 
     from ..arena import Store, build_report, plan, run_grid
-    from ..arena.live import LiveGrid
+    from ..arena.live import LiveGrid, run_name
     from ..arena.sweep import parse_sweep
 
     if data and not Path(data).is_file():
@@ -79,12 +79,13 @@ def arena(
 
         require_ray()  # a missing extra is one line before the board, not after it
     try:
-        from ..arena.planning import parse_task_options
+        from ..arena.planning import check_tasks, parse_task_options
 
         grid_sweep = None if not sweep else {} if sweep == ["none"] else parse_sweep(sweep)
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
                      seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data, seconds=budget_seconds,
                      steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option))
+        check_tasks(specs)  # every task at every level built once: a grid that cannot run is refused before it trains
     except (ValueError, KeyError) as e:
         fail(str(e))
     for note in specs.notes:  # every run left out, and why, before the board
@@ -110,8 +111,7 @@ def arena(
             if kind == "end" and not err.is_terminal:  # a log file: one plain line per finished run
                 row = info["row"]
                 result = f"{row['metric']} {row['value']:.3f} after {row['steps']} steps" if row["status"] == "done" else "failed"
-                point = "".join(f" / {k}={v}" for k, v in spec.sweep.items())
-                err.print(f"{spec.task} / {spec.variant} / seed {spec.seed}{point}: {result}", highlight=False, markup=False)
+                err.print(f"{run_name(spec)}: {result}", highlight=False, markup=False)
 
         try:
             run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event, executor=executor, address=address)
@@ -122,14 +122,23 @@ def arena(
             err.line()
         err.print(_interrupted(out_dir, specs, running), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130)
-    if specs.cost is not None:
+    done = {r["run_id"]: r["status"] == "done" for r in Store(Path(out_dir) / "results.sqlite").rows()}
+    finished = {s.task for s in specs if done.get(s.run_id)}
+    if specs.cost is not None and specs.cost["task"] in finished:  # no cost beside a task whose every run failed
         _measure_cost(out_dir, specs.cost)
     page, board = build_report(out_dir)
     if as_json:
         print_json({**board, "report": str(page), "wall_seconds": grid.elapsed()})
-        return
-    _print_leaderboard(board)
-    out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
+    else:
+        _print_leaderboard(board)
+        out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
+    failed = list(dict.fromkeys(s.task for s in specs if s.task not in finished))
+    if failed and not finished:
+        err.print(f"[bold red]error:[/] every run of the grid failed ({len(specs)} runs; the reasons are on the board)", soft_wrap=True)
+        raise typer.Exit(1)
+    if failed:
+        err.print(f"[yellow]warning:[/] every run of {', '.join(failed)} failed (the reasons are on the board)", soft_wrap=True)
+
 
 
 def _measure_cost(out_dir: str, cost: dict) -> None:
@@ -156,6 +165,7 @@ def _interrupted(out_dir: str, specs: list, running: dict) -> str:
     import sys
 
     from ..arena import Store
+    from ..arena.live import run_name
     from ..training import CheckpointError, load_checkpoint
 
     stored = Store(Path(out_dir) / "results.sqlite").finished()
@@ -169,7 +179,7 @@ def _interrupted(out_dir: str, specs: list, running: dict) -> str:
             kept = f"its checkpoint of step {step} in {folder / 'checkpoint'}, which the rerun resumes"
         except (CheckpointError, OSError):
             kept = "nothing saved yet, so the rerun starts it over"
-        head += f"; {spec.task} / {spec.variant} / seed {spec.seed} stopped at step {running.get('step') or 0} ({kept})"
+        head += f"; {run_name(spec)} stopped at step {running.get('step') or 0} ({kept})"
     elif not running.get("serial"):  # several at a time: each resumes from its own checkpoint
         head += "; the runs in progress resume from their checkpoints (those interrupted before their first start over)"
     again = shlex.join(["attnlab", *sys.argv[1:]]) if sys.argv[1:2] == ["arena"] else "the same attnlab arena command"
@@ -208,9 +218,10 @@ def _print_leaderboard(board: dict) -> None:
         mode = f", {budget} per run" + (f", {kind}" if kind else "") if entries else ""
         swept = any(e.get("sweep") for e in entries)
         levels = level_names(entries)
-        t = table(f"{task} ({metric}{mode})", ["variant", metric + (" (mean over levels)" if levels else ""), *levels,
-                                                *(["chosen on val: test range"] if swept else []), "speed vs dense",
-                                                "memory vs dense", "steps/s", "of peak", "params"])
+        t = table(f"{task} ({metric}{', the mean over levels' if levels else ''}{mode}; speed and memory relative to dense)",
+                  ["variant", "score", *levels, *(["chosen on val: test range"] if swept else []), "speed", "memory", "steps/s",
+                   "of peak", "params"])
+        t.columns[1].no_wrap = True  # a score, its spread over seeds and its mark stay on one line
         for e in entries:
             if e["value"] is None:
                 t.add_row(label(e), "[red]failed[/]", *([""] * len(levels)), *([""] if swept else []), "", "", "", "", "")
