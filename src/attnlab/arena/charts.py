@@ -110,10 +110,11 @@ def plot_curves(rows: list[dict], path: str | Path, labels: dict[str, str] | Non
         return None
     cols = min(3, len(tasks))
     nrows = math.ceil(len(tasks) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False, layout="constrained")
     for ax, (task, lines) in zip(axes.flat, tasks.items()):
         for name, (variant, hist) in lines.items():
-            ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker=".", ms=4, lw=1.2,
+            alone = len(hist) < 2  # one validation: a larger dot
+            ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker="o" if alone else ".", ms=7 if alone else 4, lw=1.2,
                     color=_color(variant), label=name, ls="--" if variant == NO_ATTENTION else "-")
         if all(len(hist) < 2 for _, hist in lines.values()):  # one dot a line: say why, not a blank-looking panel
             ax.text(0.5, 0.5, "one validation per run, at its last step:\nthe budget is no longer than the task's eval_every",
@@ -126,9 +127,9 @@ def plot_curves(rows: list[dict], path: str | Path, labels: dict[str, str] | Non
             ax.legend(fontsize=7, ncol=2)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    fig.suptitle("attnlab arena: validation score against training time (dashed: no attention; one line per setting, its first "
-                 "seed and easiest level)", fontsize=10)
-    fig.subplots_adjust(hspace=0.35)
+    heading = ("attnlab arena: validation score against training time (dashed: no attention; one line per setting, its first "
+               "seed and easiest level)")
+    fig.suptitle("\n".join(textwrap.wrap(heading, 45 * cols)), fontsize=10)
     return _save(fig, path)
 
 
