@@ -48,7 +48,8 @@ def test_the_report_s_cost_table_has_no_ratio_without_a_number_and_counts_one_th
     rows.append({"variant": "dense_naive", "length": 16384, "seconds": None, "peak_bytes": 256000, "params": 1, "projected": True,
                  "from": [1024, 4096]})
     rows.append({"variant": "dense", "length": 16384, "seconds": 2.0, "peak_bytes": 1600, "params": 1})
-    (tmp_path / "cost.json").write_text(json.dumps({"task": "lookup", "key": "a folder from before grid.json", "threads": 1, "cpu": "x", "rows": rows}))
+    table = {"task": "lookup", "key": "a folder from before grid.json", "threads": 1, "cpu": "x", "rows": rows}
+    (tmp_path / "cost.json").write_text(json.dumps(table))
     page, board = build_report(tmp_path)
     html = page.read_text()
     assert "-x" not in html and "1 thread)" in html and "1 threads" not in html

@@ -213,7 +213,8 @@ def _keep_grid(out: Path, specs: list[RunSpec]) -> None:
     from .report import NOTES_FILE
     from .scope import GRID_FILE
 
-    for name, payload in ((NOTES_FILE, list(getattr(specs, "notes", ()))), (GRID_FILE, {"run_ids": [s.run_id for s in specs], "cost": getattr(specs, "cost", None)})):
+    grid = {"run_ids": [s.run_id for s in specs], "cost": getattr(specs, "cost", None)}
+    for name, payload in ((NOTES_FILE, list(getattr(specs, "notes", ()))), (GRID_FILE, grid)):
         tmp = out / (name + ".tmp")
         tmp.write_text(json.dumps(payload, indent=1))
         tmp.replace(out / name)
