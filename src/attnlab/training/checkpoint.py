@@ -9,7 +9,9 @@ state, step, best score, evaluations since the best). The previous folder is kep
 
 Version 2 stores the typed :class:`attnlab.models.ModelConfig` (attention and positional
 encoding as specs); version-1 checkpoints (a flat model dict, attention options among the
-backbone options) still load and predict identically.
+backbone options) still load and predict identically. Weights written before a layer held its
+attention step load through the layer's own hook (:func:`attnlab.layers.checks.step_keys`), and
+their optimizer state is put in today's order of the parameters, so such a run also resumes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..layers.checks import parameters_before_step
 from ..models.build import build_model
 from ..models.config import ModelConfig
 from .config import TrainConfig
@@ -169,14 +173,68 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
         tensors = load_file(str(folder / name))
     except (OSError, SafetensorError, RuntimeError) as e:
         raise CheckpointError(f"{folder / name} is truncated or corrupt: {e}") from None
-    expected = model.state_dict()
-    if set(tensors) != set(expected) or any(tensors[k].shape != expected[k].shape for k in expected):
-        raise CheckpointError(f"{folder / name} does not hold the weights of the model its config.json describes")
-    model.load_state_dict(tensors)
+    renamed = set(tensors) != set(model.state_dict())  # written before a layer's migration (its load hook maps the keys)
+    _load_weights(model, tensors, folder / name)
     state = None
     if with_state:
         try:
             state = torch.load(folder / "state.pt", weights_only=True)
         except Exception as e:
             raise CheckpointError(f"{folder / 'state.pt'} is truncated or corrupt: {e}") from None
+        if renamed:  # the optimizer's state follows the parameters in the order the model of then listed them
+            state["optimizer"] = _reordered(state["optimizer"], parameters_before_step(model), [k for k, _ in model.named_parameters()])
+        _check_optimizer(state["optimizer"], model, folder / "state.pt")
     return Checkpoint(folder, cfg, mcfg, model, {k: v for k, v in meta.items() if k not in ("train", "model")}, state)
+
+
+def _load_weights(model: nn.Module, tensors: dict, file: Path) -> None:
+    """Load ``tensors`` into ``model`` through its load hooks (which map the keys of layers written
+    before, :func:`attnlab.layers.checks.step_keys`), then refuse what is still missing, left
+    over or of another shape, naming a few of each."""
+    try:
+        result = model.load_state_dict(tensors, strict=False)
+    except RuntimeError as e:  # shapes (the keys' check is below): torch names each tensor
+        found = _SIZE.findall(str(e))
+        shapes = [f"{k} ({a}) in the file, ({b}) in the model" for k, a, b in found] or [str(e).strip()]
+        raise CheckpointError(f"{file} does not hold the weights of the model its config.json describes: "
+                              f"{_few(shapes, 'tensor', 'of another shape')}") from None
+    missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
+    if missing or unexpected:
+        said = [_few(missing, "tensor", "of the model missing")] if missing else []
+        said += [_few(unexpected, "tensor", "the model does not have")] if unexpected else []
+        raise CheckpointError(f"{file} does not hold the weights of the model its config.json describes: {'; '.join(said)}")
+
+
+_SIZE = re.compile(r"size mismatch for ([^:]+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from checkpoint, "
+                   r"the shape in current model is torch\.Size\(\[([^\]]*)\]\)")
+
+
+def _few(items: list[str], noun: str, what: str, shown: int = 3) -> str:
+    """``"2 tensors of the model missing: a, b"`` (at most ``shown`` named, then how many more)."""
+    named = ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+    return f"{len(items)} {noun}{'s' if len(items) != 1 else ''} {what}: {named}"
+
+
+def _reordered(optimizer: dict, old: list[str], new: list[str]) -> dict:
+    """An optimizer's state dict over parameters listed in the order ``old`` (their names), re-keyed
+    for the order ``new`` of the same parameters."""
+    if sorted(old) != sorted(new):
+        return optimizer  # not the same parameters: the check of the state refuses it
+    where = {n: i for i, n in enumerate(new)}
+    index = [where[n] for n in old]
+    state = {index[i]: s for i, s in optimizer["state"].items()}
+    groups = [{**g, "params": sorted(index[i] for i in g["params"])} for g in optimizer["param_groups"]]
+    return {**optimizer, "state": state, "param_groups": groups}
+
+
+def _check_optimizer(optimizer: dict, model: nn.Module, file: Path) -> None:
+    """Refuse an optimizer state that does not hold one entry per parameter of ``model``, each of its shape."""
+    params = list(model.parameters())
+    ids = [i for g in optimizer.get("param_groups", []) for i in g.get("params", [])]
+    wrong = [] if len(ids) == len(params) else [f"{len(ids)} parameters in the file, {len(params)} in the model"]
+    for i, p in zip(ids, params):
+        for k, v in optimizer.get("state", {}).get(i, {}).items():
+            if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape:
+                wrong.append(f"{k} of parameter {i}: {tuple(v.shape)}, the parameter {tuple(p.shape)}")
+    if wrong:
+        raise CheckpointError(f"{file}: the optimizer's state does not match the model's parameters ({'; '.join(wrong[:3])})")

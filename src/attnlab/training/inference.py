@@ -28,16 +28,20 @@ def score(model: nn.Module, task: Task, split: str, batch_size: int | None = Non
 
 def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None) -> TrainResult:
     """Score a checkpoint's best weights on a split of its task (rebuilt from its config, or
-    ``task`` for one built in Python), at the precision the run trained and validated in."""
+    ``task`` for one built in Python), at the precision the run trained and validated in; what a
+    variant draws at each call (Reformer's rotations without a seed) is drawn from the run's seed,
+    so the same checkpoint gives the same score in any process (the caller's generator left as it was)."""
     t0 = time.perf_counter()
-    ck = load_checkpoint(path)
-    if task is None:
-        task = saved_task(ck)
-    else:  # built in Python: it must be the one the run trained on (the same file and, for user data, tokenizers)
-        task_registry.check_saved(task, ck.meta.get("task_artifacts"), f"the run in {ck.path.parent}")
-    precision = _precision(ck)
-    with autocast(precision, next(ck.model.parameters()).device):
-        value = objectives.get(task).score(ck.model, task, split)
+    with torch.random.fork_rng(devices=[]):  # building the model draws too
+        ck = load_checkpoint(path)
+        if task is None:
+            task = saved_task(ck)
+        else:  # built in Python: it must be the one the run trained on (the same file and, for user data, tokenizers)
+            task_registry.check_saved(task, ck.meta.get("task_artifacts"), f"the run in {ck.path.parent}")
+        precision = _precision(ck)
+        torch.default_generator.manual_seed(ck.config.seed)
+        with autocast(precision, next(ck.model.parameters()).device):
+            value = objectives.get(task).score(ck.model, task, split)
     size, unit = task.split_size(split)
     return TrainResult(
         task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),

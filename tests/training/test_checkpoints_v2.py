@@ -1,0 +1,154 @@
+"""Every variant's training checkpoint loads, scores and resumes: those written before the layer
+held its attention step (the step's keys at the layer's top level, the optimizer's state in the
+parameters' order of then) and those written today.
+
+tests/data/checkpoints-v2/ was written with make.py beside it (its docstring says how): each run
+with the test score ``attnlab eval`` gave (compared float for float: a count of right answers),
+the logits of the first test examples and, for the runs of before, the order of the parameters
+and the losses of a resume to 4 steps (both compared to float32 rounding, as in
+test_checkpoint_compat: another CPU's kernels round differently).
+"""
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from attnlab import efficient, objectives, tasks
+from attnlab.cli import app
+from attnlab.layers.checks import parameters_before_step
+from attnlab.models import build_model
+from attnlab.training import CheckpointError, evaluate, load_checkpoint, train
+from tests.cli.helpers import runner
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints-v2"
+EXPECTED = {w: json.loads((DATA / w / "expected.json").read_text()) for w in ("before-step", "with-step")}
+BEFORE = EXPECTED["before-step"]["runs"]
+RUNS = [(w, case) for w, e in EXPECTED.items() for case in e["runs"]]
+
+
+def _layers(model) -> dict:
+    """The attention layers of ``model`` by name (those holding a step)."""
+    return {name: m for name, m in model.named_modules() if isinstance(dict(m.named_children()).get("step"), torch.nn.Module)}
+
+
+def _today(key: str, model) -> str:
+    """A key written before the layer held its step, as today's model names it."""
+    state = model.state_dict()
+    for name in _layers(model):
+        rest = key[len(name) + 1:]
+        if key not in state and key.startswith(name + ".") and f"{name}.step.{rest}" in state:
+            return f"{name}.step.{rest}"
+    return key
+
+
+@pytest.mark.parametrize("written, case", RUNS)
+def test_eval_gives_the_score_the_code_that_wrote_the_run_gave(written, case):
+    res = runner.invoke(app, ["eval", str(DATA / written / case), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["value"] == EXPECTED[written]["runs"][case]["value"]
+
+
+@pytest.mark.parametrize("written, case", RUNS)
+def test_the_weights_load_whole_and_predict_the_same(written, case):
+    folder = DATA / written / case
+    ck = load_checkpoint(folder)
+    file = load_file(str(folder / "checkpoint" / "best.safetensors"))
+    build_model(ck.model_config).load_state_dict(file, strict=True)  # the layer's hook maps every key: none missing, none left
+    state = ck.model.state_dict()
+    mapped = {_today(k, ck.model): v for k, v in file.items()}
+    assert mapped.keys() == state.keys() and all(torch.equal(v, state[k]) for k, v in mapped.items())
+    assert (set(file) != set(state)) == (written == "before-step")  # the runs of before hold the keys of before
+    task = tasks.create(ck.config.task, **ck.config.task_options)
+    inputs, _ = objectives.collate(task, task.split("test"), torch.arange(4))
+    torch.manual_seed(0)  # as make.py: what a variant draws at each call (reformer's rotations)
+    with torch.no_grad():
+        logits = ck.model.eval()(**inputs).output
+    torch.testing.assert_close(logits, torch.tensor(EXPECTED[written]["runs"][case]["logits"]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", BEFORE)
+def test_a_run_of_before_resumes_as_it_did_then(case, tmp_path):
+    shutil.copytree(DATA / "before-step" / case, tmp_path / case)
+    ck = load_checkpoint(tmp_path / case, weights="last", with_state=True)
+    assert parameters_before_step(ck.model) == [_today(k, ck.model) for k in BEFORE[case]["parameters"]]  # the optimizer's order then
+    result = train(dataclasses.replace(ck.config, steps=4), tmp_path / case, resume=True)
+    assert (result.steps, result.steps_run) == (4, 2)
+    losses = load_checkpoint(tmp_path / case).meta["losses"][2:]  # the second one after a step of the resumed optimizer
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(BEFORE[case]["resumed_losses"]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_of_before_resumes_from_the_command_line(tmp_path):
+    shutil.copytree(DATA / "before-step" / "mamba2", tmp_path / "run")
+    res = runner.invoke(app, ["train", "listops", "--out", str(tmp_path / "run"), "--resume", "--steps", "3"])
+    assert res.exit_code == 0, res.output
+    assert "after 3 steps" in " ".join(res.stdout.split()) and load_checkpoint(tmp_path / "run").meta["step"] == 3
+
+
+def test_every_variant_has_a_run_and_every_moved_one_a_run_of_before():
+    assert sorted(EXPECTED["with-step"]["runs"]) == sorted(efficient.names()), "a variant with no run: make.py with-step NAME"
+    then = set(EXPECTED["before-step"]["registered"])
+    moved = set()
+    for name in then & set(efficient.names()):
+        model = load_checkpoint(DATA / "with-step" / name).model
+        if any(".step." in k for k in model.state_dict()):
+            moved.add(name)
+    assert moved == {r["attention"] for r in BEFORE.values() if "score" not in r["model_options"]}
+
+
+def _damaged(tmp_path, edit) -> Path:
+    shutil.copytree(DATA / "before-step" / "fox", tmp_path / "run")
+    for name in ("best.safetensors", "model.safetensors"):
+        f = tmp_path / "run" / "checkpoint" / name
+        tensors = load_file(str(f))
+        edit(tensors)
+        save_file(tensors, str(f))
+    return tmp_path / "run"
+
+
+def test_a_tensor_removed_or_renamed_is_named(tmp_path):
+    def edit(t):
+        t["backbone.encoder.layers.0.attn.forget.weight"] = t.pop("backbone.encoder.layers.0.attn.fgate_proj.weight")
+        del t["head.bias"]
+
+    run = _damaged(tmp_path, edit)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(run)
+    said = str(e.value)
+    assert "does not hold the weights of the model its config.json describes" in said
+    assert "2 tensors of the model missing: " in said and "attn.step.fgate_proj.weight" in said and "head.bias" in said
+    assert "1 tensor the model does not have: backbone.encoder.layers.0.attn.forget.weight" in said
+    res = runner.invoke(app, ["eval", str(run)])
+    assert res.exit_code == 2 and "head.bias" in res.output
+
+
+def test_a_tensor_of_another_shape_is_named(tmp_path):
+    run = _damaged(tmp_path, lambda t: t.update({"head.weight": t["head.weight"][:3]}))
+    with pytest.raises(CheckpointError, match=r"1 tensor of another shape: head\.weight \(3, 16\) in the file, \(10, 16\) in the model"):
+        load_checkpoint(run)
+
+
+def test_an_optimizer_state_of_other_parameters_is_refused(tmp_path):
+    shutil.copytree(DATA / "before-step" / "mamba2", tmp_path / "run")
+    f = tmp_path / "run" / "checkpoint" / "state.pt"
+    state = torch.load(f, weights_only=True)
+    opt = state["optimizer"]
+    opt["state"][0], opt["state"][3] = opt["state"][3], opt["state"][0]  # two parameters of other shapes swapped
+    torch.save(state, f)
+    with pytest.raises(CheckpointError, match="the optimizer's state does not match the model's parameters"):
+        load_checkpoint(tmp_path / "run", weights="last", with_state=True)
+
+
+
+def test_eval_of_a_variant_that_draws_at_each_call_is_the_same_in_any_process():
+    values = []
+    for seed in range(4):  # the generator as another process would leave it
+        torch.manual_seed(seed)
+        before = torch.get_rng_state()
+        values.append(evaluate(DATA / "with-step" / "reformer").value)
+        assert torch.equal(torch.get_rng_state(), before)  # the caller's generator left as it was
+    assert values == [EXPECTED["with-step"]["runs"]["reformer"]["value"]] * 4
