@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast lint properties bench docs clean system
+.PHONY: demo test install test-fast lint properties bench docs clean system
 
 # Debian packages, installed once if missing: espeak-ng speaks the `speech` task's words;
 # chromium renders the arena's report.html and the attention viewer in tests
@@ -18,6 +18,9 @@ $(BIN)/attnlab: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[all,cluster,dev,docs,pretrained,transformers]'
 	touch $@
+
+# everything demo and test install (.venv, attnlab with every extra, the Debian packages), and nothing run
+install: system $(BIN)/attnlab
 
 demo: system $(BIN)/attnlab
 	$(BIN)/attnlab arena --out arena

@@ -293,3 +293,22 @@ def test_every_benchmark_topic_is_linked_from_a_guide():
     assert len(topics) > 20
     unlinked = [t for t in topics if f"(../benchmarks/{t}.md)" not in guides]
     assert not unlinked, f"benchmark topics no guide links to: {unlinked}"
+
+
+def test_make_install_installs_everything_and_runs_nothing_and_the_readme_says_so():
+    """Issue 58: the only install-only target was the file ``make .venv/bin/attnlab``."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    makefile = (ROOT / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split()
+    rule = re.search(r"^install:(.*)\n(.*)", makefile, re.M)
+    assert "install" in phony and rule.group(1).split() == ["system", "$(BIN)/attnlab"] and not rule.group(2).startswith("\t")
+    dry = subprocess.run(["make", "-n", "install"], cwd=ROOT, capture_output=True, text=True)
+    assert dry.returncode == 0 and "pytest" not in dry.stdout and "arena" not in dry.stdout, dry.stdout + dry.stderr
+    section = README.split("## Set-up: the two commands", 1)[1].split("\n## ", 1)[0]
+    setup = next(block for block in section.split("\n\n") if block.startswith("    make "))  # the section's commands
+    assert [line.split()[1] for line in setup.splitlines() if line.startswith("    make ")] == ["demo", "test"]
+    assert "`make install`" in README.split("For the edit-test loop", 1)[1].split("\n\n")[0]

@@ -156,13 +156,20 @@ def option_docs(obj) -> dict[str, str]:
     """What each keyword option of a registered class or function is, read from the ``Args:``
     section of its docstring (a class's, then its bases'; the first that says wins): an entry
     ``name: text`` or ``a, b: text`` (options that share a line), continued on more indented
-    lines, and several ``name: text.`` entries on one line. ``{}`` without such a section."""
+    lines, and several ``name: text.`` entries on one line. An entry that only points elsewhere
+    (``see :class:`Base```, ``as for every step``) says nothing: a base's entry says it. ``{}``
+    without such a section."""
     found: dict[str, str] = {}
     sources = [c for c in obj.__mro__ if c is not object] if isinstance(obj, type) else [obj]
     for src in sources:
         for name, text in _args_entries(inspect.getdoc(src) or "").items():
-            found.setdefault(name, text)
+            if not _POINTER.match(text):
+                found.setdefault(name, text)
     return found
+
+
+_POINTER = re.compile(r"^(?:see|as for) (?::\w+:`[^`]+`|every step)(?: \(self-attention only\))?\.?$")
+"""An ``Args:`` entry that only points at another's (its base's) entry."""
 
 
 _ENTRY = re.compile(r"(?:^|(?<=\. ))((?:\w+)(?:, \w+)*): ")

@@ -117,6 +117,44 @@ def test_attention_layers_keep_attnlabs_attention_implementation():
     assert torch.equal(model.generate(prompt, max_new_tokens=20, do_sample=False), ref.generate(prompt, max_new_tokens=20, do_sample=False))
 
 
+def _fallback_lines(model, prompt) -> tuple[list[str], list]:
+    """transformers' kernel-fallback lines and attnlab's warnings during one greedy generation (transformers says each line
+    once per process: its memory of the lines said is cleared first)."""
+    import logging
+    import warnings
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    kernels = logging.getLogger("transformers.integrations.hub_kernels")
+    kernels.addHandler(handler)
+    logging.Logger.warning_once.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.generate(prompt, max_new_tokens=3, do_sample=False)
+    finally:
+        kernels.removeHandler(handler)
+    return [line for line in lines if "falling back" in line], [w for w in caught if issubclass(w.category, hybrid.ServedFallback)]
+
+
+def test_generation_of_a_served_model_says_what_attnlab_serves_not_that_transformers_falls_back():
+    """Issue 58: transformers' "`causal_conv1d_update` is falling back to its reference PyTorch implementation" read as if
+    attnlab served nothing; during a served model's call it becomes one line of attnlab's, and stays transformers' elsewhere."""
+    model = build("qwen3_next")
+    prompt = torch.randint(3, 128, (1, 6), generator=torch.Generator().manual_seed(4))
+    swap = use_kernels(model)
+    said, ours = _fallback_lines(model, prompt)
+    assert said == [] and len(ours) == 1
+    assert str(ours[0].message) == (
+        "attnlab serves this model's linear-attention layers (Qwen3NextGatedDeltaNet: causal_conv1d_fn, torch_chunk_gated_delta_rule, "
+        "torch_recurrent_gated_delta_rule); causal_conv1d_update (the short convolution's one-token update in decoding) is "
+        "transformers' own reference PyTorch implementation, as causal_conv1d is not installed")
+    swap.restore()  # transformers' own path: its own lines, the convolution update's among them
+    said, ours = _fallback_lines(model, prompt)
+    assert ours == [] and any(line.startswith("`causal_conv1d_update` is falling back") for line in said)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_packed_batch_equals_its_sequences_one_by_one(family):
     model = build(family)

@@ -104,9 +104,29 @@ def test_the_approximation_study_calls_the_step_and_its_hooks_run(monkeypatch):
     assert len(calls) == len(records) and all(n == 16 for _, n in calls)
 
 
+@pytest.mark.parametrize("name", ["dense", "dense_naive"])
+def test_a_step_causal_by_mask_takes_causal_true_as_the_causal_mask_joined_to_the_calls(name):
+    """Issue 58: ``create("dense", ..., causal=True)`` raised where every other causal variant takes it."""
+    assert efficient.capabilities(name).causal == "mask"
+    torch.manual_seed(0)
+    layer = efficient.create(name, embed_dim=E, num_heads=H, causal=True).double()
+    plain = efficient.create(name, embed_dim=E, num_heads=H).double()
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, N, E, dtype=torch.float64)
+    pad = masks.padding([N, N - 3])
+    for given, want in ((None, masks.causal()), (pad, masks.causal() & pad)):
+        torch.testing.assert_close(layer(x, mask=given).output, plain(x, mask=want).output, rtol=0, atol=0)
+    assert not torch.allclose(layer(x).output, plain(x).output)  # it is causal: not the bidirectional layer
+    assert "causal=True" in repr(layer.step)
+    cache = layer.new_cache()  # decoding: the cache is causal already, one token at a time equals the whole
+    steps = torch.cat([layer(x[:, t : t + 1], cache=cache).output for t in range(N)], 1)
+    torch.testing.assert_close(steps, layer(x).output)
+    q, k, v = heads()
+    with pytest.raises(ValueError, match=f"causal '{name}' attention needs as many queries as keys, got N=10, M=4"):
+        layer.step(q, k[:, :, :4], v[:, :, :4])
+
+
 def test_a_steps_causal_option_is_refused_where_its_declaration_has_none():
-    with pytest.raises(TypeError, match="'dense' attention is causal by its mask: pass mask=masks.causal()"):
-        efficient.step("dense", embed_dim=E, num_heads=H, causal=True)
     with pytest.raises(ValueError, match="'linformer' attention cannot be causal"):
         efficient.step("linformer", embed_dim=E, num_heads=H, max_len=8, causal=True)
     with pytest.raises(TypeError, match="causal must be a bool, got str"):

@@ -85,3 +85,18 @@ def test_per_token_labels_are_independent_of_the_read_token():
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         tasks.create("lookup", size=64, **options)
+
+
+def test_the_arenas_training_size_is_said_where_a_user_looks():
+    """Issue 58: the arena trains lookup on 512 sequences, ``attnlab train lookup`` on 1,024; ``attnlab list tasks lookup``
+    (the option's help) and the arena guide say so."""
+    from pathlib import Path
+
+    from attnlab.arena.presets import PRESETS
+    from attnlab.cli.listing import option_rows
+
+    arena = PRESETS["quick"].tasks["lookup"].task_options["size"]
+    size = option_rows("tasks", "lookup")["size"]
+    assert (arena, size["default"]) == (512, 1024) and f"the arena's default run trains on {arena}" in size["help"]
+    guide = " ".join((Path(__file__).parents[2] / "docs" / "guides" / "arena.md").read_text().split())
+    assert "task's default 1,024 training sequences; the arena's default run trains on 512" in guide

@@ -48,10 +48,16 @@ def _registry(kind: str):
     return NORMALIZERS
 
 
+_POINTER = re.compile(r"\s*[(;,]?\s*see\s+the\s+module(?:'s)?\s+docstring\)?", re.IGNORECASE)
+"""A docstring's pointer to its module's docstring, which a command-line user cannot read: left out of a summary."""
+
+
 def _summary(obj) -> str:
     """The first sentence of a registered object's docstring, whole: it ends at a full stop outside parentheses and code
-    (``et al. 2020)`` and ``q . k`` go on) that a capital letter or the end follows; Sphinx roles read as their names."""
+    (``et al. 2020)`` and ``q . k`` go on) that a capital letter or the end follows; Sphinx roles read as their names, and
+    a pointer to the module's docstring ("(see the module docstring)") is left out."""
     doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", getattr(obj, "__doc__", None) or "").strip()
+    doc = _POINTER.sub("", doc)
     first = " ".join(doc.split("\n\n")[0].split())
     depth, code = 0, False
     for i, c in enumerate(first):
@@ -89,7 +95,8 @@ def list_rows(what: str) -> dict[str, dict]:
 def option_rows(what: str, name: str) -> dict[str, dict]:
     """The options of one entry of ``attnlab list WHAT`` (``attnlab list WHAT NAME``), in the order
     its signature takes them: ``{option: {default, help}}`` (``default``: its value, None when it has
-    none; ``help``: what the docstring's ``Args:`` says of it, :func:`attnlab.registry.option_docs`)."""
+    none; a class's attribute ``default_<option>`` where the signature's is None, "the class's own";
+    ``help``: what the docstring's ``Args:`` says of it, :func:`attnlab.registry.option_docs`)."""
     import inspect
 
     from ..registry import option_docs
@@ -104,8 +111,11 @@ def option_rows(what: str, name: str) -> dict[str, dict]:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
                 params.setdefault(p.name, p)
     known = registry.options(name)
-    return {o: {"default": None if p.default is p.empty else p.default, "help": docs.get(o, "")}
-            for o, p in params.items() if known is None or o in known}
+    def default(o: str, p: inspect.Parameter):
+        given = None if p.default is p.empty else p.default
+        return getattr(obj, f"default_{o}", None) if given is None and isinstance(obj, type) else given
+
+    return {o: {"default": default(o, p), "help": docs.get(o, "")} for o, p in params.items() if known is None or o in known}
 
 
 def list_names(
@@ -158,11 +168,11 @@ CAPABILITY_COLUMNS = {
 }
 """The columns of ``attnlab list variants``: each variant's declared capabilities
 (:class:`attnlab.layers.step.Capabilities`), shortly: its family (``ref.``: a slow reference of
-another variant, left out of the grids); its causal form (``mask``: a causal mask; ``option``: the
-step's option ``causal=True``; ``-``: none); the masks it takes (any, or key padding and packed
-documents); whether it forms the scores (a score bias, score functions, the weights); what it
-decodes with (``-``: no cached decoding); whether it is exact; whether its step reads the layer's
-input (gates)."""
+another variant, left out of the grids); its causal form (``mask``: a causal mask, which the
+step's option ``causal=True`` adds; ``option``: the step's option ``causal=True``, its method
+changed; ``-``: none); the masks it takes (any, or key padding and packed documents); whether
+it forms the scores (a score bias, score functions, the weights); what it decodes with (``-``: no
+cached decoding); whether it is exact; whether its step reads the layer's input (gates)."""
 
 
 def _yes(flag: bool) -> str:
@@ -176,7 +186,8 @@ def variants_table(rows: dict[str, dict]):
     t = table(f"variants: {KINDS['variants']}", columns, left=columns)
     for col in t.columns[:-1]:  # the short columns whole, the summary wraps in what is left
         col.no_wrap = True
-    t.caption = "causal: by a causal mask, by the option causal=True, or none (-); masks: any, or key padding and packed documents; " \
+    t.caption = "causal: by a causal mask (which causal=True adds), by the option causal=True, or none (-); " \
+                "masks: any, or key padding and packed documents; " \
                 "scores: it forms them (score bias, score functions, weights); input: its step reads the layer's input (gates); " \
                 "each variant's options: --json"
     for name, row in rows.items():

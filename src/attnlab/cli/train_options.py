@@ -8,9 +8,10 @@ import typing
 
 import typer
 
+from .common import fail
 from .options import blocks_option, heads_option, option, precision_option, width_option
 
-__all__ = ["RUN_OPTIONS"]
+__all__ = ["RUN_OPTIONS", "task_options"]
 
 _INT, _FLOAT, _STR, _BOOL = typing.Optional[int], typing.Optional[float], typing.Optional[str], typing.Optional[bool]  # noqa: UP045
 _LIST = list[str]
@@ -24,7 +25,8 @@ RUN_OPTIONS = [
     option("epochs", _INT, typer.Option(None, min=1, help="Passes over the training split instead of --steps.")),
     option("seed", _INT, typer.Option(None, help="Seed of the weights, dropout and example order (default 0).")),
     option("size", _INT, typer.Option(None, min=1, help="Task size knob: training examples.")),
-    option("task_option", _LIST, typer.Option([], "--task-option", metavar="KEY=VALUE", help="A task option (repeatable).")),
+    option("task_option", _LIST, typer.Option([], "--task-option", metavar="KEY=VALUE",
+                                              help="A task option (repeatable); TASK.KEY=VALUE, as the arena spells it, is taken too.")),
     option("model_option", _LIST, typer.Option([], "--model-option", metavar="KEY=VALUE", help="A backbone option (repeatable).")),
     option("attention_option", _LIST, typer.Option([], "--attention-option", metavar="KEY=VALUE",
                                                    help="An option of the attention variant, e.g. window=16 (repeatable).")),
@@ -51,3 +53,19 @@ RUN_OPTIONS = [
 ]
 """``attnlab train``'s settings of the run (the :class:`~attnlab.training.TrainConfig` it builds;
 None: the task's default, or a resumed run's own value)."""
+
+
+def task_options(task: str, given: list[str]) -> list[str]:
+    """``--task-option`` as ``KEY=VALUE``: the arena's ``TASK.KEY=VALUE`` (``lookup.keys=32``) with
+    ``TASK`` the task trained loses its prefix; a prefix naming another task is a one-line error."""
+    keys = []
+    for item in given:
+        key, sep, value = item.partition("=")
+        prefix, dot, rest = key.partition(".")
+        if sep and dot and prefix == task:
+            item = f"{rest}={value}"
+        elif sep and dot:
+            fail(f"--task-option {item}: {prefix!r} is not the task trained ({task!r}); give {rest}={value} "
+                 f"(or {task}.{rest}={value})")
+        keys.append(item)
+    return keys

@@ -264,7 +264,8 @@ def create(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHead
 
     Args:
         name: the variant (``"dense"``: exact attention, whose options are ``score``,
-            ``normalize``, ``dropout``; ``causal=True`` is not one: give it a causal mask).
+            ``normalize``, ``dropout`` and ``causal``: ``causal=True`` adds ``masks.causal()`` to
+            every call's mask).
         embed_dim: E. num_heads: H.
         **options: the step's keyword options (``causal=``, ``window=``, ``num_features=``, ...)
             and the layer's (:data:`LAYER_OPTIONS`: ``positional=``, ``num_kv_heads=``, ...).

@@ -27,7 +27,7 @@ class DeltaNetAttention(GatedRecurrence):
     """
 
     delta = True
-    default_conv = 4
+    default_conv_size = 4
     output_gate = False  # fla's DeltaNet layer has none; Gated DeltaNet has
     beta_bias = True  # beta's projection has a bias (KDA's has none)
     norm_eps = 1e-6  # the output RMSNorm's epsilon

@@ -126,10 +126,16 @@ def _warn_if_padding_inside(valid: torch.Tensor, name: str) -> bool:
 class GatedRecurrence(EfficientStep):
     """Base class of the gated linear-attention family's steps (see the module's documentation).
 
+    In the layer holding it: ``rope`` or an input encoding, and grouped key / value heads (they
+    share keys and values; the state and gates stay per head).
+
     Args:
-        embed_dim, num_heads, causal: as for :class:`attnlab.efficient.EfficientStep`. In the
-            layer holding it: ``rope`` or an input encoding, grouped key / value heads (they
-            share keys and values; the state and gates stay per head).
+        embed_dim: E, the width of the layer's input: H heads of ``D = E / H`` channels, each
+            head's state ``D x D``.
+        num_heads: H, each with its own state and gates.
+        causal: the recurrence runs forward: query ``i`` sees keys ``j <= i``, and the layer
+            decodes from its state (``new_cache()``); False (an encoder's default) runs it in
+            both directions and adds the two, every query seeing every key.
         chunk: positions per chunk of the chunkwise form.
         segment: positions per segment of the chunkwise form (default: the variant's,
             :data:`attnlab.efficient.recurrence.SEGMENT` unless it says otherwise): under autograd
@@ -138,16 +144,18 @@ class GatedRecurrence(EfficientStep):
             kept for the backward (memory linear in N with a larger slope).
         mode: ``"chunk"`` (default), ``"parallel"`` or ``"recurrent"`` (:data:`MODES`): equal in
             exact arithmetic; the last two are the reference and the RNN.
-        conv_size: the short causal convolution over the projected q, k, v (0: none; the
-            default is the paper's).
+        conv_size: the width of the short causal convolution over the projected q, k, v (0:
+            none; default: the width in the variant's paper, :attr:`default_conv_size`).
     """
 
     capabilities = EfficientStep.capabilities.with_changes(cache="matrix", needs_input=True, family="gated")
     delta: bool = False  # the delta rule (True) or a gated sum (False)
-    default_conv: int = 0
+    default_conv_size: int = 0
+    """``conv_size``'s default (the variant's paper's; ``attnlab list variants NAME`` shows it)."""
     q_scale: bool = True  # q scaled by D^-1/2, as fla's kernels do
     finish_reads_values: bool = False  # finish receives the values after the convolution (else None: not kept)
     default_segment: int = recurrence.SEGMENT
+    """``segment``'s default (``attnlab list variants NAME`` shows it)."""
 
     def __init__(self, embed_dim: int, num_heads: int, *, chunk: int = recurrence.CHUNK, segment: int | None = None,
                  mode: str = "chunk", conv_size: int | None = None, **options):
@@ -155,7 +163,7 @@ class GatedRecurrence(EfficientStep):
         self.chunk, self.mode = positive_int("chunk", chunk), choice("mode", mode, MODES)
         segment = int_at_least("segment", self.default_segment if segment is None else segment, 0)
         self.segment = segment or None  # None: one segment
-        self.conv_size = k = int_at_least("conv_size", self.default_conv if conv_size is None else conv_size, 0)
+        self.conv_size = k = int_at_least("conv_size", self.default_conv_size if conv_size is None else conv_size, 0)
         width = 3 * self.embed_dim  # q, k and v (keys and values repeated to H heads)
         self.conv = nn.Conv1d(width, width, k, groups=width, bias=False) if k else None
 

@@ -42,7 +42,7 @@ class Mamba2Attention(GatedRecurrence):
         state_size: the width of B and C, the rows of each head's state (default: the head width).
     """
 
-    default_conv = 4
+    default_conv_size = 4
     q_scale = False
     finish_reads_values = True  # the skip D x
     budget = Budget()  # not an approximation of softmax: not in the approximation table

@@ -29,11 +29,17 @@ packed offsets travel in the call's keyword arguments (``cu_seq_lens_q``), which
 hands to every layer, so a checkpointed layer recomputes with them in the backward.
 
 The model's parameters, cache and every other step stay transformers'; its attention layers keep
-their ``attn_implementation`` (``"attnlab"`` included). Each served function computes in float32
-as transformers' path does (in float64 for a float64 model, a reference); the delta rules' decays
-are accumulated and exponentiated in float64 inside the kernel (see
-:func:`~attnlab.efficient.recurrence.chunk_delta`). An argument attnlab cannot serve is refused by
-name.
+their ``attn_implementation`` (``"attnlab"`` included). One of those steps is the short
+convolution's one-token update in decoding (``causal_conv1d_update``), transformers' own reference
+PyTorch implementation without the ``causal-conv1d`` package: transformers' line that it "is
+falling back to its reference PyTorch implementation", said during a call of a served model, would
+read as if attnlab served nothing, so it is replaced there by one warning of attnlab's
+(:class:`ServedFallback`) naming what attnlab serves and that this step is transformers' own.
+
+Each served function computes in float32 as transformers' path does (in float64 for a float64
+model, a reference); the delta rules' decays are accumulated and exponentiated in float64 inside
+the kernel (see :func:`~attnlab.efficient.recurrence.chunk_delta`). An argument attnlab cannot
+serve is refused by name.
 
 Usage::
 
@@ -47,7 +53,10 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
+import logging
+import re
 import sys
+import warnings
 import weakref
 from collections.abc import Callable
 
@@ -58,7 +67,7 @@ from torch import nn
 from ..efficient import recurrence
 from .rebind import served_methods
 
-__all__ = ["LAYERS", "MODEL_TYPES", "Kernels", "PackedWithCache", "UnservedArgument", "causal_conv", "delta_rule",
+__all__ = ["LAYERS", "MODEL_TYPES", "Kernels", "PackedWithCache", "ServedFallback", "UnservedArgument", "causal_conv", "delta_rule",
            "offsets_from_positions", "ssd_scan", "ssd_step", "tiny_config", "use_kernels"]
 
 LAYERS = {
@@ -279,6 +288,49 @@ def _pack_inner(model, args, kwargs):
 
 def _unpack(model, args, kwargs, output):
     _OFFSETS.set(None)
+    _SERVED_CALL.set(None)
+
+
+_SERVED_CALL: contextvars.ContextVar = contextvars.ContextVar("attnlab_served_call", default=None)
+"""What the served model whose call is in progress serves (``{layer class: the served functions}``),
+for :class:`_Fallbacks`; a context variable, so one per thread."""
+
+
+def _enter(served: dict[str, tuple[str, ...]], model, args) -> None:
+    """The served model's forward pre-hook (after :func:`_pack`): its call is in progress."""
+    _SERVED_CALL.set(served)
+
+
+class ServedFallback(UserWarning):
+    """A step of a model attnlab serves is transformers' own reference PyTorch implementation (the
+    short convolution's one-token update, without the ``causal-conv1d`` package): the warning says
+    what attnlab serves beside it, in place of transformers' line that the step "is falling back"."""
+
+
+_FALLBACK = re.compile(r"`(\w+)` is falling back to its reference PyTorch implementation because `([\w.-]+)` is not installed")
+_STEPS = {"causal_conv1d_update": "the short convolution's one-token update in decoding"}
+
+
+class _Fallbacks(logging.Filter):
+    """The filter of transformers' kernel logger: during a served model's call, its line that a
+    function "is falling back to its reference PyTorch implementation" becomes one
+    :class:`ServedFallback` that names what attnlab serves (elsewhere the line passes unchanged)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        served = _SERVED_CALL.get()
+        found = None if served is None else _FALLBACK.search(record.getMessage())
+        if found is None:
+            return True
+        fn, package = found.groups()
+        what = "; ".join(f"{layer}: {', '.join(sorted(fns))}" for layer, fns in sorted(served.items()))
+        step = f"{fn} ({_STEPS[fn]})" if fn in _STEPS else fn
+        warnings.warn(f"attnlab serves this model's linear-attention layers ({what}); {step} is transformers' own reference "
+                      f"PyTorch implementation, as {package} is not installed", ServedFallback, stacklevel=1)
+        return False
+
+
+_FALLBACKS = _Fallbacks()
+_KERNEL_LOGGER = "transformers.integrations.hub_kernels"  # the logger of use_kernel_func_from_hub_with_fallback's line
 
 
 _SERVING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the layers use_kernels serves now
@@ -335,7 +387,8 @@ def use_kernels(model: nn.Module) -> Kernels:
     Only this model's layers change: each gets, as its own attributes, copies of its class's
     methods that call the served functions, which find attnlab's functions where the class's find
     transformers' (the copies look names up in a namespace of their own). transformers' modules,
-    classes and functions are never changed, so other models of the same family, in this thread or
+    classes and functions are never changed (its kernel logger gets a filter: see
+    :class:`ServedFallback`), so other models of the same family, in this thread or
     another, keep transformers' path, and the served model needs no lock. A forward pre-hook on the
     model turns ``position_ids`` that restart into packed offsets passed in the call.
 
@@ -350,8 +403,12 @@ def use_kernels(model: nn.Module) -> Kernels:
     for module, _, methods in layers.values():
         module.__dict__.update(methods)
         _SERVING[module] = True
-    hooks = [model.register_forward_pre_hook(_pack, with_kwargs=True),
+    served = {type(module).__name__: tuple(fns) for module, fns, _ in layers.values()}
+    hooks = [model.register_forward_pre_hook(_pack, with_kwargs=True), model.register_forward_pre_hook(functools.partial(_enter, served)),
              model.register_forward_hook(_unpack, with_kwargs=True, always_call=True)]
+    kernel_logger = logging.getLogger(_KERNEL_LOGGER)
+    if _FALLBACKS not in kernel_logger.filters:
+        kernel_logger.addFilter(_FALLBACKS)
     hooks += [inner.register_forward_pre_hook(_pack_inner, with_kwargs=True)
               for inner in model.modules() if inner is not model and isinstance(inner, PreTrainedModel)]
     return Kernels(model, {name: tuple(served) for name, (_, served, _) in layers.items()}, hooks,

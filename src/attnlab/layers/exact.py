@@ -28,6 +28,8 @@ class DenseStep(AttentionStep):
         score_options: keyword options for a score built by name (``temperature=``, ``learnable=``, ``hidden_dim=``).
         normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` or a callable ``(scores, mask) -> weights``.
         dropout: dropout on the attention weights, in training mode only.
+        causal: query ``i`` sees keys ``j <= i`` only: ``masks.causal()`` joined to every call's
+            mask (a decoding cache is causal already).
     """
 
     name = "dense"

@@ -31,6 +31,7 @@ from ..core.attend import AttentionResult, check_mask_or_bias
 from ..core.blockmap import BlockMap
 from ..core.documents import Documents
 from ..core.maskfn import as_mask
+from ..core.masks import causal as causal_mask
 from ..core.masks import key_padding_flags
 from ..validate import ArgumentTypeError, positive_int
 
@@ -41,8 +42,9 @@ __all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KIND
            "check_decodes"]
 
 CAUSAL_FORMS = ("mask", "option")
-"""How a step is causal: ``"mask"`` — it takes any mask, so ``masks.causal()`` (exact attention);
-``"option"`` — its method changes (a running sum, a recurrence), so the step's option ``causal=True``."""
+"""How a step is causal: ``"mask"`` — it takes any mask, so ``masks.causal()`` (exact attention), and
+its option ``causal=True`` adds that mask to every call's; ``"option"`` — its method changes (a
+running sum, a recurrence), so the step's option ``causal=True``."""
 
 MASK_KINDS = ("any", "key_padding")
 """The masks a step takes: ``"any"`` mask function or tensor; ``"key_padding"``: key padding and
@@ -199,7 +201,7 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
     the weights, a score bias or function without ``forms_scores``; a sharded sequence unless
     ``exact``; a decoding state without a declared ``cache`` (the layer's caches check their own
     kind as they begin, :meth:`attnlab.MultiHeadAttention.check_cache`) or with a score bias; a call without the layer's input where it
-    ``needs_input``; other queries than keys where it is causal by option (outside decoding);
+    ``needs_input``; other queries than keys where it is causal (outside decoding);
     a mask other than key padding or packed documents where it takes ``key_padding`` only."""
     caps, name = step.capabilities, step.name
     if call.return_weights and not caps.forms_scores:
@@ -220,7 +222,7 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if x is not None and call.state is None and (k.shape[2] != q.shape[2] or x.shape[:2] != (q.shape[0], q.shape[2])):
         raise ValueError(f"the {name!r} attention is self-attention: the input (B, N, E) and the heads must share B and N, got "
                          f"input {tuple(x.shape)}, q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if caps.causal == "option" and step.causal and call.state is None and q.shape[2] != k.shape[2]:
+    if step.causal and call.state is None and q.shape[2] != k.shape[2]:
         raise ValueError(f"causal {name!r} attention needs as many queries as keys, got N={q.shape[2]}, M={k.shape[2]}")
     if caps.masks == "key_padding" and call.state is None and call.mask is not None and call.documents is None:
         call.key_padding(q.shape[0], k.shape[2], name, q.device)  # refuses a mask that depends on the query
@@ -239,9 +241,10 @@ class AttentionStep(nn.Module):
     Args:
         embed_dim: E, the width of the layer's input (``H x D``).
         num_heads: H.
-        causal: for a step whose causal form is ``"option"``: query ``i`` sees keys ``j <= i``
-            only (its method changes with it). Refused by a step with no causal form; a step
-            causal by mask takes ``masks.causal()`` instead.
+        causal: query ``i`` sees keys ``j <= i`` only. A step whose causal form is ``"option"``
+            changes its method with it; one causal by mask (exact attention) adds
+            ``masks.causal()`` to every call's mask (a decoding cache is causal already). Refused
+            by a step with no causal form.
     """
 
     name: str = "step"
@@ -270,14 +273,11 @@ class AttentionStep(nn.Module):
         form = self.capabilities.causal
         if causal and form is None:
             raise ValueError(f"the {self.name!r} attention cannot be causal: its method mixes every key into every query")
-        if causal and form == "mask":
-            raise ArgumentTypeError(f"the {self.name!r} attention is causal by its mask: pass mask=masks.causal() to the "
-                                    "call instead of causal=True")
         self.causal = causal
         self._hooks: OrderedDict[int, tuple] = OrderedDict()
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}" + (f", causal={self.causal}" if self.capabilities.causal == "option" else "")
+        return f"name={self.name!r}" + (f", causal={self.causal}" if self.capabilities.causal == "option" or self.causal else "")
 
     def query_key_shape(self) -> tuple[int, int]:
         """``(heads, width)`` of the queries and keys this step takes (default ``(H, D)``; Mamba-2's
@@ -312,12 +312,15 @@ class AttentionStep(nn.Module):
     # ---------------------------------------------------------------- the call
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: StepCall | None = None, **options) -> AttentionResult:
         """The step on heads: ``call`` (or its fields as keyword ``options``) checked against the
-        declaration, the hooks, then :meth:`attend`."""
+        declaration (a step causal by mask created with ``causal=True``: the causal mask joined to
+        the call's), the hooks, then :meth:`attend`."""
         if call is None:
             call = StepCall(**options)
         elif options:
             raise ArgumentTypeError("give the step a StepCall or keyword options, not both")
         check_call(self, q, k, v, call)
+        if self.causal and self.capabilities.causal == "mask" and call.state is None:  # causal by mask: the rule joins the call's
+            call = replace(call, mask=call.combined(causal_mask(), q))
         for owner, hook in self._hooks.values():
             hook(owner, q, k, v, call.kwargs())
         return self.attend(q, k, v, call)

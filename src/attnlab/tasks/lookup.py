@@ -23,9 +23,10 @@ chance), and a recurrent state must hold every key's value across the gap (``lin
 
 The arena trains it causally with rotary positions (:func:`make_lookup`'s training defaults:
 one layer of four heads of 16 channels), at three difficulty levels of ``keys`` (8, 16 and 32,
-:data:`attnlab.arena.presets.LOOKUP_LEVELS`), 200 steps a run: dense attention's mean over two
-seeds is 0.93 or more at each (measured 2026-11-26), while a fixed-size state falls off as the
-keys it must hold grow.
+:data:`attnlab.arena.presets.LOOKUP_LEVELS`), 200 steps a run, on 512 training sequences (its
+default run's ``size``; ``attnlab train lookup`` takes the task's own default, 1,024): dense
+attention's mean over two seeds is 0.93 or more at each (measured 2026-11-26), while a
+fixed-size state falls off as the keys it must hold grow.
 """
 
 from __future__ import annotations
@@ -49,8 +50,11 @@ def make_lookup(size: int = 1024, seed: int = 0, length: int = 1024, keys: int =
     at the reads (:data:`IGNORE` elsewhere).
 
     Args:
-        size: training sequences (val and test: size / 8 each, at least 64). seed: the generator's.
-        length: tokens per sequence (noise fills what the log leaves).
+        size: training sequences (val and test: size / 8 each, at least 64); the arena's
+            default run trains on 512. seed: the generator's.
+        length: tokens per sequence (noise fills what the log leaves); any length the log fits in: the
+            arena trains at 1,024 and measures one training step up to 16,384 (a dense step's cost
+            grows with its square, so training far beyond 4,096 is for a GPU).
         keys: the keys written in each sequence (its log has ``keys * repeats`` past writes);
             a fixed-size state must hold every one of them across the gap.
         values: the values a key can hold (chance is ``1 / values``).
