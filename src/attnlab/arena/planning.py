@@ -55,7 +55,7 @@ _LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretra
 run at those values keeps the id it was planned under before the field existed."""
 
 
-def _run_id(cfg: TrainConfig, data_sha256: str | None = None) -> str:
+def _run_id(cfg: TrainConfig, data_sha256: str | None = None, beyond: dict | None = None) -> str:
     earlier = {new: old for old, new in FORMER_NAMES.items()}  # hashed under the sizes' earlier names: a run keeps its id
     fields = {earlier.get(k, k): v for k, v in dataclasses.asdict(cfg).items()}
     for name, before in _LATER_FIELDS.items():
@@ -63,6 +63,7 @@ def _run_id(cfg: TrainConfig, data_sha256: str | None = None) -> str:
             del fields[name]
     if data_sha256 is not None:  # the user's file by its contents: a changed file gets new runs
         fields["data_sha256"] = data_sha256
+    fields.update(beyond or {})  # what the task derives from the data that changes a run (jsonl's character tokenizer)
     blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -231,6 +232,15 @@ def plan(
     runnable = {t: _runnable(t, settings[t], chosen(t, settings[t]), notes) for t in names}
     task_seeds = {t: list(seeds) if seeds is not None else list(settings[t].seeds or (0,)) for t in names}
     digests = {t: task_registry.data_digest(t, dict(settings[t].task_options)) for t in names}
+    derived: dict[str, dict] = {}  # per task and options, what a run derives from the data beyond them (read once)
+
+    def beyond(t: str, options: dict) -> dict:
+        fields = getattr(task_registry.TASKS.get(t), "run_id_fields", None)
+        key = json.dumps([t, options], sort_keys=True)
+        if fields is not None and key not in derived:
+            derived[key] = fields(**options)
+        return derived.get(key, {})
+
     specs = []
     for seed in dict.fromkeys(x for t in names for x in task_seeds[t]):  # seed by seed: every task's seed 0 first
         for t in (t for t in names if seed in task_seeds[t]):
@@ -249,7 +259,8 @@ def plan(
                         )
                         if v == NO_ATTENTION:
                             cfg = cfg.baseline()
-                        specs.append(RunSpec(_run_id(cfg, digests[t]), t, v, seed, cfg, dict(point), digests[t], dict(level)))
+                        run_id = _run_id(cfg, digests[t], beyond(t, cfg.task_options))
+                        specs.append(RunSpec(run_id, t, v, seed, cfg, dict(point), digests[t], dict(level)))
     seen: set[str] = set()  # two points that make one config (a setting the variant ignores) are one run
     costed = next((t for t in names if settings[t].cost and runnable[t]), None)
     cost = None if costed is None else {

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from .common import err, fail, out, output_folder, print_json, progress, refuse_overwrite
 from .options import gathered, json_option, plot_option
-from .train_options import RUN_OPTIONS
+from .train_options import RUN_OPTIONS, task_options
 from .training_bar import TrainingBar, interrupted_message
 
 __all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
@@ -39,7 +39,8 @@ def train(
         help="Also train the no-attention baseline into --out/baseline and print its score beside the model's (default: on for "
              "jsonl and graph_files)."),
     as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, test_size, steps, "
-                                "seconds, checkpoint, warnings; baseline: its model and value)."),
+                                "seconds, checkpoint, warnings; baseline: its model and value; notes: the task's, e.g. "
+                                "user data's tokenizer)."),
     settings: dict | None = None,
 ) -> None:
     """Train a model on a task with validation, early stopping and atomic checkpoints.
@@ -53,7 +54,7 @@ def train(
         fail("--resume continues the run in --out and --force replaces it: give one of them, not both")
     output_folder("--out", out_dir)
     run = dict(settings or {})
-    given = [run.pop("task_option"), run.pop("model_option"), run.pop("attention_option")]
+    given = [task_options(task, run.pop("task_option")), run.pop("model_option"), run.pop("attention_option")]
     cfg = _config(task, run.pop("size"), [*given[0], *_data_option(task, data, given[0], extra)], given[1], given[2],
                   previous=_previous_run(out_dir, task) if resume else None, **run)
     base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
@@ -119,6 +120,8 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
         summary = {**result.summary(), "warnings": caveats}
         if base is not None:
             summary["baseline"] = {"model": base.model, "value": base.value}
+        if result.notes:
+            summary["notes"] = result.notes
         print_json(summary)
         return
     if result.pretrain:
@@ -126,8 +129,10 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
         loss = "-" if p["loss_first"] is None else f"{p['loss_first']:.3f} -> {p['loss_last']:.3f}"  # None: no step before the deadline
         out.print(f"self-pretraining: {p['steps']} steps, {p['seconds']:.0f} s, {'next' if p['causal'] else 'masked'}-token loss "
                   f"{loss}, validation accuracy {p['val_accuracy']:.3f}", highlight=False)
-    _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, {r.seconds:.0f} s; "
-                            f"{_utilisation(r)}checkpoint {r.checkpoint}")
+    _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, "
+                            f"{_seconds(r, resume)}; {_utilisation(r)}checkpoint {r.checkpoint}")
+    for note in result.notes:  # the task's: what it chose from the data (a tokenizer), a majority label's score
+        out.print(note, highlight=False, soft_wrap=True, markup=False)
     if base is not None:
         from ..objectives import create as objective
 
@@ -159,6 +164,14 @@ def _data_option(task: str, data: str | None, task_option: list[str], extra: lis
     if any(o.partition("=")[0] == files[0] for o in task_option):
         fail(f"--data and --task-option {files[0]}=... both name the file: give it once, as --data FILE")
     return [f"{files[0]}={data}"]
+
+
+def _seconds(r, resume: bool) -> str:
+    """The run's seconds of training, as its checkpoint records them (``"T s of training"``); resumed,
+    this call's too (``"T s of training in all, C s in this call"``)."""
+    if not resume:
+        return f"{r.train_seconds:.1f} s of training"
+    return f"{r.train_seconds:.1f} s of training in all, {r.call_train_seconds:.1f} s in this call"
 
 
 def _utilisation(r) -> str:
@@ -304,9 +317,9 @@ def eval_cmd(
     checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint folder, or the --out folder of 'attnlab train'."),
     split: str = typer.Option("test", help="train, val or test."),
     as_json: bool = json_option("Print one JSON object (task, model, attention, metric, value, test_size (val_size, train_size: "
-                                "the split's), steps, seconds, checkpoint, warnings)."),
+                                "the split's), steps, eval_seconds (this evaluation's), checkpoint, warnings)."),
     plot: str | None = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
-    index: int = typer.Option(0, min=0, help="The example of the split that --plot draws."),
+    index: int | None = typer.Option(None, min=0, help="The example of the split that --plot draws (default 0); needs --plot."),
 ) -> None:
     """Score a checkpoint's best weights on a split of its task (and draw a cross-attention map)."""
     from ..training import CheckpointError, cross_attention_example, evaluate
@@ -315,18 +328,22 @@ def eval_cmd(
 
     if split not in ("train", "val", "test"):
         fail(f"--split must be train, val or test, got {split!r}")
+    if index is not None and not plot:
+        fail(f"--index picks the example --plot draws: give --plot FILE.png with --index {index}, or leave --index out")
     try:
         result = evaluate(checkpoint, split)
         if plot:
             from ..viz.complexity import plot_cross_attention
 
+            index = index or 0
             w, src, tgt = cross_attention_example(checkpoint, index, split)
             err.print(f"cross-attention written to {plot_cross_attention(w, src, tgt, plot, title=f'{split} example {index}')}")
     except (CheckpointError, ValueError) as e:
         fail(str(e))
     caveat = tiny_test(result.test_size, result.test_unit, split)
     if as_json:
-        print_json({**split_summary(result, split), "split": split, "warnings": [caveat] if caveat else []})
+        summary = {("eval_seconds" if k == "seconds" else k): v for k, v in split_summary(result, split).items()}  # the evaluation's
+        print_json({**summary, "split": split, "warnings": [caveat] if caveat else []})
         return
     _show(result, lambda r: f"{split} {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit} ({r.checkpoint})")
     if caveat:

@@ -77,6 +77,8 @@ class Task:
         baseline: reference accuracies (``{"majority": ...}``, tagging: ``"word_majority"``).
         artifacts: what prediction needs besides the weights (user data: trained tokenizers,
             label names), stored in checkpoints.
+        notes: lines the run's summary prints under its score: what the task chose from its data
+            and why (user data: the tokenizer), what a score on it is worth (a majority label's score).
     """
 
     name: str
@@ -93,6 +95,7 @@ class Task:
     inputs: str = "tokens"
     feature_dim: int = 0
     edge_dim: int | None = None
+    notes: list[str] = field(default_factory=list)
 
     def split_size(self, split: str) -> tuple[int, str]:
         """``(count, unit)``: how many things a split's score is measured on: its labelled nodes

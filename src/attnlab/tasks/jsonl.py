@@ -9,15 +9,19 @@ The first line decides the kind, and every line must then have the same fields:
 Tokenizers are trained on the training split by the HF ``tokenizers`` library: a word-level
 vocabulary for given tokens (ids 0, 1, 2: ``<pad>``, ``<cls>``, ``[UNK]``; a word seen only in
 validation or test is ``[UNK]``, and building the task warns with the share of such tokens,
-:class:`UnknownTokensWarning`), **byte-level BPE** for text (ids 0 and 1: ``<pad>`` and
-``<cls>``; targets: ``<pad>``, ``<bos>``, ``<eos>``): every byte is in its vocabulary, so no
-text is lost to an unknown token, whatever its spaces (code, logs, DNA, Chinese). Both are
+:class:`UnknownTokensWarning`); for text (ids 0 and 1: ``<pad>`` and ``<cls>``; targets:
+``<pad>``, ``<bos>``, ``<eos>``) **byte-level BPE**, or **character-level** where the text is not
+words (:func:`choose_tokenizer`; the ``tokenizer`` option overrides it): every byte is in either
+vocabulary, so no text is lost to an unknown token (code, logs, DNA, Chinese). Both are
 deterministic: the same file gives the same vocabulary in every process. The lines are shuffled
-with ``seed`` and cut into train / val / test. The trained tokenizers, the label names and the
-file's SHA-256 travel with the task (``Task.artifacts``) into checkpoints: ``attnlab predict``
-needs only the checkpoint, and ``eval``, ``--resume`` and the viewer encode with the run's own
-tokenizers and refuse a file that has changed since (:func:`attnlab.tasks.create`'s ``saved``).
-A malformed file raises a ``ValueError`` naming the line and the field.
+with ``seed`` and cut into train / val / test. The trained tokenizers, their kind and why, the
+label names and the file's SHA-256 travel with the task (``Task.artifacts``) into checkpoints:
+``attnlab predict`` needs only the checkpoint, and ``eval``, ``--resume`` and the viewer encode
+with the run's own tokenizers and refuse a file that has changed since
+(:func:`attnlab.tasks.create`'s ``saved``). A malformed file raises a ``ValueError`` naming the
+line and the field; so does a file with one label (:func:`check_labels`), and a file whose
+majority label is :data:`MAJORITY_WARN` of it or more warns (:class:`MajorityLabelWarning`) and
+shows that label's score in the run's summary (``Task.notes``).
 """
 
 from __future__ import annotations
@@ -25,12 +29,26 @@ from __future__ import annotations
 import json
 import random
 import warnings
+from collections import Counter
 from pathlib import Path
 
+from ..validate import choice
 from .base import IGNORE, Split, Task, pad_rows, register
+from .text_tokenizers import (
+    CHAR_MAX_ALPHABET,
+    CHAR_MAX_WHITESPACE,
+    KIND_NAMES,
+    TOKENIZERS,
+    choose_tokenizer,
+    chosen_tokenizer,
+    tokenizer_kind,
+    word_tokenizer,
+)
 
-__all__ = ["FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "SHORT_DEFAULTS", "UnknownTokensWarning", "encode_inputs", "kind_of_record",
-           "make_jsonl", "read_records", "token_strings", "train_defaults_for", "unknown_share"]
+__all__ = ["CHAR_MAX_ALPHABET", "CHAR_MAX_WHITESPACE", "FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "MAJORITY_WARN", "SHORT_DEFAULTS",
+           "TOKENIZERS", "MajorityLabelWarning", "UnknownTokensWarning", "check_labels", "choose_tokenizer", "encode_inputs",
+           "kind_of_record", "make_jsonl", "read_records", "run_id_fields",
+           "token_strings", "tokenizer_kind", "train_defaults_for", "unknown_share"]
 
 FIELDS = {"tagging": ("tokens", "labels"), "classification": ("text", "label"), "seq2seq": ("source", "target")}
 
@@ -104,28 +122,53 @@ def _check(rec, kind, where, inputs_only):
                 raise ValueError(f"{where}: field {second!r} must be {what}")
 
 
-def _word_tokenizer(corpus: list[list[str]]):
-    from tokenizers import Tokenizer, models, trainers
+MAJORITY_WARN = 0.9
+"""A file whose most frequent label is this share of its labels (or more) is nearly one-class: a
+model that learnt nothing scores about this by always answering it, and the other labels are a
+tenth of the test split or less (10 of 100 records), so the score left to earn rests on a few
+examples. Building the task warns, and the run's summary shows that label's score beside the model's."""
 
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["<pad>", "<cls>", "[UNK]"], show_progress=False))
-    return tok
+
+def _label_list(kind: str, records: list[dict]) -> list[str]:
+    if kind == "tagging":
+        return [str(lab) for r in records for lab in r["labels"]]
+    return [str(r["label"]) for r in records]
 
 
-def _text_tokenizer(texts: list[str], specials: list[str], vocab_size: int):
-    """Byte-level BPE (GPT-2's scheme): the UTF-8 bytes of the text, split before runs of letters,
-    digits and punctuation, merged by frequency up to ``vocab_size`` tokens. Every one of the 256
-    bytes is in the vocabulary, so any text encodes without an unknown token (runs without spaces,
-    code, DNA, Chinese), and the vocabulary is the same in every process: the byte alphabet's ids
-    are fixed, and each merge is the most frequent pair, ties broken by the pair's ids."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def check_labels(kind: str, records: list[dict], path: str | Path = "the file") -> None:
+    """Refuse a file with one label (a ``ValueError``): every model scores 1.0 on it by answering
+    that label, and learns nothing. Warns (:class:`MajorityLabelWarning`) when one label is
+    :data:`MAJORITY_WARN` of them or more. Nothing to check for seq2seq."""
+    if kind == "seq2seq":
+        return
+    counts = Counter(_label_list(kind, records))
+    top, n = max(sorted(counts.items()), key=lambda kv: kv[1])
+    unit = "token" if kind == "tagging" else "record"
+    if len(counts) == 1:
+        raise ValueError(f"{path}: every {unit} has the label {top!r}: a model scores 1.0 by always answering it and learns nothing; "
+                         f"{kind} data needs at least two labels")
+    share = n / sum(counts.values())
+    if share >= MAJORITY_WARN:
+        warnings.warn(f"{path}: {share:.1%} of the {unit}s have the label {top!r} (nearly one class): always answering it scores about "
+                      f"as much, so a score near {share:.2f} says little; the run's summary shows that label's score beside the model's",
+                      MajorityLabelWarning, stacklevel=4)
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return tok
+
+def _majority_note(kind: str, metric: str, train_recs: list[dict], test_recs: list[dict], records: list[dict]) -> str | None:
+    """The summary's line for a nearly one-class file: the test score of always answering the
+    training split's most frequent label (None below :data:`MAJORITY_WARN`)."""
+    if kind == "seq2seq":
+        return None
+    counts = Counter(_label_list(kind, records))
+    share = max(counts.values()) / sum(counts.values())
+    if share < MAJORITY_WARN:
+        return None
+    trained = Counter(_label_list(kind, train_recs))
+    top = max(sorted(trained.items()), key=lambda kv: kv[1])[0]
+    test = _label_list(kind, test_recs)
+    score = sum(lab == top for lab in test) / max(len(test), 1)
+    unit = "tokens" if kind == "tagging" else "records"
+    return f"majority class alone ({top!r}, {share:.1%} of the file's {unit}): test {metric} = {score:.4f}"
 
 
 def encode_inputs(kind: str, artifacts: dict, records: list[dict]) -> list[list[int]]:
@@ -165,7 +208,8 @@ the time), 1 layer 0.856. Without attention: each token alone (mlp) 0.897, +-2 t
 (window_mlp) 0.977: the baseline that ``attnlab train jsonl`` trains and shows beside the model."""
 
 LONG_WORDS = 200
-"""Texts of more than this many whitespace-separated words on average are long documents."""
+"""Texts of more than this many tokens on average are long documents: whitespace-separated words,
+or characters where the text is tokenized by character (:func:`choose_tokenizer`)."""
 
 LONG_DEFAULTS = {"positional": "rope", "batch_size": 8, "warmup": 20, "lr": 0.002}
 """Training defaults of long documents, measured (benchmarks/long_documents.py: which of five
@@ -174,22 +218,62 @@ piece, 120 s of training each): the short-data defaults (batch 32, warm-up 100, 
 against the ``window_mlp`` baseline's 0.980; batch 8 0.878, with warm-up 20 0.898, and lr 0.002
 0.980 (10 epochs at batch 8 are four times the steps of 10 at batch 32, and the warm-up no longer
 takes most of them); rope stays (none 0.653, sinusoidal 0.612); self-pretraining in half the
-budget 0.408."""
+budget 0.408. Text tokenized by character, hundreds of tokens a row, trains on the same recipe
+(benchmarks/user_data_repro.py --only-tokenizer)."""
 
 
-def train_defaults_for(path: str | None = None, **options) -> dict:
+def train_defaults_for(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
+                       size: int | None = None, tokenizer: str = "auto", **options) -> dict:
     """The training defaults of a jsonl file, by its length: :data:`LONG_DEFAULTS` for
-    classification texts of more than :data:`LONG_WORDS` words on average, else
-    :data:`SHORT_DEFAULTS` (also when the file cannot be read: building the task reports why)."""
+    classification texts of more than :data:`LONG_WORDS` tokens on average, else
+    :data:`SHORT_DEFAULTS` (also when the file or an option is bad: building the task reports why)."""
     if path is None:
         return dict(SHORT_DEFAULTS)
     try:
         kind, records = read_records(path)
-    except ValueError:
+        if kind != "classification":
+            return dict(SHORT_DEFAULTS)
+        texts = [r["text"] for r in records]
+        char = _input_tokenizer(kind, records, seed, val_fraction, test_fraction, size, tokenizer) == "char"
+    except (ValueError, TypeError):
         return dict(SHORT_DEFAULTS)
-    if kind == "classification" and sum(len(r["text"].split()) for r in records) / len(records) > LONG_WORDS:
+    if sum(len(t) if char else len(t.split()) for t in texts) / len(texts) > LONG_WORDS:
         return dict(LONG_DEFAULTS)
     return dict(SHORT_DEFAULTS)
+
+
+def _input_tokenizer(kind: str, records: list[dict], seed: int, val_fraction: float, test_fraction: float, size: int | None,
+                     tokenizer: str) -> str:
+    """The kind of tokenizer the inputs of ``records`` get (``word`` for tagging), chosen on their training split."""
+    if kind == "tagging":
+        return "word"
+    texts = [r[FIELDS[kind][0]] for r in records]
+    return choose_tokenizer([texts[i] for i in _parts(len(texts), seed, val_fraction, test_fraction, size)["train"]], tokenizer)[0]
+
+
+def run_id_fields(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, size: int | None = None,
+                  tokenizer: str = "auto", **options) -> dict:
+    """What a run on the file is beyond its options and contents, for the arena's run id: ``{"tokenizer":
+    "char"}`` where its text is tokenized by character (runs stored before that rule, on byte-level
+    BPE, keep their ids and are never taken for these), else ``{}``."""
+    try:
+        kind, records = read_records(path) if path is not None else (None, [])
+        return {"tokenizer": "char"} if kind and _input_tokenizer(kind, records, seed, val_fraction, test_fraction, size,
+                                                                   tokenizer) == "char" else {}
+    except (ValueError, TypeError):  # a bad file: building the task reports it
+        return {}
+
+
+def _parts(n: int, seed: int, val_fraction: float, test_fraction: float, size: int | None) -> dict[str, list[int]]:
+    """The records of each split: ``n`` shuffled with ``seed``, test first, then validation, the rest training (its first ``size``)."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, round(n * val_fraction))
+    n_test = max(1, round(n * test_fraction))
+    parts = {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
+    if size is not None:
+        parts["train"] = parts["train"][:size]
+    return parts
 
 
 def _rebuild(saved: dict, **options) -> Task:
@@ -204,45 +288,61 @@ def _rebuild(saved: dict, **options) -> Task:
     return _build(saved=saved, **options)
 
 
-def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
-           size: int | None = None, *, saved: dict | None = None) -> Task:
-    if path is None:
-        raise ValueError("the jsonl task needs its file: --data FILE.jsonl (attnlab train jsonl --data FILE, attnlab arena --data FILE)")
-    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum below 1")
-    kind, records = read_records(path, None if saved is None else saved.get("kind"))
-    if len(records) < 3:
-        raise ValueError(f"{path}: need at least 3 records for train, val and test, got {len(records)}")
-    order = list(range(len(records)))
-    random.Random(seed).shuffle(order)
-    n_val = max(1, round(len(records) * val_fraction))
-    n_test = max(1, round(len(records) * test_fraction))
-    parts = {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
-    if size is not None:
-        parts["train"] = parts["train"][:size]
-    train_recs = [records[i] for i in parts["train"]]
+def _encoders(kind: str, records: list[dict], train_recs: list[dict], saved: dict | None, vocab_size: int, tokenizer: str):
+    """``(artifacts, tokenizer, target tokenizer or None)``: the run's saved ones, or trained on the training split."""
     from tokenizers import Tokenizer
 
     artifacts: dict = {"kind": kind}
-    if saved is not None:
+    tgt = None
+    if saved is not None:  # the run's own tokenizers; a run from before their kinds were saved: read from the tokenizer
         tok = Tokenizer.from_str(saved["tokenizer"])
         names = list(saved["labels"])
+        fields = ("tokenizer", "target_tokenizer") if kind == "seq2seq" else ("tokenizer",)
+        for f in fields:
+            artifacts[f"{f}_kind"] = saved.get(f"{f}_kind") or tokenizer_kind(saved[f])
+            artifacts[f"{f}_reason"] = saved.get(f"{f}_reason") or "saved with the run"
         if kind == "seq2seq":
             tgt = Tokenizer.from_str(saved["target_tokenizer"])
             artifacts["target_tokenizer"] = saved["target_tokenizer"]
     elif kind == "tagging":
-        tok = _word_tokenizer([r["tokens"] for r in train_recs])
+        tok = word_tokenizer([r["tokens"] for r in train_recs])
         names = sorted({str(lab) for r in records for lab in r["labels"]})
+        artifacts.update(tokenizer_kind="word", tokenizer_reason="the file's own tokens")
     elif kind == "classification":
-        tok = _text_tokenizer([r["text"] for r in train_recs], ["<pad>", "<cls>"], vocab_size)
+        tok, *chosen = chosen_tokenizer([r["text"] for r in train_recs], ["<pad>", "<cls>"], vocab_size, tokenizer)
+        artifacts.update(zip(("tokenizer_kind", "tokenizer_reason"), chosen))
         names = sorted({str(r["label"]) for r in records})
     else:
-        tok = _text_tokenizer([r["source"] for r in train_recs], ["<pad>", "<cls>"], vocab_size)
-        tgt = _text_tokenizer([r["target"] for r in train_recs], ["<pad>", "<bos>", "<eos>"], vocab_size)
+        tok, *chosen = chosen_tokenizer([r["source"] for r in train_recs], ["<pad>", "<cls>"], vocab_size, tokenizer)
+        tgt, *target_chosen = chosen_tokenizer([r["target"] for r in train_recs], ["<pad>", "<bos>", "<eos>"], vocab_size, tokenizer)
+        artifacts.update(zip(("tokenizer_kind", "tokenizer_reason", "target_tokenizer_kind", "target_tokenizer_reason"),
+                             (*chosen, *target_chosen)))
         artifacts["target_tokenizer"] = tgt.to_str()
         names = token_strings(artifacts["target_tokenizer"], list(range(tgt.get_vocab_size())))
     artifacts["tokenizer"] = tok.to_str()
     artifacts["labels"] = names
+    return artifacts, tok, tgt
+
+
+def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
+           size: int | None = None, tokenizer: str = "auto", *, saved: dict | None = None) -> Task:
+    if path is None:
+        raise ValueError("the jsonl task needs its file: --data FILE.jsonl (attnlab train jsonl --data FILE, attnlab arena --data FILE)")
+    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum below 1")
+    choice("tokenizer", tokenizer, TOKENIZERS)
+    kind, records = read_records(path, None if saved is None else saved.get("kind"))
+    if kind == "tagging" and tokenizer != "auto":
+        raise ValueError(f"tokenizer={tokenizer}: tagging data brings its own tokens (a word-level vocabulary of them); the tokenizer "
+                         "option is for text (classification, seq2seq)")
+    if len(records) < 3:
+        raise ValueError(f"{path}: need at least 3 records for train, val and test, got {len(records)}")
+    if saved is None:  # a run from before this check keeps its score
+        check_labels(kind, records, path)
+    parts = _parts(len(records), seed, val_fraction, test_fraction, size)
+    train_recs = [records[i] for i in parts["train"]]
+    artifacts, tok, tgt = _encoders(kind, records, train_recs, saved, vocab_size, tokenizer)
+    names = artifacts["labels"]
     label_id = {n: i for i, n in enumerate(names)}
     if kind != "seq2seq":
         unseen = sorted({str(lab) for r in records for lab in (r["labels"] if kind == "tagging" else [r["label"]])} - set(label_id))
@@ -264,18 +364,25 @@ def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, te
         shares = ", ".join(f"{unknown[name]:.1%} of {name}" for name in ("train", "val", "test"))
         warnings.warn(f"{path}: tokens unknown to the vocabulary ([UNK]): {shares}; a tagging vocabulary holds the training "
                       "split's words, so words seen only in validation or test are unknown", UnknownTokensWarning, stacklevel=3)
+    metric = {"tagging": "token_accuracy", "classification": "accuracy", "seq2seq": "exact_match"}[kind]
+    notes = [f"{'input ' if kind == 'seq2seq' else ''}tokenizer: {KIND_NAMES[artifacts['tokenizer_kind']]} "
+             f"({artifacts['tokenizer_reason']})"]
+    if kind == "seq2seq":
+        notes.append(f"target tokenizer: {KIND_NAMES[artifacts['target_tokenizer_kind']]} ({artifacts['target_tokenizer_reason']})")
+    notes += filter(None, [_majority_note(kind, metric, train_recs, [records[i] for i in parts["test"]], records)])
     return Task(
         name="jsonl",
         kind=kind,
         vocab_size=tok.get_vocab_size(),
         num_labels=len(names),
-        metric={"tagging": "token_accuracy", "classification": "accuracy", "seq2seq": "exact_match"}[kind],
+        metric=metric,
         splits=splits,
         options={"path": str(path), "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction, "vocab_size": vocab_size,
-                 "size": size},
+                 "size": size, "tokenizer": tokenizer},
         vocab=token_strings(artifacts["tokenizer"], list(range(tok.get_vocab_size()))),
         label_names=names,
         artifacts=artifacts,
+        notes=notes,
     )
 
 
@@ -284,9 +391,13 @@ class UnknownTokensWarning(UserWarning):
     words are lost to the model."""
 
 
+class MajorityLabelWarning(UserWarning):
+    """One label is :data:`MAJORITY_WARN` of a user file's labels or more: always answering it scores about that share."""
+
+
 @register("jsonl", train_defaults=train_defaults_for, baseline_model="window_mlp", files=("path",), rebuild=_rebuild)
 def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
-               size: int | None = None) -> Task:
+               size: int | None = None, tokenizer: str = "auto") -> Task:
     """The user's file as a task (see the module docstring).
 
     Args:
@@ -294,8 +405,12 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
         seed: the shuffle of the lines into train / val / test.
         val_fraction: the share of the lines held out for validation.
         test_fraction: the share of the lines held out for test.
-        vocab_size: the most tokens of a text tokenizer (byte-level BPE: the 256 bytes, the
-            special tokens and the most frequent merges).
+        vocab_size: the most tokens of a byte-level BPE tokenizer (the 256 bytes, the special
+            tokens and the most frequent merges; a character-level one has a token per character).
         size: keep this many training lines (default: all).
+        tokenizer: text's tokenizer: ``auto`` (:func:`choose_tokenizer`), ``char`` or ``bpe``.
     """
-    return _build(path, seed, val_fraction, test_fraction, vocab_size, size)
+    return _build(path, seed, val_fraction, test_fraction, vocab_size, size, tokenizer)
+
+
+make_jsonl.run_id_fields = run_id_fields

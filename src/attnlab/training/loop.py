@@ -55,6 +55,10 @@ class TrainResult:
     outruns the bfloat16 products, and only float32's peak bounds the rate).
     ``pretrain``: the self-pretraining phase (steps, seconds, mean loss of its first and last ten
     steps, None when it ran none, validation accuracy of the restored tokens), or None.
+    ``notes``: the task's lines for the summary (:attr:`attnlab.tasks.Task.notes`).
+    ``train_seconds``: the run's seconds of training (self-pretraining and optimizer steps) over
+    every call, as its checkpoint records them; ``call_train_seconds``: this call's share of them;
+    ``seconds``: this call's, setup, validation and test included.
     """
 
     task: str
@@ -77,6 +81,9 @@ class TrainResult:
     flop_rate: float | None = None
     peak_fraction: float | None = None
     pretrain: dict | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    train_seconds: float = 0.0
+    call_train_seconds: float = 0.0
 
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints (``test_size``: the examples, or nodes,
@@ -198,6 +205,7 @@ def train(
     t0 = time.perf_counter()
     with _removed_if_left_empty(Path(out)):  # failed or interrupted before its first checkpoint: no empty folder left
         run = _start(cfg, Path(out), task, sequence_parallel, resume=resume, overwrite=overwrite)
+        spent_before = run.spent  # a resumed run's seconds of training in earlier calls
         if cfg.pretrain_steps and run.pretrain is None:
             deadline = None if max_seconds is None else t0 + max_seconds
             run.pretrain = _pretrain(run.model, run.task, cfg, run.precision, on_pretrain_step, deadline)
@@ -214,7 +222,8 @@ def train(
     return TrainResult(run.task.name, cfg.model, attention_label(cfg), run.task.metric, value, time.perf_counter() - t0, str(folder),
                        run.step, run.history, step_seconds, steps_run, stopped_by, run.task.kind, *run.task.split_size("test"),
                        precision=precision, flops_per_step=flops, flop_rate=rate, peak_fraction=rate / peak if rate else None,
-                       pretrain=run.pretrain)
+                       pretrain=run.pretrain, notes=list(run.task.notes), train_seconds=run.spent,
+                       call_train_seconds=run.spent - spent_before)
 
 
 @contextlib.contextmanager
