@@ -118,7 +118,7 @@ def tokenizer_runs(root: Path, files: list[str], tokenizer: str | None) -> dict:
                     "--out", str(root / f"T-{name}"))
         found[name] = {"model": n["value"], "baseline": n["baseline"]["value"], "baseline_model": n["baseline"]["model"],
                        "steps": n["steps"], "test_size": n["test_size"], "notes": n.get("notes", []), "tokenizer_option": tokenizer,
-                       "train_seconds": round(n["seconds"], 1), "wall_seconds": round(time.perf_counter() - t, 1)}
+                       "call_seconds": round(n["seconds"], 1), "wall_seconds": round(time.perf_counter() - t, 1)}
         print(f"{name}: model {n['value']:.4f}, baseline ({n['baseline']['model']}) {n['baseline']['value']:.4f}, {n['steps']} steps; "
               f"{'; '.join(n.get('notes', [])) or 'no notes'}", flush=True)
     return found
@@ -167,7 +167,7 @@ def repro(args, result: dict) -> None:
             t = time.perf_counter()
             n = attnlab("train", "jsonl", "--task-option", f"path={root / 'nospace.jsonl'}", "--out", str(root / "N"))
             result["nospace"] = {"model": n["value"], "baseline": n["baseline"]["value"], "baseline_model": n["baseline"]["model"],
-                                 "steps": n["steps"], "train_seconds": n["seconds"], "wall_seconds": round(time.perf_counter() - t, 1),
+                                 "steps": n["steps"], "call_seconds": n["seconds"], "wall_seconds": round(time.perf_counter() - t, 1),
                                  "test_size": n["test_size"]}
             print(f"nospace: model {n['value']:.4f}, baseline ({n['baseline']['model']}) {n['baseline']['value']:.4f}, "
                   f"{n['steps']} steps", flush=True)

@@ -143,3 +143,32 @@ def test_a_changed_data_file_is_a_new_grid_and_its_earlier_version_is_named_not_
     (tmp_path / "a" / GRID_FILE).unlink()  # a folder from before the grid was kept: every run, less the superseded file's
     _, board = build_report(tmp_path / "a")
     assert len(board["tasks"]) == 1 and any("earlier version of mine.jsonl" in n for n in board["notes"])
+
+
+def test_a_grid_with_no_run_is_refused_and_the_last_board_stays(tmp_path, fake_runs):
+    assert CliRunner().invoke(app, [*LOOKUP, "--out", str(tmp_path)]).exit_code == 0
+    grid = (tmp_path / "grid.json").read_text()
+    res = CliRunner().invoke(app, ["arena", "--tasks", "lookup", "--variants", "linformer", "--seeds", "0", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "the grid has no run (lookup / linformer left out: linformer has no causal form" in " ".join(
+        res.output.split()), res.output
+    assert (tmp_path / "grid.json").read_text() == grid
+    assert CliRunner().invoke(app, ["report", str(tmp_path)]).exit_code == 0
+
+
+def test_the_board_shows_the_cost_of_its_own_grid_s_variants(tmp_path, fake_runs):
+    from attnlab.arena import build_report
+    from attnlab.arena.cost import MODEL_FIELDS, cost_table
+
+    assert CliRunner().invoke(app, [*LOOKUP, "--out", str(tmp_path)]).exit_code == 0
+    asked = json.loads((tmp_path / "grid.json").read_text())["cost"]
+    model = {k: v for k, v in asked["train"].items() if k in MODEL_FIELDS}
+    rows = [{"variant": v, "length": n, "seconds": 0.1, "peak_bytes": 100, "params": 1}
+            for v in ("dense", "linear", "performer", "dense_naive") for n in (1024, 2048)]
+    table = {"task": "lookup", "key": json.dumps(["lookup", asked["task_options"], model, "cpu", 1], sort_keys=True), "rows": rows}
+    (tmp_path / "cost.json").write_text(json.dumps(table))
+    _, board = build_report(tmp_path)  # performer was measured by an earlier grid, 2,048 is no length of this one
+    assert set(board["cost"]["variants"]) == {"dense", "linear", "dense_naive"} and board["cost"]["lengths"] == [1024]
+    other = {**table, "key": json.dumps(["lookup", {"size": 64}, model, "cpu", 1])}
+    (tmp_path / "cost.json").write_text(json.dumps(other))
+    _, board = build_report(tmp_path)
+    assert board["cost"] is None and cost_table(tmp_path) == other  # another model's measurements: kept, not shown

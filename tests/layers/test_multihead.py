@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab import MultiHeadAttention, masks, reference_attention
+from attnlab import MultiHeadAttention, efficient, masks, reference_attention
 from tests.helpers import assert_close_rel
 
 E, H = 16, 4
@@ -129,6 +129,7 @@ def test_cross_attention_lengths_and_dropout_only_in_training():
         (lambda: MultiHeadAttention(8, 2, dropout=1.0), ValueError, "dropout"),
         (lambda: MultiHeadAttention(8, 2, score="cosine").to_torch(), ValueError, "to_torch needs"),
         (lambda: MultiHeadAttention(8, 2, head_mode="project").to_torch(), ValueError, "to_torch needs"),
+        (lambda: efficient.create("dense", embed_dim=8, num_heads=2, causal=True).to_torch(), ValueError, "the layer is causal"),
         (lambda: MultiHeadAttention.from_torch(nn.Linear(2, 2)), TypeError, "expects a torch.nn.MultiheadAttention"),
         (lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True)), ValueError, "add_bias_kv"),
         (lambda: MultiHeadAttention(8, 2)(torch.randn(2, 3, 7)), ValueError, "query must have last dimension 8"),

@@ -182,3 +182,14 @@ def test_an_arena_run_tokenized_by_character_never_takes_the_id_of_a_bpe_run_sto
         make(path)
         (spec,) = plan("quick", tasks=[], variants=["dense"], seeds=[0], data=str(path))
         assert (spec.run_id != _run_id(spec.config, spec.data_sha256)) == char
+
+
+def test_a_seq2seq_target_tokenized_by_character_is_in_the_run_id_too(tmp_path):
+    from attnlab.tasks.jsonl import run_id_fields
+
+    r = random.Random(0)
+    path = tmp_path / "dna.jsonl"
+    rows = [{"source": f"the gene number {i} of the cell", "target": "".join(r.choice("acgt") for _ in range(40))} for i in range(60)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    assert run_id_fields(str(path)) == {"target_tokenizer": "char"}
+    assert run_id_fields(str(path), tokenizer="bpe") == {} and run_id_fields(None) == {}

@@ -143,7 +143,6 @@ def test_an_optimizer_state_of_other_parameters_is_refused(tmp_path):
         load_checkpoint(tmp_path / "run", weights="last", with_state=True)
 
 
-
 def test_eval_of_a_variant_that_draws_at_each_call_is_the_same_in_any_process():
     values = []
     for seed in range(4):  # the generator as another process would leave it
@@ -152,3 +151,14 @@ def test_eval_of_a_variant_that_draws_at_each_call_is_the_same_in_any_process():
         values.append(evaluate(DATA / "with-step" / "reformer").value)
         assert torch.equal(torch.get_rng_state(), before)  # the caller's generator left as it was
     assert values == [EXPECTED["with-step"]["runs"]["reformer"]["value"]] * 4
+
+
+def test_train_s_test_score_is_eval_s_for_a_variant_that_draws_at_each_call(tmp_path):
+    from attnlab.training import TrainConfig
+
+    for seed in (0, 1):
+        cfg = TrainConfig.for_task("listops", task_options={"size": 32, "max_length": 16}, attention="reformer", steps=2, eval_every=2,
+                                   embed_dim=16, num_heads=2, num_layers=1, warmup=1, batch_size=8, seed=seed)
+        torch.manual_seed(100 + seed)  # whatever the caller's generator holds
+        result = train(cfg, tmp_path / str(seed))
+        assert result.value == evaluate(tmp_path / str(seed)).value

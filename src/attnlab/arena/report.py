@@ -33,15 +33,14 @@ def plan_notes(out: str | Path) -> list[str]:
 NOTES_FILE = "notes.json"
 
 
-def _cost_section(out: Path, board: dict) -> list[str]:
-    """The report's cost section from ``out/cost.json`` (:mod:`attnlab.arena.cost`): the lecture's
-    chart at the longest length and a table per length (``[]`` when nothing was measured)."""
+def _cost_section(out: Path, board: dict, table: dict) -> list[str]:
+    """The report's cost section from the board's measurements ``table`` (``out/cost.json``'s for its grid,
+    :mod:`attnlab.arena.cost`): the lecture's chart at the longest length and a table per length (``[]``: none)."""
     from .charts import plot_cost
-    from .cost import REFERENCE, cost_table, ratios
+    from .cost import REFERENCE, ratios
 
     if not board.get("cost"):
         return []
-    table = cost_table(out)
     task = table["task"]
     entries = next((es for t, es in board["tasks"].items() if t == task), [])
     scores = {e["variant"]: e["value"] for e in entries if not e["setting"] and e["value"] is not None}
@@ -174,11 +173,14 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
     if not rows:
         raise ValueError(f"{out / 'results.sqlite'} holds no finished run " + ("yet" if not stored else f"of the last grid ({others})"))
     board = leaderboard(rows)
-    from .cost import cost_summary, cost_table, measures
+    from .cost import REFERENCE, cost_summary, cost_table, measures
 
     table, asked = cost_table(out), grid_cost(out)
     if asked is not False and (asked is None or not measures(table, asked)):  # another grid's measurements: not this board's
         table = {}
+    elif asked:  # the grid's variants and lengths of them (a grid of more variants before measured more)
+        table = {**table, "rows": [r for r in table.get("rows", []) if r["variant"] in {*asked["variants"], REFERENCE}
+                                   and r["length"] in asked["lengths"]]}
     board["cost"] = cost_summary(table)
     board["notes"] = notes = plan_notes(out) + ([others] if others else [])
     lra = plot_lra(board, out / "lra.png")
@@ -186,7 +188,7 @@ def build_report(out: str | Path) -> tuple[Path, dict]:
     labels = {i: label(e) for es in board["tasks"].values() for e in es for i in e["run_ids"]}
     curves = plot_curves([r for r in rows if r["run_id"] in behind], out / "curves.png", labels)
     levels = plot_levels(board, out / "levels.png")
-    cost = _cost_section(out, board)
+    cost = _cost_section(out, board, table)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attnlab arena</title><style>",
         "body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}table{border-collapse:collapse;margin:1em 0}",

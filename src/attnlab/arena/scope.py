@@ -54,14 +54,16 @@ def _superseded(rows: list[dict]) -> dict[str, str]:
                 files = data_files(r["task"], r["config"].get("task_options") or {})
             except ValueError:
                 continue
-            groups.setdefault(json.dumps([r["task"], sorted(files.values())]), []).append(r)
+            if files:  # one file however its path was spelt (mine.jsonl, ./mine.jsonl, its absolute path)
+                groups.setdefault(json.dumps([r["task"], sorted(str(Path(f).resolve()) for f in files.values())]), []).append(r)
     out = {}
     for key, rs in groups.items():
         task, files = json.loads(key)
         try:
             current = data_digest(task, rs[-1]["config"].get("task_options") or {})
         except ValueError:  # the file is gone: the newest version a run read is the current one
-            current = max(rs, key=lambda r: r["finished_at"] or 0)["data_sha256"]
+            current = None
+        current = current or max(rs, key=lambda r: r["finished_at"] or 0)["data_sha256"]
         names = ", ".join(Path(f).name for f in files)
         out.update({r["run_id"]: names for r in rs if r["data_sha256"] != current})
     return out

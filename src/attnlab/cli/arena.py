@@ -60,7 +60,7 @@ def arena(
     """Train and compare attention variants across tasks: resumable grid, SQLite store, leaderboard, report.html."""
     from rich.live import Live
 
-    from ..arena import Store, build_report, plan, run_grid
+    from ..arena import Store, plan, run_grid
     from ..arena.live import LiveGrid, run_name
     from ..arena.sweep import parse_sweep
 
@@ -85,16 +85,18 @@ def arena(
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
                      seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data, seconds=budget_seconds,
                      steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option))
-        check_tasks(specs)  # every task at every level built once: a grid that cannot run is refused before it trains
+        if not specs:  # before grid.json is written: the folder's last board stays
+            fail("the grid has no run" + (f" ({'; '.join(specs.notes)})" if specs.notes else "") + ": choose other --tasks or --variants")
+        stored = Store(Path(out_dir) / "results.sqlite").rows()  # a damaged store or an unwritable folder fails here, before the board
+        kept = {r["run_id"] for r in stored if r["status"] == "done" or not retry_failed}  # the runs the grid will skip
+        check_tasks([s for s in specs if s.run_id not in kept])  # each task to train built once: refused before any run, not after
     except (ValueError, KeyError) as e:
         fail(str(e))
     for note in specs.notes:  # every run left out, and why, before the board
         err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    stored = Store(Path(out_dir) / "results.sqlite").rows()  # a damaged store or an unwritable folder fails here, before the board
     if workers is None:  # one process of one thread per core, at most one per run to do: each run trains on one thread anyway
         import torch
 
-        kept = {r["run_id"] for r in stored if r["status"] == "done" or not retry_failed}  # the runs the grid will skip
         todo = sum(s.run_id not in kept for s in specs)
         workers = 1 if executor == "ray" else max(1, min(torch.get_num_threads(), todo))
     grid = LiveGrid(specs, stored=stored)
@@ -122,23 +124,32 @@ def arena(
             err.line()
         err.print(_interrupted(out_dir, specs, running), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130)
+    _close(out_dir, specs, grid.elapsed, as_json)
+
+def _close(out_dir: str, specs, elapsed, as_json: bool) -> None:
+    """After the grid: the cost (where an attention run of its task finished), the report and the
+    leaderboard (``elapsed()``: the command's seconds so far); exit 1 when every run failed, a warning for
+    each task whose every run did."""
+    from ..arena import Store, build_report
+    from ..arena.presets import NO_ATTENTION
+
     done = {r["run_id"]: r["status"] == "done" for r in Store(Path(out_dir) / "results.sqlite").rows()}
     finished = {s.task for s in specs if done.get(s.run_id)}
-    if specs.cost is not None and specs.cost["task"] in finished:  # no cost beside a task whose every run failed
+    attended = {s.task for s in specs if done.get(s.run_id) and s.variant != NO_ATTENTION}
+    if specs.cost is not None and specs.cost["task"] in attended:  # no cost beside a task whose every attention run failed
         _measure_cost(out_dir, specs.cost)
     page, board = build_report(out_dir)
     if as_json:
-        print_json({**board, "report": str(page), "wall_seconds": grid.elapsed()})
+        print_json({**board, "report": str(page), "wall_seconds": elapsed()})
     else:
         _print_leaderboard(board)
-        out.print(f"report: {page}  (wall time {grid.elapsed():.0f} s)")
+        out.print(f"report: {page}  (wall time {elapsed():.0f} s)")
     failed = list(dict.fromkeys(s.task for s in specs if s.task not in finished))
     if failed and not finished:
         err.print(f"[bold red]error:[/] every run of the grid failed ({len(specs)} runs; the reasons are on the board)", soft_wrap=True)
         raise typer.Exit(1)
     if failed:
         err.print(f"[yellow]warning:[/] every run of {', '.join(failed)} failed (the reasons are on the board)", soft_wrap=True)
-
 
 
 def _measure_cost(out_dir: str, cost: dict) -> None:

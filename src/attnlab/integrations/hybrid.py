@@ -314,7 +314,8 @@ _STEPS = {"causal_conv1d_update": "the short convolution's one-token update in d
 class _Fallbacks(logging.Filter):
     """The filter of transformers' kernel logger: during a served model's call, its line that a
     function "is falling back to its reference PyTorch implementation" becomes one
-    :class:`ServedFallback` that names what attnlab serves (elsewhere the line passes unchanged)."""
+    :class:`ServedFallback` that names what attnlab serves (elsewhere the line passes unchanged;
+    transformers says it once per process, so after a served call it is not said again)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         served = _SERVED_CALL.get()

@@ -91,6 +91,9 @@ def to_torch(layer) -> nn.MultiheadAttention:
     same_math = type(layer.score) is ScaledDot and resolve_normalizer(layer.normalize) is softmax
     if layer.num_kv_heads != layer.num_heads:
         raise ValueError("to_torch needs one key / value head per query head (torch.nn.MultiheadAttention has no grouped heads)")
+    if layer.step.causal:
+        raise ValueError("to_torch: the layer is causal (causal=True), which a torch.nn.MultiheadAttention does not hold: give the torch "
+                         "layer is_causal=True with a causal attn_mask at each call")
     if layer.head_mode != "split" or not same_math or layer.positional is not None:
         raise ValueError(
             "to_torch needs head_mode='split', score='scaled_dot', normalize='softmax' and no positional "

@@ -243,25 +243,31 @@ def train_defaults_for(path: str | None = None, seed: int = 0, val_fraction: flo
 
 
 def _input_tokenizer(kind: str, records: list[dict], seed: int, val_fraction: float, test_fraction: float, size: int | None,
-                     tokenizer: str) -> str:
-    """The kind of tokenizer the inputs of ``records`` get (``word`` for tagging), chosen on their training split."""
+                     tokenizer: str, field: int = 0) -> str:
+    """The kind of tokenizer field ``field`` of ``records`` gets (0: the input; ``word`` for given tokens), chosen on the training split."""
     if kind == "tagging":
         return "word"
-    texts = [r[FIELDS[kind][0]] for r in records]
+    texts = [r[FIELDS[kind][field]] for r in records]
     return choose_tokenizer([texts[i] for i in _parts(len(texts), seed, val_fraction, test_fraction, size)["train"]], tokenizer)[0]
 
 
 def run_id_fields(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, size: int | None = None,
                   tokenizer: str = "auto", **options) -> dict:
     """What a run on the file is beyond its options and contents, for the arena's run id: ``{"tokenizer":
-    "char"}`` where its text is tokenized by character (runs stored before that rule, on byte-level
-    BPE, keep their ids and are never taken for these), else ``{}``."""
+    "char"}`` where its text is tokenized by character, ``{"target_tokenizer": "char"}`` where a seq2seq
+    target is (runs stored before that rule, on byte-level BPE, keep their ids and are never taken for
+    these), else ``{}``."""
+    if path is None:
+        return {}
     try:
-        kind, records = read_records(path) if path is not None else (None, [])
-        return {"tokenizer": "char"} if kind and _input_tokenizer(kind, records, seed, val_fraction, test_fraction, size,
-                                                                   tokenizer) == "char" else {}
+        kind, records = read_records(path)
+        split = (seed, val_fraction, test_fraction, size, tokenizer)
+        fields = {"tokenizer": _input_tokenizer(kind, records, *split)}
+        if kind == "seq2seq":
+            fields["target_tokenizer"] = _input_tokenizer(kind, records, *split, field=1)
     except (ValueError, TypeError):  # a bad file: building the task reports it
         return {}
+    return {k: v for k, v in fields.items() if v == "char"}
 
 
 def _parts(n: int, seed: int, val_fraction: float, test_fraction: float, size: int | None) -> dict[str, list[int]]:

@@ -14,6 +14,7 @@ from .. import tasks as task_registry
 from ..models.base import BOS, EOS, FIRST, PAD
 from ..tasks import Task
 from .checkpoint import CheckpointError, load_checkpoint
+from .draws import drawn_from
 from .loop import TrainResult, attention_label
 from .precision import autocast, resolve
 
@@ -34,14 +35,13 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None)
     t0 = time.perf_counter()
     with torch.random.fork_rng(devices=[]):  # building the model draws too
         ck = load_checkpoint(path)
-        if task is None:
-            task = saved_task(ck)
-        else:  # built in Python: it must be the one the run trained on (the same file and, for user data, tokenizers)
-            task_registry.check_saved(task, ck.meta.get("task_artifacts"), f"the run in {ck.path.parent}")
-        precision = _precision(ck)
-        torch.default_generator.manual_seed(ck.config.seed)
-        with autocast(precision, next(ck.model.parameters()).device):
-            value = objectives.get(task).score(ck.model, task, split)
+    if task is None:
+        task = saved_task(ck)
+    else:  # built in Python: it must be the one the run trained on (the same file and, for user data, tokenizers)
+        task_registry.check_saved(task, ck.meta.get("task_artifacts"), f"the run in {ck.path.parent}")
+    precision = _precision(ck)
+    with drawn_from(ck.config.seed), autocast(precision, next(ck.model.parameters()).device):  # train's test score of the same weights
+        value = objectives.get(task).score(ck.model, task, split)
     size, unit = task.split_size(split)
     return TrainResult(
         task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),

@@ -31,6 +31,7 @@ from ..tasks import Task
 from . import parallel
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import TrainConfig, model_config
+from .draws import drawn_from
 from .precision import autocast, resolve, warn_if_emulated
 from .run import Run, copy_weights, save
 
@@ -88,8 +89,8 @@ class TrainResult:
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints (``test_size``: the examples, or nodes,
         the score was measured on)."""
-        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint", "precision",
-                "flop_rate", "peak_fraction", "pretrain")
+        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "train_seconds",
+                "call_train_seconds", "checkpoint", "precision", "flop_rate", "peak_fraction", "pretrain")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -399,12 +400,11 @@ def _test(run: Run) -> float:
         from ..distributed.sequence import parallelize
 
         parallelize(best_model, run.sp)
-    with autocast(run.precision, run.device):
+    with drawn_from(run.cfg.seed), autocast(run.precision, run.device):  # eval's score of the same weights
         value = run.objective.score(best_model, run.task, "test")
     if run.sp is not None:
         parallelize(best_model, None)
     return value
-
 
 
 def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,

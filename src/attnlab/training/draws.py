@@ -1,0 +1,20 @@
+"""Scores that do not depend on the caller's random state: what a model draws at each call
+(Reformer's rotations without a seed of its own) is drawn from the run's seed while a split is
+scored, so ``train``'s test score and ``eval``'s are the same number in any process."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+__all__ = ["drawn_from"]
+
+
+@contextlib.contextmanager
+def drawn_from(seed: int) -> Iterator[None]:
+    """Inside, torch's CPU generator starts from ``seed``; after, the caller's state is back."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
