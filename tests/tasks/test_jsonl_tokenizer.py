@@ -5,7 +5,6 @@ with the run; a run saved before the choice keeps its own BPE tokenizer."""
 import hashlib
 import json
 import random
-import string
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from typer.testing import CliRunner
 from attnlab import tasks
 from attnlab.cli import app
 from attnlab.training import TrainConfig, evaluate, load_checkpoint, train
+from tests.tasks.test_user_data_trust import unspaced_file
 
 OLD_RUN = Path(__file__).resolve().parents[1] / "data" / "jsonl-bpe-v1"
 TINY = dict(steps=4, eval_every=4, embed_dim=16, num_layers=1, num_heads=2, warmup=1, batch_size=8)
@@ -22,15 +22,8 @@ TINY = dict(steps=4, eval_every=4, embed_dim=16, num_layers=1, num_heads=2, warm
 
 def lower_file(path, n=80, length=200, seed=2):
     """The finding's file: random lowercase letters, one record ``KEY=v`` inside, ``v`` a lowercase letter (the label)."""
-    r = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        v = r.choice("abcd")
-        s = "".join(r.choice(string.ascii_lowercase) for _ in range(length))
-        at = r.randrange(length)
-        rows.append({"text": s[:at] + "KEY=" + v + s[at:], "label": v})
-    path.write_text("".join(json.dumps(x) + "\n" for x in rows))
-    return path, rows
+    unspaced_file(path, n, length, seed, values="abcd")
+    return path, [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def code_file(path, n=80):

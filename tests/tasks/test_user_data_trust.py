@@ -28,12 +28,12 @@ def words_file(path, n=120, seed=0):
     return path
 
 
-def unspaced_file(path, n=60, length=300, seed=1):
-    """Random letters without a space, one record ``KEY=v`` hidden in each (label v): the text WordPiece lost."""
+def unspaced_file(path, n=60, length=300, seed=1, values="ABCD"):
+    """Random letters without a space, one record ``KEY=v`` hidden in each (label v, one of ``values``): the text WordPiece lost."""
     r = random.Random(seed)
     rows = []
     for _ in range(n):
-        v = r.choice("ABCD")
+        v = r.choice(values)
         s = "".join(r.choice(string.ascii_lowercase) for _ in range(length))
         at = r.randrange(length)
         rows.append({"text": s[:at] + "KEY=" + v + s[at:], "label": v})
