@@ -39,7 +39,8 @@ def train(
         help="Also train the no-attention baseline into --out/baseline and print its score beside the model's (default: on for "
              "jsonl and graph_files)."),
     as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, test_size, steps, "
-                                "seconds, checkpoint, warnings; baseline: its model and value; notes: the task's, e.g. "
+                                "seconds (this call's), train_seconds (the run's training, over every call), call_train_seconds, "
+                                "checkpoint, warnings; baseline: its model and value; notes: the task's, e.g. "
                                 "user data's tokenizer)."),
     settings: dict | None = None,
 ) -> None:
@@ -117,7 +118,8 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
         caveats.append(f"nothing was trained: the run had already reached its budget ({result.steps} steps); give more --steps or "
                        "--seconds to extend it")
     if as_json:
-        summary = {**result.summary(), "warnings": caveats}
+        summary = {**result.summary(), "train_seconds": result.train_seconds, "call_train_seconds": result.call_train_seconds,
+                   "warnings": caveats}
         if base is not None:
             summary["baseline"] = {"model": base.model, "value": base.value}
         if result.notes:

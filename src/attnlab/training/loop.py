@@ -89,8 +89,8 @@ class TrainResult:
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints (``test_size``: the examples, or nodes,
         the score was measured on)."""
-        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "train_seconds",
-                "call_train_seconds", "checkpoint", "precision", "flop_rate", "peak_fraction", "pretrain")
+        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint", "precision",
+                "flop_rate", "peak_fraction", "pretrain")
         return {k: getattr(self, k) for k in keys}
 
 
