@@ -176,9 +176,9 @@ is the model's width at a fixed number of keys; here the keys grow at a fixed wi
 ratio of keys to state."""
 
 LOOKUP_STEPS = 200
-"""Optimizer steps of each ``lookup`` run in the default run: dense attention's mean over seeds 0
-and 1 reaches 0.93 at 32 keys (0.98 and 0.88 apart, measured 2026-11-26), while retnet and linear
-stay at 0.50 and 0.62 there."""
+"""Optimizer steps of each ``lookup`` run in the default run: enough for dense attention's mean
+over seeds 0 and 1 to reach 0.93 at 32 keys, while retnet and linear stay near 0.50 and 0.62 there
+(step-budgeted scores, the same on any machine: benchmarks/results/arena-repro-*.json)."""
 
 TEXT_STEPS = 150
 """Optimizer steps of each ``text`` run in the default run (1K bytes, one layer, fp32)."""

@@ -25,8 +25,8 @@ The arena trains it causally with rotary positions (:func:`make_lookup`'s traini
 one layer of four heads of 16 channels), at three difficulty levels of ``keys`` (8, 16 and 32,
 :data:`attnlab.arena.presets.LOOKUP_LEVELS`), 200 steps a run, on 512 training sequences (its
 default run's ``size``; ``attnlab train lookup`` takes the task's own default, 1,024): dense
-attention's mean over two seeds is 0.93 or more at each (measured 2026-11-26), while a
-fixed-size state falls off as the keys it must hold grow.
+attention's mean over two seeds is 0.93 or more at each, while a fixed-size state falls off as
+the keys it must hold grow (the default run's scores: benchmarks/results/arena-repro-*.json).
 """
 
 from __future__ import annotations
