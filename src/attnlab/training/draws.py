@@ -14,7 +14,9 @@ __all__ = ["drawn_from"]
 
 @contextlib.contextmanager
 def drawn_from(seed: int) -> Iterator[None]:
-    """Inside, torch's CPU generator starts from ``seed``; after, the caller's state is back."""
+    """Inside, torch's CPU generator starts from ``seed`` (an int); after, the caller's state is back."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
         yield
