@@ -78,7 +78,7 @@ def test_a_one_class_file_is_refused_before_any_run(tmp_path, fake_runs):
 def test_a_task_option_no_level_can_hold_is_refused_before_any_run_and_any_cost(tmp_path, fake_runs, option, expected):
     res = CliRunner().invoke(app, [*LOOKUP, "--task-option", option, "--out", str(tmp_path)])
     assert res.exit_code == 2 and expected in " ".join(res.output.split()), res.output
-    assert fake_runs["runs"] == [] and fake_runs["cost"] == [] and _stored(tmp_path) == 0
+    assert fake_runs["runs"] == [] and fake_runs["cost"] == [] and not (tmp_path / "results.sqlite").exists()
 
 
 def test_a_grid_whose_every_run_failed_exits_1_and_measures_no_cost(tmp_path, fake_runs):

@@ -87,9 +87,11 @@ def arena(
                      steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option))
         if not specs:  # before grid.json is written: the folder's last board stays
             fail("the grid has no run" + (f" ({'; '.join(specs.notes)})" if specs.notes else "") + ": choose other --tasks or --variants")
-        stored = Store(Path(out_dir) / "results.sqlite").rows()  # a damaged store or an unwritable folder fails here, before the board
+        path = Path(out_dir) / "results.sqlite"
+        stored = Store(path).rows() if path.exists() else []  # a damaged store fails here, before the board
         kept = {r["run_id"] for r in stored if r["status"] == "done" or not retry_failed}  # the runs the grid will skip
         check_tasks([s for s in specs if s.run_id not in kept])  # each task to train built once: refused before any run, not after
+        Store(path)  # an unwritable folder fails here, before the board (a refused grid leaves no store behind)
     except (ValueError, KeyError) as e:
         fail(str(e))
     for note in specs.notes:  # every run left out, and why, before the board
