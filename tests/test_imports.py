@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PKG = SRC / "attnlab"
 
 FLOORS = [
-    {"registry", "validate", "profiling", "extras"},  # helpers with no attnlab dependency
+    {"registry", "validate", "profiling", "extras", "devices"},  # helpers with no attnlab dependency
     {"core", "masks", "scores", "normalizers", "score_mods"},  # the functional core and its public faces
     {"distributed"},  # sequence parallelism: ring attention on the core's scores and normalisers
     {"positional"},

@@ -106,13 +106,13 @@ def test_pretraining_trains_every_token_backbone_then_fine_tunes_from_its_weight
 def test_pretraining_changes_the_backbone_only_and_a_resume_does_not_repeat_it(tmp_path):
     from attnlab import tasks
     from attnlab.training.config import model_config
-    from attnlab.training.loop import _pretrain
+    from attnlab.training.pretraining import pretrain
 
     cfg = TrainConfig.for_task("pos", **{**TINY, "steps": 1}, pretrain_steps=5)
     task = tasks.create("pos", size=128)
     model = build_model(model_config(cfg, task))
     init = {k: v.clone() for k, v in model.state_dict().items()}
-    _pretrain(model, task, cfg, "fp32")
+    pretrain(model, task, cfg, "fp32")
     after = model.state_dict()
     assert torch.equal(after["head.weight"], init["head.weight"])  # the task's head waits for the labels
     assert not torch.equal(after["backbone.embed.weight"], init["backbone.embed.weight"])

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from attnlab.cli import app
 from attnlab.training import CheckpointError, ConfigMismatchError, TrainConfig, evaluate, load_checkpoint, train
+from attnlab.training.schedule import learning_rate
 
 TINY = dict(task_options={"size": 128}, steps=8, eval_every=4, embed_dim=16, num_layers=1, num_heads=2, warmup=2, batch_size=16)
 
@@ -162,9 +163,9 @@ def test_a_time_budget_counts_training_seconds_over_resumes_and_anneals_on_time(
     again = train(cfg, tmp_path, resume=True)  # the budget is spent already: no step
     assert again.steps == 6 and again.steps_run == 0 and again.stopped_by == "budget" and again.value == res.value
     # the cosine decay follows the budget (or the steps, whichever is further)
-    assert loop._lr(cfg, 10, 1000, 0.75) == pytest.approx(cfg.lr * 0.5 * (1 + math.cos(math.pi * 0.5)))
-    assert loop._lr(cfg, 10, 1000, 1.5) == pytest.approx(0.0, abs=1e-12)
-    assert loop._lr(cfg, 1000, 1000, 0.0) == pytest.approx(0.0, abs=1e-12)
+    assert learning_rate(cfg, 10, 1000, 0.75) == pytest.approx(cfg.lr * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert learning_rate(cfg, 10, 1000, 1.5) == pytest.approx(0.0, abs=1e-12)
+    assert learning_rate(cfg, 1000, 1000, 0.0) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="must be > 0"):
         TrainConfig.for_task("pos", seconds=0)
 

@@ -58,6 +58,16 @@ out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
 
+def device_or_fail(device: str | None):
+    """The :class:`torch.device` that ``--device`` names here, or a one-line error (exit 2)."""
+    from ..devices import DeviceError, resolve
+
+    try:
+        return resolve(device)
+    except DeviceError as e:
+        fail(str(e))
+
+
 def fail(message: str) -> NoReturn:
     """Print a one-line red error on stderr and exit with code 2 (a usage error).
 

@@ -7,8 +7,8 @@ import unicodedata
 
 import typer
 
-from .common import err, fail, print_json, require_text
-from .options import json_option
+from .common import device_or_fail, err, fail, print_json, require_text
+from .options import device_option, json_option
 
 __all__ = ["generate", "printable"]
 
@@ -28,6 +28,7 @@ def generate(
     no_cache: bool = typer.Option(False, "--no-cache", help="Rerun the whole prefix at every step (the slow reference)."),
     raw: bool = typer.Option(False, "--raw", help="Write the bytes as generated, control characters too (default on a terminal: escaped)."),
     as_json: bool = json_option("Print one JSON object (prompt, text, new_tokens, warnings) instead of streaming the text."),
+    device: str = device_option(),
 ) -> None:
     """Generate text with a trained language model, token by token, with a key / value cache."""
     from ..training import CheckpointError, load_checkpoint
@@ -38,6 +39,7 @@ def generate(
         fail(f"--top-p must be in (0, 1], got {top_p}")
     if sinks is not None and window is None:
         fail("--sinks needs --window: sinks are kept by the bounded cache, and without --window the cache keeps every token")
+    where = device_or_fail(device)
     warnings = []
     try:
         ck = load_checkpoint(checkpoint)
@@ -47,7 +49,7 @@ def generate(
             warnings.append(f"the prompt ({length} bytes) and {max_new_tokens} new tokens run past the {context}-byte context the "
                             "model was trained on: expect the text to degrade there (--window W keeps a bounded cache)")
         pieces = run(checkpoint, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                     cache=not no_cache, window=window, sinks=4 if sinks is None else sinks)  # checks the checkpoint: errors first
+                     cache=not no_cache, window=window, sinks=4 if sinks is None else sinks, device=where)  # checks the checkpoint: errors first
         for w in warnings:
             err.print(f"[yellow]warning:[/] {w}", soft_wrap=True, highlight=False)
         if as_json:

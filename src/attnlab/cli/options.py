@@ -12,6 +12,7 @@ import typer
 __all__ = [
     "blocks_option",
     "command",
+    "device_option",
     "gathered",
     "option",
     "from_option",
@@ -83,6 +84,12 @@ def precision_option(default: str | None):
                         help="Matrix products in float32, in bfloat16 (mixed precision: float32 weights and loss), or auto: bf16 where "
                              "the device does it natively (AVX-512 BF16 / AMX CPUs, CUDA). Default: fp32 (the arena: each task's own); "
                              "'attnlab bench precision' measures what bf16 gains here, variant by variant.")
+
+
+def device_option(default: str | None = "auto"):
+    """``--device auto|cpu|cuda[:i]|mps``: where the model and the data live (:func:`attnlab.devices.resolve`)."""
+    return typer.Option(default, "--device", metavar="auto|cpu|cuda[:i]|mps",
+                        help="Where to run: auto (CUDA where present, else the CPU), cpu, cuda, cuda:i or mps.")
 
 
 def option(name: str, annotation, default) -> inspect.Parameter:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import typer
 from rich.markup import escape
 
-from .common import err, fail, out, output_folder, print_json, progress, refuse_overwrite
-from .options import gathered, json_option, plot_option
+from .common import device_or_fail, err, fail, out, output_folder, print_json, progress, refuse_overwrite
+from .options import device_option, gathered, json_option, plot_option
 from .train_options import RUN_OPTIONS, task_options
 from .training_bar import TrainingBar, interrupted_message
 
@@ -58,6 +58,7 @@ def train(
     given = [task_options(task, run.pop("task_option")), run.pop("model_option"), run.pop("attention_option")]
     cfg = _config(task, run.pop("size"), [*given[0], *_data_option(task, data, given[0], extra)], given[1], given[2],
                   previous=_previous_run(out_dir, task) if resume else None, **run)
+    device_or_fail(cfg.device)
     base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
     done = _run(task, cfg, base_cfg, out_dir, resume=resume, force=force, sequence_parallel=sequence_parallel, baseline=baseline)
     if done is not None:
@@ -132,7 +133,7 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
         out.print(f"self-pretraining: {p['steps']} steps, {p['seconds']:.0f} s, {'next' if p['causal'] else 'masked'}-token loss "
                   f"{loss}, validation accuracy {p['val_accuracy']:.3f}", highlight=False)
     _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, "
-                            f"{_seconds(r, resume)}; {_utilisation(r)}checkpoint {r.checkpoint}")
+                            f"{_seconds(r, resume)}{_place(r)}; {_utilisation(r)}checkpoint {r.checkpoint}")
     for note in result.notes:  # the task's: what it chose from the data (a tokenizer), a majority label's score
         out.print(note, highlight=False, soft_wrap=True, markup=False)
     if base is not None:
@@ -168,6 +169,15 @@ def _data_option(task: str, data: str | None, task_option: list[str], extra: lis
     return [f"{files[0]}={data}"]
 
 
+def _place(r) -> str:
+    """`` on cuda:0 (NVIDIA H100 80GB HBM3)`` for a run off the CPU (its scores agree with the CPU's to rounding); nothing on it."""
+    if r.device == "cpu":
+        return ""
+    from ..devices import describe
+
+    return f" on {r.device} ({describe(r.device)})"
+
+
 def _seconds(r, resume: bool) -> str:
     """The run's seconds of training, as its checkpoint records them (``"T s of training"``); resumed,
     this call's too (``"T s of training in all, C s in this call"``)."""
@@ -196,7 +206,7 @@ FLAGS = {
     "model_options": "--model-option",
     "attention_options": "--attention-option", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed", "eval_every": "--eval-every",
     "steps": "--steps", "epochs": "--epochs", "seconds": "--seconds", "patience": "--patience", "precision": "--precision",
-    "compile": "--compile", "pretrain_steps": "--pretrain-steps", "pretrain_share": "--pretrain-share",
+    "compile": "--compile", "pretrain_steps": "--pretrain-steps", "pretrain_share": "--pretrain-share", "device": "--device",
 }
 """The command-line spelling of each :class:`~attnlab.training.TrainConfig` field (others have no flag)."""
 
@@ -257,7 +267,7 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
     if overrides["steps"] is not None and overrides["epochs"] is not None:
         fail("give --steps or --epochs, not both")
     if previous is not None:  # the resumed run's own options, then those given now
-        values = dataclasses.asdict(previous)
+        values = {**dataclasses.asdict(previous), "device": "auto"}  # a run resumes where it is resumed, not where it began
         values.update({k: v for k, v in overrides.items() if v is not None})
         for k, v in given.items():
             values[k] = {**values[k], **v}
@@ -322,6 +332,7 @@ def eval_cmd(
                                 "the split's), steps, eval_seconds (this evaluation's), checkpoint, warnings)."),
     plot: str | None = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
     index: int | None = typer.Option(None, min=0, help="The example of the split that --plot draws (default 0); needs --plot."),
+    device: str = device_option(),
 ) -> None:
     """Score a checkpoint's best weights on a split of its task (and draw a cross-attention map)."""
     from ..training import CheckpointError, cross_attention_example, evaluate
@@ -332,8 +343,9 @@ def eval_cmd(
         fail(f"--split must be train, val or test, got {split!r}")
     if index is not None and not plot:
         fail(f"--index picks the example --plot draws: give --plot FILE.png with --index {index}, or leave --index out")
+    where = device_or_fail(device)
     try:
-        result = evaluate(checkpoint, split)
+        result = evaluate(checkpoint, split, device=where)
         if plot:
             from ..viz.complexity import plot_cross_attention
 
@@ -360,6 +372,7 @@ def predict(
     output: str | None = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),
     force: bool = typer.Option(False, "--force", help="With -o: replace an existing file."),
     as_json: bool = json_option("JSON lines on stdout (the default output; the accuracy line goes to stderr)."),
+    device: str = device_option(),
 ) -> None:
     """Predict with a checkpoint trained on user data: each input line again, with its "prediction".
 
@@ -373,12 +386,13 @@ def predict(
     from ..training.inference import unseen_labels
 
     refuse_overwrite("-o", output, force)
+    where = device_or_fail(device)
     try:
         art = load_checkpoint(checkpoint).meta.get("task_artifacts") or {}
         if "kind" not in art:
             raise CheckpointError(f"{checkpoint} was not trained on user data (attnlab train jsonl): nothing to predict from")
         _, records = read_records(input_file, art["kind"], inputs_only=True)
-        rows = run_predict(checkpoint, records, beam_size=beam)
+        rows = run_predict(checkpoint, records, beam_size=beam, device=where)
     except (CheckpointError, ValueError) as e:
         fail(str(e))
     if output:

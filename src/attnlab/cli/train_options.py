@@ -9,7 +9,7 @@ import typing
 import typer
 
 from .common import fail
-from .options import blocks_option, heads_option, option, precision_option, width_option
+from .options import blocks_option, device_option, heads_option, option, precision_option, width_option
 
 __all__ = ["RUN_OPTIONS", "task_options"]
 
@@ -42,6 +42,7 @@ RUN_OPTIONS = [
         help="Time budget: train this many seconds, the learning rate annealed over them (no step limit unless --steps, no "
              "early stop unless --patience).")),
     option("precision", _STR, precision_option(None)),
+    option("device", _STR, device_option(None)),
     option("compile", _BOOL, typer.Option(None, "--compile/--no-compile", help="Run the training forward through torch.compile.")),
     option("pretrain_steps", _INT, typer.Option(
         None, "--pretrain-steps", min=0,

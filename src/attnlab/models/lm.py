@@ -180,6 +180,8 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | 
         drop = cum - sorted_logits.softmax(-1) >= p  # tokens after the set reached p (the first is always kept)
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     probs = logits.softmax(-1)
+    if generator is not None and generator.device != probs.device:  # drawn where the generator is: one seed, one text on any device
+        return torch.multinomial(probs.to(generator.device), 1, generator=generator)[:, 0].to(probs.device)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 

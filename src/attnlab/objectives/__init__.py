@@ -24,7 +24,7 @@ from . import pair as _pair  # noqa: F401
 from . import regression as _regression  # noqa: F401
 from . import seq2seq as _seq2seq  # noqa: F401
 from . import tagging as _tagging  # noqa: F401
-from .base import OBJECTIVES, Objective, batches, collate, create, get, names, register
+from .base import OBJECTIVES, Objective, batches, collate, create, get, model_device, names, register
 from .denoising import Denoising, DenoisingModel
 
-__all__ = ["OBJECTIVES", "Denoising", "DenoisingModel", "Objective", "batches", "collate", "create", "get", "names", "register"]
+__all__ = ["OBJECTIVES", "Denoising", "DenoisingModel", "Objective", "batches", "collate", "create", "get", "model_device", "names", "register"]

@@ -76,7 +76,7 @@ class Objective:
         model.eval()
         data = task.split(split)
         right = total = 0
-        for inputs, labels in batches(self, task, data, batch_size):
+        for inputs, labels in batches(self, task, data, batch_size, device=model_device(model)):
             c, t = task.correct(model(**inputs).output, labels)
             right, total = right + c, total + t
         return right / max(total, 1)
@@ -101,23 +101,35 @@ def _vectors_per_example(data: Split) -> int:
     return int(t[0].numel())  # token ids: (B, N), pairs (B, 2, N)
 
 
-def batches(objective: Objective, task: Task, data: Split, batch_size: int | None = None):
+def batches(objective: Objective, task: Task, data: Split, batch_size: int | None = None, device=None):
     """The split in order, ``batch_size`` examples at a time (None: :func:`eval_batch_size`), as
-    ``(inputs, labels)``."""
+    ``(inputs, labels)`` on ``device`` (None: where the split is)."""
     batch_size = batch_size or eval_batch_size(data)
     for i in range(0, len(data), batch_size):
-        yield collate(task, data, torch.arange(i, min(i + batch_size, len(data))), objective)
+        yield collate(task, data, torch.arange(i, min(i + batch_size, len(data))), objective, device=device)
 
 
-def collate(task: Task, data: Split, idx: torch.Tensor, objective: Objective | None = None) -> tuple[dict, torch.Tensor]:
-    """The model's keyword inputs and the labels of examples ``idx`` of a split.
+def model_device(model: nn.Module) -> torch.device:
+    """The device of a model's first parameter (the CPU for a model without any)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
+def collate(task: Task, data: Split, idx: torch.Tensor, objective: Objective | None = None, device=None) -> tuple[dict, torch.Tensor]:
+    """The model's keyword inputs and the labels of examples ``idx`` of a split, on ``device``
+    (None: where the split is).
 
     Tokens: ``{"tokens"}`` with the shared padding columns dropped (labels trimmed by the
     objective; pairs ``(B, 2, N)`` likewise). Vectors: ``{"x", "pad"}``. Images: ``{"x"}``. Graphs: one disjoint union,
     ``{"x", "edge_index", "edge_attr", "batch", "num_graphs"}`` (node ``tagging`` labels flattened
     to the real nodes).
     """
-    objective = objective or get(task)
+    inputs, labels = _collate(task, data, idx, objective or get(task))
+    if device is None or torch.device(device) == labels.device:
+        return inputs, labels
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}, labels.to(device)
+
+
+def _collate(task: Task, data: Split, idx: torch.Tensor, objective: Objective) -> tuple[dict, torch.Tensor]:
     if task.inputs == "tokens":
         toks = data.tokens[idx]  # (B, N), or (B, 2, N) for pairs
         keep = max(int((toks != PAD).sum(-1).max()), 1) if toks.numel() else 1

@@ -23,7 +23,7 @@ from torch import nn
 from ..models.base import CLS, FIRST, IGNORE, PAD, Backbone, ModelOutput
 from ..models.lm import tied_logits
 from ..tasks.base import Task
-from .base import Objective, batches
+from .base import Objective, batches, model_device
 
 __all__ = ["MASK", "MASK_RATE", "Denoising", "DenoisingModel", "token_backbone"]
 
@@ -113,7 +113,7 @@ class Denoising(Objective):
         model.eval()
         gen = torch.Generator().manual_seed(0)
         right = total = 0
-        for inputs, _ in batches(self, task, task.split(split), batch_size):
+        for inputs, _ in batches(self, task, task.split(split), batch_size, device=model_device(model)):
             x, target = self.corrupt(_rows(inputs["tokens"]), model.vocab_size, model.causal, gen)
             scored = target != IGNORE
             right += int((model(x).output.argmax(-1) == target)[scored].sum())

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..models.base import IGNORE, PAD
 from ..tasks.base import Task
-from .base import Objective, batches, register
+from .base import Objective, batches, model_device, register
 
 __all__ = ["LanguageModelling"]
 
@@ -36,7 +36,7 @@ class LanguageModelling(Objective):
         """Perplexity over every scored token of the split."""
         model.eval()
         nll, count = 0.0, 0
-        for inputs, labels in batches(self, task, task.split(split), batch_size):
+        for inputs, labels in batches(self, task, task.split(split), batch_size, device=model_device(model)):
             logits = model(**inputs).output
             labels = _scored(labels)
             nll += float(nn.functional.cross_entropy(logits.flatten(0, 1).double(), labels.flatten(), ignore_index=IGNORE, reduction="sum"))

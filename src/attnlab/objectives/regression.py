@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..tasks.base import Task
-from .base import Objective, batches, register
+from .base import Objective, batches, model_device, register
 
 __all__ = ["Regression"]
 
@@ -27,7 +27,7 @@ class Regression(Objective):
         """``R^2`` over the split (0 when the labels do not vary)."""
         model.eval()
         preds, wants = [], []
-        for inputs, labels in batches(self, task, task.split(split), batch_size):
+        for inputs, labels in batches(self, task, task.split(split), batch_size, device=model_device(model)):
             preds.append(model(**inputs).output.squeeze(-1).double())
             wants.append(labels.double())
         p, y = torch.cat(preds), torch.cat(wants)

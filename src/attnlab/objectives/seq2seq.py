@@ -9,7 +9,7 @@ from torch import nn
 
 from ..models.base import BOS, EOS, TGT_PAD
 from ..tasks.base import Task
-from .base import Objective, batches, register
+from .base import Objective, batches, model_device, register
 
 __all__ = ["Seq2Seq"]
 
@@ -33,7 +33,7 @@ class Seq2Seq(Objective):
         """Exact match of the greedy decoding against the target (EOS and padding left out)."""
         model.eval()
         right = total = 0
-        for inputs, labels in batches(self, task, task.split(split), batch_size):
+        for inputs, labels in batches(self, task, task.split(split), batch_size, device=model_device(model)):
             decoded = model.greedy(inputs["tokens"], max_len=labels.shape[1] + 4)
             for row, want in zip(decoded, labels.tolist()):
                 right += row == [t for t in want if t not in (TGT_PAD, EOS)]

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..devices import resolve as resolve_device
 from ..layers.checks import parameters_before_step
 from ..models.build import build_model
 from ..models.config import ModelConfig
@@ -69,7 +70,7 @@ def _unshared(state: dict) -> dict:
     seen: set = set()
     out = {}
     for k, v in state.items():
-        v = v.contiguous()
+        v = v.detach().cpu().contiguous()  # a checkpoint written on any device loads on any other
         ptr = (v.untyped_storage().data_ptr(), v.storage_offset()) if v.numel() else None
         if ptr is not None and ptr in seen:
             v = v.clone()
@@ -140,12 +141,14 @@ def _resolve(path: str | Path) -> Path:
     raise CheckpointError(f"{p} is not an attnlab checkpoint folder (no config.json; expected the --out folder of 'attnlab train')")
 
 
-def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool = False) -> Checkpoint:
+def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool = False, device=None) -> Checkpoint:
     """Load a checkpoint folder (or the ``--out`` folder that holds it).
 
     Args:
         weights: ``"best"`` (best validation score) or ``"last"``.
-        with_state: also load the optimizer / RNG state (for resuming).
+        with_state: also load the optimizer / RNG state (for resuming; its tensors on the CPU).
+        device: the device the model goes to (:func:`attnlab.devices.resolve`; None: the CPU),
+            whichever device wrote the checkpoint.
 
     Raises:
         CheckpointError: missing, truncated, foreign, or not matching its own config.
@@ -178,12 +181,14 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
     state = None
     if with_state:
         try:
-            state = torch.load(folder / "state.pt", weights_only=True)
+            state = torch.load(folder / "state.pt", weights_only=True, map_location="cpu")
         except Exception as e:
             raise CheckpointError(f"{folder / 'state.pt'} is truncated or corrupt: {e}") from None
         if renamed:  # the optimizer's state follows the parameters in the order the model of then listed them
             state["optimizer"] = _reordered(state["optimizer"], parameters_before_step(model), [k for k, _ in model.named_parameters()])
         _check_optimizer(state["optimizer"], model, folder / "state.pt")
+    if device is not None:
+        model.to(resolve_device(device))
     return Checkpoint(folder, cfg, mcfg, model, {k: v for k, v in meta.items() if k not in ("train", "model")}, state)
 
 

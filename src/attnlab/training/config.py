@@ -8,6 +8,7 @@ import inspect
 import math
 from dataclasses import dataclass, field
 
+from ..devices import DEVICES
 from ..models.base import BACKBONES
 from ..models.config import AttentionSpec, ModelConfig, PositionalSpec
 from ..tasks import TASKS, Task, baseline_model, train_defaults
@@ -73,6 +74,9 @@ class TrainConfig:
             many steps, then fine-tuning on the labels from those weights (0: none). Under a time
             budget, pretraining stops after ``pretrain_share`` of ``seconds`` and fine-tuning gets
             the rest: the budget covers both phases.
+        device: where the model and every batch live (:func:`attnlab.devices.resolve`: ``auto``
+            is CUDA where present, else the CPU). A run may resume on another device; scores on
+            another kind of device agree to rounding, not bit for bit.
     """
 
     task: str
@@ -101,6 +105,7 @@ class TrainConfig:
     compile: bool = False
     pretrain_steps: int = 0
     pretrain_share: float = 0.5
+    device: str = "auto"
 
     def __post_init__(self):
         if "attention_options" in self.model_options:  # where version-1 configs kept them
@@ -111,6 +116,8 @@ class TrainConfig:
             raise ValueError(f"give steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
         if self.seconds is not None and not self.seconds > 0:
             raise ValueError(f"seconds (a time budget) must be > 0, got {self.seconds}")
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"device must be a string ({DEVICES}), got {self.device!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.pretrain_steps, int) or self.pretrain_steps < 0:

@@ -9,14 +9,17 @@ from collections.abc import Iterator
 
 import torch
 
+from ..devices import forked_rng
+
 __all__ = ["drawn_from"]
 
 
 @contextlib.contextmanager
 def drawn_from(seed: int) -> Iterator[None]:
-    """Inside, torch's CPU generator starts from ``seed`` (an int); after, the caller's state is back."""
+    """Inside, torch's generators (the CPU's, and CUDA's where in use) start from ``seed`` (an int);
+    after, the caller's state is back."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(seed)
+    with forked_rng():
+        torch.manual_seed(seed)
         yield

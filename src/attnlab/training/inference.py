@@ -27,14 +27,15 @@ def score(model: nn.Module, task: Task, split: str, batch_size: int | None = Non
     return objectives.get(task).score(model, task, split, batch_size)
 
 
-def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None) -> TrainResult:
+def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None, device=None) -> TrainResult:
     """Score a checkpoint's best weights on a split of its task (rebuilt from its config, or
-    ``task`` for one built in Python), at the precision the run trained and validated in; what a
+    ``task`` for one built in Python) on ``device`` (None: the CPU; ``"auto"``: CUDA where present),
+    at the precision the run trained and validated in; what a
     variant draws at each call (Reformer's rotations without a seed) is drawn from the run's seed,
     so the same checkpoint gives the same score in any process (the caller's generator left as it was)."""
     t0 = time.perf_counter()
     with torch.random.fork_rng(devices=[]):  # building the model draws too
-        ck = load_checkpoint(path)
+        ck = load_checkpoint(path, device=device)
     if task is None:
         task = saved_task(ck)
     else:  # built in Python: it must be the one the run trained on (the same file and, for user data, tokenizers)
@@ -90,17 +91,18 @@ def cross_attention_example(path: str | Path, index: int = 0, split: str = "test
     return w[0].mean(0), words, [task.label_names[t] for t in out]
 
 
-def predict(path: str | Path, records: list[dict], *, beam_size: int | None = None) -> list[dict]:
+def predict(path: str | Path, records: list[dict], *, beam_size: int | None = None, device=None) -> list[dict]:
     """Predictions of a checkpoint for user records (the input field of its jsonl kind: tagging
     ``tokens``, classification ``text``, seq2seq ``source``): each record with every field it
     has (its label too, when it has one) and the model's ``"prediction"`` (tagging: a list of
-    labels; classification: a label; seq2seq: the decoded text), computed at the run's precision."""
+    labels; classification: a label; seq2seq: the decoded text), computed at the run's precision on
+    ``device`` (None: the CPU)."""
     from tokenizers import Tokenizer
 
     from ..tasks.base import pad_rows
     from ..tasks.jsonl import encode_inputs
 
-    ck = load_checkpoint(path)
+    ck = load_checkpoint(path, device=device)
     art = ck.meta.get("task_artifacts") or {}
     if "tokenizer" not in art:
         raise CheckpointError(f"{ck.path} was trained on the built-in task {ck.config.task!r}, not on user data: nothing to predict from")
@@ -112,7 +114,7 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
     with torch.no_grad(), autocast(_precision(ck), next(model.parameters()).device):
         for i in range(0, len(ids), 64):
             chunk, recs = ids[i : i + 64], records[i : i + 64]
-            toks = pad_rows(chunk, PAD)
+            toks = pad_rows(chunk, PAD).to(next(model.parameters()).device)
             if kind == "seq2seq":
                 tgt = Tokenizer.from_str(art["target_tokenizer"])
                 rows = model.beam(toks, beam_size) if beam_size else model.greedy(toks)
@@ -175,6 +177,7 @@ def generate(
     cache: bool = True,
     window: int | None = None,
     sinks: int = 4,
+    device=None,
 ):
     """The text a language-model checkpoint (task kind ``lm``, byte-level) writes after
     ``prompt``, as an iterator of pieces yielded as it decodes (whole UTF-8 characters). The
@@ -187,10 +190,12 @@ def generate(
         cache: decode with the key / value cache (False: rerun the prefix at each step).
         window, sinks: a bounded StreamingLLM cache of ``sinks`` first tokens plus the last
             ``window`` (None: the full cache).
+        device: where the model runs (None: the CPU); the sampling draws on the CPU, so a seed
+            gives the same text on any device where the logits agree.
     """
     from ..tasks.docs import encode_bytes
 
-    ck = load_checkpoint(path)
+    ck = load_checkpoint(path, device=device)
     if ck.model_config.kind != "lm":
         raise CheckpointError(f"{ck.path} holds a {ck.model_config.kind} model; generate needs a language model (a task of kind lm, "
                               "e.g. docs)")
@@ -198,7 +203,7 @@ def generate(
         raise CheckpointError(f"{ck.path}: its task has no text codec (byte-level tasks such as docs have)")
     if not prompt:
         raise ValueError("the prompt is empty: give the text to continue")
-    ids = torch.tensor([encode_bytes(prompt)])
+    ids = torch.tensor([encode_bytes(prompt)], device=next(ck.model.parameters()).device)
     g = torch.Generator().manual_seed(seed)
     steps = ck.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=g, cache=cache,
                               window=window, sinks=sinks if window is not None else 0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +22,8 @@ from torch import nn
 
 from .. import objectives
 from .. import tasks as task_registry
+from ..devices import resolve as resolve_device
+from ..devices import set_rng_state
 from ..models.base import BACKBONES
 from ..models.build import build_model
 from ..objectives import collate
@@ -33,9 +34,12 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .config import TrainConfig, model_config
 from .draws import drawn_from
 from .precision import autocast, resolve, warn_if_emulated
+from .pretraining import pretrain
 from .run import Run, copy_weights, save
+from .schedule import batch_indices, learning_rate
 
-__all__ = ["BUDGET_FIELDS", "ConfigMismatchError", "RunExistsError", "TrainResult", "attention_label", "config_differences", "train"]
+__all__ = ["BUDGET_FIELDS", "PLACE_FIELDS",
+           "ConfigMismatchError", "RunExistsError", "TrainResult", "attention_label", "config_differences", "train"]
 
 
 @dataclass
@@ -59,7 +63,7 @@ class TrainResult:
     ``notes``: the task's lines for the summary (:attr:`attnlab.tasks.Task.notes`).
     ``train_seconds``: the run's seconds of training (self-pretraining and optimizer steps) over
     every call, as its checkpoint records them; ``call_train_seconds``: this call's share of them;
-    ``seconds``: this call's, setup, validation and test included.
+    ``seconds``: this call's, setup, validation and test included. ``device``: where it ran.
     """
 
     task: str
@@ -85,16 +89,19 @@ class TrainResult:
     notes: list[str] = dataclasses.field(default_factory=list)
     train_seconds: float = 0.0
     call_train_seconds: float = 0.0
+    device: str = "cpu"
 
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints (``test_size``: the examples, or nodes,
         the score was measured on)."""
         keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint", "precision",
-                "flop_rate", "peak_fraction", "pretrain")
+                "flop_rate", "peak_fraction", "pretrain", "device")
         return {k: getattr(self, k) for k in keys}
 
 
 BUDGET_FIELDS = ("steps", "epochs", "seconds", "patience")
+PLACE_FIELDS = ("device",)
+"""Config fields a resumed run may change besides its budget: where it runs."""
 """The :class:`TrainConfig` fields a resumed run may change: its budget and stopping rule (a finished run extended)."""
 
 
@@ -119,21 +126,13 @@ class ConfigMismatchError(CheckpointError):
         self.folder, self.differences = folder, differences
         diff = "; ".join(f"{f}: {old!r} there, {new!r} now" for f, old, new in differences)
         super().__init__(f"{folder} holds a run with other settings ({diff}); resume with the same settings "
-                         f"(only {', '.join(BUDGET_FIELDS)} may change) or use another folder")
+                         f"(only {', '.join(BUDGET_FIELDS + PLACE_FIELDS)} may change) or use another folder")
 
 
-def config_differences(old: TrainConfig, new: TrainConfig, ignore=BUDGET_FIELDS) -> list[tuple[str, object, object]]:
+def config_differences(old: TrainConfig, new: TrainConfig, ignore=BUDGET_FIELDS + PLACE_FIELDS) -> list[tuple[str, object, object]]:
     """``[(field, old value, new value), ...]`` where two run configs differ, less ``ignore``."""
     a, b = dataclasses.asdict(old), dataclasses.asdict(new)
     return [(f, a[f], b[f]) for f in a if f not in ignore and a[f] != b[f]]
-
-
-def _batch_indices(n: int, batch: int, seed: int, step: int) -> torch.Tensor:
-    """The training examples of ``step``: a fixed permutation per epoch, cut in batches."""
-    per_epoch = math.ceil(n / batch)
-    epoch, i = divmod(step, per_epoch)
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-    return perm[i * batch : (i + 1) * batch]
 
 
 def attention_label(cfg: TrainConfig) -> str:
@@ -143,20 +142,6 @@ def attention_label(cfg: TrainConfig) -> str:
     if backbone.uses_attention:
         return cfg.attention
     return getattr(backbone, "attention_kind", "none")
-
-
-def _lr(cfg: TrainConfig, step: int, total: int, spent: float = 0.0, budget: float | None = None, warmup: int | None = None) -> float:
-    """The learning rate of ``step`` of ``total``: linear warm-up, then cosine decay over the
-    steps, or over ``budget`` seconds (default: ``cfg.seconds``; ``spent`` of them gone) when
-    that is further along."""
-    warmup = cfg.warmup if warmup is None else warmup
-    budget = cfg.seconds if budget is None else budget
-    if step < warmup:
-        return cfg.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    if budget is not None:  # a time budget: anneal over the seconds, whichever ends first
-        progress = max(progress, spent / budget)
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
 def train(
@@ -209,7 +194,7 @@ def train(
         spent_before = run.spent  # a resumed run's seconds of training in earlier calls
         if cfg.pretrain_steps and run.pretrain is None:
             deadline = None if max_seconds is None else t0 + max_seconds
-            run.pretrain = _pretrain(run.model, run.task, cfg, run.precision, on_pretrain_step, deadline)
+            run.pretrain = pretrain(run.model, run.task, cfg, run.precision, on_pretrain_step, deadline)
             run.spent = run.pretrain["seconds"]
             run.best_state = copy_weights(run.model)
             save(run)  # the pretrained weights survive a crash: a resumed run fine-tunes them
@@ -224,7 +209,7 @@ def train(
                        run.step, run.history, step_seconds, steps_run, stopped_by, run.task.kind, *run.task.split_size("test"),
                        precision=precision, flops_per_step=flops, flop_rate=rate, peak_fraction=rate / peak if rate else None,
                        pretrain=run.pretrain, notes=list(run.task.notes), train_seconds=run.spent,
-                       call_train_seconds=run.spent - spent_before)
+                       call_train_seconds=run.spent - spent_before, device=str(device))
 
 
 @contextlib.contextmanager
@@ -271,9 +256,9 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
     mcfg = model_config(cfg, task)
     train_split = task.split("train")
     total = cfg.total_steps(len(train_split))
+    device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    model = build_model(mcfg)
-    device = next(model.parameters()).device
+    model = build_model(mcfg).to(device)  # drawn on the CPU: the same initial weights on every device
     precision = resolve(cfg.precision, device)
     warn_if_emulated(cfg.precision, device, stacklevel=4)  # the warning names the line that called train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -298,7 +283,7 @@ def _resume(run: Run, ck) -> None:
     optimizer, random state, progress."""
     run.model.load_state_dict(ck.model.state_dict())
     run.opt.load_state_dict(ck.state["optimizer"])
-    torch.set_rng_state(ck.state["rng"])
+    set_rng_state(ck.state, run.device)
     run.step, run.best, run.since_best = ck.state["step"], ck.state["best"], ck.state["since_best"]
     run.history = ck.meta.get("history", [])
     run.resumes = ck.meta.get("resumes", []) + [run.step]
@@ -323,7 +308,7 @@ def _fine_tune(run: Run, t0: float, max_seconds: float | None, on_step: Callable
     step_seconds, steps_run = 0.0, 0
     while run.step < run.total and not stopped:
         t_step = time.perf_counter()
-        loss = _step(run, _lr(cfg, run.step, run.total, run.spent - pre_seconds, budget))
+        loss = _step(run, learning_rate(cfg, run.step, run.total, run.spent - pre_seconds, budget))
         steps_run += 1
         took = time.perf_counter() - t_step
         over_budget = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
@@ -347,10 +332,10 @@ def _step(run: Run, lr: float) -> torch.Tensor:
     counts the FLOPs of the run's first step. Returns the loss."""
     model, opt = run.model, run.opt
     model.train()
-    idx = _batch_indices(len(run.train_split), run.cfg.batch_size, run.cfg.seed, run.step)
+    idx = batch_indices(len(run.train_split), run.cfg.batch_size, run.cfg.seed, run.step)
     if run.dp_world > 1:
         idx = idx[run.dp_rank :: run.dp_world]  # this process's share of the global batch (its sequence group's)
-    inputs, labels = collate(run.task, run.train_split, idx, run.objective)
+    inputs, labels = collate(run.task, run.train_split, idx, run.objective, device=run.device)
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
@@ -394,7 +379,7 @@ def _validate(run: Run, loss: torch.Tensor, over_budget: bool, on_eval: Callable
 def _test(run: Run) -> float:
     """The test score of the best validation weights (under sequence parallelism the test sequences
     are sharded too: no process holds a whole one)."""
-    best_model = build_model(run.mcfg)
+    best_model = build_model(run.mcfg).to(run.device)
     best_model.load_state_dict(run.best_state)
     if run.sp is not None:
         from ..distributed.sequence import parallelize
@@ -405,45 +390,3 @@ def _test(run: Run) -> float:
     if run.sp is not None:
         parallelize(best_model, None)
     return value
-
-
-def _pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
-              on_step: Callable[[int, int, float], None] | None = None, deadline: float | None = None) -> dict:
-    """Self-pretraining of ``model``'s token backbone on the training split's inputs
-    (:class:`attnlab.objectives.Denoising`): AdamW at the run's learning rate, warm-up then cosine
-    decay over ``cfg.pretrain_steps`` (or the budget's ``pretrain_share``, whichever ends first),
-    stopping early at ``deadline`` (a :func:`time.perf_counter` reading: ``train``'s ``max_seconds``).
-    Returns the phase's record: steps, seconds, mean loss of its first and last ten steps, and the
-    validation accuracy of the restored (or next) tokens."""
-    from ..objectives.denoising import Denoising, DenoisingModel, token_backbone
-
-    den = DenoisingModel(token_backbone(model))
-    objective = Denoising()
-    device = next(model.parameters()).device
-    opt = torch.optim.AdamW(den.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    data = task.split("train")
-    total = cfg.pretrain_steps
-    budget = None if cfg.seconds is None else cfg.seconds * cfg.pretrain_share
-    warmup = min(cfg.warmup, max(1, total // 10))
-    spent, losses, step = 0.0, [], 0
-    while step < total and (budget is None or spent < budget) and (deadline is None or time.perf_counter() < deadline):
-        t = time.perf_counter()
-        den.train()
-        inputs, _ = collate(task, data, _batch_indices(len(data), cfg.batch_size, cfg.seed + 1, step), objective)
-        for group in opt.param_groups:
-            group["lr"] = _lr(cfg, step, total, spent, budget, warmup)
-        with autocast(precision, device):
-            loss = objective.loss(den, inputs)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(den.parameters(), 1.0)
-        opt.step()
-        step += 1
-        spent += time.perf_counter() - t
-        losses.append(float(loss.detach()))
-        if on_step is not None:
-            on_step(step, total, losses[-1])
-    with autocast(precision, device):
-        val = objective.score(den, task, "val")
-    return {"steps": step, "seconds": spent, "loss_first": sum(losses[:10]) / len(losses[:10]) if losses else None,
-            "loss_last": sum(losses[-10:]) / len(losses[-10:]) if losses else None, "val_accuracy": val, "causal": den.causal}

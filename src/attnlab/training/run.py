@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from ..devices import rng_state
 from ..models.config import ModelConfig
 from ..objectives import Objective
 from ..tasks import Split, Task
@@ -67,12 +68,12 @@ def copy_weights(model: nn.Module) -> dict:
 
 def save(run: Run) -> Path:
     """Write the run's checkpoint (rank 0 only; every rank returns the folder)."""
-    state = {"optimizer": run.opt.state_dict(), "rng": torch.get_rng_state(), "step": run.step, "best": run.best,
+    state = {"optimizer": run.opt.state_dict(), **rng_state(run.device), "step": run.step, "best": run.best,
              "since_best": run.since_best}
     meta = {"step": run.step, "total_steps": run.total, "history": run.history, "metric": run.task.metric,
             "task_artifacts": run.task.artifacts, "resumes": run.resumes, "losses": run.losses, "world_size": run.world,
             "train_seconds": run.spent, "sequence_parallel": run.sequence_parallel, "precision": run.precision,
-            "pretrain": run.pretrain, "flops_per_step": run.flops}
+            "pretrain": run.pretrain, "flops_per_step": run.flops, "device": str(run.device)}
     if run.sp is not None:  # this process's ring traffic and time, this call's steps and validations
         t = run.sp.timings
         meta["ring"] = {"sent_bytes": t.sent, "wait_seconds": t.wait, "compute_seconds": t.compute, "steps": t.steps}
