@@ -33,10 +33,11 @@ def _has_mps() -> bool:
 
 def resolve(device: str | torch.device | None = "auto") -> torch.device:
     """The :class:`torch.device` that ``device`` names on this machine (``None`` or ``"auto"``:
-    CUDA, else MPS, else the CPU). ``cuda`` is the current CUDA device; ``cuda:i`` must exist."""
+    CUDA, else MPS, else the CPU). ``cuda`` is the current CUDA device; ``cuda:i`` must exist.
+    Nothing here initialises CUDA."""
     if device is None or device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available():  # no index: CUDA is not initialised here (a forked worker may still start it)
+            return torch.device("cuda")
         return torch.device("mps") if _has_mps() else torch.device("cpu")
     try:
         d = torch.device(device)
@@ -50,11 +51,10 @@ def resolve(device: str | torch.device | None = "auto") -> torch.device:
             raise DeviceError(f"device {device!r}: this machine has no CUDA device (torch {torch.__version__} is {built}); "
                               "use --device cpu or auto")
         count = torch.cuda.device_count()
-        index = torch.cuda.current_device() if d.index is None else d.index
-        if index >= count:
+        if d.index is not None and d.index >= count:
             raise DeviceError(f"device {device!r}: this machine has {count} CUDA device{'s' if count != 1 else ''} (cuda:0"
                               f"{f' .. cuda:{count - 1}' if count > 1 else ''})")
-        return torch.device("cuda", index)
+        return d
     if d.type == "mps":
         if not _has_mps():
             raise DeviceError(f"device {device!r}: this machine has no MPS device (Apple silicon with a torch built for it)")

@@ -58,13 +58,26 @@ def minor_faults() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def peak_bytes(fn: Callable[[], object]) -> int | None:
+def peak_bytes(fn: Callable[[], object], device=None) -> int | None:
     """Peak of tensor bytes alive at once while ``fn()`` runs, above what was alive before.
 
-    Read from :mod:`torch.profiler`'s allocation events (``profile_memory=True``); None if this
-    PyTorch does not expose them.
+    On the CPU (``device`` None or a CPU), read from :mod:`torch.profiler`'s allocation events
+    (``profile_memory=True``; None if this PyTorch does not expose them); on a CUDA device, from
+    its caching allocator's peak.
     """
     from torch.profiler import ProfilerActivity, profile
+
+    from .devices import peak_memory, reset_peak_memory, synchronize
+
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        reset_peak_memory(device)
+        fn()
+        synchronize(device)
+        return max(0, (peak_memory(device) or 0) - before)
 
     try:
         with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:

@@ -107,7 +107,9 @@ def test_cli_train_and_eval_json(tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(summary) == {"task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint",
-                            "warnings", "precision", "flop_rate", "peak_fraction", "pretrain", "train_seconds", "call_train_seconds"}
+                            "warnings", "precision", "flop_rate", "peak_fraction", "pretrain", "train_seconds", "call_train_seconds",
+                            "device"}
+    assert summary["device"] == "cpu"  # auto, on a machine without a GPU
     assert 0 < summary["train_seconds"] == summary["call_train_seconds"] <= summary["seconds"]
     assert summary["precision"] in ("fp32", "bf16") and summary["flop_rate"] > 0 and 0 < summary["peak_fraction"] < 1
     assert summary["pretrain"] is None

@@ -49,9 +49,11 @@ def setting_of(row: dict, swept: Iterable[str] = ()) -> str:
     under their current names, :data:`attnlab.training.config.FORMER_NAMES`). Runs of one setting
     differ only in their seed, sweep point and level; runs of two settings are never averaged."""
     from ..training.config import FORMER_NAMES
+    from .planning import LATER_FIELDS
 
     skip = {"seed", *(swept or row.get("sweep") or {})}
-    config = {FORMER_NAMES.get(k, k): v for k, v in row["config"].items() if k not in skip}
+    config = {**LATER_FIELDS, **{FORMER_NAMES.get(k, k): v for k, v in row["config"].items()}}  # a field added since: its value of then
+    config = {k: v for k, v in config.items() if k not in skip}
     level = row.get("level") or {}
     if level and isinstance(config.get("task_options"), dict):
         config["task_options"] = {k: v for k, v in config["task_options"].items() if k not in level}
@@ -118,8 +120,8 @@ def leaderboard(rows: list[dict]) -> dict:
     ``speed`` and ``memory`` relative to dense of the same setting (None without one),
     ``flop_rate`` (FLOP/s) and ``peak_fraction`` (of the machine's peak in the run's
     ``precision``), ``params``, ``metric``, ``budget`` (:func:`budget_of`), ``timed`` (a time
-    budget), ``error`` (failed runs: the message), ``caveats`` (:func:`caveats`), ``run_ids``
-    (the runs behind the value)."""
+    budget), ``device`` (where its runs trained, in words), ``error`` (failed runs: the message),
+    ``caveats`` (:func:`caveats`), ``run_ids`` (the runs behind the value)."""
     tasks: dict[str, list[dict]] = {}
     rows = _with_levels(rows)
     known = {}  # per task, every level its runs were planned at
@@ -269,7 +271,8 @@ def _level_entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -
     budget = budget_of(first["config"]) if len(budgets) == 1 else " or ".join(budgets) + " (swept)"
     entry = {"variant": variant, "setting": setting, "seeds": len({r["seed"] for r in ok}), "sweep": sweep,
              "metric": first["metric"] or (ok[0]["metric"] if ok else None), "budget": budget,
-             "timed": first["config"].get("seconds") is not None, "caveats": caveats(ok, rows), "run_ids": [r.get("run_id") for r in ok]}
+             "timed": first["config"].get("seconds") is not None, "caveats": caveats(ok, rows), "run_ids": [r.get("run_id") for r in ok],
+             "device": next((r.get("device") for r in (ok or rs) if r.get("device")), "cpu")}
     if ok:
         values = [r["value"] for r in ok]
         entry.update(

@@ -16,7 +16,7 @@ from ..training.config import FORMER_NAMES
 from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting, Variants
 from .sweep import points as sweep_points
 
-__all__ = ["LOWER_IS_BETTER", "Plan", "RunSpec", "check_tasks", "parse_task_options", "plan", "unfit_reason"]
+__all__ = ["LATER_FIELDS", "LOWER_IS_BETTER", "Plan", "RunSpec", "check_tasks", "parse_task_options", "plan", "unfit_reason"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Plan(list):
         ``variants``, ``lengths``, ``task_options``, ``train``), or None: no task of the grid asks for it."""
 
 
-_LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5}
+LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5, "device": "cpu"}
 """Config fields added after runs were first stored, with the value every earlier run had: a
 run at those values keeps the id it was planned under before the field existed."""
 
@@ -58,7 +58,7 @@ run at those values keeps the id it was planned under before the field existed."
 def _run_id(cfg: TrainConfig, data_sha256: str | None = None, beyond: dict | None = None) -> str:
     earlier = {new: old for old, new in FORMER_NAMES.items()}  # hashed under the sizes' earlier names: a run keeps its id
     fields = {earlier.get(k, k): v for k, v in dataclasses.asdict(cfg).items()}
-    for name, before in _LATER_FIELDS.items():
+    for name, before in LATER_FIELDS.items():
         if fields[name] == before:
             del fields[name]
     if data_sha256 is not None:  # the user's file by its contents: a changed file gets new runs
@@ -186,6 +186,7 @@ def plan(
     precision: str | None = None,
     sweep: dict[str, list] | None = None,
     task_options: dict[str, dict] | None = None,
+    device: str = "cpu",
 ) -> Plan:
     """The runs of a preset (restricted to ``tasks`` / ``variants`` when given; otherwise each
     task's own variants, or the preset's), one per seed (``seeds``; default: each task's own,
@@ -200,7 +201,8 @@ def plan(
     training seconds, the learning rate annealed over them: this machine's result). ``precision``
     (``fp32``, ``bf16``, ``auto``) replaces every task's own (:mod:`attnlab.training.precision`).
     ``task_options``: per task, options laid over the preset's (:func:`parse_task_options`); one
-    that a level sets replaces the task's levels.
+    that a level sets replaces the task's levels. ``device``: the kind of device every run trains on
+    (``cpu``, ``cuda``, ``mps``; a run off the CPU is a run of its own, never taken for the CPU's).
 
     Returns a :class:`Plan`: the runs, and a note for each run left out and why
     (:func:`unfit_reason`), for levels replaced by an option, and for a task compared without dense."""
@@ -249,6 +251,7 @@ def plan(
                             {"steps": int(steps)} if steps is not None else {})
             if precision is not None:
                 train["precision"] = precision
+            train["device"] = device
             for level in s.levels or ({},):
                 for v in runnable[t]:
                     opts = VARIANT_OPTIONS.get(v, {})

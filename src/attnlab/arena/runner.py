@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .. import objectives
+from ..devices import describe
 from ..objectives import collate
 from ..tasks import TASKS, DataChangedError, data_files
 from ..training import load_checkpoint, train
@@ -43,17 +44,18 @@ def training_step_peak(model: torch.nn.Module, task, batch_size: int, precision:
 
     objective = objectives.get(task)
     data = task.split("train")
-    inputs, labels = collate(task, data, torch.arange(min(batch_size, len(data))), objective)
+    device = next(model.parameters()).device
+    inputs, labels = collate(task, data, torch.arange(min(batch_size, len(data))), objective, device=device)
     model.train()
 
     def step():
         model.zero_grad(set_to_none=True)
-        with autocast(precision, next(model.parameters()).device):
+        with autocast(precision, device):
             loss = objective.loss(model, inputs, labels)
         loss.backward()
 
     step()  # warm-up: lazy buffers stay out of the measurement
-    return peak_bytes(step)
+    return peak_bytes(step, device)
 
 
 def _first_attention(model: torch.nn.Module):
@@ -63,6 +65,11 @@ def _first_attention(model: torch.nn.Module):
 
 
 @torch.no_grad()
+def _in_words(device: str) -> str:
+    """``cpu``, or ``cuda (NVIDIA H100 80GB HBM3)``: where a run trained, as the store and the board name it."""
+    return device if device == "cpu" else f"{device} ({describe(device)})"
+
+
 def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.Tensor]:
     """The first attention layer's map ``(N, M)`` (mean over heads) for the first ``count``
     test examples; for a tagging task scored at a few positions (``lookup``'s reads), only those
@@ -80,7 +87,8 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     data = task.split("test")
     maps = []
     for i in range(min(count, len(data))):
-        inputs, labels = collate(task, data, torch.tensor([i]))
+        inputs, labels = collate(task, data, torch.tensor([i]))  # the labels stay on the CPU, where the map is read
+        inputs, _ = collate(task, data, torch.tensor([i]), device=next(model.parameters()).device)
         scored = _scored_rows(task, labels)
         seen: dict = {}
         handle = attn.register_step_hook(lambda layer, q, k, v, kw, seen=seen: seen.setdefault("args", (q, k, kw)))
@@ -183,7 +191,7 @@ def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step,
         reuse = not (resume and getattr(TASKS.get(spec.task), "rebuild", None) is not None)
         res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds,
                     task=task if reuse else None)
-        ck = load_checkpoint(folder)
+        ck = load_checkpoint(folder, device=res.device)
         try:
             maps = attention_maps(ck.model, task)
         except Exception:
@@ -197,7 +205,7 @@ def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step,
             status="done", metric=res.metric, value=res.value, train_seconds=res.step_seconds, steps=res.steps,
             steps_per_second=(res.steps_run / res.step_seconds) if res.step_seconds > 0 else None, peak_bytes=peak,
             params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size, precision=res.precision,
-            flop_rate=res.flop_rate, peak_fraction=res.peak_fraction,
+            flop_rate=res.flop_rate, peak_fraction=res.peak_fraction, device=_in_words(res.device),
         )
     except Exception as e:
         row.update(status="failed", error=f"{type(e).__name__}: {e}")

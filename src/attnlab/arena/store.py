@@ -19,7 +19,7 @@ __all__ = ["COLUMNS", "Store", "task_label"]
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
     "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size", "precision", "flop_rate",
-    "peak_fraction", "sweep", "data_sha256", "level",
+    "peak_fraction", "sweep", "data_sha256", "level", "device",
 )
 """The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
 ``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
@@ -29,10 +29,11 @@ that over the machine's peak in its precision (:class:`attnlab.training.TrainRes
 ``sweep``: the settings of the sweep point the run is, as JSON (``{}``: not swept;
 :mod:`attnlab.arena.sweep`); ``data_sha256``: the SHA-256 of the user's file a run read (``jsonl``; None for generated
 tasks: :func:`attnlab.tasks.data_digest`); ``level``: the task options of the difficulty level a run is, as JSON
-(``{}``: the task has no levels; :attr:`attnlab.arena.TaskSetting.levels`); stores written before a column have it added, empty)."""
+(``{}``: the task has no levels; :attr:`attnlab.arena.TaskSetting.levels`); ``device``: the device it trained on in words
+(``cpu``, ``cuda (NVIDIA H100 80GB HBM3)``; empty: the CPU, before the column); stores written before a column have it added, empty)."""
 
 _ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"), ("peak_fraction", "REAL"),
-          ("sweep", "TEXT"), ("data_sha256", "TEXT"), ("level", "TEXT"))
+          ("sweep", "TEXT"), ("data_sha256", "TEXT"), ("level", "TEXT"), ("device", "TEXT"))
 """Columns added after the first stores were written: a store without them gains them (empty)."""
 
 _SCHEMA = """

@@ -14,7 +14,8 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
 * :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``; :mod:`~attnlab.cli.generate` — ``generate``;
-* :mod:`~attnlab.cli.listing` — ``list`` (the names of tasks, variants, encodings, models, scores, normalisers).
+* :mod:`~attnlab.cli.listing` — ``list`` (the names of tasks, variants, encodings, models, scores, normalisers);
+* :mod:`~attnlab.cli.backends` — ``backends`` (which kernel computes each variant on this device, and why).
 
 Library imports happen inside the commands, so that ``attnlab --help`` stays fast.
 """
@@ -25,6 +26,7 @@ import typer
 
 from . import (
     arena,
+    backends,
     bench_accuracy,
     bench_masks,
     bench_recall,
@@ -117,6 +119,7 @@ COMMANDS = [
     (app, "predict", train.predict),
     (app, "generate", generate.generate),
     (app, "list", listing.list_names),
+    (app, "backends", backends.backends),
 ]
 for _group, _name, _command in COMMANDS:
     _group.command(_name)(boundary(_command))

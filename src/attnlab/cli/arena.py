@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from .common import err, fail, int_list, out, print_json, split_list
-from .options import json_option, precision_option
+from .common import device_or_fail, err, fail, int_list, out, print_json, split_list
+from .options import device_option, json_option, precision_option
 from .tables import fmt_x, table
 
 __all__ = ["arena", "report"]
@@ -36,6 +36,7 @@ def arena(
         help="A task option for one task of the grid (repeatable), e.g. lookup.keys=32 --task-option lookup.length=2048; "
              "one that the task's difficulty levels set replaces the levels."),
     precision: str | None = precision_option(None),
+    device: str = device_option(),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
     data: str | None = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl', added to --tasks)."),
     sweep: list[str] = typer.Option(
@@ -84,7 +85,8 @@ def arena(
         grid_sweep = None if not sweep else {} if sweep == ["none"] else parse_sweep(sweep)
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
                      seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data, seconds=budget_seconds,
-                     steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option))
+                     steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option),
+                     device=device_or_fail(device).type)
         if not specs:  # before grid.json is written: the folder's last board stays
             fail("the grid has no run" + (f" ({'; '.join(specs.notes)})" if specs.notes else "") + ": choose other --tasks or --variants")
         path = Path(out_dir) / "results.sqlite"
@@ -229,6 +231,8 @@ def _print_leaderboard(board: dict) -> None:
         timed = {e["timed"] for e in entries}
         kind = ("time-budgeted: this machine's scores" if timed.pop() else "step-budgeted") if len(timed) == 1 else ""
         mode = f", {budget} per run" + (f", {kind}" if kind else "") if entries else ""
+        places = sorted({e["device"] for e in entries if e.get("device", "cpu") != "cpu"})
+        mode += f", on {' and '.join(places)}: scores agree with the CPU's to rounding, not bit for bit" if places else ""
         swept = any(e.get("sweep") for e in entries)
         levels = level_names(entries)
         t = table(f"{task} ({metric}{', the mean over levels' if levels else ''}{mode}; speed and memory relative to dense)",

@@ -49,7 +49,8 @@ def generate(
             warnings.append(f"the prompt ({length} bytes) and {max_new_tokens} new tokens run past the {context}-byte context the "
                             "model was trained on: expect the text to degrade there (--window W keeps a bounded cache)")
         pieces = run(checkpoint, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                     cache=not no_cache, window=window, sinks=4 if sinks is None else sinks, device=where)  # checks the checkpoint: errors first
+                     cache=not no_cache, window=window, sinks=4 if sinks is None else sinks,
+                     device=where)  # checks the checkpoint: errors first
         for w in warnings:
             err.print(f"[yellow]warning:[/] {w}", soft_wrap=True, highlight=False)
         if as_json:

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["Kernel", "KernelFallbackWarning", "TOLERANCE", "Verdict", "check", "device_name", "forget", "kernels",
-           "kernels_for", "needs_grad", "register", "serves", "verdict", "verdict_file"]
+           "kernels_for", "needs_grad", "register", "serves", "unregister", "verdict", "verdict_file"]
 
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 5e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 """The largest difference a kernel may show against attnlab's float64 form, relative to the
@@ -99,6 +99,11 @@ def register(kernel: Kernel) -> Kernel:
     """Add ``kernel`` (a new name, or replace one of the same name); returns it."""
     _KERNELS[kernel.name] = kernel
     return kernel
+
+
+def unregister(name: str) -> None:
+    """Remove the kernel ``name`` (nothing if there is none)."""
+    _KERNELS.pop(name, None)
 
 
 def kernels() -> list[Kernel]:
@@ -202,7 +207,7 @@ def check(kernel: Kernel, device, dtype: torch.dtype) -> Verdict:
         tol = TOLERANCE.get(dtype, 5e-3)
         try:
             outs, inputs, loss, _ = _run(kernel.run, args, cot, gen)
-        except Exception as e:  # noqa: BLE001 - any refusal of the library is a verdict
+        except Exception as e:
             return Verdict(kernel.name, device_name(device), str(dtype).removeprefix("torch."), versions, False, False, {},
                            f"the forward raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         for i, (o, r) in enumerate(zip(outs, ref_outs)):
@@ -215,7 +220,7 @@ def check(kernel: Kernel, device, dtype: torch.dtype) -> Verdict:
                 if r is not None:
                     errors[f"gradient {i}"] = float("inf") if g is None else _difference(g, r)
             ok_b = ok_f and all(e <= tol for k, e in errors.items() if k.startswith("gradient"))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             reason = f"the backward raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
     worst = max(errors.items(), key=lambda kv: kv[1]) if errors else ("-", 0.0)
     reason += f"largest difference {worst[1]:.2e} ({worst[0]}), tolerance {tol:.0e}"

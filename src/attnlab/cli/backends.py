@@ -1,0 +1,38 @@
+"""``attnlab backends``: which backend computes each variant on this machine's device, and why."""
+
+from __future__ import annotations
+
+import typer
+
+from .common import device_or_fail, fail, out, print_json
+from .options import device_option, json_option
+from .tables import table
+
+__all__ = ["backends"]
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def backends(
+    device: str = device_option(),
+    dtype: str = typer.Option("fp32", "--dtype", metavar="fp32|bf16|fp16", help="The dtype of the inputs the kernels are checked in."),
+    as_json: bool = json_option("Print one JSON object: {device, dtype, variants: [{variant, backend, why, inference}]}."),
+) -> None:
+    """Which backend computes each variant here (a fast kernel once it matched attnlab's own form on this device), and why."""
+    import torch
+
+    from ..devices import describe
+    from ..efficient.serving import serving_table
+
+    if dtype not in _DTYPES:
+        fail(f"--dtype {dtype}: choose one of {', '.join(_DTYPES)}")
+    where = device_or_fail(device)
+    rows = serving_table(where, getattr(torch, _DTYPES[dtype]))
+    if as_json:
+        print_json({"device": str(where), "device_name": describe(where), "dtype": dtype,
+                    "variants": [{"variant": r.variant, "backend": r.backend, "why": r.why, "inference": r.inference} for r in rows]})
+        return
+    t = table(f"backends on {where} ({describe(where)}), inputs in {dtype}", ["variant", "backend", "why"], left=["variant", "backend", "why"])
+    for r in rows:
+        t.add_row(r.variant, r.backend + (f" ({r.inference} without gradients)" if r.inference else ""), r.why)
+    out.print(t)
