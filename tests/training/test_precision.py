@@ -217,3 +217,20 @@ def test_predict_runs_in_the_runs_precision(tmp_path, monkeypatch):
     monkeypatch.setattr(inference, "autocast", lambda precision, device: seen.append(precision) or real(precision, device))
     rows = predict(tmp_path / "run", [{"tokens": ["I", "saw", "a", "saw"]}])
     assert seen == ["bf16"] and len(rows[0]["prediction"]) == 4
+
+
+def test_reformer_hashes_in_float32_under_bf16_autocast():
+    """The bucket of a position is its float32 projection's argmax, autocast or not: a bfloat16
+    projection (what autocast would run) moves the near-ties to other buckets."""
+    from attnlab.efficient.reformer import lsh_buckets
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 512, 32, generator=g).bfloat16().float()
+    rotations = torch.randn(2, 32, 16, generator=g)
+    plain = lsh_buckets(x, rotations)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(lsh_buckets(x, rotations), plain)
+        assert torch.equal(lsh_buckets(x.bfloat16(), rotations), plain)  # a bfloat16 input is widened first
+    proj = torch.einsum("bhnd,rdk->bhrnk", x.bfloat16(), rotations.bfloat16()).float()
+    rounded = torch.cat([proj, -proj], dim=-1).argmax(-1)
+    assert (rounded != plain).any()  # the bfloat16 product would have moved some: the check above can fail

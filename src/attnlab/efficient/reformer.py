@@ -17,10 +17,13 @@ SELF_LOGIT = -1e5
 
 def lsh_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     """Angular LSH: ``h_r(x) = argmax([x R_r ; -x R_r])`` for ``x`` ``(B, H, N, D)`` and one
-    random rotation per hash round, ``rotations`` ``(R, D, nb/2)`` -> buckets ``(B, H, R, N)``."""
+    random rotation per hash round, ``rotations`` ``(R, D, nb/2)`` -> buckets ``(B, H, R, N)``.
+    The projection runs in float32 or wider, also under autocast."""
     if rotations.dim() != 3 or rotations.shape[1] != x.shape[-1]:
         raise ValueError(f"rotations must have shape (R, {x.shape[-1]}, buckets/2), got {tuple(rotations.shape)}")
-    proj = torch.einsum("bhnd,rdk->bhrnk", x, rotations.to(x.dtype))
+    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # hashed in float32 at least, autocast or not: a
+    with torch.autocast(x.device.type, enabled=False):  # bfloat16 product moves near-ties to other buckets (10 % error, not 1 %)
+        proj = torch.einsum("bhnd,rdk->bhrnk", wide, rotations.to(wide.dtype))
     return torch.cat([proj, -proj], dim=-1).argmax(-1)
 
 
