@@ -32,7 +32,8 @@ def backends(
         print_json({"device": str(where), "device_name": describe(where), "dtype": dtype,
                     "variants": [{"variant": r.variant, "backend": r.backend, "why": r.why, "inference": r.inference} for r in rows]})
         return
-    t = table(f"backends on {where} ({describe(where)}), inputs in {dtype}", ["variant", "backend", "why"], left=["variant", "backend", "why"])
+    columns = ["variant", "backend", "why"]
+    t = table(f"backends on {where} ({describe(where)}), inputs in {dtype}", columns, left=columns)
     for r in rows:
         t.add_row(r.variant, r.backend + (f" ({r.inference} without gradients)" if r.inference else ""), r.why)
     out.print(t)
