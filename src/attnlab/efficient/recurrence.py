@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import positive_int
+from . import fla_ops
 from .segments import SEGMENT, linear_scan, segment_bounds, segmented  # noqa: F401 - segment_bounds: the layers read it here
 
 __all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step", "gated_step",
@@ -362,6 +363,8 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=N
     positions (:func:`segmented`: under autograd each segment's chunks are computed again in the
     backward; None: never). ``cu_seqlens``: packed documents (see the module)."""
     _check(q, k, v, g, state=state, cu_seqlens=cu_seqlens)
+    if (served := fla_ops.dispatch_gated(q, k, v, g, state, cu_seqlens)) is not None:  # fla's kernel on CUDA, where it serves
+        return served
     c = chunk_length(chunk, q.shape[2], g)
     run = lambda a, b, s, cu, q, k, v, g: _chunk_gated(q, k, v, g, s, cu, c)  # noqa: E731
     return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment,
@@ -393,6 +396,8 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seq
     chunk). In segments of ``segment`` positions as :func:`chunk_gated`. ``cu_seqlens``: packed
     documents (see the module)."""
     _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens)
+    if (served := fla_ops.dispatch_delta(q, k, v, beta, g, state, cu_seqlens)) is not None:
+        return served
     c = chunk_length(chunk, q.shape[2], g)
     run = lambda a, b, s, cu, q, k, v, beta, g: _chunk_delta(q, k, v, beta, g, s, cu, c)  # noqa: E731
     return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment,
@@ -421,6 +426,9 @@ def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
     starts, s = lay.scan(lay.initial(state, q, v), step, kt @ u0, matrix=True)
     out = (qc * _exp(rows, qc)) @ starts + _products(qc, kc, big, 0, decay) @ (u0 - w @ starts)
     return lay.positions(out), s
+
+
+fla_ops.register_kernels(chunk_gated, chunk_delta)  # fla's kernels for these forms, on CUDA (attnlab.efficient.fla_ops)
 
 
 def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, cu_seqlens=None) -> torch.Tensor:
