@@ -63,6 +63,7 @@ BAD = {
     "compare vit-cnn": (["compare", "vit-cnn", "--fractions", "x"], "--fractions must be numbers"),
     "plot positional": (["plot", "positional", "rope", "--dim", "3", "-o", "{under_file}.png"], "head width must be even"),
     "list": (["list", "nosuch"], "choose one of tasks, variants"),
+    "backends": (["backends", "--dtype", "fp8"], "--dtype fp8: choose one of fp32, bf16, fp16"),
 }
 
 

@@ -51,6 +51,7 @@ JSON = {
     "predict": ["predict", "{jsonl}", "{data}"],
     "generate": ["generate", "{docs}", "The", "--max-new-tokens", "5", "--temperature", "0"],
     "list": ["list", "variants"],
+    "backends": ["backends"],
 }
 LINES = {"predict", "complexity"}  # JSON lines: one object per input line / per record
 

@@ -131,10 +131,11 @@ def test_pretraining_works_for_every_attention_variant(tmp_path, variant):
 
 
 def test_the_time_budget_covers_both_phases(tmp_path, monkeypatch):
-    from attnlab.training import loop
+    from attnlab.training import loop, pretraining
 
     clock = itertools.count(0.0, 0.25)  # every reading of the clock is 0.25 s later: each step takes 0.25 s
-    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    for module in (loop, pretraining):  # one clock for both phases
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     cfg = TrainConfig.for_task("pos", **{**TINY, "steps": 1000, "eval_every": 2}, seconds=2.0, pretrain_steps=1000, pretrain_share=0.25)
     res = train(cfg, tmp_path)
     assert res.pretrain["steps"] == 2 and res.pretrain["seconds"] == 0.5  # a quarter of the budget

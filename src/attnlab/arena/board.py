@@ -48,8 +48,7 @@ def setting_of(row: dict, swept: Iterable[str] = ()) -> str:
     its own sweep's) and the task options of its difficulty level (``row["level"]``; JSON, sizes
     under their current names, :data:`attnlab.training.config.FORMER_NAMES`). Runs of one setting
     differ only in their seed, sweep point and level; runs of two settings are never averaged."""
-    from ..training.config import FORMER_NAMES
-    from .planning import LATER_FIELDS
+    from ..training.config import FORMER_NAMES, LATER_FIELDS
 
     skip = {"seed", *(swept or row.get("sweep") or {})}
     config = {**LATER_FIELDS, **{FORMER_NAMES.get(k, k): v for k, v in row["config"].items()}}  # a field added since: its value of then

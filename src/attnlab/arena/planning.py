@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..training import TrainConfig
-from ..training.config import FORMER_NAMES
+from ..training.config import FORMER_NAMES, LATER_FIELDS
 from .presets import NO_ATTENTION, PRESETS, VARIANT_OPTIONS, Preset, TaskSetting, Variants
 from .sweep import points as sweep_points
 
-__all__ = ["LATER_FIELDS", "LOWER_IS_BETTER", "Plan", "RunSpec", "check_tasks", "parse_task_options", "plan", "unfit_reason"]
+__all__ = ["LOWER_IS_BETTER", "Plan", "RunSpec", "check_tasks", "parse_task_options", "plan", "unfit_reason"]
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,6 @@ class Plan(list):
         ``variants``, ``lengths``, ``task_options``, ``train``), or None: no task of the grid asks for it."""
 
 
-LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5, "device": "cpu"}
-"""Config fields added after runs were first stored, with the value every earlier run had: a
-run at those values keeps the id it was planned under before the field existed."""
 
 
 def _run_id(cfg: TrainConfig, data_sha256: str | None = None, beyond: dict | None = None) -> str:

@@ -15,10 +15,15 @@ from ..tasks import TASKS, Task, baseline_model, train_defaults
 from ..validate import ArgumentTypeError
 from .precision import PRECISIONS
 
-__all__ = ["FORMER_NAMES", "TIME_BUDGET_STEPS", "TrainConfig", "model_config", "time_budget"]
+__all__ = ["FORMER_NAMES", "LATER_FIELDS", "TIME_BUDGET_STEPS", "TrainConfig", "model_config", "time_budget"]
 
 TIME_BUDGET_STEPS = 1_000_000
 """The step cap of a run given only a time budget (``seconds``): never the limit in practice."""
+
+LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5, "device": "cpu"}
+""":class:`TrainConfig` fields added after arena runs were first stored, with the value every earlier
+run had: a run at those values keeps the arena id it was planned under before the field existed,
+and the board reads a stored config without the field as having that value."""
 
 FORMER_NAMES = {"dim": "embed_dim", "heads": "num_heads", "layers": "num_layers"}
 """:class:`TrainConfig` fields under their earlier names -> their names now: the model's width,

@@ -180,7 +180,7 @@ def train(
 
     Data parallel: started by ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE``
     > 1 in the environment), each process trains a ``DistributedDataParallel`` copy on its share
-    of every global batch (``batch_size`` examples, rows ``rank::N``; gloo: the loop trains on CPU)
+    of every global batch (``batch_size`` examples, rows ``rank::N``; gloo on the CPU, NCCL on CUDA, one GPU per local rank)
     and the gradients are averaged; every process validates, only rank 0 writes checkpoints. With
     equal shares (classification, ``batch_size`` divisible by N) the loss trajectory equals the
     single-process one. Under sequence parallelism the P ranks of a group run the same examples,
@@ -235,7 +235,8 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
     """The setup of a call of :func:`train`: the processes, the checks that leave a run in ``out``
     untouched, the task, the model (seeded) and its optimizer, resumed from ``out``'s checkpoint
     when ``resume``, then compiled or wrapped for parallelism."""
-    rank, world, own_group = parallel.process_group()
+    device = parallel.local_device(resolve_device(cfg.device))
+    rank, world, own_group = parallel.process_group(device)
     sp, dp_rank, dp_world = parallel.sequence_groups(rank, world, sequence_parallel)
     if (cfg.pretrain_steps or cfg.compile) and (world > 1 or sp is not None):
         raise ValueError("self-pretraining and compile run in one process: not under torchrun")
@@ -256,7 +257,6 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
     mcfg = model_config(cfg, task)
     train_split = task.split("train")
     total = cfg.total_steps(len(train_split))
-    device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     model = build_model(mcfg).to(device)  # drawn on the CPU: the same initial weights on every device
     precision = resolve(cfg.precision, device)

@@ -9,12 +9,12 @@ import os
 import torch
 from torch import nn
 
-__all__ = ["agree", "average_gradients", "finish", "process_group", "sequence_groups"]
+__all__ = ["agree", "average_gradients", "finish", "local_device", "process_group", "sequence_groups"]
 
 
-def process_group() -> tuple[int, int, bool]:
-    """``(rank, world size, whether this call started the process group)``; starts one (gloo: the
-    loop trains on CPU) when launched by torchrun with ``WORLD_SIZE`` > 1."""
+def process_group(device: torch.device | None = None) -> tuple[int, int, bool]:
+    """``(rank, world size, whether this call started the process group)``; starts one when
+    launched by torchrun with ``WORLD_SIZE`` > 1: NCCL when the loop trains on CUDA, else gloo."""
     import torch.distributed as dist
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -22,8 +22,18 @@ def process_group() -> tuple[int, int, bool]:
         return 0, 1, False
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), False
-    dist.init_process_group("gloo")
+    cuda = device is not None and device.type == "cuda"
+    dist.init_process_group("nccl" if cuda and dist.is_nccl_available() else "gloo")
     return dist.get_rank(), dist.get_world_size(), True
+
+
+def local_device(device: torch.device) -> torch.device:
+    """The device of this process: under torchrun on CUDA, the GPU of its local rank (``LOCAL_RANK``)."""
+    if device.type == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return device
 
 
 def sequence_groups(rank: int, world: int, p: int):
@@ -54,7 +64,8 @@ def average_gradients(model: nn.Module, world: int) -> None:
     import torch.distributed as dist
 
     params = [p for p in model.parameters() if p.requires_grad]
-    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int64)
+    device = params[0].device if params else torch.device("cpu")  # NCCL reduces tensors on the GPU
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int64, device=device)
     dist.all_reduce(has)  # a parameter no process used keeps no gradient, as in one process
     params = [p for p, n in zip(params, has.tolist()) if n]
     for p in params:
@@ -76,9 +87,9 @@ def agree(loss: torch.Tensor, over_budget: bool, took: float, world: int) -> tup
     any process is over the time budget, and the step's time (the slowest process's)."""
     import torch.distributed as dist
 
-    both = torch.tensor([float(loss.detach()), float(over_budget)], dtype=torch.float64)
+    both = torch.tensor([float(loss.detach()), float(over_budget)], dtype=torch.float64, device=loss.device)
     dist.all_reduce(both)
-    slowest = torch.tensor([took], dtype=torch.float64)
+    slowest = torch.tensor([took], dtype=torch.float64, device=loss.device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return both[0] / world, bool(both[1] > 0), float(slowest)
 
