@@ -1,4 +1,4 @@
-"""``attend(q, k, v)``: the attention core — validation, then one of two backends.
+"""``attend(q, k, v)``: the attention core — validation, then one of three backends.
 
 * ``"sdpa"``: softmax over a dot-product score (dot, scaled dot, cosine, bilinear — all are a
   scaled dot product after :meth:`Score.prepare`) with no weights requested, and no mask, the
@@ -10,6 +10,11 @@
   (:mod:`attnlab.core.blockmap`) and only the tiles it allows are computed, forward and
   backward, holding O(tile) scores at a time. Only ``return_weights=True`` materialises the
   full ``(B, H, N, M)`` weights, because the caller asked for them.
+* ``"flex"``: on CUDA, softmax over a dot-product score under a mask function or block map
+  (not the plain causal mask, which SDPA computes), with no score function, bias, dropout or
+  weights, goes to FlexAttention (:mod:`attnlab.core.flex`: a ``BlockMask`` from the block map's
+  tiles) once its kernel matched the block-sparse path on this GPU and dtype
+  (:mod:`attnlab.core.kernels`); a refused kernel falls back to the two above with one warning.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from ..validate import ArgumentTypeError, probability
-from . import spanning
+from . import flex, spanning
 from .blockmap import BlockMap, block_map, resolve_block
+from .kernels import Kernel, needs_grad, register, serves
 from .maskfn import Mask, as_mask, broadcast_shape
 from .masks import padding_tensor_hint
 from .normalize import resolve_normalizer, softmax
@@ -31,7 +37,7 @@ from .score_mods import check_learnable, learnable_tensors
 from .scores import Score, resolve_score
 from .sparse import DEFAULT_BLOCK_ELEMENTS, FUSED, SparseSetup, chunk_limits, sparse_attention, sparse_weights
 
-__all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "backend_for"]
+__all__ = ["attend", "AttentionResult", "DEFAULT_BLOCK_ELEMENTS", "FLEX", "backend_for"]
 
 
 DENSE_PAIRS = 1 << 20
@@ -40,7 +46,7 @@ dense and run on PyTorch's kernel: at ~1K x 1K that is faster than building and 
 (measured with ``attnlab bench masks``); a block map given as the mask, or a ``block_size``,
 keeps the block-sparse path."""
 
-Backend = Literal["auto", "sdpa", "chunked"]
+Backend = Literal["auto", "sdpa", "chunked", "flex"]
 
 
 @dataclass
@@ -188,7 +194,7 @@ def attend(
         dropout_p: dropout on the weights (apply only in training; ``MultiHeadAttention`` does).
         return_weights: also return the ``(B, H, N, M)`` weights (this materialises them).
         backend: ``"auto"`` (default), or force ``"sdpa"`` (a mask function is made dense) /
-            ``"chunked"`` (block-sparse).
+            ``"chunked"`` (block-sparse) / ``"flex"`` (FlexAttention on any device, unchecked).
         block_size: the tile of the block-sparse path, an int or ``(q_block, kv_block)`` (default
             :data:`attnlab.core.blockmap.DEFAULT_BLOCK`; a block map keeps its own).
 
@@ -202,16 +208,17 @@ def attend(
     b, h, n, m, dv = _validate(q, k, v, mask, bias, dropout_p)
     score_fn = resolve_score(score)
     norm_fn = resolve_normalizer(normalize)
-    if backend not in ("auto", "sdpa", "chunked"):
-        raise ValueError(f"backend must be 'auto', 'sdpa' or 'chunked', got {backend!r}")
+    if backend not in ("auto", "sdpa", "chunked", "flex"):
+        raise ValueError(f"backend must be 'auto', 'sdpa', 'chunked' or 'flex', got {backend!r}")
     if block_size is not None:
         resolve_block(block_size)
         if isinstance(mask, BlockMap) and resolve_block(block_size) != mask.block:
             raise ValueError(f"block_size {block_size!r} differs from the block map's {mask.block}")
     if score_mod is not None and not callable(score_mod):
         raise ArgumentTypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {_describe(score_mod)}")
-    fast = _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size)
-    if k.shape[1] not in (h, 0) and not (fast and _grouped_fused(score_fn, mask, bias)):
+    use_flex = _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend, block_size)
+    fast = not use_flex and _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size)
+    if k.shape[1] not in (h, 0) and not ((fast or use_flex) and _grouped_fused(score_fn, mask, bias)):
         r = h // k.shape[1]  # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
         k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
     check = getattr(score_fn, "check", None)
@@ -224,6 +231,10 @@ def attend(
             v = v.repeat_interleave(h // v.shape[1], dim=1)
         return AttentionResult(weights @ v, weights if return_weights else None)
 
+    if use_flex:
+        qp, kp = score_fn.prepare(q, k)
+        bmap = flex.flex_map(mask, b, h, n, m, q.device, block_size)
+        return AttentionResult(flex.flex_attend(qp, kp, v, bmap, score_fn.dot_scale(qp.shape[-1])), None)
     if fast:
         inner = mask.mask if isinstance(mask, BlockMap) else mask
         if inner is None or isinstance(inner, torch.Tensor):
@@ -243,6 +254,20 @@ def attend(
             "and return_weights=False"
         )
     return _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, block_size)
+
+
+def _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend, block_size) -> bool:
+    """Whether FlexAttention computes this call: asked for (``backend="flex"``; refused with the
+    reason where it cannot), or on CUDA under ``"auto"`` where it applies and :data:`FLEX` serves."""
+    if backend not in ("auto", "flex") or (backend == "auto" and q.device.type != "cuda"):
+        return False
+    why = flex.unfit(q, v, dot=_sdpa_scale(score_fn, norm_fn, 1, False) is not None, mask=mask, score_mod=score_mod, bias=bias,
+                     dropout_p=dropout_p, return_weights=return_weights, block_size=block_size, auto=backend == "auto")
+    if backend == "flex" and why is not None:
+        raise ValueError(f"backend='flex' needs {why}")
+    if why is not None or backend == "flex":
+        return why is None
+    return serves(FLEX, q.device, q.dtype, backward=needs_grad(q, k, v, *learnable_tensors(score_fn)))
 
 
 def _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size=None) -> bool:
@@ -357,6 +382,14 @@ def learned_params(score_fn, score_mod, dtype: torch.dtype, device, check: bool 
         params += [p for p in mod_params if all(p is not other for other in params)]
     return params
 
+
+def _chunked(q, k, v, bmap) -> torch.Tensor:
+    """attnlab's own form of :data:`FLEX`: the block-sparse path under the same block map."""
+    return attend(q, k, v, mask=bmap, backend="chunked").output
+
+
+FLEX: Kernel = register(flex.kernel(_chunked))
+"""FlexAttention for the masks on CUDA (:mod:`attnlab.core.flex`), checked against :func:`_chunked`."""
 
 from .maskfn import Everything  # noqa: E402
 

@@ -216,9 +216,10 @@ class SharedPrefix(KeyBefore):
     def __init__(self, prefix: int):
         super().__init__(torch.tensor([prefix]), name="prefix")
         self.batch = None
+        self.prefix = int(prefix)  # a Python int: no tensor read under torch.compile (FlexAttention's mask_mod)
 
     def __call__(self, b, h, q_idx, kv_idx):
-        return kv_idx < int(self.limit[0])
+        return kv_idx < self.prefix
 
     def tiles(self, grid):
         return super().tiles(grid)[0]

@@ -1,0 +1,155 @@
+"""FlexAttention as a backend of ``attend``: the BlockMask built from a block map, and the checked kernel.
+
+On the CPU FlexAttention runs its eager operator (PyTorch's reference math and autograd) with a
+mask that reads the BlockMask's tile lists as the compiled kernels do, so these tests see the
+BlockMask: a tile it leaves out is never computed, a FULL tile is computed unmasked.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+from attnlab import attend, masks
+from attnlab.core import kernels
+from attnlab.core.attend import FLEX
+from attnlab.core.blockmap import block_map
+from attnlab.core.flex import FLEX_BLOCK, block_mask, flex_attend, tiles
+from attnlab.core.maskfn import EMPTY, FULL, PARTIAL
+
+N = 200  # not a multiple of any tile below
+
+
+def every_third(b, h, q_idx, kv_idx):
+    """A plain callable: FlexAttention's mask_mod, unknown to attnlab's structure."""
+    return ((q_idx - kv_idx) % 3 == 0) | (kv_idx < 5)
+
+
+CASES = {  # name: (mask, batch, key heads, block_size, queries, keys)
+    "window": (masks.window(20), 1, 2, 32, N, N),
+    "look-back window": (masks.window(40, causal=True), 1, 2, None, N, N),
+    "causal": (masks.causal(), 1, 2, 32, N, N),
+    "longformer": (masks.window(10) | masks.global_tokens([0, 77]), 1, 2, 32, N, N),
+    "bigbird": (masks.window(10) | masks.global_tokens(2) | masks.random_blocks(2, 16, seed=1), 1, 2, 16, N, N),
+    "documents": (masks.Documents([[50, 90, 60], [120, 80]], causal=True), 2, 4, 32, N, N),
+    "prefix lm": (masks.prefix_lm(37), 1, 2, 32, N, N),
+    "plain callable": (every_third, 1, 2, 32, N, N),
+    "padding": (masks.padding([150, 0]) & masks.window(30), 2, 2, 32, N, N),  # row 1: no key at all
+    "causal, more queries than keys": (masks.causal(), 1, 4, 32, N, 130),  # the first 70 queries see no key
+}
+
+
+def _qkv(b, g, n, m, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, 4, n, 16, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(b, g, m, 16, generator=gen, dtype=torch.float64) for _ in range(2))
+    return q, k, v
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_flex_equals_the_block_sparse_path_forward_and_backward(name):
+    mask, b, g, block, n, m = CASES[name]
+    q, k, v = _qkv(b, g, n, m)
+    if name == "padding":  # keys no query sees hold NaN: it must not leak
+        k[:, :, 150:], v[:, :, 150:] = float("nan"), float("nan")
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    got = attend(q, k, v, mask=mask, backend="flex", block_size=block).output
+    want = attend(q, k, v, mask=mask, backend="chunked", block_size=block).output
+    assert torch.isfinite(got).all()
+    assert (got - want).abs().max() < 1e-12, name
+    ct = torch.randn_like(got)
+    grads = torch.autograd.grad(got, (q, k, v), ct)
+    wants = torch.autograd.grad(want, (q, k, v), ct)
+    for which, a, w in zip("qkv", grads, wants):
+        assert torch.isfinite(a).all() and (a - w).abs().max() < 1e-12, (name, which)
+    if name in ("padding", "causal, more queries than keys"):  # rows with no key: zeros and zero gradients
+        live = masks.as_mask(mask).dense(n, m, batch=b).reshape(b, 1, n, m).any(-1).expand(-1, 4, -1)  # (B, H, N)
+        assert (~live).any() and got.abs().amax(-1)[~live].max() == 0
+        assert grads[0].abs().amax(-1)[~live].max() == 0
+        assert got.abs().amax(-1)[live].min() > 0
+
+
+def test_the_block_mask_lists_the_block_maps_tiles():
+    mask = masks.window(10) | masks.global_tokens([0, 77]) | masks.Documents([[60, 100, 40]])
+    bmap = block_map(mask, N, heads=2, block_size=(32, 16))
+    nq, nk = bmap.shape
+    rows = bmap.rows(0, nq)  # (Bm, Hm, NQ, NK)
+    assert {EMPTY, PARTIAL, FULL} <= set(rows.unique().tolist())
+    blocks = block_mask(bmap)
+    assert blocks.BLOCK_SIZE == (32, 16) and blocks.seq_lengths == (N, N) and blocks.mask_mod is bmap.mask
+    assert blocks.kv_indices.dtype == blocks.kv_num_blocks.dtype == torch.int32
+    assert blocks.kv_indices.shape == (*rows.shape[:2], nq, nk) and blocks.full_kv_indices.shape == blocks.kv_indices.shape
+    assert torch.equal(blocks.to_dense().bool(), rows != EMPTY)
+    full = BlockMask.from_kv_blocks(blocks.full_kv_num_blocks, blocks.full_kv_indices)
+    assert torch.equal(full.to_dense().bool(), rows == FULL)
+    assert torch.equal(tiles(blocks), rows)
+    assert blocks.q_indices is not None  # the lists the backward pass reads, transposed by FlexAttention
+
+
+def test_the_block_mask_equals_flex_attentions_own_where_the_tiles_divide_the_length():
+    mask = masks.window(10) | masks.global_tokens([0, 77])
+    bmap = block_map(mask, 192, block_size=32)
+    ours, theirs = block_mask(bmap), create_block_mask(mask, None, None, 192, 192, device="cpu", BLOCK_SIZE=32)
+    assert torch.equal(ours.to_dense(), theirs.to_dense())
+    assert torch.equal(tiles(ours), tiles(theirs))
+
+
+def _drop_one_full_tile(blocks: BlockMask) -> BlockMask:
+    full = blocks.full_kv_num_blocks.clone()
+    row = int((full[0, 0] > 0).nonzero()[-1])
+    full[0, 0, row] -= 1  # the row's last FULL tile is no longer listed
+    return BlockMask.from_kv_blocks(blocks.kv_num_blocks, blocks.kv_indices, full, blocks.full_kv_indices,
+                                    BLOCK_SIZE=blocks.BLOCK_SIZE, mask_mod=blocks.mask_mod, seq_lengths=blocks.seq_lengths)
+
+
+def test_the_registered_kernel_passes_its_check_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    assert FLEX in kernels.kernels_for("longformer") and FLEX.devices == ("cuda",)
+    assert not kernels.serves(FLEX, "cpu", torch.float32, backward=True)  # not a device it serves
+    q, k, v, bmap = FLEX.sample("cpu", torch.float32, torch.Generator().manual_seed(0))
+    assert bmap.block == (FLEX_BLOCK, FLEX_BLOCK) and k.shape[1] < q.shape[1]
+    assert {EMPTY, PARTIAL, FULL} <= set(bmap.rows(0, bmap.shape[0]).unique().tolist())
+    on_cpu = dataclasses.replace(FLEX, devices=("cpu",))
+    kernels.forget()
+    try:
+        good = kernels.verdict(on_cpu, "cpu", torch.float32)  # checked, and kept on disk
+        assert good is not None and good.forward and good.backward, good
+        assert len(good.errors) == 4 and max(good.errors.values()) < 1e-5
+        assert kernels.serves(on_cpu, "cpu", torch.float32, backward=True) and (tmp_path / "kernels.json").exists()
+    finally:
+        kernels.forget()
+
+    def wrong(q, k, v, bmap):
+        return flex_attend(q, k, v, bmap, blocks=_drop_one_full_tile(block_mask(bmap)))
+
+    bad = kernels.check(dataclasses.replace(on_cpu, run=wrong), "cpu", torch.float32)
+    assert not bad.forward and not bad.backward and bad.errors["output 0"] > 1e-2, bad.reason
+
+
+@pytest.mark.parametrize(("options", "need"), [
+    ({"normalize": "relu"}, "softmax over a dot-product score"),
+    ({"score_mod": lambda s, b, h, i, j: s}, "no score_mod"),
+    ({"bias": torch.zeros(8, 8)}, "no bias"),
+    ({"dropout_p": 0.1}, "no dropout"),
+    ({"return_weights": True}, "return_weights=False"),
+])
+def test_backend_flex_refuses_what_it_cannot_compute(options, need):
+    q = k = v = torch.zeros(1, 2, 8, 4)
+    with pytest.raises(ValueError, match=f"backend='flex' needs {need}"):
+        attend(q, k, v, mask=masks.window(2), backend="flex", **options)
+
+
+@pytest.mark.slow
+def test_the_compiled_cpu_kernel_reads_the_block_mask():
+    """torch.compile's FlexAttention kernel reads the tile lists themselves (FULL tiles unmasked,
+    missing tiles skipped), not the mask: the BlockMask gives attend's result there, and a FULL
+    tile left out changes it."""
+    mask = masks.window(20) | masks.global_tokens([3])
+    bmap = block_map(mask, N, block_size=32)
+    q, k, v = (t.float() for t in _qkv(1, 4, N, N))
+    compiled = torch.compile(flex_attention, dynamic=False)
+    with torch.no_grad():
+        want = attend(q, k, v, mask=bmap, backend="chunked").output
+        assert (compiled(q, k, v, block_mask=block_mask(bmap)) - want).abs().max() < 1e-5
+        assert (compiled(q, k, v, block_mask=_drop_one_full_tile(block_mask(bmap))) - want).abs().max() > 1e-2
