@@ -90,6 +90,7 @@ def run_on_ray(
     num_cpus: int | None = None,
     threads: int = 1,
     max_retries: int = RAY_RETRIES,
+    gpus_per_run: float = 1.0,
 ) -> None:
     """Run ``specs`` as Ray tasks; store each returned row and emit ``start`` / ``end`` here, in the driver.
 
@@ -104,6 +105,7 @@ def run_on_ray(
         num_cpus: the local instance's CPUs (default: this machine's cores); ignored with ``address``.
         threads: torch threads of each run, and the CPUs its task asks for.
         max_retries: Ray's retries of a task whose worker died.
+        gpus_per_run: the GPUs a run on CUDA asks Ray for (1: one run per GPU; 0.25: four share one).
     """
     ray = require_ray()
     if threads < 1:
@@ -125,7 +127,8 @@ def run_on_ray(
         task = ray.remote(_ray_task).options(num_cpus=threads, max_retries=max_retries, retry_exceptions=False)
         pending = {}
         for spec in specs:
-            pending[task.remote(work, spec, str(out), budget_seconds, threads)] = spec
+            gpus = gpus_per_run if str(getattr(spec.config, "device", "cpu")).startswith("cuda") else 0  # Ray places it on a GPU
+            pending[task.options(num_gpus=gpus).remote(work, spec, str(out), budget_seconds, threads)] = spec
             emit("start", spec)
         while pending:
             (ref,), _ = ray.wait(list(pending), num_returns=1)
