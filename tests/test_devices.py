@@ -18,7 +18,8 @@ TINY = dict(task_options={"size": 96}, steps=4, eval_every=2, embed_dim=16, num_
 def test_auto_is_the_cpu_here_and_every_spelling_resolves_or_is_refused():
     assert not torch.cuda.is_available()  # this suite runs on machines without a GPU
     assert devices.resolve("auto") == devices.resolve(None) == devices.resolve("cpu") == torch.device("cpu")
-    with pytest.raises(devices.DeviceError, match=r"device 'cuda': this machine has no CUDA device \(torch .* (built without CUDA|but no GPU is visible)\)"):
+    no_gpu = r"device 'cuda': this machine has no CUDA device \(torch .* (built without CUDA|but no GPU is visible)\)"
+    with pytest.raises(devices.DeviceError, match=no_gpu):
         devices.resolve("cuda")
     with pytest.raises(devices.DeviceError, match="no CUDA device"):
         devices.resolve("cuda:1")

@@ -64,6 +64,7 @@ BAD = {
     "plot positional": (["plot", "positional", "rope", "--dim", "3", "-o", "{under_file}.png"], "head width must be even"),
     "list": (["list", "nosuch"], "choose one of tasks, variants"),
     "backends": (["backends", "--dtype", "fp8"], "--dtype fp8: choose one of fp32, bf16, fp16"),
+    "bench device": (["bench", "device", "--lengths", "0"], "--lengths must be positive integers"),
 }
 
 

@@ -52,6 +52,7 @@ JSON = {
     "generate": ["generate", "{docs}", "The", "--max-new-tokens", "5", "--temperature", "0"],
     "list": ["list", "variants"],
     "backends": ["backends"],
+    "bench device": ["bench", "device", "--device", "cpu", "--no-arena", "--no-speed"],
 }
 LINES = {"predict", "complexity"}  # JSON lines: one object per input line / per record
 

@@ -11,6 +11,7 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 * :mod:`~attnlab.cli.ring` — ``bench ring`` (sequence parallelism: memory and time per process count);
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
 * :mod:`~attnlab.cli.bench_recall` — ``bench recall`` (associative recall against state size);
+* :mod:`~attnlab.cli.device_check` — ``bench device`` (this device against the float64 reference, its speed, the arena's scores);
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
 * :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``; :mod:`~attnlab.cli.generate` — ``generate``;
@@ -34,6 +35,7 @@ from . import (
     compare,
     complexity,
     decode,
+    device_check,
     explain,
     generate,
     listing,
@@ -109,6 +111,7 @@ COMMANDS = [
     (bench_app, "decode", decode.bench_decode),
     (bench_app, "packing", decode.bench_packing),
     (bench_app, "ring", ring.bench_ring),
+    (bench_app, "device", device_check.bench_device),
     (plot_app, "positional", plot.positional),
     (app, "complexity", complexity.complexity),
     (app, "arena", arena.arena),
