@@ -37,3 +37,19 @@ def test_the_keep_allocator_stops_the_page_faults_of_refreshed_large_blocks():
     assert faults["keep"] < pages // 20  # the freed block is reused: (almost) no page is faulted again
     with pytest.raises(ValueError, match="unknown allocator 'tcmalloc'; expected one of keep, system"):
         allocator_env("tcmalloc")
+
+
+def test_round_robin_reads_the_clock_after_a_gpu_has_caught_up(monkeypatch):
+    """On a GPU each call is timed between two synchronisations (the GPU runs behind the host);
+    on the CPU (or no device named) nothing waits."""
+    import attnlab.profiling as profiling
+
+    synced, calls = [], []
+    monkeypatch.setattr(profiling, "_sync", lambda device: synced.append((device, len(calls))))
+    times = profiling.round_robin({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 2, 0.0, device="cuda")
+    assert len(times["a"]) == len(times["b"]) == 3 and len(calls) == 6  # a warm-up and two timed rounds
+    assert synced == [("cuda", k + after) for k in range(6) for after in (0, 1)]  # before and after every call
+    synced.clear()
+    for device in ("cpu", None, torch.device("cpu")):
+        profiling.round_robin({"a": lambda: None}, 1, 0.0, device=device)
+    assert synced == []

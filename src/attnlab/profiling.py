@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ALLOCATORS", "PEAK_BUDGET", "PEAK_MAX_SIZE", "PEAK_TARGET", "Peak", "allocator_env", "count_flops", "flop_counter",
-           "loglog_slope", "measure_calls", "measure_in_child", "measure_peak", "minor_faults", "peak_bytes", "peak_flops", "quiet_stderr",
-           "round_robin"]
+__all__ = ["ALLOCATORS", "PEAK_BUDGET", "PEAK_MAX_SIZE", "PEAK_MAX_SIZE_GPU", "PEAK_TARGET", "Peak", "allocator_env", "count_flops",
+           "flop_counter", "loglog_slope", "measure_calls", "measure_in_child", "measure_peak", "minor_faults", "peak_bytes", "peak_flops",
+           "quiet_stderr", "round_robin"]
 
 ALLOCATORS = ("keep", "system")
 """How a timing process's C allocator treats freed memory (:func:`allocator_env`)."""
@@ -63,7 +63,7 @@ def peak_bytes(fn: Callable[[], object], device=None) -> int | None:
 
     On the CPU (``device`` None or a CPU), read from :mod:`torch.profiler`'s allocation events
     (``profile_memory=True``; None if this PyTorch does not expose them); on a CUDA device, from
-    its caching allocator's peak.
+    its caching allocator's peak; None on another device (MPS: neither counts its tensors).
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -78,6 +78,8 @@ def peak_bytes(fn: Callable[[], object], device=None) -> int | None:
         fn()
         synchronize(device)
         return max(0, (peak_memory(device) or 0) - before)
+    if device is not None and str(device).split(":")[0] != "cpu":
+        return None
 
     try:
         with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -102,8 +104,12 @@ PEAK_TARGET = 0.1
 """Seconds one product of :func:`measure_peak` should take: the product grows until it does."""
 
 PEAK_MAX_SIZE = 2048
-"""The largest side :func:`measure_peak` grows the product to (a 2-core CPU reaches its float32
-peak well below it)."""
+"""The largest side :func:`measure_peak` grows the product to on a CPU (a 2-core CPU reaches its
+float32 peak well below it)."""
+
+PEAK_MAX_SIZE_GPU = 16384
+"""The largest side :func:`measure_peak` grows the product to on a GPU (CUDA, MPS), whose peak
+needs far larger products than a CPU's to fill it."""
 
 PEAK_BUDGET = 1.5
 """Seconds of timed repetitions :func:`measure_peak` spends at its final size, at most."""
@@ -153,14 +159,15 @@ def measure_peak(dtype: str = "float32", device: str = "cpu") -> Peak:
     """Time square matrix products in ``dtype`` on ``device`` with every thread torch uses,
     growing the side from 128 (doubling) until one product (after a warm-up one at that side)
     takes :data:`PEAK_TARGET` seconds or
-    the side reaches :data:`PEAK_MAX_SIZE`, then repeating that product for up to
+    the side reaches :data:`PEAK_MAX_SIZE` (:data:`PEAK_MAX_SIZE_GPU` on a GPU), then repeating that product for up to
     :data:`PEAK_BUDGET` seconds (at least twice, at most five times) and keeping the best.
 
     The time is bounded whatever the CPU: a product that takes longer than the target stops the
     growth (the one before took under the target, so the last one under 8 times it), and the
     repetitions stop at the budget. On a CPU that multiplies bfloat16 natively the products grow
     to the largest side; where bfloat16 is emulated (an AVX2-only CPU: 100 s for one 2048^3
-    product) they stop at a few hundred. Measured once per process (cached)."""
+    product) they stop at a few hundred. On a GPU each product is timed between two
+    synchronisations (:func:`attnlab.devices.synchronize`). Measured once per process (cached)."""
     key = _PEAK_DTYPES.get(str(dtype).removeprefix("torch."))
     if key is None:
         raise ValueError(f"peak_flops measures float32 (fp32) or bfloat16 (bf16), the precisions a run trains in, got {dtype!r}")
@@ -172,12 +179,15 @@ def _measure_peak(dtype: str, device: str) -> Peak:
     import torch
 
     dt = getattr(torch, dtype)
+    on_cpu = torch.device(device).type == "cpu"
     gen = torch.Generator().manual_seed(0)
     t_start = time.perf_counter()
 
+    def draw(n: int) -> torch.Tensor:  # a GPU draws its own (the CPU would take seconds at its largest sides)
+        return torch.randn(n, n, generator=gen).to(device=device, dtype=dt) if on_cpu else torch.randn(n, n, device=device, dtype=dt)
+
     def product(n: int) -> tuple[float, Callable[[], object]]:
-        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
-        b = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
+        a, b = draw(n), draw(n)
 
         def once() -> float:
             _sync(device)
@@ -189,9 +199,10 @@ def _measure_peak(dtype: str, device: str) -> Peak:
         once()  # the warm-up at this size (thread pools, kernel set-up): not timed
         return once(), once
 
+    largest = PEAK_MAX_SIZE if on_cpu else PEAK_MAX_SIZE_GPU
     n = 128
     first, once = product(n)
-    while first < PEAK_TARGET and n < PEAK_MAX_SIZE:
+    while first < PEAK_TARGET and n < largest:
         n *= 2
         first, once = product(n)
     times: list[float] = []
@@ -203,10 +214,9 @@ def _measure_peak(dtype: str, device: str) -> Peak:
 
 
 def _sync(device: str) -> None:
-    import torch
+    from .devices import synchronize
 
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+    synchronize(device)
 
 
 def count_flops(fn: Callable[[], object]) -> int:
@@ -255,41 +265,57 @@ def quiet_stderr():
 
 def round_robin(
     calls: dict[str, Callable[[], object]], min_repeats: int, target_seconds: float, *, max_repeats: int = 10,
-    slow_seconds: float = 60.0, collect: bool = False,
+    slow_seconds: float = 60.0, collect: bool = False, device=None,
 ) -> dict[str, list[float]]:
     """Per key: the warm-up time first, then the timings of the round-robin repetitions.
 
     The warm-up round sets the repetitions: ``target_seconds / (one round's time)``, between
     ``min_repeats`` and ``max_repeats``; one timed round only when a round takes over
     ``slow_seconds``. ``collect`` runs the garbage collector before each warm-up call.
+    ``device``: where the calls run; on a GPU each call is timed between two synchronisations
+    (:func:`attnlab.devices.synchronize`: the GPU runs behind the host).
     """
+    sync = _syncer(device)
     times: dict[str, list[float]] = {k: [] for k in calls}
+
+    def timed(call: Callable[[], object]) -> float:
+        sync()
+        t0 = time.perf_counter()
+        call()
+        sync()
+        return time.perf_counter() - t0
+
     for k, call in calls.items():  # warm-up (first entry), which also sets the repetitions
         if collect:
             gc.collect()
-        t0 = time.perf_counter()
-        call()
-        times[k].append(time.perf_counter() - t0)
+        times[k].append(timed(call))
     round_trip = sum(t[0] for t in times.values())
     repeats = 1 if round_trip > slow_seconds else max(min_repeats, min(max_repeats, int(target_seconds / max(round_trip, 1e-9))))
     for _ in range(repeats):
         for k, call in calls.items():  # round-robin: noise hits every implementation alike
-            t0 = time.perf_counter()
-            call()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(timed(call))
     return times
 
 
-def measure_calls(calls: dict, min_repeats: int = 3, *, memory: bool = True) -> dict:
+def _syncer(device) -> Callable[[], None]:
+    """What waits for ``device``'s queued work before the clock is read: nothing on the CPU (or None)."""
+    if device is None or str(device).split(":")[0] == "cpu":
+        return lambda: None
+    return functools.partial(_sync, device)
+
+
+def measure_calls(calls: dict, min_repeats: int = 3, *, memory: bool = True, device=None) -> dict:
     """For callables timed side by side (:func:`round_robin`): ``{key: (median seconds after
-    the warm-up call, peak tensor bytes of one call or None, timed repeats)}``."""
-    times = round_robin(calls, min_repeats, 3.0)
+    the warm-up call, peak tensor bytes of one call or None, timed repeats)}``. ``device``:
+    where the calls run (timed between synchronisations, memory from its allocator on CUDA:
+    :func:`peak_bytes`)."""
+    times = round_robin(calls, min_repeats, 3.0, device=device)
     out = {}
     for key, call in calls.items():
         peak = None
         if memory:
             gc.collect()
-            peak = peak_bytes(call)
+            peak = peak_bytes(call, device)
         ts = times[key]
         out[key] = (statistics.median(ts[1:] or ts), peak, len(ts) - 1)
     return out

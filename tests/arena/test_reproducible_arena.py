@@ -269,3 +269,28 @@ def test_bad_cost_and_budget_input_is_refused_with_its_reason(tmp_path):
         plan("quick", tasks=["text"], steps=10, sweep={"steps": [30]})
     with pytest.raises(ValueError, match="--sweep seconds and a --budget-seconds"):
         plan("quick", tasks=["text"], seconds=5.0, sweep={"seconds": [3.0]})
+
+
+def test_the_cost_runs_on_the_device_the_grid_trained_on(tmp_path):
+    """No store (or a grid on the CPU): the CPU, the table as before; a grid whose runs trained on
+    CUDA: the cost follows it there, and a machine without CUDA refuses it rather than measuring
+    the CPU instead; a device named outright wins."""
+    from attnlab.arena.cost import grid_device, measure_one
+    from attnlab.arena.store import Store
+    from attnlab.devices import DeviceError
+
+    small = {k: v for k, v in SMALL.items() if k != "length"}
+    train = {k: TRAIN[k] for k in ("embed_dim", "num_heads")}
+    assert grid_device(tmp_path) == "cpu"
+    default = measure_one("lookup", "dense", 96, task_options=small, train=train)
+    named = measure_one("lookup", "dense", 96, task_options=small, train=train, device="cpu")
+    assert {k: v for k, v in named.items() if k != "seconds"} == {k: v for k, v in default.items() if k != "seconds"}
+    assert named["peak_bytes"] > 0 and set(named) == {"variant", "length", "seconds", "peak_bytes", "params"}
+    Store(tmp_path / "results.sqlite").add({"run_id": "a", "task": "lookup", "variant": "dense", "seed": 0, "status": "failed",
+                                            "config": {"device": "cuda"}, "error": "x"})
+    assert grid_device(tmp_path) == "cuda"
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="no CUDA device"):
+            measure_cost(tmp_path, "lookup", ["dense"], lengths=(96,), task_options=small, train=train)
+    table = measure_cost(tmp_path, "lookup", ["dense"], lengths=(96,), task_options=small, train=train, reference=None, device="cpu")
+    assert [r["variant"] for r in table["rows"]] == ["dense"] and "device" not in table and table["cpu"]

@@ -35,3 +35,10 @@ def test_bench_approximation_command():
     assert table.exit_code == 0 and "16:" in table.stdout
     bad = runner.invoke(app, ["bench", "approximation", "--variants", "flash"])
     assert bad.exit_code == 2 and "unknown --variants" in bad.output
+
+
+def test_the_cpu_by_name_is_the_default():
+    """``device="cpu"`` given is what the study did before it took a device: the same errors, bit for bit."""
+    default = run_approximation(64, ["local", "performer"], seeds=1)
+    named = run_approximation(64, ["local", "performer"], seeds=1, device="cpu")
+    assert [r.to_dict() for r in named] == [r.to_dict() for r in default] and len(default) == 4

@@ -169,3 +169,22 @@ def test_distance_cli_trains_scores_and_plots(tmp_path):
     assert res.exit_code == 2 and "not a records file" in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["bench", "distance", "--layers", "gru"])
     assert res.exit_code == 2 and "unknown --layers ['gru']" in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_timing_process_is_told_the_device_and_the_steps_stay_on_the_cpu(monkeypatch, device):
+    """The forward times come from a process on ``device``; the sequential steps are traced here on
+    the CPU, the same whatever the device."""
+    import attnlab.studies.complexity as complexity
+
+    specs = []
+
+    def child(module, spec, what, env=None):
+        specs.append(spec)
+        return {str(n): 0.5 for n in spec["sizes"]}
+
+    monkeypatch.setattr(complexity, "measure_in_child", child)
+    recs = run([8, 16], ("rnn",), path_sizes=(), **({} if device == "cpu" else {"device": device}))
+    assert [s["device"] for s in specs] == [device]
+    assert [(r.n, r.seconds) for r in recs] == [(8, 0.5), (16, 0.5)]
+    assert recs[1].sequential_steps > recs[0].sequential_steps  # traced on the CPU: one step per position

@@ -85,3 +85,20 @@ def test_bench_masks_says_why_a_slope_is_missing(tmp_path):
     stored.write_text(json.dumps({"records": mixed, "slopes": slopes(mixed), "flex": []}))
     text = " ".join(runner.invoke(app, ["bench", "masks", "--from", str(stored)]).output.split())
     assert "slope against N over 4K-32K: causal 2.00; none for window (fewer than two block-sparse times in 4K-32K)" in text
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_cell_process_is_told_the_device_and_a_gpu_cell_reports_its_allocator_peak(monkeypatch, device):
+    import attnlab.studies.masks as masks
+
+    specs = []
+
+    def child(module, spec, what, env=None):
+        specs.append(spec)
+        return {"seconds": [0.2, 0.1], "rss": 1000} if spec["device"] == "cpu" else {"seconds": [0.2, 0.1], "rss": None, "peak": 2000}
+
+    monkeypatch.setattr(masks, "measure_in_child", child)
+    recs = masks.run([256], ["window"], ["block-sparse"], layer_step=512, **({} if device == "cpu" else {"device": device}))
+    assert [(s["method"], s["device"]) for s in specs] == [("block-sparse", device), ("layer_step", device)]
+    memory = [(r.rss_bytes, r.peak_bytes) for r in recs]
+    assert memory == ([(1000, None)] * 2 if device == "cpu" else [(None, 2000)] * 2)

@@ -28,3 +28,11 @@ def test_cli_bench_packing(tmp_path):
     assert "us per token" in r.output and len(json.loads(out.read_text())["records"]) == 3
     r = CliRunner().invoke(app, ["bench", "packing", "--min-length", "9", "--max-length", "6"])
     assert r.exit_code == 2 and "exceeds" in r.output
+
+
+def test_the_cpu_by_name_measures_what_the_default_does():
+    options = dict(min_length=4, max_length=8, embed_dim=16, num_layers=1, num_heads=2, dense_up_to=10, min_repeats=1)
+    fields = ("method", "documents", "tokens", "dim", "layers")  # all but the timings
+    default, named = packing.run((1, 3), **options), packing.run((1, 3), **options, device="cpu")
+    assert [[r.to_dict()[f] for f in fields] for r in named] == [[r.to_dict()[f] for f in fields] for r in default]
+    assert len(default) >= 5 and all(r.seconds > 0 for r in named)

@@ -82,3 +82,20 @@ def test_a_chart_without_memory_says_so_and_warns_nothing(tmp_path):
         warnings.simplefilter("error")  # matplotlib's "no artists with labels" warning reached the user before
         path = plot_scaling(recs, tmp_path / "s.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_child_processes_are_told_the_device(monkeypatch, device):
+    """Every timing and memory process gets the device in its spec (the CPU when none is named)."""
+    import attnlab.studies.scaling as scaling
+
+    specs = []
+
+    def child(module, spec, what, env=None):
+        specs.append(spec)
+        return {v: {"seconds": [0.2, 0.1], "faults": None} for v in spec["variants"]} if spec["job"] == "time" else 4096
+
+    monkeypatch.setattr(scaling, "measure_in_child", child)
+    recs = run([64], ["dense", "local"], min_repeats=1, flex=False, rounds=1, **({} if device == "cpu" else {"device": device}))
+    assert [s["job"] for s in specs] == ["time", "peak", "peak"] and {s["device"] for s in specs} == {device}
+    assert [(r.variant, r.seconds, r.peak_bytes) for r in recs] == [("dense", 0.1, 4096), ("local", 0.1, 4096)]

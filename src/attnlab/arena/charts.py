@@ -263,7 +263,8 @@ def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_
         a.grid(True, alpha=0.3, which="both")
         a.legend(fontsize=7)
     n = table.get("threads")
-    ax_t.set_title(f"time (this machine: {table.get('cpu') or 'CPU'}, {n} thread{'' if n == 1 else 's'})", fontsize=9)
+    where = table.get("device") or f"{table.get('cpu') or 'CPU'}, {n} thread{'' if n == 1 else 's'}"  # a GPU, or the CPU's threads
+    ax_t.set_title(f"time (this machine: {where})", fontsize=9)
     ax_m.set_title("memory (the same on any machine)", fontsize=9)
     for r in rows:
         if r.get("projected"):

@@ -5,7 +5,10 @@ and the dense that materialises the N x N weights (``dense_naive``: LRA's memory
 
 At 1K a fused dense kernel is hard to beat; the lecture's (and LRA's) claim that efficient
 attention is faster and smaller lives at 4K and beyond. :func:`measure_cost` measures it on this
-machine (the seconds are this machine's; the bytes are the same on any machine), and
+machine (the seconds are this machine's; the bytes are the same on any machine), on the device
+the arena's runs trained on (:func:`grid_device`): on a CUDA device each step is timed between
+synchronisations, its peak read from the device's allocator, and the lengths reach 64K
+(:data:`CUDA_COST_LENGTHS`); and
 :func:`attnlab.arena.charts.plot_cost` draws the lecture's chart from it: score against speed at the longest length,
 bubble area = peak memory relative to the fused dense, the materialising dense beside them.
 
@@ -15,7 +18,6 @@ Results are kept in ``<out>/cost.json`` (:func:`cost_table`): a rerun measures o
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -25,8 +27,8 @@ import torch
 
 from .presets import COST_LENGTHS, NO_ATTENTION, VARIANT_OPTIONS
 
-__all__ = ["COST_FILE", "MODEL_FIELDS", "REFERENCE", "cost_summary", "cost_table", "cpu_name", "measure_cost",
-           "measure_one", "measures", "ratios"]
+__all__ = ["COST_FILE", "CUDA_COST_LENGTHS", "MODEL_FIELDS", "REFERENCE", "cost_summary", "cost_table", "cpu_name", "grid_device",
+           "measure_cost", "measure_one", "measures", "ratios"]
 
 REFERENCE = "dense_naive"
 """The materialising dense, measured beside the variants: its scores are dense's (the same function)."""
@@ -35,6 +37,10 @@ COST_FILE = "cost.json"
 
 MODEL_FIELDS = ("embed_dim", "num_heads", "num_layers", "positional", "causal")
 """The training settings that shape the measured model (the rest, steps or learning rate, do not)."""
+
+CUDA_COST_LENGTHS = (*COST_LENGTHS, 65536)
+"""The lengths measured on a CUDA device where a plan asks for :data:`attnlab.arena.presets.COST_LENGTHS`:
+a GPU steps through 64K tokens sooner than a CPU through 16K."""
 
 
 def cpu_name() -> str:
@@ -52,12 +58,15 @@ def cpu_name() -> str:
 
 
 def measure_one(task: str, variant: str, length: int, *, task_options: dict | None = None, train: dict | None = None,
-                repeats: int = 1) -> dict:
-    """One variant's training step at ``length`` tokens on ``task``'s own model (batch 1, fp32):
-    ``{"variant", "length", "seconds"`` (the fastest of ``repeats`` timed steps after one warm-up),
-    ``"peak_bytes"`` (:func:`attnlab.profiling.peak_bytes`), ``"params"}``."""
+                repeats: int = 1, device: str | torch.device = "cpu") -> dict:
+    """One variant's training step at ``length`` tokens on ``task``'s own model (batch 1, fp32) on
+    ``device``: ``{"variant", "length", "seconds"`` (the fastest of ``repeats`` timed steps after
+    one warm-up, each between synchronisations on a GPU), ``"peak_bytes"``
+    (:func:`attnlab.profiling.peak_bytes`: the allocator's peak on CUDA), ``"params"}``. On a GPU a
+    step that runs out of its memory is a row without seconds or bytes, ``"note": "out of memory"``."""
     from .. import objectives
     from .. import tasks as task_registry
+    from ..devices import synchronize
     from ..models import build_model
     from ..objectives import collate
     from ..profiling import peak_bytes
@@ -71,30 +80,67 @@ def measure_one(task: str, variant: str, length: int, *, task_options: dict | No
                                **{k: v for k, v in (train or {}).items() if k in MODEL_FIELDS})
     if variant == NO_ATTENTION:
         cfg = cfg.baseline()
+    device = torch.device(device)
     torch.manual_seed(0)
-    model = build_model(model_config(cfg, data))
+    model = build_model(model_config(cfg, data)).to(device)  # drawn on the CPU: the same weights on every device
     objective = objectives.get(data)
-    inputs, labels = collate(data, data.split("train"), torch.arange(1), objective)
+    inputs, labels = collate(data, data.split("train"), torch.arange(1), objective, device=device)
     model.train()
+    params = sum(p.numel() for p in model.parameters())
 
     def step():
         model.zero_grad(set_to_none=True)
         objective.loss(model, inputs, labels).backward()
 
-    step()  # warm-up: lazy buffers and kernels' first calls stay out of both measurements
-    best = math.inf
-    for _ in range(max(1, repeats)):
+    def timed() -> float:
+        synchronize(device)
         t = time.perf_counter()
         step()
-        best = min(best, time.perf_counter() - t)
-    return {"variant": variant, "length": length, "seconds": best, "peak_bytes": peak_bytes(step),
-            "params": sum(p.numel() for p in model.parameters())}
+        synchronize(device)
+        return time.perf_counter() - t
+
+    try:
+        step()  # warm-up: lazy buffers and kernels' first calls stay out of both measurements
+        best = min(timed() for _ in range(max(1, repeats)))
+        peak = peak_bytes(step, device)
+    except torch.cuda.OutOfMemoryError:
+        if device.type != "cuda":
+            raise
+        del model, inputs, labels
+        torch.cuda.empty_cache()
+        return {"variant": variant, "length": length, "seconds": None, "peak_bytes": None, "params": params, "note": "out of memory"}
+    return {"variant": variant, "length": length, "seconds": best, "peak_bytes": peak, "params": params}
 
 
-def _key(task: str, task_options: dict | None, train: dict | None) -> str:
-    """What the kept measurements are valid for: the task, its model, and this machine's CPU and threads (the seconds are theirs)."""
-    return json.dumps([task, task_options or {}, {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}, cpu_name(),
-                       torch.get_num_threads()], sort_keys=True)
+def _key(task: str, task_options: dict | None, train: dict | None, device: str | torch.device = "cpu") -> str:
+    """What the kept measurements are valid for: the task, its model, and this machine's CPU and threads (the seconds are
+    theirs), or the GPU the steps ran on."""
+    model = {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}
+    device = torch.device(device)
+    where = [cpu_name(), torch.get_num_threads()] if device.type == "cpu" else [_device_name(device)]
+    return json.dumps([task, task_options or {}, model, *where], sort_keys=True)
+
+
+def _device_name(device: torch.device) -> str:
+    """``cuda (NVIDIA H100 80GB HBM3)``: a GPU as the cost table names it."""
+    from ..devices import describe
+
+    return f"{device.type} ({describe(device)})"
+
+
+def grid_device(out: str | Path) -> str:
+    """The kind of device the last grid in ``out`` trained its runs on (their
+    :attr:`attnlab.training.TrainConfig.device`, as :func:`attnlab.arena.plan` set it): ``"cpu"``
+    where no stored run says otherwise, or where the runs disagree."""
+    from .scope import grid_ids
+    from .store import Store
+
+    path = Path(out) / "results.sqlite"
+    if not path.exists():
+        return "cpu"
+    ids = grid_ids(out)
+    kinds = {(r.get("config") or {}).get("device") or "cpu" for r in Store(path).rows() if ids is None or r["run_id"] in ids}
+    return kinds.pop() if len(kinds) == 1 else "cpu"
 
 
 def measures(table: dict, cost: dict) -> bool:
@@ -117,18 +163,28 @@ def cost_table(out: str | Path) -> dict:
 
 def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths: Iterable[int] = COST_LENGTHS,
                  task_options: dict | None = None, train: dict | None = None, reference: str | None = REFERENCE,
-                 reference_up_to: int = 4096, on_progress: Callable[[str, int], None] | None = None) -> dict:
+                 reference_up_to: int = 4096, on_progress: Callable[[str, int], None] | None = None,
+                 device: str | torch.device | None = None) -> dict:
     """Measure (:func:`measure_one`) each of ``variants`` and ``reference`` at each of ``lengths``
     on ``task``'s model, keep the results in ``out/cost.json`` (rows already there for the same
-    task, options and model are kept, not measured again) and return the table (:func:`cost_table`).
+    task, options, model and machine are kept, not measured again) and return the table (:func:`cost_table`).
+
+    ``device``: where to measure (default: ``train["device"]`` where given, else the device of the
+    grid's runs in ``out``, :func:`grid_device`). On a CUDA device the default lengths
+    (:data:`~attnlab.arena.presets.COST_LENGTHS`) become :data:`CUDA_COST_LENGTHS`, and the table
+    names the GPU (``"device"``).
 
     The materialising reference is measured up to ``reference_up_to`` tokens (at 16K one step of it
     takes tens of seconds and about 16 GiB); beyond, its row is **projected** (``"projected": True``,
     no seconds): peak bytes ``b N + c N^2`` fitted through its two longest measured lengths (its N x N
     weights, scores, softmax and their gradients are all N^2, the rest linear in N)."""
     from .. import efficient
+    from ..devices import resolve
     from ..validate import positive_int
 
+    device = resolve(device if device is not None else (train or {}).get("device") or grid_device(out))
+    if device.type == "cuda" and tuple(lengths) == COST_LENGTHS:
+        lengths = CUDA_COST_LENGTHS
     lengths, variants = [positive_int("length", n) for n in lengths], list(variants)
     positive_int("reference_up_to", reference_up_to)
     if not lengths:
@@ -137,11 +193,11 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
         if v != NO_ATTENTION and v not in efficient.VARIANTS:
             raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
     out = Path(out)
-    key = _key(task, task_options, train)
+    key = _key(task, task_options, train, device)
     table = cost_table(out)
-    if table.get("key") != key:  # another task, model, CPU or thread count: measured again
+    if table.get("key") != key:  # another task, model, CPU or thread count, or another device: measured again
         table = {"task": task, "key": key, "rows": []}
-    table.update(threads=torch.get_num_threads(), cpu=cpu_name())
+    table.update(threads=torch.get_num_threads(), cpu=cpu_name(), **({} if device.type == "cpu" else {"device": _device_name(device)}))
     table["rows"] = [r for r in table["rows"] if not r.get("projected")]
     have = {(r["variant"], r["length"]) for r in table["rows"]}
     names = list(dict.fromkeys([*variants, *([reference] if reference else [])]))
@@ -157,7 +213,7 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
             if on_progress:
                 on_progress(v, length)
             table["rows"].append(measure_one(task, v, length, task_options=task_options, train=train,
-                                             repeats=2 if length <= 4096 else 1))
+                                             repeats=2 if length <= 4096 else 1, device=device))
             _write(out, table)
     _write(out, table)
     return table
@@ -201,7 +257,8 @@ def ratios(table: dict, length: int) -> dict[str, dict]:
 
 def cost_summary(table: dict) -> dict | None:
     """The cost table as the leaderboard carries it (``board["cost"]``): ``{"task", "lengths", "cpu",
-    "threads", "variants": {variant: {str(length): ratios + "projected"}}}`` (:func:`ratios`); None when empty."""
+    "threads", "variants": {variant: {str(length): ratios + "projected"}}}`` (:func:`ratios`; and
+    ``"device"``, the GPU, where the steps ran on one); None when empty."""
     rows = table.get("rows") or []
     if not rows:
         return None
@@ -211,4 +268,6 @@ def cost_summary(table: dict) -> dict | None:
         for v, r in ratios(table, n).items():
             projected = any(x.get("projected") for x in rows if x["variant"] == v and x["length"] == n)
             variants.setdefault(v, {})[str(n)] = {**r, "projected": projected}
-    return {"task": table.get("task"), "lengths": lengths, "cpu": table.get("cpu"), "threads": table.get("threads"), "variants": variants}
+    where = {"device": table["device"]} if table.get("device") else {}
+    return {"task": table.get("task"), "lengths": lengths, "cpu": table.get("cpu"), "threads": table.get("threads"), **where,
+            "variants": variants}

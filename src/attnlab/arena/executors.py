@@ -124,11 +124,12 @@ def run_on_ray(
         else:
             ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, **common)
     try:
-        task = ray.remote(_ray_task).options(num_cpus=threads, max_retries=max_retries, retry_exceptions=False)
+        remote = ray.remote(_ray_task)
         pending = {}
         for spec in specs:
             gpus = gpus_per_run if str(getattr(spec.config, "device", "cpu")).startswith("cuda") else 0  # Ray places it on a GPU
-            pending[task.options(num_gpus=gpus).remote(work, spec, str(out), budget_seconds, threads)] = spec
+            task = remote.options(num_cpus=threads, num_gpus=gpus, max_retries=max_retries, retry_exceptions=False)
+            pending[task.remote(work, spec, str(out), budget_seconds, threads)] = spec
             emit("start", spec)
         while pending:
             (ref,), _ = ray.wait(list(pending), num_returns=1)

@@ -79,6 +79,7 @@ def arena(
         from ..arena.executors import require_ray
 
         require_ray()  # a missing extra is one line before the board, not after it
+    where = device_or_fail(device)
     try:
         from ..arena.planning import check_tasks, parse_task_options
 
@@ -86,7 +87,7 @@ def arena(
         specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
                      seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data, seconds=budget_seconds,
                      steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option),
-                     device=device_or_fail(device).type)
+                     device=where.type)
         if not specs:  # before grid.json is written: the folder's last board stays
             fail("the grid has no run" + (f" ({'; '.join(specs.notes)})" if specs.notes else "") + ": choose other --tasks or --variants")
         path = Path(out_dir) / "results.sqlite"
@@ -128,9 +129,9 @@ def arena(
             err.line()
         err.print(_interrupted(out_dir, specs, running), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130)
-    _close(out_dir, specs, grid.elapsed, as_json)
+    _close(out_dir, specs, grid.elapsed, as_json, where.type)
 
-def _close(out_dir: str, specs, elapsed, as_json: bool) -> None:
+def _close(out_dir: str, specs, elapsed, as_json: bool, device: str = "cpu") -> None:
     """After the grid: the cost (where an attention run of its task finished), the report and the
     leaderboard (``elapsed()``: the command's seconds so far); exit 1 when every run failed, a warning for
     each task whose every run did."""
@@ -141,7 +142,7 @@ def _close(out_dir: str, specs, elapsed, as_json: bool) -> None:
     finished = {s.task for s in specs if done.get(s.run_id)}
     attended = {s.task for s in specs if done.get(s.run_id) and s.variant != NO_ATTENTION}
     if specs.cost is not None and specs.cost["task"] in attended:  # no cost beside a task whose every attention run failed
-        _measure_cost(out_dir, specs.cost)
+        _measure_cost(out_dir, specs.cost, device)
     page, board = build_report(out_dir)
     if as_json:
         print_json({**board, "report": str(page), "wall_seconds": elapsed()})
@@ -156,17 +157,18 @@ def _close(out_dir: str, specs, elapsed, as_json: bool) -> None:
         err.print(f"[yellow]warning:[/] every run of {', '.join(failed)} failed (the reasons are on the board)", soft_wrap=True)
 
 
-def _measure_cost(out_dir: str, cost: dict) -> None:
+def _measure_cost(out_dir: str, cost: dict, device: str = "cpu") -> None:
     """After the grid: each variant's training step at the long lengths (:func:`attnlab.arena.cost.measure_cost`),
     one line per measurement; Ctrl-C keeps what was measured (the rerun measures the rest)."""
     from ..arena.cost import measure_cost
 
     lengths = ", ".join(f"{n:,}" for n in cost["lengths"])
-    err.print(f"cost: one training step of {cost['task']}'s model at {lengths} tokens, per variant (this machine's seconds)",
-              markup=False, highlight=False)
+    err.print(f"cost: one training step of {cost['task']}'s model at {lengths} tokens, per variant (this machine's seconds"
+              + ("" if device == "cpu" else f", on {device}") + ")", markup=False, highlight=False)
     try:
         measure_cost(out_dir, cost["task"], cost["variants"], lengths=cost["lengths"], task_options=cost["task_options"],
-                     train=cost["train"], on_progress=lambda v, n: err.print(f"  {v} at {n:,} tokens", markup=False, highlight=False))
+                     train=cost["train"], device=device,
+                     on_progress=lambda v, n: err.print(f"  {v} at {n:,} tokens", markup=False, highlight=False))
     except KeyboardInterrupt:
         err.print(f"interrupted: the cost measurements so far are kept in {Path(out_dir) / 'cost.json'}; "
                   "the same command measures the rest", markup=False, highlight=False)

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, jsonable, load_report, name_list, out, records_json, settings_dict, track
-from .options import from_option, json_option, layer_types_option, output_option, plot_option
-from .tables import table
+from .common import (
+    chart,
+    device_or_fail,
+    emit_json,
+    fail,
+    int_list,
+    jsonable,
+    load_report,
+    name_list,
+    out,
+    records_json,
+    settings_dict,
+    track,
+)
+from .options import device_option, from_option, json_option, layer_types_option, output_option, plot_option
+from .tables import on_device, table
 
 __all__ = ["approximation", "distance", "positional"]
 
@@ -22,8 +35,10 @@ def positional(
     as_json: bool = json_option("Print the runs and the summary as JSON instead of a table."),
     output: str | None = output_option("Also write the JSON to this file (after every run)."),
     plot: str | None = plot_option("Also draw accuracy against test length to this PNG."),
+    device: str = device_option(),
 ) -> None:
     """Length extrapolation: train on the delayed-copy task at one length, test at longer ones."""
+    where = device_or_fail(device)
     from .. import positional as P
     from ..studies.positional import DEFAULT_ENCODINGS, Settings, run, summarize
 
@@ -40,13 +55,13 @@ def positional(
 
     with track("training", len(names) * len(seed_list) * steps, output, payload) as tracker:
         on_step = tracker.on_step(lambda name, seed, step, loss: f"{name} seed {seed} loss {loss:.3f}")
-        run(chosen, settings, on_result=tracker.on_record(advance=0), on_step=on_step)
+        run(chosen, settings, on_result=tracker.on_record(advance=0), on_step=on_step, device=where)
     summary = summarize(tracker.records)
     chart(plot, "positional.plot_extrapolation", jsonable(summary), train_length=train_length)
     if emit_json(payload(tracker.records), as_json):
         return
     out.print(
-        f"length extrapolation, delayed copy (y_i = x_(i-{settings.delay}), vocab {settings.vocab}, chance "
+        f"length extrapolation{on_device(where)}, delayed copy (y_i = x_(i-{settings.delay}), vocab {settings.vocab}, chance "
         f"{1 / settings.vocab:.3f}); causal encoder E={settings.embed_dim} H={settings.num_heads} "
         f"layers={settings.num_layers}; trained at length {train_length} for {steps} steps; token accuracy, "
         f"mean \\[min-max] over seeds {','.join(map(str, seed_list))}"
@@ -79,18 +94,21 @@ def approximation(
     temperature: float = typer.Option(1.0, min=0.0, help="Scale of q.k (1: diffuse attention; larger: peaked)."),
     seeds: int = typer.Option(3, min=1, help="Draws averaged per budget."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
+    device: str = device_option(),
 ) -> None:
     """Relative Frobenius error of each variant against exact softmax attention, across its budget."""
+    where = device_or_fail(device)
     from ..studies.approximation import BUDGETS, run_approximation
 
     names = name_list("--variants", variants, BUDGETS)
     with track("measuring", sum(len(BUDGETS[v][1]) for v in names)) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.variant} {rec.budget}")
-        run_approximation(n, names, temperature=temperature, seeds=seeds, on_record=tick)
+        run_approximation(n, names, temperature=temperature, seeds=seeds, device=where, on_record=tick)
     done = tracker.records
     if emit_json([r.to_dict() for r in done], as_json):
         return
-    title = f"relative Frobenius error vs exact softmax attention, N={n}, H=4, D=64, temperature {temperature}, mean of {seeds} draws"
+    title = (f"relative Frobenius error vs exact softmax attention{on_device(where)}, N={n}, H=4, D=64, temperature {temperature}, "
+             f"mean of {seeds} draws")
     columns = ["variant", "budget", "values: error"]
     t = table(title, columns, left=columns)
     for v in names:
@@ -108,6 +126,7 @@ def distance(
     output: str | None = output_option("Also write the JSON here (after every record)."),
     plot: str | None = plot_option("Also draw accuracy against distance to this PNG."),
     report: str | None = from_option("Train nothing: print (and --plot) the JSON written by -o."),
+    device: str = device_option(),
 ) -> None:
     """Train each layer type to label a query by a trigger token far back; accuracy per distance.
 
@@ -115,6 +134,7 @@ def distance(
     then a query labelled with the trigger's kind (chance 25%). Every run trains on fresh
     generated batches (B=32, d=32) and is scored on 512 held-out sequences.
     """
+    where = device_or_fail(device)
     from .. import recurrent
     from ..studies.distance import run
 
@@ -127,7 +147,7 @@ def distance(
     names = name_list("--layers", layers, recurrent.names())
     with track("training", len(dist) * len(names) * steps * len(seed_list), output, records_json) as tracker:
         on_step = tracker.on_step(lambda name, d, s, loss: f"{name} distance={d} loss={loss:.3f}")
-        run(dist, names, steps=steps, seeds=seed_list, on_record=tracker.on_record(advance=0), on_step=on_step)
+        run(dist, names, steps=steps, seeds=seed_list, device=where, on_record=tracker.on_record(advance=0), on_step=on_step)
     _distance_report([r.to_dict() for r in tracker.records], plot, as_json, steps)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import fail, int_list, name_list, out, track
+from .common import device_or_fail, fail, int_list, name_list, out, track
 from .measured import measured
-from .options import repeats_option
+from .options import device_option, repeats_option
 from .tables import table
 
 __all__ = ["bench_masks"]
@@ -23,9 +23,11 @@ def _bench_masks(
     quadratic_up_to: int = typer.Option(32768, min=1, help="Causal and prefix-LM (N^2 allowed pairs) only up to this N."),
     layer_step: int | None = typer.Option(None, min=0, help="One training step of one layer under the window at this N "
                                            "(default: the largest of --sizes; 0: none)."),
+    device: str = device_option(),
     output: str | None = None,
 ) -> dict:
     """Masks that scale: dense mask vs block-sparse vs PyTorch's causal kernel vs compiled FlexAttention (B=1, H=4, D=64, fp32)."""
+    where = device_or_fail(device)
     from ..studies.masks import METHODS, PATTERNS, flex_ratios, run, slopes
 
     size_list = int_list("--sizes", sizes, minimum=1)
@@ -42,7 +44,7 @@ def _bench_masks(
     total = sum(len(kinds) for p in names for n in size_list if not (PATTERNS[p][1] and n > quadratic_up_to)) + (1 if layer_step else 0)
     with track("measuring masks", total, output, payload) as tracker:
         run(size_list, names, kinds, min_repeats=repeats, dense_up_to=dense_up_to, flex_up_to=flex_up_to,
-            quadratic_up_to=quadratic_up_to, layer_step=layer_step or None,
+            quadratic_up_to=quadratic_up_to, layer_step=layer_step or None, device=where,
             on_record=tracker.on_record(lambda r: f"{r.pattern} N={r.n} {r.method}"))
     return payload(tracker.records)
 
@@ -73,10 +75,16 @@ def _mib(x) -> str:
     return "-" if x is None else f"{x / 2**20:,.0f}"
 
 
+def _memory(r: dict | None):
+    """A record's memory: its peak resident bytes (the CPU), else its device allocator's peak (CUDA)."""
+    return None if not r else r["rss_bytes"] if r["rss_bytes"] is not None else r.get("peak_bytes")
+
+
 def _report(data: dict) -> None:
     recs = data["records"]
     t = table("forward + backward, B=1, H=4, D=64, fp32; each cell its own plain process; s: median step; MiB: peak resident "
-              "above the process before its first step; dense/sparse: time ratio; map, mask: KiB of the block map and of a dense mask",
+              "above the process before its first step (on CUDA: the allocator's peak above the inputs); dense/sparse: time ratio; "
+              "map, mask: KiB of the block map and of a dense mask",
               ["pattern", "N", "dense s", "MiB", "sparse s", "MiB", "dense/sparse", "torch causal s", "map", "mask", "tiles"],
               left=("pattern",), no_wrap=True)
     for p in dict.fromkeys(r["pattern"] for r in recs if r["mode"] == "fwd_bwd"):
@@ -84,8 +92,8 @@ def _report(data: dict) -> None:
             cell = {r["method"]: r for r in recs if r["pattern"] == p and r["n"] == n and r["mode"] == "fwd_bwd"}
             dense, ours, causal = cell.get("dense mask"), cell.get("block-sparse"), cell.get("pytorch causal")
             geo = next(iter(cell.values()))
-            t.add_row(p, f"{n:,}", f"{dense['seconds']:.3f}" if dense else "-", _mib(dense and dense["rss_bytes"]),
-                      f"{ours['seconds']:.3f}" if ours else "-", _mib(ours and ours["rss_bytes"]),
+            t.add_row(p, f"{n:,}", f"{dense['seconds']:.3f}" if dense else "-", _mib(_memory(dense)),
+                      f"{ours['seconds']:.3f}" if ours else "-", _mib(_memory(ours)),
                       f"{dense['seconds'] / ours['seconds']:.1f}" if dense and ours else "-",
                       f"{causal['seconds']:.3f}" if causal else "-",
                       f"{geo['map_bytes'] / 1024:,.1f}", f"{geo['dense_bytes'] / 1024:,.0f}", f"{geo['density']:.3f}")
@@ -96,8 +104,9 @@ def _report(data: dict) -> None:
                   f"(block-sparse / FlexAttention = {f['ratio']:.2f})")
     for r in recs:
         if r["mode"] == "layer_step":
+            held = "resident above the process's start" if r["rss_bytes"] is not None else "of the device allocator above the inputs"
             out.print(f"one training step of a MultiHeadAttention (E=256, 4 heads) under a window of 256 at N={r['n']:,}: "
-                      f"{r['seconds']:.1f} s, {_mib(r['rss_bytes'])} MiB resident above the process's start")
+                      f"{r['seconds']:.1f} s, {_mib(_memory(r))} MiB {held}")
 
 
 bench_masks = measured("bench masks", draw="masks.plot_masks", show=_report, checked=_checked,

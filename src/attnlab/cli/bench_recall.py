@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import int_list, name_list, out, records_json, track
+from .common import device_or_fail, int_list, name_list, out, records_json, track
 from .measured import measured
-from .options import precision_option
+from .options import device_option, precision_option
 from .tables import table
 
 __all__ = ["recall"]
@@ -22,12 +22,14 @@ def _recall(
     seconds: float = typer.Option(60.0, min=0.1,
                                   help="At most this many training seconds per model (a slower variant trains fewer steps)."),
     precision: str = precision_option("fp32"),
+    device: str = device_option(),
     output: str | None = None,
 ) -> dict:
     """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same steps.
 
     The defaults took 20 minutes on a 2-core CPU when they were 8 variants (x 2 pair counts x 2 widths).
     """
+    where = device_or_fail(device)
     from .. import efficient
     from ..studies.recall import default_variants, run
 
@@ -36,7 +38,7 @@ def _recall(
     pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--embed-dims", embed_dims, minimum=4)
     total = len(names) * len(pair_list) * len(dim_list)
     with track("training", total, output, records_json) as tracker:
-        run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=precision,
+        run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=precision, device=where,
             on_record=tracker.on_record(lambda r: f"{r.variant} pairs={r.pairs} d={r.dim}: {r.accuracy:.3f}"))
     return records_json(tracker.records)
 

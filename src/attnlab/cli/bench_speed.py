@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, err, fail, int_list, load_report, name_list, out, progress, track
+from .common import chart, device_or_fail, emit_json, err, fail, int_list, load_report, name_list, out, progress, track
 from .options import (
     blocks_option,
+    device_option,
     from_option,
     heads_option,
     json_option,
@@ -16,7 +17,7 @@ from .options import (
     repeats_option,
     width_option,
 )
-from .tables import table
+from .tables import on_device, table
 
 __all__ = ["attention", "audio", "graph", "peak", "precision", "scaling"]
 
@@ -31,8 +32,10 @@ def attention(
     as_json: bool = json_option("Print the records as a JSON list instead of a table."),
     output: str | None = output_option("Also write the JSON records to this file."),
     plot: str | None = plot_option("Also draw time and memory against N to this PNG file."),
+    device: str = device_option(),
 ) -> None:
     """attend vs scaled_dot_product_attention vs a naive materialised implementation (B=1, H=4, D=64, fp32)."""
+    where = device_or_fail(device)
     from ..studies.attention import CONFIGS, ratios, run
 
     size_list = int_list("--sizes", sizes, minimum=1, what="positive integers")
@@ -41,14 +44,14 @@ def attention(
     total = sum(len(CONFIGS[c]["impls"]) for c in cfg_list) * len(size_list) * len(mode_list)
     with track("benchmarking attention", total, output, lambda done: [r.to_dict() for r in done]) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.path} {rec.impl} N={rec.n} {rec.mode}")
-        records = run(size_list, cfg_list, mode_list, min_repeats=repeats, on_record=tick)
+        records = run(size_list, cfg_list, mode_list, min_repeats=repeats, device=where, on_record=tick)
     data = [r.to_dict() for r in records]
     chart(plot, "bench.plot_attention_benchmark", data)
     if emit_json(data, as_json):
         return
     rel = {(r["path"], r["n"], r["mode"], r["impl"], r["vs"]): r for r in ratios(records)}
     out.print(
-        "attention benchmark: B=1, H=4, D=64, fp32. ms = median time; MiB = peak tensor memory above the inputs; "
+        f"attention benchmark{on_device(where)}: B=1, H=4, D=64, fp32. ms = median time; MiB = peak tensor memory above the inputs; "
         "t/x and m/x = time and memory relative to x"
     )
     for path in cfg_list:
@@ -96,8 +99,12 @@ def scaling(
     output: str | None = output_option("Also write the JSON to this file (after every record)."),
     plot: str | None = plot_option("Also draw time and memory against N to this PNG (scaling.png)."),
     report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    device: str = device_option(),
 ) -> None:
     """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
+    where = device_or_fail(device)
+    if peers and where.type != "cpu":
+        fail(f"--peers: lucidrains' implementations are compared on the CPU only, not on {where}; drop --peers or use --device cpu")
     from ..profiling import ALLOCATORS
     from ..studies.scaling import SETTINGS, relative, run, slopes
 
@@ -125,8 +132,8 @@ def scaling(
     with track("measuring", total, output, payload) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.variant} N={rec.n}", advance=lambda rec: 1 if rec.mode == "fwd_bwd" and memory else 0)
         timed = lambda n, r: tracker.update(1, f"timed N={n} (round {r + 1}/{rounds})")  # noqa: E731
-        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, allocator=allocator, rounds=rounds, on_record=tick,
-            on_timed=timed)
+        run(size_list, names, min_repeats=repeats, memory=memory, flex=flex, allocator=allocator, rounds=rounds, device=where,
+            on_record=tick, on_timed=timed)
         if peers:
             from ..studies.peers import run_peers
 
@@ -196,15 +203,17 @@ def graph(
                              help="Compare with PyTorch Geometric's TransformerConv (pip install torch_geometric)."),
     as_json: bool = json_option("Print the records as JSON."),
     output: str | None = output_option("Also write the JSON to this file."),
+    device: str = device_option(),
 ) -> None:
     """Forward+backward time and peak memory of attnlab's sparse graph attention vs TransformerConv (same weights)."""
+    where = device_or_fail(device)
     from ..studies.graph import run
 
     with progress() as bar:
         task = bar.add_task(f"graph of {nodes:,} nodes, {edges:,} edges", total=None)
         try:
             recs, diff = run(nodes, edges, in_dim=in_dim, num_heads=num_heads, head_dim=head_dim, min_repeats=repeats, memory=memory,
-                             pyg=pyg)
+                             pyg=pyg, device=where)
         except RuntimeError as e:
             fail(str(e))
         bar.update(task, completed=1, total=1)
@@ -218,7 +227,7 @@ def graph(
     if emit_json(data, as_json, output):
         return
     t = table(
-        f"forward + backward, {nodes:,} nodes, {edges:,} edges, {in_dim} -> {num_heads} x {head_dim}",
+        f"forward + backward{on_device(where)}, {nodes:,} nodes, {edges:,} edges, {in_dim} -> {num_heads} x {head_dim}",
         ["layer", "seconds", "peak MiB", "time / attnlab", "memory / attnlab"],
     )
     for r in recs:
@@ -240,21 +249,23 @@ def audio(
     memory: bool = memory_option(),
     as_json: bool = json_option("Print the records as JSON."),
     output: str | None = output_option("Also write the JSON to this file."),
+    device: str = device_option(),
 ) -> None:
     """Full vs truncated attention on long audio: forward+backward time and peak memory (Conformer, Transformer)."""
+    where = device_or_fail(device)
     from ..studies.audio import run
 
     with progress() as bar:
         bar.add_task(f"{seconds:g} s of audio", total=None)
         recs = run(seconds, window=window, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, min_repeats=repeats,
-                   memory=memory)
+                   memory=memory, device=where)
     # the setting's keys stay those of the files already written (dim, heads, layers)
     data = {"setting": {"seconds": seconds, "window": window, "dim": embed_dim, "heads": num_heads, "layers": num_layers},
             "records": [r.to_dict() for r in recs]}
     if emit_json(data, as_json, output):
         return
     t = table(
-        f"forward + backward on {seconds:g} s of audio ({recs[0].frames} frames), dim {embed_dim}, {num_layers} blocks",
+        f"forward + backward{on_device(where)} on {seconds:g} s of audio ({recs[0].frames} frames), dim {embed_dim}, {num_layers} blocks",
         ["model", "attention", "seconds", "peak MiB", "time / dense", "memory / dense"],
         left=("model", "attention"),
     )
@@ -266,49 +277,60 @@ def audio(
     out.print(t)
 
 
-def peak(as_json: bool = json_option("Print {fp32, bf16} in FLOP/s (and how each was measured) as one JSON object.")) -> None:
-    """This machine's peak: FLOP/s of a matrix product in float32 and in bfloat16 (what utilisation is a share of).
+def peak(as_json: bool = json_option("Print {fp32, bf16} in FLOP/s (and how each was measured) as one JSON object."),
+         device: str = device_option()) -> None:
+    """This machine's peak: FLOP/s of a matrix product in float32 and in bfloat16 (what utilisation is a share of), on --device.
 
-    Each product grows until one takes a tenth of a second, so the measurement takes a few seconds whatever the CPU;
-    it says whether this CPU multiplies bfloat16 natively, and how much slower bfloat16 is where it is emulated."""
-    got = _measure_peaks()
+    Each product grows until one takes a tenth of a second, so the measurement takes a few seconds whatever the CPU (or GPU);
+    it says whether the device multiplies bfloat16 natively, and how much slower bfloat16 is where it is emulated."""
+    where = device_or_fail(device)
+    got = _measure_peaks(where)
     if as_json:
         from .common import print_json
 
-        print_json({"fp32": got["fp32"].flops, "bf16": got["bf16"].flops, "native_bf16": _native_bf16(),
+        print_json({"fp32": got["fp32"].flops, "bf16": got["bf16"].flops, "native_bf16": _native_bf16(where),
                     "measured": {k: {"size": p.size, "seconds": p.seconds, "repeats": p.repeats, "total_seconds": p.total_seconds}
-                                 for k, p in got.items()}})
+                                 for k, p in got.items()}, **_named(where)})
         return
     for p in got.values():
-        out.print(p.describe(), highlight=False)
-    out.print(_bf16_note(got), highlight=False)
+        out.print(p.describe() + on_device(where), highlight=False)
+    out.print(_bf16_note(got, where), highlight=False)
 
 
-def _native_bf16() -> bool:
+def _named(device) -> dict:
+    """What a results file adds off the CPU: ``{"device": "cuda (NVIDIA H100 80GB HBM3)"}`` (on the CPU nothing, as before)."""
+    return {"device": on_device(device).removeprefix(" on ")} if device.type != "cpu" else {}
+
+
+def _native_bf16(device) -> bool:
     from ..training.precision import fast_bf16
 
-    return fast_bf16("cpu")
+    return fast_bf16(device)
 
 
-def _measure_peaks() -> dict:
-    """``{"fp32": Peak, "bf16": Peak}`` (:func:`attnlab.profiling.measure_peak`), under a progress line."""
+def _measure_peaks(device) -> dict:
+    """``{"fp32": Peak, "bf16": Peak}`` on ``device`` (:func:`attnlab.profiling.measure_peak`), under a progress line."""
     from ..profiling import PEAK_TARGET, measure_peak
 
     got = {}
     with progress() as bar:
         for key, dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
             task = bar.add_task(f"timing {dtype} matrix products (growing until one takes {PEAK_TARGET:g} s)", total=None)
-            got[key] = measure_peak(dtype)
+            got[key] = measure_peak(dtype, str(device))
             bar.remove_task(task)
     return got
 
 
-def _bf16_note(got: dict) -> str:
-    """Whether this CPU multiplies bfloat16 natively, and bfloat16's rate against float32's."""
+def _bf16_note(got: dict, device) -> str:
+    """Whether the device multiplies bfloat16 natively, and bfloat16's rate against float32's."""
     ratio = got["bf16"].flops / got["fp32"].flops
-    if _native_bf16():
-        return f"native bfloat16 on this CPU: bf16 {ratio:.2f}x fp32's rate (--precision auto uses bf16)"
     slower = f", {1 / ratio:.0f} times slower" if ratio < 0.5 else ""
+    if device.type != "cpu":
+        native = _native_bf16(device)
+        return (f"{'native' if native else 'no native'} bfloat16{on_device(device)}: bf16 runs at {ratio:.3g}x fp32's rate"
+                f"{'' if native else slower} (--precision auto uses {'bf16' if native else 'fp32'})")
+    if _native_bf16(device):
+        return f"native bfloat16 on this CPU: bf16 {ratio:.2f}x fp32's rate (--precision auto uses bf16)"
     return (f"no native bfloat16 found on this CPU (its flags name neither AVX-512 BF16 nor AMX): bf16 runs at {ratio:.3g}x "
             f"fp32's rate{slower} (--precision auto uses fp32)")
 
@@ -325,31 +347,35 @@ def precision(
     as_json: bool = json_option("Print the records as JSON."),
     output: str | None = output_option("Also write the JSON to this file."),
     plot: str | None = plot_option("Draw the bf16 speed-up and the share of peak per variant to this PNG."),
+    device: str = device_option(),
 ) -> None:
     """Float32 against bfloat16 mixed precision: training steps/s of every variant on the arena's long-task model, and the share of peak."""
+    where = device_or_fail(device)
     from .. import efficient
     from ..studies.precision import run
 
     names = name_list("--variants", ",".join(efficient.VARIANTS.in_order()) if variants is None else variants, efficient.names())
     lengths = int_list("--sizes", sizes, minimum=16)
-    measured = _measure_peaks()
+    measured = _measure_peaks(where)
     peak_rates = {k: p.flops for k, p in measured.items()}
-    err.print(f"peaks: {'; '.join(p.describe() for p in measured.values())}. {_bf16_note(measured)}", highlight=False)
+    err.print(f"peaks: {'; '.join(p.describe() for p in measured.values())}. {_bf16_note(measured, where)}", highlight=False)
 
     def payload(done: list) -> dict:
         setting = {"tokens": tokens, "dim": embed_dim, "heads": num_heads, "layers": num_layers}  # keys of the files already written
-        return {"setting": setting, "peaks": peak_rates,
+        return {"setting": setting, "peaks": peak_rates, **_named(where),
                 "records": [r.to_dict() for r in done]}
 
     with track("timing training steps", 2 * len(names) * len(lengths), output, payload) as tracker:
         run(names, lengths, tokens=tokens, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, min_repeats=repeats,
+            device=where,
             skip=lambda v, n: "holds every N x N weight: left out above --naive-max" if v == "dense_naive" and n > naive_max else None,
             on_record=tracker.on_record(lambda r: f"{r.variant} N={r.n} {r.precision}"))
     data = payload(tracker.records)
     chart(plot, "bench.plot_precision", data)
     if emit_json(data, as_json, output):
         return
-    t = table(f"training step, fp32 vs bf16 (width {embed_dim}, {num_heads} heads, {num_layers} blocks, {tokens} tokens a batch); "
+    t = table(f"training step{on_device(where)}, fp32 vs bf16 (width {embed_dim}, {num_heads} heads, {num_layers} blocks, "
+              f"{tokens} tokens a batch); "
               f"peak fp32 {peak_rates['fp32'] / 1e9:.0f}, bf16 {peak_rates['bf16'] / 1e9:.0f} GFLOP/s",
               ["variant", "N", "fp32 steps/s", "bf16 steps/s", "bf16 speed-up", "GFLOP/step", "fp32 of peak", "bf16 of peak"])
     by = {(r.variant, r.n, r.precision): r for r in tracker.records}

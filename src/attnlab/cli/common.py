@@ -29,7 +29,9 @@ __all__ = [
     "OneLineErrors",
     "Tracker",
     "boundary",
+    "cpu_device",
     "debugging",
+    "device_or_fail",
     "chart",
     "emit_json",
     "fail",
@@ -66,6 +68,17 @@ def device_or_fail(device: str | None):
         return resolve(device)
     except DeviceError as e:
         fail(str(e))
+
+
+def cpu_device(device: str | None, why: str):
+    """``--device`` of a command that runs on the CPU only: the CPU for ``cpu`` and ``auto``; a
+    device this machine lacks is refused as by :func:`device_or_fail`, and any other device with a
+    one-line error (exit 2) saying ``why`` it cannot run there."""
+    import torch
+
+    if device_or_fail(device).type != "cpu" and device not in (None, "auto"):
+        fail(f"--device {device}: {why}; use --device cpu")
+    return torch.device("cpu")
 
 
 def fail(message: str) -> NoReturn:

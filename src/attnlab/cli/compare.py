@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, emit_json, fail, int_list, out, records_json, split_list, track
-from .options import json_option, output_option, plot_option
-from .tables import table
+from .common import chart, device_or_fail, emit_json, fail, int_list, out, records_json, split_list, track
+from .options import device_option, json_option, output_option, plot_option
+from .tables import on_device, table
 
 __all__ = ["vit_cnn"]
 
@@ -19,8 +19,10 @@ def vit_cnn(
     as_json: bool = json_option("Print the records as JSON instead of a table."),
     output: str | None = output_option("Also write the JSON here (after every run)."),
     plot: str | None = plot_option("Also draw accuracy against training-set size to this PNG."),
+    device: str = device_option(),
 ) -> None:
     """Digits: test accuracy of a ViT and a CNN (same head, same training) as the training set grows."""
+    where = device_or_fail(device)
     from ..studies.vit_cnn import run
 
     try:
@@ -32,7 +34,7 @@ def vit_cnn(
     try:
         with track("training", len(frac) * len(names) * len(seed_list), output, records_json) as tracker:
             on_step = tracker.on_step(lambda m, f, s, step, total: f"{m} fraction={f} seed={s} step {step}/{total}", advance=0)
-            run(frac, names, seeds=seed_list, steps=steps, on_record=tracker.on_record(), on_step=on_step)
+            run(frac, names, seeds=seed_list, steps=steps, device=str(where), on_record=tracker.on_record(), on_step=on_step)
     except (ValueError, KeyError) as e:
         fail(str(e))
     recs = [r.to_dict() for r in tracker.records]
@@ -44,7 +46,7 @@ def vit_cnn(
     for f in fracs:
         n = [r["train_size"] for r in recs if r["fraction"] == f]
         columns.append(f"{f:g} ({round(sum(n) / len(n))} imgs)")
-    t = table("digits test accuracy, mean (min) over seeds", columns)
+    t = table(f"digits test accuracy{on_device(where)}, mean (min) over seeds", columns)
     for m in dict.fromkeys(r["model"] for r in recs):
         row = [m]
         for f in fracs:

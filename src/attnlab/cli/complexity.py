@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from .common import chart, err, int_list, name_list, out, print_json, track
-from .options import json_option, layer_types_option, output_option, repeats_option, width_option
-from .tables import table
+from .common import chart, device_or_fail, err, int_list, name_list, out, print_json, track
+from .options import device_option, json_option, layer_types_option, output_option, repeats_option, width_option
+from .tables import on_device, table
 
 __all__ = ["complexity"]
 
@@ -27,6 +27,8 @@ def complexity(
                                     f"({FIT_RANGES}); default: on without --sizes, off with them; --no-fit: --sizes only."),
     as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
     output: str | None = output_option("Folder for complexity.json (after every record) and complexity.png."),
+    device: str = device_option(help="Where the layers are timed: auto (CUDA where present, else the CPU), cpu, cuda, cuda:i or mps "
+                                     "(the sequential steps and path lengths are traced on the CPU)."),
 ) -> None:
     """CNN / RNN / self-attention, measured: time against n, sequential steps, path length.
 
@@ -36,6 +38,7 @@ def complexity(
     operations of one forward pass; and the layers or recurrent steps between input 0 and
     output n - 1, found where d out_{n-1} / d x_0 first becomes non-zero.
     """
+    where = device_or_fail(device)
     from ..studies.complexity import FIT_SIZES, LAYERS, exponents, fit_ranges, run
 
     size_list = int_list("--sizes", DEFAULT_SIZES if sizes is None else sizes, minimum=1)
@@ -58,7 +61,7 @@ def complexity(
     with track("measuring", total, folder and str(folder / "complexity.json"), payload) as tracker:
         tick = tracker.on_record(lambda rec: f"{rec.layer} n={rec.n}")
         run(size_list, names, embed_dim=embed_dim, path_sizes=tuple(path_list), min_repeats=repeats, fit_sizes=fit_sizes, rounds=rounds,
-            on_record=tick, on_timed=lambda name: tracker.update(1, f"timed {name}"))
+            device=where, on_record=tick, on_timed=lambda name: tracker.update(1, f"timed {name}"))
     data = payload(tracker.records)
     chart(folder and folder / "complexity.png", "complexity.plot_complexity", data["records"], exponents=data["exponents"])
     if as_json:
@@ -67,15 +70,16 @@ def complexity(
         for name, e in data["exponents"].items():
             print_json({"layer": name, "exponent": e, "fit_range": data["fit_ranges"][name]})
         return
-    _tables(data, names, embed_dim, path_list)
+    _tables(data, names, embed_dim, path_list, on_device(where))
 
 
-def _tables(data: dict, names: list[str], embed_dim: int, path_list: list[int]) -> None:
-    """Print the forward times, then the textbook claims beside the measured exponent, steps and paths."""
+def _tables(data: dict, names: list[str], embed_dim: int, path_list: list[int], where: str = "") -> None:
+    """Print the forward times (measured ``where``: :func:`~attnlab.cli.tables.on_device`), then the
+    textbook claims beside the measured exponent, steps and paths."""
     from ..studies.complexity import TEXTBOOK
 
     recs = data["records"]
-    t = table(f"forward time (ms), B=1, d={embed_dim}, fp32", ["n", *names], left=())
+    t = table(f"forward time (ms){where}, B=1, d={embed_dim}, fp32", ["n", *names], left=())
     for n in sorted({r["n"] for r in recs if r["seconds"] is not None}):
         by = {r["layer"]: r for r in recs if r["n"] == n}
         t.add_row(str(n), *[f"{by[name]['seconds'] * 1e3:.3g}" if name in by else "·" for name in names])

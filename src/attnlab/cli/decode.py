@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import typer
 
-from .common import emit_json, fail, int_list, out, records_json, track
+from .common import device_or_fail, emit_json, fail, int_list, out, records_json, track
 from .measured import measured
-from .options import blocks_option, heads_option, json_option, output_option, width_option
-from .tables import fmt_x, table
+from .options import blocks_option, device_option, heads_option, json_option, output_option, width_option
+from .tables import fmt_x, on_device, table
 
 __all__ = ["bench_decode", "bench_packing"]
 
@@ -28,15 +28,17 @@ def _bench_decode(
     checkpoint: str | None = typer.Option(None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
     factor: int = typer.Option(8, min=2, help="The perplexity stream is this many training contexts long."),
     streams: int = typer.Option(2, min=1, help="Streams of the perplexity measure (cut from the docs test text)."),
+    device: str = device_option(),
     output: str | None = None,
 ) -> dict:
     """Decoding speed and memory: KV cache vs recomputation vs transformers' generate, side by side."""
+    where = device_or_fail(device)
     return _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor,
-                    streams, output)
+                    streams, output, where)
 
 
 def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor, streams,
-             output) -> dict:
+             output, device) -> dict:
     from ..studies import decode
 
     cs = int_list("--contexts", contexts, minimum=1)
@@ -49,7 +51,7 @@ def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up
         from ..training import CheckpointError, load_checkpoint
 
         try:
-            ck = load_checkpoint(checkpoint)
+            ck = load_checkpoint(checkpoint, device=device)
         except CheckpointError as e:
             fail(str(e))
         if ck.model_config.kind != "lm" or ck.config.task != "docs":
@@ -69,10 +71,10 @@ def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up
 
         try:
             decode.speed(cs, new_tokens=new_tokens, embed_dim=embed_dim, num_layers=num_layers, num_heads=num_heads,
-                         uncached_up_to=uncached_up_to,
+                         uncached_up_to=uncached_up_to, device=device,
                          on_record=keep("speed", lambda r: r.implementation == "attnlab cached"))  # one step per context
             if lengths:
-                decode.streaming_memory(lengths, on_record=keep("memory", 0))
+                decode.streaming_memory(lengths, device=device, on_record=keep("memory", 0))
                 tracker.update(1)
             if checkpoint:
                 decode.streaming_perplexity(model, text, context=context, factor=factor, streams=streams, on_record=keep("perplexity"))
@@ -143,8 +145,10 @@ def bench_packing(
     dense_up_to: int = typer.Option(8192, "--dense-up-to", min=1, help="Longest packed row the dense T x T mask is run at."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
     output: str | None = output_option("Also write the JSON here (after every record)."),
+    device: str = device_option(),
 ) -> None:
     """Packed documents: cost per token of forward + backward, document by document vs dense mask vs padding."""
+    where = device_or_fail(device)
     from ..studies import packing
 
     ks = int_list("--counts", counts, minimum=1)
@@ -152,13 +156,14 @@ def bench_packing(
         fail(f"--min-length {min_length} exceeds --max-length {max_length}")
     with track("packing", len(ks) * 3, output, records_json) as tracker:
         packing.run(ks, min_length=min_length, max_length=max_length, embed_dim=embed_dim, num_layers=num_layers,
-                    dense_up_to=dense_up_to,
+                    dense_up_to=dense_up_to, device=where,
                     on_record=tracker.on_record(lambda r: f"{r.documents} documents: {r.method}"))
     recs = [r.to_dict() for r in tracker.records]
     if emit_json({"records": recs}, as_json):
         return
     r0 = recs[0]
-    t = table(f"causal encoder d={r0['dim']}, {r0['layers']} layers, forward + backward; documents of {min_length}-{max_length} tokens",
+    t = table(f"causal encoder d={r0['dim']}, {r0['layers']} layers, forward + backward{on_device(where)}; "
+              f"documents of {min_length}-{max_length} tokens",
               ["documents", "tokens", "method", "seconds", "us per token"], left=["method"])
     for r in recs:
         t.add_row(str(r["documents"]), f"{r['tokens']:,}", r["method"], f"{r['seconds']:.3f}", f"{r['microseconds_per_token']:.1f}")

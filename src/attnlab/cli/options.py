@@ -86,10 +86,11 @@ def precision_option(default: str | None):
                              "'attnlab bench precision' measures what bf16 gains here, variant by variant.")
 
 
-def device_option(default: str | None = "auto"):
-    """``--device auto|cpu|cuda[:i]|mps``: where the model and the data live (:func:`attnlab.devices.resolve`)."""
+def device_option(default: str | None = "auto", help: str | None = None):
+    """``--device auto|cpu|cuda[:i]|mps``: where the model and the data live (:func:`attnlab.devices.resolve`);
+    ``help`` replaces the option's help (a command that runs on the CPU only says so)."""
     return typer.Option(default, "--device", metavar="auto|cpu|cuda[:i]|mps",
-                        help="Where to run: auto (CUDA where present, else the CPU), cpu, cuda, cuda:i or mps.")
+                        help=help or "Where to run: auto (CUDA where present, else the CPU), cpu, cuda, cuda:i or mps.")
 
 
 def option(name: str, annotation, default) -> inspect.Parameter:

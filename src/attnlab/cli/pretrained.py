@@ -6,6 +6,7 @@ import typer
 
 from .common import (
     chart,
+    device_or_fail,
     emit_json,
     err,
     fail,
@@ -19,7 +20,7 @@ from .common import (
     require_text,
     track,
 )
-from .options import from_option, json_option, memory_option, output_option, plot_option
+from .options import device_option, from_option, json_option, memory_option, output_option, plot_option
 from .tables import fmt_x, table
 
 __all__ = ["attention", "bench_pretrained", "view"]
@@ -162,6 +163,7 @@ def bench_pretrained(
     output: str | None = output_option("Also write the JSON here (after every record)."),
     plot: str | None = plot_option("Also draw fidelity against speed to this PNG."),
     report: str | None = from_option("Measure nothing: print (and --plot) the JSON written by -o."),
+    device: str = device_option(),
 ) -> None:
     """Swap every efficient attention into a trained model, no retraining: fidelity vs speed.
 
@@ -172,6 +174,7 @@ def bench_pretrained(
     relative to the model under transformers' own sdpa (the exact 'attnlab' backend among the
     rows). Side by side in one run.
     """
+    where = device_or_fail(device)
     from .. import efficient
     from ..studies.decoder import is_decoder
     from ..studies.pretrained import budgets_for, default_variants, run
@@ -181,7 +184,7 @@ def bench_pretrained(
         _pretrained_report(recs, plot, as_json)
         return
     if is_decoder(model):
-        _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot)
+        _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot, where)
         return
     names = name_list("--variants", variants or ",".join(default_variants()), [v for v in efficient.names() if v != "dense"])
     ns = int_list("--lengths", lengths or "128,512", minimum=2)
@@ -189,13 +192,13 @@ def bench_pretrained(
     with track("swapping attention", total, output, records_json) as tracker:
         tick = tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}")
         try:
-            run(model, names, ns, pairs=pairs, memory=memory, max_points=budgets, on_record=tick)
+            run(model, names, ns, pairs=pairs, memory=memory, max_points=budgets, on_record=tick, device=where)
         except ValueError as e:
             fail(str(e))
     _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
 
 
-def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot) -> None:
+def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot, device) -> None:
     from ..studies.decoder import TRAINING, decoder_variants, is_hybrid, run
     from ..studies.pretrained import budgets_for
 
@@ -211,7 +214,7 @@ def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, 
                 tracker.update(0, f"training {model} (first use, cached after): step {step}/{TRAINING['steps']}, loss {loss:.3f}")
 
         try:
-            run(model, names, ns, windows=windows, max_points=budgets, on_step=trained,
+            run(model, names, ns, windows=windows, max_points=budgets, on_step=trained, device=device,
                 on_record=tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}"))
         except (ValueError, OSError) as e:
             fail(str(e))

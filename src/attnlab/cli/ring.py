@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import typer
 
-from .common import fail, int_list, out, records_json, track
+from .common import cpu_device, fail, int_list, out, records_json, track
 from .measured import measured
-from .options import blocks_option, heads_option, width_option
+from .options import blocks_option, device_option, heads_option, width_option
 from .tables import table
 
 __all__ = ["bench_ring"]
@@ -27,9 +27,12 @@ def _bench_ring(
         help="MiB each process may allocate beyond its start-up (setrlimit RLIMIT_DATA); a configuration that needs more fails "
              "and is recorded. 0: no cap."),
     threads: int = typer.Option(1, min=1, help="torch threads per process."),
+    device: str = device_option(help="cpu (auto: the CPU too): the processes hold their shards and talk over gloo on this "
+                                     "machine's CPU; a GPU is refused."),
     output: str | None = None,
 ) -> dict:
     """Ring attention: memory per process and step time against sequence length, P = 1, 2, 4 processes."""
+    cpu_device(device, "bench ring spawns its processes on the CPU (ring attention over gloo, memory capped with setrlimit)")
     ns = int_list("--lengths", lengths, minimum=1)
     ps = int_list("--processes", processes, minimum=1)
     if embed_dim % num_heads:

@@ -7,7 +7,18 @@ from collections.abc import Collection
 from rich import box
 from rich.table import Table
 
-__all__ = ["fmt", "fmt_x", "matrix", "table"]
+__all__ = ["fmt", "fmt_x", "matrix", "on_device", "table"]
+
+
+def on_device(device) -> str:
+    """Where a table's numbers were measured, for its title: nothing on the CPU, else
+    `` on cuda (NVIDIA H100 80GB HBM3)`` (:func:`attnlab.devices.describe`)."""
+    import torch
+
+    from ..devices import describe
+
+    d = torch.device(device)
+    return "" if d.type == "cpu" else f" on {d} ({describe(d)})"
 
 
 def fmt(x) -> str:

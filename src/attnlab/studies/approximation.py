@@ -54,9 +54,12 @@ def run_approximation(
     *,
     temperature: float = 1.0,
     seeds: int = 3,
+    device: str | torch.device = "cpu",
     on_record: Callable[[ApproxRecord], None] | None = None,
 ) -> list[ApproxRecord]:
-    """Measure every variant at every budget of :data:`BUDGETS` (capped at N)."""
+    """Measure every variant at every budget of :data:`BUDGETS` (capped at N) on ``device`` (inputs
+    and weights drawn on the CPU, then moved: the same draws on every device)."""
+    device = torch.device(device)
     variants = list(BUDGETS) if variants is None else list(variants)
     for v in variants:
         if v not in BUDGETS:
@@ -68,11 +71,11 @@ def run_approximation(
             errs = []
             for seed in range(seeds):
                 g = torch.Generator().manual_seed(seed)
-                q, k, val = (torch.randn(1, H, n, D, generator=g, dtype=torch.float64) for _ in range(3))
+                q, k, val = (torch.randn(1, H, n, D, generator=g, dtype=torch.float64).to(device) for _ in range(3))
                 q, k = q * temperature**0.5, k * temperature**0.5
                 exact = torch.nn.functional.scaled_dot_product_attention(q, k, val)
                 torch.manual_seed(seed)
-                m = efficient.create(v, embed_dim=H * D, num_heads=H, **_options(v, budget, n, seed)).double()
+                m = efficient.create(v, embed_dim=H * D, num_heads=H, **_options(v, budget, n, seed)).double().to(device)
                 with torch.no_grad():
                     approx = m.step(q, k, val).output
                 errs.append(((approx - exact).norm() / exact.norm()).item())

@@ -82,7 +82,11 @@ def _estimate_naive_bytes(b, h, n, pair_cost, itemsize, mode) -> int:
     return b * h * n * n * pair_cost * itemsize * tensors
 
 
-def _available_bytes() -> int:
+def _available_bytes(device: str | torch.device = "cpu") -> int:
+    """Memory free for the naive implementation's tensors: the device's free memory on CUDA, else
+    the machine's available memory (8 GiB where ``/proc/meminfo`` does not say)."""
+    if torch.device(device).type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -171,7 +175,7 @@ def _measure_peaks(case: _Case, warmup: bool = True) -> dict[str, int | None]:
         for t in qkv:
             t.grad = None  # freed before profiling, so it sees only this call's tensors
         gc.collect()
-        peaks[impl] = peak_bytes(call)
+        peaks[impl] = peak_bytes(call, case.device)
     return peaks
 
 
@@ -194,7 +198,9 @@ def run(
     """Measure every implementation of every configuration at every size and mode.
 
     Times are taken round-robin in this process; peak memory is read with the profiler in a
-    fresh child process per cell (``memory_in_subprocess=False`` reads it here instead).
+    fresh child process per cell (``memory_in_subprocess=False`` reads it here instead). On a
+    CUDA ``device`` each call is timed between synchronisations and its peak read from the
+    device's allocator (:func:`attnlab.profiling.peak_bytes`).
 
     Args:
         sizes: sequence lengths N (= M).
@@ -212,15 +218,17 @@ def run(
             raise ValueError(f"mode must be 'fwd' or 'fwd_bwd', got {mode!r}")
     device = torch.device(device)
     records: list[Record] = []
-    budget = _available_bytes() // 2
+    budget = _available_bytes(device) // 2
     for cfg_name in configs:
         for n in sizes:
             for mode in modes:
                 case = _Case(cfg_name, n, mode, batch, num_heads, head_dim, dtype, device, seed, budget)
                 calls, backends, skipped, _ = _build(case)
-                times, repeats = _time_calls(calls, min_repeats, target_seconds)
+                times, repeats = _time_calls(calls, min_repeats, target_seconds, device)
                 del calls
                 gc.collect()
+                if device.type == "cuda":  # the memory process gets the memory this one cached
+                    torch.cuda.empty_cache()
                 warmup = max((t[0] for t in times.values()), default=0.0) < 1.0
                 try:
                     peaks = _measure_peaks_in_child(case, warmup) if memory_in_subprocess else _measure_peaks(case, warmup)
@@ -242,10 +250,10 @@ def run(
     return records
 
 
-def _time_calls(calls, min_repeats, target_seconds) -> tuple[dict[str, list[float]], int]:
+def _time_calls(calls, min_repeats, target_seconds, device=None) -> tuple[dict[str, list[float]], int]:
     """Per implementation: the warm-up time first, then ``repeats`` round-robin timings (one
-    timed round after the warm-up for a cell whose round takes over 30 s)."""
-    times = round_robin(calls, min_repeats, target_seconds, max_repeats=20, slow_seconds=30.0, collect=True)
+    timed round after the warm-up for a cell whose round takes over 30 s), on ``device``."""
+    times = round_robin(calls, min_repeats, target_seconds, max_repeats=20, slow_seconds=30.0, collect=True, device=device)
     return times, len(next(iter(times.values()))) - 1
 
 

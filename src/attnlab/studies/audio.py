@@ -31,10 +31,11 @@ class AudioRecord(StudyRecord):
 
 def run(
     seconds: float = 60.0, *, window: int = 16, embed_dim: int = 144, num_heads: int = 4, num_layers: int = 2, min_repeats: int = 3,
-    memory: bool = True, models: tuple[str, ...] = ("conformer", "audio_transformer"),
+    memory: bool = True, models: tuple[str, ...] = ("conformer", "audio_transformer"), device: str | torch.device = "cpu",
     on_record: Callable[[AudioRecord], None] | None = None,
 ) -> list[AudioRecord]:
-    """Measure each model with dense and with local attention on ``seconds`` of audio."""
+    """Measure each model with dense and with local attention on ``seconds`` of audio, on
+    ``device`` (the features computed and the weights drawn on the CPU, then moved)."""
     import numpy as np
 
     from ..audio import features, normalize
@@ -44,7 +45,8 @@ def run(
         raise ValueError(f"seconds must be positive, got {seconds!r}")
     rng = np.random.default_rng(0)
     wave = rng.normal(0, 0.1, int(seconds * 16_000)).astype(np.float32)
-    x = normalize(features(wave))[None]  # (1, T, 40)
+    device = torch.device(device)
+    x = normalize(features(wave))[None].to(device)  # (1, T, 40)
     frames = x.shape[1]
     built = {}
     for m in models:
@@ -52,7 +54,7 @@ def run(
             torch.manual_seed(0)
             opts = {"attention_options": {"window": window}} if att == "local" else {}
             built[(m, att)] = BACKBONES.get(m)(x.shape[2], embed_dim, num_heads=num_heads, num_layers=num_layers, attention=att,
-                                               positional="rope", max_len=frames + 1, **opts)
+                                               positional="rope", max_len=frames + 1, **opts).to(device)
 
     def call_of(model):
         def call():
@@ -61,7 +63,7 @@ def run(
 
         return call
 
-    measured = measure_calls({k: call_of(v) for k, v in built.items()}, min_repeats, memory=memory)
+    measured = measure_calls({k: call_of(v) for k, v in built.items()}, min_repeats, memory=memory, device=device)
     records = []
     for (m, att), (secs, peak, reps) in measured.items():
         rec = AudioRecord(m, att if att == "dense" else f"local (+-{window})", frames, secs, peak, reps)

@@ -209,6 +209,7 @@ def run(
     target_seconds: float = 1.0,
     fit_sizes: dict[str, tuple[int, ...]] | None = None,
     rounds: int = 3,
+    device: str | torch.device = "cpu",
     on_record: Callable[[ComplexityRecord], None] | None = None,
     on_timed: Callable[[str], None] | None = None,
 ) -> list[ComplexityRecord]:
@@ -217,6 +218,9 @@ def run(
     ``fit_sizes``: per layer, more lengths to time that layer at (e.g. :data:`FIT_SIZES`, the
     range its exponent is fitted over); the others are not timed there. ``rounds``: sweeps over
     a layer's lengths in its timing process. ``on_timed(layer)``: after each timing process.
+    ``device``: where the layers are timed (between synchronisations on a GPU); the sequential
+    steps and path lengths are properties of the computation, traced on the CPU (a GPU's fused
+    recurrent kernel would hide its steps).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
@@ -226,7 +230,7 @@ def run(
     for name in layers:
         own = sorted(set(sizes) | extra[name])
         spec = {"layer": name, "sizes": own, "embed_dim": embed_dim, "min_repeats": min_repeats, "target_seconds": target_seconds,
-                "rounds": rounds}
+                "rounds": rounds, "device": str(torch.device(device))}
         for n, seconds in measure_in_child("attnlab.studies.complexity", spec, name, env=allocator_env("keep")).items():
             times[(name, int(n))] = seconds
         if on_timed is not None:
@@ -251,11 +255,12 @@ def run(
     return records
 
 
-def _time_here(name: str, sizes: list[int], embed_dim: int, min_repeats: int, target_seconds: float, rounds: int) -> dict[str, float]:
-    """In this (fresh) process: the layer's forward at every n, swept ``rounds`` times; per n the
-    median of the rounds' medians (keys are n as strings, for JSON)."""
-    layer = _layer(name, embed_dim)
-    inputs = {n: torch.randn(1, n, embed_dim, generator=torch.Generator().manual_seed(n)) for n in sizes}
+def _time_here(name: str, sizes: list[int], embed_dim: int, min_repeats: int, target_seconds: float, rounds: int,
+               device: str = "cpu") -> dict[str, float]:
+    """In this (fresh) process: the layer's forward on ``device`` at every n, swept ``rounds``
+    times; per n the median of the rounds' medians (keys are n as strings, for JSON)."""
+    layer = _layer(name, embed_dim).to(device)
+    inputs = {n: torch.randn(1, n, embed_dim, generator=torch.Generator().manual_seed(n)).to(device) for n in sizes}
     medians: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(rounds):
         for n in sizes:
@@ -264,7 +269,7 @@ def _time_here(name: str, sizes: list[int], embed_dim: int, min_repeats: int, ta
                 with torch.no_grad():
                     layer(x)
 
-            ts = round_robin({name: call}, min_repeats, target_seconds)[name]
+            ts = round_robin({name: call}, min_repeats, target_seconds, device=device)[name]
             medians[n].append(statistics.median(ts[1:] or ts))
     return {str(n): statistics.median(m) for n, m in medians.items()}
 
@@ -306,4 +311,4 @@ def fit_ranges(records: list[ComplexityRecord] | list[dict], fit_from: int | Non
 if __name__ == "__main__":  # worker: one layer's times; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
     print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["embed_dim"], _spec["min_repeats"], _spec["target_seconds"],
-                                _spec["rounds"])))
+                                _spec["rounds"], _spec.get("device", "cpu"))))

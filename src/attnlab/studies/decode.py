@@ -102,17 +102,21 @@ def gpt2_pair(embed_dim: int, num_layers: int, num_heads: int, vocab: int, max_l
 
 
 def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, embed_dim: int = 256, num_layers: int = 4, num_heads: int = 4,
-          vocab: int = 258, min_repeats: int = 3, uncached_up_to: int | None = None,
+          vocab: int = 258, min_repeats: int = 3, uncached_up_to: int | None = None, device: str | torch.device = "cpu",
           on_record: Callable | None = None) -> list[DecodeRecord]:
-    """Greedy decoding speed at each context (see the module docstring). ``uncached_up_to``:
-    the longest context at which the uncached reference runs (default: all)."""
+    """Greedy decoding speed at each context (see the module docstring) on ``device`` (weights
+    and prompts drawn on the CPU, then moved; timed between synchronisations on a GPU).
+    ``uncached_up_to``: the longest context at which the uncached reference runs (default: all)."""
     positive_int("new_tokens", new_tokens)
     if new_tokens < 2:
         raise ValueError("new_tokens must be >= 2 (the decoding rate needs steps after the first)")
+    device = torch.device(device)
     ours, hf = gpt2_pair(embed_dim, num_layers, num_heads, vocab, max(contexts) + new_tokens)
+    ours = ours.to(device)
+    hf = None if hf is None else hf.to(device)
     records = []
     for c in contexts:
-        prompt = torch.randint(2, vocab, (1, positive_int("context", c)), generator=torch.Generator().manual_seed(c))
+        prompt = torch.randint(2, vocab, (1, positive_int("context", c)), generator=torch.Generator().manual_seed(c)).to(device)
 
         def attnlab_run(cache: bool, n: int):
             return lambda: torch.stack(list(ours.generate(prompt, n, temperature=0, cache=cache)), 1)  # noqa: B023  (called in this iteration)
@@ -132,7 +136,7 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, embed_dim: int = 
         with torch.no_grad():
             produced = {impl: calls[(impl, new_tokens)]() for impl, n in calls if n == new_tokens}
         reference = produced.get("attnlab uncached")
-        times = round_robin(calls, min_repeats, 20.0, max_repeats=7)
+        times = round_robin(calls, min_repeats, 20.0, max_repeats=7, device=device)
         for impl in IMPLEMENTATIONS:
             if (impl, new_tokens) not in calls:
                 continue
@@ -155,14 +159,15 @@ def _timed_median(ts: list[float]) -> float:
 
 
 def streaming_memory(lengths=(1000, 10000, 100000), *, sinks: int = 4, window: int = 252, full_up_to: int = 10000,
-                     embed_dim: int = 64, num_layers: int = 2, num_heads: int = 4,
+                     embed_dim: int = 64, num_layers: int = 2, num_heads: int = 4, device: str | torch.device = "cpu",
                      on_record: Callable | None = None) -> list[StreamMemoryRecord]:
     """Cache bytes after each of ``lengths`` tokens of a stream of random bytes through a small
-    rope model, for a sinks + window cache and (up to ``full_up_to`` tokens) the full cache."""
+    rope model on ``device``, for a sinks + window cache and (up to ``full_up_to`` tokens) the full cache."""
     torch.manual_seed(0)
     model = build_model(ModelConfig(kind="lm", model="lm", num_labels=258, embed_dim=embed_dim, vocab_size=258, num_layers=num_layers,
-                                    num_heads=num_heads, attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope"))).eval()
-    stream = torch.randint(2, 258, (1, max(lengths)), generator=torch.Generator().manual_seed(1))
+                                    num_heads=num_heads, attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope")))
+    model = model.to(device).eval()
+    stream = torch.randint(2, 258, (1, max(lengths)), generator=torch.Generator().manual_seed(1)).to(device)
     records = []
     for name, opts, limit in (("sinks+window", {"window": window, "sinks": sinks, "positions": "cache"}, max(lengths)),
                               ("full", {}, full_up_to)):
@@ -182,8 +187,8 @@ def streaming_memory(lengths=(1000, 10000, 100000), *, sinks: int = 4, window: i
 def streaming_perplexity(model: LanguageModel, text_ids: torch.Tensor, *, context: int, factor: int = 8, sinks: int = 4, streams: int = 2,
                          on_record: Callable | None = None) -> list[PerplexityRecord]:
     """Perplexity per token of reading ``streams`` streams of ``factor x context`` tokens cut
-    from ``text_ids`` (1-D), one token at a time, four ways (see the module docstring); the
-    bounded caches hold ``context`` tokens (``sinks`` of them sinks)."""
+    from ``text_ids`` (1-D), one token at a time, four ways (see the module docstring), on the
+    model's device; the bounded caches hold ``context`` tokens (``sinks`` of them sinks)."""
     length = positive_int("factor", factor) * positive_int("context", context)
     if text_ids.numel() < streams * (length + 1):
         raise ValueError(f"the text has {text_ids.numel()} tokens, {streams} streams of {length + 1} need more")
@@ -198,7 +203,7 @@ def streaming_perplexity(model: LanguageModel, text_ids: torch.Tensor, *, contex
     for method, (opts, kept) in methods.items():
         nll, count = 0.0, 0
         for s in range(streams):
-            ids = text_ids[s * (length + 1) : (s + 1) * (length + 1)][None]
+            ids = text_ids[s * (length + 1) : (s + 1) * (length + 1)][None].to(next(model.parameters()).device)
             with torch.no_grad():
                 if opts is None:  # re-encode the last `context` tokens for every prediction
                     for t in range(length):

@@ -80,10 +80,11 @@ def _windows(ids: torch.Tensor, n: int, count: int | None = None) -> torch.Tenso
 
 @torch.no_grad()
 def _perplexity(model, windows: torch.Tensor, batch: int = 8) -> float:
-    """exp(mean next-token cross-entropy) over every predicted token of ``windows`` ``(W, N)``."""
+    """exp(mean next-token cross-entropy) over every predicted token of ``windows`` ``(W, N)`` (moved to the model's device)."""
     total, count = 0.0, 0
+    device = next(model.parameters()).device
     for i in range(0, len(windows), batch):
-        x = windows[i : i + batch]
+        x = windows[i : i + batch].to(device)
         logits = model(input_ids=x, use_cache=False).logits[:, :-1].double()
         total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum").item()
         count += x[:, 1:].numel()
@@ -245,14 +246,16 @@ class DecoderRecord(SwapRecord):
 
 def run(model: str = "docs-llama", variants: Iterable[str] | None = None, lengths: Iterable[int] = (512,), *, windows: int = 32,
         timing_batch: int = 4, max_points: int = 3, on_record: Callable[[DecoderRecord], None] | None = None,
-        on_step: Callable[[int, float], None] | None = None) -> list[DecoderRecord]:
+        on_step: Callable[[int, float], None] | None = None, device: str | torch.device = "cpu") -> list[DecoderRecord]:
     """Measure the rows of the module docstring at every length.
 
     Args:
         model: a decoder folder or a name of :data:`DECODERS` (trained first if not cached).
         variants: default :func:`decoder_variants`.
         windows: held-out windows per length. timing_batch: windows per timed forward pass.
-        on_step: ``(step, loss)`` while a named decoder is trained.
+        on_step: ``(step, loss)`` while a named decoder is trained (on the CPU, whatever ``device``:
+            the cached model is the same on every machine).
+        device: where every row runs (timed between synchronisations on a GPU).
     """
     from transformers.utils import logging as hf_logging
 
@@ -276,14 +279,15 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
     hf_logging.disable_progress_bar()  # one "loading weights" bar per row would bury the study's own
     try:
         for n in lengths:
-            out += _length(folder, str(model), n, longest, variants, windows, timing_batch, max_points, on_record)
+            out += _length(folder, str(model), n, longest, variants, windows, timing_batch, max_points, on_record, torch.device(device))
     finally:
         if bars:
             hf_logging.enable_progress_bar()
     return out
 
 
-def _length(folder, model, n, longest, variants, windows, timing_batch, max_points, on_record) -> list[DecoderRecord]:
+def _length(folder, model, n, longest, variants, windows, timing_batch, max_points, on_record,
+            device: str | torch.device = "cpu") -> list[DecoderRecord]:
     """The rows at length ``n``: each loaded, its perplexity measured, then all timed round-robin."""
     from transformers import AutoModelForCausalLM
 
@@ -301,7 +305,7 @@ def _length(folder, model, n, longest, variants, windows, timing_batch, max_poin
     rows += [(v, label, opts, implementation(v)) for v in variants for label, opts in budgets_for(v, n, max_points)]
     models, recs = {}, {}
     for i, (v, label, opts, impl) in enumerate(rows):
-        m = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation=impl).eval()
+        m = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation=impl).to(device).eval()
         if models:  # one set of weights for every row: the first model's tensors
             m.load_state_dict(models[0].state_dict(), assign=True)
         if v == "kernels":
@@ -310,9 +314,10 @@ def _length(folder, model, n, longest, variants, windows, timing_batch, max_poin
         ppl = _perplexity(m, data)
         recs[i] = DecoderRecord(model, v, opts, label, n, len(data), timing_batch, ppl, ppl / (recs[0].perplexity if recs else ppl))
         models[i] = m
-    x = data[:timing_batch]
+    x = data[:timing_batch].to(device)
     with torch.no_grad():
-        measured = measure_calls({i: (lambda m=m: m(input_ids=x, use_cache=False)) for i, m in models.items()}, memory=False)
+        measured = measure_calls({i: (lambda m=m: m(input_ids=x, use_cache=False)) for i, m in models.items()}, memory=False,
+                                 device=device)
     out = []
     for i, rec in recs.items():
         rec.seconds = measured[i][0]

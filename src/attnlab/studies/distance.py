@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..devices import synchronize
 from ..recurrent import layers as layer_registry
 from ..validate import positive_int
 from .records import StudyRecord
@@ -105,12 +106,15 @@ def train_and_eval(
     lr: float = 3e-3,
     eval_size: int = 512,
     seed: int = 0,
+    device: str | torch.device = "cpu",
     on_step: Callable[[int, float], None] | None = None,
 ) -> DistanceRecord:
-    """Train a :class:`LabelModel` on fresh batches for ``steps`` Adam steps, then score the held-out set."""
+    """Train a :class:`LabelModel` on fresh batches for ``steps`` Adam steps on ``device``, then
+    score the held-out set (weights and batches drawn on the CPU, then moved)."""
+    device = torch.device(device)
     task = TriggerTask(distance)
     torch.manual_seed(seed)
-    model = LabelModel(layer, task.vocab, task.classes + 1, embed_dim)
+    model = LabelModel(layer, task.vocab, task.classes + 1, embed_dim).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed + 1)
     loss_fn = nn.CrossEntropyLoss()
@@ -118,7 +122,7 @@ def train_and_eval(
     loss = torch.tensor(float("nan"))
     model.train()
     for step in range(steps):
-        tokens, labels = task.batch(batch, gen)
+        tokens, labels = (t.to(device) for t in task.batch(batch, gen))
         logits = model(tokens)
         # the query position carries the signal; the others keep the "no answer" label honest
         loss = loss_fn(logits[:, -1], labels[:, -1]) + 0.1 * loss_fn(logits[:, :-1].flatten(0, 1), labels[:, :-1].flatten())
@@ -128,9 +132,10 @@ def train_and_eval(
         opt.step()
         if on_step is not None:
             on_step(step, float(loss.detach()))
+    synchronize(device)
     seconds = time.perf_counter() - t0
     model.eval()
-    tokens, labels = task.batch(eval_size, torch.Generator().manual_seed(10_000 + distance))
+    tokens, labels = (t.to(device) for t in task.batch(eval_size, torch.Generator().manual_seed(10_000 + distance)))
     with torch.no_grad():
         pred = model(tokens)[:, -1].argmax(-1)
     acc = float((pred == labels[:, -1]).float().mean())
@@ -143,16 +148,17 @@ def run(
     *,
     steps: int = 400,
     seeds: tuple[int, ...] | list[int] = (0,),
+    device: str | torch.device = "cpu",
     on_record: Callable[[DistanceRecord], None] | None = None,
     on_step: Callable[[str, int, int, float], None] | None = None,
 ) -> list[DistanceRecord]:
-    """:func:`train_and_eval` for every (seed, distance, layer)."""
+    """:func:`train_and_eval` for every (seed, distance, layer), on ``device``."""
     out = []
     for seed in seeds:
         for d in distances:
             for name in layers:
                 cb = None if on_step is None else (lambda s, loss, name=name, d=d: on_step(name, d, s, loss))
-                rec = train_and_eval(name, d, steps=steps, seed=seed, on_step=cb)
+                rec = train_and_eval(name, d, steps=steps, seed=seed, device=device, on_step=cb)
                 out.append(rec)
                 if on_record is not None:
                     on_record(rec)

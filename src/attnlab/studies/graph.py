@@ -42,9 +42,11 @@ def run(
     memory: bool = True,
     pyg: bool = True,
     seed: int = 0,
+    device: str | torch.device = "cpu",
     on_record: Callable[[GraphRecord], None] | None = None,
 ) -> tuple[list[GraphRecord], float | None]:
-    """Measure attnlab's sparse layer (and ``TransformerConv`` when ``pyg`` and installed).
+    """Measure attnlab's sparse layer (and ``TransformerConv`` when ``pyg`` and installed) on
+    ``device`` (the graph and the weights drawn on the CPU, then moved: the same on every device).
 
     Returns the records and the largest absolute output difference between the two (None
     without PyG).
@@ -53,9 +55,10 @@ def run(
 
     for name, val in (("nodes", nodes), ("edges", edges), ("in_dim", in_dim), ("num_heads", num_heads), ("head_dim", head_dim)):
         positive_int(name, val)
+    device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(nodes, in_dim, generator=g, requires_grad=True)
-    edge_index = torch.randint(0, nodes, (2, edges), generator=g)
+    x = torch.randn(nodes, in_dim, generator=g).to(device).requires_grad_(True)
+    edge_index = torch.randint(0, nodes, (2, edges), generator=g).to(device)
     layers: dict[str, torch.nn.Module] = {}
     if pyg:
         try:
@@ -69,6 +72,7 @@ def run(
     else:
         torch.manual_seed(seed)
         layers["attnlab"] = GraphAttention(in_dim, head_dim, num_heads)
+    layers = {k: m.to(device) for k, m in layers.items()}
 
     def call_of(layer):
         def call():
@@ -82,7 +86,7 @@ def run(
     if pyg:
         with torch.no_grad():
             diff = float((layers["attnlab"](x, edge_index).output - layers["pyg_transformer_conv"](x, edge_index)).abs().max())
-    measured = measure_calls({k: call_of(m) for k, m in layers.items()}, min_repeats, memory=memory)
+    measured = measure_calls({k: call_of(m) for k, m in layers.items()}, min_repeats, memory=memory, device=device)
     records = []
     for name, (secs, peak, reps) in measured.items():
         rec = GraphRecord(name, nodes, edges, secs, peak, reps)

@@ -23,6 +23,10 @@ needed, the allocator's slack included). The patterns
 whose allowed pairs grow as N^2 (causal, prefix-LM) stop at ``quadratic_up_to``. ``layer_step``:
 one training step (forward, backward, SGD) of a :class:`attnlab.MultiHeadAttention` (E = 256,
 4 heads) under the sliding window at that N.
+
+On a CUDA device (:func:`run`'s ``device``, carried into every cell's process) the steps are
+timed between synchronisations, the block masks are built there, and a cell's memory is the
+allocator's peak above the inputs (``peak_bytes``) instead of the resident size.
 """
 
 from __future__ import annotations
@@ -132,21 +136,21 @@ def _peak_rss(reset: bool) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _inputs(n: int, grad: bool) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(n)
-    return [torch.randn(1, HEADS, n, HEAD_DIM, generator=g).requires_grad_(grad) for _ in range(3)]
+def _inputs(n: int, grad: bool, device: str = "cpu") -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(n)  # drawn on the CPU: the same numbers on every device
+    return [torch.randn(1, HEADS, n, HEAD_DIM, generator=g).to(device).requires_grad_(grad) for _ in range(3)]
 
 
-def _step(pattern: str, n: int, method: str) -> Callable[[], None]:
-    """One forward + backward of ``method`` (or the layer's training step)."""
+def _step(pattern: str, n: int, method: str, device: str = "cpu") -> Callable[[], None]:
+    """One forward + backward of ``method`` (or the layer's training step) on ``device``."""
     mask = pattern_mask(pattern, n)
     if method == "layer_step":
         from ..layers.multihead import MultiHeadAttention
 
         torch.manual_seed(0)
-        layer = MultiHeadAttention(HEADS * HEAD_DIM, HEADS)
+        layer = MultiHeadAttention(HEADS * HEAD_DIM, HEADS).to(device)
         opt = torch.optim.SGD(layer.parameters(), lr=1e-3)
-        x = torch.randn(1, n, HEADS * HEAD_DIM)
+        x = torch.randn(1, n, HEADS * HEAD_DIM).to(device)
 
         def train():
             opt.zero_grad(set_to_none=True)
@@ -154,9 +158,9 @@ def _step(pattern: str, n: int, method: str) -> Callable[[], None]:
             opt.step()
 
         return train
-    q, k, v = _inputs(n, True)
+    q, k, v = _inputs(n, True, device)
     if method == "dense mask":
-        dense = mask.dense(n)
+        dense = mask.dense(n, device=device)
         call = lambda: attend(q, k, v, mask=dense)  # noqa: E731
     elif method == "block-sparse":
         call = lambda: attend(q, k, v, mask=mask, backend="chunked")  # noqa: E731
@@ -173,24 +177,34 @@ def _step(pattern: str, n: int, method: str) -> Callable[[], None]:
     return fwd_bwd
 
 
-def _time_here(pattern: str, n: int, method: str, min_repeats: int, target_seconds: float) -> dict:
-    """In this (fresh) process: the warm-up and timed steps of one cell, and its peak memory."""
+def _time_here(pattern: str, n: int, method: str, min_repeats: int, target_seconds: float, device: str = "cpu") -> dict:
+    """In this (fresh) process: the warm-up and timed steps of one cell on ``device``, and its peak
+    memory: resident bytes on the CPU (``rss``), the CUDA allocator's peak above the inputs on a
+    CUDA device (``peak``)."""
     if method == "flex":
-        return _flex_here(pattern, n, min_repeats, target_seconds)
-    step = _step(pattern, n, method)
+        return _flex_here(pattern, n, min_repeats, target_seconds, device)
+    step = _step(pattern, n, method, device)
+    if torch.device(device).type == "cuda":
+        from ..devices import peak_memory, reset_peak_memory, synchronize
+
+        synchronize(device)
+        held = torch.cuda.memory_allocated(device)
+        reset_peak_memory(device)
+        times = round_robin({"x": step}, min_repeats, target_seconds, max_repeats=5, slow_seconds=20.0, device=device)["x"]
+        return {"seconds": times, "rss": None, "peak": max(0, (peak_memory(device) or 0) - held)}
     before, reset = _rss_now(), _reset_peak()
-    times = round_robin({"x": step}, min_repeats, target_seconds, max_repeats=5, slow_seconds=20.0)["x"]
+    times = round_robin({"x": step}, min_repeats, target_seconds, max_repeats=5, slow_seconds=20.0, device=device)["x"]
     return {"seconds": times, "rss": _peak_rss(reset) - before}
 
 
-def _flex_here(pattern: str, n: int, min_repeats: int, target_seconds: float) -> dict:
+def _flex_here(pattern: str, n: int, min_repeats: int, target_seconds: float, device: str = "cpu") -> dict:
     """Forward only, side by side: compiled FlexAttention and the block-sparse attend."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     mask = pattern_mask(pattern, n)
-    q, k, v = _inputs(n, False)
+    q, k, v = _inputs(n, False, device)
     with quiet_stderr():
-        block_mask = create_block_mask(mask, None, None, n, n, device="cpu", _compile=True)
+        block_mask = create_block_mask(mask, None, None, n, n, device=device, _compile=True)
         compiled = torch.compile(flex_attention)
         compiled(q, k, v, block_mask=block_mask)  # compile
 
@@ -202,12 +216,12 @@ def _flex_here(pattern: str, n: int, min_repeats: int, target_seconds: float) ->
             attend(q, k, v, mask=mask, backend="chunked")
 
     with quiet_stderr():
-        times = round_robin({"flex": flex, "ours": ours}, min_repeats, target_seconds, max_repeats=10)
+        times = round_robin({"flex": flex, "ours": ours}, min_repeats, target_seconds, max_repeats=10, device=device)
     return {"seconds": times["flex"], "ours": times["ours"], "rss": None}
 
 
-def _cell(pattern: str, n: int, method: str, min_repeats: int, target_seconds: float) -> dict:
-    spec = {"pattern": pattern, "n": n, "method": method, "min_repeats": min_repeats, "target_seconds": target_seconds}
+def _cell(pattern: str, n: int, method: str, min_repeats: int, target_seconds: float, device: str = "cpu") -> dict:
+    spec = {"pattern": pattern, "n": n, "method": method, "min_repeats": min_repeats, "target_seconds": target_seconds, "device": device}
     return measure_in_child("attnlab.studies.masks", spec, f"{pattern} N={n} {method}", env={})  # glibc's defaults
 
 
@@ -222,9 +236,13 @@ def run(
     flex_up_to: int = 16384,
     quadratic_up_to: int = 32768,
     layer_step: int | None = 131072,
+    device: str | torch.device = "cpu",
     on_record: Callable[[Record], None] | None = None,
 ) -> list[Record]:
-    """Measure every (pattern, N, method) in its own process (module docstring); returns the records."""
+    """Measure every (pattern, N, method) in its own process (module docstring) on ``device``;
+    returns the records. On a CUDA device the steps are timed between synchronisations and a
+    record's memory is ``peak_bytes`` (the allocator's peak above the inputs), not ``rss_bytes``."""
+    device = str(torch.device(device))
     sizes = sorted(set(sizes))
     patterns = list(PATTERNS) if patterns is None else list(patterns)
     methods = list(methods)
@@ -251,15 +269,16 @@ def run(
             for m in methods:
                 if (m == "dense mask" and n > dense_up_to) or (m == "flex" and n > flex_up_to) or (m == "pytorch causal" and p != "causal"):
                     continue
-                got = _cell(p, n, m, min_repeats, target_seconds)
+                got = _cell(p, n, m, min_repeats, target_seconds, device)
                 ts = got["seconds"][1:] or got["seconds"]
                 ours = None if "ours" not in got else statistics.median(got["ours"][1:] or got["ours"])
-                emit(Record(p, n, m, "fwd" if m == "flex" else "fwd_bwd", statistics.median(ts), None, len(ts),
+                emit(Record(p, n, m, "fwd" if m == "flex" else "fwd_bwd", statistics.median(ts), got.get("peak"), len(ts),
                             rss_bytes=got["rss"], ours_seconds=ours, **geometry))
     if layer_step:
-        got = _cell("window", layer_step, "layer_step", 1, 0.0)
+        got = _cell("window", layer_step, "layer_step", 1, 0.0, device)
         ts = got["seconds"][1:] or got["seconds"]
-        emit(Record("window", layer_step, "layer_step", "layer_step", statistics.median(ts), None, len(ts), rss_bytes=got["rss"]))
+        emit(Record("window", layer_step, "layer_step", "layer_step", statistics.median(ts), got.get("peak"), len(ts),
+                    rss_bytes=got["rss"]))
     return records
 
 
@@ -283,4 +302,5 @@ def flex_ratios(records: list[Record] | list[dict]) -> list[dict]:
 
 if __name__ == "__main__":  # worker: one cell; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
-    print(json.dumps(_time_here(_spec["pattern"], _spec["n"], _spec["method"], _spec["min_repeats"], _spec["target_seconds"])))
+    print(json.dumps(_time_here(_spec["pattern"], _spec["n"], _spec["method"], _spec["min_repeats"], _spec["target_seconds"],
+                                _spec.get("device", "cpu"))))

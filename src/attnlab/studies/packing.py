@@ -37,13 +37,15 @@ class PackingRecord(StudyRecord):
 
 
 def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, embed_dim: int = 128, num_layers: int = 2,
-        num_heads: int = 4, positional: str = "rope", dense_up_to: int = 8192, min_repeats: int = 2,
+        num_heads: int = 4, positional: str = "rope", dense_up_to: int = 8192, min_repeats: int = 2, device: str | torch.device = "cpu",
         on_record: Callable | None = None) -> list[PackingRecord]:
     """For each count k: k documents with lengths drawn uniformly in ``[min_length, max_length]``
-    (seed k), one causal encoder; the dense mask only while the packed length is at most
-    ``dense_up_to``."""
+    (seed k), one causal encoder on ``device`` (weights and inputs drawn on the CPU, then moved;
+    timed between synchronisations on a GPU); the dense mask only while the packed length is at
+    most ``dense_up_to``."""
+    device = torch.device(device)
     torch.manual_seed(0)
-    enc = Encoder(embed_dim, num_heads, num_layers, causal=True, positional=positional)
+    enc = Encoder(embed_dim, num_heads, num_layers, causal=True, positional=positional).to(device)
     records = []
     for k in counts:
         g = torch.Generator().manual_seed(k)
@@ -58,6 +60,7 @@ def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, e
         for i, n in enumerate(lengths):
             padded[i, :n], pad_mask[i, ..., :n] = x[0, at : at + n], True
             at += n
+        x, pos, padded, pad_mask = (t_.to(device) for t_ in (x, pos, padded, pad_mask))
 
         def step(fn):
             def go():
@@ -67,9 +70,9 @@ def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, e
 
         calls = {"documents": step(lambda: enc(x, mask=docs)), "padded, one per row": step(lambda: enc(padded, mask=pad_mask))}  # noqa: B023  (called in this iteration)
         if t <= dense_up_to:
-            dense = docs.dense(t)
+            dense = docs.dense(t, device=device)
             calls["dense block-diagonal mask"] = step(lambda: enc(x, mask=dense, positions=pos))  # noqa: B023  (called in this iteration)
-        times = round_robin(calls, min_repeats, 6.0, max_repeats=5)
+        times = round_robin(calls, min_repeats, 6.0, max_repeats=5, device=device)
         for method in METHODS:
             if method in calls:
                 sec = statistics.median(times[method][1:] or times[method])

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..core import masks
+from ..devices import synchronize
 from ..models.encoder import Encoder
 from ..positional import base as positional_registry
 
@@ -119,12 +120,12 @@ class _Model(nn.Module):
         return self.readout(h)  # (B, N, vocab)
 
 
-def _accuracy(model: _Model, task: DelayedCopy, s: Settings, length: int) -> float:
+def _accuracy(model: _Model, task: DelayedCopy, s: Settings, length: int, device: str | torch.device = "cpu") -> float:
     gen = torch.Generator().manual_seed(10_000 + length)  # the same test set for every encoding and seed
     correct = total = 0
     with torch.no_grad():
         for start in range(0, s.test_sequences, s.batch_size):
-            x, y = task.batch(min(s.batch_size, s.test_sequences - start), length, gen)
+            x, y = (t.to(device) for t in task.batch(min(s.batch_size, s.test_sequences - start), length, gen))
             pred = model(x).argmax(-1)
             scored = y != -100
             correct += int((pred[scored] == y[scored]).sum())
@@ -133,13 +134,16 @@ def _accuracy(model: _Model, task: DelayedCopy, s: Settings, length: int) -> flo
 
 
 def train_one(
-    encoding: str, options: dict, s: Settings, seed: int = 0, on_step: Callable[[int, float], None] | None = None
+    encoding: str, options: dict, s: Settings, seed: int = 0, on_step: Callable[[int, float], None] | None = None,
+    device: str | torch.device = "cpu",
 ) -> Result:
     """Train a fresh model with ``encoding`` (initialisation and data from ``seed``) on the
-    delayed copy task and test it at every length."""
+    delayed copy task on ``device`` and test it at every length (weights and data drawn on the
+    CPU, then moved: the same draws on every device)."""
+    device = torch.device(device)
     torch.manual_seed(seed)
     task = DelayedCopy(s.vocab, s.delay)
-    model = _Model(s, encoding, options)
+    model = _Model(s, encoding, options).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.01)
     warmup = max(1, s.steps // 10)
 
@@ -155,7 +159,7 @@ def train_one(
     model.train()
     recent: list[float] = []
     for step in range(s.steps):
-        x, y = task.batch(s.batch_size, s.train_length, gen)
+        x, y = (t.to(device) for t in task.batch(s.batch_size, s.train_length, gen))
         loss = loss_fn(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -165,13 +169,14 @@ def train_one(
         recent = (recent + [loss.item()])[-20:]
         if on_step is not None:
             on_step(step, recent[-1])
+    synchronize(device)
     seconds = time.perf_counter() - t0
     model.eval()
     acc: dict[int, float | None] = {}
     errors: dict[int, str] = {}
     for length in s.test_lengths:
         try:
-            acc[length] = _accuracy(model, task, s, length)
+            acc[length] = _accuracy(model, task, s, length, device)
         except ValueError as e:  # learned: no vector past max_len
             acc[length], errors[length] = None, str(e).split(";")[0]
     return Result(encoding, dict(options), seed, sum(recent) / len(recent), acc, errors, seconds)
@@ -182,9 +187,11 @@ def run(
     settings: Settings = Settings(),
     on_result: Callable[[Result], None] | None = None,
     on_step: Callable[[str, int, int, float], None] | None = None,
+    *,
+    device: str | torch.device = "cpu",
 ) -> list[Result]:
     """Train and test every encoding with every seed of ``settings.seeds`` (default encodings:
-    :data:`DEFAULT_ENCODINGS`); one :class:`Result` per run.
+    :data:`DEFAULT_ENCODINGS`) on ``device``; one :class:`Result` per run.
 
     Args:
         encodings: names (default options) or ``{name: options}``.
@@ -204,7 +211,7 @@ def run(
     for name, options in encodings.items():
         for seed in settings.seeds:
             step_cb = None if on_step is None else (lambda step, loss, _n=name, _s=seed: on_step(_n, _s, step, loss))
-            res = train_one(name, options, settings, seed, step_cb)
+            res = train_one(name, options, settings, seed, step_cb, device)
             results.append(res)
             if on_result is not None:
                 on_result(res)

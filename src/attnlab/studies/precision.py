@@ -50,13 +50,14 @@ class Record(StudyRecord):
 
 
 def peaks(device: str = "cpu") -> dict[str, float]:
-    """This machine's peak FLOP/s per precision (:func:`attnlab.profiling.peak_flops`)."""
+    """This machine's peak FLOP/s per precision on ``device`` (:func:`attnlab.profiling.peak_flops`)."""
     return {"fp32": peak_flops("float32", device), "bf16": peak_flops("bfloat16", device)}
 
 
 def _step(variant: str, n: int, batch: int, embed_dim: int, num_heads: int, num_layers: int,
-          precision: str) -> tuple[Callable[[], None], Callable[[], int]]:
-    """A training step of the arena's text model at length ``n`` and a counter of its FLOPs."""
+          precision: str, device: str | torch.device = "cpu") -> tuple[Callable[[], None], Callable[[], int]]:
+    """A training step of the arena's text model at length ``n`` on ``device`` (weights and batch
+    drawn on the CPU, then moved) and a counter of its FLOPs."""
     from ..arena.presets import VARIANT_OPTIONS
     from ..models import ModelConfig, build_model
     from ..models.base import FIRST
@@ -67,14 +68,14 @@ def _step(variant: str, n: int, batch: int, embed_dim: int, num_heads: int, num_
     cfg = ModelConfig(kind="classification", model="transformer", num_labels=8, embed_dim=embed_dim, num_layers=num_layers,
                       num_heads=num_heads, vocab_size=FIRST + 256, attention=AttentionSpec(variant, dict(VARIANT_OPTIONS.get(variant, {}))),
                       positional=PositionalSpec("sinusoidal"), max_len=n + 1)
-    model = build_model(cfg)
+    model = build_model(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(FIRST, FIRST + 256, (batch, n), generator=gen)
-    labels = torch.randint(0, 8, (batch,), generator=gen)
+    tokens = torch.randint(FIRST, FIRST + 256, (batch, n), generator=gen).to(device)
+    labels = torch.randint(0, 8, (batch,), generator=gen).to(device)
 
     def loss():
-        with autocast(precision):
+        with autocast(precision, device):
             return torch.nn.functional.cross_entropy(model(tokens).output.float(), labels)
 
     def step():
@@ -93,10 +94,12 @@ def _step(variant: str, n: int, batch: int, embed_dim: int, num_heads: int, num_
 
 def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, embed_dim: int = 64, num_heads: int = 4,
         num_layers: int = 1, min_repeats: int = 3, target_seconds: float = 4.0, skip: Callable[[str, int], str | None] = lambda v, n: None,
-        on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        device: str | torch.device = "cpu", on_record: Callable[[Record], None] | None = None) -> list[Record]:
     """Records for every variant and length, fp32 and bf16 (``skip(variant, n)``: a reason to leave
-    a cell out, recorded as its note)."""
-    peak = peaks()
+    a cell out, recorded as its note), on ``device`` (each step timed between synchronisations on
+    a GPU; the share of that device's peak)."""
+    device = torch.device(device)
+    peak = peaks(str(device))
     records = []
     for n in lengths:
         batch = max(1, tokens // n)
@@ -108,9 +111,9 @@ def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, 
                     if on_record:
                         on_record(records[-1])
                 continue
-            steps = {p: _step(v, n, batch, embed_dim, num_heads, num_layers, p) for p in PRECISIONS}
+            steps = {p: _step(v, n, batch, embed_dim, num_heads, num_layers, p, device) for p in PRECISIONS}
             flops = steps["fp32"][1]()
-            times = round_robin({p: s for p, (s, _) in steps.items()}, min_repeats, target_seconds)
+            times = round_robin({p: s for p, (s, _) in steps.items()}, min_repeats, target_seconds, device=device)
             median = {p: statistics.median(t[1:] or t) for p, t in times.items()}
             for p in PRECISIONS:
                 rate = flops / median[p]

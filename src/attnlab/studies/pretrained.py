@@ -176,6 +176,7 @@ def run(
     max_points: int = 3,
     on_record: Callable[[PretrainedRecord], None] | None = None,
     texts: list[DocPair] | None = None,
+    device: str | torch.device = "cpu",
 ) -> list[PretrainedRecord]:
     """Measure every (variant, budget) of :func:`budgets_for` at every length (see the module docstring).
 
@@ -186,6 +187,8 @@ def run(
         timing_batch: documents per timed forward pass.
         memory: also measure peak tensor memory.
         texts: the pairs to use (default :func:`docstring_pairs`).
+        device: where every model runs (timed between synchronisations on a GPU, memory from its
+            allocator on CUDA: :func:`attnlab.profiling.measure_calls`).
     """
     from ..pretrained import load
 
@@ -194,7 +197,7 @@ def run(
         if v not in efficient.names():
             raise ValueError(f"unknown attention variant {v!r}; expected some of {efficient.names()}")
     lengths = [int(n) for n in lengths]
-    trained = load(model)
+    trained = load(model, device=device)
     for n in lengths:
         if not 2 <= n <= trained.max_length:
             raise ValueError(f"lengths must be in 2 .. {trained.max_length} (the model's positions), got {n}")
@@ -219,7 +222,7 @@ def run(
         configs = [("dense", "trained", {})] + [(v, label, opts) for v in variants for label, opts in budgets_for(v, n, max_points)]
         models, recs = {}, {}
         for i, (v, label, opts) in enumerate(configs):
-            m = trained if v == "dense" else load(model, attention=v, attention_options=opts)
+            m = trained if v == "dense" else load(model, attention=v, attention_options=opts, device=device)
             d = ref_docs if v == "dense" else embed(m, docs, n)
             cos = F.cosine_similarity(d, ref_docs, dim=-1)
             recall = ref_recall if v == "dense" else _recall_at_1(embed(m, queries, query_tokens), d)
@@ -228,12 +231,12 @@ def run(
             models[i] = m
         calls = {i: (lambda m=m: m(timing)) for i, m in models.items()}  # noqa: B023  (called in this iteration)
         with torch.no_grad():
-            measured = measure_calls(calls, memory=memory)
+            measured = measure_calls(calls, memory=memory, device=dev)
             x = trained.model.embeddings(timing.ids, timing.token_type_ids)
             q, k, v, _ = trained.model.encoder.layers[0].attn.project(x)  # (B, H, N, D): the first block's heads
             keys = timing.padding[:, None, None, :]
             steps = measure_calls({i: (lambda m=m: m.model.encoder.layers[0].attn.step(q, k, v, mask=keys))  # noqa: B023  (called in this iteration)
-                                   for i, m in models.items()}, memory=False)
+                                   for i, m in models.items()}, memory=False, device=dev)
         base_t, base_m = measured[0][0], measured[0][1]
         for i, rec in recs.items():
             t, peak, _ = measured[i]

@@ -94,12 +94,14 @@ def run(
     seed: int = 0,
     precision: str = "fp32",
     options: dict[str, dict] | None = None,
+    device: str | torch.device = "cpu",
     on_record: Callable[[RecallRecord], None] | None = None,
 ) -> list[RecallRecord]:
     """Train and score every (pairs, embed_dim, variant) for ``steps`` steps (at most ``seconds`` each;
-    ``variants``: default :func:`default_variants`);
+    ``variants``: default :func:`default_variants`) on ``device`` (:attr:`attnlab.training.TrainConfig.device`);
     ``queries = pairs``, ``num_keys`` keys and values. ``options``: extra attention options per
-    variant (an ablation: ``{"deltanet": {"conv_size": 0}}``), named in the record's ``variant``."""
+    variant (an ablation: ``{"deltanet": {"conv_size": 0}}``), named in the record's ``variant``.
+    The state size is counted on the CPU (the same on every device)."""
     from ..training import train
 
     variants = default_variants() if variants is None else list(variants)
@@ -114,7 +116,8 @@ def run(
                     label = variant + "".join(f" {k}={v}" for k, v in extra.items())
                     cfg = TrainConfig.for_task("recall", task_options=task_options, attention=variant,
                                                attention_options={**_options(variant), **extra}, embed_dim=embed_dim,
-                                               seconds=float(seconds), steps=steps, eval_every=100, precision=precision, seed=seed)
+                                               seconds=float(seconds), steps=steps, eval_every=100, precision=precision, seed=seed,
+                                               device=str(torch.device(device)))
                     cfg = dataclasses.replace(cfg, patience=None)
                     t0 = time.perf_counter()
                     res = train(cfg, Path(tmp) / f"{label}-{p}-{embed_dim}".replace(" ", "_"), task=task)

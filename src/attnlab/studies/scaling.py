@@ -26,6 +26,10 @@ memory is kept) and so did their times: the slope then measures the allocator, n
 
 Slopes are least-squares fits of log(time) and log(memory) against log(N) over N >= 4096: 1
 means linear, 2 quadratic.
+
+On a GPU (:func:`run`'s ``device``; the child processes get it in their spec) each step is timed
+between synchronisations and the peak read from the CUDA allocator; the inputs and weights are
+drawn on the CPU first, so every device measures the same numbers.
 """
 
 from __future__ import annotations
@@ -80,15 +84,15 @@ class Record(_Cell):
     allocator: str = "keep"
 
 
-def _module(variant: str, max_n: int):
+def _module(variant: str, max_n: int, device: str = "cpu"):
     options = efficient.budget(variant).long_options(max_n)
     torch.manual_seed(0)
-    return efficient.create(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options)
+    return efficient.create(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options).to(device)  # drawn on the CPU
 
 
-def _inputs(n: int, grad: bool) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(n)
-    return [torch.randn(1, HEADS, n, HEAD_DIM, generator=g).requires_grad_(grad) for _ in range(3)]
+def _inputs(n: int, grad: bool, device: str = "cpu") -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(n)  # drawn on the CPU: the same numbers on every device
+    return [torch.randn(1, HEADS, n, HEAD_DIM, generator=g).to(device).requires_grad_(grad) for _ in range(3)]
 
 
 def _call(module, qkv) -> Callable[[], None]:
@@ -109,11 +113,11 @@ def _call(module, qkv) -> Callable[[], None]:
     return call
 
 
-def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float) -> dict:
-    """In this (fresh) process: every variant at N, round-robin; per variant the warm-up and
-    timed seconds and the median minor page faults of a timed step."""
-    modules = {v: _module(v, max_n) for v in variants}
-    qkv = _inputs(n, True)
+def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float, device: str = "cpu") -> dict:
+    """In this (fresh) process: every variant at N on ``device``, round-robin; per variant the
+    warm-up and timed seconds and the median minor page faults of a timed step."""
+    modules = {v: _module(v, max_n, device) for v in variants}
+    qkv = _inputs(n, True, device)
     faults: dict[str, list[int]] = {v: [] for v in variants}
 
     def counted(v: str, call: Callable[[], None]) -> Callable[[], None]:
@@ -125,29 +129,32 @@ def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target
 
         return run
 
-    times = round_robin({v: counted(v, _call(m, qkv)) for v, m in modules.items()}, min_repeats, target_seconds)
+    times = round_robin({v: counted(v, _call(m, qkv)) for v, m in modules.items()}, min_repeats, target_seconds, device=device)
     return {v: {"seconds": times[v], "faults": statistics.median(faults[v][1:] or faults[v]) if faults[v] else None} for v in variants}
 
 
-def _time_in_child(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float, allocator: str) -> dict:
-    spec = {"job": "time", "n": n, "variants": variants, "max_n": max_n, "min_repeats": min_repeats, "target_seconds": target_seconds}
+def _time_in_child(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float, allocator: str,
+                   device: str = "cpu") -> dict:
+    spec = {"job": "time", "n": n, "variants": variants, "max_n": max_n, "min_repeats": min_repeats, "target_seconds": target_seconds,
+            "device": device}
     return measure_in_child("attnlab.studies.scaling", spec, f"N={n}", env=allocator_env(allocator))
 
 
-def _peak_in_child(variant: str, n: int, max_n: int) -> int | None:
+def _peak_in_child(variant: str, n: int, max_n: int, device: str = "cpu") -> int | None:
     """Peak tensor bytes of one forward+backward in a fresh process (:func:`attnlab.profiling.measure_in_child`)."""
-    return measure_in_child("attnlab.studies.scaling", {"job": "peak", "variant": variant, "n": n, "max_n": max_n}, f"{variant} N={n}")
+    spec = {"job": "peak", "variant": variant, "n": n, "max_n": max_n, "device": device}
+    return measure_in_child("attnlab.studies.scaling", spec, f"{variant} N={n}")
 
 
-def _peak_here(variant: str, n: int, max_n: int) -> int | None:
-    module = _module(variant, max_n)
-    qkv = _inputs(n, True)
+def _peak_here(variant: str, n: int, max_n: int, device: str = "cpu") -> int | None:
+    module = _module(variant, max_n, device)
+    qkv = _inputs(n, True, device)
     call = _call(module, qkv)
     call()  # warm-up: lazy initialisation stays out of the measurement
     for t in qkv:
         t.grad = None
     gc.collect()
-    return peak_bytes(call)
+    return peak_bytes(call, device)
 
 
 def run(
@@ -160,6 +167,7 @@ def run(
     flex: bool = True,
     allocator: str = "keep",
     rounds: int = 3,
+    device: str | torch.device = "cpu",
     on_record: Callable[[Record], None] | None = None,
     on_timed: Callable[[int, int], None] | None = None,
 ) -> list[Record]:
@@ -179,8 +187,12 @@ def run(
         on_timed: called with ``(n, round)`` after each timing process.
         flex: at N = 16384, time the forward pass of ``local`` and of compiled FlexAttention
             with the same sliding-window block mask.
+        device: where the variants run (the child processes too): on a GPU each step is timed
+            between synchronisations and the peak read from its allocator
+            (:func:`attnlab.profiling.peak_bytes`).
         on_record: called with each :class:`Record` as soon as it is measured.
     """
+    device = str(torch.device(device))
     sizes = sorted(set(sizes))
     variants = list(SETTINGS) if variants is None else list(variants)
     for v in variants:
@@ -200,7 +212,7 @@ def run(
     cells: dict[tuple[str, int], list[dict]] = {}  # (variant, N) -> each round's median, steps and faults
     for r in range(rounds):
         for n in sizes:
-            for v, got in _time_in_child(n, variants, max_n, min_repeats, target_seconds, allocator).items():
+            for v, got in _time_in_child(n, variants, max_n, min_repeats, target_seconds, allocator, device).items():
                 ts = got["seconds"][1:] or got["seconds"]
                 cells.setdefault((v, n), []).append({"median": statistics.median(ts), "steps": len(ts), "faults": got["faults"]})
             if on_timed is not None:
@@ -210,7 +222,7 @@ def run(
             peak, note = None, None
             if memory:
                 try:
-                    peak = _peak_in_child(v, n, max_n)
+                    peak = _peak_in_child(v, n, max_n, device)
                 except RuntimeError as e:
                     note = str(e)
             done = cells[(v, n)]
@@ -220,24 +232,26 @@ def run(
                         seconds_min=min(medians), seconds_max=max(medians), faults=statistics.median(faults) if faults else None,
                         allocator=allocator))
         if flex and n == 16384 and "local" in variants:
-            for rec in flex_local_forward(n, efficient.budget("local").long["window"], min_repeats=min_repeats):
+            for rec in flex_local_forward(n, efficient.budget("local").long["window"], min_repeats=min_repeats, device=device):
                 emit(rec)
     return records
 
 
-def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Record]:
+def flex_local_forward(n: int, window: int, *, min_repeats: int = 3, device: str | torch.device = "cpu") -> list[Record]:
     """Forward time of attnlab's ``local`` and of ``torch.compile``-d FlexAttention with the same
-    sliding-window block mask (FlexAttention has no CPU backward, so forward only)."""
+    sliding-window block mask, built on ``device`` (FlexAttention has no CPU backward, so forward
+    only, on every device alike)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    module = _module("local", n)
-    q, k, v = _inputs(n, False)
+    device = str(torch.device(device))
+    module = _module("local", n, device)
+    q, k, v = _inputs(n, False, device)
 
     def sliding(b, h, qi, kj):
         return (qi - kj <= window) & (kj - qi <= window)
 
     with quiet_stderr():
-        block_mask = create_block_mask(sliding, None, None, n, n, device="cpu")
+        block_mask = create_block_mask(sliding, None, None, n, n, device=device)
         compiled = torch.compile(flex_attention)
 
     def ours():
@@ -250,7 +264,7 @@ def flex_local_forward(n: int, window: int, *, min_repeats: int = 3) -> list[Rec
 
     with quiet_stderr():
         flex()  # compile
-    times = round_robin({"local": ours, "flex_local": flex}, min_repeats, 3.0)
+    times = round_robin({"local": ours, "flex_local": flex}, min_repeats, 3.0, device=device)
     return [Record(name, n, "fwd", statistics.median(ts[1:]), None, len(ts) - 1, seconds_min=min(ts[1:]), seconds_max=max(ts[1:]),
                    allocator="in-process") for name, ts in times.items()]
 
@@ -294,7 +308,9 @@ def relative(records: list[Record]) -> list[dict]:
 
 if __name__ == "__main__":  # worker: one N's times, or one cell's peak memory; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
+    _device = _spec.get("device", "cpu")
     if _spec["job"] == "time":
-        print(json.dumps(_time_here(_spec["n"], _spec["variants"], _spec["max_n"], _spec["min_repeats"], _spec["target_seconds"])))
+        print(json.dumps(_time_here(_spec["n"], _spec["variants"], _spec["max_n"], _spec["min_repeats"], _spec["target_seconds"],
+                                    _device)))
     else:
-        print(json.dumps(_peak_here(_spec["variant"], _spec["n"], _spec["max_n"])))
+        print(json.dumps(_peak_here(_spec["variant"], _spec["n"], _spec["max_n"], _device)))

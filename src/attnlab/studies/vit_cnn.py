@@ -38,6 +38,7 @@ def run(
     *,
     seeds: Iterable[int] = (0,),
     steps: int | None = None,
+    device: str = "cpu",
     on_record: Callable[[CompareRecord], None] | None = None,
     on_step: Callable[[str, float, int, int, int], None] | None = None,
 ) -> list[CompareRecord]:
@@ -48,6 +49,7 @@ def run(
         models: backbone names that read images (``vit``, ``pixels``, ``cnn``).
         seeds: each seed draws its own training subset and initial weights.
         steps: optimizer steps per run (default: the task's).
+        device: where every run trains (:attr:`attnlab.training.TrainConfig.device`).
         on_record: called after each run. on_step: ``(model, fraction, seed, step, total)``.
     """
     from .. import tasks as task_registry
@@ -66,7 +68,8 @@ def run(
         for f in fractions:
             size = len(task_registry.create("digits", seed=seed, train_fraction=f).split("train"))
             for m in models:
-                cfg = TrainConfig.for_task("digits", model=m, seed=seed, steps=steps, task_options={"seed": seed, "train_fraction": f})
+                cfg = TrainConfig.for_task("digits", model=m, seed=seed, steps=steps, task_options={"seed": seed, "train_fraction": f},
+                                           device=str(device))
                 with tempfile.TemporaryDirectory() as tmp:
                     res = train(cfg, tmp, on_step=(lambda s, t, loss, m=m, f=f, seed=seed: on_step(m, f, seed, s, t)) if on_step else None)
                 rec = CompareRecord(m, f, size, seed, res.value, res.seconds, res.steps)
