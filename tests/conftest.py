@@ -60,3 +60,20 @@ def minilm():
     from attnlab import pretrained
 
     return pretrained.load("all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_verdicts_kept_apart(tmp_path_factory):
+    """The checked kernels' verdicts (and the audio cache) go to a folder of this session, never to ~/.cache."""
+    os.environ["ATTNLAB_CACHE"] = str(tmp_path_factory.mktemp("attnlab-cache"))
+
+
+@pytest.fixture
+def fresh_verdicts(tmp_path, monkeypatch):
+    """No kernel verdict in memory or on disk: each check runs anew, its verdict written under ``tmp_path``."""
+    from attnlab.core import kernels
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    kernels.forget()
+    yield tmp_path
+    kernels.forget()

@@ -23,11 +23,8 @@ def _kernel(name, run, **kw):
 
 
 @pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
-    K.forget()
+def _fresh(fresh_verdicts):
     yield
-    K.forget()
     for name in [k.name for k in K.kernels() if k.name.startswith("test.")]:
         K.unregister(name)
 

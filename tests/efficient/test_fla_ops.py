@@ -62,12 +62,7 @@ def stand_in(name):
     return op
 
 
-@pytest.fixture(autouse=True)
-def _verdicts_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
-    kernels.forget()
-    yield
-    kernels.forget()
+pytestmark = pytest.mark.usefixtures("fresh_verdicts")
 
 
 CASES = [("chunk_simple_gla", "head"), ("chunk_simple_gla", None), ("chunk_gla", "channel"), ("chunk_delta_rule", None),
