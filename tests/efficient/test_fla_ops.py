@@ -229,3 +229,37 @@ def test_importing_attnlab_on_a_cpu_imports_neither_fla_nor_triton():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_chunk_delta_is_served_by_a_passing_kernel_and_falls_back_from_a_failing_one_with_one_warning(right, monkeypatch):
+    """End to end through :func:`recurrence.chunk_delta`, the dispatch let onto the CPU: a kernel that
+    matches attnlab's form computes the call; one that does not is refused, warns once, and the
+    call is attnlab's own form, bit for bit."""
+    (q, k, v, beta, g), s0 = arguments("chunk_gated_delta_rule", "head")
+    q, k, v, beta, g, s0 = (t.float() for t in (q, k, v, beta, g, s0))
+    own, own_s = recurrence.chunk_delta(q, k, v, beta, g, state=s0)  # on a CPU: never dispatched
+    op = stand_in("chunk_gated_delta_rule") if right else _wrong("unscaled")
+    calls = []
+    monkeypatch.setattr(fla_ops, "fla_op", lambda name: lambda *a, **kw: (calls.append(name), op(*a, **kw))[1])
+    name = "fla.chunk_gated_delta_rule"
+    monkeypatch.setitem(fla_ops.KERNELS, name, dataclasses.replace(fla_ops.KERNELS[name], devices=("cpu",), available=lambda d: None))
+    monkeypatch.setattr(fla_ops, "SERVED_ON", ("cpu",))
+    if right:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out, s = recurrence.chunk_delta(q, k, v, beta, g, state=s0)
+        checked = len(calls)
+        out, s = recurrence.chunk_delta(q, k, v, beta, g, state=s0)
+        assert len(calls) == checked + 1  # the call itself went to the kernel
+        assert_close_rel(out, own, 1e-4, "served output")
+        assert_close_rel(s, own_s, 1e-4, "served state")
+    else:
+        with pytest.warns(kernels.KernelFallbackWarning, match=r"fla.chunk_gated_delta_rule on cpu .*: refused: largest difference"):
+            out, s = recurrence.chunk_delta(q, k, v, beta, g, state=s0)
+        checked = len(calls)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per process
+            out, s = recurrence.chunk_delta(q, k, v, beta, g, state=s0)
+        assert len(calls) == checked  # refused: never called again
+        assert torch.equal(out, own) and torch.equal(s, own_s)

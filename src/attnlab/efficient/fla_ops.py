@@ -46,8 +46,11 @@ import torch.nn.functional as F
 from ..core import kernels
 from ..core.kernels import Kernel
 
-__all__ = ["KERNELS", "MAX_KEY_WIDTH", "both_paths", "delta_rule", "dispatch_delta", "dispatch_gated", "fla_op",
+__all__ = ["KERNELS", "MAX_KEY_WIDTH", "SERVED_ON", "both_paths", "delta_rule", "dispatch_delta", "dispatch_gated", "fla_op",
            "gated_delta_rule", "gla", "kda", "pick", "register_kernels", "simple_gla"]
+
+SERVED_ON = ("cuda",)
+"""The device types on which :func:`dispatch_gated` and :func:`dispatch_delta` ask the gate at all."""
 
 MAX_KEY_WIDTH = 256
 """The widest key fla's chunk kernels take (``K <= 256``, asserted by its state kernels and KDA's)."""
@@ -235,7 +238,7 @@ def pick(delta: bool, g: torch.Tensor | None, dtype: torch.dtype) -> str:
 def dispatch_gated(q, k, v, g, state, cu_seqlens):
     """fla's ``(o, final_state)`` for :func:`~attnlab.efficient.recurrence.chunk_gated`'s
     (checked) arguments where a kernel serves the call (CUDA only, see the module), else None."""
-    if q.device.type != "cuda":
+    if q.device.type not in SERVED_ON:
         return None
     return _dispatch(False, q, k, v, None, g, state, cu_seqlens)
 
@@ -243,7 +246,7 @@ def dispatch_gated(q, k, v, g, state, cu_seqlens):
 def dispatch_delta(q, k, v, beta, g, state, cu_seqlens):
     """fla's ``(o, final_state)`` for :func:`~attnlab.efficient.recurrence.chunk_delta`'s (checked)
     arguments where a kernel serves the call (CUDA only, see the module), else None."""
-    if q.device.type != "cuda":
+    if q.device.type not in SERVED_ON:
         return None
     return _dispatch(True, q, k, v, beta, g, state, cu_seqlens)
 
