@@ -153,3 +153,46 @@ def test_the_compiled_cpu_kernel_reads_the_block_mask():
         want = attend(q, k, v, mask=bmap, backend="chunked").output
         assert (compiled(q, k, v, block_mask=block_mask(bmap)) - want).abs().max() < 1e-5
         assert (compiled(q, k, v, block_mask=_drop_one_full_tile(block_mask(bmap))) - want).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_attend_is_served_by_a_passing_flex_and_falls_back_from_a_failing_one_with_one_warning(right, monkeypatch, fresh_verdicts):
+    """End to end through ``attend(backend="auto")``, FlexAttention let onto the CPU: where it
+    matched the block-sparse path it computes the call; where it did not (one FULL tile dropped),
+    it is refused once, with one warning, and the call is what attend computed before, bit for bit."""
+    import importlib
+    import warnings
+
+    attend_module = importlib.import_module("attnlab.core.attend")  # the module (attnlab.core.attend is the function)
+    flex_module = importlib.import_module("attnlab.core.flex")
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 300, 32, generator=g, requires_grad=True) for _ in range(3))
+    mask = masks.window(64, causal=True)
+    own = attend(q, k, v, mask=mask, backend="chunked").output
+    before = attend(q, k, v, mask=mask).output  # what attend computes on the CPU without FlexAttention
+    calls = []
+
+    def counted(q, k, v, bmap, scale=None, **kw):
+        calls.append(1)
+        blocks = None if right else _drop_one_full_tile(block_mask(bmap))
+        return flex_attend(q, k, v, bmap, scale, **({} if right else {"blocks": blocks}), **kw)
+
+    monkeypatch.setattr(flex_module, "flex_attend", counted)
+    monkeypatch.setattr(flex_module, "SERVED_ON", ("cpu",))
+    monkeypatch.setattr(attend_module, "FLEX", dataclasses.replace(FLEX, devices=("cpu",), run=counted))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        first = attend(q, k, v, mask=mask).output
+    fallbacks = [w for w in said if issubclass(w.category, kernels.KernelFallbackWarning)]
+    checked = len(calls)
+    again = attend(q, k, v, mask=mask).output
+    if right:
+        assert not fallbacks and len(calls) == checked + 1  # served: the call went to FlexAttention
+        assert torch.allclose(again, own, atol=1e-5) and torch.allclose(first, own, atol=1e-5)
+        again.sum().backward()
+        assert q.grad is not None and torch.isfinite(q.grad).all()
+    else:
+        assert len(fallbacks) == 1 and "torch.flex_attention on cpu" in str(fallbacks[0].message)
+        assert len(calls) == checked  # refused: never called again
+        assert torch.equal(first, before) and torch.equal(again, before)

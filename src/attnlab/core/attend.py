@@ -259,7 +259,7 @@ def attend(
 def _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend, block_size) -> bool:
     """Whether FlexAttention computes this call: asked for (``backend="flex"``; refused with the
     reason where it cannot), or on CUDA under ``"auto"`` where it applies and :data:`FLEX` serves."""
-    if backend not in ("auto", "flex") or (backend == "auto" and q.device.type != "cuda"):
+    if backend not in ("auto", "flex") or (backend == "auto" and q.device.type not in flex.SERVED_ON):
         return False
     why = flex.unfit(q, v, dot=_sdpa_scale(score_fn, norm_fn, 1, False) is not None, mask=mask, score_mod=score_mod, bias=bias,
                      dropout_p=dropout_p, return_weights=return_weights, block_size=block_size, auto=backend == "auto")

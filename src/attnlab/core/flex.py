@@ -29,11 +29,14 @@ from .blockmap import BlockMap, block_map, resolve_block
 from .kernels import Kernel
 from .maskfn import FULL, PARTIAL, Mask, as_mask
 
-__all__ = ["FLEX_BLOCK", "SERVES", "block_mask", "flex_attend", "flex_map", "kernel", "sample", "tiles", "unfit"]
+__all__ = ["FLEX_BLOCK", "SERVED_ON", "SERVES", "block_mask", "flex_attend", "flex_map", "kernel", "sample", "tiles", "unfit"]
 
 FLEX_BLOCK = 128
 """The tile FlexAttention computes with: its CUDA kernels take a sparse block that is a multiple
 of their own (up to 128 x 128), and attnlab builds the map at this size unless told otherwise."""
+
+SERVED_ON = ("cuda",)
+"""The device types on which :func:`attnlab.attend` (``backend="auto"``) asks the gate for FlexAttention at all."""
 
 SERVES = ("dense", "local", "longformer", "bigbird")
 """The variants that compute through :func:`attnlab.attend` under a mask (the exact ones)."""
