@@ -107,24 +107,28 @@ def test_the_registered_kernel_passes_its_check_and_a_wrong_one_is_refused(tmp_p
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     assert FLEX in kernels.kernels_for("longformer") and FLEX.devices == ("cuda",)
     assert not kernels.serves(FLEX, "cpu", torch.float32, backward=True)  # not a device it serves
-    q, k, v, bmap = FLEX.sample("cpu", torch.float32, torch.Generator().manual_seed(0))
-    assert bmap.block == (FLEX_BLOCK, FLEX_BLOCK) and k.shape[1] < q.shape[1]
-    assert {EMPTY, PARTIAL, FULL} <= set(bmap.rows(0, bmap.shape[0]).unique().tolist())
+    q, k, v, maps = FLEX.sample("cpu", torch.float32, torch.Generator().manual_seed(0))
+    assert len(maps) == 4 and k.shape[1] < q.shape[1]  # a window, global tokens, a nested or, random blocks
+    for bmap in maps:
+        assert bmap.block == (FLEX_BLOCK, FLEX_BLOCK)
+        assert {EMPTY, PARTIAL, FULL} <= set(bmap.rows(0, bmap.shape[0]).unique().tolist())
     on_cpu = dataclasses.replace(FLEX, devices=("cpu",))
     kernels.forget()
     try:
         good = kernels.verdict(on_cpu, "cpu", torch.float32)  # checked, and kept on disk
         assert good is not None and good.forward and good.backward, good
-        assert len(good.errors) == 4 and max(good.errors.values()) < 1e-5
+        assert len(good.errors) == 4 + 3 and max(good.errors.values()) < 1e-5  # 4 outputs; q, k, v's gradients of all four
         assert kernels.serves(on_cpu, "cpu", torch.float32, backward=True) and (tmp_path / "kernels.json").exists()
     finally:
         kernels.forget()
 
-    def wrong(q, k, v, bmap):
-        return flex_attend(q, k, v, bmap, blocks=_drop_one_full_tile(block_mask(bmap)))
+    def wrong_on(which):  # one FULL tile dropped from one of the masks: the check of the rest cannot hide it
+        return lambda q, k, v, maps: tuple(flex_attend(q, k, v, m, **({"blocks": _drop_one_full_tile(block_mask(m))} if i == which else {}))
+                                           for i, m in enumerate(maps))
 
-    bad = kernels.check(dataclasses.replace(on_cpu, run=wrong), "cpu", torch.float32)
-    assert not bad.forward and not bad.backward and bad.errors["output 0"] > 1e-2, bad.reason
+    for which in range(len(maps)):
+        bad = kernels.check(dataclasses.replace(on_cpu, run=wrong_on(which)), "cpu", torch.float32)
+        assert not bad.forward and not bad.backward and bad.errors[f"output {which}"] > 1e-3, bad.reason
 
 
 @pytest.mark.parametrize(("options", "need"), [
@@ -145,11 +149,15 @@ def test_the_compiled_cpu_kernel_reads_the_block_mask():
     """torch.compile's FlexAttention kernel reads the tile lists themselves (FULL tiles unmasked,
     missing tiles skipped), not the mask: the BlockMask gives attend's result there, and a FULL
     tile left out changes it."""
-    mask = masks.window(20) | masks.global_tokens([3])
+    mask = masks.causal()
     bmap = block_map(mask, N, block_size=32)
     q, k, v = (t.float() for t in _qkv(1, 4, N, N))
     compiled = torch.compile(flex_attention, dynamic=False)
     with torch.no_grad():
+        theirs = create_block_mask(lambda b, h, i, j: j <= i, None, None, N, N, device="cpu", BLOCK_SIZE=32)
+        if (compiled(q, k, v, block_mask=theirs) - flex_attention(q, k, v, block_mask=theirs)).abs().max() > 1e-4:
+            pytest.skip("torch's compiled CPU FlexAttention disagrees with its own eager kernel on its own causal mask here "
+                        "(seen with the AVX2 kernel paths forced on an AVX-512 CPU): torch's code, not attnlab's")
         want = attend(q, k, v, mask=bmap, backend="chunked").output
         assert (compiled(q, k, v, block_mask=block_mask(bmap)) - want).abs().max() < 1e-5
         assert (compiled(q, k, v, block_mask=_drop_one_full_tile(block_mask(bmap))) - want).abs().max() > 1e-2
@@ -180,7 +188,8 @@ def test_attend_is_served_by_a_passing_flex_and_falls_back_from_a_failing_one_wi
 
     monkeypatch.setattr(flex_module, "flex_attend", counted)
     monkeypatch.setattr(flex_module, "SERVED_ON", ("cpu",))
-    monkeypatch.setattr(attend_module, "FLEX", dataclasses.replace(FLEX, devices=("cpu",), run=counted))
+    monkeypatch.setattr(attend_module, "FLEX", dataclasses.replace(
+        FLEX, devices=("cpu",), run=lambda q, k, v, maps: tuple(counted(q, k, v, m) for m in maps)))
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         first = attend(q, k, v, mask=mask).output

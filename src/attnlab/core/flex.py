@@ -29,7 +29,8 @@ from .blockmap import BlockMap, block_map, resolve_block
 from .kernels import Kernel
 from .maskfn import FULL, PARTIAL, Mask, as_mask
 
-__all__ = ["FLEX_BLOCK", "SERVED_ON", "SERVES", "block_mask", "flex_attend", "flex_map", "kernel", "sample", "tiles", "unfit"]
+__all__ = ["FLEX_BLOCK", "SERVED_ON", "SERVES", "block_mask", "flex_attend", "flex_map", "kernel", "sample", "sample_masks", "tiles",
+           "unfit"]
 
 FLEX_BLOCK = 128
 """The tile FlexAttention computes with: its CUDA kernels take a sparse block that is a multiple
@@ -159,14 +160,28 @@ def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bmap: BlockMa
     return out
 
 
+def sample_masks() -> tuple:
+    """The mask rules the check runs FlexAttention under, each compiled into its own kernel: a
+    causal sliding window (the local variant), a window with global tokens (Longformer), a
+    window or a prefix-LM (two rules nested in an or), and a window with random blocks (BigBird)."""
+    table = torch.rand(4, 4, generator=torch.Generator().manual_seed(0)) < 0.3  # random key blocks, a tile wide
+    bigbird = masks.window(64) | masks.global_tokens(2) | masks.BlockTable(table, FLEX_BLOCK, None, "random_blocks")
+    return (masks.window(256, causal=True), masks.window(64) | masks.global_tokens(FLEX_BLOCK),
+            masks.window(64) | masks.prefix_lm(200), bigbird)
+
+
 def sample(device, dtype: torch.dtype, generator: torch.Generator) -> tuple:
     """The check's input: B=1, H=4 query heads on G=2 key heads, N=M=500 (a ragged last tile),
-    D=64, under a causal sliding window of 256 at 128-wide tiles (FULL, PARTIAL and EMPTY tiles)."""
+    D=64, and the block maps of :func:`sample_masks` at 128-wide tiles (FULL, PARTIAL and EMPTY tiles)."""
     q, k, v = (torch.randn(1, heads, 500, 64, generator=generator, dtype=torch.float64).to(device, dtype) for heads in (4, 2, 2))
-    return q, k, v, block_map(masks.window(256, causal=True), 500, block_size=FLEX_BLOCK, device=device)
+    return q, k, v, tuple(block_map(m, 500, block_size=FLEX_BLOCK, device=device) for m in sample_masks())
 
 
 def kernel(own: Callable) -> Kernel:
-    """The checked kernel ``torch.flex_attention`` on CUDA: ``run(q, k, v, bmap)`` is
-    :func:`flex_attend`, ``own(q, k, v, bmap)`` attnlab's block-sparse form of the same call."""
-    return Kernel("torch.flex_attention", SERVES, run=flex_attend, own=own, sample=sample, devices=("cuda",))
+    """The checked kernel ``torch.flex_attention`` on CUDA: ``run(q, k, v, maps)`` is
+    :func:`flex_attend` under each block map of ``maps``, ``own(q, k, v, maps)`` attnlab's
+    block-sparse form of the same calls."""
+    def each(fn: Callable) -> Callable:
+        return lambda q, k, v, maps: tuple(fn(q, k, v, m) for m in maps)
+
+    return Kernel("torch.flex_attention", SERVES, run=each(flex_attend), own=each(own), sample=sample, devices=("cuda",))
