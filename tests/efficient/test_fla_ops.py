@@ -221,11 +221,15 @@ def test_the_kernels_are_registered_with_their_libraries_and_say_why_they_cannot
 
 @pytest.mark.slow
 def test_importing_attnlab_on_a_cpu_imports_neither_fla_nor_triton():
-    """A fresh interpreter: import attnlab, run both chunkwise forms on the CPU; no fla, no triton in sys.modules."""
+    """A fresh interpreter: import attnlab, run both chunkwise forms and a masked attend on the CPU;
+    no fla, no triton, and not torch's compiler stack (torch._dynamo, FlexAttention's module: a
+    second of every child process's start) in sys.modules."""
     code = ("import sys, torch, attnlab, attnlab.efficient; from attnlab.efficient import recurrence;"
             " q = torch.randn(1, 2, 9, 4); g = -torch.rand(1, 2, 9);"
             " recurrence.chunk_gated(q, q, q, g); recurrence.chunk_delta(q, q, q, torch.rand(1, 2, 9), g);"
-            " print(sorted(m for m in sys.modules if m.split('.')[0] in ('fla', 'triton')))")
+            " attnlab.attend(q, q, q, mask=attnlab.masks.window(2));"
+            " print(sorted(m for m in sys.modules if m.split('.')[0] in ('fla', 'triton') or m in ('torch._dynamo',"
+            " 'torch.nn.attention.flex_attention')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"

@@ -19,15 +19,18 @@ block-sparse form there.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from . import masks
 from .blockmap import BlockMap, block_map, resolve_block
 from .kernels import Kernel
 from .maskfn import FULL, PARTIAL, Mask, as_mask
+
+if TYPE_CHECKING:  # FlexAttention's module imports torch's compiler stack: imported where a BlockMask is made
+    from torch.nn.attention.flex_attention import BlockMask
 
 __all__ = ["FLEX_BLOCK", "SERVED_ON", "SERVES", "block_mask", "flex_attend", "flex_map", "kernel", "sample", "sample_masks", "tiles",
            "unfit"]
@@ -63,6 +66,8 @@ def block_mask(bmap: BlockMap) -> BlockMask:
         return num.contiguous(), F.pad(ind, (0, width - ind.shape[-1])).contiguous()  # (Bm, Hm, NQ, NK)
 
     (kn, ki), (fn, fi) = listed(PARTIAL), listed(FULL)
+    from torch.nn.attention.flex_attention import BlockMask
+
     return BlockMask.from_kv_blocks(kn, ki, fn, fi, BLOCK_SIZE=bmap.block, mask_mod=bmap.mask, seq_lengths=(bmap.n, bmap.m))
 
 
@@ -154,6 +159,8 @@ def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bmap: BlockMa
     gqa = k.shape[1] != q.shape[1]
     if q.device.type == "cuda":
         if not _COMPILED:
+            from torch.nn.attention.flex_attention import flex_attention
+
             _COMPILED.append(torch.compile(flex_attention))
         return _COMPILED[0](q, k, v, block_mask=blocks, scale=scale, enable_gqa=gqa)
     out, _, _ = torch.ops.higher_order.flex_attention(q, k, v, _no_score_mod, _eager_blocks(blocks, q.shape[0], q.shape[1]), scale, {})

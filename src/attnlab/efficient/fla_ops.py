@@ -240,7 +240,7 @@ def dispatch_gated(q, k, v, g, state, cu_seqlens):
     (checked) arguments where a kernel serves the call (CUDA only, see the module), else None."""
     if q.device.type not in SERVED_ON:
         return None
-    return _dispatch(False, q, k, v, None, g, state, cu_seqlens)
+    return _eager_dispatch()(False, q, k, v, None, g, state, cu_seqlens)
 
 
 def dispatch_delta(q, k, v, beta, g, state, cu_seqlens):
@@ -248,10 +248,16 @@ def dispatch_delta(q, k, v, beta, g, state, cu_seqlens):
     arguments where a kernel serves the call (CUDA only, see the module), else None."""
     if q.device.type not in SERVED_ON:
         return None
-    return _dispatch(True, q, k, v, beta, g, state, cu_seqlens)
+    return _eager_dispatch()(True, q, k, v, beta, g, state, cu_seqlens)
 
 
-@torch.compiler.disable  # fla's ops are opaque to torch.compile: the gate and the call run eagerly
+@functools.cache
+def _eager_dispatch() -> Callable:
+    """:func:`_dispatch` outside torch.compile's graphs (fla's ops are opaque to it: the gate and the
+    call run eagerly); wrapped on first use, since the wrapper imports torch's compiler stack."""
+    return torch.compiler.disable(_dispatch)
+
+
 def _dispatch(delta, q, k, v, beta, g, state, cu_seqlens):
     if q.dtype not in _DTYPES or not q.dtype == k.dtype == v.dtype or q.shape[-1] > MAX_KEY_WIDTH or q.shape[2] == 0:
         return None
