@@ -30,6 +30,7 @@ def test_auto_is_the_cpu_here_and_every_spelling_resolves_or_is_refused():
     with pytest.raises(devices.DeviceError, match="attnlab runs on"):
         devices.resolve("meta")
     assert devices.peak_memory("cpu") is None and "cuda_rng" not in devices.rng_state("cpu")
+    assert devices.in_words("cpu") == devices.in_words(torch.device("cpu")) == "cpu"
 
 
 @pytest.mark.parametrize("argv", [

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["DEVICES", "DeviceError", "describe", "forked_rng", "peak_memory", "reset_peak_memory", "resolve", "rng_state",
+__all__ = ["DEVICES", "DeviceError", "describe", "forked_rng", "in_words", "peak_memory", "reset_peak_memory", "resolve", "rng_state",
            "set_rng_state", "synchronize"]
 
 DEVICES = "auto|cpu|cuda[:i]|mps"
@@ -74,6 +74,12 @@ def describe(device: str | torch.device) -> str:
                     return line.split(":", 1)[1].strip()
         return platform.processor() or platform.machine()
     return d.type
+
+
+def in_words(device: str | torch.device) -> str:
+    """``cpu``, or a device and its name, ``cuda (NVIDIA H100 80GB HBM3)``: how results name where they were measured."""
+    d = torch.device(device)
+    return "cpu" if d.type == "cpu" else f"{d} ({describe(d)})"
 
 
 def synchronize(device: str | torch.device) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..devices import in_words
 from .presets import COST_LENGTHS, NO_ATTENTION, VARIANT_OPTIONS
 
 __all__ = ["COST_FILE", "CUDA_COST_LENGTHS", "MODEL_FIELDS", "REFERENCE", "cost_summary", "cost_table", "cpu_name", "grid_device",
@@ -117,15 +118,10 @@ def _key(task: str, task_options: dict | None, train: dict | None, device: str |
     theirs), or the GPU the steps ran on."""
     model = {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}
     device = torch.device(device)
-    where = [cpu_name(), torch.get_num_threads()] if device.type == "cpu" else [_device_name(device)]
+    where = [cpu_name(), torch.get_num_threads()] if device.type == "cpu" else [in_words(device)]
     return json.dumps([task, task_options or {}, model, *where], sort_keys=True)
 
 
-def _device_name(device: torch.device) -> str:
-    """``cuda (NVIDIA H100 80GB HBM3)``: a GPU as the cost table names it."""
-    from ..devices import describe
-
-    return f"{device.type} ({describe(device)})"
 
 
 def grid_device(out: str | Path) -> str:
@@ -197,7 +193,7 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
     table = cost_table(out)
     if table.get("key") != key:  # another task, model, CPU or thread count, or another device: measured again
         table = {"task": task, "key": key, "rows": []}
-    table.update(threads=torch.get_num_threads(), cpu=cpu_name(), **({} if device.type == "cpu" else {"device": _device_name(device)}))
+    table.update(threads=torch.get_num_threads(), cpu=cpu_name(), **({} if device.type == "cpu" else {"device": in_words(device)}))
     table["rows"] = [r for r in table["rows"] if not r.get("projected")]
     have = {(r["variant"], r["length"]) for r in table["rows"]}
     names = list(dict.fromkeys([*variants, *([reference] if reference else [])]))

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from .. import objectives
-from ..devices import describe
+from ..devices import in_words
 from ..objectives import collate
 from ..tasks import TASKS, DataChangedError, data_files
 from ..training import load_checkpoint, train
@@ -65,11 +65,6 @@ def _first_attention(model: torch.nn.Module):
 
 
 @torch.no_grad()
-def _in_words(device: str) -> str:
-    """``cpu``, or ``cuda (NVIDIA H100 80GB HBM3)``: where a run trained, as the store and the board name it."""
-    return device if device == "cpu" else f"{device} ({describe(device)})"
-
-
 def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.Tensor]:
     """The first attention layer's map ``(N, M)`` (mean over heads) for the first ``count``
     test examples; for a tagging task scored at a few positions (``lookup``'s reads), only those
@@ -205,7 +200,7 @@ def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step,
             status="done", metric=res.metric, value=res.value, train_seconds=res.step_seconds, steps=res.steps,
             steps_per_second=(res.steps_run / res.step_seconds) if res.step_seconds > 0 else None, peak_bytes=peak,
             params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size, precision=res.precision,
-            flop_rate=res.flop_rate, peak_fraction=res.peak_fraction, device=_in_words(res.device),
+            flop_rate=res.flop_rate, peak_fraction=res.peak_fraction, device=in_words(res.device),
         )
     except Exception as e:
         row.update(status="failed", error=f"{type(e).__name__}: {e}")

@@ -12,13 +12,11 @@ __all__ = ["fmt", "fmt_x", "matrix", "on_device", "table"]
 
 def on_device(device) -> str:
     """Where a table's numbers were measured, for its title: nothing on the CPU, else
-    `` on cuda (NVIDIA H100 80GB HBM3)`` (:func:`attnlab.devices.describe`)."""
-    import torch
+    `` on cuda (NVIDIA H100 80GB HBM3)`` (:func:`attnlab.devices.in_words`)."""
+    from ..devices import in_words
 
-    from ..devices import describe
-
-    d = torch.device(device)
-    return "" if d.type == "cpu" else f" on {d} ({describe(d)})"
+    where = in_words(device)
+    return "" if where == "cpu" else f" on {where}"
 
 
 def fmt(x) -> str:

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from .common import device_or_fail, err, fail, out, output_folder, print_json, progress, refuse_overwrite
 from .options import device_option, gathered, json_option, plot_option
+from .tables import on_device
 from .train_options import RUN_OPTIONS, task_options
 from .training_bar import TrainingBar, interrupted_message
 
@@ -133,7 +134,7 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
         out.print(f"self-pretraining: {p['steps']} steps, {p['seconds']:.0f} s, {'next' if p['causal'] else 'masked'}-token loss "
                   f"{loss}, validation accuracy {p['val_accuracy']:.3f}", highlight=False)
     _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, "
-                            f"{_seconds(r, resume)}{_place(r)}; {_utilisation(r)}checkpoint {r.checkpoint}")
+                            f"{_seconds(r, resume)}{on_device(r.device)}; {_utilisation(r)}checkpoint {r.checkpoint}")
     for note in result.notes:  # the task's: what it chose from the data (a tokenizer), a majority label's score
         out.print(note, highlight=False, soft_wrap=True, markup=False)
     if base is not None:
@@ -167,15 +168,6 @@ def _data_option(task: str, data: str | None, task_option: list[str], extra: lis
     if any(o.partition("=")[0] == files[0] for o in task_option):
         fail(f"--data and --task-option {files[0]}=... both name the file: give it once, as --data FILE")
     return [f"{files[0]}={data}"]
-
-
-def _place(r) -> str:
-    """`` on cuda:0 (NVIDIA H100 80GB HBM3)`` for a run off the CPU (its scores agree with the CPU's to rounding); nothing on it."""
-    if r.device == "cpu":
-        return ""
-    from ..devices import describe
-
-    return f" on {r.device} ({describe(r.device)})"
 
 
 def _seconds(r, resume: bool) -> str:
