@@ -15,6 +15,7 @@ median of ``--repeats`` timed calls after two warm-ups, each between synchronisa
 
 import argparse
 import importlib
+import itertools
 import json
 import statistics
 import sys
@@ -71,7 +72,8 @@ def mask_rows(n, heads, dim, device, repeats, gen):
     rows = []
     direct = torch.compile(flex_attention, dynamic=False)
     for dtype in (torch.float32, torch.bfloat16):
-        q, k, v = leaves([(1, heads, n, dim)] * 3, device, dtype, gen)
+        # fp32 leaves; bf16 as the layers run it: attnlab's forms under autocast, fla's op on bf16 copies
+        q, k, v = leaves([(1, heads, n, dim)] * 3, device, torch.float32, gen)
         sdpa = timed(fwd_bwd(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), q, k, v), device, repeats)
         rows.append({"what": "sdpa causal", "dtype": str(dtype), "seconds": sdpa})
         for name in MASKED:
@@ -89,31 +91,36 @@ def mask_rows(n, heads, dim, device, repeats, gen):
 def gated_rows(n, heads, dim, device, repeats, gen):
     rows = []
     cases = {"chunk_gated (retnet, mamba2)": ("chunk_simple_gla", False), "chunk_delta (gated_deltanet)": ("chunk_gated_delta_rule", True)}
-    for label, (op, delta) in cases.items():
-        for backward in (False, True):
-            q, k, v = leaves([(1, heads, n, dim)] * 3, device, torch.float32, gen)
-            q = (q.detach() * dim**-0.5).requires_grad_()
-            k = (F.normalize(k.detach(), dim=-1)).requires_grad_()
-            (g,) = leaves([(1, heads, n)], device, torch.float32, gen, low=0.1)
-            beta = torch.rand(1, heads, n, generator=gen).to(device).requires_grad_()
-            args = (q, k, v, beta, g) if delta else (q, k, v, g)
-            form = recurrence.chunk_delta if delta else recurrence.chunk_gated
-            row = {"what": label, "backward": backward, "attnlab": timed(fwd_bwd(form, *args, backward=backward), device, repeats)}
-            served = fla_ops.SERVED_ON
-            fla_ops.SERVED_ON = ()  # attnlab's own form: the fallback
-            row["attnlab own form"] = timed(fwd_bwd(form, *args, backward=backward), device, repeats)
-            fla_ops.SERVED_ON = served
-            try:
-                fn = fla_ops.fla_op(op)
-                t = [x.transpose(1, 2) for x in (q, k, v)]
-                extra = (g.transpose(1, 2), beta.transpose(1, 2)) if delta else (g.transpose(1, 2),)
-                row["fla direct"] = timed(fwd_bwd(lambda *a, fn=fn: fn(*a, scale=1.0), *t, *extra, backward=backward), device, repeats)
-            except Exception as e:  # fla or Triton missing here
-                row["fla direct"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            if all(isinstance(row[k], float) for k in ("attnlab", "fla direct")):
-                row["x fla"] = row["attnlab"] / row["fla direct"]
-            rows.append(row)
-            print(row, file=sys.stderr)
+    for (label, (op, delta)), dtype, backward in itertools.product(cases.items(), (torch.float32, torch.bfloat16), (False, True)):
+        # fp32 leaves; bf16 as the layers run it: attnlab's forms under autocast, fla's op on bf16 copies
+        q, k, v = leaves([(1, heads, n, dim)] * 3, device, torch.float32, gen)
+        q = (q.detach() * dim**-0.5).requires_grad_()
+        k = (F.normalize(k.detach(), dim=-1)).requires_grad_()
+        (g,) = leaves([(1, heads, n)], device, torch.float32, gen, low=0.1)
+        beta = torch.rand(1, heads, n, generator=gen).to(device).requires_grad_()
+        args = (q, k, v, beta, g) if delta else (q, k, v, g)
+        plain = recurrence.chunk_delta if delta else recurrence.chunk_gated
+
+        def form(*a, plain=plain, dtype=dtype):
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                return plain(*a)
+        row = {"what": label, "dtype": str(dtype), "backward": backward,
+               "attnlab": timed(fwd_bwd(form, *args, backward=backward), device, repeats)}
+        served = fla_ops.SERVED_ON
+        fla_ops.SERVED_ON = ()  # attnlab's own form: the fallback
+        row["attnlab own form"] = timed(fwd_bwd(form, *args, backward=backward), device, repeats)
+        fla_ops.SERVED_ON = served
+        try:
+            fn = fla_ops.fla_op(op)
+            t = [x.transpose(1, 2).to(dtype) for x in (q, k, v)]
+            extra = (g.transpose(1, 2), beta.transpose(1, 2).to(dtype)) if delta else (g.transpose(1, 2),)
+            row["fla direct"] = timed(fwd_bwd(lambda *a, fn=fn: fn(*a, scale=1.0), *t, *extra, backward=backward), device, repeats)
+        except Exception as e:  # fla or Triton missing here
+            row["fla direct"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if all(isinstance(row[k], float) for k in ("attnlab", "fla direct")):
+            row["x fla"] = row["attnlab"] / row["fla direct"]
+        rows.append(row)
+        print(row, file=sys.stderr)
     return rows
 
 
@@ -123,6 +130,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("-o", "--output", default=None)
+    p.add_argument("--only", choices=("masks", "gated"), default=None, help="one section")
     a = p.parse_args()
     device = resolve(a.device)
     gpu = device.type == "cuda"
@@ -135,13 +143,21 @@ def main() -> None:
             versions[m] = importlib.import_module(m).__version__
         except Exception:
             versions[m] = None
-    out = {"device": str(device), "device_name": describe(device), "versions": versions, "n": n, "heads": heads, "head_dim": dim,
-           "masks": mask_rows(n, heads, dim, device, a.repeats, gen), "gated": gated_rows(n, heads, dim, device, a.repeats, gen)}
-    text = json.dumps(out, indent=1)
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(text)
-    print(text)
+    out = {"device": str(device), "device_name": describe(device), "versions": versions, "n": n, "heads": heads, "head_dim": dim}
+
+    def write() -> str:  # after each section, so that a run stopped midway keeps what it measured
+        text = json.dumps(out, indent=1)
+        if a.output:
+            with open(a.output, "w") as f:
+                f.write(text)
+        return text
+
+    if a.only != "gated":
+        out["masks"] = mask_rows(n, heads, dim, device, a.repeats, gen)
+        write()
+    if a.only != "masks":
+        out["gated"] = gated_rows(n, heads, dim, device, a.repeats, gen)
+    print(write())
 
 
 if __name__ == "__main__":
