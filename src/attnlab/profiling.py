@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ALLOCATORS", "PEAK_BUDGET", "PEAK_MAX_SIZE", "PEAK_MAX_SIZE_GPU", "PEAK_TARGET", "Peak", "allocator_env", "count_flops",
-           "flop_counter", "loglog_slope", "measure_calls", "measure_in_child", "measure_peak", "minor_faults", "peak_bytes", "peak_flops",
-           "quiet_stderr", "round_robin"]
+__all__ = ["ALLOCATORS", "PEAK_BUDGET", "PEAK_MAX_SIZE", "PEAK_MAX_SIZE_GPU", "PEAK_TARGET", "CallPath", "Peak", "allocator_env",
+           "call_path", "count_flops", "flop_counter", "loglog_slope", "measure_calls", "measure_in_child", "measure_peak",
+           "minor_faults", "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]
 
 ALLOCATORS = ("keep", "system")
 """How a timing process's C allocator treats freed memory (:func:`allocator_env`)."""
@@ -349,3 +349,66 @@ def measure_in_child(module: str, spec: dict, what: str, env: dict[str, str] | N
         tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
         raise RuntimeError(f"the {'memory' if env is None else 'timing'} process of {what} failed ({tail[0]})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class CallPath:
+    """The attnlab functions one call ran through (:func:`call_path`).
+
+    Attributes:
+        functions: calls per function, keyed ``"module.py:qualified_name"`` (paths under ``attnlab/``).
+        depth: per target function name, the attnlab frames on the stack at its first call.
+    """
+
+    functions: dict[str, int]
+    depth: dict[str, int]
+
+    @property
+    def files(self) -> set[str]:
+        """The distinct source files of :attr:`functions`."""
+        return {f.split(":", 1)[0] for f in self.functions}
+
+    @property
+    def calls(self) -> int:
+        """All calls of attnlab functions, summed."""
+        return sum(self.functions.values())
+
+
+# comprehension frames: their own code objects up to Python 3.11, inlined from 3.12 (PEP 709),
+# so they are counted as part of the function that holds them
+_INLINED = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+
+
+def call_path(fn: Callable[[], object], targets: tuple[str, ...] = ()) -> CallPath:
+    """Run ``fn()`` under :func:`sys.setprofile` and record every attnlab function it called
+    (lambdas and closures included, comprehensions counted with their function), and the number of
+    attnlab frames on the stack when a function named in ``targets`` is first called."""
+    import attnlab
+
+    root = os.path.dirname(attnlab.__file__) + os.sep
+    functions: dict[str, int] = {}
+    depth: dict[str, int] = {}
+
+    def ours(code) -> bool:
+        return code.co_filename.startswith(root) and code.co_name not in _INLINED
+
+    def profile(frame, event, _arg) -> None:
+        code = frame.f_code
+        if event != "call" or not ours(code):
+            return
+        key = f"{code.co_filename[len(root):]}:{code.co_qualname}"
+        functions[key] = functions.get(key, 0) + 1
+        if code.co_name in targets and code.co_name not in depth:
+            below, up = 0, frame.f_back
+            while up is not None and up is not here:  # the frames below this function's own
+                below += ours(up.f_code)
+                up = up.f_back
+            depth[code.co_name] = below
+
+    here = sys._getframe()
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return CallPath(functions, depth)
