@@ -1,6 +1,7 @@
 """Every variant's training checkpoint loads, scores and resumes: those written before the layer
 held its attention step (the step's keys at the layer's top level, the optimizer's state in the
-parameters' order of then) and those written today.
+parameters' order of then), those written after it, and those written before the gated family
+became sequence mixers (their logits also in float64, to 1e-12: the anchor of that redesign).
 
 tests/data/checkpoints-v2/ was written with make.py beside it (its docstring says how): each run
 with the test score ``attnlab eval`` gave (compared float for float: a count of right answers),
@@ -26,7 +27,7 @@ from attnlab.training import CheckpointError, evaluate, load_checkpoint, train
 from tests.cli.helpers import runner
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints-v2"
-EXPECTED = {w: json.loads((DATA / w / "expected.json").read_text()) for w in ("before-step", "with-step")}
+EXPECTED = {w: json.loads((DATA / w / "expected.json").read_text()) for w in ("before-step", "with-step", "before-mixers")}
 BEFORE = EXPECTED["before-step"]["runs"]
 RUNS = [(w, case) for w, e in EXPECTED.items() for case in e["runs"]]
 
@@ -69,6 +70,18 @@ def test_the_weights_load_whole_and_predict_the_same(written, case):
     with torch.no_grad():
         logits = ck.model.eval()(**inputs).output
     torch.testing.assert_close(logits, torch.tensor(EXPECTED[written]["runs"][case]["logits"]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", EXPECTED["before-mixers"]["runs"])
+def test_a_run_of_before_the_mixers_computes_the_same_in_float64(case):
+    ck = load_checkpoint(DATA / "before-mixers" / case)
+    task = tasks.create(ck.config.task, **ck.config.task_options)
+    inputs, _ = objectives.collate(task, task.split("test"), torch.arange(4))
+    torch.manual_seed(0)  # as make.py
+    with torch.no_grad():
+        logits = ck.model.double().eval()(**inputs).output
+    expected = torch.tensor(EXPECTED["before-mixers"]["runs"][case]["logits_float64"], dtype=torch.float64)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("case", BEFORE)

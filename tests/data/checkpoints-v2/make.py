@@ -6,15 +6,17 @@ that wrote it computed from it (expected.json beside the runs):
   then (and exact attention with a learnable score): trained 2 steps, with ``attnlab eval``'s
   test score, the logits of the first test examples, the parameters' order (the optimizer's)
   and the losses of a resume to 4 steps.
-- ``with-step/``: written by today's code, one run of every registered variant: the best
-  weights and config.json (what ``attnlab eval`` reads), its score and logits.
+- ``with-step/``: written by the code after that change (0b51d2e), one run of every registered
+  variant: the best weights and config.json (what ``attnlab eval`` reads), its score and logits.
+- ``before-mixers/``: the same, written by the code before the gated family became sequence
+  mixers (with the device in config.json), so that the redesign must load what it wrote.
 
 Run from the repository root, with the same environment:
 
     git worktree add /tmp/old e70159d
     PYTHONPATH=/tmp/old/src python tests/data/checkpoints-v2/make.py before-step
     git worktree remove --force /tmp/old
-    python tests/data/checkpoints-v2/make.py with-step [VARIANT ...]
+    python tests/data/checkpoints-v2/make.py with-step|before-mixers [VARIANT ...]
 
 Naming variants (a variant added since) writes theirs alone and keeps the other runs.
 """
@@ -63,8 +65,10 @@ def computed(folder: Path) -> dict:
     torch.manual_seed(0)  # what a variant draws at each call (reformer's rotations)
     with torch.no_grad():
         logits = ck.model.eval()(**inputs).output
+        torch.manual_seed(0)
+        in_float64 = ck.model.double()(**inputs).output  # the anchor of a redesign: equal within 1e-12
     return {"attention": ck.config.attention, "model_options": ck.config.model_options, "value": json.loads(res.stdout)["value"],
-            "logits": logits.tolist()}
+            "logits": logits.tolist(), "logits_float64": in_float64.tolist()}
 
 
 def before_step(out: Path) -> dict:
