@@ -205,3 +205,31 @@ def test_attend_is_served_by_a_passing_flex_and_falls_back_from_a_failing_one_wi
         assert len(fallbacks) == 1 and "torch.flex_attention on cpu" in str(fallbacks[0].message)
         assert len(calls) == checked  # refused: never called again
         assert torch.equal(first, before) and torch.equal(again, before)
+
+
+def _devices(mask, out=None) -> list[str]:
+    """The device types of every tensor ``mask`` and the masks it holds read."""
+    out = [] if out is None else out
+    for value in vars(mask).values():
+        parts = value if isinstance(value, tuple) else (value,)
+        for part in parts:
+            if isinstance(part, torch.Tensor):
+                out.append(part.device.type)
+            elif isinstance(part, masks.Mask):
+                _devices(part, out)
+    return out
+
+
+@pytest.mark.parametrize("name", ["longformer", "bigbird", "documents", "padding"])
+def test_the_mask_flexattention_compiles_reads_tensors_of_the_maps_device_only(name):
+    """Triton refuses a mask function that copies a tensor to the GPU inside it (a buffer in a
+    pointwise subgraph: what a lent H100 raised for global tokens), so the BlockMask's mask
+    function holds its tensors on the device of the map; "meta" stands in for a GPU here."""
+    mask, b, h, block, n, m = CASES[name]
+    mask = mask.bind(n, m)
+    on_cpu = _devices(mask)
+    assert on_cpu and set(on_cpu) == {"cpu"}
+    moved = block_mask(block_map(mask, n, m, batch=b, heads=h, block_size=block).to("meta")).mask_mod
+    assert _devices(moved) == ["meta"] * len(on_cpu)
+    assert set(_devices(mask)) == {"cpu"}  # the mask itself is left as it was
+    assert mask.to("cpu") is mask  # nothing to move: the same mask

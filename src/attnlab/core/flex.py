@@ -53,7 +53,8 @@ def block_mask(bmap: BlockMap) -> BlockMask:
 
     ``kv_num_blocks`` / ``kv_indices`` ``(Bm, Hm, NQ)`` / ``(Bm, Hm, NQ, NK)`` int32 list each
     query tile row's PARTIAL key tiles, ``full_kv_*`` its FULL ones (ascending; FlexAttention
-    reads ``NK`` slots per row); ``mask_mod`` is the map's mask, ``seq_lengths`` ``(N, M)``."""
+    reads ``NK`` slots per row); ``mask_mod`` is the map's mask with its tensors on the map's device
+    (:meth:`~attnlab.core.maskfn.Mask.to`), ``seq_lengths`` ``(N, M)``."""
     width = max(bmap.shape[1], 1)
     idx = bmap.index.long()
 
@@ -68,7 +69,8 @@ def block_mask(bmap: BlockMap) -> BlockMask:
     (kn, ki), (fn, fi) = listed(PARTIAL), listed(FULL)
     from torch.nn.attention.flex_attention import BlockMask
 
-    return BlockMask.from_kv_blocks(kn, ki, fn, fi, BLOCK_SIZE=bmap.block, mask_mod=bmap.mask, seq_lengths=(bmap.n, bmap.m))
+    return BlockMask.from_kv_blocks(kn, ki, fn, fi, BLOCK_SIZE=bmap.block, mask_mod=bmap.mask.to(idx.device),
+                                    seq_lengths=(bmap.n, bmap.m))
 
 
 def tiles(blocks: BlockMask) -> torch.Tensor:

@@ -7,20 +7,18 @@ function built from elementwise torch operations and tensor indexing runs unchan
 (attention-gym's mask_mods included); the shape of its result tells whether it depends on the
 batch row or the head.
 
-A :class:`Mask` is such a function that also knows its own structure: given the position
-ranges of a grid of tiles it says which tiles are :data:`EMPTY` (no pair allowed), :data:`FULL`
-(every pair allowed) or :data:`PARTIAL`, without evaluating a single pair
-(:meth:`Mask.tiles`). That is what lets :func:`attnlab.core.blockmap.block_map` build the map of
-a 128K-token mask in milliseconds; a plain callable's tiles are found by evaluating it, one
-batch of tiles at a time, never N x M at once. Masks compose with ``&``, ``|`` and ``~``.
-
-This module holds the protocol, the combinators and the adapters (a bool tensor, a plain
-callable); :mod:`attnlab.core.positioned` evaluates a mask at given positions, and
-:mod:`attnlab.core.masks` holds the library.
+A :class:`Mask` is such a function that also knows its structure: which tiles of a grid are
+:data:`EMPTY`, :data:`FULL` or :data:`PARTIAL`, without evaluating a pair (:meth:`Mask.tiles`), so
+that :func:`attnlab.core.blockmap.block_map` maps a long mask without its N x M pairs (a plain
+callable's tiles are evaluated a batch of tiles at a time). Masks compose with ``&``, ``|``, ``~``.
+Here: the protocol, the combinators, the adapters (a bool tensor, a plain callable);
+:mod:`attnlab.core.positioned` evaluates a mask at given positions, :mod:`attnlab.core.masks` is
+the library.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -61,6 +59,15 @@ class Mask:
         their offset here; random patterns are drawn for the size). Default: itself."""
         return self
 
+    def to(self, device) -> Mask:
+        """This mask with the tensors it reads (and those of the masks it holds) on ``device``: a
+        copy, or itself when nothing moves. FlexAttention compiles the mask function for its
+        device, where a copy made inside it is a buffer that Triton's lowering refuses."""
+        moved = {key: new for key, old in vars(self).items() if (new := _moved(old, device)) is not old}
+        out = copy.copy(self) if moved else self
+        vars(out).update(moved)
+        return out
+
     def hidden_keys(self, m: int, device=None) -> torch.Tensor | None:
         """``(B or 1, m)`` bool, True for keys no query may attend to (padding), as far as the
         structure tells; None when it does not."""
@@ -100,23 +107,27 @@ class Mask:
         return out.to(torch.bool)
 
     def __and__(self, other):
-        other = _maybe_mask(other)
-        return NotImplemented if other is None else And(self, other)
+        return NotImplemented if (other := _maybe_mask(other)) is None else And(self, other)
 
     def __rand__(self, other):
-        other = _maybe_mask(other)
-        return NotImplemented if other is None else And(other, self)
+        return NotImplemented if (other := _maybe_mask(other)) is None else And(other, self)
 
     def __or__(self, other):
-        other = _maybe_mask(other)
-        return NotImplemented if other is None else Or(self, other)
+        return NotImplemented if (other := _maybe_mask(other)) is None else Or(self, other)
 
     def __ror__(self, other):
-        other = _maybe_mask(other)
-        return NotImplemented if other is None else Or(other, self)
+        return NotImplemented if (other := _maybe_mask(other)) is None else Or(other, self)
 
     def __invert__(self):
         return Not(self)
+
+
+def _moved(value, device):
+    """``value`` on ``device`` when it is a tensor, a mask or a tuple of masks (the parts); else itself."""
+    if isinstance(value, tuple) and value and all(isinstance(v, Mask) for v in value):
+        parts = tuple(v.to(device) for v in value)
+        return value if all(a is b for a, b in zip(parts, value)) else parts
+    return value.to(device) if isinstance(value, (torch.Tensor, Mask)) else value
 
 
 class TensorMask(Mask):
