@@ -1,6 +1,7 @@
 """House rules read from the source of src/attnlab: no module uses another module's private names,
-and no function is longer than :data:`MAX_FUNCTION_LINES` lines (no file over 450 lines:
-tests/core/test_blockmap.py).
+no function is longer than :data:`MAX_FUNCTION_LINES` lines (no file over 450 lines:
+tests/core/test_blockmap.py), and no docstring or comment carries a dated figure
+(:data:`DATED_FIGURE`: measurements belong in benchmarks/results/).
 
 Private: a name with a leading underscore that is not a dunder (``__init__``, ``__dict__`` are
 public). A module may use its own private names; it may not
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -321,3 +323,72 @@ def test_the_function_length_checker_counts_from_the_first_statement_after_the_d
     assert long_functions(over) == {"A.g": 81}
     nested = "def outer():\n    def inner():\n" + _indent(body + "    pass\n") + "    return inner\n"
     assert long_functions(nested) == {"outer": 83, "outer.inner": 81}
+
+
+# ------------------------------------------------------------------------ no dated figure in src/ (issue 60)
+
+UNIT = r"(?:ns|us|µs|ms|s|secs?|seconds?|mins?|minutes?|h|hours?|[KMGT]iB|[kKMGT]B)(?![\w/^])"
+"""A unit of time or memory, as a word of its own (not ``s/step``, ``MB/s``, ``seconds_per_step``)."""
+NUMBER = r"(?<![\w.^])\d[\d,]*(?:\.\d+)?"
+"""A number standing alone: not part of a name (``fp32``), a version (``2.13.0``) or a power (``2^23``)."""
+TIMED = r"(?:took|takes|taking|ran in|runs in|measured at|measured in)"
+RATIO = r"(?:faster|slower|quicker|the time|as fast|as slow|as long)"
+DATED_FIGURE = re.compile("|".join(f"(?:{rule})" for rule in (
+    r"(?<![\w-])20\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?![\w-])",  # a date: 2026-11-26
+    rf"(?<![\w.^])\d+\.\d+\s?{UNIT}",  # a decimal amount: 0.17 s, 9.48 GB
+    rf"(?:\b(?:about|around|roughly|nearly|almost|approximately)\s+|[~≈]\s?){NUMBER}\s?{UNIT}",  # about 500 MiB
+    rf"\b{TIMED}\s+{NUMBER}\s?(?:ms|s|seconds?|minutes?|hours?)(?!\w)",  # took 20 minutes
+    rf"{NUMBER}\s?{UNIT},?\s+(?:against|vs\.?|versus|for one)\s",  # 100 s for one product, 3 s against 4 s
+    rf"{NUMBER}\s?(?:x|×|times)\s+{RATIO}\b",  # 10x slower, 2.6x the time
+)))
+"""A measurement quoted in prose: a date, or an amount of time or memory that reads as measured (a
+decimal, an approximate or timed one, one compared against another, a speed ratio). A whole number
+with its unit stays allowed: that is how a setting reads (``25 ms windows``, ``at most 32 MiB``)."""
+
+
+def dated_figures(text: str) -> list[tuple[int, str]]:
+    """``(line, figure)`` of every match of :data:`DATED_FIGURE` in ``text`` (a figure may span lines)."""
+    return [(text.count("\n", 0, m.start()) + 1, " ".join(m.group().split())) for m in DATED_FIGURE.finditer(text)]
+
+
+def test_no_dated_figure_in_src():
+    files = sorted(p for p in PKG.rglob("*") if p.suffix in (".py", ".html") and "__pycache__" not in p.parts)
+    found = [f"{p.relative_to(SRC)}:{line}: {figure!r}" for p in files for line, figure in dated_figures(p.read_text())]
+    assert not found, ("measurements belong in benchmarks/results/; say what the code does and why, and name the "
+                       "results file or benchmark page:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("text", [
+    "the lookup scores, measured 2026-11-26",
+    "(at 16K: 0.17 s, against 0.42 s)",
+    "one chunkwise scan of Gated DeltaNet kept about 500 MiB",
+    "its N x N weights make each step ~13 s",
+    "Transformer 9.48 GB vs Linformer 0.99 GB at 4K",
+    "an RNN step came out 10x slower",
+    "rope at width 128 0.958 (2.6x\nthe time)",
+    "The defaults took 20 minutes on a 2-core CPU",
+    "an AVX2-only CPU: 100 s for one 2048^3 product",
+    "The CNN's fixed cost per call (about 0.08 ms)",
+    "  # backward at N = 16K: 0.16 s, against\n  # 0.20 s on a transposed view",
+])
+def test_the_dated_figure_detector_catches(text):
+    assert dated_figures(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "timeout: seconds per step, or None",
+    '["variant", "N", "seconds", "peak MiB", "speed-up"]',
+    "torch 2.13 has no public pytree module; fla 0.6.0; Python 3.11",
+    "assert err < 1e-9, within 1e-12 in float64",
+    "a 64K-token document, 16K tokens, N = 16384, 2^23 elements",
+    "25 ms windows, every 10 ms: 100 frames per second",
+    "a block above its mmap threshold (at most 32 MiB); 4 MiB in fp32; 8 GiB where /proc/meminfo does not say",
+    "more while they fit 4 s; one for a step over 20 s",
+    "its padded slots stay within 1.3x of the tiles; a ratio: ``1.23x``",
+    "Yang, Kautz & Hatamizadeh 2025; Tay et al. 2021, Table 2",
+    'f"{ratio:.2f}x faster" if ratio >= 1 else f"({self.seconds:.3g} s each)"',
+    "at 16K one step takes tens of seconds; results in benchmarks/results/segments-*",
+    "``step 21, 12 s of 30 s,``; benchmarks/results/<topic>-YYYY-MM-DD-<cpu>.txt",
+])
+def test_the_dated_figure_detector_allows(text):
+    assert dated_figures(text) == [], text

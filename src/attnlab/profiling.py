@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import inspect
 import json
 import math
 import os
@@ -165,8 +166,8 @@ def measure_peak(dtype: str = "float32", device: str = "cpu") -> Peak:
     The time is bounded whatever the CPU: a product that takes longer than the target stops the
     growth (the one before took under the target, so the last one under 8 times it), and the
     repetitions stop at the budget. On a CPU that multiplies bfloat16 natively the products grow
-    to the largest side; where bfloat16 is emulated (an AVX2-only CPU: 100 s for one 2048^3
-    product) they stop at a few hundred. On a GPU each product is timed between two
+    to the largest side; where bfloat16 is emulated (an AVX2-only CPU), orders of magnitude slower,
+    they stop at a few hundred. On a GPU each product is timed between two
     synchronisations (:func:`attnlab.devices.synchronize`). Measured once per process (cached)."""
     key = _PEAK_DTYPES.get(str(dtype).removeprefix("torch."))
     if key is None:
@@ -405,7 +406,7 @@ def call_path(fn: Callable[[], object], targets: tuple[str, ...] = ()) -> CallPa
                 up = up.f_back
             depth[code.co_name] = below
 
-    here = sys._getframe()
+    here = inspect.currentframe()
     sys.setprofile(profile)
     try:
         fn()

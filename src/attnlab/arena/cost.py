@@ -170,10 +170,11 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
     (:data:`~attnlab.arena.presets.COST_LENGTHS`) become :data:`CUDA_COST_LENGTHS`, and the table
     names the GPU (``"device"``).
 
-    The materialising reference is measured up to ``reference_up_to`` tokens (at 16K one step of it
-    takes tens of seconds and about 16 GiB); beyond, its row is **projected** (``"projected": True``,
-    no seconds): peak bytes ``b N + c N^2`` fitted through its two longest measured lengths (its N x N
-    weights, scores, softmax and their gradients are all N^2, the rest linear in N)."""
+    The materialising reference is measured up to ``reference_up_to`` tokens (at 16K its N x N
+    tensors alone are gigabytes, and one step takes tens of seconds); beyond, its row is
+    **projected** (``"projected": True``, no seconds): peak bytes ``b N + c N^2`` fitted through its
+    two longest measured lengths (its N x N weights, scores, softmax and their gradients are all
+    N^2, the rest linear in N)."""
     from .. import efficient
     from ..devices import resolve
     from ..validate import positive_int

@@ -188,7 +188,7 @@ LRA_STEPS = 100
 are thousands on accelerators: on a 2-core CPU this is a first look, not the paper's budget)."""
 
 
-# The default run (quick) keeps a curated choice, for make demo's time (about 7 minutes): no rule over the
+# The default run (quick) keeps a curated choice, for make demo's time (README, Set-up): no rule over the
 # capabilities gives it (one causal variant per family would drop linear and add reformer). Like every
 # preset's, it is planned only where the capabilities fit (Preset binds each task's variants to the task).
 LOOKUP_VARIANTS = ("dense", "local", "linear", "performer", "retnet", NO_ATTENTION)
@@ -222,7 +222,7 @@ PRESETS: dict[str, Preset] = {
         description="the default: lookup, a 1K-token key-value log that attention must read, at three difficulty levels (8, 16 and 32 "
                     f"keys; seeds 0 and 1, {LOOKUP_STEPS} steps a run), and a 1K-byte real-text task with its no-attention baseline "
                     f"({TEXT_STEPS} steps), all in steps and fp32 (the same scores on any machine), then each variant's cost at 1K, 4K "
-                    "and 16K tokens; about 7 minutes on a 2-core CPU",
+                    "and 16K tokens; a few minutes on a 2-core CPU",
     ),
     "standard": Preset(
         {
@@ -240,8 +240,8 @@ PRESETS: dict[str, Preset] = {
                     "learning rate (an estimated two and a half hours)",
     ),
     "lra": Preset(
-        {  # listops leaves out the references (dense_naive): at 2000 tokens its N x N weights make each step ~13 s and its
-            # evaluation minutes (measured), a quarter of the preset's time for one cell
+        {  # listops leaves out the references (dense_naive): at 2000 tokens its N x N weights make its steps and
+            # evaluation the slowest of the grid, a quarter of the preset's time for one cell
             "listops": TaskSetting({"size": 2000, "min_length": 500, "max_length": 2000, "max_args": 10},
                                    {"steps": LRA_STEPS, "batch_size": 16, "num_layers": 2, "eval_every": 50},
                                    DEFAULT_VARIANTS, sweep=_lr_sweep("listops")),

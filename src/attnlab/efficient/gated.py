@@ -42,10 +42,9 @@ __all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "PaddingInside
 
 CONV_PRODUCTS_MAX = 2 ** 23
 """The short convolution of a window of at most this many elements (``B x positions x 3E``: a
-segment, :data:`attnlab.efficient.recurrence.SEGMENT`) is computed as K shifted products, in the
-positions' layout (forward and backward of 16 windows of 1K positions, 768 channels: 0.07 s,
-against 0.13 s for ``conv1d`` with its two transposes); a longer one by ``conv1d``, which stays
-ahead once the window leaves the cache (at 16K: 0.17 s, against 0.42 s)."""
+segment, :data:`attnlab.efficient.recurrence.SEGMENT`) is computed as K shifted products in the
+positions' own layout, which saves ``conv1d``'s two transposes; a longer window by ``conv1d``, which
+is faster once the window no longer fits the cache (``benchmarks/results/short-convolution-*``)."""
 
 MODES = ("chunk", "parallel", "recurrent")
 """The forms a layer computes with: chunkwise (training, the default), the quadratic parallel
@@ -362,8 +361,8 @@ class GatedRecurrence(EfficientStep):
             for j in range(1, self.conv_size):
                 mixed = torch.addcmul(mixed, wide[:, j:j + n], weight[:, j].to(wide.dtype))
             return self._conv_heads(F.silu(mixed).to(full.dtype), widths, heads)
-        # channels-first and contiguous: conv1d's CPU kernel is fastest so on a long window (forward and
-        # backward at N = 16K: 0.16 s, against 0.20 s on a transposed view and 0.33 s as K shifted products)
+        # channels-first and contiguous: conv1d's CPU kernel is fastest so on a long window, ahead of a transposed
+        # view and of K shifted products (benchmarks/results/short-convolution-*)
         mixed = F.conv1d(full.transpose(1, 2).contiguous(), self.conv.weight.to(full.dtype), groups=full.shape[-1])
         mixed = F.silu(mixed).transpose(1, 2).contiguous()  # (B, b - a, C): each head's channels adjacent again
         return self._conv_heads(mixed, widths, heads)

@@ -18,8 +18,8 @@ class NaiveDenseAttention(DenseStep):
     until the backward pass. It computes exactly what ``dense`` computes (every score,
     normaliser, mask and bias), only without PyTorch's fused kernel, which never holds the
     matrix; so its memory grows as N^2 where ``dense``'s grows as N. The Long Range Arena's
-    memory column (Tay et al. 2021, Table 2: Transformer 9.48 GB vs Linformer 0.99 GB at 4K)
-    compares against this, not against a fused kernel.
+    memory column (Tay et al. 2021, Table 2: the Transformer against Linformer and the others at
+    4K) compares against this, not against a fused kernel.
 
     Args: as for :class:`attnlab.layers.exact.DenseStep`.
     """

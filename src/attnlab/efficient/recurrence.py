@@ -38,17 +38,15 @@ zeros, which change nothing), the chunks of every document are computed at once,
 chunks starts each document from its own initial state: no Python loop per document. The state
 given and returned is then one per document, ``(S, H, D, Dv)``.
 
-**Memory.** Autograd would keep every chunk's products for the backward, O(N (C + D)) per head
-with a large constant (a (C, C) score and decay and several (C, D) and (D, Dv) tensors per chunk:
-at N = 16K, B = 1, H = 4, D = 64, one chunkwise scan of Gated DeltaNet kept about 500 MiB). The
-chunkwise forms therefore run in segments of :data:`~attnlab.efficient.segments.SEGMENT`
-positions (``segment=``; :func:`~attnlab.efficient.segments.segmented`), one after another, each
-starting from the state the previous one ends in; under autograd each segment is a non-reentrant
-checkpoint, so that the backward keeps only the inputs and the ``D x Dv`` state entering each
-segment, and computes one segment's chunks again at a time (what fla's kernels do with the states
-at chunk boundaries). The scan across chunks is one autograd node
-(:func:`~attnlab.efficient.segments.linear_scan`). The price is one more forward of the chunks;
-``segment=None`` keeps everything. A sequence of one segment is computed without recomputation.
+**Memory.** Autograd would keep every chunk's products for the backward, O(N (C + D)) per head with
+a large constant (a (C, C) score and decay and several (C, D) and (D, Dv) tensors per chunk). The
+chunkwise forms therefore run in segments of :data:`~attnlab.efficient.segments.SEGMENT` positions (``segment=``;
+:func:`~attnlab.efficient.segments.segmented`), each starting from the state the previous one ends in
+and, under autograd, a non-reentrant checkpoint: the backward keeps the ``D x Dv`` state entering each
+segment and computes one segment's chunks again at a time (as fla's kernels keep the states at chunk
+boundaries); the scan across chunks is one autograd node (:func:`~attnlab.efficient.segments.linear_scan`).
+The price is one more forward of the chunks (none for a sequence of one segment); ``segment=None`` keeps
+everything. Peak memory before and after: ``benchmarks/results/segments-*``.
 """
 
 from __future__ import annotations

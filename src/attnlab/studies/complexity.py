@@ -18,12 +18,10 @@ per layer):
 * **time**: median forward seconds (no gradient, B = 1, fp32) at each n, each layer timed alone
   in a fresh process that keeps the memory it frees (:func:`attnlab.profiling.allocator_env`),
   its lengths swept ``rounds`` times one after another (the median of the rounds is kept: a
-  slow spell of the machine falls on every n); timed side by side in one process, an RNN step
-  at n = 8192 came out 10x slower after the attention-RNNs' n^2 allocations. The exponent of
-  a least-squares fit of log time against log n over the lengths where the layer's leading term
-  dominates (:data:`FIT_SIZES`, stated beside each exponent): the CNN over 8K-256K, where its
-  fixed cost per call is under 5% of the time, self-attention over 4K-32K, where n^2 d outweighs
-  the block's n d^2 work (projections and feed-forward) several times;
+  slow spell of the machine falls on every n; in one shared process the attention-RNNs' n^2
+  allocations would slow the layers timed after them). The exponent: a least-squares fit of log
+  time against log n over the lengths where the layer's leading term dominates (:data:`FIT_SIZES`,
+  stated beside each exponent);
 * **sequential steps**: the longest chain of dependent ATen operations in one forward pass,
   traced with a ``TorchDispatchMode``: every operation's depth is one more than the deepest
   tensor it reads (views cost nothing; an in-place write deepens the whole storage). A loop
@@ -91,11 +89,11 @@ FIT_SIZES: dict[str, tuple[int, ...]] = {
     "lstmn": (1024, 2048, 4096, 8192),
 }
 """Per layer, the lengths its time exponent is fitted over: where its leading term dominates.
-The CNN's fixed cost per call (about 0.08 ms, its time at n = 64) is under 5% of its time from
-8K positions (d = 64); the recurrent layers pay a fixed cost per step from the start;
-self-attention's O(n^2 d) outweighs its block's O(n d^2) work (projections and feed-forward)
-several times from n = 4096. ``attnlab complexity`` times each layer at these
-lengths too (``--no-fit``: only ``--sizes``)."""
+The CNN's fixed cost per call (its time at n = 64) is under 5% of its time from 8K positions
+(d = 64; the times: ``benchmarks/results/complexity-*``); the recurrent layers pay a fixed cost
+per step from the start; self-attention's O(n^2 d) outweighs its block's O(n d^2) work
+(projections and feed-forward) several times from n = 4096. ``attnlab complexity`` times each
+layer at these lengths too (``--no-fit``: only ``--sizes``)."""
 
 
 @dataclass

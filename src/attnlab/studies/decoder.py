@@ -46,7 +46,7 @@ from .pretrained import SwapRecord
 __all__ = ["DECODERS", "DecoderRecord", "TRAINING", "byte_tokenizer", "decoder_folder", "decoder_variants", "heldout_windows",
            "is_decoder", "is_hybrid", "run", "train_decoder"]
 
-DECODERS = {"docs-llama": "a 0.8M-parameter Llama trained here on Python's documentation topics (about 5 minutes, cached)"}
+DECODERS = {"docs-llama": "a 0.8M-parameter Llama trained here on Python's documentation topics (a few minutes, cached)"}
 """Decoders known by name: trained on first use, then read from the cache."""
 
 TRAINING = dict(steps=800, length=512, batch=8, lr=2e-3, warmup=50, seed=0)

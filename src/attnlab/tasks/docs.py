@@ -1,6 +1,6 @@
 """``docs``: byte-level language modelling of Python's own documentation, which every machine
 has: the text of the reference manual's topics that ``help()`` shows (``pydoc_data.topics``,
-part of the standard library; about 460 KB of English prose with code examples).
+part of the standard library; some hundreds of KB of English prose with code examples).
 
 The topics are joined in the order of their names into one byte stream and cut into three
 contiguous parts (90 % train, 5 % validation, 5 % test, as enwik8 is), so that no test text

@@ -178,15 +178,11 @@ def train(
             its positions; :mod:`attnlab.distributed`); P must divide the number of processes,
             and the rest is data parallelism (a 2-D mesh: consecutive ranks form a sequence group).
 
-    Data parallel: started by ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE``
-    > 1 in the environment), each process trains a ``DistributedDataParallel`` copy on its share
-    of every global batch (``batch_size`` examples, rows ``rank::N``; gloo on the CPU, NCCL on CUDA, one GPU per local rank)
-    and the gradients are averaged; every process validates, only rank 0 writes checkpoints. With
-    equal shares (classification, ``batch_size`` divisible by N) the loss trajectory equals the
-    single-process one. Under sequence parallelism the P ranks of a group run the same examples,
-    each its shard of the positions (validation and test too), and the gradients are averaged
-    over every process: the same trajectory again, with 1/P of each sequence's activations in the
-    encoder blocks per process (the final vectors are gathered whole for the head and the loss).
+    Data parallel under ``torchrun --nproc-per-node N -m attnlab train ...`` (``WORLD_SIZE > 1``):
+    each process trains a ``DistributedDataParallel`` copy on rows ``rank::N`` of every global batch
+    (gloo on the CPU, NCCL on CUDA), every process validates and rank 0 alone writes checkpoints; with
+    equal shares, and under sequence parallelism, the loss follows the single-process trajectory
+    (docs/guides/sequence-parallelism.md).
     """
     t0 = time.perf_counter()
     with _removed_if_left_empty(Path(out)):  # failed or interrupted before its first checkpoint: no empty folder left
