@@ -18,7 +18,7 @@ The public API::
     attnlab.models.create / names (backbones), attnlab.tasks.create / names
     attnlab.training.train / evaluate (the train pipeline)
     attnlab.pretrained.load("all-MiniLM-L6-v2" | folder, attention=...) (BERT-family weights in attnlab's modules)
-    import attnlab.integrations.transformers (then attn_implementation="attnlab" / "attnlab:<variant>" in any transformers model)
+    import attnlab.integrations.transformers (then attn_implementation="attnlab" / "attnlab:<variant>" in transformers)
 
 Every family is a registry with the same verbs: ``create(name, ...)``, ``names()``, ``register(name)``.
 

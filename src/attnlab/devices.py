@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["DEVICES", "DeviceError", "describe", "forked_rng", "in_words", "peak_memory", "reset_peak_memory", "resolve", "rng_state",
-           "set_rng_state", "synchronize"]
+__all__ = ["DEVICES", "DeviceError", "describe", "forked_rng", "in_words", "peak_memory", "reset_peak_memory",
+           "resolve", "rng_state", "set_rng_state", "synchronize"]
 
 DEVICES = "auto|cpu|cuda[:i]|mps"
 """What ``--device`` accepts, as its help shows it."""
@@ -47,17 +47,19 @@ def resolve(device: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if d.type == "cuda":
         if not torch.cuda.is_available():
-            built = "built without CUDA" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}, but no GPU is visible"
-            raise DeviceError(f"device {device!r}: this machine has no CUDA device (torch {torch.__version__} is {built}); "
-                              "use --device cpu or auto")
+            built = ("built without CUDA" if torch.version.cuda is None
+                     else f"built for CUDA {torch.version.cuda}, but no GPU is visible")
+            raise DeviceError(f"device {device!r}: this machine has no CUDA device (torch {torch.__version__} is "
+                              f"{built}); use --device cpu or auto")
         count = torch.cuda.device_count()
         if d.index is not None and d.index >= count:
-            raise DeviceError(f"device {device!r}: this machine has {count} CUDA device{'s' if count != 1 else ''} (cuda:0"
-                              f"{f' .. cuda:{count - 1}' if count > 1 else ''})")
+            raise DeviceError(f"device {device!r}: this machine has {count} CUDA device{'s' if count != 1 else ''} "
+                              f"(cuda:0{f' .. cuda:{count - 1}' if count > 1 else ''})")
         return d
     if d.type == "mps":
         if not _has_mps():
-            raise DeviceError(f"device {device!r}: this machine has no MPS device (Apple silicon with a torch built for it)")
+            raise DeviceError(f"device {device!r}: this machine has no MPS device (Apple silicon with a torch built "
+                              "for it)")
         return d
     raise DeviceError(f"device {device!r}: attnlab runs on {DEVICES}")
 
@@ -77,7 +79,8 @@ def describe(device: str | torch.device) -> str:
 
 
 def in_words(device: str | torch.device) -> str:
-    """``cpu``, or a device and its name, ``cuda (NVIDIA H100 80GB HBM3)``: how results name where they were measured."""
+    """``cpu``, or a device and its name, ``cuda (NVIDIA H100 80GB HBM3)``: how results name where they were
+    measured."""
     d = torch.device(device)
     return "cpu" if d.type == "cpu" else f"{d} ({describe(d)})"
 
@@ -126,6 +129,7 @@ def set_rng_state(state: dict, device: str | torch.device) -> None:
 def forked_rng() -> Iterator[None]:
     """Inside, draws from torch's generators (the CPU's and any CUDA device's in use) leave the
     caller's state untouched."""
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    devices = (list(range(torch.cuda.device_count())) if torch.cuda.is_available() and torch.cuda.is_initialized()
+               else [])
     with torch.random.fork_rng(devices=devices):
         yield

@@ -39,5 +39,5 @@ def require(module: str, extra: str, what: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise MissingExtraError(f"{what} needs {module.split('.')[0]}, which is not installed: pip install 'attnlab[{extra}]' "
-                                f"(or 'attnlab[all]')") from e
+        raise MissingExtraError(f"{what} needs {module.split('.')[0]}, which is not installed: pip install "
+                                f"'attnlab[{extra}]' (or 'attnlab[all]')") from e

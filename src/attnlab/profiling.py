@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ALLOCATORS", "PEAK_BUDGET", "PEAK_MAX_SIZE", "PEAK_MAX_SIZE_GPU", "PEAK_TARGET", "CallPath", "Peak", "allocator_env",
-           "call_path", "count_flops", "flop_counter", "loglog_slope", "measure_calls", "measure_in_child", "measure_peak",
-           "minor_faults", "peak_bytes", "peak_flops", "quiet_stderr", "round_robin"]
+__all__ = ["ALLOCATORS", "PEAK_BUDGET", "PEAK_MAX_SIZE", "PEAK_MAX_SIZE_GPU", "PEAK_TARGET", "CallPath", "Peak",
+           "allocator_env", "call_path", "count_flops", "flop_counter", "loglog_slope", "measure_calls",
+           "measure_in_child", "measure_peak", "minor_faults", "peak_bytes", "peak_flops", "quiet_stderr",
+           "round_robin"]
 
 ALLOCATORS = ("keep", "system")
 """How a timing process's C allocator treats freed memory (:func:`allocator_env`)."""
@@ -171,7 +172,8 @@ def measure_peak(dtype: str = "float32", device: str = "cpu") -> Peak:
     synchronisations (:func:`attnlab.devices.synchronize`). Measured once per process (cached)."""
     key = _PEAK_DTYPES.get(str(dtype).removeprefix("torch."))
     if key is None:
-        raise ValueError(f"peak_flops measures float32 (fp32) or bfloat16 (bf16), the precisions a run trains in, got {dtype!r}")
+        raise ValueError("peak_flops measures float32 (fp32) or bfloat16 (bf16), the precisions a run trains in, got "
+                         f"{dtype!r}")
     return _measure_peak(key, str(device))
 
 
@@ -185,7 +187,8 @@ def _measure_peak(dtype: str, device: str) -> Peak:
     t_start = time.perf_counter()
 
     def draw(n: int) -> torch.Tensor:  # a GPU draws its own (the CPU would take seconds at its largest sides)
-        return torch.randn(n, n, generator=gen).to(device=device, dtype=dt) if on_cpu else torch.randn(n, n, device=device, dtype=dt)
+        return (torch.randn(n, n, generator=gen).to(device=device, dtype=dt) if on_cpu
+                else torch.randn(n, n, device=device, dtype=dt))
 
     def product(n: int) -> tuple[float, Callable[[], object]]:
         a, b = draw(n), draw(n)
@@ -240,7 +243,8 @@ def flop_counter():
     aten = torch.ops.aten
     cpu_attention = {
         aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v),
-        aten._scaled_dot_product_flash_attention_for_cpu_backward: lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v),
+        aten._scaled_dot_product_flash_attention_for_cpu_backward:
+            lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v),
     }
     return FlopCounterMode(display=False, custom_mapping=cpu_attention)
 
@@ -291,7 +295,8 @@ def round_robin(
             gc.collect()
         times[k].append(timed(call))
     round_trip = sum(t[0] for t in times.values())
-    repeats = 1 if round_trip > slow_seconds else max(min_repeats, min(max_repeats, int(target_seconds / max(round_trip, 1e-9))))
+    repeats = (1 if round_trip > slow_seconds
+               else max(min_repeats, min(max_repeats, int(target_seconds / max(round_trip, 1e-9)))))
     for _ in range(repeats):
         for k, call in calls.items():  # round-robin: noise hits every implementation alike
             times[k].append(timed(call))

@@ -68,7 +68,8 @@ class Registry(Generic[T]):
         when it passes further options on to something that cannot be inspected."""
         return keyword_options(self.get(name))
 
-    def check_options(self, name: str, options: Collection[str], *, hidden: Collection[str] = (), what: str = "option") -> None:
+    def check_options(self, name: str, options: Collection[str], *, hidden: Collection[str] = (),
+                      what: str = "option") -> None:
         """Raise a ``ValueError`` naming each of ``options`` that ``name`` does not take and listing
         the ones it does (less ``hidden``: those set another way, e.g. by their own flag);
         ``what`` names the options in the message (``"--attention-option"``)."""

@@ -4,6 +4,20 @@
 :data:`SCORES` is the registry.
 """
 
-from .core.scores import SCORES, Additive, Bilinear, Cosine, Dot, ScaledDot, Score, cosine, create, dot, names, scaled_dot
+from .core.scores import (
+    SCORES,
+    Additive,
+    Bilinear,
+    Cosine,
+    Dot,
+    ScaledDot,
+    Score,
+    cosine,
+    create,
+    dot,
+    names,
+    scaled_dot,
+)
 
-__all__ = ["SCORES", "Score", "Dot", "ScaledDot", "Cosine", "Additive", "Bilinear", "dot", "scaled_dot", "cosine", "create", "names"]
+__all__ = ["SCORES", "Score", "Dot", "ScaledDot", "Cosine", "Additive", "Bilinear", "dot", "scaled_dot", "cosine",
+           "create", "names"]

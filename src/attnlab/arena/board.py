@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from .store import task_label
 from .sweep import choose
 
-__all__ = ["average_over_tasks", "budget_of", "caveats", "leaderboard", "level_names", "level_text", "level_values", "setting_of",
-           "sweep_text", "task_budget"]
+__all__ = ["average_over_tasks", "budget_of", "caveats", "leaderboard", "level_names", "level_text", "level_values",
+           "setting_of", "sweep_text", "task_budget"]
 
 
 def budget_of(config: dict) -> str:
@@ -51,7 +51,8 @@ def setting_of(row: dict, swept: Iterable[str] = ()) -> str:
     from ..training.config import FORMER_NAMES, LATER_FIELDS
 
     skip = {"seed", *(swept or row.get("sweep") or {})}
-    config = {**LATER_FIELDS, **{FORMER_NAMES.get(k, k): v for k, v in row["config"].items()}}  # a field added since: its value of then
+    # a field added since: its value of then
+    config = {**LATER_FIELDS, **{FORMER_NAMES.get(k, k): v for k, v in row["config"].items()}}
     config = {k: v for k, v in config.items() if k not in skip}
     level = row.get("level") or {}
     if level and isinstance(config.get("task_options"), dict):
@@ -139,14 +140,16 @@ def leaderboard(rows: list[dict]) -> dict:
     for (task, variant), by_setting in cells.items():
         labels = _differences(list(by_setting))
         for setting, rs in by_setting.items():
-            levels = list(known.get(task, {}).values()) if any(r.get("level") for r in rs) else None  # a cell of levels has them all
+            # a cell of levels has them all
+            levels = list(known.get(task, {}).values()) if any(r.get("level") for r in rs) else None
             tasks.setdefault(task, []).append(_entry(variant, labels[setting], rs, rows, levels))
     for entries in tasks.values():
         for e in entries:
             same = [d for d in entries if d["variant"] == "dense" and d["value"] is not None]
             dense = next((d for d in same if d["setting"] == e["setting"]), same[0] if same else None)
             e["speed"] = e["steps_per_second"] / dense["steps_per_second"] if dense and e["steps_per_second"] else None
-            e["memory"] = e["peak_bytes"] / dense["peak_bytes"] if dense and e["peak_bytes"] and dense["peak_bytes"] else None
+            e["memory"] = (e["peak_bytes"] / dense["peak_bytes"] if dense and e["peak_bytes"] and dense["peak_bytes"]
+                           else None)
         entries.sort(key=lambda e: (e["value"] is None, -(e["value"] or 0)))
     return {"tasks": tasks, "average": average_over_tasks(tasks)}
 
@@ -178,7 +181,8 @@ def average_over_tasks(tasks: dict[str, list[dict]]) -> list[dict]:
     out = []
     labels = dict.fromkeys((e["variant"], e["setting"]) for es in tasks.values() for e in es)
     for v, setting in labels:
-        cells = {t: e for t, es in tasks.items() for e in es if (e["variant"], e["setting"]) == (v, setting) and e["value"] is not None}
+        cells = {t: e for t, es in tasks.items() for e in es if (e["variant"], e["setting"]) == (v, setting)
+                 and e["value"] is not None}
         if not cells:
             continue
         timed = [c for c in cells.values() if c["speed"] is not None]
@@ -186,11 +190,12 @@ def average_over_tasks(tasks: dict[str, list[dict]]) -> list[dict]:
         dense = [next((e["value"] for e in sorted(tasks[t], key=lambda d: d["setting"] != setting)
                        if e["variant"] == "dense" and e["value"] is not None), None) for t in cells]
         out.append({
-            "variant": v, "setting": setting, "value": statistics.fmean(c["value"] for c in cells.values()), "tasks": len(cells),
-            "of": everyone, "ranked": len(cells) == everyone, "task_names": list(cells),
+            "variant": v, "setting": setting, "value": statistics.fmean(c["value"] for c in cells.values()),
+            "tasks": len(cells), "of": everyone, "ranked": len(cells) == everyone, "task_names": list(cells),
             "speed": math.exp(statistics.fmean(math.log(c["speed"]) for c in timed)) if timed else None,
             "memory": math.exp(statistics.fmean(math.log(c["memory"]) for c in sized)) if sized else None,
-            "dense_same_tasks": statistics.fmean(dense) if dense and None not in dense and len(cells) < everyone else None,
+            "dense_same_tasks": (statistics.fmean(dense) if dense and None not in dense and len(cells) < everyone
+                                 else None),
         })
     out.sort(key=lambda e: (not e["ranked"], -e["value"]))
     return out
@@ -207,17 +212,18 @@ def _entry(variant: str, setting: str, rs: list[dict], rows: list[dict], levels:
         by_level.setdefault(json.dumps(r.get("level") or {}, sort_keys=True), []).append(r)
     if len(by_level) == 1 and next(iter(by_level)) == "{}":
         return _level_entry(variant, setting, rs, rows)
-    order = sorted(by_level, key=lambda k: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in json.loads(k).values()])
+    order = sorted(by_level, key=lambda k: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
+                                            for v in json.loads(k).values()])
     parts = [{**_level_entry(variant, setting, by_level[k], rows), "level": json.loads(k)} if by_level[k] else
-             {**_level_entry(variant, setting, rs[:1], rows), "level": json.loads(k), "value": None, "spread": None, "seeds": 0,
-              "run_ids": [], "caveats": [], "error": "no finished run at this level"} for k in order]
+             {**_level_entry(variant, setting, rs[:1], rows), "level": json.loads(k), "value": None, "spread": None,
+              "seeds": 0, "run_ids": [], "caveats": [], "error": "no finished run at this level"} for k in order]
     first = {k: v for k, v in parts[0].items() if k != "level"}  # the mean over the levels is at no one level
     entry = {**first, "levels": parts, "run_ids": [i for p in parts for i in p["run_ids"]],
              "caveats": list(dict.fromkeys(f"{level_text(p['level'])}: {c}" for p in parts for c in p["caveats"]))}
     missing = [p for p in parts if p["value"] is None]
     if missing:
-        entry.update(value=None, spread=None, error=f"{level_text(missing[0]['level'])}: {missing[0]['error']}", steps_per_second=None,
-                     peak_bytes=None, flop_rate=None, peak_fraction=None, sweep=None)
+        entry.update(value=None, spread=None, error=f"{level_text(missing[0]['level'])}: {missing[0]['error']}",
+                     steps_per_second=None, peak_bytes=None, flop_rate=None, peak_fraction=None, sweep=None)
         return entry
     by_id = {r.get("run_id"): r for r in rs}
     per_seed: dict[int, list[float]] = {}
@@ -270,7 +276,8 @@ def _level_entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -
     budget = budget_of(first["config"]) if len(budgets) == 1 else " or ".join(budgets) + " (swept)"
     entry = {"variant": variant, "setting": setting, "seeds": len({r["seed"] for r in ok}), "sweep": sweep,
              "metric": first["metric"] or (ok[0]["metric"] if ok else None), "budget": budget,
-             "timed": first["config"].get("seconds") is not None, "caveats": caveats(ok, rows), "run_ids": [r.get("run_id") for r in ok],
+             "timed": first["config"].get("seconds") is not None, "caveats": caveats(ok, rows),
+             "run_ids": [r.get("run_id") for r in ok],
              "device": next((r.get("device") for r in (ok or rs) if r.get("device")), "cpu")}
     if ok:
         values = [r["value"] for r in ok]
@@ -282,8 +289,8 @@ def _level_entry(variant: str, setting: str, rs: list[dict], rows: list[dict]) -
             flop_rate=_mean_of(ok, "flop_rate"), peak_fraction=_mean_of(ok, "peak_fraction"),
         )
     else:
-        entry.update(value=None, spread=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"], precision=None,
-                     flop_rate=None, peak_fraction=None)
+        entry.update(value=None, spread=None, steps_per_second=None, peak_bytes=None, params=None, error=rs[0]["error"],
+                     precision=None, flop_rate=None, peak_fraction=None)
     return entry
 
 
@@ -309,7 +316,8 @@ def _same_setup(config: dict) -> str:
     were renamed hold them under their earlier names: :data:`attnlab.training.config.FORMER_NAMES`)."""
     from ..training.config import FORMER_NAMES
 
-    return json.dumps({FORMER_NAMES.get(k, k): v for k, v in config.items() if k not in ("seed", "seconds", "steps", "epochs", "patience")},
+    return json.dumps({FORMER_NAMES.get(k, k): v for k, v in config.items()
+                       if k not in ("seed", "seconds", "steps", "epochs", "patience")},
                       sort_keys=True)
 
 
@@ -317,7 +325,8 @@ def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
     """Why a leaderboard cell's score (its finished runs ``cell``) means less than it seems
     (:mod:`attnlab.training.caveats`): a tiny test split, a time-budgeted run with too few steps,
     or one whose steps per second fell far below other stored runs of the same configuration
-    (a busy machine), or a share of the machine's peak above 100 %. Rows stored before ``test_size`` existed skip that check."""
+    (a busy machine), or a share of the machine's peak above 100 %. Rows stored before ``test_size`` existed skip that
+    check."""
     from ..training.caveats import busy, few_steps, tiny_test
 
     sizes = [r["test_size"] for r in cell if r.get("test_size") is not None]
@@ -331,12 +340,13 @@ def caveats(cell: list[dict], rows: list[dict]) -> list[str]:
 
     def peers(r) -> list[float]:
         key = _same_setup(r["config"])
-        return [o["steps_per_second"] for o in rows if o is not r and o["status"] == "done" and _same_setup(o["config"]) == key]
+        return [o["steps_per_second"] for o in rows if o is not r and o["status"] == "done"
+                and _same_setup(o["config"]) == key]
 
     over = max((r.get("peak_fraction") or 0 for r in cell), default=0)
     if over > 1:  # FLOP/s over the peak measured at another time: the two were timed under different loads
-        found.append(f"its share of this machine's peak ({100 * over:.0f}%) is above 100%: the peak and its steps were timed under "
-                     "different loads (other work on the cores), so the share is not shown")
+        found.append(f"its share of this machine's peak ({100 * over:.0f}%) is above 100%: the peak and its steps were "
+                     "timed under different loads (other work on the cores), so the share is not shown")
     timed = lambda r: r["config"].get("seconds") is not None  # noqa: E731
     found.append(first(lambda r: few_steps(r["steps"] or 0, timed(r))))
     found.append(first(lambda r: busy(r["steps_per_second"], peers(r)) if timed(r) else None))

@@ -18,8 +18,9 @@ def label(entry: dict) -> str:
     return entry["variant"] + (f" ({entry['setting']})" if entry.get("setting") else "")
 
 
-_PALETTE = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd", "#c5b0d5",
-            "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5", "#393b79", "#637939")
+_PALETTE = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd",
+            "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
+            "#393b79", "#637939")
 """Matplotlib's tab20 and two more: as many distinct colours as registered variants."""
 
 
@@ -36,9 +37,10 @@ def _color(variant: str) -> str:
 def _bubbles(ax, entries: list[dict], title: str) -> None:
     pts = [e for e in entries if e.get("value") is not None and e.get("speed")]
     if entries and not pts:  # nothing to place on the speed axis: say why instead of a blank panel
-        why = "no dense run here: speed and memory are relative to dense" if not any(e["variant"] == "dense" for e in entries) \
-            else "no finished run with a speed"
-        ax.text(0.5, 0.5, why + "\n" + ", ".join(f"{label(e)} {e['value']:.3f}" for e in entries if e.get("value") is not None),
+        why = ("no dense run here: speed and memory are relative to dense"
+               if not any(e["variant"] == "dense" for e in entries) else "no finished run with a speed")
+        ax.text(0.5, 0.5, why + "\n"
+                + ", ".join(f"{label(e)} {e['value']:.3f}" for e in entries if e.get("value") is not None),
                 ha="center", va="center", fontsize=8, transform=ax.transAxes, wrap=True)
     for e in pts:
         size = 600 * (e.get("memory") or 1.0)
@@ -46,7 +48,8 @@ def _bubbles(ax, entries: list[dict], title: str) -> None:
         if e.get("spread") and math.isfinite(e["spread"]):  # the seeds' spread: +- one standard deviation
             ax.errorbar(e["speed"], e["value"], yerr=e["spread"], color=_color(e["variant"]), capsize=3, lw=1)
         if e.get("sweep"):  # the sweep's range: every value's mean test score, dotted
-            ax.vlines(e["speed"], e["sweep"]["low"], e["sweep"]["high"], colors=_color(e["variant"]), linestyles=":", lw=1.2)
+            ax.vlines(e["speed"], e["sweep"]["low"], e["sweep"]["high"], colors=_color(e["variant"]),
+                      linestyles=":", lw=1.2)
         ax.annotate(label(e), (e["speed"], e["value"]), fontsize=8, ha="center", va="center")
     ax.set_xscale("log", base=2)
     ax.axvline(1.0, color="grey", lw=0.6, ls=":")
@@ -82,7 +85,8 @@ def plot_lra(board: dict, path: str | Path) -> Path:
     swept = any(e.get("sweep") for es in board["tasks"].values() for e in es)
     heading = ("attnlab arena: score vs speed (bubble area: peak memory relative to dense; bars: +-1 sd over seeds"
                + ("; dotted: the range over a sweep's values" if swept else "") + ")")
-    fig.suptitle("\n".join(textwrap.wrap(heading, 40 * cols)), fontsize=10)  # constrained layout keeps it off the panels' titles
+    # constrained layout keeps it off the panels' titles
+    fig.suptitle("\n".join(textwrap.wrap(heading, 40 * cols)), fontsize=10)
     return _save(fig, path)
 
 
@@ -114,10 +118,12 @@ def plot_curves(rows: list[dict], path: str | Path, labels: dict[str, str] | Non
     for ax, (task, lines) in zip(axes.flat, tasks.items()):
         for name, (variant, hist) in lines.items():
             alone = len(hist) < 2  # one validation: a larger dot
-            ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker="o" if alone else ".", ms=7 if alone else 4, lw=1.2,
-                    color=_color(variant), label=name, ls="--" if variant == NO_ATTENTION else "-")
+            ax.plot([h["seconds"] for h in hist], [h["val"] for h in hist], marker="o" if alone else ".",
+                    ms=7 if alone else 4, lw=1.2, color=_color(variant), label=name,
+                    ls="--" if variant == NO_ATTENTION else "-")
         if all(len(hist) < 2 for _, hist in lines.values()):  # one dot a line: say why, not a blank-looking panel
-            ax.text(0.5, 0.5, "one validation per run, at its last step:\nthe budget is no longer than the task's eval_every",
+            ax.text(0.5, 0.5, "one validation per run, at its last step:\nthe budget is no longer than the "
+                    "task's eval_every",
                     ha="center", va="center", fontsize=8, transform=ax.transAxes, color="grey")
         ax.set_xlabel("training time (s, validation not counted)")
         ax.set_ylabel("validation score")
@@ -127,8 +133,8 @@ def plot_curves(rows: list[dict], path: str | Path, labels: dict[str, str] | Non
             ax.legend(fontsize=7, ncol=2)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    heading = ("attnlab arena: validation score against training time (dashed: no attention; one line per setting, its first "
-               "seed and easiest level)")
+    heading = ("attnlab arena: validation score against training time (dashed: no attention; one line per setting, its "
+               "first seed and easiest level)")
     fig.suptitle("\n".join(textwrap.wrap(heading, 45 * cols)), fontsize=10)
     return _save(fig, path)
 
@@ -153,15 +159,17 @@ def plot_levels(board: dict, path: str | Path) -> Path | None:
         names = list(dict.fromkeys(level_text(p["level"]) for e in entries for p in e["levels"]))
         for e in entries:
             at = {level_text(p["level"]): p for p in e["levels"]}
-            pts = [(i, at[n]["value"], at[n].get("spread")) for i, n in enumerate(names) if n in at and at[n]["value"] is not None]
+            pts = [(i, at[n]["value"], at[n].get("spread")) for i, n in enumerate(names) if n in at
+                   and at[n]["value"] is not None]
             if not pts:
                 continue
             xs, ys, sd = zip(*pts)
-            ax.errorbar(xs, ys, yerr=[s if s is not None and math.isfinite(s) else 0 for s in sd], marker="o", ms=5, capsize=3,
-                        color=_color(e["variant"]), ls="--" if e["variant"] == NO_ATTENTION else "-", label=label(e))
+            ax.errorbar(xs, ys, yerr=[s if s is not None and math.isfinite(s) else 0 for s in sd], marker="o", ms=5,
+                        capsize=3, color=_color(e["variant"]),
+                        ls="--" if e["variant"] == NO_ATTENTION else "-", label=label(e))
         if not ax.lines:  # every run failed: say so, not an empty panel
-            ax.text(0.5, 0.5, "no finished run at any level (the reasons are on the board)", ha="center", va="center", fontsize=8,
-                    transform=ax.transAxes, color="grey")
+            ax.text(0.5, 0.5, "no finished run at any level (the reasons are on the board)", ha="center", va="center",
+                    fontsize=8, transform=ax.transAxes, color="grey")
         ax.set_xticks(range(len(names)), names, fontsize=8)
         ax.set_xlabel("difficulty level (easiest first)")
         ax.set_ylabel("test score (mean over seeds)")
@@ -169,7 +177,8 @@ def plot_levels(board: dict, path: str | Path) -> Path | None:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, ncol=2)
-    fig.suptitle("attnlab arena: score against difficulty (a fixed-size state falls off as the keys grow; attention holds)", fontsize=10)
+    fig.suptitle("attnlab arena: score against difficulty (a fixed-size state falls off as the keys grow; attention "
+                 "holds)", fontsize=10)
     return _save(fig, path)
 
 
@@ -193,8 +202,10 @@ def plot_maps(maps: dict[str, list], path: str | Path, title: str) -> Path:
             ax.set_yticks([])
             if i < len(maps[v]):
                 m = maps[v][i].abs()
-                m = m / m.amax(dim=-1, keepdim=True).clamp_min(1e-12)  # each row to its own maximum: where each query's weight goes
-                ax.imshow(m.numpy(), cmap="magma", aspect="auto", norm=PowerNorm(0.5, vmin=0, vmax=1), interpolation="nearest")
+                # each row to its own maximum: where each query's weight goes
+                m = m / m.amax(dim=-1, keepdim=True).clamp_min(1e-12)
+                ax.imshow(m.numpy(), cmap="magma", aspect="auto", norm=PowerNorm(0.5, vmin=0, vmax=1),
+                          interpolation="nearest")
             if i == 0:
                 ax.set_title(v, fontsize=9)
     fig.suptitle(title, fontsize=10)
@@ -217,7 +228,8 @@ def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_
     rows = table.get("rows", [])
     if not rows:
         return None
-    length = max(r["length"] for r in rows if r["variant"] == "dense") if any(r["variant"] == "dense" for r in rows) else None
+    length = (max(r["length"] for r in rows if r["variant"] == "dense") if any(r["variant"] == "dense" for r in rows)
+              else None)
     fig, (ax, ax_t, ax_m) = plt.subplots(1, 3, figsize=(17, 5.2))
     if length is not None:
         at = ratios(table, length)
@@ -230,12 +242,14 @@ def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_
             ax.annotate(v, (r["speed"], score), fontsize=8, ha="center", va="center")
             drawn += 1
         if not drawn:  # the measured variants have no score on the board: say so, not an empty panel
-            ax.text(0.5, 0.5, f"no score to place: no measured variant finished a run of {title_task or 'the task'} on this board",
+            ax.text(0.5, 0.5, "no score to place: no measured variant finished a run of "
+                    f"{title_task or 'the task'} on this board",
                     ha="center", va="center", fontsize=8, transform=ax.transAxes, wrap=True, color="grey")
         ref = next((x for x in rows if x["variant"] == REFERENCE and x["length"] == length), None)
         dense = next((x for x in rows if x["variant"] == "dense" and x["length"] == length), None)
         if ref and dense and ref["peak_bytes"] and dense["peak_bytes"]:
-            how = (f"projected through {ref['from'][0]:,} and {ref['from'][1]:,} tokens" if ref.get("projected") else "measured")
+            how = (f"projected through {ref['from'][0]:,} and {ref['from'][1]:,} tokens"
+                   if ref.get("projected") else "measured")
             naive = (f"\n{REFERENCE} (materialises N x N, scores as dense): {ref['peak_bytes'] / 2**30:.1f} GiB,\n"
                      f"{ref['peak_bytes'] / dense['peak_bytes']:.0f}x the fused dense's ({how})")
         else:
@@ -244,17 +258,19 @@ def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_
         ax.axvline(1.0, color="grey", lw=0.6, ls=":")
         ax.set_xlabel(f"training-step speed relative to the fused dense at {length:,} tokens (this machine's)")
         ax.set_ylabel(f"{title_task} score (mean over levels and seeds)" if title_task else "score")
-        ax.set_title(f"score against speed at {length:,} tokens\n(bubble area: peak memory relative to the fused dense){naive}",
+        ax.set_title(f"score against speed at {length:,} tokens\n(bubble area: peak memory relative to the "
+                     f"fused dense){naive}",
                      fontsize=8)
         ax.grid(True, alpha=0.3)
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     for v in variants:
         mine = sorted((r for r in rows if r["variant"] == v), key=lambda r: r["length"])
-        style = dict(marker="o", ms=4, color="grey" if v == REFERENCE else _color(v), ls="--" if v in (REFERENCE, NO_ATTENTION) else "-",
-                     label=v)
+        style = dict(marker="o", ms=4, color="grey" if v == REFERENCE else _color(v),
+                     ls="--" if v in (REFERENCE, NO_ATTENTION) else "-", label=v)
         timed = [r for r in mine if r["seconds"] is not None]
         ax_t.plot([r["length"] for r in timed], [r["seconds"] for r in timed], **style)
-        ax_m.plot([r["length"] for r in mine if r["peak_bytes"]], [r["peak_bytes"] / 2**20 for r in mine if r["peak_bytes"]], **style)
+        ax_m.plot([r["length"] for r in mine if r["peak_bytes"]],
+                  [r["peak_bytes"] / 2**20 for r in mine if r["peak_bytes"]], **style)
     for a, what in ((ax_t, "seconds per training step"), (ax_m, "peak tensor MiB of a training step")):
         a.set_xscale("log", base=2)
         a.set_yscale("log")
@@ -263,12 +279,14 @@ def plot_cost(table: dict, scores: dict[str, float], path: str | Path, *, title_
         a.grid(True, alpha=0.3, which="both")
         a.legend(fontsize=7)
     n = table.get("threads")
-    where = table.get("device") or f"{table.get('cpu') or 'CPU'}, {n} thread{'' if n == 1 else 's'}"  # a GPU, or the CPU's threads
+    # a GPU, or the CPU's threads
+    where = table.get("device") or f"{table.get('cpu') or 'CPU'}, {n} thread{'' if n == 1 else 's'}"
     ax_t.set_title(f"time (this machine: {where})", fontsize=9)
     ax_m.set_title("memory (the same on any machine)", fontsize=9)
     for r in rows:
         if r.get("projected"):
-            ax_m.annotate(f"{r['variant']} at {r['length']:,}: projected (b N + c N^2 through {r['from'][0]:,} and {r['from'][1]:,})",
+            ax_m.annotate(f"{r['variant']} at {r['length']:,}: projected (b N + c N^2 through {r['from'][0]:,} and "
+                          f"{r['from'][1]:,})",
                           (0.02, 0.02), xycoords="axes fraction", fontsize=7)
     fig.suptitle("where efficient attention pays: one training step of the task's model", fontsize=11)
     fig.subplots_adjust(wspace=0.3, top=0.8)

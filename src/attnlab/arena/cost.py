@@ -28,8 +28,8 @@ import torch
 from ..devices import in_words
 from .presets import COST_LENGTHS, NO_ATTENTION, VARIANT_OPTIONS
 
-__all__ = ["COST_FILE", "CUDA_COST_LENGTHS", "MODEL_FIELDS", "REFERENCE", "cost_summary", "cost_table", "cpu_name", "grid_device",
-           "measure_cost", "measure_one", "measures", "ratios"]
+__all__ = ["COST_FILE", "CUDA_COST_LENGTHS", "MODEL_FIELDS", "REFERENCE", "cost_summary", "cost_table", "cpu_name",
+           "grid_device", "measure_cost", "measure_one", "measures", "ratios"]
 
 REFERENCE = "dense_naive"
 """The materialising dense, measured beside the variants: its scores are dense's (the same function)."""
@@ -77,7 +77,8 @@ def measure_one(task: str, variant: str, length: int, *, task_options: dict | No
     data = task_registry.create(task, **opts)
     attention = "dense" if variant == NO_ATTENTION else variant
     extra = VARIANT_OPTIONS.get(variant, {}) if variant != NO_ATTENTION else {}
-    cfg = TrainConfig.for_task(task, attention=attention, task_options=opts, **({"attention_options": dict(extra)} if extra else {}),
+    cfg = TrainConfig.for_task(task, attention=attention, task_options=opts,
+                               **({"attention_options": dict(extra)} if extra else {}),
                                **{k: v for k, v in (train or {}).items() if k in MODEL_FIELDS})
     if variant == NO_ATTENTION:
         cfg = cfg.baseline()
@@ -109,13 +110,14 @@ def measure_one(task: str, variant: str, length: int, *, task_options: dict | No
             raise
         del model, inputs, labels
         torch.cuda.empty_cache()
-        return {"variant": variant, "length": length, "seconds": None, "peak_bytes": None, "params": params, "note": "out of memory"}
+        return {"variant": variant, "length": length, "seconds": None, "peak_bytes": None, "params": params,
+                "note": "out of memory"}
     return {"variant": variant, "length": length, "seconds": best, "peak_bytes": peak, "params": params}
 
 
 def _key(task: str, task_options: dict | None, train: dict | None, device: str | torch.device = "cpu") -> str:
-    """What the kept measurements are valid for: the task, its model, and this machine's CPU and threads (the seconds are
-    theirs), or the GPU the steps ran on."""
+    """What the kept measurements are valid for: the task, its model, and this machine's CPU and threads (the seconds
+    are theirs), or the GPU the steps ran on."""
     model = {k: v for k, v in (train or {}).items() if k in MODEL_FIELDS}
     device = torch.device(device)
     where = [cpu_name(), torch.get_num_threads()] if device.type == "cpu" else [in_words(device)]
@@ -135,7 +137,8 @@ def grid_device(out: str | Path) -> str:
     if not path.exists():
         return "cpu"
     ids = grid_ids(out)
-    kinds = {(r.get("config") or {}).get("device") or "cpu" for r in Store(path).rows() if ids is None or r["run_id"] in ids}
+    kinds = {(r.get("config") or {}).get("device") or "cpu" for r in Store(path).rows()
+             if ids is None or r["run_id"] in ids}
     return kinds.pop() if len(kinds) == 1 else "cpu"
 
 
@@ -144,7 +147,8 @@ def measures(table: dict, cost: dict) -> bool:
     (:attr:`attnlab.arena.Plan.cost`: the same task, options and model; on any CPU)."""
     if not table.get("key"):
         return False
-    return json.loads(table["key"])[:3] == json.loads(_key(cost["task"], cost.get("task_options"), cost.get("train")))[:3]
+    return json.loads(table["key"])[:3] == json.loads(_key(cost["task"], cost.get("task_options"),
+                                                           cost.get("train")))[:3]
 
 
 def cost_table(out: str | Path) -> dict:
@@ -188,13 +192,15 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
         raise ValueError("measure_cost needs at least one length")
     for v in [*variants, *([reference] if reference else [])]:
         if v != NO_ATTENTION and v not in efficient.VARIANTS:
-            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or "
+                             f"{NO_ATTENTION!r}: no attention)")
     out = Path(out)
     key = _key(task, task_options, train, device)
     table = cost_table(out)
     if table.get("key") != key:  # another task, model, CPU or thread count, or another device: measured again
         table = {"task": task, "key": key, "rows": []}
-    table.update(threads=torch.get_num_threads(), cpu=cpu_name(), **({} if device.type == "cpu" else {"device": in_words(device)}))
+    table.update(threads=torch.get_num_threads(), cpu=cpu_name(),
+                 **({} if device.type == "cpu" else {"device": in_words(device)}))
     table["rows"] = [r for r in table["rows"] if not r.get("projected")]
     have = {(r["variant"], r["length"]) for r in table["rows"]}
     names = list(dict.fromkeys([*variants, *([reference] if reference else [])]))
@@ -219,7 +225,8 @@ def measure_cost(out: str | Path, task: str, variants: Iterable[str], *, lengths
 def _projected(rows: list[dict], variant: str, length: int) -> dict | None:
     """``variant``'s peak bytes at ``length``, projected as ``b N + c N^2`` through its two longest
     measured lengths (None with fewer than two)."""
-    got = sorted((r for r in rows if r["variant"] == variant and r.get("peak_bytes") and not r.get("projected")), key=lambda r: r["length"])
+    got = sorted((r for r in rows if r["variant"] == variant and r.get("peak_bytes") and not r.get("projected")),
+                 key=lambda r: r["length"])
     if len(got) < 2:
         return None
     (n1, p1), (n2, p2) = ((r["length"], r["peak_bytes"]) for r in got[-2:])
@@ -247,8 +254,10 @@ def ratios(table: dict, length: int) -> dict[str, dict]:
     for v, r in rows.items():
         out[v] = {"seconds": r["seconds"], "peak_bytes": r["peak_bytes"],
                   "speed": dense["seconds"] / r["seconds"] if dense and r["seconds"] else None,
-                  "memory": r["peak_bytes"] / dense["peak_bytes"] if dense and dense["peak_bytes"] and r["peak_bytes"] else None,
-                  "memory_vs_naive": r["peak_bytes"] / naive["peak_bytes"] if naive and naive["peak_bytes"] and r["peak_bytes"] else None}
+                  "memory": (r["peak_bytes"] / dense["peak_bytes"]
+                             if dense and dense["peak_bytes"] and r["peak_bytes"] else None),
+                  "memory_vs_naive": (r["peak_bytes"] / naive["peak_bytes"]
+                                      if naive and naive["peak_bytes"] and r["peak_bytes"] else None)}
     return out
 
 
@@ -266,5 +275,5 @@ def cost_summary(table: dict) -> dict | None:
             projected = any(x.get("projected") for x in rows if x["variant"] == v and x["length"] == n)
             variants.setdefault(v, {})[str(n)] = {**r, "projected": projected}
     where = {"device": table["device"]} if table.get("device") else {}
-    return {"task": table.get("task"), "lengths": lengths, "cpu": table.get("cpu"), "threads": table.get("threads"), **where,
-            "variants": variants}
+    return {"task": table.get("task"), "lengths": lengths, "cpu": table.get("cpu"), "threads": table.get("threads"),
+            **where, "variants": variants}

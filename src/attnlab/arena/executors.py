@@ -56,7 +56,8 @@ def require_ray() -> ModuleType:
     try:
         import ray
     except ImportError as e:
-        raise MissingExtraError("--executor ray needs ray, which is not installed: pip install 'attnlab[cluster]'") from e
+        raise MissingExtraError("--executor ray needs ray, which is not installed: pip install "
+                                "'attnlab[cluster]'") from e
     return ray
 
 
@@ -114,20 +115,22 @@ def run_on_ray(
         return
     started = not ray.is_initialized()  # a caller's own session is used as it is, and left open
     if started:
-        common = {"log_to_driver": False, "logging_level": "WARNING"}  # the workers' output stays in Ray's logs, off the live grid
+        # the workers' output stays in Ray's logs, off the live grid
+        common = {"log_to_driver": False, "logging_level": "WARNING"}
         if address:
             try:
                 ray.init(address=address, **common)
             except ConnectionError as e:
-                raise ConnectionError(f"{e} (is 'ray start --head' running there? A cluster with Ray's token authentication "
-                                      "also needs RAY_AUTH_MODE=token and its token here)") from e
+                raise ConnectionError(f"{e} (is 'ray start --head' running there? A cluster with Ray's token "
+                                      "authentication also needs RAY_AUTH_MODE=token and its token here)") from e
         else:
             ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, **common)
     try:
         remote = ray.remote(_ray_task)
         pending = {}
         for spec in specs:
-            gpus = gpus_per_run if str(getattr(spec.config, "device", "cpu")).startswith("cuda") else 0  # Ray places it on a GPU
+            # Ray places it on a GPU
+            gpus = gpus_per_run if str(getattr(spec.config, "device", "cpu")).startswith("cuda") else 0
             task = remote.options(num_cpus=threads, num_gpus=gpus, max_retries=max_retries, retry_exceptions=False)
             pending[task.remote(work, spec, str(out), budget_seconds, threads)] = spec
             emit("start", spec)

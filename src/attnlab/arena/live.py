@@ -69,7 +69,8 @@ class LiveGrid:
             seconds = spec.config.seconds
             if seconds is not None:  # time-budgeted: the seconds used of the budget and left (validation not counted)
                 eta = max(0.0, seconds - elapsed)
-                of = "" if info["total"] >= TIME_BUDGET_STEPS else f"/{info['total']}"  # the step cap of a time budget is no limit
+                # the step cap of a time budget is no limit
+                of = "" if info["total"] >= TIME_BUDGET_STEPS else f"/{info['total']}"
                 step = f"step {info['step']}{of}, {min(elapsed, seconds):.0f} s of {seconds:g} s,"
             val = self._validation.get(run)
             shown = "" if val is None else f", validation {val:.3f}"
@@ -87,8 +88,8 @@ class LiveGrid:
         from .store import COLUMNS
 
         sweep = getattr(spec, "sweep", None) or {}
-        return {**dict.fromkeys(COLUMNS), "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dict(sweep),
-                "sweep": sweep, "level": getattr(spec, "level", None) or {}, "history": [],
+        return {**dict.fromkeys(COLUMNS), "task": spec.task, "variant": spec.variant, "seed": spec.seed,
+                "config": dict(sweep), "sweep": sweep, "level": getattr(spec, "level", None) or {}, "history": [],
                 "metric": "score", "status": "done", **{k: v for k, v in row.items() if v is not None}}
 
     def cell(self, task: str, variant: str) -> str:

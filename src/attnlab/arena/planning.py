@@ -31,7 +31,8 @@ class RunSpec:
     sweep: dict = dataclasses.field(default_factory=dict, hash=False)
     """The settings of the sweep point this run is (``{}``: not part of a sweep; :mod:`attnlab.arena.sweep`)."""
     data_sha256: str | None = None
-    """The SHA-256 of the user's file the run reads (:func:`attnlab.tasks.data_digest`; None: a generated task), part of its id."""
+    """The SHA-256 of the user's file the run reads (:func:`attnlab.tasks.data_digest`; None: a generated task), part of
+    its id."""
     level: dict = dataclasses.field(default_factory=dict, hash=False)
     """The task options of the difficulty level this run is (``{}``: the task has no levels;
     :attr:`attnlab.arena.TaskSetting.levels`); they are in ``config.task_options`` too."""
@@ -53,7 +54,8 @@ class Plan(list):
 
 
 def _run_id(cfg: TrainConfig, data_sha256: str | None = None, beyond: dict | None = None) -> str:
-    earlier = {new: old for old, new in FORMER_NAMES.items()}  # hashed under the sizes' earlier names: a run keeps its id
+    # hashed under the sizes' earlier names: a run keeps its id
+    earlier = {new: old for old, new in FORMER_NAMES.items()}
     fields = {earlier.get(k, k): v for k, v in dataclasses.asdict(cfg).items()}
     for name, before in LATER_FIELDS.items():
         if fields[name] == before:
@@ -95,8 +97,8 @@ def _grid_tasks(p: Preset, tasks: Iterable[str] | None, data: str | None) -> tup
         if t not in settings:
             known = sorted(set(task_registry.names()) - {"jsonl", "graph_files", "wav_folder", *LOWER_IS_BETTER})
             if t in LOWER_IS_BETTER:
-                raise ValueError(f"task {t!r} reports {LOWER_IS_BETTER[t]} (lower is better), the arena ranks accuracies; "
-                                 f"train it with attnlab train {t}")
+                raise ValueError(f"task {t!r} reports {LOWER_IS_BETTER[t]} (lower is better), the arena ranks "
+                                 f"accuracies; train it with attnlab train {t}")
             if t not in known:
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)} (or --data FILE for jsonl)")
             settings[t] = TaskSetting({}, {})
@@ -118,7 +120,8 @@ def _lay_task_options(names: list[str], settings: dict[str, TaskSetting], task_o
             given = ", ".join(f"{k}={extra[k]}" for k in replaced)
             notes.append(f"{t}: {given} given, so it runs at that setting alone, in place of its difficulty levels "
                          f"({'; '.join(level_text(lv) for lv in s.levels)})")
-        settings[t] = dataclasses.replace(s, task_options={**s.task_options, **extra}, levels=() if replaced else s.levels)
+        settings[t] = dataclasses.replace(s, task_options={**s.task_options, **extra},
+                                          levels=() if replaced else s.levels)
     return notes
 
 
@@ -133,7 +136,8 @@ def unfit_reason(variant: str, task: str, setting: TaskSetting | None = None) ->
     setting = setting or TaskSetting()
     if variant == NO_ATTENTION:
         if task in task_registry.TASKS and task_registry.baseline_model(task) is None:
-            return f"{task} has no no-attention baseline (no backbone without attention reads it; a seq2seq decoder attends its encoder)"
+            return (f"{task} has no no-attention baseline (no backbone without attention reads it; a seq2seq decoder "
+                    "attends its encoder)")
         return None
     if variant in efficient.VARIANTS and not fits(variant, task_is_causal(task, setting.task_options, setting.train)):
         return f"{variant} has no causal form and {task} is trained causally"
@@ -159,8 +163,8 @@ def parse_task_options(items: Iterable[str], tasks: Iterable[str] | None = None)
             raise ValueError(f"--task-option {name.strip()}: unknown task {task!r}")
         accepted = task_registry.TASKS.options(task)
         if accepted is not None and key not in accepted:
-            raise ValueError(f"--task-option {task}.{key}: {task} has no option {key!r}; it takes {', '.join(accepted)} "
-                             f"(attnlab list tasks {task})")
+            raise ValueError(f"--task-option {task}.{key}: {task} has no option {key!r}; it takes "
+                             f"{', '.join(accepted)} (attnlab list tasks {task})")
         if key in out.get(task, {}):
             raise ValueError(f"--task-option {task}.{key} given twice")
         try:
@@ -190,8 +194,8 @@ def plan(
     :attr:`TaskSetting.seeds`, else seed 0), per difficulty level (:attr:`TaskSetting.levels`) and
     per point of the sweep (``sweep``, as :func:`attnlab.arena.sweep.parse_sweep` gives it, replaces every task's own
     :attr:`TaskSetting.sweep`; ``{}``: no sweep anywhere);
-    ``data`` adds the user's jsonl file as task ``jsonl`` (also when ``tasks`` names others). The variant :data:`NO_ATTENTION`
-    (``"none"``) is each task's no-attention baseline.
+    ``data`` adds the user's jsonl file as task ``jsonl`` (also when ``tasks`` names others). The variant
+    :data:`NO_ATTENTION` (``"none"``) is each task's no-attention baseline.
 
     Budgets: ``steps`` makes every run step-budgeted (that many optimizer steps: the same scores on any machine);
     ``seconds`` makes every run time-budgeted (:attr:`attnlab.training.TrainConfig.seconds`: each variant gets the same
@@ -212,14 +216,15 @@ def plan(
         raise ValueError("give a budget in steps or in seconds, not both")
     swept_budget = sorted({"steps", "epochs", "seconds"} & set(sweep or {}))
     if swept_budget and (seconds is not None or steps is not None):
-        raise ValueError(f"--sweep {swept_budget[0]} and a --budget-{'steps' if steps is not None else 'seconds'}: the sweep "
-                         "sets each run's budget, give it once")
+        raise ValueError(f"--sweep {swept_budget[0]} and a --budget-{'steps' if steps is not None else 'seconds'}: the "
+                         "sweep sets each run's budget, give it once")
     p = PRESETS[preset] if isinstance(preset, str) else preset
     names, settings = _grid_tasks(p, tasks, data)
     notes = _lay_task_options(names, settings, task_options or {})
 
     def chosen(t: str, setting: TaskSetting) -> list[str]:
-        """The variants asked by name (as they are), or the preset's that fit task ``t`` (a causal task: a causal form)."""
+        """The variants asked by name (as they are), or the preset's that fit task ``t`` (a causal task: a causal
+        form)."""
         if variants is not None:
             return list(variants)
         picked = setting.variants if setting.variants is not None else p.variants
@@ -227,7 +232,8 @@ def plan(
 
     for v in dict.fromkeys(v for t in names for v in chosen(t, settings[t])):
         if v not in efficient.names() and v != NO_ATTENTION:
-            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or {NO_ATTENTION!r}: no attention)")
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(efficient.names())} (or "
+                             f"{NO_ATTENTION!r}: no attention)")
     runnable = {t: _runnable(t, settings[t], chosen(t, settings[t]), notes) for t in names}
     task_seeds = {t: list(seeds) if seeds is not None else list(settings[t].seeds or (0,)) for t in names}
     digests = {t: task_registry.data_digest(t, dict(settings[t].task_options)) for t in names}
@@ -254,7 +260,8 @@ def plan(
                     opts = VARIANT_OPTIONS.get(v, {})
                     for point in sweep_points(s.sweep if sweep is None else sweep):
                         cfg = TrainConfig.for_task(
-                            t, attention="dense" if v == NO_ATTENTION else v, seed=seed, task_options={**s.task_options, **level},
+                            t, attention="dense" if v == NO_ATTENTION else v, seed=seed,
+                            task_options={**s.task_options, **level},
                             **({"attention_options": dict(opts)} if opts else {}), **_budget(dict(train), point),
                         )
                         if v == NO_ATTENTION:
@@ -264,8 +271,10 @@ def plan(
     seen: set[str] = set()  # two points that make one config (a setting the variant ignores) are one run
     costed = next((t for t in names if settings[t].cost and runnable[t]), None)
     cost = None if costed is None else {
-        "task": costed, "variants": list(dict.fromkeys(["dense", *runnable[costed]])), "lengths": tuple(settings[costed].cost),
-        "task_options": {k: v for k, v in settings[costed].task_options.items() if k != "length"}, "train": dict(settings[costed].train)}
+        "task": costed, "variants": list(dict.fromkeys(["dense", *runnable[costed]])),
+        "lengths": tuple(settings[costed].cost),
+        "task_options": {k: v for k, v in settings[costed].task_options.items() if k != "length"},
+        "train": dict(settings[costed].train)}
     return Plan([x for x in specs if not (x.run_id in seen or seen.add(x.run_id))], notes, cost)
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from .. import efficient
 from ..registry import RegistryView
 
-__all__ = ["COST_LENGTHS", "DEFAULT_VARIANTS", "LOOKUP_LEVELS", "LOOKUP_STEPS", "LOOKUP_VARIANTS", "LRA_STEPS", "TEXT_STEPS",
-           "TEXT_VARIANTS", "NO_ATTENTION", "PRESETS", "VARIANT_OPTIONS", "Preset",
+__all__ = ["COST_LENGTHS", "DEFAULT_VARIANTS", "LOOKUP_LEVELS", "LOOKUP_STEPS", "LOOKUP_VARIANTS", "LRA_STEPS",
+           "TEXT_STEPS", "TEXT_VARIANTS", "NO_ATTENTION", "PRESETS", "VARIANT_OPTIONS", "Preset",
            "TaskSetting", "Variants", "fits", "task_is_causal"]
 
 VARIANT_OPTIONS: Mapping[str, dict] = RegistryView(efficient.VARIANTS, lambda name: dict(efficient.budget(name).short))
@@ -80,7 +80,8 @@ class Variants(Sequence[str]):
 
     def for_task(self, task: str, setting: TaskSetting) -> Variants:
         """The same choice for ``task`` trained as ``setting`` says: only the ones that fit it."""
-        return Variants(self.names, select=self.select, task=task, task_options=setting.task_options, train=setting.train)
+        return Variants(self.names, select=self.select, task=task, task_options=setting.task_options,
+                        train=setting.train)
 
     def resolve(self) -> tuple[str, ...]:
         """The names, read now."""
@@ -110,8 +111,8 @@ class Variants(Sequence[str]):
     __hash__ = None
 
     def __repr__(self) -> str:
-        rule = f"select({', '.join(f'{k}={v!r}' for k, v in self.select.items())}) + {NO_ATTENTION!r}" if self.select is not None \
-            else repr(self.names)
+        rule = (f"select({', '.join(f'{k}={v!r}' for k, v in self.select.items())}) + {NO_ATTENTION!r}"
+                if self.select is not None else repr(self.names))
         return f"Variants({rule}{f' fitting {self.task!r}' if self.task else ''}: {', '.join(self)})"
 
 
@@ -155,8 +156,9 @@ class Preset:
     description: str = ""
 
     def __post_init__(self):
-        object.__setattr__(self, "tasks", {t: replace(s, variants=Variants.of(s.variants or self.variants).for_task(t, s))
-                                           for t, s in self.tasks.items()})
+        object.__setattr__(self, "tasks",
+                           {t: replace(s, variants=Variants.of(s.variants or self.variants).for_task(t, s))
+                            for t, s in self.tasks.items()})
 
 
 _SMALL_RECALL = {"pairs": 8, "queries": 8, "num_keys": 32, "num_values": 32, "size": 4000}
@@ -213,31 +215,31 @@ def _lr_sweep(task: str, factor: float = 3.0) -> dict:
 PRESETS: dict[str, Preset] = {
     "quick": Preset(
         {
-            "lookup": TaskSetting({"size": 512}, {"steps": LOOKUP_STEPS, "eval_every": 100, "precision": "fp32"}, LOOKUP_VARIANTS,
-                                  seeds=(0, 1), levels=LOOKUP_LEVELS, cost=COST_LENGTHS),
-            "text": TaskSetting({"length": 1024}, {"steps": TEXT_STEPS, "num_layers": 1, "eval_every": 75, "precision": "fp32"},
-                                TEXT_VARIANTS),
+            "lookup": TaskSetting({"size": 512}, {"steps": LOOKUP_STEPS, "eval_every": 100, "precision": "fp32"},
+                                  LOOKUP_VARIANTS, seeds=(0, 1), levels=LOOKUP_LEVELS, cost=COST_LENGTHS),
+            "text": TaskSetting({"length": 1024}, {"steps": TEXT_STEPS, "num_layers": 1, "eval_every": 75,
+                                                   "precision": "fp32"}, TEXT_VARIANTS),
         },
         variants=LOOKUP_VARIANTS,
-        description="the default: lookup, a 1K-token key-value log that attention must read, at three difficulty levels (8, 16 and 32 "
-                    f"keys; seeds 0 and 1, {LOOKUP_STEPS} steps a run), and a 1K-byte real-text task with its no-attention baseline "
-                    f"({TEXT_STEPS} steps), all in steps and fp32 (the same scores on any machine), then each variant's cost at 1K, 4K "
-                    "and 16K tokens; a few minutes on a 2-core CPU",
+        description="the default: lookup, a 1K-token key-value log that attention must read, at three difficulty "
+                    f"levels (8, 16 and 32 keys; seeds 0 and 1, {LOOKUP_STEPS} steps a run), and a 1K-byte real-text "
+                    f"task with its no-attention baseline ({TEXT_STEPS} steps), all in steps and fp32 (the same scores "
+                    "on any machine), then each variant's cost at 1K, 4K and 16K tokens; a few minutes on a 2-core CPU",
     ),
     "standard": Preset(
         {
             "recall": TaskSetting(_SMALL_RECALL, {"steps": 2000, "eval_every": 250}, sweep=_lr_sweep("recall")),
-            "lookup": TaskSetting({}, {"steps": LOOKUP_STEPS, "eval_every": 50}, seeds=(0, 1), sweep=_lr_sweep("lookup", 1 / 3),
-                                  levels=LOOKUP_LEVELS, cost=COST_LENGTHS),
+            "lookup": TaskSetting({}, {"steps": LOOKUP_STEPS, "eval_every": 50}, seeds=(0, 1),
+                                  sweep=_lr_sweep("lookup", 1 / 3), levels=LOOKUP_LEVELS, cost=COST_LENGTHS),
             "listops": TaskSetting({}, {"steps": 3000}),
             "pos": TaskSetting({}, {}),
             "digits": TaskSetting({}, {}),
             "speech": TaskSetting({}, {}),
         },
         variants=DEFAULT_VARIANTS,
-        description="the short tasks at their own default sizes and step counts, and lookup at its three levels, every registered "
-                    "variant that can run each (the causal recall and lookup: those with a causal form); recall and lookup sweep the "
-                    "learning rate (an estimated two and a half hours)",
+        description="the short tasks at their own default sizes and step counts, and lookup at its three levels, every "
+                    "registered variant that can run each (the causal recall and lookup: those with a causal form); "
+                    "recall and lookup sweep the learning rate (an estimated two and a half hours)",
     ),
     "lra": Preset(
         {  # listops leaves out the references (dense_naive): at 2000 tokens its N x N weights make its steps and
@@ -245,16 +247,18 @@ PRESETS: dict[str, Preset] = {
             "listops": TaskSetting({"size": 2000, "min_length": 500, "max_length": 2000, "max_args": 10},
                                    {"steps": LRA_STEPS, "batch_size": 16, "num_layers": 2, "eval_every": 50},
                                    DEFAULT_VARIANTS, sweep=_lr_sweep("listops")),
-            "text": TaskSetting({"length": 2048}, {"steps": LRA_STEPS, "num_layers": 2, "eval_every": 50}, sweep=_lr_sweep("text")),
+            "text": TaskSetting({"length": 2048}, {"steps": LRA_STEPS, "num_layers": 2, "eval_every": 50},
+                                sweep=_lr_sweep("text")),
             "retrieval": TaskSetting({"length": 1024}, {"steps": LRA_STEPS, "num_layers": 2, "eval_every": 50},
                                      sweep=_lr_sweep("retrieval")),
-            "pathfinder": TaskSetting({"resolution": 32}, {"steps": LRA_STEPS, "batch_size": 16, "num_layers": 2, "eval_every": 50},
+            "pathfinder": TaskSetting({"resolution": 32},
+                                      {"steps": LRA_STEPS, "batch_size": 16, "num_layers": 2, "eval_every": 50},
                                       sweep=_lr_sweep("pathfinder")),
         },
         variants=Variants(select={}),  # every variant, the references too: dense_naive is the LRA's memory baseline
-        description=f"the long tasks after the Long Range Arena, 1K-2K tokens, {LRA_STEPS} steps a run as LRA fixes its steps, each at two "
-                    "learning rates (its own and three times it), an estimated hour and a quarter on a 2-core CPU (dense_naive's "
-                    "steps are the longest)",
+        description=f"the long tasks after the Long Range Arena, 1K-2K tokens, {LRA_STEPS} steps a run as LRA fixes "
+                    "its steps, each at two learning rates (its own and three times it), an estimated hour and a "
+                    "quarter on a 2-core CPU (dense_naive's steps are the longest)",
     ),
 }
 """The arena's presets by name (``attnlab arena --preset``)."""

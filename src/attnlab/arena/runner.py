@@ -106,7 +106,8 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
             eye = torch.zeros(m, d, dtype=q.dtype, device=q.device)
             w = min(d, m - c)
             eye[c : c + w, :w] = torch.eye(w, dtype=q.dtype, device=q.device)
-            out = attn.step(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output  # k.shape[1]: G heads when grouped
+            # k.shape[1]: G heads when grouped
+            out = attn.step(q, k, eye.expand(q.shape[0], k.shape[1], m, d), **kw).output
             cols.append(out[..., :w])
         maps.append(_rows(torch.cat(cols, dim=-1)[0].mean(0).float().cpu(), scored))
     return maps
@@ -149,8 +150,8 @@ class _TaskCache:
 
 
 def run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None = None,
-            on_step: Callable[[int, int, float], None] | None = None, on_eval: Callable[[int, float], None] | None = None,
-            tasks: _TaskCache | None = None) -> dict:
+            on_step: Callable[[int, int, float], None] | None = None,
+            on_eval: Callable[[int, float], None] | None = None, tasks: _TaskCache | None = None) -> dict:
     """Train (or resume) one run in ``out/runs/<id>`` and return its store row (status ``done``
     or ``failed``; an error is caught and stored with its message, never raised).
 
@@ -170,19 +171,23 @@ RUN_THREADS = 1
 """torch threads of every arena run (:func:`run_one`): the same computation on any machine."""
 
 
-def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step, on_eval, tasks: _TaskCache | None) -> dict:
+def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step, on_eval,
+             tasks: _TaskCache | None) -> dict:
     folder = out / "runs" / spec.run_id
-    row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed, "config": dataclasses.asdict(spec.config),
-           "sweep": spec.sweep, "data_sha256": spec.data_sha256, "level": spec.level}
+    row = {"run_id": spec.run_id, "task": spec.task, "variant": spec.variant, "seed": spec.seed,
+           "config": dataclasses.asdict(spec.config), "sweep": spec.sweep, "data_sha256": spec.data_sha256,
+           "level": spec.level}
     try:
         task = (tasks or _TaskCache()).get(spec.config.task, spec.config.task_options)
         if spec.data_sha256 is not None and task.artifacts.get("data_sha256") != spec.data_sha256:
-            raise DataChangedError(f"{', '.join(data_files(spec.task, spec.config.task_options).values())} changed after the grid "
-                                   "was planned: run the arena again to plan runs of its new contents")
+            raise DataChangedError(f"{', '.join(data_files(spec.task, spec.config.task_options).values())} changed "
+                                   "after the grid was planned: run the arena again to plan runs of its new contents")
         if spec.variant == NO_ATTENTION and task.kind == "seq2seq":
-            raise ValueError("a seq2seq model's decoder attends whatever its encoder: the task has no no-attention baseline")
+            raise ValueError("a seq2seq model's decoder attends whatever its encoder: the task has no "
+                             "no-attention baseline")
         resume = (folder / "checkpoint" / "config.json").exists()
-        # resumed: a task that derives its encoding from the data (user data's tokenizers) is rebuilt from what the run saved
+        # resumed: a task that derives its encoding from the data (user data's tokenizers) is rebuilt from what the
+        # run saved
         reuse = not (resume and getattr(TASKS.get(spec.task), "rebuild", None) is not None)
         res = train(spec.config, folder, resume=resume, on_step=on_step, on_eval=on_eval, max_seconds=budget_seconds,
                     task=task if reuse else None)
@@ -199,8 +204,9 @@ def _run_one(spec: RunSpec, out: Path, *, budget_seconds: float | None, on_step,
         row.update(
             status="done", metric=res.metric, value=res.value, train_seconds=res.step_seconds, steps=res.steps,
             steps_per_second=(res.steps_run / res.step_seconds) if res.step_seconds > 0 else None, peak_bytes=peak,
-            params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size, precision=res.precision,
-            flop_rate=res.flop_rate, peak_fraction=res.peak_fraction, device=in_words(res.device),
+            params=sum(p.numel() for p in ck.model.parameters()), history=res.history, test_size=res.test_size,
+            precision=res.precision, flop_rate=res.flop_rate, peak_fraction=res.peak_fraction,
+            device=in_words(res.device),
         )
     except Exception as e:
         row.update(status="failed", error=f"{type(e).__name__}: {e}")
@@ -264,7 +270,8 @@ def run_grid(
         raise ValueError("workers caps a Ray instance started here; with an address the cluster's own CPUs decide")
     out = Path(out)
     store = Store(out / "results.sqlite")
-    (out / "runs").mkdir(exist_ok=True)  # here, before any run: a run's cleanup after a failure never removes it under another
+    # here, before any run: a run's cleanup after a failure never removes it under another
+    (out / "runs").mkdir(exist_ok=True)
     _keep_grid(out, specs)
     if retry_failed:
         store.remove_failed()
@@ -298,7 +305,8 @@ def run_grid(
 
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(_worker, (spec, str(out), budget_seconds, RUN_THREADS)): spec for spec in todo}
-        waiting = list(todo)  # the pool takes runs in this order: the first `workers` are running, the next starts as one ends
+        # the pool takes runs in this order: the first `workers` are running, the next starts as one ends
+        waiting = list(todo)
         for spec in waiting[:workers]:
             emit("start", spec)
         del waiting[:workers]

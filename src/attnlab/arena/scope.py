@@ -55,7 +55,8 @@ def _superseded(rows: list[dict]) -> dict[str, str]:
             except ValueError:
                 continue
             if files:  # one file however its path was spelt (mine.jsonl, ./mine.jsonl, its absolute path)
-                groups.setdefault(json.dumps([r["task"], sorted(str(Path(f).resolve()) for f in files.values())]), []).append(r)
+                groups.setdefault(json.dumps([r["task"], sorted(str(Path(f).resolve()) for f in files.values())]),
+                                  []).append(r)
     out = {}
     for key, rs in groups.items():
         task, files = json.loads(key)
@@ -78,10 +79,11 @@ def scoped(rows: list[dict], out: str | Path) -> tuple[list[dict], str | None]:
     parts = []
     other = Counter(r["task"] for r in rows if ids is not None and r["run_id"] not in ids and r["run_id"] not in old)
     if other:
-        parts.append(f"{sum(other.values())} of other settings ({', '.join(f'{t} {n}' for t, n in other.items())}), which the "
-                     "arena command that planned them shows again")
+        parts.append(f"{sum(other.values())} of other settings ({', '.join(f'{t} {n}' for t, n in other.items())}), "
+                     "which the arena command that planned them shows again")
     for name, n in Counter(old.values()).items():
-        parts.append(f"{n} on an earlier version of {name} (superseded by the file on disk now; never averaged with it)")
+        parts.append(f"{n} on an earlier version of {name} (superseded by the file on disk now; never "
+                     "averaged with it)")
     if not parts:
         return shown, None
     total = sum(other.values()) + len(old)

@@ -39,7 +39,8 @@ def parse_sweep(items: list[str]) -> dict[str, list]:
         if not sep or not name or not raw.strip():
             raise ValueError(f"--sweep takes FIELD=V1,V2,..., got {item!r}")
         if name not in fields:
-            raise ValueError(f"--sweep {name}: not a training setting; choose from {', '.join(n for n in fields if n not in NOT_SWEPT)}")
+            raise ValueError(f"--sweep {name}: not a training setting; choose from "
+                             f"{', '.join(n for n in fields if n not in NOT_SWEPT)}")
         if name in NOT_SWEPT:
             raise ValueError(f"--sweep {name}: {name} is an axis of the grid or an option dict, not a setting to sweep")
         if name in out:
@@ -62,7 +63,8 @@ def _value(name: str, raw: str):
     if isinstance(default, bool) and not isinstance(value, bool):
         raise ValueError(f"--sweep {name}: {raw!r} is not true or false")
     if isinstance(default, (int, float)) and not isinstance(default, bool):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(default, int) and not float(value).is_integer()):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (isinstance(default, int) and not float(value).is_integer())):
             raise ValueError(f"--sweep {name}: {raw!r} is not a {type(default).__name__}")
         value = type(default)(value)
         if not math.isfinite(value) or value < 0:

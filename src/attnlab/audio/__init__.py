@@ -20,8 +20,8 @@ import torch
 
 from ..extras import require
 
-__all__ = ["HOP_SECONDS", "SAMPLE_RATE", "WINDOW_SECONDS", "features", "frames_per_second", "load_wav", "normalize", "save_wav",
-           "synthesize"]
+__all__ = ["HOP_SECONDS", "SAMPLE_RATE", "WINDOW_SECONDS", "features", "frames_per_second", "load_wav", "normalize",
+           "save_wav", "synthesize"]
 
 SAMPLE_RATE = 16_000
 WINDOW_SECONDS = 0.025
@@ -78,7 +78,8 @@ def features(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, *, kind: str =
         raise ValueError(f"kind must be 'logmel' or 'mfcc', got {kind!r}")
     win = round(WINDOW_SECONDS * sample_rate)
     hop = round(HOP_SECONDS * sample_rate)
-    mel = librosa.feature.melspectrogram(y=samples, sr=sample_rate, n_fft=win, win_length=win, hop_length=hop, n_mels=n_mels)
+    mel = librosa.feature.melspectrogram(y=samples, sr=sample_rate, n_fft=win, win_length=win, hop_length=hop,
+                                         n_mels=n_mels)
     if kind == "mfcc":
         out = librosa.feature.mfcc(S=librosa.power_to_db(mel), n_mfcc=n_mfcc)
     else:
@@ -91,7 +92,8 @@ def normalize(feats: torch.Tensor) -> torch.Tensor:
     return (feats - feats.mean(0)) / feats.std(0, unbiased=False).clamp_min(1e-5)
 
 
-def synthesize(text: str, *, voice: str = "en", speed: int = 160, pitch: int = 50, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+def synthesize(text: str, *, voice: str = "en", speed: int = 160, pitch: int = 50,
+               sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """``text`` spoken by ``espeak-ng`` (voice, words per minute, pitch 0-99), resampled to ``sample_rate``.
 
     Raises:
@@ -99,11 +101,12 @@ def synthesize(text: str, *, voice: str = "en", speed: int = 160, pitch: int = 5
     """
     exe = shutil.which("espeak-ng")
     if exe is None:
-        raise MissingToolError("espeak-ng is not installed: the speech task synthesises its words with it (Debian: apt install espeak-ng)")
+        raise MissingToolError("espeak-ng is not installed: the speech task synthesises its words with it (Debian: apt "
+                               "install espeak-ng)")
     with tempfile.TemporaryDirectory() as tmp:
         wav = os.path.join(tmp, "w.wav")
-        proc = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text], capture_output=True, text=True,
-                              check=False)
+        proc = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text],
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not os.path.exists(wav):
             raise MissingToolError(f"espeak-ng failed for voice {voice!r}: {proc.stderr.strip() or proc.returncode}")
         return load_wav(wav, sample_rate)

@@ -81,8 +81,8 @@ def check_mask_or_bias(name: str, t, target: tuple[int, int, int, int], device) 
             if isinstance(t, Mask) and t.batch is not None and t.batch not in (1, b):
                 raise ValueError(f"the mask is defined for {t.batch} batch rows, the batch has {b}")
             return
-        raise ArgumentTypeError("mask must be a torch.Tensor broadcastable to (B, H, N, M), a mask function or a block map, "
-                                f"got {_describe(t)}")
+        raise ArgumentTypeError("mask must be a torch.Tensor broadcastable to (B, H, N, M), a mask function or a block "
+                                f"map, got {_describe(t)}")
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(f"{name} must be a torch.Tensor broadcastable to (B, H, N, M), got {_describe(t)}")
     if name == "mask" and t.dtype != torch.bool:
@@ -108,7 +108,8 @@ def _validate(q, k, v, mask, bias, dropout_p) -> tuple[int, int, int, int, int]:
         if not isinstance(t, torch.Tensor):
             raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape (B, H, N|M, D), got {_describe(t)}")
         if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4, shape (B, H, N|M, D); got rank {t.dim()}, shape {tuple(t.shape)}")
+            raise ValueError(f"{name} must have rank 4, shape (B, H, N|M, D); got rank {t.dim()}, shape "
+                             f"{tuple(t.shape)}")
         if not t.is_floating_point():
             raise ArgumentTypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
@@ -203,8 +204,8 @@ def attend(
     """
     sharded = spanning.SPANNING.get(type(mask))
     if sharded is not None:  # keys live on other processes: the attention registered for that kind of mask reaches them
-        return sharded(mask, q, k, v, score=score, normalize=normalize, score_mod=score_mod, bias=bias, dropout_p=dropout_p,
-                       return_weights=return_weights)
+        return sharded(mask, q, k, v, score=score, normalize=normalize, score_mod=score_mod, bias=bias,
+                       dropout_p=dropout_p, return_weights=return_weights)
     b, h, n, m, dv = _validate(q, k, v, mask, bias, dropout_p)
     score_fn = resolve_score(score)
     norm_fn = resolve_normalizer(normalize)
@@ -215,11 +216,15 @@ def attend(
         if isinstance(mask, BlockMap) and resolve_block(block_size) != mask.block:
             raise ValueError(f"block_size {block_size!r} differs from the block map's {mask.block}")
     if score_mod is not None and not callable(score_mod):
-        raise ArgumentTypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {_describe(score_mod)}")
-    use_flex = _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend, block_size)
-    fast = not use_flex and _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size)
+        raise ArgumentTypeError("score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got "
+                                f"{_describe(score_mod)}")
+    use_flex = _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend,
+                         block_size)
+    fast = not use_flex and _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m,
+                                       block_size)
     if k.shape[1] not in (h, 0) and not ((fast or use_flex) and _grouped_fused(score_fn, mask, bias)):
-        r = h // k.shape[1]  # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
+        # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
+        r = h // k.shape[1]
         k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
     check = getattr(score_fn, "check", None)
     if check is not None:
@@ -256,13 +261,15 @@ def attend(
     return _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, block_size)
 
 
-def _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend, block_size) -> bool:
+def _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend,
+              block_size) -> bool:
     """Whether FlexAttention computes this call: asked for (``backend="flex"``; refused with the
     reason where it cannot), or on CUDA under ``"auto"`` where it applies and :data:`FLEX` serves."""
     if backend not in ("auto", "flex") or (backend == "auto" and q.device.type not in flex.SERVED_ON):
         return False
-    why = flex.unfit(q, v, dot=_sdpa_scale(score_fn, norm_fn, 1, False) is not None, mask=mask, score_mod=score_mod, bias=bias,
-                     dropout_p=dropout_p, return_weights=return_weights, block_size=block_size, auto=backend == "auto")
+    why = flex.unfit(q, v, dot=_sdpa_scale(score_fn, norm_fn, 1, False) is not None, mask=mask, score_mod=score_mod,
+                     bias=bias, dropout_p=dropout_p, return_weights=return_weights, block_size=block_size,
+                     auto=backend == "auto")
     if backend == "flex" and why is not None:
         raise ValueError(f"backend='flex' needs {why}")
     if why is not None or backend == "flex":
@@ -296,7 +303,8 @@ def _grouped_fused(score_fn, mask, bias) -> bool:
 def _is_causal(mask: torch.Tensor | None) -> bool:
     """Whether ``mask`` is the square causal mask ``j <= i`` (any leading dimensions of size 1),
     which PyTorch's fused kernel computes without reading a mask (``is_causal=True``)."""
-    if mask is None or mask.dim() < 2 or mask.shape[-1] != mask.shape[-2] or mask.shape[-1] < 2 or any(s != 1 for s in mask.shape[:-2]):
+    if (mask is None or mask.dim() < 2 or mask.shape[-1] != mask.shape[-2] or mask.shape[-1] < 2
+            or any(s != 1 for s in mask.shape[:-2])):
         return False
     n = mask.shape[-1]
     return torch.equal(mask.reshape(n, n), torch.ones(n, n, dtype=torch.bool, device=mask.device).tril())
@@ -317,7 +325,8 @@ def _zero_hidden(k, v, hidden_or_mask: torch.Tensor, is_hidden: bool = False):
 
 
 def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.Tensor:
-    gqa: dict[str, Any] = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # grouped keys / values, on the fused kernel
+    # grouped keys / values, on the fused kernel
+    gqa: dict[str, Any] = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
     if bias is None and causal:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=True, **gqa)
     if causal:
@@ -341,7 +350,8 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.
     return out
 
 
-def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, block_size) -> AttentionResult:
+def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights,
+                  block_size) -> AttentionResult:
     """The block-sparse path: a block map of the mask, then :mod:`attnlab.core.sparse`."""
     b, h, n, _ = q.shape
     m = k.shape[2]
@@ -352,16 +362,18 @@ def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, 
     k, v = _zero_hidden(k, v, bmap.hidden_keys(), is_hidden=True)
     qp, kp = score_fn.prepare(q, k)
     scale = score_fn.dot_scale(qp.shape[-1]) if norm_fn is softmax else None
-    params = learned_params(score_fn, score_mod, q.dtype, q.device, check=not return_weights)  # weights: plain autograd reaches all
+    # weights: plain autograd reaches all
+    params = learned_params(score_fn, score_mod, q.dtype, q.device, check=not return_weights)
     if norm_fn is softmax and not dropout_p and not return_weights:
         fused = (FUSED and q.device.type == "cpu" and scale is not None and score_mod is None and bias is None
-                 and v.shape[-1] == qp.shape[-1] and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+                 and v.shape[-1] == qp.shape[-1] and q.dtype in (torch.float32, torch.float64, torch.bfloat16,
+                                                                 torch.float16))
         kind = "fused" if fused else "softmax"
     else:
         kind = "generic"
     seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0 else 0
-    setup = SparseSetup(bmap, bmap.chunks(*chunk_limits(kind, bmap, b, h, score_fn)), b, h, score_fn, norm_fn, score_mod, scale, kind,
-                        float(dropout_p), seed, params=params)
+    setup = SparseSetup(bmap, bmap.chunks(*chunk_limits(kind, bmap, b, h, score_fn)), b, h, score_fn, norm_fn,
+                        score_mod, scale, kind, float(dropout_p), seed, params=params)
     if return_weights:
         out, w = sparse_weights(setup, qp, kp, v, bias)
         return AttentionResult(out, w)

@@ -53,7 +53,8 @@ class Band(Mask):
         if self.dilation == 1:
             empty, full = lo > hi, inside
         else:  # offsets divisible by the dilation: none between lo and hi, or the tile holds one offset, divisible
-            empty = torch.div(hi, self.dilation, rounding_mode="floor") < -torch.div(-lo, self.dilation, rounding_mode="floor")
+            empty = (torch.div(hi, self.dilation, rounding_mode="floor")
+                     < -torch.div(-lo, self.dilation, rounding_mode="floor"))
             full = inside & (dmin == dmax) & (dmin % self.dilation == 0)
         return torch.where(empty, EMPTY, torch.where(full, FULL, PARTIAL)).to(torch.uint8)
 
@@ -62,4 +63,5 @@ class Band(Mask):
         return self.lo is None and self.hi == 0 and self.dilation == 1 and shift == 0 and n == m
 
     def __repr__(self):
-        return f"{self.name}(lo={self.lo}, hi={self.hi}" + (f", dilation={self.dilation}" if self.dilation > 1 else "") + ")"
+        dilation = f", dilation={self.dilation}" if self.dilation > 1 else ""
+        return f"{self.name}(lo={self.lo}, hi={self.hi}{dilation})"

@@ -147,7 +147,8 @@ class BlockMap:
             part = (st == PARTIAL) & ~full_col[:, None, None, :]
             if bool(part.any()):
                 b_i, h_i, r_i, c_i = part.nonzero(as_tuple=True)
-                allowed = evaluate_tiles(self.mask, b_i, h_i, (r0 + r_i) * bq, c_i * bk, bq, bk, self.n, self.m)  # (P, bq, bk)
+                # (P, bq, bk)
+                allowed = evaluate_tiles(self.mask, b_i, h_i, (r0 + r_i) * bq, c_i * bk, bq, bk, self.n, self.m)
                 cols = (c_i[:, None] * bk + torch.arange(bk, device=dev)).reshape(-1)
                 seen.index_put_((b_i.repeat_interleave(bk), cols), allowed.any(1).reshape(-1).int(), accumulate=True)
         self._memo["hidden"] = seen[:, : self.m] == 0
@@ -155,7 +156,8 @@ class BlockMap:
 
     def to(self, device) -> BlockMap:
         """The map on ``device``."""
-        return BlockMap(self.n, self.m, self.block, self.mask, self.index.to(device), self.state.to(device), self.count.to(device))
+        return BlockMap(self.n, self.m, self.block, self.mask, self.index.to(device), self.state.to(device),
+                        self.count.to(device))
 
     def chunks(self, budget: int, lead_budget: int | None = None) -> list[Chunk]:
         """The chunks of one attention call over this map, each computing at most about
@@ -219,7 +221,8 @@ def block_map(mask, n: int, m: int | None = None, *, batch: int | None = None, h
     if not groups:
         dev = device
         z = torch.zeros(1, 1, 0, 1, device=dev)
-        return BlockMap(n, m, (bq, bk), mk, z.int(), z.to(torch.uint8), torch.zeros(1, 1, 0, dtype=torch.int32, device=dev))
+        return BlockMap(n, m, (bq, bk), mk, z.int(), z.to(torch.uint8),
+                        torch.zeros(1, 1, 0, dtype=torch.int32, device=dev))
     return BlockMap(n, m, (bq, bk), mk, torch.cat(index, 2).contiguous(), torch.cat(state, 2).contiguous(),
                     torch.cat(count, 2).contiguous())
 
@@ -273,7 +276,8 @@ def _compress(st: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
         z = torch.zeros(*st.shape[:-1], 1, dtype=torch.int32, device=st.device)
         return z, z.to(torch.uint8), count
     col = torch.arange(nk, device=st.device)
-    order = torch.sort(torch.where(nonempty, col, nk + col), dim=-1).values[..., :width] % nk  # non-empty first, ascending
+    # non-empty first, ascending
+    order = torch.sort(torch.where(nonempty, col, nk + col), dim=-1).values[..., :width] % nk
     slot = torch.arange(width, device=st.device)
     live = slot < count[..., None]
     state = torch.where(live, st.gather(-1, order), EMPTY).to(torch.uint8)
@@ -377,5 +381,5 @@ def _chunk(bmap: BlockMap, r0: int, r1: int, best, lo, union) -> Chunk:
     if masked and mode == "run" and step == 0 and bool(inside.all()):
         whole = (states == FULL).all(0).all(0).all(0) & ~((tiles[0] == nk - 1) & (bmap.m % bmap.block[1] != 0))  # (S,)
         lead = int(whole.long().cumprod(0).sum())
-    return Chunk(r0, r1, mode, width, states.contiguous(), masked, start, step, None if mode == "run" else tiles.contiguous(),
-                 shared, lead)
+    return Chunk(r0, r1, mode, width, states.contiguous(), masked, start, step,
+                 None if mode == "run" else tiles.contiguous(), shared, lead)

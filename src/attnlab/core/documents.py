@@ -43,7 +43,8 @@ class Documents(Mask):
                     raise ValueError(f"document lengths must be integers >= 1, got {n!r}")
             clean.append(tuple(int(n) for n in row))
         if window is not None and (not is_int(window) or window < 0):
-            raise (ArgumentTypeError if not is_int(window) else ValueError)(f"window must be an int >= 0, got {window!r}")
+            raise (ArgumentTypeError if not is_int(window) else ValueError)(
+                f"window must be an int >= 0, got {window!r}")
         self.lengths, self.causal, self.window = tuple(clean), bool(causal), window
         self.batch = len(clean)
         longest = max(sum(r) for r in clean)
@@ -59,7 +60,8 @@ class Documents(Mask):
             self._inner = Band(None, 0, align="top_left", name="causal")
 
     def __eq__(self, other):
-        return isinstance(other, Documents) and (self.lengths, self.causal, self.window) == (other.lengths, other.causal, other.window)
+        return isinstance(other, Documents) and (
+            (self.lengths, self.causal, self.window) == (other.lengths, other.causal, other.window))
 
     def __hash__(self):
         return hash((self.lengths, self.causal, self.window))

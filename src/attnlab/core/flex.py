@@ -32,8 +32,8 @@ from .maskfn import FULL, PARTIAL, Mask, as_mask
 if TYPE_CHECKING:  # FlexAttention's module imports torch's compiler stack: imported where a BlockMask is made
     from torch.nn.attention.flex_attention import BlockMask
 
-__all__ = ["FLEX_BLOCK", "SERVED_ON", "SERVES", "block_mask", "flex_attend", "flex_map", "kernel", "sample", "sample_masks", "tiles",
-           "unfit"]
+__all__ = ["FLEX_BLOCK", "SERVED_ON", "SERVES", "block_mask", "flex_attend", "flex_map", "kernel", "sample",
+           "sample_masks", "tiles", "unfit"]
 
 FLEX_BLOCK = 128
 """The tile FlexAttention computes with: its CUDA kernels take a sparse block that is a multiple
@@ -101,15 +101,18 @@ def unfit(q: torch.Tensor, v: torch.Tensor, *, dot: bool, mask, score_mod, bias,
 
     ``dot``: softmax over a dot-product score; ``auto``: the call did not ask for FlexAttention,
     which then takes a mask function or block map alone and leaves the plain causal mask to SDPA."""
-    blk = mask.block if isinstance(mask, BlockMap) else resolve_block(block_size) if block_size is not None else (FLEX_BLOCK,) * 2
+    blk = (mask.block if isinstance(mask, BlockMap) else resolve_block(block_size) if block_size is not None
+           else (FLEX_BLOCK,) * 2)
     inner = mask.mask if isinstance(mask, BlockMap) else mask
     cuda = q.device.type == "cuda"
     for bad, need in ((not dot, "softmax over a dot-product score (dot, scaled_dot, cosine, bilinear)"),
-                      (score_mod is not None, "no score_mod"), (bias is not None, "no bias"), (bool(dropout_p), "no dropout"),
-                      (return_weights, "return_weights=False"),
+                      (score_mod is not None, "no score_mod"), (bias is not None, "no bias"),
+                      (bool(dropout_p), "no dropout"), (return_weights, "return_weights=False"),
                       (auto and (inner is None or isinstance(inner, torch.Tensor)), "a mask function or a block map"),
-                      (auto and isinstance(inner, Mask) and inner.is_causal(q.shape[2], v.shape[2]), "a mask other than causal"),
-                      (cuda and any(x % FLEX_BLOCK for x in blk), f"tiles of multiples of {FLEX_BLOCK} on CUDA, got {blk}"),
+                      (auto and isinstance(inner, Mask) and inner.is_causal(q.shape[2], v.shape[2]),
+                       "a mask other than causal"),
+                      (cuda and any(x % FLEX_BLOCK for x in blk),
+                       f"tiles of multiples of {FLEX_BLOCK} on CUDA, got {blk}"),
                       (cuda and min(q.shape[-1], v.shape[-1]) < 16, "heads at least 16 wide on CUDA")):
         if bad:
             return need
@@ -123,7 +126,8 @@ def _eager_blocks(blocks: BlockMask, b: int, h: int) -> tuple:
     n, m = blocks.seq_lengths
     bq, bk = blocks.BLOCK_SIZE
     st = tiles(blocks).repeat_interleave(bq, -2)[..., :n, :].repeat_interleave(bk, -1)[..., :m]  # (Bb, Hb, N, M)
-    ix = [torch.arange(size, device=st.device).view([-1 if i == d else 1 for i in range(4)]) for d, size in enumerate((b, h, n, m))]
+    ix = [torch.arange(size, device=st.device).view([-1 if i == d else 1 for i in range(4)])
+          for d, size in enumerate((b, h, n, m))]
     inner = torch.as_tensor(as_mask(blocks.mask_mod)(*ix), device=st.device).to(torch.bool)
     allowed = ((st == FULL) | ((st == PARTIAL) & inner)).expand(b, h, n, m)
 
@@ -165,7 +169,8 @@ def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bmap: BlockMa
 
             _COMPILED.append(torch.compile(flex_attention))
         return _COMPILED[0](q, k, v, block_mask=blocks, scale=scale, enable_gqa=gqa)
-    out, _, _ = torch.ops.higher_order.flex_attention(q, k, v, _no_score_mod, _eager_blocks(blocks, q.shape[0], q.shape[1]), scale, {})
+    out, _, _ = torch.ops.higher_order.flex_attention(q, k, v, _no_score_mod,
+                                                      _eager_blocks(blocks, q.shape[0], q.shape[1]), scale, {})
     return out
 
 
@@ -182,7 +187,8 @@ def sample_masks() -> tuple:
 def sample(device, dtype: torch.dtype, generator: torch.Generator) -> tuple:
     """The check's input: B=1, H=4 query heads on G=2 key heads, N=M=500 (a ragged last tile),
     D=64, and the block maps of :func:`sample_masks` at 128-wide tiles (FULL, PARTIAL and EMPTY tiles)."""
-    q, k, v = (torch.randn(1, heads, 500, 64, generator=generator, dtype=torch.float64).to(device, dtype) for heads in (4, 2, 2))
+    q, k, v = (torch.randn(1, heads, 500, 64, generator=generator, dtype=torch.float64).to(device, dtype)
+               for heads in (4, 2, 2))
     return q, k, v, tuple(block_map(m, 500, block_size=FLEX_BLOCK, device=device) for m in sample_masks())
 
 
@@ -193,4 +199,5 @@ def kernel(own: Callable) -> Kernel:
     def each(fn: Callable) -> Callable:
         return lambda q, k, v, maps: tuple(fn(q, k, v, m) for m in maps)
 
-    return Kernel("torch.flex_attention", SERVES, run=each(flex_attend), own=each(own), sample=sample, devices=("cuda",))
+    return Kernel("torch.flex_attention", SERVES, run=each(flex_attend), own=each(own), sample=sample,
+                  devices=("cuda",))

@@ -61,7 +61,8 @@ def check_edge_index(edge_index, num_nodes: int) -> torch.Tensor:
         lo, hi = int(edge_index.min()), int(edge_index.max())
         if lo < 0 or hi >= num_nodes:
             raise ValueError(
-                f"edge_index holds node indices in [{lo}, {hi}], expected them in [0, {num_nodes - 1}] (num_nodes={num_nodes})"
+                f"edge_index holds node indices in [{lo}, {hi}], expected them in [0, {num_nodes - 1}] "
+                f"(num_nodes={num_nodes})"
             )
     return edge_index.long()
 
@@ -91,7 +92,8 @@ class _Pattern:
 
     def csr_t(self, values: torch.Tensor) -> torch.Tensor:
         """The transpose: ``(N, N)`` CSR with ``values`` (E, in target-major order) at (source, target)."""
-        return torch.sparse_csr_tensor(self.tcrow, self.tcol, values[self.t_order], (self.n, self.n), check_invariants=False)
+        return torch.sparse_csr_tensor(self.tcrow, self.tcol, values[self.t_order], (self.n, self.n),
+                                       check_invariants=False)
 
     def segment_sum(self, x: torch.Tensor) -> torch.Tensor:
         """Sum of per-edge rows ``x`` (E, ...) over each target's edges -> (N, ...)."""
@@ -101,7 +103,8 @@ class _Pattern:
     def sddmm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Per edge and head ``<a[target], b[source]>``: a, b ``(H, N, D)`` -> ``(E, H)``."""
         pat = self.csr(a.new_zeros(self.src.shape[0]))
-        cols = [torch.sparse.sampled_addmm(pat, a[h], b[h].transpose(0, 1), beta=0.0).values() for h in range(a.shape[0])]
+        cols = [torch.sparse.sampled_addmm(pat, a[h], b[h].transpose(0, 1), beta=0.0).values()
+                for h in range(a.shape[0])]
         return torch.stack(cols, dim=1)
 
     def spmm(self, w: torch.Tensor, x: torch.Tensor, transpose: bool = False) -> torch.Tensor:
@@ -198,14 +201,15 @@ def edge_attention(
             raise ValueError(f"{name} must be a (N, H, D) tensor, got {getattr(t, 'shape', type(t).__name__)}")
     n, h, d = q.shape
     if k.shape != q.shape or v.shape[:2] != (n, h):
-        raise ValueError(f"q, k must be (N, H, D) and v (N, H, Dv) with the same N, H; got {tuple(q.shape)}, {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
+        raise ValueError(f"q, k must be (N, H, D) and v (N, H, Dv) with the same N, H; got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
     edge_index = check_edge_index(edge_index, n)
     e = edge_index.shape[1]
     if bias is not None and bias.shape != (e, h):
         raise ValueError(f"bias must have shape (E, H) = {(e, h)}, got {tuple(bias.shape)}")
     if edge_values is not None and edge_values.shape != (e, h, v.shape[2]):
-        raise ValueError(f"edge_values must have shape (E, H, Dv) = {(e, h, v.shape[2])}, got {tuple(edge_values.shape)}")
+        raise ValueError(f"edge_values must have shape (E, H, Dv) = {(e, h, v.shape[2])}, got "
+                         f"{tuple(edge_values.shape)}")
     probability("dropout_p", dropout_p)
     scale = d**-0.5 if scale is None else float(scale)
     pat = _Pattern(edge_index.to(q.device), n)
@@ -214,11 +218,13 @@ def edge_attention(
     ev = edge_values[order] if edge_values is not None else None
     keep = None
     if dropout_p > 0:
-        keep = ((torch.rand(e, h, device=q.device) >= dropout_p).to(q.dtype) / (1.0 - dropout_p))[order]  # drawn in edge order
+        # drawn in edge order
+        keep = ((torch.rand(e, h, device=q.device) >= dropout_p).to(q.dtype) / (1.0 - dropout_p))[order]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
         out, alpha = _EdgeAttention.apply(
-            q.transpose(0, 1).contiguous(), k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous(), b, ev, pat, scale, keep
+            q.transpose(0, 1).contiguous(), k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous(), b, ev, pat,
+            scale, keep
         )
     weights = None
     if return_weights:

@@ -200,16 +200,16 @@ def check(kernel: Kernel, device, dtype: torch.dtype) -> Verdict:
         args = kernel.sample(device, dtype, gen)
         args = [a.detach().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
         ref_dev = _reference_device(device)
-        ref_args = [a.detach().to(ref_dev, torch.float64 if a.is_floating_point() else a.dtype).requires_grad_(a.is_floating_point())
-                    if isinstance(a, torch.Tensor) else a for a in args]
+        ref_args = [a.detach().to(ref_dev, torch.float64 if a.is_floating_point() else a.dtype)
+                    .requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
         ref_outs, ref_inputs, ref_loss, cot = _run(kernel.own, ref_args, None, gen)
         ref_grads = torch.autograd.grad(ref_loss, ref_inputs, allow_unused=True)
         tol = TOLERANCE.get(dtype, 5e-3)
         try:
             outs, inputs, loss, _ = _run(kernel.run, args, cot, gen)
         except Exception as e:
-            return Verdict(kernel.name, device_name(device), str(dtype).removeprefix("torch."), versions, False, False, {},
-                           f"the forward raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            return Verdict(kernel.name, device_name(device), str(dtype).removeprefix("torch."), versions, False, False,
+                           {}, f"the forward raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         for i, (o, r) in enumerate(zip(outs, ref_outs)):
             errors[f"output {i}"] = _difference(o.detach(), r.detach())
         ok_f = len(outs) == len(ref_outs) and all(e <= tol for e in errors.values())
@@ -224,7 +224,8 @@ def check(kernel: Kernel, device, dtype: torch.dtype) -> Verdict:
             reason = f"the backward raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
     worst = max(errors.items(), key=lambda kv: kv[1]) if errors else ("-", 0.0)
     reason += f"largest difference {worst[1]:.2e} ({worst[0]}), tolerance {tol:.0e}"
-    return Verdict(kernel.name, device_name(device), str(dtype).removeprefix("torch."), versions, ok_f, ok_b, errors, reason)
+    return Verdict(kernel.name, device_name(device), str(dtype).removeprefix("torch."), versions, ok_f, ok_b, errors,
+                   reason)
 
 
 def verdict(kernel: Kernel, device, dtype: torch.dtype) -> Verdict | None:

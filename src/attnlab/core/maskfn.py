@@ -1,19 +1,16 @@
 """The mask protocol: a mask is a function of positions, ``mask(b, h, q_idx, kv_idx) -> bool``.
 
-FlexAttention's ``mask_mod`` signature (``torch.nn.attention.flex_attention``): ``True`` = this
-query may attend to this key. attnlab calls it with broadcasting index tensors (``b`` of shape
-``(B, 1, 1, 1)``, ``h`` ``(1, H, 1, 1)``, ``q_idx`` ``(…, n, 1)``, ``kv_idx`` ``(…, 1, m)``), so any
-function built from elementwise torch operations and tensor indexing runs unchanged on both
-(attention-gym's mask_mods included); the shape of its result tells whether it depends on the
-batch row or the head.
+FlexAttention's ``mask_mod`` signature (``torch.nn.attention.flex_attention``): ``True`` = this query may attend to this
+key. attnlab calls it with broadcasting index tensors (``b`` of shape ``(B, 1, 1, 1)``, ``h`` ``(1, H, 1, 1)``,
+``q_idx`` ``(…, n, 1)``, ``kv_idx`` ``(…, 1, m)``), so any function built from elementwise torch operations and tensor
+indexing runs unchanged on both (attention-gym's mask_mods included); the shape of its result tells whether it depends
+on the batch row or the head.
 
-A :class:`Mask` is such a function that also knows its structure: which tiles of a grid are
-:data:`EMPTY`, :data:`FULL` or :data:`PARTIAL`, without evaluating a pair (:meth:`Mask.tiles`), so
-that :func:`attnlab.core.blockmap.block_map` maps a long mask without its N x M pairs (a plain
-callable's tiles are evaluated a batch of tiles at a time). Masks compose with ``&``, ``|``, ``~``.
-Here: the protocol, the combinators, the adapters (a bool tensor, a plain callable);
-:mod:`attnlab.core.positioned` evaluates a mask at given positions, :mod:`attnlab.core.masks` is
-the library.
+A :class:`Mask` is such a function that also knows its structure: which tiles of a grid are :data:`EMPTY`, :data:`FULL`
+or :data:`PARTIAL`, without evaluating a pair (:meth:`Mask.tiles`), so that :func:`attnlab.core.blockmap.block_map` maps
+a long mask without its N x M pairs (a plain callable's tiles are evaluated a batch of tiles at a time). Masks compose
+with ``&``, ``|``, ``~``. Here: the protocol, the combinators, the adapters (a bool tensor, a plain callable);
+:mod:`attnlab.core.positioned` evaluates a mask at given positions, :mod:`attnlab.core.masks` is the library.
 """
 
 from __future__ import annotations
@@ -26,8 +23,8 @@ import torch
 from ..validate import ArgumentTypeError
 from .tiles import EMPTY, FULL, PARTIAL, UNKNOWN, Grid, broadcast_shape, combine_and, combine_or
 
-__all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask",
-           "And", "Or", "Not", "Everything", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
+__all__ = ["EMPTY", "PARTIAL", "FULL", "UNKNOWN", "Grid", "Mask", "TensorMask", "FunctionMask", "And", "Or", "Not",
+           "Everything", "as_mask", "and_masks", "or_masks", "broadcast_shape", "combine_and", "combine_or"]
 
 class Mask:
     """Base class of masks: a callable ``(b, h, q_idx, kv_idx) -> bool tensor`` that knows its structure.
@@ -69,8 +66,7 @@ class Mask:
         return out
 
     def hidden_keys(self, m: int, device=None) -> torch.Tensor | None:
-        """``(B or 1, m)`` bool, True for keys no query may attend to (padding), as far as the
-        structure tells; None when it does not."""
+        """``(B or 1, m)`` bool, True for keys no query may see (padding), as far as the structure tells, else None."""
         return None
 
     def positions(self, n: int, device=None) -> torch.Tensor | None:
@@ -135,12 +131,14 @@ class TensorMask(Mask):
 
     def __init__(self, tensor: torch.Tensor):
         if not isinstance(tensor, torch.Tensor):
-            raise ArgumentTypeError(f"a mask must be a torch.Tensor, a callable or an attnlab mask, got {type(tensor).__name__}")
+            raise ArgumentTypeError("a mask must be a torch.Tensor, a callable or an attnlab mask, got "
+                                    f"{type(tensor).__name__}")
         if tensor.dtype != torch.bool:
-            raise ArgumentTypeError("a mask tensor must have dtype torch.bool (True = this query may attend to this key), "
-                                    f"got {tensor.dtype}")
+            raise ArgumentTypeError("a mask tensor must have dtype torch.bool (True = this query may attend to this "
+                                    f"key), got {tensor.dtype}")
         if not 1 <= tensor.dim() <= 4:
-            raise ValueError(f"a mask tensor must have 1 to 4 dimensions, broadcastable to (B, H, N, M); got shape {tuple(tensor.shape)}")
+            raise ValueError("a mask tensor must have 1 to 4 dimensions, broadcastable to (B, H, N, M); got shape "
+                             f"{tuple(tensor.shape)}")
         self.tensor = tensor.reshape((1,) * (4 - tensor.dim()) + tuple(tensor.shape))  # (B|1, H|1, N|1, M|1)
         self.batch = self.tensor.shape[0] if self.tensor.shape[0] > 1 else None
         self.key_only = self.tensor.shape[1] == 1 and self.tensor.shape[2] == 1
@@ -157,7 +155,8 @@ class TensorMask(Mask):
         bq, bk, q0, q1, m = grid.uniform
         t = self.tensor
         if t.shape[3] not in (1, m) or (t.shape[2] != 1 and t.shape[2] < q1):
-            raise ValueError(f"a mask of shape {tuple(t.shape)} does not broadcast to a grid of {q1} queries x {m} keys")
+            raise ValueError(f"a mask of shape {tuple(t.shape)} does not broadcast to a grid of {q1} queries x {m} "
+                             "keys")
         if t.shape[2] > 1:
             t = t[:, :, q0:q1]
         full = _reduce_blocks(t, bq, bk, all_=True)
@@ -187,11 +186,10 @@ def _reduce_blocks(t: torch.Tensor, bq: int, bk: int, *, all_: bool) -> torch.Te
 class FunctionMask(Mask):
     """A plain callable ``(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's mask_mod): no structure known.
 
-    Evaluated as FlexAttention evaluates it: under ``torch.vmap``, one scalar ``(b, h, q, kv)`` at
-    a time (so indexing a table with ``q_idx`` gives a scalar, whatever the table's shape), a
-    million pairs per batch. Whether it depends on the batch row or the head is read off a
-    probe of 4096 pairs at every ``b`` and ``h`` the first time it is called with several
-    (``batch`` / ``heads`` True or False say it instead).
+    Evaluated as FlexAttention evaluates it: under ``torch.vmap``, one scalar ``(b, h, q, kv)`` at a time (so indexing a
+    table with ``q_idx`` gives a scalar, whatever the table's shape), a million pairs per batch. Whether it depends on
+    the batch row or the head is read off a probe of 4096 pairs at every ``b`` and ``h`` the first time it is called
+    with several (``batch`` / ``heads`` True or False say it instead).
     """
 
     PAIRS = 1 << 18
@@ -208,7 +206,8 @@ class FunctionMask(Mask):
         q, kv = q_idx.expand(shape).reshape(-1), kv_idx.expand(shape).reshape(-1)
         take = torch.randperm(q.numel(), generator=torch.Generator().manual_seed(0))[:4096].to(q.device)
         q, kv = q[take], kv[take]
-        grid = torch.stack([torch.stack([self._flat(bb.expand_as(q), hh.expand_as(q), q, kv) for hh in hs]) for bb in bs])
+        grid = torch.stack([torch.stack([self._flat(bb.expand_as(q), hh.expand_as(q), q, kv) for hh in hs])
+                            for bb in bs])
         if self.uses_b is None:
             self.uses_b = bool(bs.numel() > 1 and (grid != grid[:1]).any())
         if self.uses_h is None:
@@ -228,18 +227,19 @@ class FunctionMask(Mask):
                 raise
             name = getattr(self.fn, "__name__", type(self.fn).__name__)
             raise ValueError(
-                f"the mask function {name} decides with Python control flow on its positions (an if, and / or / not, bool() or "
-                "item()): it runs on tensors of positions (under torch.vmap, as FlexAttention runs it), where that cannot be "
-                "decided; write the rule as one tensor expression: comparisons (q_idx >= kv_idx) combined with & | ~, and "
-                "torch.where(cond, a, b) for a choice") from None
+                f"the mask function {name} decides with Python control flow on its positions (an if, and / or / not, "
+                "bool() or item()): it runs on tensors of positions (under torch.vmap, as FlexAttention runs it), "
+                "where that cannot be decided; write the rule as one tensor expression: comparisons (q_idx >= kv_idx) "
+                "combined with & | ~, and torch.where(cond, a, b) for a choice") from None
 
     def _checked(self, out) -> torch.Tensor:
-        """The function's result, refused unless bool: an integer 0 / 1 or a float is no mask (one dtype look per call)."""
+        """The function's result, refused unless bool: an int 0 / 1 or a float is no mask (one dtype look per call)."""
         out = torch.as_tensor(out)
         if out.dtype != torch.bool:
             name = getattr(self.fn, "__name__", type(self.fn).__name__)
-            raise ArgumentTypeError(f"a mask function must return bool (True = this query may attend to this key); {name} returned "
-                                    f"{out.dtype}: return the comparison itself, e.g. q_idx >= kv_idx, not (q_idx >= kv_idx).int()")
+            raise ArgumentTypeError("a mask function must return bool (True = this query may attend to this key); "
+                                    f"{name} returned {out.dtype}: return the comparison itself, e.g. q_idx >= kv_idx, "
+                                    "not (q_idx >= kv_idx).int()")
         return out
 
     def __call__(self, b, h, q_idx, kv_idx):
@@ -354,8 +354,8 @@ class Not(Mask):
     """Pairs ``inner`` forbids (``~mask``)."""
 
     def __init__(self, inner):
-        self.inner = as_mask(inner)
-        self.batch, self.key_only, self.shift_invariant = self.inner.batch, self.inner.key_only, self.inner.shift_invariant
+        self.inner = inner = as_mask(inner)
+        self.batch, self.key_only, self.shift_invariant = inner.batch, inner.key_only, inner.shift_invariant
 
     def __call__(self, b, h, q_idx, kv_idx):
         return ~self.inner(b, h, q_idx, kv_idx)
@@ -408,8 +408,8 @@ def as_mask(x) -> Mask:
         return TensorMask(x)
     if callable(x) and not isinstance(x, type):
         return FunctionMask(x)
-    raise ArgumentTypeError(f"a mask must be a bool torch.Tensor, a callable (b, h, q_idx, kv_idx) -> bool or an attnlab mask, "
-                    f"got {type(x).__name__}")
+    raise ArgumentTypeError("a mask must be a bool torch.Tensor, a callable (b, h, q_idx, kv_idx) -> bool or an "
+                            f"attnlab mask, got {type(x).__name__}")
 
 
 def and_masks(*masks):

@@ -28,7 +28,22 @@ import torch
 from ..registry import Registry
 from ..validate import ArgumentTypeError, is_int
 from .band import Align, Band
-from .maskfn import EMPTY, FULL, PARTIAL, And, Everything, Grid, Mask, Not, Or, TensorMask, and_masks, as_mask, broadcast_shape, or_masks
+from .maskfn import (
+    EMPTY,
+    FULL,
+    PARTIAL,
+    And,
+    Everything,
+    Grid,
+    Mask,
+    Not,
+    Or,
+    TensorMask,
+    and_masks,
+    as_mask,
+    broadcast_shape,
+    or_masks,
+)
 
 __all__ = ["Mask", "as_mask", "and_masks", "or_masks", "key_padding_flags", "padding_tensor_hint"]
 
@@ -100,7 +115,8 @@ def _lengths(lengths, name: str) -> torch.Tensor:
         try:
             t = torch.as_tensor(list(lengths), dtype=torch.long)
         except (TypeError, ValueError) as e:
-            raise ArgumentTypeError(f"{name} must be a 1-D integer tensor or a sequence of ints, got {lengths!r}") from e
+            raise ArgumentTypeError(f"{name} must be a 1-D integer tensor or a sequence of ints, got "
+                                    f"{lengths!r}") from e
     if t.dtype.is_floating_point or t.dtype == torch.bool or t.is_complex():
         raise ArgumentTypeError(f"{name} must have an integer dtype, got {t.dtype}")
     if t.dim() != 1:
@@ -135,7 +151,8 @@ class KeyBefore(Mask):
 
     def bind(self, n, m):
         if self.name == "padding" and self.limit.numel() and int(self.limit.max()) > m:
-            raise ValueError(f"lengths must lie in [0, m={m}], got min {int(self.limit.min())} and max {int(self.limit.max())}")
+            raise ValueError(f"lengths must lie in [0, m={m}], got min {int(self.limit.min())} and max "
+                             f"{int(self.limit.max())}")
         return self
 
     def __repr__(self):
@@ -262,7 +279,8 @@ def global_tokens(tokens) -> Mask:
         try:
             idx = torch.as_tensor(sorted({int(i) for i in tokens}), dtype=torch.long)
         except TypeError:
-            raise ArgumentTypeError(f"tokens must be a count or a list of positions, got {type(tokens).__name__}") from None
+            raise ArgumentTypeError("tokens must be a count or a list of positions, got "
+                                    f"{type(tokens).__name__}") from None
         if idx.numel() and int(idx[0]) < 0:
             raise ValueError(f"global token positions must be >= 0, got {int(idx[0])}")
     members = torch.zeros(int(idx.max()) + 1 if idx.numel() else 0, dtype=torch.bool)
@@ -284,7 +302,8 @@ class BlockTable(Mask):
 
     def _table(self, device) -> torch.Tensor:
         if self.table is None:
-            raise ValueError(f"{self.name} draws its pattern for a size: bind it (mask.bind(n, m)) or pass it to attend")
+            raise ValueError(f"{self.name} draws its pattern for a size: bind it (mask.bind(n, m)) or pass it to "
+                             "attend")
         return self.table.to(device)
 
     def __call__(self, b, h, q_idx, kv_idx):
@@ -301,7 +320,8 @@ class BlockTable(Mask):
         count = cs[r1, c1] - cs[r0, c1] - cs[r1, c0] + cs[r0, c0]
         cells = (r1 - r0) * (c1 - c0)
         inside = (grid.q_hi // self.block < t.shape[0]) & (grid.kv_hi // self.block < t.shape[1])
-        return torch.where((count == cells) & inside & (cells > 0), FULL, torch.where(count == 0, EMPTY, PARTIAL)).to(torch.uint8)
+        return torch.where((count == cells) & inside & (cells > 0), FULL,
+                           torch.where(count == 0, EMPTY, PARTIAL)).to(torch.uint8)
 
     def __repr__(self):
         return f"{self.name}(block={self.block})"
@@ -375,9 +395,9 @@ def padding_tensor_hint(shape: tuple[int, ...], b: int, m: int) -> str:
     for any other shape)."""
     if len(shape) != 2 or shape != (b, m) or b == 1:
         return ""
-    return (f"; a (B, M) = ({b}, {m}) key-padding tensor goes through attnlab.masks.valid_keys(flags), flags True = a real "
-            "key (every attention reads a bare 2-D tensor as an (N, M) mask of (query, key) pairs; torch's key_padding_mask "
-            "is True = padding: valid_keys(~key_padding_mask))")
+    return (f"; a (B, M) = ({b}, {m}) key-padding tensor goes through attnlab.masks.valid_keys(flags), flags True = a "
+            "real key (every attention reads a bare 2-D tensor as an (N, M) mask of (query, key) pairs; torch's "
+            "key_padding_mask is True = padding: valid_keys(~key_padding_mask))")
 
 
 def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key-padding mask") -> torch.Tensor | None:
@@ -400,8 +420,8 @@ def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key
         shape = tuple(mask.shape)
         full = (1,) * (4 - len(shape)) + shape  # as it broadcasts to (B, H, N, M)
         if len(shape) > 4 or full[1:3] != (1, 1) or full[0] not in (1, b) or full[3] != m:
-            raise ValueError(f"expected a key-padding mask, a bool tensor broadcastable to (B, 1, 1, M) = ({b}, 1, 1, {m}), got shape "
-                             f"{shape}{padding_tensor_hint(shape, b, m)}; {refuse}")
+            raise ValueError(f"expected a key-padding mask, a bool tensor broadcastable to (B, 1, 1, M) = ({b}, 1, 1, "
+                             f"{m}), got shape {shape}{padding_tensor_hint(shape, b, m)}; {refuse}")
         return mask.reshape(full[0], m).expand(b, m).to(device)
     mk = as_mask(mask) if callable(mask) else None
     if mk is None or not mk.key_only:
@@ -421,5 +441,5 @@ def names() -> list[str]:
     return LIBRARY.names()
 
 
-__all__ += ["SharedPrefix", "Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap", "block_map", "DEFAULT_BLOCK",
-            "LIBRARY", "builder", "names", "positions_of"]
+__all__ += ["SharedPrefix", "Grid", "And", "Or", "Not", "TensorMask", "EMPTY", "PARTIAL", "FULL", "BlockMap",
+            "block_map", "DEFAULT_BLOCK", "LIBRARY", "builder", "names", "positions_of"]

@@ -95,7 +95,8 @@ def resolve_normalizer(normalize) -> Callable:
     if isinstance(normalize, str):
         if normalize in NORMALIZERS:
             return NORMALIZERS.get(normalize)
-        raise ValueError(f"unknown normaliser {normalize!r}; expected one of {names()} or a callable (scores, mask) -> weights")
+        raise ValueError(f"unknown normaliser {normalize!r}; expected one of {names()} or a callable (scores, mask) -> "
+                         "weights")
     if callable(normalize):
         return normalize
     raise ArgumentTypeError(f"normalize must be a name or a callable, got {type(normalize).__name__}")

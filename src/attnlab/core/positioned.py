@@ -37,8 +37,8 @@ class Positioned(Mask):
 
     def bind(self, n, m):
         if self.q_positions.shape[-1] != n or self.kv_positions.shape[-1] != m:
-            raise ValueError(f"the mask holds positions of {self.q_positions.shape[-1]} queries x {self.kv_positions.shape[-1]} keys, "
-                             f"but the attention has {n} x {m}")
+            raise ValueError(f"the mask holds positions of {self.q_positions.shape[-1]} queries x "
+                             f"{self.kv_positions.shape[-1]} keys, but the attention has {n} x {m}")
         return self
 
 

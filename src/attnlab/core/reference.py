@@ -124,7 +124,8 @@ def reference_attention(
                 if bias is not None:
                     alpha = alpha + bias[bi, hi, i]
                 if score_mod is not None and m:
-                    alpha = score_mod(alpha, torch.tensor(bi), torch.tensor(hi), torch.tensor(i), torch.arange(m)).to(F64)
+                    alpha = score_mod(alpha, torch.tensor(bi), torch.tensor(hi), torch.tensor(i),
+                                      torch.arange(m)).to(F64)
                 alpha_prime = normalize_row(normalize, alpha, allowed[bi, hi, i])
                 b_i = v.new_zeros(dv)
                 for j in range(m):

@@ -1,4 +1,5 @@
-"""Score functions: ``score_mod(score, b, h, q_idx, kv_idx) -> score``, applied to each score before the mask and the normaliser.
+"""Score functions: ``score_mod(score, b, h, q_idx, kv_idx) -> score``, applied to each score before the mask and the
+normaliser.
 
 FlexAttention's ``score_mod`` signature (``torch.nn.attention.flex_attention``), so the same
 callables run on both; attnlab calls them with broadcasting index tensors on a block of scores
@@ -48,7 +49,8 @@ class ScoreMod:
 
     def __init__(self, fn: Callable, params: Iterable[torch.Tensor] = (), name: str = "score_mod"):
         if not callable(fn):
-            raise ArgumentTypeError(f"a score function must be callable (score, b, h, q_idx, kv_idx) -> score, got {type(fn).__name__}")
+            raise ArgumentTypeError("a score function must be callable (score, b, h, q_idx, kv_idx) -> score, got "
+                                    f"{type(fn).__name__}")
         self.fn, self.params, self.name = fn, list(params), name
 
     def __call__(self, score, b, h, q_idx, kv_idx):
@@ -74,7 +76,8 @@ def compose(*mods) -> ScoreMod | None:
             score = m(score, b, h, q_idx, kv_idx)
         return score
 
-    params = [p for m in present for p in (m.params if isinstance(m, ScoreMod) else getattr(m, "parameters", lambda: [])())]
+    params = [p for m in present for p in (m.params if isinstance(m, ScoreMod)
+                                           else getattr(m, "parameters", lambda: [])())]
     return ScoreMod(run, params, " + ".join(repr(m) for m in present))
 
 
@@ -137,7 +140,8 @@ def alibi(num_heads: int, *, symmetric: bool = False, q_positions=None, kv_posit
         m = slopes.to(off.device)[h]
         return m * (-off.abs() if symmetric else off)
 
-    return offset_bias(head_bias, q_positions, kv_positions, name=f"alibi({num_heads}{', symmetric' if symmetric else ''})")
+    return offset_bias(head_bias, q_positions, kv_positions,
+                       name=f"alibi({num_heads}{', symmetric' if symmetric else ''})")
 
 
 _WALK_DEPTH = 6
@@ -154,8 +158,8 @@ def learnable_tensors(fn) -> list[torch.Tensor]:
     an ``nn.Module``'s parameters and tensor attributes, a :class:`ScoreMod`'s ``params`` and its
     function, a function's closure cells, default arguments and the globals its code names
     (nested functions and lambdas included), a bound method's object, a ``functools.partial``'s
-    function and arguments, an object's attributes (a callable object's, a bound method's), and the lists, tuples, sets and
-    dicts among them; each tensor once, in the order found. Leaf parameters and tensors computed
+    function and arguments, an object's attributes (a callable object's, a bound method's), and the lists, tuples, sets
+    and dicts among them; each tensor once, in the order found. Leaf parameters and tensors computed
     from them (``table = weight * 2`` captured after the product) alike: the gradient reaches
     whichever is captured, and autograd carries it on from there."""
     found: dict[int, torch.Tensor] = {}
@@ -238,7 +242,8 @@ def check_learnable(score_mod, found: Iterable[torch.Tensor], dtype: torch.dtype
         return
     idx = torch.zeros((1, 1, 1, 1), dtype=torch.long, device=device)
     devices = [device] if torch.device(device).type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.enable_grad():  # a score function that draws leaves the generators as they were
+    # a score function that draws leaves the generators as they were
+    with torch.random.fork_rng(devices=devices), torch.enable_grad():
         out = score_mod(torch.zeros((1, 1, 1, 1), dtype=dtype, device=device), idx, idx, idx, idx)
     if not isinstance(out, torch.Tensor) or out.grad_fn is None:
         return
@@ -260,6 +265,7 @@ def check_learnable(score_mod, found: Iterable[torch.Tensor], dtype: torch.dtype
         stack.extend(nxt for nxt, _ in node.next_functions)
     if missed:
         shapes = ", ".join(str(tuple(t.shape)) for t in missed)
-        raise ValueError(f"the score function {score_mod!r} depends on learnable tensor(s) of shape {shapes} that attnlab cannot reach, "
-                         "so they would get no gradient: capture them in the function's closure or default arguments, "
-                         "or pass them as ScoreMod(fn, params=[...]), or make the score function an nn.Module")
+        raise ValueError(f"the score function {score_mod!r} depends on learnable tensor(s) of shape {shapes} that "
+                         "attnlab cannot reach, so they would get no gradient: capture them in the function's closure "
+                         "or default arguments, or pass them as ScoreMod(fn, params=[...]), or make the score function "
+                         "an nn.Module")

@@ -283,7 +283,8 @@ class CallableScore(Score):
 
 SCORES: Registry = Registry("score")
 """Every score by name: the plain ones (no weights) and the learnable ones."""
-for _name, _cls in {"dot": Dot, "scaled_dot": ScaledDot, "cosine": Cosine, "additive": Additive, "bilinear": Bilinear}.items():
+for _name, _cls in {"dot": Dot, "scaled_dot": ScaledDot, "cosine": Cosine, "additive": Additive,
+                    "bilinear": Bilinear}.items():
     SCORES.add(_name, _cls)
 _PLAIN = ("dot", "scaled_dot", "cosine")
 _LEARNABLE = ("additive", "bilinear")

@@ -29,7 +29,8 @@ from .amp import same_autocast_backward, same_autocast_forward
 from .blockmap import BlockMap, Chunk
 from .sparse_setup import SparseSetup, index4, split_heads, stat_dtype
 
-__all__ = ["SparseSetup", "sparse_attention", "sparse_forward", "sparse_backward", "FUSED", "DEFAULT_BLOCK_ELEMENTS", "chunk_limits"]
+__all__ = ["SparseSetup", "sparse_attention", "sparse_forward", "sparse_backward", "FUSED", "DEFAULT_BLOCK_ELEMENTS",
+           "chunk_limits"]
 
 _FWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -172,7 +173,8 @@ def sparse_forward(setup: SparseSetup, qp, kp, vp, bias=None):
     bh, nqp, _ = qp.shape
     dv = vp.shape[-1]
     out = qp.new_zeros(bh, nqp, dv, dtype=vp.dtype)
-    lse = None if setup.kind == "generic" else torch.full((bh, nqp), float("-inf"), dtype=stat_dtype(qp.dtype), device=qp.device)
+    lse = None if setup.kind == "generic" else torch.full((bh, nqp), float("-inf"), dtype=stat_dtype(qp.dtype),
+                                                          device=qp.device)
     for i, c in enumerate(setup.chunks):
         g, rows = setup.groups(c)
         qc = setup.rows_of(qp, c)  # (R', BH, rows, D)
@@ -241,7 +243,8 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
                 target, grad = s, ds
                 if need_v:
                     setup.fold(dv, gv5.reshape(r, bh, *gv5.shape[3:]).to(vp.dtype), c)
-                wrt: list[tuple[str | int, torch.Tensor]] = [(n, t) for n, t in (("q", ql), ("k", kl)) if t.requires_grad]
+                wrt: list[tuple[str | int, torch.Tensor]] = [(n, t) for n, t in (("q", ql), ("k", kl))
+                                                             if t.requires_grad]
             else:
                 target = _generic_chunk(setup, c, i, ql, kl, vl, cb, allowed)
                 grad = split_heads(doc, setup.b, setup.h)
@@ -330,11 +333,13 @@ def sparse_weights(setup: SparseSetup, q, k, v, bias=None):
     dev = q.device
     out = q.new_zeros(b, h, nqp, v.shape[-1])
     weights = q.new_zeros(b, h, nqp, m)
-    bi, hi = torch.arange(b, device=dev)[None, :, None, None, None], torch.arange(h, device=dev)[None, None, :, None, None]
+    bi = torch.arange(b, device=dev)[None, :, None, None, None]
+    hi = torch.arange(h, device=dev)[None, None, :, None, None]
     for i, c in enumerate(setup.chunks):
         qc = setup.rows_of(qp, c)
         allowed, _ = setup.allowed(c, dev)
-        o5, w5 = _generic_chunk(setup, c, i, qc, setup.keys(kp, c), setup.keys(vp, c), _bias_rows(bias, c, bq), allowed, weights=True)
+        o5, w5 = _generic_chunk(setup, c, i, qc, setup.keys(kp, c), setup.keys(vp, c), _bias_rows(bias, c, bq), allowed,
+                                weights=True)
         g, rows = setup.groups(c)
         qi = torch.arange(c.r0 * bq, c.r1 * bq, device=dev).view(g, rows)[:, None, None, :, None]  # (R', 1, 1, rows, 1)
         out.index_put_((bi[..., 0], hi[..., 0], qi[..., 0]), o5)

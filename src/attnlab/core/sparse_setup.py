@@ -144,7 +144,8 @@ class SparseSetup:
         part = states == PARTIAL
         if bool(part.any()):
             b_i, h_i, r_i, s_i = part.nonzero(as_tuple=True)
-            vals = evaluate_tiles(self.bmap.mask, b_i, h_i, (c.r0 + r_i) * bq, tiles[r_i, s_i] * bk, bq, bk, self.bmap.n, self.bmap.m)
+            vals = evaluate_tiles(self.bmap.mask, b_i, h_i, (c.r0 + r_i) * bq, tiles[r_i, s_i] * bk, bq, bk,
+                                  self.bmap.n, self.bmap.m)
             allowed[b_i, h_i, r_i, :, s_i, :] = vals
         kpos = tiles[..., None] * bk + torch.arange(bk, device=device)  # (R, S, bk)
         inside = (kpos >= 0) & (kpos < self.bmap.m)

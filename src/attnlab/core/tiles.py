@@ -39,7 +39,8 @@ class Grid:
         r0, r1 = rows if rows is not None else (0, -(-n // bq))
         qi = torch.arange(r0, r1, device=device)[:, None] * bq
         kj = torch.arange(-(-m // bk), device=device)[None, :] * bk
-        return cls(qi, (qi + bq).clamp(max=n) - 1, kj, (kj + bk).clamp(max=m) - 1, (bq, bk, r0 * bq, min(r1 * bq, n), m))
+        return cls(qi, (qi + bq).clamp(max=n) - 1, kj, (kj + bk).clamp(max=m) - 1,
+                   (bq, bk, r0 * bq, min(r1 * bq, n), m))
 
 
 def broadcast_shape(*shapes) -> tuple[int, ...]:
@@ -63,9 +64,11 @@ def _combine(states: list[torch.Tensor | None], absorbing: int, identity: int) -
         return None
     k = len(states)
     # each sum is of a non-empty list of tensors: a tensor, never sum()'s int start 0
-    absorb, ident, partial = (cast(torch.Tensor, sum((s == state).int() for s in known)) for state in (absorbing, identity, PARTIAL))
+    absorb, ident, partial = (cast(torch.Tensor, sum((s == state).int() for s in known))
+                              for state in (absorbing, identity, PARTIAL))
     out = torch.where(absorb > 0, absorbing,
-                      torch.where(ident == k, identity, torch.where((partial == 1) & (ident == k - 1), PARTIAL, UNKNOWN)))
+                      torch.where(ident == k, identity,
+                                  torch.where((partial == 1) & (ident == k - 1), PARTIAL, UNKNOWN)))
     return out.to(torch.uint8)
 
 

@@ -19,5 +19,5 @@ from .layout import LAYOUTS, SequenceLayout, plan_layout
 from .ring import ring_attend
 from .sequence import SequenceParallel, ShardedMask, gather, parallelize, shard
 
-__all__ = ["LAYOUTS", "RingContext", "RingTimings", "SequenceLayout", "SequenceParallel", "ShardedMask", "gather", "parallelize",
-           "plan_layout", "ring_attend", "shard"]
+__all__ = ["LAYOUTS", "RingContext", "RingTimings", "SequenceLayout", "SequenceParallel", "ShardedMask", "gather",
+           "parallelize", "plan_layout", "ring_attend", "shard"]

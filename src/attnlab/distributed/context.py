@@ -98,21 +98,24 @@ class RingContext:
         None: no padding on this rank). Every rank of ``group`` must call it."""
         rank, world, ranks = check_group(group)
         problem = None  # checked here, raised on every rank together (a rank raising alone leaves the others waiting)
-        if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.dtype not in (torch.int32, torch.int64):
+        if (not isinstance(positions, torch.Tensor) or positions.dim() != 1
+                or positions.dtype not in (torch.int32, torch.int64)):
             problem = ("positions must be an int tensor of shape (c,), got "
                        f"{tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__}")
             positions = torch.zeros(0, dtype=torch.int64)
-        elif key_valid is not None and (not isinstance(key_valid, torch.Tensor) or key_valid.dtype != torch.bool or key_valid.dim() != 2
-                                        or key_valid.shape[1] != positions.shape[0]):
+        elif key_valid is not None and (not isinstance(key_valid, torch.Tensor) or key_valid.dtype != torch.bool
+                                        or key_valid.dim() != 2 or key_valid.shape[1] != positions.shape[0]):
             problem = (f"key_padding must be a bool tensor (B, c) = (B, {positions.shape[0]}), True = a real key; got "
                        f"{tuple(key_valid.shape) if isinstance(key_valid, torch.Tensor) else type(key_valid).__name__}"
                        + (f" of dtype {key_valid.dtype}" if isinstance(key_valid, torch.Tensor) else ""))
         c = positions.shape[0]
         b = -1 if key_valid is None or problem else key_valid.shape[0]
-        meta = gather_all(torch.tensor([c, b, problem is not None], dtype=torch.int64, device=positions.device), group, world)
+        meta = gather_all(torch.tensor([c, b, problem is not None], dtype=torch.int64, device=positions.device),
+                          group, world)
         bad = [r for r in range(world) if meta[r, 2]]
         if bad:
-            raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave positions or key_padding that do not fit")
+            raise ValueError(problem
+                             or f"rank(s) {bad} of the sequence's group gave positions or key_padding that do not fit")
         if bool((meta[:, 0] != c).any()):
             raise ValueError(f"every rank must hold the same number of positions; they hold {meta[:, 0].tolist()} "
                              "(pad the sequence to a multiple of the ranks: attnlab.distributed.plan_layout(pad=True))")

@@ -59,7 +59,8 @@ def _plan_of(ctx: RingContext, rule, batch: int, heads: int, block_size) -> _Pla
     """The ring schedule and the block maps of a mask rule over global positions, kept in the
     context (every layer of a forward uses the same)."""
     key = (id(rule), batch, heads, block_size)
-    return ctx.cached(key, lambda: (rule, _Plan.make(ctx, rule, batch, heads, block_size)))[1]  # the rule kept alive with its key
+    # the rule kept alive with its key
+    return ctx.cached(key, lambda: (rule, _Plan.make(ctx, rule, batch, heads, block_size)))[1]
 
 
 @dataclass
@@ -76,14 +77,16 @@ class _Plan:
         p, pos = ctx.world, ctx.positions
         c = pos.shape[1]
         total = p * c
-        bound = None if rule is None else as_mask(rule).bind(total, total)  # a rule drawn for a size draws for the whole sequence
+        # a rule drawn for a size draws for the whole sequence
+        bound = None if rule is None else as_mask(rule).bind(total, total)
 
         def pair(r, j, block):
             mk = None if bound is None else Positioned(bound, pos[r], pos[j])
             if ctx.key_valid is not None:
                 flags = masks.valid_keys(ctx.key_valid[j].to(pos.device))
                 mk = flags if mk is None else mk & flags
-            return block_map(mk if mk is not None else masks.full(), c, c, batch=batch, heads=heads, block_size=block, device=pos.device)
+            return block_map(mk if mk is not None else masks.full(), c, c, batch=batch, heads=heads,
+                             block_size=block, device=pos.device)
 
         # which shards some rank needs: one tile per pair of shards (the same verdict on every rank);
         # this rank's pairs in tiles, to compute
@@ -95,7 +98,8 @@ class _Plan:
         # the hops s (shard r - s reaching rank r) that some rank needs
         hops = [s for s in range(1, p) if any(needed[r][(r - s) % p] for r in range(p))]
         best = None
-        for a in reversed(range(p)):  # hops <= a go one way (receive from the left), the rest the other way; ties: one way
+        # hops <= a go one way (receive from the left), the rest the other way; ties: one way
+        for a in reversed(range(p)):
             fwd = max([s for s in hops if s <= a], default=0)
             back = max([p - s for s in hops if s > a], default=0)
             if best is None or fwd + back < best[0]:
@@ -163,9 +167,10 @@ class _Setup:
     """The non-tensor arguments of one ring call, and one engine setup per shard."""
 
     def __init__(self, ctx: RingContext, plan: _Plan, score_fn, scale, timings, q, v, params, score_mod=None):
-        self.ctx, self.plan, self.score_fn, self.scale, self.timings, self.params = ctx, plan, score_fn, scale, timings, params
-        self.score_mod = score_mod
-        self.fused = (FUSED and scale is not None and score_mod is None and q.device.type == "cpu" and v.shape[-1] == q.shape[-1]
+        self.ctx, self.plan, self.score_fn, self.scale, self.timings = ctx, plan, score_fn, scale, timings
+        self.params, self.score_mod = params, score_mod
+        self.fused = (FUSED and scale is not None and score_mod is None and q.device.type == "cpu"
+                      and v.shape[-1] == q.shape[-1]
                       and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
         self.b, self.h = q.shape[:2]
 
@@ -175,8 +180,8 @@ class _Setup:
         if bm is None:
             return None
         kind = "fused" if self.fused else "softmax"
-        return SparseSetup(bm, bm.chunks(*chunk_limits(kind, bm, self.b, self.h, self.score_fn)), self.b, self.h, self.score_fn,
-                           softmax, self.global_mod(j), self.scale, kind, params=self.params)
+        return SparseSetup(bm, bm.chunks(*chunk_limits(kind, bm, self.b, self.h, self.score_fn)), self.b, self.h,
+                           self.score_fn, softmax, self.global_mod(j), self.scale, kind, params=self.params)
 
     def global_mod(self, j: int):
         """The score function on this rank's queries against shard j, called with global
@@ -262,7 +267,8 @@ class _RingAttention(torch.autograd.Function):
             t0 = time.perf_counter()
             qp, kp, vp = pad_inputs(eng, q, _heads(kj, h), _heads(vj, h))
             nq = qp.shape[1]
-            pad_rows = lambda x: torch.nn.functional.pad(x, (0, 0, 0, nq - c)) if x.dim() == 3 else torch.nn.functional.pad(x, (0, nq - c))  # noqa: E731
+            pad_rows = lambda x: (torch.nn.functional.pad(x, (0, 0, 0, nq - c)) if x.dim() == 3  # noqa: E731
+                                  else torch.nn.functional.pad(x, (0, nq - c)))
             need = (True, True, True, False)
             g_q, g_k, g_v, _, g_p = sparse_backward(eng, pad_rows(do.reshape(b * h, c, -1)), qp, kp, vp,
                                                     pad_rows(out.reshape(b * h, c, -1)), pad_rows(lse), None, need)
@@ -372,7 +378,8 @@ def ring_attend(
         if not isinstance(t, torch.Tensor):
             raise ArgumentTypeError(f"{name} must be a torch.Tensor (B, H|G, c, D), got {type(t).__name__}")
     if resolve_normalizer(normalize) is not softmax:
-        raise ValueError(f"ring attention merges the shards by log-sum-exp, so it needs normalize='softmax'; got {normalize!r}")
+        raise ValueError("ring attention merges the shards by log-sum-exp, so it needs normalize='softmax'; "
+                         f"got {normalize!r}")
     if dropout_p:
         raise ValueError("ring attention takes no dropout on the weights (dropout_p=0): drop the outputs instead")
     if window is not None:
@@ -381,7 +388,8 @@ def ring_attend(
         raise ValueError("give the rule as mask= or as causal= / window=, not both")
     rule = rule_of(bool(causal), window) if mask is None else as_mask(mask)
     if score_mod is not None and not callable(score_mod):
-        raise ArgumentTypeError(f"score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got {type(score_mod).__name__}")
+        raise ArgumentTypeError("score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got "
+                                f"{type(score_mod).__name__}")
     optional_int("block_size", block_size)
     # the shapes are checked here and the verdict shared, so that every rank raises together
     problem = None
@@ -394,7 +402,8 @@ def ring_attend(
     if problem is None and (k.shape[0] != b or v.shape[:3] != (b, g, c) or k.shape[2] != c or g == 0 or h % g
                             or not (q.dtype == k.dtype == v.dtype)):
         problem = (f"q, k, v must be this rank's shards (B, H, c, D), (B, G, c, D), (B, G, c, Dv) of one dtype with G "
-                   f"dividing H; got q {tuple(q.shape)} {q.dtype}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype}")
+                   f"dividing H; got q {tuple(q.shape)} {q.dtype}, k {tuple(k.shape)} {k.dtype}, v "
+                   f"{tuple(v.shape)} {v.dtype}")
     if context is None:
         rank, world, _ = check_group(group, q.device)
         if positions is None:
@@ -405,7 +414,8 @@ def ring_attend(
     else:
         check_group(context.group, q.device)
     if context.world > 1 and q.device.type != "cpu" and backend_of(context.group, q.device) == "gloo":
-        raise ValueError(f"the gloo backend sends CPU tensors, but q is on {q.device}: use the nccl backend for GPU tensors")
+        raise ValueError(f"the gloo backend sends CPU tensors, but q is on {q.device}: use the nccl "
+                         "backend for GPU tensors")
     if problem is None and context.positions.shape[1] != c:
         problem = f"the ring context holds {context.positions.shape[1]} positions per rank, but q holds {c}"
     if problem is None and context.key_valid is not None and context.key_valid.shape[1] != b:
@@ -418,8 +428,9 @@ def ring_attend(
     if bad:
         raise ValueError(problem or f"rank(s) {bad} of the sequence's group gave q, k, v shards that do not fit")
     if not bool((every == meta).all()):
-        raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, window, rule) "
-                         "(and whether a score function is given) per rank = " + str(every[:, 1:].tolist()))
+        raise ValueError("the ranks disagree on their shards or the mask rule: (B, H, G, c, D, Dk, Dv, dtype, causal, "
+                         "window, rule) (and whether a score function is given) per rank = "
+                         + str(every[:, 1:].tolist()))
     score_fn = resolve_score(score)
     if g != h and type(score_fn).prepare is not Score.prepare:  # a score that prepares keys per head: H heads travel
         k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)

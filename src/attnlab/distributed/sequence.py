@@ -97,7 +97,8 @@ class ShardedMask:
     def positions(self, n: int, device=None) -> torch.Tensor:
         """This rank's positions for a layer's encoding (:attr:`encoding_positions`)."""
         if n != self.context.positions.shape[1]:
-            raise ValueError(f"the ring context holds {self.context.positions.shape[1]} positions per rank, the input {n}")
+            raise ValueError(f"the ring context holds {self.context.positions.shape[1]} positions per "
+                             f"rank, the input {n}")
         return self.encoding_positions.to(device)
 
     def full_rule(self):
@@ -120,12 +121,13 @@ def attend_sharded(mask: ShardedMask, q, k, v, *, score, normalize, score_mod, b
     :func:`attnlab.attend` runs for this kind of mask: registered in :mod:`attnlab.core.spanning`)."""
     if score_mod is not None:
         name = getattr(score_mod, "name", "score_mod")
-        raise ValueError(f"the layer's score function {name!r} is built for one process's positions, so a sharded sequence "
-                         "cannot carry it: use an input encoding or rope under sequence parallelism, or call "
+        raise ValueError(f"the layer's score function {name!r} is built for one process's positions, so a sharded "
+                         "sequence cannot carry it: use an input encoding or rope under sequence parallelism, or call "
                          "attnlab.distributed.ring_attend(..., score_mod=...), which calls it with global positions")
     if dropout_p:
-        raise ValueError(f"this layer drops attention weights (dropout={dropout_p}) in training, which ring attention does not: "
-                         "train with dropout 0 under sequence parallelism (an Encoder's one dropout covers its attention)")
+        raise ValueError(f"this layer drops attention weights (dropout={dropout_p}) in training, which ring attention "
+                         "does not: train with dropout 0 under sequence parallelism (an Encoder's one dropout "
+                         "covers its attention)")
     if bias is not None or return_weights:
         raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias, "
                          "return_weights or positions (the mask knows every shard's positions)")
@@ -174,8 +176,8 @@ def parallelize(model: torch.nn.Module, sp: SequenceParallel | None) -> torch.nn
     takes it (an attribute ``sequence_parallel``); ``ValueError`` if none does. Returns ``model``."""
     takers = [m for m in model.modules() if hasattr(type(m), "sequence_parallel")]
     if not takers:
-        raise ValueError(f"{type(model).__name__} has no part that computes a shard of a sequence; sequence parallelism "
-                         "runs the 'transformer' token backbone")
+        raise ValueError(f"{type(model).__name__} has no part that computes a shard of a sequence; sequence "
+                         "parallelism runs the 'transformer' token backbone")
     for m in takers:
         m.sequence_parallel = sp
     return model

@@ -41,5 +41,6 @@ def spawn(fn: Callable, world: int, *args, backend: str = "gloo", threads: int =
         raise ValueError(f"world must be a positive int, got {world!r}")
     with tempfile.TemporaryDirectory(prefix="attnlab-spawn-") as tmp:
         init = os.path.join(tmp, "init")
-        mp.start_processes(_entry, args=(fn, world, init, tmp, args, backend, threads), nprocs=world, start_method="spawn", join=True)
+        mp.start_processes(_entry, args=(fn, world, init, tmp, args, backend, threads), nprocs=world,
+                           start_method="spawn", join=True)
         return [torch.load(Path(tmp) / f"{r}.pt", weights_only=False) for r in range(world)]

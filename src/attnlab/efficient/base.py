@@ -42,8 +42,9 @@ from ..layers.step import AttentionStep, Capabilities, StepCall
 from ..registry import Registry, keyword_options
 from ..validate import ArgumentTypeError
 
-__all__ = ["LAYER_OPTIONS", "VARIANTS", "Budget", "EfficientStep", "PatternStep", "Sweep", "VariantRegistry", "budget", "budgets",
-           "capabilities", "check_documents", "create", "names", "per_document", "register", "select", "step"]
+__all__ = ["LAYER_OPTIONS", "VARIANTS", "Budget", "EfficientStep", "PatternStep", "Sweep", "VariantRegistry", "budget",
+           "budgets", "capabilities", "check_documents", "create", "names", "per_document", "register", "select",
+           "step"]
 
 def check_documents(step, docs) -> None:
     """``ValueError`` unless packed documents ask for the layer's own pattern (causal as the layer,
@@ -54,7 +55,8 @@ def check_documents(step, docs) -> None:
                          f"give Documents(causal={causal}) without a window")
 
 
-def per_document(step, run: Callable, docs, heads: tuple[torch.Tensor, ...], x: torch.Tensor | None = None) -> torch.Tensor:
+def per_document(step, run: Callable, docs, heads: tuple[torch.Tensor, ...],
+                 x: torch.Tensor | None = None) -> torch.Tensor:
     """Packed documents, each alone: ``run(*heads, x)`` on every document's positions (documents of
     one length stacked into one call), padding left at zero. ``heads``: ``(B, ., N, .)`` tensors
     (the first is the queries, the last the values: the output has the values' heads, as many as
@@ -92,8 +94,8 @@ class EfficientStep(AttentionStep):
     """
 
     name: str = "efficient"
-    capabilities = Capabilities(causal="option", masks="key_padding", forms_scores=False, cache=None, grouped_kv=False, exact=False,
-                                family="approximation")
+    capabilities = Capabilities(causal="option", masks="key_padding", forms_scores=False, cache=None, grouped_kv=False,
+                                exact=False, family="approximation")
 
     def attend(self, q, k, v, call: StepCall) -> AttentionResult:
         b, _, n, _ = q.shape
@@ -101,7 +103,8 @@ class EfficientStep(AttentionStep):
         if call.state is not None:  # decoding with the declared state: the new tokens' key padding only
             return AttentionResult(self.decode(q, k, v, call.state, call.key_padding(b, m, self.name, q.device)))
         if call.documents is not None:
-            return AttentionResult(per_document(self, lambda q, k, v, _: self.compute(q, k, v, None), call.documents, (q, k, v)))
+            return AttentionResult(per_document(self, lambda q, k, v, _: self.compute(q, k, v, None), call.documents,
+                                                (q, k, v)))
         valid = call.key_padding(b, m, self.name, q.device)
         if n == 0 or m == 0:
             return AttentionResult(q.new_zeros(b, q.shape[1], n, v.shape[-1]))
@@ -137,8 +140,8 @@ class PatternStep(DenseStep):
     (and :meth:`cache_bounds`, the bounded cache that is their causal pattern) and set ``block``.
     """
 
-    capabilities = Capabilities(causal="option", masks="any", forms_scores=True, cache="window", grouped_kv=True, exact=True,
-                                family="pattern")
+    capabilities = Capabilities(causal="option", masks="any", forms_scores=True, cache="window", grouped_kv=True,
+                                exact=True, family="pattern")
     block: int | None = None
 
     def __init__(self, embed_dim: int, num_heads: int, *, causal: bool = False):
@@ -158,7 +161,8 @@ class PatternStep(DenseStep):
         return self.full_pattern().dense(n)
 
     def attend(self, q, k, v, call: StepCall) -> AttentionResult:
-        if call.state is not None:  # decoding: the cache holds exactly what the causal pattern keeps, its mask says the rest
+        # decoding: the cache holds exactly what the causal pattern keeps, its mask says the rest
+        if call.state is not None:
             return self.exact(q, k, v, call)
         n, m = q.shape[2], k.shape[2]
         if n != m:
@@ -180,7 +184,8 @@ class VariantRegistry(Registry):
         """The names in the order they were registered, the references of another variant
         (``capabilities.reference``: ``dense_naive``) last: the order of every table and grid."""
         names = super().in_order()
-        last = [n for n in names if getattr(self.get(n), "capabilities", None) is not None and self.get(n).capabilities.reference]
+        last = [n for n in names if getattr(self.get(n), "capabilities", None) is not None
+                and self.get(n).capabilities.reference]
         return [n for n in names if n not in last] + last
 
     def options(self, name: str) -> list[str] | None:
@@ -193,7 +198,8 @@ class VariantRegistry(Registry):
         cls = self.get(name)
         takes = set(keyword_options(cls) or ())
         layer_options = {k: v for k, v in options.items() if k in LAYER_OPTIONS}  # max_len: the layer's and linformer's
-        build = functools.partial(cls, *args, **{k: v for k, v in options.items() if k in takes or k not in LAYER_OPTIONS})
+        build = functools.partial(cls, *args, **{k: v for k, v in options.items()
+                                                 if k in takes or k not in LAYER_OPTIONS})
         return MultiHeadAttention(*args, step=build() if cls.drawn_first else build, **layer_options)
 
 
@@ -217,13 +223,14 @@ def capabilities(name: str) -> Capabilities:
     """What the variant ``name``'s attention step declares it can do (its class's ``capabilities``)."""
     found = getattr(VARIANTS.get(name), "capabilities", None)
     if not isinstance(found, Capabilities):
-        raise ArgumentTypeError(f"the {name!r} attention declares no capabilities: give its class a Capabilities as the "
-                                "attribute 'capabilities'")
+        raise ArgumentTypeError(f"the {name!r} attention declares no capabilities: give its class a Capabilities as "
+                                "the attribute 'capabilities'")
     return found
 
 
-def select(*, causal: bool | None = None, decodes: bool | None = None, exact: bool | None = None, forms_scores: bool | None = None,
-           needs_input: bool | None = None, reference: bool | None = None, family: str | None = None) -> list[str]:
+def select(*, causal: bool | None = None, decodes: bool | None = None, exact: bool | None = None,
+           forms_scores: bool | None = None, needs_input: bool | None = None, reference: bool | None = None,
+           family: str | None = None) -> list[str]:
     """The registered variants whose declared :class:`attnlab.layers.step.Capabilities` match, in
     the order they were registered (``"dense"`` first); every criterion left None matches all.
 
@@ -238,8 +245,8 @@ def select(*, causal: bool | None = None, decodes: bool | None = None, exact: bo
     """
     def keep(c: Capabilities) -> bool:
         return all(want is None or have == want for want, have in (
-            (causal, c.causal is not None), (decodes, c.cache is not None), (exact, c.exact), (forms_scores, c.forms_scores),
-            (needs_input, c.needs_input), (reference, c.reference), (family, c.family)))
+            (causal, c.causal is not None), (decodes, c.cache is not None), (exact, c.exact),
+            (forms_scores, c.forms_scores), (needs_input, c.needs_input), (reference, c.reference), (family, c.family)))
 
     return [n for n in VARIANTS.in_order() if keep(capabilities(n))]
 
@@ -248,7 +255,8 @@ def budget(name: str) -> Budget:
     """The :class:`Budget` of the variant ``name`` (its class attribute ``budget``)."""
     found = getattr(VARIANTS.get(name), "budget", None)
     if not isinstance(found, Budget):
-        raise ArgumentTypeError(f"the {name!r} attention has no budget: give its class a Budget as the attribute 'budget'")
+        raise ArgumentTypeError(f"the {name!r} attention has no budget: give its class a Budget as the attribute "
+                                "'budget'")
     return found
 
 

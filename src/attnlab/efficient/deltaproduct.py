@@ -122,7 +122,8 @@ class DeltaProductAttention(AttentionStep):
         if n_h > 1:
             for proj, out in ((self.extra_keys, ks), (self.extra_values, vs)):
                 out += list(proj(x).view(b, n, n_h - 1, h, d).permute(2, 0, 3, 1, 4).unbind(0))
-        lay = lambda ts: torch.stack(ts, 3).reshape(b, h, n * n_h, d)  # noqa: E731 - (B, H, N, n_h, D) -> sub-steps in order
+        # (B, H, N, n_h, D) -> sub-steps in order
+        lay = lambda ts: torch.stack(ts, 3).reshape(b, h, n * n_h, d)  # noqa: E731
         qs = [torch.zeros_like(q)] * (n_h - 1) + [q]
         sub = torch.eye(n_h, dtype=x.dtype, device=x.device).expand(b, n, n_h, n_h)
         xs = torch.cat([x[:, :, None].expand(b, n, n_h, x.shape[-1]), sub], -1).reshape(b, n * n_h, x.shape[-1] + n_h)

@@ -46,8 +46,8 @@ import torch.nn.functional as F
 from ..core import kernels
 from ..core.kernels import Kernel
 
-__all__ = ["KERNELS", "MAX_KEY_WIDTH", "SERVED_ON", "both_paths", "delta_rule", "dispatch_delta", "dispatch_gated", "fla_op",
-           "gated_delta_rule", "gla", "kda", "pick", "register_kernels", "simple_gla"]
+__all__ = ["KERNELS", "MAX_KEY_WIDTH", "SERVED_ON", "both_paths", "delta_rule", "dispatch_delta", "dispatch_gated",
+           "fla_op", "gated_delta_rule", "gla", "kda", "pick", "register_kernels", "simple_gla"]
 
 SERVED_ON = ("cuda",)
 """The device types on which :func:`dispatch_gated` and :func:`dispatch_delta` ask the gate at all."""
@@ -162,9 +162,9 @@ def gated_delta_rule(q, k, v, beta, g=None, state=None, cu_seqlens=None, *, op=N
 def kda(q, k, v, beta, g, state=None, cu_seqlens=None, *, op=None):
     """:func:`~attnlab.efficient.recurrence.chunk_delta` with a decay per key channel ``g``
     ``(B, H, N, D)`` (Kimi Delta Attention) through fla's ``chunk_kda``."""
-    return _call("chunk_kda", op, q, k, v, (_fla(_wide(g)), _fla(beta)), state, cu_seqlens, use_qk_l2norm_in_kernel=False,
-                 use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
-                 state_v_first=False)
+    return _call("chunk_kda", op, q, k, v, (_fla(_wide(g)), _fla(beta)), state, cu_seqlens,
+                 use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                 allow_neg_eigval=False, safe_gate=False, state_v_first=False)
 
 
 _ADAPTERS: dict[str, Callable] = {"chunk_simple_gla": simple_gla, "chunk_gla": gla, "chunk_delta_rule": delta_rule,
@@ -212,14 +212,14 @@ def register_kernels(chunk_gated: Callable, chunk_delta: Callable) -> dict[str, 
     def delta_own(q, k, v, beta, g, state, cu):
         return chunk_delta(q, k, v, beta, g, state=state, cu_seqlens=cu)
 
-    gates = {"chunk_simple_gla": "head", "chunk_gla": "channel", "chunk_delta_rule": None, "chunk_gated_delta_rule": "head",
-             "chunk_kda": "channel"}
+    gates = {"chunk_simple_gla": "head", "chunk_gla": "channel", "chunk_delta_rule": None,
+             "chunk_gated_delta_rule": "head", "chunk_kda": "channel"}
     for op, gate in gates.items():
         delta = op not in ("chunk_simple_gla", "chunk_gla")
         KERNELS[f"fla.{op}"] = kernels.register(Kernel(
-            name=f"fla.{op}", serves=_SERVES[op], run=both_paths(_ADAPTERS[op]), own=both_paths(delta_own if delta else gated_own),
-            sample=_sample(delta, gate), devices=("cuda",), versions=_versions,
-            available=_availability(op)))
+            name=f"fla.{op}", serves=_SERVES[op], run=both_paths(_ADAPTERS[op]),
+            own=both_paths(delta_own if delta else gated_own), sample=_sample(delta, gate), devices=("cuda",),
+            versions=_versions, available=_availability(op)))
     return KERNELS
 
 
@@ -232,7 +232,8 @@ def pick(delta: bool, g: torch.Tensor | None, dtype: torch.dtype) -> str:
         return "fla.chunk_gla" if channel else "fla.chunk_simple_gla"
     if channel:
         return "fla.chunk_kda"
-    return "fla.chunk_delta_rule" if g is None and dtype in (torch.float16, torch.bfloat16) else "fla.chunk_gated_delta_rule"
+    return ("fla.chunk_delta_rule" if g is None and dtype in (torch.float16, torch.bfloat16)
+            else "fla.chunk_gated_delta_rule")
 
 
 def dispatch_gated(q, k, v, g, state, cu_seqlens):
@@ -264,7 +265,8 @@ def _dispatch(delta, q, k, v, beta, g, state, cu_seqlens):
     if cu_seqlens is not None and bool((cu_seqlens.diff() == 0).any()):  # an empty document: no verdict covers it
         return None
     kernel = KERNELS.get(pick(delta, g, q.dtype))
-    if kernel is None or not kernels.serves(kernel, q.device, q.dtype, backward=kernels.needs_grad(q, k, v, beta, g, state)):
+    if kernel is None or not kernels.serves(kernel, q.device, q.dtype,
+                                            backward=kernels.needs_grad(q, k, v, beta, g, state)):
         return None
     adapter = _ADAPTERS[kernel.name.removeprefix("fla.")]
     return adapter(q, k, v, beta, g, state, cu_seqlens) if delta else adapter(q, k, v, g, state, cu_seqlens)

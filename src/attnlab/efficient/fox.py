@@ -31,7 +31,8 @@ def forget_decay(c: torch.Tensor, *, causal: bool, queries: torch.Tensor | None 
     gates ``(B, H, N)`` where they are not the keys' (causal decoding: the new tokens, the last N
     of the held keys; the caller's mask orders them by position)."""
     if queries is not None and not causal:
-        raise ValueError("forget_decay takes the queries' own gates in the causal form only (it orders query and key by index)")
+        raise ValueError("forget_decay takes the queries' own gates in the causal form only (it orders query and key "
+                         "by index)")
     cq_all = c if queries is None else queries
 
     def decay(score, b, h, q_idx, kv_idx):
@@ -45,7 +46,8 @@ def forget_decay(c: torch.Tensor, *, causal: bool, queries: torch.Tensor | None 
 
 @register("fox")
 class ForgettingAttention(DenseStep):
-    """Forgetting attention (FoX): softmax attention with a data-dependent forget gate (Lin et al. 2025, https://arxiv.org/abs/2503.02130).
+    """Forgetting attention (FoX): softmax attention with a data-dependent forget gate (Lin et al. 2025,
+    https://arxiv.org/abs/2503.02130).
 
     Each head ``h`` computes a forget gate per token from the layer's input,
     ``f_t = sigmoid(w_h . x_t + b_h)`` (one ``Linear(E, H)`` with bias, :attr:`fgate_proj`), and
@@ -133,7 +135,8 @@ class ForgettingAttention(DenseStep):
         mask = call.combined(masks.causal(), q) if self.causal else call.combined(None, q)
         c = self.log_forget(inputs.x, call.hidden_keys(b, n, q.device)).cumsum(-1)  # (B, H, N)
         q, k = inputs.rotate(q, k)
-        return self.exact(q, k, v, call, mask=mask, score_mod=compose(call.score_mod, forget_decay(c, causal=self.causal)))
+        return self.exact(q, k, v, call, mask=mask,
+                          score_mod=compose(call.score_mod, forget_decay(c, causal=self.causal)))
 
     def decode_heads(self, q, k, v, call: StepCall) -> AttentionResult:
         """Cached decoding: ``n`` new tokens' heads ``(B, H|G, n, D)`` after the ``seen`` held ones.
@@ -147,12 +150,15 @@ class ForgettingAttention(DenseStep):
         query, what the whole sequence gives it. ``score_mod``: at the new and the held
         positions (the cache's bias encoding)."""
         cache, inputs = call.state, call.inputs
-        assert inputs is not None and isinstance(cache, ForgetKVCache)  # checked: the input, and the cache its declaration names
+        # checked: the input, and the cache its declaration names
+        assert inputs is not None and isinstance(cache, ForgetKVCache)
         b, n = q.shape[0], q.shape[2]
-        valid = call.key_padding(b, n, self.name, q.device)  # the new tokens' (the cache's source refused any other mask)
+        # the new tokens' (the cache's source refused any other mask)
+        valid = call.key_padding(b, n, self.name, q.device)
         log_f = self.log_forget(inputs.x, None if valid is None else ~valid)  # (B, H, n)
         pos = inputs.positions
         q, k = inputs.rotate(q, k)  # the keys enter the cache rotated, as a KVCache's
         keys, values, key_valid, kpos, c = cache.write(k, v, log_f, valid)  # c: (B, H, S), the new queries' the last n
         return self.exact(q, keys, values, call, mask=cache.mask(pos, kpos, key_valid),
-                          score_mod=compose(call.score_mod, forget_decay(c, causal=True, queries=c[..., c.shape[-1] - n :])))
+                          score_mod=compose(call.score_mod,
+                                            forget_decay(c, causal=True, queries=c[..., c.shape[-1] - n :])))

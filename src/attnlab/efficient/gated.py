@@ -38,7 +38,8 @@ from ..validate import choice, int_at_least, positive_int
 from . import recurrence
 from .base import EfficientStep, check_documents, per_document
 
-__all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "PaddingInsideWarning", "inverse_softplus", "time_step_bias"]
+__all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "PaddingInsideWarning", "inverse_softplus",
+           "time_step_bias"]
 
 CONV_PRODUCTS_MAX = 2 ** 23
 """The short convolution of a window of at most this many elements (``B x positions x 3E``: a
@@ -116,9 +117,10 @@ def _warn_if_padding_inside(valid: torch.Tensor, name: str) -> bool:
     inside = ~valid & (seen > 0) & (seen < seen[:, -1:])
     if not bool(inside.any()):
         return False
-    warnings.warn(f"the {name!r} attention's short convolution counts positions: key padding between real tokens changes "
-                  "the outputs after it against the row without those tokens; put the padding at the start or the end of "
-                  "each row, or pack the pieces as documents (attnlab.masks.Documents)", PaddingInsideWarning, stacklevel=2)
+    warnings.warn(f"the {name!r} attention's short convolution counts positions: key padding between real tokens "
+                  "changes the outputs after it against the row without those tokens; put the padding at the start or "
+                  "the end of each row, or pack the pieces as documents (attnlab.masks.Documents)",
+                  PaddingInsideWarning, stacklevel=2)
     return True
 
 
@@ -167,7 +169,8 @@ class GatedRecurrence(EfficientStep):
         self.conv = nn.Conv1d(width, width, k, groups=width, bias=False) if k else None
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, chunk={self.chunk}, segment={self.segment or 0}, mode={self.mode!r}, conv_size={self.conv_size}"
+        return (f"{super().extra_repr()}, chunk={self.chunk}, segment={self.segment or 0}, mode={self.mode!r}, "
+                f"conv_size={self.conv_size}")
 
     # ---------------------------------------------------------------- what a subclass defines
     def gates(self, x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -207,8 +210,9 @@ class GatedRecurrence(EfficientStep):
 
             return AttentionResult(per_document(self, run, docs, (q, k, v), x))
         valid = call.key_padding(b, n, self.name, x.device)
-        if valid is not None and self.conv is not None and state is None and not getattr(self, "_warned_padding", False) \
-                and not torch.compiler.is_compiling():  # looked at until it warns once: no host sync after that, no graph break
+        # looked at until it warns once: no host sync after that, no graph break
+        if valid is not None and self.conv is not None and state is None \
+                and not getattr(self, "_warned_padding", False) and not torch.compiler.is_compiling():
             self._warned_padding = _warn_if_padding_inside(valid, self.name)
         if n == 0:
             return AttentionResult(q.new_zeros(b, self.num_heads, 0, self.head_dim))
@@ -226,12 +230,15 @@ class GatedRecurrence(EfficientStep):
         too are computed again in the backward instead of kept."""
         n = q.shape[2]
         mode = "recurrent" if state is not None and n == 1 else self.mode
-        c = recurrence.chunk_length(self.chunk, n, self.gates(x[:, :0])[0])  # per channel or per head: the gates of no position
-        halo = self.conv_size - 1 if self.conv is not None else 0  # the positions before a segment its convolution reads
+        # per channel or per head: the gates of no position
+        c = recurrence.chunk_length(self.chunk, n, self.gates(x[:, :0])[0])
+        # the positions before a segment its convolution reads
+        halo = self.conv_size - 1 if self.conv is not None else 0
         scans = [(False, cu, state)]
         if not self.causal:  # the reverse scan: the same recurrence from the last position to the first
             scans.append((True, None if cu is None else cu[-1] - cu.flip(0), None))
-        bounds = [recurrence.segment_bounds(n, c, self.segment if mode == "chunk" else None, offsets) for _, offsets, _ in scans]
+        bounds = [recurrence.segment_bounds(n, c, self.segment if mode == "chunk" else None, offsets)
+                  for _, offsets, _ in scans]
         points = [n - halo] if state is not None else []
         for (reverse, _, _), segments in zip(scans, bounds):
             points += [n - p if reverse else p for a, b in segments for p in (a, b, a - halo)]
@@ -256,7 +263,8 @@ class GatedRecurrence(EfficientStep):
         pos = torch.cat([torch.arange(length, device=x.device) for length in lengths])
         cu = torch.tensor([0, *itertools.accumulate(lengths)], device=x.device)
         pick = lambda t: t.transpose(0, 1).flatten(1, 2)[:, where][None]  # noqa: E731 - (B, H, N, D) -> (1, H, M, D)
-        out = self._both_ways(pick(q), pick(k), pick(v), x.flatten(0, 1)[where][None], None, pos, rotation, None, cu)[0]  # (H, M, Dv)
+        # (H, M, Dv)
+        out = self._both_ways(pick(q), pick(k), pick(v), x.flatten(0, 1)[where][None], None, pos, rotation, None, cu)[0]
         full = out.new_zeros(out.shape[0], b * n, out.shape[-1]).index_copy(1, where, out)
         return full.view(out.shape[0], b, n, -1).transpose(0, 1)
 
@@ -278,9 +286,11 @@ class GatedRecurrence(EfficientStep):
         if halo and cache is not None:  # the convolution's last inputs, for the next call
             cache.conv = self._conv_inputs(scan, cq, ck, cv, valid, before, n - halo, n)
         if self.delta:
-            fn = {"chunk": recurrence.chunk_delta, "parallel": recurrence.parallel_delta, "recurrent": recurrence.recurrent_delta}[mode]
+            fn = {"chunk": recurrence.chunk_delta, "parallel": recurrence.parallel_delta,
+                  "recurrent": recurrence.recurrent_delta}[mode]
         else:
-            fn = {"chunk": recurrence.chunk_gated, "parallel": recurrence.parallel_gated, "recurrent": recurrence.recurrent_gated}[mode]
+            fn = {"chunk": recurrence.chunk_gated, "parallel": recurrence.parallel_gated,
+                  "recurrent": recurrence.recurrent_gated}[mode]
         values = self.finish_reads_values and not reverse
         zero = torch.zeros((), dtype=q.dtype, device=q.device)
 
@@ -306,9 +316,11 @@ class GatedRecurrence(EfficientStep):
                 ks = upcast(ks) * bs[..., None]  # beta in its own float32: no rounding to the projections' bfloat16
             args = (qs, ks, vs, bs, gs) if self.delta else (qs, ks, vs, gs)
             extra = {"chunk": self.chunk, "cu_seqlens": cu_part, "segment": None} if mode == "chunk" else {}
-            # the recurrence in at least float32, as softmax's statistics (the gates were computed so: never rounded to bfloat16)
+            # the recurrence in at least float32, as softmax's statistics (the gates were computed so: never rounded to
+            # bfloat16)
             with torch.autocast(q.device.type, enabled=False):
-                out, state = fn(*(None if t is None else upcast(t) for t in args), state=None if state is None else upcast(state), **extra)
+                out, state = fn(*(None if t is None else upcast(t) for t in args),
+                                state=None if state is None else upcast(state), **extra)
             return (out, state, vs) if values else (out, state)
 
         state = None if cache is None else cache.state
@@ -336,7 +348,8 @@ class GatedRecurrence(EfficientStep):
             parts = [torch.where(keep, t, zero) for t in parts]
         flat = torch.cat([t.transpose(1, 2).reshape(t.shape[0], b - start, -1) for t in parts], -1)  # (B, b - start, C)
         if a < 0:
-            lead = flat.new_zeros(flat.shape[0], -a, flat.shape[-1]) if before is None else before[:, before.shape[1] + a:].to(flat.dtype)
+            lead = (flat.new_zeros(flat.shape[0], -a, flat.shape[-1]) if before is None
+                    else before[:, before.shape[1] + a:].to(flat.dtype))
             flat = torch.cat([lead, flat], 1)
         return flat
 
@@ -351,7 +364,8 @@ class GatedRecurrence(EfficientStep):
             start = max(a - (self.conv_size - 1), 0)
             flat = self._conv_inputs(scan, cq, ck, cv, valid, None, start, b)
             offsets = (cu - start).clamp(0, b - start)  # the documents' starts in the window
-            mixed = F.silu(recurrence.causal_conv(flat.transpose(1, 2), self.conv.weight[:, 0].to(flat.dtype), cu_seqlens=offsets))
+            mixed = F.silu(recurrence.causal_conv(flat.transpose(1, 2), self.conv.weight[:, 0].to(flat.dtype),
+                                                  cu_seqlens=offsets))
             return self._conv_heads(mixed[..., a - start:].transpose(1, 2).contiguous(), widths, heads)
         full = self._conv_inputs(scan, cq, ck, cv, valid, before, a - (self.conv_size - 1), b)  # (B, K - 1 + b - a, C)
         weight = self.conv.weight[:, 0]  # (C, K)

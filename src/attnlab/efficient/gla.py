@@ -29,7 +29,8 @@ class GatedLinearAttention(GatedRecurrence):
 
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
-    def __init__(self, embed_dim: int, num_heads: int, *, gate_rank: int = 16, gate_temperature: float = 16.0, **options):
+    def __init__(self, embed_dim: int, num_heads: int, *, gate_rank: int = 16, gate_temperature: float = 16.0,
+                 **options):
         super().__init__(embed_dim, num_heads, **options)
         self.gate_down = nn.Linear(self.embed_dim, gate_rank, bias=False)
         self.gate_up = nn.Linear(gate_rank, self.embed_dim)

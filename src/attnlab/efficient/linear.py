@@ -41,7 +41,8 @@ class LinearAttention(EfficientStep):
     """
 
     budget = Budget(sweep=Sweep(None, (0,), "(none)"))  # no knob: one cost, O(N D^2)
-    # decoding: the recurrent state (S, z), equal to the parallel causal layer at a cost per token independent of the length
+    # decoding: the recurrent state (S, z), equal to the parallel causal layer at a cost per token independent of the
+    # length
     capabilities = EfficientStep.capabilities.with_changes(cache="recurrent", family="kernel")
 
     def __init__(self, embed_dim: int, num_heads: int, *, eps: float = 1e-6, **options):
@@ -64,5 +65,6 @@ class LinearAttention(EfficientStep):
         if state.s is not None:
             assert state.z is not None  # written with s
             sums = (state.s, state.z)
-        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=self.eps, state=sums, return_state=True)
+        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=self.eps, state=sums,
+                                                   return_state=True)
         return out

@@ -21,8 +21,8 @@ class LinformerAttention(EfficientStep):
     shared by the heads (the paper's "headwise sharing"). A sequence shorter than ``max_len``
     uses the first columns of ``E`` and ``F``; a longer one cannot be projected and raises.
     Padded keys are zeroed before the projection, and a projected row that draws only on
-    padded positions is masked (with identity projections, exactly the padded keys). Not causal (each projected row mixes all
-    positions). With ``k = max_len = N`` and ``E = F = I`` it is exact attention.
+    padded positions is masked (with identity projections, exactly the padded keys). Not causal (each projected row
+    mixes all positions). With ``k = max_len = N`` and ``E = F = I`` it is exact attention.
 
     Args:
         embed_dim, num_heads: see :class:`attnlab.efficient.EfficientStep`.
@@ -31,13 +31,17 @@ class LinformerAttention(EfficientStep):
         share_kv: one projection for keys and values (``F = E``).
     """
 
-    budget = Budget(short={"k": 16}, long={"k": 256}, sweep=Sweep("k", (32, 128, 512, 1024), "k (random E, F)"), max_len=True)
+    budget = Budget(short={"k": 16}, long={"k": 256}, sweep=Sweep("k", (32, 128, 512, 1024), "k (random E, F)"),
+                    max_len=True)
 
     capabilities = EfficientStep.capabilities.with_changes(causal=None, family="low rank")
 
-    def __init__(self, embed_dim: int, num_heads: int, *, max_len: int | None = None, k: int = 256, share_kv: bool = False, **options):
-        if max_len is None or not is_int(max_len) or max_len < 1:  # None is not an int either: testing it first tells mypy
-            raise ValueError(f"linformer projects sequences of a fixed maximum length: pass max_len (a positive int), got {max_len!r}")
+    def __init__(self, embed_dim: int, num_heads: int, *, max_len: int | None = None, k: int = 256,
+                 share_kv: bool = False, **options):
+        # None is not an int either: testing it first tells mypy
+        if max_len is None or not is_int(max_len) or max_len < 1:
+            raise ValueError("linformer projects sequences of a fixed maximum length: pass max_len (a positive int), "
+                             f"got {max_len!r}")
         positive_int("k", k)
         super().__init__(embed_dim, num_heads, **options)
         self.max_len, self.k = max_len, min(k, max_len)

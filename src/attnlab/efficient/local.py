@@ -39,7 +39,8 @@ def banded_attention(
         block: the tile (default :data:`attnlab.masks.DEFAULT_BLOCK`).
     """
     if k.shape[2] != q.shape[2]:
-        raise ValueError(f"this attention relates positions: it needs as many keys as queries, got N={q.shape[2]}, M={k.shape[2]}")
+        raise ValueError(f"this attention relates positions: it needs as many keys as queries, got N={q.shape[2]}, "
+                         f"M={k.shape[2]}")
     mask = masks.window(int_at_least("window", window, 0), causal=causal)
     if valid is not None:
         mask = mask & masks.valid_keys(valid)

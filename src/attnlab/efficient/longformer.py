@@ -28,7 +28,8 @@ def _check_global(global_tokens):
     try:
         idx = sorted({int(i) for i in global_tokens})
     except TypeError:
-        raise ArgumentTypeError(f"global_tokens must be a count or a list of positions, got {type(global_tokens).__name__}") from None
+        raise ArgumentTypeError("global_tokens must be a count or a list of positions, got "
+                                f"{type(global_tokens).__name__}") from None
     if idx and idx[0] < 0:
         raise ValueError(f"global token positions must be >= 0, got {idx[0]}")
     return tuple(idx)
@@ -55,7 +56,8 @@ class LongformerAttention(PatternStep):
         sweep=Sweep("window", (16, 64, 256, 1024), "window (16 global)", fixed={"global_tokens": 16}),
     )
 
-    def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, global_tokens=1, block: int | None = None, **options):
+    def __init__(self, embed_dim: int, num_heads: int, *, window: int = 256, global_tokens=1, block: int | None = None,
+                 **options):
         int_at_least("window", window, 0)
         super().__init__(embed_dim, num_heads, **options)
         self.window, self.block = window, block
@@ -94,16 +96,18 @@ class BigBirdAttention(LongformerAttention):
 
     # the random blocks are drawn for the whole length, so a prefix's pattern changes as it grows: no cache
     capabilities = LongformerAttention.capabilities.with_changes(cache=None)
-    no_cache_reason = "it draws its random blocks for the whole length; with random_blocks=0 it is longformer, which decodes"
+    no_cache_reason = ("it draws its random blocks for the whole length; with random_blocks=0 it is longformer, "
+                       "which decodes")
     budget = Budget(
         short={"window": 4, "global_tokens": 1, "random_blocks": 1},
         long={"window": 64, "global_tokens": 2, "random_blocks": 3},
-        sweep=Sweep("random_blocks", (0, 1, 4, 12), "random blocks (w 64, 2 global)", fixed={"window": 64, "global_tokens": 2},
-                    seeded=True),
+        sweep=Sweep("random_blocks", (0, 1, 4, 12), "random blocks (w 64, 2 global)",
+                    fixed={"window": 64, "global_tokens": 2}, seeded=True),
     )
 
     def __init__(
-        self, embed_dim: int, num_heads: int, *, window: int = 64, global_tokens=2, random_blocks: int = 3, seed: int = 0, **options
+        self, embed_dim: int, num_heads: int, *, window: int = 64, global_tokens=2, random_blocks: int = 3,
+        seed: int = 0, **options
     ):
         int_at_least("random_blocks", random_blocks, 0)
         super().__init__(embed_dim, num_heads, window=window, global_tokens=global_tokens, **options)

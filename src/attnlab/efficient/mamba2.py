@@ -47,7 +47,8 @@ class Mamba2Attention(GatedRecurrence):
     finish_reads_values = True  # the skip D x
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
-    def __init__(self, embed_dim: int, num_heads: int, *, ngroups: int | None = None, state_size: int | None = None, **options):
+    def __init__(self, embed_dim: int, num_heads: int, *, ngroups: int | None = None, state_size: int | None = None,
+                 **options):
         super().__init__(embed_dim, num_heads, **options)
         h = self.num_heads
         self.ngroups = h if ngroups is None else positive_int("ngroups", ngroups)
@@ -74,10 +75,12 @@ class Mamba2Attention(GatedRecurrence):
         return self.ngroups, self.state_size
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + (f", ngroups={self.ngroups}, state_size={self.state_size}" if self.grouped_bc else "")
+        grouped = f", ngroups={self.ngroups}, state_size={self.state_size}" if self.grouped_bc else ""
+        return super().extra_repr() + grouped
 
     def features(self, q, k):
-        """Grouped C and B (after the convolution) repeated to the heads: head ``h`` reads group ``h // (H / ngroups)``."""
+        """Grouped C and B (after the convolution) repeated to the heads: head ``h`` reads group
+        ``h // (H / ngroups)``."""
         r = self.num_heads // q.shape[1]
         if r == 1:
             return q, k

@@ -72,11 +72,13 @@ class NystromAttention(EfficientStep):
         pinv_iters: iterations of :func:`iterative_pinv`.
     """
 
-    budget = Budget(short={"landmarks": 8}, long={"landmarks": 64}, sweep=Sweep("landmarks", (16, 64, 256, 1024), "landmarks"))
+    budget = Budget(short={"landmarks": 8}, long={"landmarks": 64},
+                    sweep=Sweep("landmarks", (16, 64, 256, 1024), "landmarks"))
 
     capabilities = EfficientStep.capabilities.with_changes(causal=None, family="landmarks")
 
-    def __init__(self, embed_dim: int, num_heads: int, *, landmarks: int = 64, pinv: str = "iterative", pinv_iters: int = 6, **options):
+    def __init__(self, embed_dim: int, num_heads: int, *, landmarks: int = 64, pinv: str = "iterative",
+                 pinv_iters: int = 6, **options):
         positive_int("landmarks", landmarks)
         if pinv not in ("iterative", "exact"):
             raise ValueError(f"pinv must be 'iterative' or 'exact', got {pinv!r}")

@@ -14,7 +14,8 @@ from .kernel import CAUSAL_CHUNK, FeatureMap, chunked_kernel_attention, kernel_a
 __all__ = ["PerformerAttention", "orthogonal_gaussian", "favor_features"]
 
 
-def orthogonal_gaussian(num_features: int, dim: int, *, generator=None, device=None, dtype=torch.float32) -> torch.Tensor:
+def orthogonal_gaussian(num_features: int, dim: int, *, generator=None, device=None,
+                        dtype=torch.float32) -> torch.Tensor:
     """``(num_features, dim)`` random rows, orthogonal within each block of ``dim`` rows, with the
     norms of Gaussian vectors (chi-distributed with ``dim`` degrees of freedom): the "ORF" of
     the paper, section 3.3, an unbiased and lower-variance replacement for i.i.d. Gaussian rows."""
@@ -97,7 +98,8 @@ class PerformerAttention(EfficientStep):
         sweep=Sweep("num_features", (16, 64, 256, 1024), "features", seeded=True),
     )
 
-    capabilities = EfficientStep.capabilities.with_changes(cache="recurrent", family="kernel")  # decoding: FAVOR+'s running sums
+    # decoding: FAVOR+'s running sums
+    capabilities = EfficientStep.capabilities.with_changes(cache="recurrent", family="kernel")
     # buffers (registered in __init__; nn.Module's __getattr__ types them as Tensor | Module)
     features: torch.Tensor
     calls: torch.Tensor
@@ -149,7 +151,8 @@ class PerformerAttention(EfficientStep):
         state, outs = RecurrentState(), []
         for a in range(0, q.shape[2], CAUSAL_CHUNK):
             e = a + CAUSAL_CHUNK
-            outs.append(self._causal_chunk(q[:, :, a:e], k[:, :, a:e], v[:, :, a:e], None if valid is None else valid[:, a:e], state))
+            outs.append(self._causal_chunk(q[:, :, a:e], k[:, :, a:e], v[:, :, a:e],
+                                           None if valid is None else valid[:, a:e], state))
         return torch.cat(outs, dim=2)
 
     def _causal_chunk(self, q, k, v, valid, state: RecurrentState) -> torch.Tensor:
@@ -173,7 +176,8 @@ class PerformerAttention(EfficientStep):
             old = torch.where(torch.isfinite(state.shift), state.shift, used)  # a row with nothing seen has zero sums
             scale = torch.exp(old - used).to(q.dtype)  # <= 1: the old sums under the new shift
             sums = (state.s * scale, state.z * scale[..., 0])
-        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=1e-12, clamp=True, state=sums, return_state=True)
+        out, (state.s, state.z) = kernel_attention(phi_q, phi_k, v, causal=True, eps=1e-12, clamp=True, state=sums,
+                                                   return_state=True)
         state.shift, state.seen = shift, state.seen + q.shape[2]
         return out
 

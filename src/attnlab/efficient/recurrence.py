@@ -14,39 +14,34 @@ Delta Networks", table 1). With ``S_0`` the initial state and ``q`` already scal
 
 and the output is ``o_t = S_t^T q_t``. Each has three forms, equal in exact arithmetic:
 
-* ``parallel_*``: the quadratic form, masked attention with the decay as a multiplicative mask,
-  ``O = (Q K^T ⊙ M) V`` with ``M_ij = prod_{j < l <= i} a_l`` for ``j <= i`` (the 1-semiseparable
-  mask of Mamba-2's state-space duality, Dao & Gu 2024); the delta rule's values are first
-  replaced by the pseudo-values ``U = (I + L)^{-1} diag(beta) V`` of a unit lower-triangular
-  system (DeltaNet's WY / UT form). O(N^2) time and memory: the float64 reference;
-* ``chunk_*``: chunkwise-parallel, for training: the parallel form inside chunks of ``chunk``
-  positions and the recurrence across them; O(N C D + N D^2) time; in segments of ``segment``
-  positions (see memory, below);
+* ``parallel_*``: the quadratic form, masked attention with the decay as a multiplicative mask, ``O = (Q K^T ⊙ M) V``
+  with ``M_ij = prod_{j < l <= i} a_l`` for ``j <= i`` (the 1-semiseparable mask of Mamba-2's state-space duality, Dao &
+  Gu 2024); the delta rule's values are first replaced by the pseudo-values ``U = (I + L)^{-1} diag(beta) V`` of a unit
+  lower-triangular system (DeltaNet's WY / UT form). O(N^2) time and memory: the float64 reference;
+* ``chunk_*``: chunkwise-parallel, for training: the parallel form inside chunks of ``chunk`` positions and the
+  recurrence across them; O(N C D + N D^2) time; in segments of ``segment`` positions (see memory, below);
 * ``recurrent_*``: one token at a time, O(D Dv) memory whatever the length: decoding.
 
-Every function takes ``q``, ``k`` ``(B, H, N, D)``, ``v`` ``(B, H, N, Dv)`` and an initial
-state ``(B, H, D, Dv)`` or None (zeros), and returns ``(o, final_state)``. Decays are given in
-log space (``g <= 0``); cumulative sums of ``g`` are taken inside each chunk, so that only
-differences ``G_i - G_j <= 0`` are exponentiated on the paths that can (the scalar decays, the
-delta rule, KDA's per-channel decay); GLA's per-channel decay is factored inside chunks of at most
+Every function takes ``q``, ``k`` ``(B, H, N, D)``, ``v`` ``(B, H, N, Dv)`` and an initial state ``(B, H, D, Dv)`` or
+None (zeros), and returns ``(o, final_state)``. Decays are given in log space (``g <= 0``); cumulative sums of ``g`` are
+taken inside each chunk, so that only differences ``G_i - G_j <= 0`` are exponentiated on the paths that can (the scalar
+decays, the delta rule, KDA's per-channel decay); GLA's per-channel decay is factored inside chunks of at most
 :data:`CHANNEL_CHUNK` positions, so that no exponent is large.
 
-**Packed documents.** The chunkwise forms take ``cu_seqlens`` (``(S + 1,)`` offsets of ``S``
-documents laid end to end in a batch of one, as flash-attention and fla take them): no state
-crosses a boundary. Each document is laid out from a chunk boundary (its last chunk padded with
-zeros, which change nothing), the chunks of every document are computed at once, and the scan over
-chunks starts each document from its own initial state: no Python loop per document. The state
+**Packed documents.** The chunkwise forms take ``cu_seqlens`` (``(S + 1,)`` offsets of ``S`` documents laid end to end
+in a batch of one, as flash-attention and fla take them): no state crosses a boundary. Each document is laid out from a
+chunk boundary (its last chunk padded with zeros, which change nothing), the chunks of every document are computed at
+once, and the scan over chunks starts each document from its own initial state: no Python loop per document. The state
 given and returned is then one per document, ``(S, H, D, Dv)``.
 
-**Memory.** Autograd would keep every chunk's products for the backward, O(N (C + D)) per head with
-a large constant (a (C, C) score and decay and several (C, D) and (D, Dv) tensors per chunk). The
-chunkwise forms therefore run in segments of :data:`~attnlab.efficient.segments.SEGMENT` positions (``segment=``;
-:func:`~attnlab.efficient.segments.segmented`), each starting from the state the previous one ends in
-and, under autograd, a non-reentrant checkpoint: the backward keeps the ``D x Dv`` state entering each
-segment and computes one segment's chunks again at a time (as fla's kernels keep the states at chunk
-boundaries); the scan across chunks is one autograd node (:func:`~attnlab.efficient.segments.linear_scan`).
-The price is one more forward of the chunks (none for a sequence of one segment); ``segment=None`` keeps
-everything. Peak memory before and after: ``benchmarks/results/segments-*``.
+**Memory.** Autograd would keep every chunk's products for the backward, O(N (C + D)) per head with a large constant (a
+(C, C) score and decay and several (C, D) and (D, Dv) tensors per chunk). The chunkwise forms therefore run in segments
+of :data:`~attnlab.efficient.segments.SEGMENT` positions (``segment=``; :func:`~attnlab.efficient.segments.segmented`),
+each starting from the state the previous one ends in and, under autograd, a non-reentrant checkpoint: the backward
+keeps the ``D x Dv`` state entering each segment and computes one segment's chunks again at a time (as fla's kernels
+keep the states at chunk boundaries); the scan across chunks is one autograd node
+(:func:`~attnlab.efficient.segments.linear_scan`). The price is one more forward of the chunks (none for a sequence of
+one segment); ``segment=None`` keeps everything. Peak memory before and after: ``benchmarks/results/segments-*``.
 """
 
 from __future__ import annotations
@@ -58,10 +53,11 @@ import torch.nn.functional as F
 
 from ..validate import positive_int
 from . import fla_ops
-from .segments import SEGMENT, linear_scan, segment_bounds, segmented  # noqa: F401 - segment_bounds: the layers read it here
+from .segments import SEGMENT, linear_scan, segment_bounds, segmented  # noqa: F401 - layers read segment_bounds here
 
-__all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step", "gated_step",
-           "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]  # SEGMENT, segmented: attnlab.efficient.segments
+# SEGMENT, segmented: attnlab.efficient.segments
+__all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step",
+           "gated_step", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
 
 CHUNK = 64
 """Positions per chunk of the chunkwise form."""
@@ -81,9 +77,11 @@ def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False, cu_se
         raise ValueError(f"q, k, v must be (B, H, N, D) tensors, got {shape(q)}, {shape(k)}, {shape(v)}")
     b, h, n, d = q.shape
     if k.shape != q.shape or v.shape[:3] != (b, h, n):
-        raise ValueError(f"k must have q's shape (B, H, N, D) = {tuple(q.shape)} and v its (B, H, N), got k {shape(k)}, v {shape(v)}")
+        raise ValueError(f"k must have q's shape (B, H, N, D) = {tuple(q.shape)} and v its (B, H, N), got k "
+                         f"{shape(k)}, v {shape(v)}")
     if g is not None and (not isinstance(g, torch.Tensor) or tuple(g.shape) not in ((b, h, n), (b, h, n, d))):
-        raise ValueError(f"g (the log decay) must have shape (B, H, N) = {(b, h, n)} or (B, H, N, D) = {(b, h, n, d)}, got {shape(g)}")
+        raise ValueError(f"g (the log decay) must have shape (B, H, N) = {(b, h, n)} or (B, H, N, D) = {(b, h, n, d)}, "
+                         f"got {shape(g)}")
     if delta and (not isinstance(beta, torch.Tensor) or tuple(beta.shape) != (b, h, n)):
         raise ValueError(f"beta must have shape (B, H, N) = {(b, h, n)}, got {shape(beta)}")
     if cu_seqlens is None:
@@ -143,11 +141,10 @@ def _as_rows(big: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 def _products(a: torch.Tensor, b: torch.Tensor, big: torch.Tensor | None, diagonal: int = 0,
               decay: torch.Tensor | None = None) -> torch.Tensor:
-    """``P_ij = sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i + diagonal`` (``diagonal`` 0 or
-    -1), else 0, over the last two dimensions; ``big`` the cumulative log decay, ``(..., N)`` per
-    head, ``(..., N, D)`` per channel, or None; ``decay``: its :func:`_decay`, when already made.
-    Only differences ``G_i - G_j <= 0`` are exponentiated (per channel this holds a ``(..., N, N,
-    D)`` tensor: the chunkwise form calls it on chunks)."""
+    """``P_ij = sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i + diagonal`` (``diagonal`` 0 or -1), else 0, over the
+    last two dimensions; ``big`` the cumulative log decay, ``(..., N)`` per head, ``(..., N, D)`` per channel, or None;
+    ``decay``: its :func:`_decay`, when already made. Only differences ``G_i - G_j <= 0`` are exponentiated (per channel
+    this holds a ``(..., N, N, D)`` tensor: the chunkwise form calls it on chunks)."""
     keep = _causal(a.shape[-2], a.device, diagonal)
     if big is None:
         return (a @ b.transpose(-1, -2)).masked_fill(~keep, 0.0)
@@ -260,7 +257,8 @@ def parallel_delta(q, k, v, beta, g=None, *, state=None):
     rows = _as_rows(big, k)  # (B, H, N, 1 | D): G
     eye = torch.eye(q.shape[2], dtype=k.dtype, device=k.device)
     system = eye + beta[..., None] * _products(k, k, big, -1)
-    u = torch.linalg.solve_triangular(system, beta[..., None] * (v - (k * rows.exp()) @ s0), upper=False, unitriangular=True)
+    u = torch.linalg.solve_triangular(system, beta[..., None] * (v - (k * rows.exp()) @ s0), upper=False,
+                                      unitriangular=True)
     out = _products(q, k, big) @ u + (q * rows.exp()) @ s0
     last = rows[..., -1:, :]  # (B, H, 1, 1 | D): G_N
     return out, last.transpose(-1, -2).exp() * s0 + (k * (last - rows).exp()).transpose(-1, -2) @ u
@@ -300,12 +298,12 @@ class _Layout:
         x = x.flatten(2, 3)
         return x[:, :, :self.n] if self.slots is None else x.index_select(2, self.slots)
 
-    def scan(self, init: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, *, matrix: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The state entering each chunk ``(B, H, T, D, Dv)`` and the final state(s), with ``S_{t+1}
-        = A_t S_t + B_t`` (:func:`~attnlab.efficient.segments.linear_scan`): ``carry`` the ``A_t`` ``(B, H, T, D, D)`` when
-        ``matrix``, else the factors ``(B, H, T, 1 | D, 1)`` of a diagonal one, ``writes`` the
-        ``B_t`` ``(B, H, T, D, Dv)``. Packed: each document starts from its own initial state
-        ``init[i]``."""
+    def scan(self, init: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, *,
+             matrix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The state entering each chunk ``(B, H, T, D, Dv)`` and the final state(s), with ``S_{t+1} = A_t S_t + B_t``
+        (:func:`~attnlab.efficient.segments.linear_scan`): ``carry`` the ``A_t`` ``(B, H, T, D, D)`` when ``matrix``,
+        else the factors ``(B, H, T, 1 | D, 1)`` of a diagonal one, ``writes`` the ``B_t`` ``(B, H, T, D, Dv)``. Packed:
+        each document starts from its own initial state ``init[i]``."""
         b, h = writes.shape[:2]
         if self.slots is None:  # one sequence per row: its first chunk begins it, its last ends it
             rows, begins, ends = init.flatten(0, 1)[None], {0: 0}, {writes.shape[2] - 1: 0}
@@ -322,10 +320,9 @@ class _Layout:
 
 
 def chunk_length(chunk: int, n: int, g: torch.Tensor | None = None) -> int:
-    """The positions per chunk the chunkwise forms take, asked for ``chunk`` over ``n`` positions
-    with the log decay ``g``: at most ``n`` (a shorter sequence is one chunk of its own length),
-    and under a per-channel decay at most :data:`CHANNEL_CHUNK` (e^-G_j within a chunk stays
-    below e^(CHANNEL_CHUNK steps of decay))."""
+    """The positions per chunk the chunkwise forms take, asked for ``chunk`` over ``n`` positions with the log decay
+    ``g``: at most ``n`` (a shorter sequence is one chunk of its own length), and under a per-channel decay at most
+    :data:`CHANNEL_CHUNK` (e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay))."""
     c = min(positive_int("chunk", chunk), max(n, 1))
     return min(c, CHANNEL_CHUNK) if g is not None and g.dim() == 4 else c
 
@@ -346,7 +343,8 @@ def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
     return x.view(*x.shape[:2], (n + pad) // c, c, *x.shape[3:])
 
 
-def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor,
+             cu_seqlens: torch.Tensor | None) -> torch.Tensor:
     """The initial state(s): the one given, or zeros (one per document when packed)."""
     if state is not None:
         return state
@@ -361,18 +359,20 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=N
     positions (:func:`segmented`: under autograd each segment's chunks are computed again in the
     backward; None: never). ``cu_seqlens``: packed documents (see the module)."""
     _check(q, k, v, g, state=state, cu_seqlens=cu_seqlens)
-    if (served := fla_ops.dispatch_gated(q, k, v, g, state, cu_seqlens)) is not None:  # fla's kernel on CUDA, where it serves
+    # fla's kernel on CUDA, where it serves
+    if (served := fla_ops.dispatch_gated(q, k, v, g, state, cu_seqlens)) is not None:
         return served
     c = chunk_length(chunk, q.shape[2], g)
     run = lambda a, b, s, cu, q, k, v, g: _chunk_gated(q, k, v, g, s, cu, c)  # noqa: E731
-    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment,
-                     split=(q, k, v, g))
+    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens,
+                     segment=segment, split=(q, k, v, g))
 
 
 def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
     lay = _Layout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc = lay.chunks(q), lay.chunks(k), lay.chunks(v)  # (B, H, T, C, D)
-    big = None if g is None else lay.chunks(g).cumsum(3)  # G within each chunk, (B, H, T, C) per head, (B, H, T, C, D) per channel
+    # G within each chunk, (B, H, T, C) per head, (B, H, T, C, D) per channel
+    big = None if g is None else lay.chunks(g).cumsum(3)
     if big is None or big.dim() == 4:  # per head: the mask exp(G_i - G_j) of one channel
         intra = _products(qc, kc, big) @ vc
     else:  # per channel: no mask of one channel; factored at the chunk start, (q e^G_i) . (k e^-G_j)
@@ -386,20 +386,20 @@ def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
     return lay.positions(intra + (qc * rows.exp()) @ starts), s
 
 
-def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None, segment: int | None = SEGMENT):
-    """:func:`recurrent_delta` chunk by chunk: the pseudo-values of every chunk at once from its
-    WY form (a unit-triangular solve per chunk), then the recurrence on the chunk-end states, which
-    corrects each chunk's pseudo-values for the state it starts from. A per-channel decay (KDA)
-    takes chunks of at most :data:`CHANNEL_CHUNK` positions (its scores hold ``(C, C, D)`` per
-    chunk). In segments of ``segment`` positions as :func:`chunk_gated`. ``cu_seqlens``: packed
-    documents (see the module)."""
+def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None,
+                segment: int | None = SEGMENT):
+    """:func:`recurrent_delta` chunk by chunk: the pseudo-values of every chunk at once from its WY form (a
+    unit-triangular solve per chunk), then the recurrence on the chunk-end states, which corrects each chunk's
+    pseudo-values for the state it starts from. A per-channel decay (KDA) takes chunks of at most :data:`CHANNEL_CHUNK`
+    positions (its scores hold ``(C, C, D)`` per chunk). In segments of ``segment`` positions as :func:`chunk_gated`.
+    ``cu_seqlens``: packed documents (see the module)."""
     _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens)
     if (served := fla_ops.dispatch_delta(q, k, v, beta, g, state, cu_seqlens)) is not None:
         return served
     c = chunk_length(chunk, q.shape[2], g)
     run = lambda a, b, s, cu, q, k, v, beta, g: _chunk_delta(q, k, v, beta, g, s, cu, c)  # noqa: E731
-    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens, segment=segment,
-                     split=(q, k, v, beta, g))
+    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens,
+                     segment=segment, split=(q, k, v, beta, g))
 
 
 def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
@@ -412,7 +412,8 @@ def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
     system = torch.eye(lay.c, dtype=q.dtype, device=q.device) + bc[..., None] * _products(kc, kc, big, -1, decay)
     # U = T beta V and W = T beta e^G K: the chunk's pseudo-values from a zero state, and how they
     # move with the state it starts from (U_c = U - W S_c)
-    solved = torch.linalg.solve_triangular(system, torch.cat([bc[..., None] * vc, bc[..., None] * _exp(rows, kc) * kc], -1),
+    solved = torch.linalg.solve_triangular(system,
+                                           torch.cat([bc[..., None] * vc, bc[..., None] * _exp(rows, kc) * kc], -1),
                                            upper=False, unitriangular=True)
     u0, w = solved.split([v.shape[-1], k.shape[-1]], -1)
     last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
@@ -420,7 +421,8 @@ def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
     # the state entering the next chunk is affine in the state entering this one:
     # S_{c+1} = diag(e^G_C) S_c + K~_c^T (U_c - W_c S_c) = A_c S_c + B_c, with A_c = diag(e^G_C) -
     # K~_c^T W_c and B_c = K~_c^T U_c for every chunk at once; the sequential part is one product per chunk
-    step = _exp(last.transpose(-1, -2), kc) * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w  # (B, H, T, D, D)
+    # (B, H, T, D, D)
+    step = _exp(last.transpose(-1, -2), kc) * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w
     starts, s = lay.scan(lay.initial(state, q, v), step, kt @ u0, matrix=True)
     out = (qc * _exp(rows, qc)) @ starts + _products(qc, kc, big, 0, decay) @ (u0 - w @ starts)
     return lay.positions(out), s
@@ -429,11 +431,11 @@ def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
 fla_ops.register_kernels(chunk_gated, chunk_delta)  # fla's kernels for these forms, on CUDA (attnlab.efficient.fla_ops)
 
 
-def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, cu_seqlens=None) -> torch.Tensor:
-    """The gated family's short convolution: depthwise and causal, ``x`` ``(B, C, N)``, ``weight``
-    ``(C, K)``: ``out_t = sum_j w_j x_{t - K + 1 + j}`` (+ bias), zero before the sequence; with
-    packed documents (``cu_seqlens``, a batch of one) zero before each document, so that no
-    position reads an earlier document's."""
+def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                cu_seqlens=None) -> torch.Tensor:
+    """The gated family's short convolution: depthwise and causal, ``x`` ``(B, C, N)``, ``weight`` ``(C, K)``:
+    ``out_t = sum_j w_j x_{t - K + 1 + j}`` (+ bias), zero before the sequence; with packed documents (``cu_seqlens``, a
+    batch of one) zero before each document, so that no position reads an earlier document's."""
     c, n, width = x.shape[1], x.shape[-1], weight.shape[-1]
     if cu_seqlens is None:
         return F.conv1d(x, weight.unsqueeze(1), bias, padding=width - 1, groups=c)[..., :n]

@@ -21,8 +21,10 @@ def lsh_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     The projection runs in float32 or wider, also under autocast."""
     if rotations.dim() != 3 or rotations.shape[1] != x.shape[-1]:
         raise ValueError(f"rotations must have shape (R, {x.shape[-1]}, buckets/2), got {tuple(rotations.shape)}")
-    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # hashed in float32 at least, autocast or not: a
-    with torch.autocast(x.device.type, enabled=False):  # bfloat16 product moves near-ties to other buckets (10 % error, not 1 %)
+    # hashed in float32 at least, autocast or not: a bfloat16 product moves near-ties to other buckets (10 % error,
+    # not 1 %)
+    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    with torch.autocast(x.device.type, enabled=False):
         proj = torch.einsum("bhnd,rdk->bhrnk", wide, rotations.to(wide.dtype))
     return torch.cat([proj, -proj], dim=-1).argmax(-1)
 
@@ -59,7 +61,8 @@ def _chunk_group(q, kv_q, v, kv_v, b_q, b_kv, p_q, p_kv, ok_kv, c: int, causal: 
     own = F.pad(own, (0, cb.shape[-1] - c))
     s = torch.where(own, torch.where(forbidden, float("-inf"), SELF_LOGIT) if ok_kv is not None else SELF_LOGIT,
                     s.masked_fill(forbidden, float("-inf")))
-    dead = (s == float("-inf")).all(-1)  # (B, H, g, c): a row with no allowed key: weights 0, lse -inf, no NaN either way
+    # (B, H, g, c): a row with no allowed key: weights 0, lse -inf, no NaN either way
+    dead = (s == float("-inf")).all(-1)
     lse = torch.logsumexp(s.masked_fill(dead[..., None], 0.0), dim=-1).masked_fill(dead, float("-inf"))
     w = torch.exp(s - lse.masked_fill(dead, 0.0)[..., None])
     return (w.to(v.dtype) @ cv).view(b, h, length, -1), lse.view(b, h, length)
@@ -79,7 +82,8 @@ class _LSHChunks(torch.autograd.Function):
         ctx.groups = [(a, min(nc, a + per)) for a in range(0, nc, per)]
         ctx.c, ctx.causal = c, causal
         out = sv.new_empty(b, h, length, sv.shape[-1])
-        lse = torch.empty(b, h, length, dtype=torch.float32 if sq.dtype in (torch.float16, torch.bfloat16) else sq.dtype, device=sq.device)
+        lse = torch.empty(b, h, length, device=sq.device,
+                          dtype=torch.float32 if sq.dtype in (torch.float16, torch.bfloat16) else sq.dtype)
         for a, z in ctx.groups:
             o, l_ = _chunk_group(*_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a, z), c, causal)
             out[:, :, a * c : z * c], lse[:, :, a * c : z * c] = o, l_
@@ -119,8 +123,8 @@ class _LSHChunks(torch.autograd.Function):
 
             with torch.enable_grad():
                 o, l_ = _chunk_group(*_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a, z, leaf), c, ctx.causal)
-                grads = torch.autograd.grad((o, l_), [x for *_, x in leaves], (do[:, :, a * c : z * c], dlse[:, :, a * c : z * c]),
-                                            allow_unused=True)
+                grads = torch.autograd.grad((o, l_), [x for *_, x in leaves],
+                                            (do[:, :, a * c : z * c], dlse[:, :, a * c : z * c]), allow_unused=True)
             for (is_q, r, _), g in zip(leaves, grads):
                 if g is not None:
                     (dq if is_q else dv)[:, :, r] += g
@@ -155,11 +159,12 @@ class ReformerAttention(EfficientStep):
     budget = Budget(
         short={"num_buckets": 4, "chunk_size": 16},
         long={"num_buckets": 64, "num_hashes": 2, "chunk_size": 64, "seed": 0},
-        sweep=Sweep("num_hashes", (1, 2, 4, 8), "hash rounds (16 buckets, chunk 64)", fixed={"num_buckets": 16, "chunk_size": 64},
-                    seeded=True),
+        sweep=Sweep("num_hashes", (1, 2, 4, 8), "hash rounds (16 buckets, chunk 64)",
+                    fixed={"num_buckets": 16, "chunk_size": 64}, seeded=True),
     )
 
-    capabilities = EfficientStep.capabilities.with_changes(shared_qk=True, family="hashing")  # the key projection is never computed
+    # the key projection is never computed
+    capabilities = EfficientStep.capabilities.with_changes(shared_qk=True, family="hashing")
 
     def __init__(
         self,
@@ -180,7 +185,8 @@ class ReformerAttention(EfficientStep):
         self.num_buckets, self.num_hashes, self.chunk_size, self.seed = num_buckets, num_hashes, chunk_size, seed
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, num_buckets={self.num_buckets}, num_hashes={self.num_hashes}, chunk_size={self.chunk_size}"
+        return (f"{super().extra_repr()}, num_buckets={self.num_buckets}, num_hashes={self.num_hashes}, "
+                f"chunk_size={self.chunk_size}")
 
     def compute(self, q, k, v, valid):
         b, h, n, d = q.shape
@@ -219,7 +225,8 @@ class ReformerAttention(EfficientStep):
         o, lse = _LSHChunks.apply(sq, sv, sb, pos, slot_ok, c, self.causal)  # (B, H, nc c, Dv), (B, H, nc c)
         # back to slot order (padding slots dropped), then the rounds combined
         idx = order[..., None].expand(-1, -1, -1, o.shape[-1])
-        back = (o.new_zeros(b, h, total + 1, o.shape[-1]) if pad else torch.empty_like(o)).scatter(2, idx, o)[:, :, :total]
+        back = (o.new_zeros(b, h, total + 1, o.shape[-1]) if pad else torch.empty_like(o)).scatter(2, idx, o)
+        back = back[:, :, :total]
         l_back = (lse.new_full((b, h, total + 1), float("-inf")) if pad
                   else lse.new_empty(b, h, total)).scatter(2, order, lse)[:, :, :total]
         back = back.view(b, h, rounds, n, -1)

@@ -33,7 +33,8 @@ class RetentionAttention(GatedRecurrence):
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
         super().__init__(embed_dim, num_heads, **options)
-        self.register_buffer("log_decay", retention_decays(self.num_heads).log().float(), persistent=False)  # follows .double()
+        # follows .double()
+        self.register_buffer("log_decay", retention_decays(self.num_heads).log().float(), persistent=False)
         self.out_norm = HeadNorm(self.embed_dim, self.num_heads, gate=True)
 
     def gates(self, x):

@@ -26,11 +26,12 @@ document's index where it begins in the segment (else None: it continues the pre
 last piece), ``ends`` its index where it ends there (else None: the next segment continues it)."""
 
 
-def _segments(n: int, c: int, segment: int, cu_seqlens: torch.Tensor | None) -> list[tuple[int, int, list[Piece] | None]]:
+def _segments(n: int, c: int, segment: int,
+              cu_seqlens: torch.Tensor | None) -> list[tuple[int, int, list[Piece] | None]]:
     """The segments of ``n`` positions, ``(a, b, pieces)``: positions ``[a, b)``, whole chunks of
     ``c`` but the last, at most ``segment`` positions (at least one chunk); packed (``cu_seqlens``),
-    each document laid from a chunk boundary as :class:`attnlab.efficient.recurrence._Layout` lays it, and ``pieces`` the
-    documents' pieces in the segment (:data:`Piece`), else None."""
+    each document laid from a chunk boundary as :class:`attnlab.efficient.recurrence._Layout` lays it, and ``pieces``
+    the documents' pieces in the segment (:data:`Piece`), else None."""
     m = c * max(1, positive_int("segment", segment) // c)  # positions per segment
     if cu_seqlens is None:
         return [(a, min(a + m, n), None) for a in range(0, n, m)]
@@ -51,7 +52,8 @@ def _segments(n: int, c: int, segment: int, cu_seqlens: torch.Tensor | None) -> 
     return parts
 
 
-def segment_bounds(n: int, chunk: int, segment: int | None = SEGMENT, cu_seqlens: torch.Tensor | None = None) -> list[tuple[int, int]]:
+def segment_bounds(n: int, chunk: int, segment: int | None = SEGMENT,
+                   cu_seqlens: torch.Tensor | None = None) -> list[tuple[int, int]]:
     """The positions ``[a, b)`` of each segment :func:`segmented` computes, in order."""
     parts = [] if segment is None else _segments(n, chunk, segment, cu_seqlens)
     return [(a, b) for a, b, _ in parts] if len(parts) > 1 else [(0, n)]
@@ -62,8 +64,8 @@ def segmented(run: Callable, n: int, *, chunk: int, state: torch.Tensor, cu_seql
     """A chunkwise form over segments of at most ``segment`` positions, one after another, each
     starting from the state the previous one ends in: ``run(a, b, state, cu_seqlens)`` computes
     positions ``[a, b)`` (whole chunks of ``chunk``, the chunk length the form takes:
-    :func:`attnlab.efficient.recurrence.chunk_length`) from the state(s) entering them, and returns their output ``(B, H, b -
-    a, Dv)``, final state(s), and any further outputs ``(B, H, b - a, ...)``; returns the output,
+    :func:`attnlab.efficient.recurrence.chunk_length`) from the state(s) entering them, and returns their output
+    ``(B, H, b - a, Dv)``, final state(s), and any further outputs ``(B, H, b - a, ...)``; returns the output,
     the final state(s) and the further outputs over the N positions. ``split``: tensors ``(B, H, N,
     ...)`` (or None) cut once at the segments' bounds (:func:`segment_bounds`), each segment's
     pieces passed to ``run`` after its four arguments (one split, whose backward gathers the
@@ -167,7 +169,8 @@ def linear_scan(rows: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, b
     if carry.shape[:2] != (m, t) or rows.shape[1:] != (m, *writes.shape[2:]):
         raise ValueError(f"linear_scan: carry {tuple(carry.shape)} and rows {tuple(rows.shape)} do not match writes "
                          f"{tuple(writes.shape)} (carry (M, T, ...), rows (R, M, D, Dv))")
-    if not set(begins.values()) | set(ends.values()) <= set(range(rows.shape[0])) or not all(0 <= c < t for c in (*begins, *ends)):
+    if (not set(begins.values()) | set(ends.values()) <= set(range(rows.shape[0]))
+            or not all(0 <= c < t for c in (*begins, *ends))):
         raise ValueError(f"linear_scan: begins {begins} / ends {ends} name a chunk outside 0..{t - 1} or a row outside "
                          f"0..{rows.shape[0] - 1}")
     return _LinearScan.apply(rows, carry, writes, begins, ends, matrix)

@@ -38,10 +38,12 @@ def serving(variant: str, device, dtype: torch.dtype = torch.float32) -> Serving
     """What computes ``variant`` on ``device`` in ``dtype`` (checking its kernels here if no verdict is kept)."""
     device = torch.device(device)
     kernels = kernels_for(variant)
-    if variant == "dense":  # no mask, a dense one or causal: PyTorch's kernel; a mask function: the masks' kernel, if any
-        masked = _checked(variant, kernels, device, dtype) if kernels else Serving(variant, OWN, "attnlab's block-sparse path")
-        return Serving(variant, SDPA, f"PyTorch's fused kernel (flash, cuDNN or memory-efficient); with a mask function: "
-                                      f"{masked.backend} ({masked.why})")
+    if variant == "dense":
+        # no mask, a dense one or causal: PyTorch's kernel; a mask function: the masks' kernel, if any
+        masked = (_checked(variant, kernels, device, dtype) if kernels
+                  else Serving(variant, OWN, "attnlab's block-sparse path"))
+        return Serving(variant, SDPA, "PyTorch's fused kernel (flash, cuDNN or memory-efficient); with a mask "
+                                      f"function: {masked.backend} ({masked.why})")
     if not kernels:
         return Serving(variant, OWN, "no faster kernel is registered for it: attnlab's own form")
     return _checked(variant, kernels, device, dtype)

@@ -1,45 +1,39 @@
 """attnlab's recurrences inside transformers' hybrid models: :func:`use_kernels`.
 
-Qwen3-Next and Qwen3.5 (Gated DeltaNet), Kimi Linear (Kimi Delta Attention) and Mamba-2 and
-Falcon-H1 (SSD) compute their linear-attention layers with functions of their modeling module
-that fall back, without flash-linear-attention's Triton kernels or mamba-ssm (that is, on any
-CPU), to a reference PyTorch path. :func:`use_kernels` makes those layers compute through
-:mod:`attnlab.efficient.recurrence` instead:
+Qwen3-Next and Qwen3.5 (Gated DeltaNet), Kimi Linear (Kimi Delta Attention) and Mamba-2 and Falcon-H1 (SSD) compute
+their linear-attention layers with functions of their modeling module that fall back, without flash-linear-attention's
+Triton kernels or mamba-ssm (that is, on any CPU), to a reference PyTorch path. :func:`use_kernels` makes those layers
+compute through :mod:`attnlab.efficient.recurrence` instead:
 
 * the chunkwise form (:func:`~attnlab.efficient.recurrence.chunk_delta`,
   :func:`~attnlab.efficient.recurrence.chunk_gated`) for training and prefill, the recurrent form
   for one-token decoding with the model's own cache;
-* packed sequences: a batch of one whose ``position_ids`` restart (or given ``cu_seq_lens_q``)
-  keeps its documents apart in the recurrences and the short convolutions, in one call, where
-  transformers' own path refuses them (Qwen) or lets the state cross (Kimi, Mamba-2); such a row
-  with a cache (``use_cache`` left to the config's True, or given) is refused
-  (:class:`PackedWithCache`), as transformers' attention layers would mix its documents then.
+* packed sequences: a batch of one whose ``position_ids`` restart (or given ``cu_seq_lens_q``) keeps its documents apart
+  in the recurrences and the short convolutions, in one call, where transformers' own path refuses them (Qwen) or lets
+  the state cross (Kimi, Mamba-2); such a row with a cache (``use_cache`` left to the config's True, or given) is
+  refused (:class:`PackedWithCache`), as transformers' attention layers would mix its documents then.
 
-**Per model, not per process.** transformers' layers call these functions by their names in the
-modeling module. Without the optional ``kernels`` package its extension points
-(``use_kernel_func_from_hub_with_fallback``) resolve the implementation once, at import, for every
-model; with it, ``kernelize`` maps functions by name for every model of a class and needs a
-kernel repository layout. Neither serves one model and not another, so :func:`use_kernels` gives
-each served layer, as its own attributes, copies of its class's methods that look these names up
-in ``attnlab.served.<modeling module>`` (the modeling module's names, the served functions in
-place of transformers'). No module, class or function of transformers changes: another model of
-the same family, in this thread or another, keeps transformers' path; two served models run in
-two threads without a lock; ``torch.compile`` guards the copies' names through that module. The
-packed offsets travel in the call's keyword arguments (``cu_seq_lens_q``), which transformers
+**Per model, not per process.** transformers' layers call these functions by their names in the modeling module. Without
+the optional ``kernels`` package its extension points (``use_kernel_func_from_hub_with_fallback``) resolve the
+implementation once, at import, for every model; with it, ``kernelize`` maps functions by name for every model of a
+class and needs a kernel repository layout. Neither serves one model and not another, so :func:`use_kernels` gives each
+served layer, as its own attributes, copies of its class's methods that look these names up in
+``attnlab.served.<modeling module>`` (the modeling module's names, the served functions in place of transformers'). No
+module, class or function of transformers changes: another model of the same family, in this thread or another, keeps
+transformers' path; two served models run in two threads without a lock; ``torch.compile`` guards the copies' names
+through that module. The packed offsets travel in the call's keyword arguments (``cu_seq_lens_q``), which transformers
 hands to every layer, so a checkpointed layer recomputes with them in the backward.
 
-The model's parameters, cache and every other step stay transformers'; its attention layers keep
-their ``attn_implementation`` (``"attnlab"`` included). One of those steps is the short
-convolution's one-token update in decoding (``causal_conv1d_update``), transformers' own reference
-PyTorch implementation without the ``causal-conv1d`` package: transformers' line that it "is
-falling back to its reference PyTorch implementation", said during a call of a served model, would
-read as if attnlab served nothing, so it is replaced there by one warning of attnlab's
+The model's parameters, cache and every other step stay transformers'; its attention layers keep their
+``attn_implementation`` (``"attnlab"`` included). One of those steps is the short convolution's one-token update in
+decoding (``causal_conv1d_update``), transformers' own reference PyTorch implementation without the ``causal-conv1d``
+package: transformers' line that it "is falling back to its reference PyTorch implementation", said during a call of a
+served model, would read as if attnlab served nothing, so it is replaced there by one warning of attnlab's
 (:class:`ServedFallback`) naming what attnlab serves and that this step is transformers' own.
 
-Each served function computes in float32 as transformers' path does (in float64 for a float64
-model, a reference); the delta rules' decays are accumulated and exponentiated in float64 inside
-the kernel (see :func:`~attnlab.efficient.recurrence.chunk_delta`). An argument attnlab cannot
-serve is refused by name.
+Each served function computes in float32 as transformers' path does (in float64 for a float64 model, a reference); the
+delta rules' decays are accumulated and exponentiated in float64 inside the kernel (see
+:func:`~attnlab.efficient.recurrence.chunk_delta`). An argument attnlab cannot serve is refused by name.
 
 Usage::
 
@@ -67,8 +61,8 @@ from torch import nn
 from ..efficient import recurrence
 from .rebind import served_methods
 
-__all__ = ["LAYERS", "MODEL_TYPES", "Kernels", "PackedWithCache", "ServedFallback", "UnservedArgument", "causal_conv", "delta_rule",
-           "offsets_from_positions", "ssd_scan", "ssd_step", "tiny_config", "use_kernels"]
+__all__ = ["LAYERS", "MODEL_TYPES", "Kernels", "PackedWithCache", "ServedFallback", "UnservedArgument", "causal_conv",
+           "delta_rule", "offsets_from_positions", "ssd_scan", "ssd_step", "tiny_config", "use_kernels"]
 
 LAYERS = {
     "Qwen3NextGatedDeltaNet": "qwen3_next",
@@ -80,12 +74,14 @@ LAYERS = {
 }
 """The layer classes :func:`use_kernels` serves, and their transformers model family."""
 
-MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "kimi_linear", "mamba2", "falcon_h1"})
-"""The configs' ``model_type`` of the models whose layers :data:`LAYERS` lists (Qwen3.5's text models have their own)."""
+MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "kimi_linear",
+                         "mamba2", "falcon_h1"})
+"""The configs' ``model_type`` of the models whose layers :data:`LAYERS` lists (Qwen3.5's text models have theirs)."""
 
 # transformers' per-call keyword arguments that change nothing in a recurrence (the packing ones are read)
 _HARMLESS = {"num_items_in_batch", "output_hidden_states", "output_attentions", "output_router_logits", "cu_seq_lens_k",
-             "max_length_q", "max_length_k", "position_ids", "is_causal", "chunk_size", "use_cache", "return_dict", "cache_position"}
+             "max_length_q", "max_length_k", "position_ids", "is_causal", "chunk_size", "use_cache", "return_dict",
+             "cache_position"}
 
 
 class UnservedArgument(ValueError):
@@ -118,16 +114,15 @@ def _offsets(cu_seqlens, cu_seq_lens_q, seq_idx) -> torch.Tensor | None:
 
 def _no_cache(fn: str, cu, initial_state, output_final_state) -> None:
     if cu is not None and (initial_state is not None or output_final_state):
-        raise UnservedArgument(f"attnlab's {fn} keeps packed documents apart without a cache, as transformers packs its "
-                               "attention layers only then: call the model with use_cache=False")
+        raise UnservedArgument(f"attnlab's {fn} keeps packed documents apart without a cache, as transformers packs "
+                               "its attention layers only then: call the model with use_cache=False")
 
 
 def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
-    """The gated delta rule (per head: Gated DeltaNet; per channel: KDA) with fla's and
-    transformers' arguments, ``(B, T, H, D)`` tensors, served by attnlab's chunkwise form (or one
-    step of the recurrent one, :func:`~attnlab.efficient.recurrence.delta_step`, for a token
-    decoded from a state); ``l2norm`` is the modeling module's own, so that the
-    normalisation rounds as transformers' does. Value heads may outnumber key heads (Qwen's
+    """The gated delta rule (per head: Gated DeltaNet; per channel: KDA) with fla's and transformers' arguments,
+    ``(B, T, H, D)`` tensors, served by attnlab's chunkwise form (or one step of the recurrent one,
+    :func:`~attnlab.efficient.recurrence.delta_step`, for a token decoded from a state); ``l2norm`` is the modeling
+    module's own, so that the normalisation rounds as transformers' does. Value heads may outnumber key heads (Qwen's
     grouped values)."""
 
     def run(query, key, value, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
@@ -138,7 +133,8 @@ def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
         _no_cache(name, cu, initial_state, output_final_state)
         state = None if initial_state is None else _wide(initial_state, query)
         step = n == 1 and cu is None and state is not None  # decoding: one step, on (B, H, D) views
-        q, k, v, b, gd = (_wide(t[:, 0] if step else t.transpose(1, 2), query).contiguous() for t in (query, key, value, beta, g))
+        q, k, v, b, gd = (_wide(t[:, 0] if step else t.transpose(1, 2), query).contiguous()
+                          for t in (query, key, value, beta, g))
         if use_qk_l2norm_in_kernel:
             q, k = l2norm(q, dim=-1, eps=1e-6), l2norm(k, dim=-1, eps=1e-6)
         if v.shape[1] != k.shape[1]:  # each key head serves H_v / H_k consecutive value heads
@@ -177,7 +173,8 @@ def _ssd_inputs(hidden_states, dt, a, b, c, dt_bias, dt_softplus, dt_limit):
         dt = F.softplus(dt)
     dt = _wide(torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]), hidden_states)  # (B, T, H)
     x = _wide(hidden_states, hidden_states)
-    q, k = (_wide(t, hidden_states).repeat_interleave(heads // t.shape[2], dim=2).transpose(1, 2).contiguous() for t in (c, b))
+    q, k = (_wide(t, hidden_states).repeat_interleave(heads // t.shape[2], dim=2).transpose(1, 2).contiguous()
+            for t in (c, b))
     v = (x * dt[..., None]).transpose(1, 2).contiguous()
     return x, q, k, v, (_wide(a, hidden_states)[:, None] * dt.transpose(1, 2)).contiguous()
 
@@ -203,10 +200,9 @@ def ssd_scan(hidden_states, dt, A, B, C, chunk_size=256, D=None, dt_bias=None, i
 
 
 def ssd_step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None, **kwargs):
-    """One decoding step of Mamba-2 (mamba-ssm's ``selective_state_update``): ``x`` ``(B, H,
-    P)``, ``dt``, ``dt_bias`` and ``D`` repeated over P and ``A`` over ``(P, N)`` as the mixers
-    give them, ``B``/``C`` ``(B, G, N)``; ``state`` ``(B, H, P, N)`` updated in place; served by
-    :func:`~attnlab.efficient.recurrence.gated_step`."""
+    """One decoding step of Mamba-2 (mamba-ssm's ``selective_state_update``): ``x`` ``(B, H, P)``, ``dt``, ``dt_bias``
+    and ``D`` repeated over P and ``A`` over ``(P, N)`` as the mixers give them, ``B``/``C`` ``(B, G, N)``; ``state``
+    ``(B, H, P, N)`` updated in place; served by :func:`~attnlab.efficient.recurrence.gated_step`."""
     _refuse("selective_state_update", kwargs)
     x, heads = _wide(hidden_states, hidden_states), hidden_states.shape[1]
     dt = dt[..., 0] + (0 if dt_bias is None else dt_bias[:, 0].to(dt.dtype))
@@ -228,7 +224,8 @@ def _served(family: str, modeling) -> dict[str, Callable]:
         return conv | {"mamba2_chunk_scan": ssd_scan, "mamba2_selective_state_update": ssd_step}
     rule = functools.partial(delta_rule, modeling.l2norm)
     if family == "kimi_linear":
-        return conv | {"chunk_kimi_delta_attention": rule("chunk_kda"), "recurrent_kimi_delta_attention": rule("fused_recurrent_kda")}
+        return conv | {"chunk_kimi_delta_attention": rule("chunk_kda"),
+                       "recurrent_kimi_delta_attention": rule("fused_recurrent_kda")}
     return conv | {"torch_chunk_gated_delta_rule": rule("chunk_gated_delta_rule"),
                    "torch_recurrent_gated_delta_rule": rule("fused_recurrent_gated_delta_rule")}
 
@@ -256,11 +253,10 @@ hand its call's arguments to (Mamba-2's causal LM drops them); a context variabl
 
 
 def _pack(model, args, kwargs):
-    """The served model's forward pre-hook: a batch of one whose ``position_ids`` restart is a row
-    of packed documents, and its offsets go into the call as ``cu_seq_lens_q`` (transformers hands
-    the call's keyword arguments down to every layer, so a checkpointed layer recomputes with them
-    and concurrent calls never share them). With a cache that row is refused: transformers packs
-    its attention layers' masks only without one."""
+    """The served model's forward pre-hook: a batch of one whose ``position_ids`` restart is a row of packed documents,
+    and its offsets go into the call as ``cu_seq_lens_q`` (transformers hands the call's keyword arguments down to every
+    layer, so a checkpointed layer recomputes with them and concurrent calls never share them). With a cache that row is
+    refused: transformers packs its attention layers' masks only without one."""
     offsets = offsets_from_positions(kwargs.get("position_ids"))
     if offsets is None or kwargs.get("cu_seq_lens_q") is not None:
         _OFFSETS.set(None)
@@ -270,16 +266,16 @@ def _pack(model, args, kwargs):
         use_cache = getattr(getattr(model, "config", None), "use_cache", False)
     if use_cache or kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None:
         raise PackedWithCache(
-            f"position_ids restart at 0 at {offsets.numel() - 2} places (a row of {offsets.numel() - 1} packed documents) in a "
-            "call with a cache, where transformers' attention layers would mix the documents: call the model with use_cache=False "
-            "(the documents are then kept apart in every layer), or give each document a row of its own")
+            f"position_ids restart at 0 at {offsets.numel() - 2} places (a row of {offsets.numel() - 1} packed "
+            "documents) in a call with a cache, where transformers' attention layers would mix the documents: call the "
+            "model with use_cache=False (the documents are then kept apart in every layer), or give each document a "
+            "row of its own")
     _OFFSETS.set(offsets)
     return args, dict(kwargs, cu_seq_lens_q=offsets)
 
 
 def _pack_inner(model, args, kwargs):
-    """An inner model's forward pre-hook: the offsets of the call in progress, when its outer model
-    did not hand them down."""
+    """An inner model's forward pre-hook: the offsets of the call in progress, if its outer model did not pass them."""
     offsets = _OFFSETS.get()
     if offsets is None or kwargs.get("cu_seq_lens_q") is not None:
         return None
@@ -307,7 +303,8 @@ class ServedFallback(UserWarning):
     what attnlab serves beside it, in place of transformers' line that the step "is falling back"."""
 
 
-_FALLBACK = re.compile(r"`(\w+)` is falling back to its reference PyTorch implementation because `([\w.-]+)` is not installed")
+_FALLBACK = re.compile(r"`(\w+)` is falling back to its reference PyTorch implementation because `([\w.-]+)` is not "
+                       r"installed")
 _STEPS = {"causal_conv1d_update": "the short convolution's one-token update in decoding"}
 
 
@@ -325,8 +322,8 @@ class _Fallbacks(logging.Filter):
         fn, package = found.groups()
         what = "; ".join(f"{layer}: {', '.join(sorted(fns))}" for layer, fns in sorted(served.items()))
         step = f"{fn} ({_STEPS[fn]})" if fn in _STEPS else fn
-        warnings.warn(f"attnlab serves this model's linear-attention layers ({what}); {step} is transformers' own reference "
-                      f"PyTorch implementation, as {package} is not installed", ServedFallback, stacklevel=1)
+        warnings.warn(f"attnlab serves this model's linear-attention layers ({what}); {step} is transformers' own "
+                      f"reference PyTorch implementation, as {package} is not installed", ServedFallback, stacklevel=1)
         return False
 
 
@@ -348,8 +345,7 @@ class Kernels:
     methods: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def restore(self) -> None:
-        """Give every layer back transformers' own path (its methods the class's again, the
-        model's hook removed)."""
+        """Give every layer back transformers' own path (its methods the class's again, the model's hook removed)."""
         for hook in self.hooks:
             hook.remove()
         for name, methods in self.methods.items():
@@ -385,27 +381,28 @@ def use_kernels(model: nn.Module) -> Kernels:
     """Make every linear-attention layer of a transformers hybrid model (:data:`LAYERS`) compute
     through attnlab's recurrences (see the module) and return what it replaced.
 
-    Only this model's layers change: each gets, as its own attributes, copies of its class's
-    methods that call the served functions, which find attnlab's functions where the class's find
-    transformers' (the copies look names up in a namespace of their own). transformers' modules,
-    classes and functions are never changed (its kernel logger gets a filter: see
-    :class:`ServedFallback`), so other models of the same family, in this thread or
-    another, keep transformers' path, and the served model needs no lock. A forward pre-hook on the
-    model turns ``position_ids`` that restart into packed offsets passed in the call.
+    Only this model's layers change: each gets, as its own attributes, copies of its class's methods that call the
+    served functions, which find attnlab's functions where the class's find transformers' (the copies look names up in a
+    namespace of their own). transformers' modules, classes and functions are never changed (its kernel logger gets a
+    filter: see :class:`ServedFallback`), so other models of the same family, in this thread or another, keep
+    transformers' path, and the served model needs no lock. A forward pre-hook on the model turns ``position_ids`` that
+    restart into packed offsets passed in the call.
 
-    ``ValueError`` when the model has none of those layers, when one's modeling module lacks a
-    function attnlab would serve (another transformers version), or when its layers are already
-    served (nothing is changed then)."""
-    layers = {name: (module, *_functions_for(name, module)) for name, module in model.named_modules() if type(module).__name__ in LAYERS}
+    ``ValueError`` when the model has none of those layers, when one's modeling module lacks a function attnlab would
+    serve (another transformers version), or when its layers are already served (nothing is changed then)."""
+    layers = {name: (module, *_functions_for(name, module)) for name, module in model.named_modules()
+              if type(module).__name__ in LAYERS}
     from transformers import PreTrainedModel
 
     if not layers:
-        raise ValueError(f"{type(model).__name__} has no linear-attention layer attnlab serves (it serves {', '.join(LAYERS)})")
+        raise ValueError(f"{type(model).__name__} has no linear-attention layer attnlab serves (it serves "
+                         f"{', '.join(LAYERS)})")
     for module, _, methods in layers.values():
         module.__dict__.update(methods)
         _SERVING[module] = True
     served = {type(module).__name__: tuple(fns) for module, fns, _ in layers.values()}
-    hooks = [model.register_forward_pre_hook(_pack, with_kwargs=True), model.register_forward_pre_hook(functools.partial(_enter, served)),
+    hooks = [model.register_forward_pre_hook(_pack, with_kwargs=True),
+             model.register_forward_pre_hook(functools.partial(_enter, served)),
              model.register_forward_hook(_unpack, with_kwargs=True, always_call=True)]
     kernel_logger = logging.getLogger(_KERNEL_LOGGER)
     if _FALLBACKS not in kernel_logger.filters:
@@ -424,23 +421,26 @@ def tiny_config(family: str, *, hidden: int = 64, heads: int = 4, head_dim: int 
     from transformers import AutoConfig
 
     common = dict(vocab_size=128, hidden_size=hidden, intermediate_size=hidden * 3 // 2, num_hidden_layers=layers,
-                  num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=head_dim, max_position_embeddings=16384,
-                  pad_token_id=0, bos_token_id=1, eos_token_id=2)
+                  num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=head_dim,
+                  max_position_embeddings=16384, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     mixed = ["linear_attention"] * 3 + ["full_attention"]
     kinds = (mixed * layers)[:layers]
     families = {
         "qwen3_next": dict(linear_num_value_heads=heads, linear_num_key_heads=heads // 2, linear_key_head_dim=head_dim,
-                           linear_value_head_dim=head_dim, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
-                           moe_intermediate_size=hidden // 2, shared_expert_intermediate_size=hidden // 2, layer_types=kinds),
-        "qwen3_5_text": dict(linear_num_value_heads=heads, linear_num_key_heads=heads // 2, linear_key_head_dim=head_dim,
-                             linear_value_head_dim=head_dim, linear_conv_kernel_dim=4, layer_types=kinds),
-        "kimi_linear": dict(num_key_value_heads=heads, num_experts=4, num_experts_per_token=2, moe_intermediate_size=hidden // 2,
-                            kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=head_dim, v_head_dim=head_dim,
-                            linear_head_dim=head_dim, linear_num_heads=heads, mlp_layer_types=["dense"] + ["sparse"] * (layers - 1),
+                           linear_value_head_dim=head_dim, linear_conv_kernel_dim=4, num_experts=4,
+                           num_experts_per_tok=2, moe_intermediate_size=hidden // 2,
+                           shared_expert_intermediate_size=hidden // 2, layer_types=kinds),
+        "qwen3_5_text": dict(linear_num_value_heads=heads, linear_num_key_heads=heads // 2,
+                             linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, linear_conv_kernel_dim=4,
+                             layer_types=kinds),
+        "kimi_linear": dict(num_key_value_heads=heads, num_experts=4, num_experts_per_token=2,
+                            moe_intermediate_size=hidden // 2, kv_lora_rank=16, qk_rope_head_dim=8,
+                            qk_nope_head_dim=head_dim, v_head_dim=head_dim, linear_head_dim=head_dim,
+                            linear_num_heads=heads, mlp_layer_types=["dense"] + ["sparse"] * (layers - 1),
                             layer_types=kinds),
         "mamba2": dict(num_heads=2 * hidden // head_dim, state_size=24, n_groups=2, expand=2, chunk_size=64),
-        "falcon_h1": dict(mamba_d_ssm=2 * hidden, mamba_n_heads=2 * hidden // head_dim, mamba_d_head=head_dim, mamba_d_state=24,
-                          mamba_n_groups=2, mamba_chunk_size=64),
+        "falcon_h1": dict(mamba_d_ssm=2 * hidden, mamba_n_heads=2 * hidden // head_dim, mamba_d_head=head_dim,
+                          mamba_d_state=24, mamba_n_groups=2, mamba_chunk_size=64),
     }
     if family not in families:
         raise ValueError(f"no tiny config for {family!r}: the hybrid families are {', '.join(families)}")

@@ -43,7 +43,8 @@ def _rebound(fn, names: frozenset, namespace: dict, served_namespace: dict, _see
     if not own and all(new is None or new is c.cell_contents for new, c in zip(inner, cells)):
         return fn
     closure = tuple(c if new is None or new is c.cell_contents else types.CellType(new) for new, c in zip(inner, cells))
-    copy = types.FunctionType(fn.__code__, served_namespace if own else fn.__globals__, fn.__name__, fn.__defaults__, closure or None)
+    copy = types.FunctionType(fn.__code__, served_namespace if own else fn.__globals__, fn.__name__, fn.__defaults__,
+                              closure or None)
     copy.__kwdefaults__, copy.__qualname__, copy.__module__ = fn.__kwdefaults__, fn.__qualname__, fn.__module__
     copy.__dict__.update(fn.__dict__)
     copy.__doc__ = fn.__doc__
@@ -68,7 +69,8 @@ def served_module(modeling, served: dict[str, Callable]) -> types.ModuleType:
     name = f"attnlab.served.{modeling.__name__}"
     if name not in sys.modules:
         module = types.ModuleType(name, modeling.__doc__)
-        module.__dict__.update({k: v for k, v in vars(modeling).items() if k not in ("__name__", "__spec__", "__loader__")})
+        module.__dict__.update({k: v for k, v in vars(modeling).items()
+                                if k not in ("__name__", "__spec__", "__loader__")})
         module.__dict__.update(served)
         sys.modules[name] = module
     return sys.modules[name]

@@ -1,27 +1,23 @@
 """attnlab as an attention backend of Hugging Face ``transformers`` (5.x): any model, any variant.
 
-Importing this module registers, in ``transformers``' ``AttentionInterface`` and
-``AttentionMaskInterface``:
+Importing this module registers, in ``transformers``' ``AttentionInterface`` and ``AttentionMaskInterface``:
 
-* ``attn_implementation="attnlab"``: :func:`attnlab.attend` computes every attention of the
-  model, exactly (float64 parity with transformers' ``sdpa`` path), with the mask transformers
-  builds handed over as an attnlab mask function of positions (:class:`ModelMask`: causal,
-  sliding window, padding, cache offsets), grouped key/value heads, soft-capping (a score
-  function), dropout, and ``return`` of the weights when the model asks for them. The model's
-  config may set ``attnlab_options={"score": ..., "normalize": ...}`` to swap the score or the
-  normaliser into a trained model (and ``"backend"``, ``"block_size"``: :func:`attnlab.attend`'s).
-* ``attn_implementation="attnlab:<variant>"`` for every variant of :mod:`attnlab.efficient`
-  that takes a model's q, k, v (all but the gated recurrences, which compute their own gates
-  from the layer's input): the trained projections stay, the attention step is the variant's.
-  Its options come from ``config.attnlab_options`` (e.g. ``{"window": 64}``, ``{"seed": 1}``
-  for the draw of a variant's own parameters; ``max_len`` defaults to the model's positions).
-  What the model needs and the variant cannot give (a causal model and a variant with no
-  causal form, a sliding window that cuts, soft-capping, dropout, cached decoding) raises
-  :class:`UnsupportedError` naming both (as ``"attnlab:retnet"`` and the other variants that cannot serve do).
+* ``attn_implementation="attnlab"``: :func:`attnlab.attend` computes every attention of the model, exactly (float64
+  parity with transformers' ``sdpa`` path), with the mask transformers builds handed over as an attnlab mask function of
+  positions (:class:`ModelMask`: causal, sliding window, padding, cache offsets), grouped key/value heads, soft-capping
+  (a score function), dropout, and ``return`` of the weights when the model asks for them. The model's config may set
+  ``attnlab_options={"score": ..., "normalize": ...}`` to swap the score or the normaliser into a trained model (and
+  ``"backend"``, ``"block_size"``: :func:`attnlab.attend`'s).
+* ``attn_implementation="attnlab:<variant>"`` for every variant of :mod:`attnlab.efficient` that takes a model's q, k, v
+  (all but the gated recurrences, which compute their own gates from the layer's input): the trained projections stay,
+  the attention step is the variant's. Its options come from ``config.attnlab_options`` (e.g. ``{"window": 64}``,
+  ``{"seed": 1}`` for the draw of a variant's own parameters; ``max_len`` defaults to the model's positions). What the
+  model needs and the variant cannot give (a causal model and a variant with no causal form, a sliding window that cuts,
+  soft-capping, dropout, cached decoding) raises :class:`UnsupportedError` naming both (as ``"attnlab:retnet"`` and the
+  other variants that cannot serve do).
 
-The linear-attention layers of hybrid models (Qwen3-Next, Qwen3.5, Kimi Linear, Mamba-2,
-Falcon-H1) compute through attnlab's recurrences with :func:`use_kernels` (from
-:mod:`attnlab.integrations.hybrid`).
+The linear-attention layers of hybrid models (Qwen3-Next, Qwen3.5, Kimi Linear, Mamba-2, Falcon-H1) compute through
+attnlab's recurrences with :func:`use_kernels` (from :mod:`attnlab.integrations.hybrid`).
 
 Usage::
 
@@ -33,8 +29,7 @@ Usage::
 
 :func:`implementation` turns a variant name into the ``attn_implementation`` string, or names the
 closest known one. transformers refuses a name it does not hold (``"attnlab:lokal"``) before attnlab
-sees it: :func:`set_attention` checks the name and the options first.
-"""
+sees it: :func:`set_attention` checks the name and the options first."""
 
 from __future__ import annotations
 
@@ -61,8 +56,8 @@ from ..registry import keyword_options
 from ..validate import ArgumentTypeError
 from .hybrid import Kernels, use_kernels
 
-__all__ = ["NAME", "OPTIONS", "Kernels", "ModelMask", "UnsupportedError", "implementation", "implementations", "model_mask",
-           "serving_steps", "set_attention", "use_kernels"]
+__all__ = ["NAME", "OPTIONS", "Kernels", "ModelMask", "UnsupportedError", "implementation", "implementations",
+           "model_mask", "serving_steps", "set_attention", "use_kernels"]
 
 NAME = "attnlab"
 """The exact backend's ``attn_implementation``; ``"attnlab:<variant>"`` for a variant."""
@@ -92,7 +87,7 @@ def implementations() -> list[str]:
 
 
 def implementation(variant: str = "dense") -> str:
-    """The ``attn_implementation`` string of ``variant`` (``"dense"``: ``"attnlab"``; ``"attnlab:<variant>"`` is taken too).
+    """The ``attn_implementation`` of ``variant`` (``"dense"``: ``"attnlab"``; ``"attnlab:<variant>"`` is taken too).
 
     Raises ValueError for an unknown variant (naming the closest and the known ones) or a gated recurrence,
     which computes its gates from the layer's input and so cannot take a model's q, k, v."""
@@ -111,12 +106,14 @@ def implementation(variant: str = "dense") -> str:
 
 def _unswappable(variant: str) -> str:
     caps = efficient.capabilities(variant)
-    why = (f"the exact attention is attn_implementation={NAME!r}, not '{NAME}:{variant}'" if variant == "dense" or caps.reference else
-           f"the {variant!r} attention computes its gates from the layer's input, so it cannot take a trained model's q, k and v")
+    why = (f"the exact attention is attn_implementation={NAME!r}, not '{NAME}:{variant}'"
+           if variant == "dense" or caps.reference else f"the {variant!r} attention computes its gates from the "
+           "layer's input, so it cannot take a trained model's q, k and v")
     return f"{why}; swappable: {', '.join(['dense'] + _swappable())}"
 
 
-MODEL_SETS = ("embed_dim", "num_heads", "causal", "bias", "head_mode", "kdim", "vdim", "num_kv_heads", "positional", "positional_options")
+MODEL_SETS = ("embed_dim", "num_heads", "causal", "bias", "head_mode", "kdim", "vdim", "num_kv_heads", "positional",
+              "positional_options")
 """A variant's options that the model settles (its projections, heads, causality and positions): refused."""
 
 
@@ -129,7 +126,7 @@ def _takes(variant: str) -> list[str] | None:
 
 
 def _check_options(variant: str, options) -> None:
-    """Refuse an option ``variant`` does not take, naming the variants that take it (one left from a previous variant)."""
+    """Refuse an option ``variant`` does not take, naming those that take it (one left from a previous variant)."""
     takes = _takes(variant) or list(options)  # not known: every option passes
     bad = [o for o in options if o not in takes]
     if not bad:
@@ -139,8 +136,9 @@ def _check_options(variant: str, options) -> None:
     owners = {o: [v for v in ["dense"] + _swappable() if o in (_takes(v) or ())] for o in bad}
     stale = [f"{o!r} is an option of {', '.join(vs)}" for o, vs in owners.items() if vs]
     if stale:
-        what += (f" ({'; '.join(stale)}: left from an earlier attn_implementation?). Reset the options with model.config.{OPTIONS} = "
-                 f"{{}}, or switch with attnlab.integrations.transformers.set_attention(model, {variant!r}, ...), which sets both")
+        what += (f" ({'; '.join(stale)}: left from an earlier attn_implementation?). Reset the options with "
+                 f"model.config.{OPTIONS} = {{}}, or switch with "
+                 f"attnlab.integrations.transformers.set_attention(model, {variant!r}, ...), which sets both")
     else:
         near = [n for o in bad for n in difflib.get_close_matches(o, takes, n=1)]
         what += f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
@@ -158,7 +156,7 @@ def set_attention(model, variant: str = "dense", **options) -> str:
     model.set_attn_implementation(impl)
     if model.config._attn_implementation != impl:  # transformers only logs a warning for such a model
         raise ValueError(f"{type(model).__name__} does not route its attention through transformers' AttentionInterface: no {impl!r}")
-    configs = {id(c): c for c in (getattr(m, "config", None) for m in model.modules()) if isinstance(c, PretrainedConfig)}
+    configs = {id(c): c for m in model.modules() if isinstance(c := getattr(m, "config", None), PretrainedConfig)}
     for config in configs.values():
         setattr(config, OPTIONS, dict(options))
     return impl
@@ -168,15 +166,12 @@ def set_attention(model, variant: str = "dense", **options) -> str:
 class ModelMask(Mask):
     """The mask a transformers model builds, as an attnlab mask of positions (True = may attend).
 
-    ``rule``: the position rule (transformers' causal, bidirectional and sliding-window functions
-    are recognised as attnlab's :class:`~attnlab.core.band.Band` / full masks, so the core knows
-    their tiles without evaluating a pair; any other function is evaluated as FlexAttention
-    would), and ``flags`` ``(B, M)``: the real keys of a padded batch (None without padding).
-    ``kind``: ``("full",)``, ``("band", lo, hi)`` (``lo <= kv - q' <= hi``, None = open, the last
-    query on the last key) or ``("custom",)``. ``offset``: the position of the first key (a
-    sliding-window cache drops the oldest keys). The dense form is computed once per size and
-    shared by every layer.
-    """
+    ``rule``: the position rule (transformers' causal, bidirectional and sliding-window functions are recognised as
+    attnlab's :class:`~attnlab.core.band.Band` / full masks, so the core knows their tiles without evaluating a pair;
+    any other function is evaluated as FlexAttention would), and ``flags`` ``(B, M)``: the real keys of a padded batch
+    (None without padding). ``kind``: ``("full",)``, ``("band", lo, hi)`` (``lo <= kv - q' <= hi``, None = open, the
+    last query on the last key) or ``("custom",)``. ``offset``: the position of the first key (a sliding-window cache
+    drops the oldest keys). The dense form is computed once per size and shared by every layer."""
 
     ndim = 4  # what transformers asks of a prepared mask before handing it back (generate() with a static cache)
 
@@ -330,11 +325,13 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
     who = _who(module)
     pattern = caps.forms_scores  # exact attention under a sparse pattern: any score, bias, dropout, weights
     if not pattern:
-        lacks = [what for what, needed in (("a score bias", bias is not None), (f"soft-capping ({softcap})", mod is not None),
-                                           (f"attention dropout ({dropout})", bool(dropout)), ("the attention weights", weights)) if needed]
+        lacks = [what for what, needed in (
+            ("a score bias", bias is not None), (f"soft-capping ({softcap})", mod is not None),
+            (f"attention dropout ({dropout})", bool(dropout)), ("the attention weights", weights)) if needed]
         if lacks:
-            raise UnsupportedError(f"{who} needs {' and '.join(lacks)}; the {variant!r} attention never forms the scores: "
-                                   "use attn_implementation='attnlab' (exact) or a sparse pattern (local, longformer, bigbird)")
+            raise UnsupportedError(f"{who} needs {' and '.join(lacks)}; the {variant!r} attention never forms the "
+                                   "scores: use attn_implementation='attnlab' (exact) or a sparse pattern (local, "
+                                   "longformer, bigbird)")
         causal, flags = _structure(mask, n, m, who, variant)
         if causal and caps.causal is None:
             raise UnsupportedError(f"{who} attends causally; the {variant!r} attention has no causal form "
@@ -350,14 +347,15 @@ def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropou
         except ValueError as e:
             raise UnsupportedError(f"{who} decodes with a cache; {e}") from None
         if pad < 0 or bias is not None or (pattern and isinstance(mask, ModelMask) and mask.kind == ("custom",)):
-            raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under a mask that does not place them at the end of "
-                                   f"the sequence (a static cache, or a rule of its own); the {variant!r} attention decodes with "
-                                   "transformers' dynamic cache")
+            raise UnsupportedError(f"{who} hands over {n} queries for {m} keys under a mask that does not place them "
+                                   "at the end of the sequence (a static cache, or a rule of its own); the "
+                                   f"{variant!r} attention decodes with transformers' dynamic cache")
         q = F.pad(q, (0, 0, pad, 0))
     if pattern:
         if isinstance(mask, ModelMask) and mask.offset and not step.full_pattern().shift_invariant:
-            raise UnsupportedError(f"{who} keeps a sliding-window cache (its keys start at position {mask.offset}); the {variant!r} "
-                                   "attention's pattern is tied to absolute positions: use 'local' or the exact 'attnlab'")
+            raise UnsupportedError(f"{who} keeps a sliding-window cache (its keys start at position {mask.offset}); "
+                                   f"the {variant!r} attention's pattern is tied to absolute positions: use 'local' or "
+                                   "the exact 'attnlab'")
         step.dropout = float(dropout)  # the model's, per call: the step applies it in training mode
         step.train(bool(dropout))
         res = step(q, k, v, StepCall(mask=mask, bias=bias, score_mod=mod, return_weights=weights))
@@ -379,23 +377,24 @@ def _structure(mask, n: int, m: int, who: str, variant: str) -> tuple[bool, torc
             return False, mask.flags
         if mask.kind[0] == "band":
             lo, hi = mask.kind[1:]
-            sees_all_past = lo is None or lo <= -(mask.offset + m - 1)  # from position 0: a sliding cache has dropped keys
+            sees_all_past = lo is None or lo <= -(mask.offset + m - 1)  # from 0: a sliding cache has dropped keys
             if sees_all_past and (hi is None or hi >= m - 1):
                 return False, mask.flags
             if sees_all_past and hi == 0:
                 return True, mask.flags
             if hi == 0:
-                raise UnsupportedError(f"{who} attends within a sliding window of {1 - lo} positions, which cuts at {mask.offset + m} "
-                                       f"keys; the {variant!r} attention cannot keep to a window: use 'local' (window={-lo}) "
-                                       "or the exact 'attnlab'")
-        raise UnsupportedError(f"{who}'s mask is a rule of its own ({mask.kind[0]}: another mask function, or a static cache); the "
-                               f"{variant!r} attention takes causal or full attention with padding: use the exact 'attnlab'")
+                raise UnsupportedError(f"{who} attends within a sliding window of {1 - lo} positions, which cuts at "
+                                       f"{mask.offset + m} keys; the {variant!r} attention cannot keep to a window: "
+                                       f"use 'local' (window={-lo}) or the exact 'attnlab'")
+        raise UnsupportedError(f"{who}'s mask is a rule of its own ({mask.kind[0]}: another mask function, or a static "
+                               f"cache); the {variant!r} attention takes causal or full attention with padding: use "
+                               "the exact 'attnlab'")
     if isinstance(mask, torch.Tensor) and mask.dim() == 4 and mask.shape[1:3] == (1, 1):
         return False, mask[:, 0, 0].expand(-1, m)
     if isinstance(mask, Mask) and mask.is_causal(n, m):
         return True, None
-    raise UnsupportedError(f"{who} hands over a mask ({type(mask).__name__}) other than causal or key padding; the {variant!r} "
-                           "attention cannot apply it: use the exact 'attnlab'")
+    raise UnsupportedError(f"{who} hands over a mask ({type(mask).__name__}) other than causal or key padding; the "
+                           f"{variant!r} attention cannot apply it: use the exact 'attnlab'")
 
 
 _STEPS: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
@@ -415,7 +414,7 @@ def _step(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
         seed = options.get("seed", 0)
         opts = {"max_len": int(getattr(module.config, "max_position_embeddings", 512))} if efficient.budget(variant).max_len else {}
         opts.update({**options, **({"causal": causal} if efficient.capabilities(variant).causal == "option" else {})})
-        opts = {k: v for k, v in opts.items() if k in takes}  # seed: the step's where it takes one; max_len: linformer's
+        opts = {k: v for k, v in opts.items() if k in takes}  # seed: where the step takes one; max_len: linformer's
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed) * 1000 + int(getattr(module, "layer_idx", 0) or 0))
             step = efficient.step(variant, embed_dim=h * d, num_heads=h, **opts)
@@ -429,7 +428,8 @@ def _step(module, variant: str, options: dict, causal: bool, q: torch.Tensor):
 
 def serving_steps(model) -> dict[str, list]:
     """The attention steps serving ``model``'s attention modules that have run an ``attnlab:<variant>``, by module
-    name (one per variant, options and causality run), to inspect or watch (:meth:`~attnlab.layers.step.AttentionStep.register_hook`)."""
+    name (one per variant, options and causality run), to inspect or watch
+    (:meth:`~attnlab.layers.step.AttentionStep.register_hook`)."""
     return {name: list(_STEPS[m].values()) for name, m in model.named_modules() if m in _STEPS}
 
 

@@ -5,31 +5,26 @@ tokens at a time (so that the next token costs one row of attention instead of t
 the call attends with: its inputs, the positions of queries and keys, the mask), the layer's
 projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own keys) or a cache:
 
-* :class:`KVCache` — the keys and values of a self-attention layer. Unbounded, it grows
-  (amortised, by doubling) and decoding with it equals recomputing the prefix. Bounded
-  (``window=``), it keeps the first ``sinks`` tokens and the last ``window`` tokens in a ring
-  buffer of constant size: with ``positions="absolute"`` that is exactly causal local
-  attention (``local``: window ``w + 1``; ``longformer``: its global tokens as sinks); with
-  ``positions="cache"`` it is StreamingLLM's cache (Xiao et al. 2023,
-  https://arxiv.org/abs/2309.17453), whose rotation and bias encodings use a token's place in
-  the cache instead of its place in the text, so that a stream may run past the longest
-  position the model was trained on. What each new query sees (earlier keys, the window, the
-  sinks, not padding) is a mask over the held keys' positions, the same kind of mask as any.
+* :class:`KVCache` — the keys and values of a self-attention layer. Unbounded, it grows (amortised, by doubling) and
+  decoding with it equals recomputing the prefix. Bounded (``window=``), it keeps the first ``sinks`` tokens and the
+  last ``window`` tokens in a ring buffer of constant size: with ``positions="absolute"`` that is exactly causal local
+  attention (``local``: window ``w + 1``; ``longformer``: its global tokens as sinks); with ``positions="cache"`` it is
+  StreamingLLM's cache (Xiao et al. 2023, https://arxiv.org/abs/2309.17453), whose rotation and bias encodings use a
+  token's place in the cache instead of its place in the text, so that a stream may run past the longest position the
+  model was trained on. What each new query sees (earlier keys, the window, the sinks, not padding) is a mask over the
+  held keys' positions, the same kind of mask as any.
 * :class:`ForgetKVCache` — a KVCache that also keeps each held key's cumulative log forget gate
   (the Forgetting Transformer, ``fox``), whose decay continues across calls.
-* :class:`StaticKV` — the keys and values of cross-attention, computed once from the encoder's
-  output and reused at every step.
-* the states of constant size (:mod:`attnlab.layers.state`): :class:`RecurrentState`, the
-  running sums of causal kernel attention (``linear``, ``performer``; "Transformers are RNNs",
-  Katharopoulos et al. 2020), and :class:`MatrixState`, the matrix state and short convolution
-  of the gated linear-attention family.
+* :class:`StaticKV` — cross-attention's keys and values, computed once from the encoder's output, reused at each step.
+* the states of constant size (:mod:`attnlab.layers.state`): :class:`RecurrentState`, the running sums of causal kernel
+  attention (``linear``, ``performer``; "Transformers are RNNs", Katharopoulos et al. 2020), and :class:`MatrixState`,
+  the matrix state and short convolution of the gated linear-attention family.
 
 A decoding source hands the layer's step itself as its call's ``state`` (the step declares
 which it decodes with: its ``capabilities.cache``).
 
-A cache is created by the layer that uses it (:meth:`attnlab.MultiHeadAttention.new_cache`) and
-passed back to it: ``layer(x_new, cache=cache)``. Caches are for inference: they are written
-in place.
+A cache is created by the layer that uses it (:meth:`attnlab.MultiHeadAttention.new_cache`) and passed back to it:
+``layer(x_new, cache=cache)``. Caches are for inference: they are written in place.
 """
 
 from __future__ import annotations
@@ -46,7 +41,8 @@ from ..validate import ArgumentTypeError, int_at_least, positive_int
 from .padding import silence_padding
 from .step import StepCall
 
-__all__ = ["Call", "ForgetKVCache", "KVCache", "NO_CACHE", "NoCache", "StaticKV", "new_tokens", "refuse_given", "seen_positions"]
+__all__ = ["Call", "ForgetKVCache", "KVCache", "NO_CACHE", "NoCache", "StaticKV", "new_tokens", "refuse_given",
+           "seen_positions"]
 
 
 @dataclass
@@ -84,8 +80,7 @@ class NoCache:
     or the mask's (packed documents restart them, a shard holds its own), or the layer's defaults."""
 
     def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        if spanning.spans(mask) and (key is not None or value is not None or bias is not None
-                                                                   or return_weights):
+        if spanning.spans(mask) and (key is not None or value is not None or bias is not None or return_weights):
             raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias or "
                              "return_weights (the mask knows every shard's positions)")
         query, key, value = silence_padding(query, key, value, mask)
@@ -122,12 +117,11 @@ class KVCache:
     """The keys and values one self-attention layer has seen, with their positions and padding.
 
     Args:
-        window: keep only the last ``window`` tokens (the current one included) besides the
-            sinks; None (default) keeps every token.
+        window: keep only the last ``window`` tokens (the current one included) besides the sinks; None (default) keeps
+            every token.
         sinks: with a window, also keep the first ``sinks`` tokens for ever (attention sinks).
-        positions: ``"absolute"`` (default): a token's position is its index in the stream;
-            ``"cache"`` (with a window): its index among the tokens the cache holds, sinks
-            first (StreamingLLM), for rotation and bias encodings.
+        positions: ``"absolute"`` (default): a token's position is its index in the stream; ``"cache"`` (with a window):
+            its index among the tokens the cache holds, sinks first (StreamingLLM), for rotation and bias encodings.
 
     Attributes:
         seen: tokens written so far (the absolute position of the next one).
@@ -181,10 +175,12 @@ class KVCache:
     # ------------------------------------------------------------------ a forward call
     def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
         valid = new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
-            "with a cache, mask is the new tokens' key padding (causal order and the cache's window are applied by the cache)"))
+            "with a cache, mask is the new tokens' key padding (causal order and the cache's window are applied by the "
+            "cache)"))
         layer.check_cache(self)
         if self.positions == "cache" and query.shape[1] > 1 and return_weights:
-            raise ValueError("a cache with positions='cache' returns weights one token at a time: feed one token per call")
+            raise ValueError("a cache with positions='cache' returns weights one token at a time: feed one token per "
+                             "call")
         pos = seen_positions(self.seen, query.shape[1], query.device)
         # absolute positions: the new keys are rotated once, as they enter; cache positions: at each step
         return Call(query, None, None, pos, pos, None, valid, rotate=self.positions == "absolute")
@@ -198,8 +194,8 @@ class KVCache:
         keys, values, key_valid, kpos = self.update(k, v, call.valid)
         assert call.qpos is not None  # begin() gives the new tokens' positions
         mod = layer.score_mod(call.qpos, kpos)
-        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(call.qpos, kpos, key_valid), score_mod=mod,
-                                                              return_weights=return_weights))
+        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(call.qpos, kpos, key_valid),
+                                                              score_mod=mod, return_weights=return_weights))
 
     def _streaming(self, layer, q, k, v, valid, return_weights) -> AttentionResult:
         qpos = self.seen
@@ -210,8 +206,8 @@ class KVCache:
             q, keys = pe.rotate(q, keys, bq, bk)
         mod = layer.score_mod(bq, bk)
         qp = torch.tensor([qpos], device=q.device)
-        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(qp, kpos, key_valid), score_mod=mod,
-                                                              return_weights=return_weights))
+        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(qp, kpos, key_valid),
+                                                              score_mod=mod, return_weights=return_weights))
 
     # ------------------------------------------------------------------ storage
     def _allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int) -> None:
@@ -241,14 +237,14 @@ class KVCache:
             valid: ``(B, n)`` bool, False for padding tokens (never attended to), or None.
 
         Returns:
-            ``(keys, values, key_valid, key_positions)``: ``(B, G, S, D)``, ``(B, G, S, Dv)``,
-            ``(B, S)`` bool and the keys' absolute positions ``(S,)``. For a bounded cache and
-            ``n > 1`` they include the tokens the new ones push out (the caller's mask, from
-            :meth:`mask`, hides what each query may not see).
+            ``(keys, values, key_valid, key_positions)``: ``(B, G, S, D)``, ``(B, G, S, Dv)``, ``(B, S)`` bool and the
+            keys' absolute positions ``(S,)``. For a bounded cache and ``n > 1`` they include the tokens the new ones
+            push out (the caller's mask, from :meth:`mask`, hides what each query may not see).
         """
         b, _, n, _ = k.shape
         if self.k is not None and (self.k.shape[:2] != k.shape[:2] or self.k.shape[-1] != k.shape[-1]):
-            raise ValueError(f"the cache holds keys of shape (B, G, ., D) = {tuple(self.k.shape)}, got new keys {tuple(k.shape)}")
+            raise ValueError(f"the cache holds keys of shape (B, G, ., D) = {tuple(self.k.shape)}, got new keys "
+                             f"{tuple(k.shape)}")
         if valid is None:
             valid = torch.ones(b, n, dtype=torch.bool, device=k.device)
         if valid.shape != (b, n):
@@ -259,7 +255,7 @@ class KVCache:
             need = self.size + n
             if self.k is None or need > self.capacity:
                 self._allocate(k, v, max(need, 2 * self.capacity, 16))
-            assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None  # allocated
+            assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None
             sl = slice(self.size, need)
             self.k[:, :, sl], self.v[:, :, sl], self.valid[:, sl], self.slot_pos[sl] = k, v, valid, new_pos
             self.size, self.seen = need, self.seen + n
@@ -267,7 +263,7 @@ class KVCache:
         assert self.window is not None  # bounded
         if self.k is None:
             self._allocate(k, v, self.sinks + self.window)
-        assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None  # allocated
+        assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None
         if n == 1:  # the new token takes the slot of the one it pushes out: the buffer is what it sees
             self._write(k, v, valid, new_pos)
             s = self.size
@@ -280,7 +276,7 @@ class KVCache:
         return out
 
     def _write(self, k, v, valid, pos) -> None:
-        assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None  # allocated
+        assert self.k is not None and self.v is not None and self.valid is not None and self.slot_pos is not None
         assert self.window is not None  # only bounded caches write slots
         slots = self._slots(pos)
         self.k.index_copy_(2, slots, k.to(self.k.dtype))
@@ -291,8 +287,7 @@ class KVCache:
         self.size = min(self.seen, self.sinks + self.window)
 
     def rule(self):
-        """What a query sees, as a mask over positions: earlier or equal keys, within the window
-        or among the sinks."""
+        """What a query sees, as a mask over positions: earlier or equal keys, within the window or among the sinks."""
         rule = masks.causal(align="top_left")
         if self.bounded:
             rule = rule & (masks.window(self.window - 1, causal=True, align="top_left") | _before(self.sinks))
@@ -355,7 +350,8 @@ class ForgetKVCache(KVCache):
         encoding's at their positions and the held keys' after the write (``0 .. seen + n - 1``)."""
         assert call.qpos is not None  # begin() gives the new tokens' positions
         mod = layer.score_mod(call.qpos, seen_positions(0, self.seen + q.shape[2], q.device))
-        return layer.attention_step(q, k, v, StepCall(state=self, mask=None if call.valid is None else call.valid[:, None, None, :],
+        return layer.attention_step(q, k, v, StepCall(state=self,
+                                                      mask=None if call.valid is None else call.valid[:, None, None, :],
                                                       score_mod=mod, return_weights=return_weights, inputs=inputs))
 
     def write(self, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor, valid: torch.Tensor | None = None):
@@ -374,7 +370,8 @@ class ForgetKVCache(KVCache):
         if log_f.shape[0] != k.shape[0] or log_f.shape[2] != k.shape[2]:
             raise ValueError(f"the gates (B, H, n) = {tuple(log_f.shape)} do not match the new keys {tuple(k.shape)}")
         if self.c is not None and self.c.shape[:2] != (b, h):
-            raise ValueError(f"the cache holds gates of shape (B, H, .) = {tuple(self.c.shape)}, got new gates {tuple(log_f.shape)}")
+            raise ValueError(f"the cache holds gates of shape (B, H, .) = {tuple(self.c.shape)}, got new gates "
+                             f"{tuple(log_f.shape)}")
         total = self.total
         c = log_f.cumsum(-1) if total is None else total[..., None].to(log_f.dtype) + log_f.cumsum(-1)  # (B, H, n)
         held = self.size
@@ -422,20 +419,23 @@ class StaticKV:
     def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
         refuse_given(positions, key_positions, bias)
         if layer.positional is not None:
-            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to the decoder)")
+            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to "
+                             "the decoder)")
         layer.check_input("query", query, layer.embed_dim, None)
         if self.k is None:
             if key is None:
-                raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's output)")
+                raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's "
+                                 "output)")
             value = key if value is None else value
             self.k, self.v = layer.key_heads(key, value, query.shape[0])
         if query.shape[0] != self.k.shape[0]:
-            raise ValueError(f"the cross-attention cache holds keys of {self.k.shape[0]} row(s), the query has {query.shape[0]} "
-                             "(reorder() the cache to follow the rows)")
+            raise ValueError(f"the cross-attention cache holds keys of {self.k.shape[0]} row(s), the query has "
+                             f"{query.shape[0]} (reorder() the cache to follow the rows)")
         return Call(query, None, None, None, None, mask, kv=(self.k, self.v))
 
     def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
-        return layer.attention_step(q, k, v, StepCall(mask=call.mask, return_weights=return_weights))  # held keys: no state to write
+        # held keys: no state to write
+        return layer.attention_step(q, k, v, StepCall(mask=call.mask, return_weights=return_weights))
 
 
 def source_of(cache):

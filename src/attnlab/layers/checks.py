@@ -10,8 +10,8 @@ from ..positional.base import create as create_positional
 from ..validate import ArgumentTypeError
 from .step import AttentionStep
 
-__all__ = ["EXACT_DEFAULTS", "LAYER_KEYS", "check_input", "check_layer", "check_positional", "built_step", "make_positional",
-           "parameters_before_step", "refuse_exact_options", "step_keys"]
+__all__ = ["EXACT_DEFAULTS", "LAYER_KEYS", "check_input", "check_layer", "check_positional", "built_step",
+           "make_positional", "parameters_before_step", "refuse_exact_options", "step_keys"]
 
 LAYER_KEYS = ("q_proj.", "k_proj.", "v_proj.", "out_proj.", "head_q", "head_k", "head_v", "positional.", "step.")
 """The state-dict keys (after the layer's prefix) that are the layer's own; every other key of a
@@ -65,8 +65,8 @@ def refuse_exact_options(given: dict) -> None:
     """Refuse the exact step's options given to a layer together with a step of its own."""
     changed = [k for k, v in given.items() if v != EXACT_DEFAULTS[k]]
     if changed:
-        raise ArgumentTypeError(f"{', '.join(changed)}: options of the attention step, given to a layer with a step of its own: "
-                                f"give them to the step (attnlab.efficient.step(name, ..., {changed[0]}=...))")
+        raise ArgumentTypeError(f"{', '.join(changed)}: options of the attention step, given to a layer with a step of "
+                                f"its own: give them to the step (attnlab.efficient.step(name, ..., {changed[0]}=...))")
 
 
 def built_step(step, embed_dim: int, num_heads: int) -> AttentionStep:
@@ -75,8 +75,8 @@ def built_step(step, embed_dim: int, num_heads: int) -> AttentionStep:
     if not isinstance(step, torch.nn.Module) and callable(step):
         step = step()
     if not isinstance(step, AttentionStep):
-        raise ArgumentTypeError(f"step must be an attnlab.layers.step.AttentionStep (attnlab.efficient.step(name, ...) makes "
-                                f"one), got {type(step).__name__}")
+        raise ArgumentTypeError("step must be an attnlab.layers.step.AttentionStep (attnlab.efficient.step(name, ...) "
+                                f"makes one), got {type(step).__name__}")
     if (step.embed_dim, step.num_heads) != (embed_dim, num_heads):
         raise ValueError(f"the step is built for embed_dim={step.embed_dim}, num_heads={step.num_heads}; the layer has "
                          f"embed_dim={embed_dim}, num_heads={num_heads}")
@@ -93,12 +93,12 @@ def check_layer(step, layer) -> None:
         raise ValueError(f"the {name!r} attention derives its keys from the queries: it takes no num_kv_heads")
     for what in ("kdim", "vdim"):
         if caps.needs_input and getattr(layer, what) != layer.embed_dim:
-            raise ValueError(f"the {name!r} attention is self-attention: {what} must equal embed_dim ({layer.embed_dim}), "
-                             f"got {getattr(layer, what)!r}")
+            raise ValueError(f"the {name!r} attention is self-attention: {what} must equal embed_dim "
+                             f"({layer.embed_dim}), got {getattr(layer, what)!r}")
     if (qk_heads, qk_dim) != (layer.num_heads, layer.head_dim) and (layer.num_kv_heads != layer.num_heads
                                                                    or layer.head_mode != "split"):
-        raise ValueError(f"the {name!r} attention's queries and keys are {qk_heads} heads of width {qk_dim}, its own: it takes "
-                         "neither num_kv_heads nor head_mode='project'")
+        raise ValueError(f"the {name!r} attention's queries and keys are {qk_heads} heads of width {qk_dim}, its own: "
+                         "it takes neither num_kv_heads nor head_mode='project'")
 
 
 def check_positional(step, pe, head_dim: int) -> None:
@@ -111,8 +111,8 @@ def check_positional(step, pe, head_dim: int) -> None:
         raise ValueError(f"the {step.name!r} attention never forms the scores a bias encoding would add to; "
                          f"use rope or an input encoding, or the 'dense' attention for {pe.name!r}")
     if pe.kind == "rotation" and qk_dim != head_dim:
-        raise ValueError(f"the {pe.name!r} encoding rotates the {step.name!r} attention's queries and keys, of width {qk_dim}: "
-                         f"it needs them of the head width {head_dim}")
+        raise ValueError(f"the {pe.name!r} encoding rotates the {step.name!r} attention's queries and keys, of width "
+                         f"{qk_dim}: it needs them of the head width {head_dim}")
 
 
 def make_positional(self, positional, options, max_len) -> PositionalEncoding | None:
@@ -139,14 +139,16 @@ def make_positional(self, positional, options, max_len) -> PositionalEncoding | 
             f"query {self.embed_dim}, key {self.kdim}, value {self.vdim}"
         )
     if pe.kind == "rotation" and pe.dim != self.head_dim:
-        raise ValueError(f"the {pe.name!r} encoding rotates width-{pe.dim} vectors, but the head width is {self.head_dim}")
+        raise ValueError(f"the {pe.name!r} encoding rotates width-{pe.dim} vectors, but the head width is "
+                         f"{self.head_dim}")
     if pe.kind == "bias" and pe.num_heads != self.num_heads:
         raise ValueError(f"the {pe.name!r} encoding has {pe.num_heads} heads, this layer {self.num_heads}")
     return pe
 
 
 def check_input(self, name: str, x, width: int, batch: int | None) -> None:
-    """``self``: the layer. Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype (``batch``: B, when known)."""
+    """``self``: the layer. Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype (``batch``: B,
+    when known)."""
     if not isinstance(x, torch.Tensor):
         raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape (B, N, {width}), got {type(x).__name__}")
     if x.dim() != 3:
@@ -156,8 +158,11 @@ def check_input(self, name: str, x, width: int, batch: int | None) -> None:
     if batch is not None and x.shape[0] != batch:
         raise ValueError(f"{name} has batch size {x.shape[0]}, but query has {batch}")
     w = getattr(self.q_proj, "weight", None)  # the layer's dtype (autocast computes in its own: any input then)
-    if isinstance(w, torch.Tensor) and w.is_floating_point() and x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
-        fix = f", or the layer to the input's: layer.to({x.dtype})" + (" (layer.double())" if x.dtype == torch.float64 else "")
+    if (isinstance(w, torch.Tensor) and w.is_floating_point() and x.dtype != w.dtype
+            and not torch.is_autocast_enabled(x.device.type)):
+        fix = f", or the layer to the input's: layer.to({x.dtype})" + (
+            " (layer.double())" if x.dtype == torch.float64 else "")
         raise ArgumentTypeError(f"{name} has dtype {x.dtype}, but this layer computes in {w.dtype}: convert the input, "
-                                f"{name}.to({w.dtype})" + (fix if x.is_floating_point() else " (attention takes float vectors)"))
+                                f"{name}.to({w.dtype})" + (
+                                    fix if x.is_floating_point() else " (attention takes float vectors)"))
 

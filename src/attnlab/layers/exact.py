@@ -37,14 +37,16 @@ class DenseStep(AttentionStep):
     drawn_first = True  # its score, drawn before the projections
 
     def __init__(self, embed_dim: int, num_heads: int, *, score: str | Score | Callable = "scaled_dot",
-                 score_options: dict | None = None, normalize: str | Callable = "softmax", dropout: float = 0.0, **options):
+                 score_options: dict | None = None, normalize: str | Callable = "softmax", dropout: float = 0.0,
+                 **options):
         super().__init__(embed_dim, num_heads, **options)
         probability("dropout", dropout)
         self.dropout = float(dropout)
         self.normalize = normalize
         resolve_normalizer(normalize)  # fail early on an unknown name
         if isinstance(score, str):
-            self.score = score_registry.create(score, head_dim=self.head_dim, num_heads=self.num_heads, **(score_options or {}))
+            self.score = score_registry.create(score, head_dim=self.head_dim, num_heads=self.num_heads,
+                                               **(score_options or {}))
         else:
             if score_options:
                 raise ArgumentTypeError("score_options apply only to a score given by name")
@@ -52,14 +54,17 @@ class DenseStep(AttentionStep):
         self.score_name = score if isinstance(score, str) else type(self.score).__name__
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, score={self.score_name!r}, normalize={self.normalize!r}, dropout={self.dropout}"
+        return (f"{super().extra_repr()}, score={self.score_name!r}, normalize={self.normalize!r}, "
+                f"dropout={self.dropout}")
 
     def exact(self, q, k, v, call: StepCall, **options) -> AttentionResult:
         """:func:`attnlab.attend` with this step's score, normaliser and dropout and the call's
         mask, bias, score function and ``return_weights`` (``options`` replace any of them, or add
         ``block_size``)."""
-        given = {"mask": call.mask, "score_mod": call.score_mod, "bias": call.bias, "return_weights": call.return_weights, **options}
-        return attend(q, k, v, score=self.score, normalize=self.normalize, dropout_p=self.dropout if self.training else 0.0, **given)
+        given = {"mask": call.mask, "score_mod": call.score_mod, "bias": call.bias,
+                 "return_weights": call.return_weights, **options}
+        return attend(q, k, v, score=self.score, normalize=self.normalize,
+                      dropout_p=self.dropout if self.training else 0.0, **given)
 
     def attend(self, q, k, v, call: StepCall) -> AttentionResult:
         return self.exact(q, k, v, call)

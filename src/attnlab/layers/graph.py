@@ -87,7 +87,8 @@ class GraphAttention(nn.Module):
     def from_transformer_conv(cls, conv) -> GraphAttention:
         """A layer holding a copy of the weights of a PyTorch Geometric ``TransformerConv``
         (same equations, same output); ``mode="sparse"``."""
-        if getattr(conv, "lin_query", None) is None or isinstance(conv.in_channels, tuple) and conv.in_channels[0] != conv.in_channels[1]:
+        if (getattr(conv, "lin_query", None) is None
+                or isinstance(conv.in_channels, tuple) and conv.in_channels[0] != conv.in_channels[1]):
             raise ArgumentTypeError("expected a torch_geometric.nn.TransformerConv with one input width")
         in_dim = conv.in_channels[0] if isinstance(conv.in_channels, tuple) else conv.in_channels
         layer = cls(
@@ -130,7 +131,8 @@ class GraphAttention(nn.Module):
         drop = self.dropout if self.training else 0.0
         if self.mode == "sparse":
             bias = (q[edge_index[1]] * e).sum(-1) * c**-0.5 if e is not None else None
-            res = edge_attention(q, k, v, edge_index, bias=bias, edge_values=e, dropout_p=drop, return_weights=return_weights)
+            res = edge_attention(q, k, v, edge_index, bias=bias, edge_values=e, dropout_p=drop,
+                                 return_weights=return_weights)
             out, weights = res.output, res.weights
         else:
             out, weights = self._dense(q, k, v, e, edge_index, drop, return_weights)
@@ -153,7 +155,8 @@ class GraphAttention(nn.Module):
             bias = q.new_zeros(h, n, n)
             bias[:, edge_index[1], edge_index[0]] = ((q[edge_index[1]] * e).sum(-1) * c**-0.5).transpose(0, 1)
         need_w = return_weights or e is not None or drop > 0
-        res = attend(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask=mask, bias=bias, return_weights=need_w)
+        res = attend(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask=mask, bias=bias,
+                     return_weights=need_w)
         if drop > 0:
             w = nn.functional.dropout(res.weights[0], drop)
             out = (w @ v.transpose(0, 1)).transpose(0, 1)

@@ -32,7 +32,8 @@ def fused_weights(layer, projs: list) -> tuple[torch.Tensor, torch.Tensor | None
         return memo[1], memo[2]
     w = torch.cat([p.weight for p in projs])
     bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
-    if not torch.is_grad_enabled():  # the detached views keep the storages alive: no new tensor can reuse their addresses
+    # the detached views keep the storages alive: no new tensor can reuse their addresses
+    if not torch.is_grad_enabled():
         layer.__dict__["_fused_memo"] = (key, w, bias, [t.detach() for t in tensors])
     return w, bias
 
@@ -52,7 +53,8 @@ def grouped(layer, num_kv_heads: int):
     r, d = layer.num_heads // g, layer.head_dim
     for name in ("k_proj", "v_proj"):
         old = getattr(layer, name)
-        lin = nn.Linear(old.in_features, g * d, bias=old.bias is not None, device=old.weight.device, dtype=old.weight.dtype)
+        lin = nn.Linear(old.in_features, g * d, bias=old.bias is not None, device=old.weight.device,
+                        dtype=old.weight.dtype)
         with torch.no_grad():
             lin.weight.copy_(old.weight.view(g, r, d, old.in_features).mean(1).reshape(g * d, old.in_features))
             if old.bias is not None:
@@ -90,10 +92,11 @@ def to_torch(layer) -> nn.MultiheadAttention:
     """See :meth:`attnlab.MultiHeadAttention.to_torch`."""
     same_math = type(layer.score) is ScaledDot and resolve_normalizer(layer.normalize) is softmax
     if layer.num_kv_heads != layer.num_heads:
-        raise ValueError("to_torch needs one key / value head per query head (torch.nn.MultiheadAttention has no grouped heads)")
+        raise ValueError("to_torch needs one key / value head per query head (torch.nn.MultiheadAttention has no "
+                         "grouped heads)")
     if layer.step.causal:
-        raise ValueError("to_torch: the layer is causal (causal=True), which a torch.nn.MultiheadAttention does not hold: give the torch "
-                         "layer is_causal=True with a causal attn_mask at each call")
+        raise ValueError("to_torch: the layer is causal (causal=True), which a torch.nn.MultiheadAttention does not "
+                         "hold: give the torch layer is_causal=True with a causal attn_mask at each call")
     if layer.head_mode != "split" or not same_math or layer.positional is not None:
         raise ValueError(
             "to_torch needs head_mode='split', score='scaled_dot', normalize='softmax' and no positional "

@@ -38,43 +38,37 @@ class MultiHeadAttention(nn.Module):
     * ``head_mode="project"`` (the lecture notes' form): ``q^i = W^q a^i`` of width E, then a
       second projection per head, ``q^{i,h} = W^{q,h} q^i`` of width D; likewise for k and v.
 
-    Both end with the output transform ``W^o``. Between them, the layer runs the attention step
-    it holds (``step``, an :class:`attnlab.layers.step.AttentionStep`): exact attention
-    (:class:`attnlab.layers.exact.DenseStep`) unless given another, such as a variant of
-    :mod:`attnlab.efficient` (``efficient.create(name, ...)`` builds both). The step's attributes
-    read and set through the layer (``layer.window`` is ``layer.step.window``). A checkpoint
-    written before the layer held its step (the step's parameters at the layer's top level)
-    loads: its keys are mapped to ``step.*``.
+    Both end with the output transform ``W^o``. Between them, the layer runs the attention step it holds (``step``, an
+    :class:`attnlab.layers.step.AttentionStep`): exact attention (:class:`attnlab.layers.exact.DenseStep`) unless given
+    another, such as a variant of :mod:`attnlab.efficient` (``efficient.create(name, ...)`` builds both). The step's
+    attributes read and set through the layer (``layer.window`` is ``layer.step.window``). A checkpoint written before
+    the layer held its step (the step's parameters at the layer's top level) loads: its keys are mapped to ``step.*``.
 
     Args:
         embed_dim: E, the width of the queries and of the output.
         num_heads: H; must divide E.
         kdim: width of the keys' input (default E); vdim: of the values' input (default E).
         bias: learn additive biases in the input and output projections.
-        score: a name from :func:`attnlab.scores.names` (learnable scores get one set of weights
-            per head), a :class:`attnlab.Score` module or a callable ``(q, k) -> scores``.
-        score_options: keyword options for a score built by name (``temperature=``, ``learnable=``,
-            ``hidden_dim=``).
+        score: a name from :func:`attnlab.scores.names` (learnable scores get one set of weights per head), a
+            :class:`attnlab.Score` module or a callable ``(q, k) -> scores``.
+        score_options: keyword options for a score built by name (``temperature=``, ``learnable=``, ``hidden_dim=``).
         normalize: ``"softmax"``, ``"relu"``, ``"sigmoid"`` or a callable ``(scores, mask) -> weights``.
         head_mode: ``"split"`` or ``"project"``.
         dropout: dropout on the attention weights, in training mode only.
-        positional: a name from :func:`attnlab.positional.names` or a
-            :class:`attnlab.positional.PositionalEncoding`, applied the way it acts: input
-            encodings are added to the query, key and value inputs before the projections, bias
-            encodings are a score function on every head's scores, ``rope`` rotates each head's q
-            and k. ``None`` (default) or ``"none"``: no positional information.
+        positional: a name from :func:`attnlab.positional.names` or a :class:`attnlab.positional.PositionalEncoding`,
+            applied the way it acts: input encodings are added to the query, key and value inputs before the
+            projections, bias encodings are a score function on every head's scores, ``rope`` rotates each head's q and
+            k. ``None`` (default) or ``"none"``: no positional information.
         positional_options: keyword options for an encoding given by name.
         max_len: the longest sequence, for encodings bounded by it (``learned``).
-        num_kv_heads: G, the key / value heads (default H): grouped-query attention (Ainslie et
-            al. 2023, https://arxiv.org/abs/2305.13245), each group of H / G query heads sharing
-            one key / value head; G = 1 is multi-query attention (Shazeer 2019). G must divide H.
-            Softmax over a plain dot score runs on PyTorch's fused kernel with the G heads as
-            they are; other paths (and the efficient variants) see them repeated to H.
-        step: the attention step (default: exact attention with ``score``, ``score_options``,
-            ``normalize`` and ``dropout``, which are its options: give them to a step given here),
-            or a function building it, called after the projections are drawn (what
-            :func:`attnlab.efficient.create` passes: a seeded layer draws its projections first,
-            then the step's parameters).
+        num_kv_heads: G, the key / value heads (default H): grouped-query attention (Ainslie et al. 2023,
+            https://arxiv.org/abs/2305.13245), each group of H / G query heads sharing one key / value head; G = 1 is
+            multi-query attention (Shazeer 2019). G must divide H. Softmax over a plain dot score runs on PyTorch's
+            fused kernel with the G heads as they are; other paths (and the efficient variants) see them repeated to H.
+        step: the attention step (default: exact attention with ``score``, ``score_options``, ``normalize`` and
+            ``dropout``, which are its options: give them to a step given here), or a function building it, called after
+            the projections are drawn (what :func:`attnlab.efficient.create` passes: a seeded layer draws its
+            projections first, then the step's parameters).
     """
 
     step: AttentionStep
@@ -83,10 +77,10 @@ class MultiHeadAttention(nn.Module):
     def __new__(cls, *args, **kwargs):
         given = [k for k in ("variant", "attention") if k in kwargs]
         if given:  # a variant is a step of its own, not an option of this one: say where they come from
-            raise TypeError(f"{cls.__name__} takes no {given[0]}= option: each attention variant is its own step, made by "
-                            f"attnlab.efficient.create({kwargs[given[0]]!r}, embed_dim=..., num_heads=..., **options) "
-                            "or given as step=attnlab.efficient.step(...) (the names: attnlab.efficient.names(); 'dense' is "
-                            "exact attention)")
+            raise TypeError(f"{cls.__name__} takes no {given[0]}= option: each attention variant is its own step, made "
+                            f"by attnlab.efficient.create({kwargs[given[0]]!r}, embed_dim=..., num_heads=..., "
+                            "**options) or given as step=attnlab.efficient.step(...) (the names: "
+                            "attnlab.efficient.names(); 'dense' is exact attention)")
         return super().__new__(cls)
 
     def __init__(
@@ -116,7 +110,8 @@ class MultiHeadAttention(nn.Module):
         if step is None:  # exact attention, its score drawn first (before the projections)
             step = DenseStep(e, h, score=score, score_options=score_options, normalize=normalize, dropout=dropout)
         else:
-            checks.refuse_exact_options({"score": score, "score_options": score_options, "normalize": normalize, "dropout": dropout})
+            checks.refuse_exact_options({"score": score, "score_options": score_options, "normalize": normalize,
+                                         "dropout": dropout})
         g = h if num_kv_heads is None else positive_int("num_kv_heads", num_kv_heads)
         if h % g:
             raise ValueError(f"num_kv_heads must divide num_heads, got num_kv_heads={g} and num_heads={h}")
@@ -138,7 +133,8 @@ class MultiHeadAttention(nn.Module):
             self.head_k = nn.Parameter(torch.empty(g, self.head_dim, e))
             self.head_v = nn.Parameter(torch.empty(g, self.head_dim, e))
         self.reset_parameters()
-        built = checks.built_step(step, e, h)  # a builder is called here: the step's parameters drawn after the projections
+        # a builder is called here: the step's parameters drawn after the projections
+        built = checks.built_step(step, e, h)
         checks.check_layer(built, self)
         checks.check_positional(built, self.positional, self.head_dim)
         qk_heads, qk_dim = built.query_key_shape()
@@ -167,7 +163,8 @@ class MultiHeadAttention(nn.Module):
     def __getattr__(self, name: str):
         """The step's attributes read through the layer (``layer.window`` is ``layer.step.window``)."""
         d = self.__dict__
-        for store in ("_parameters", "_buffers", "_modules"):  # nn.Module's own lookup, without a second frame on the hot path
+        # nn.Module's own lookup, without a second frame on the hot path
+        for store in ("_parameters", "_buffers", "_modules"):
             found = d[store]
             if name in found:
                 return found[name]
@@ -179,8 +176,9 @@ class MultiHeadAttention(nn.Module):
     def __setattr__(self, name: str, value) -> None:
         """An attribute of the step, not of the layer, is set on the step (``layer.mode = "recurrent"``)."""
         step = self.__dict__.get("_modules", {}).get("step")
-        if (step is not None and not name.startswith("_") and name not in self.__dict__ and not hasattr(type(self), name)
-                and name not in self._modules and name not in self._parameters and name not in self._buffers and hasattr(step, name)):
+        if (step is not None and not name.startswith("_") and name not in self.__dict__
+                and not hasattr(type(self), name) and name not in self._modules and name not in self._parameters
+                and name not in self._buffers and hasattr(step, name)):
             setattr(step, name, value)
         else:
             super().__setattr__(name, value)
@@ -203,11 +201,12 @@ class MultiHeadAttention(nn.Module):
             + ("" if self.positional is None else f", positional={self.positional.name!r}")
         )
 
-    def positions(self, n: int, m: int, positions=None, key_positions=None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The query and key positions a forward pass uses: given (``(N,)``, or ``(B, N)`` per
-        row), or by default keys at ``0..M-1`` and queries ending at the last key (``M-N..M-1``;
-        ``0..N-1`` when N > M)."""
-        kp = torch.arange(m, device=device) if key_positions is None else check_positions(key_positions, m, "key_positions").to(device)
+    def positions(self, n: int, m: int, positions=None, key_positions=None,
+                  device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The query and key positions a forward pass uses: given (``(N,)``, or ``(B, N)`` per row), or by default keys
+        at ``0..M-1`` and queries ending at the last key (``M-N..M-1``; ``0..N-1`` when N > M)."""
+        kp = (torch.arange(m, device=device) if key_positions is None
+              else check_positions(key_positions, m, "key_positions").to(device))
         if positions is None:
             qp = torch.arange(max(m - n, 0), max(m - n, 0) + n, device=device)
         else:
@@ -218,7 +217,8 @@ class MultiHeadAttention(nn.Module):
         """Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype (``batch``: B, when known)."""
         checks.check_input(self, name, x, width, batch)
 
-    def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None, heads: int | None = None) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None,
+               heads: int | None = None) -> torch.Tensor:
         b, n, _ = x.shape
         x = proj(x)  # (B, N, E), or (B, N, G D) for grouped keys / values, or the step's own width
         if head_w is None:
@@ -235,13 +235,15 @@ class MultiHeadAttention(nn.Module):
         w, bias = interop.fused_weights(self, projs)
         out = F.linear(x, w, bias)
         own = cast(AttentionStep, self._modules["step"]).query_key_shape()
-        if self.num_kv_heads != self.num_heads or own != (self.num_heads, self.head_dim):  # grouped, or the step's own q and k
+        # grouped, or the step's own q and k
+        if self.num_kv_heads != self.num_heads or own != (self.num_heads, self.head_dim):
             q, k, v = out.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
             qk = own[0]
             kh = self.num_kv_heads if qk == self.num_heads else qk
             return (q.view(b, n, qk, -1).transpose(1, 2), k.view(b, n, kh, -1).transpose(1, 2),
                     v.view(b, n, self.num_kv_heads, -1).transpose(1, 2))
-        heads = out.view(b, n, len(projs), self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) each
+        # (B, H, N, D) each
+        heads = out.view(b, n, len(projs), self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if shared:  # a variant that derives its keys from the queries
             return heads[0], heads[0], heads[1]
         return heads[0], heads[1], heads[2]
@@ -277,31 +279,28 @@ class MultiHeadAttention(nn.Module):
     ) -> AttentionResult:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
 
-        One path whatever the mask or the cache: where the keys come from and their positions
-        (the call's own, or a cache's), the projections and positional encoding, the attention
-        step (:meth:`attention_step`: the step this layer holds, its hooks first) under the mask,
-        then ``W^o``.
+        One path whatever the mask or the cache: where the keys come from and their positions (the call's own, or a
+        cache's), the projections and positional encoding, the attention step (:meth:`attention_step`: the step this
+        layer holds, its hooks first) under the mask, then ``W^o``.
 
         Args:
             query: ``(B, N, E)``.
             key: ``(B, M, kdim)``, default ``query``.
             value: ``(B, M, vdim)``, default ``key``.
-            mask: True = may attend. A mask function (:mod:`attnlab.masks`: causal, windows,
-                padding, :class:`attnlab.masks.Documents` — packed documents, whose positions
-                restart in every document — ...), a block map, a bool tensor broadcastable to
-                ``(B, H, N, M)``, or :class:`attnlab.distributed.ShardedMask`: ``query`` is this
-                rank's shard of a sequence sharded across a process group, attended over the
-                whole sequence by ring attention (positions come from the mask).
+            mask: True = may attend. A mask function (:mod:`attnlab.masks`: causal, windows, padding,
+                :class:`attnlab.masks.Documents` — packed documents, whose positions restart in every document — ...), a
+                block map, a bool tensor broadcastable to ``(B, H, N, M)``, or :class:`attnlab.distributed.ShardedMask`:
+                ``query`` is this rank's shard of a sequence sharded across a process group, attended over the whole
+                sequence by ring attention (positions come from the mask).
             bias: float, broadcastable to ``(B, H, N, M)``, added to the scores.
             return_weights: also return the ``(B, H, N, M)`` attention weights.
-            positions: integer ``(N,)`` (or ``(B, N)``) positions of the queries, for the
-                positional encoding (default: the mask's, else see :meth:`positions`).
+            positions: integer ``(N,)`` (or ``(B, N)``) positions of the queries, for the positional encoding (default:
+                the mask's, else see :meth:`positions`).
             key_positions: integer ``(M,)`` (or ``(B, M)``) positions of the keys (default ``0..M-1``).
-            cache: decode with a cache from :meth:`new_cache` (self-attention: ``query`` holds the
-                new tokens only, which continue the cached ones, causally; ``mask`` is then their
-                key padding, :func:`attnlab.masks.valid_keys` or ``(B, 1, 1, N)``, or None) or from
-                :meth:`new_cross_cache` (cross-attention: the keys of ``key`` are computed on
-                the first call and reused).
+            cache: decode with a cache from :meth:`new_cache` (self-attention: ``query`` holds the new tokens only,
+                which continue the cached ones, causally; ``mask`` is then their key padding,
+                :func:`attnlab.masks.valid_keys` or ``(B, 1, 1, N)``, or None) or from :meth:`new_cross_cache`
+                (cross-attention: the keys of ``key`` are computed on the first call and reused).
 
         Returns:
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
@@ -309,12 +308,13 @@ class MultiHeadAttention(nn.Module):
         source = source_of(cache)
         caps = self.capabilities
         if caps.needs_input and (key is not None or value is not None):
-            raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value (its step reads "
-                             "the layer's input)")
-        call = source.begin(self, query, key, value, mask=mask, positions=positions, key_positions=key_positions, bias=bias,
-                            return_weights=return_weights)
-        q, k, v, score_mod = self.project(call.query, call.key, call.value, positions=call.qpos, key_positions=call.kpos,
-                                          rotate=call.rotate and not caps.needs_input, kv=call.kv)
+            raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value (its step "
+                             "reads the layer's input)")
+        call = source.begin(self, query, key, value, mask=mask, positions=positions, key_positions=key_positions,
+                            bias=bias, return_weights=return_weights)
+        q, k, v, score_mod = self.project(call.query, call.key, call.value, positions=call.qpos,
+                                          key_positions=call.kpos, rotate=call.rotate and not caps.needs_input,
+                                          kv=call.kv)
         if not caps.grouped_kv:
             k, v = self.repeat_kv(k, v)
         inputs = self.step_inputs(call) if caps.needs_input else None
@@ -325,8 +325,8 @@ class MultiHeadAttention(nn.Module):
         """What a step that reads the layer's input receives (``capabilities.needs_input``): the
         call's input and its queries' positions (``0..N-1`` unless given or a cache's)."""
         if call.qpos is not None and call.kpos is not None and not torch.equal(call.qpos, call.kpos):
-            raise ValueError(f"the {self.name!r} attention is self-attention: its keys are its queries, so key_positions must "
-                             "equal positions (or be left out)")
+            raise ValueError(f"the {self.name!r} attention is self-attention: its keys are its queries, so "
+                             "key_positions must equal positions (or be left out)")
         pos = call.qpos if call.qpos is not None else call.kpos
         if pos is None:
             pos = torch.arange(call.query.shape[1], device=call.query.device)
@@ -341,12 +341,11 @@ class MultiHeadAttention(nn.Module):
         return pe.score_mod(q_positions, k_positions)
 
     def project(self, query, key=None, value=None, *, positions=None, key_positions=None, rotate: bool = True, kv=None):
-        """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, G, M, D)``
-        (G = ``num_kv_heads``; :meth:`repeat_kv` repeats them to H) after the projections and the
-        positional encoding (input encodings added first, ``rope`` rotation after, unless
-        ``rotate`` is False), and the bias encoding's score function at these positions (or None).
-        ``kv``: keys and values already projected (a cross-attention cache). The attention
-        viewer reads q, k and v through this method."""
+        """The heads the attention step sees: ``q`` ``(B, H, N, D)``, ``k`` and ``v`` ``(B, G, M, D)`` (G =
+        ``num_kv_heads``; :meth:`repeat_kv` repeats them to H) after the projections and the positional encoding (input
+        encodings added first, ``rope`` rotation after, unless ``rotate`` is False), and the bias encoding's score
+        function at these positions (or None). ``kv``: keys and values already projected (a cross-attention cache). The
+        attention viewer reads q, k and v through this method."""
         self.check_input("query", query, self.embed_dim, None)
         if kv is None:
             key = query if key is None else key
@@ -354,7 +353,8 @@ class MultiHeadAttention(nn.Module):
             self.check_input("key", key, self.kdim, query.shape[0])
             self.check_input("value", value, self.vdim, query.shape[0])
             if key.shape[1] != value.shape[1]:
-                raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and {tuple(value.shape)}")
+                raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and "
+                                 f"{tuple(value.shape)}")
         m = kv[0].shape[2] if kv is not None else key.shape[1]
         pe = self.positional
         qpos, kpos = positions, key_positions
@@ -384,13 +384,11 @@ class MultiHeadAttention(nn.Module):
 
     # ---------------------------------------------------------------- cached decoding
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute"):
-        """An empty cache for decoding with this layer's self-attention, of the kind its step
-        declares (``capabilities.cache``). Exact attention: a :class:`KVCache` (``window``,
-        ``sinks`` and ``positions`` bound it, StreamingLLM's way when ``positions="cache"``); a
-        sparse pattern: the bounded KVCache that is its causal pattern; kernel attention: a
-        :class:`RecurrentState`; the gated family: a :class:`MatrixState`; forgetting attention
-        (``fox``): a :class:`attnlab.layers.cache.ForgetKVCache`. Pass it as
-        ``forward(x_new, cache=...)``."""
+        """An empty cache for decoding with this layer's self-attention, of the kind its step declares
+        (``capabilities.cache``). Exact attention: a :class:`KVCache` (``window``, ``sinks`` and ``positions`` bound it,
+        StreamingLLM's way when ``positions="cache"``); a sparse pattern: the bounded KVCache that is its causal
+        pattern; kernel attention: a :class:`RecurrentState`; the gated family: a :class:`MatrixState`; forgetting
+        attention (``fox``): a :class:`attnlab.layers.cache.ForgetKVCache`. Pass it as ``forward(x_new, cache=...)``."""
         return make_cache(self.step, window, sinks, positions)
 
     def new_cross_cache(self) -> StaticKV:
@@ -411,12 +409,14 @@ class MultiHeadAttention(nn.Module):
         return self.step.register_hook(hook, owner=self)
 
     def clear_step_hooks(self) -> None:
-        """Remove every step hook (a copy such as :meth:`grouped`'s is a new layer: hooks stay with the one they were registered on)."""
+        """Remove every step hook (a copy such as :meth:`grouped`'s is a new layer: hooks stay with the one they were
+        registered on)."""
         self.step.clear_hooks()
 
     def attention_step(self, q, k, v, call: StepCall) -> AttentionResult:
         """:meth:`forward`'s attention step: this layer's step on the heads (the hooks, then the step)."""
-        return cast(AttentionStep, self._modules["step"])(q, k, v, call)  # the registered module itself, read without nn.Module's lookup
+        # the registered module itself, read without nn.Module's lookup
+        return cast(AttentionStep, self._modules["step"])(q, k, v, call)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
@@ -434,10 +434,9 @@ class MultiHeadAttention(nn.Module):
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
         """A ``MultiHeadAttention`` with the weights of a ``torch.nn.MultiheadAttention``.
 
-        The result computes what ``m(x, x, x)`` computes, batch first (attnlab is always batch
-        first; ``m.batch_first`` only changes the layout of ``m``'s own inputs). Mind the masks:
-        torch's bool ``attn_mask`` / ``key_padding_mask`` mean True = *not* allowed, attnlab's
-        True = allowed.
+        The result computes what ``m(x, x, x)`` computes, batch first (attnlab is always batch first; ``m.batch_first``
+        only changes the layout of ``m``'s own inputs). Mind the masks: torch's bool ``attn_mask`` /
+        ``key_padding_mask`` mean True = *not* allowed, attnlab's True = allowed.
         """
         return interop.from_torch(cls, m)
 

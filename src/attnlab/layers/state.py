@@ -40,7 +40,8 @@ class ConstantSizeState:
             "with a cache, mask is the new tokens' key padding (causal order is the state's)"))
         layer.check_cache(self)
         if return_weights:
-            raise ValueError(f"{type(layer).__name__} decodes with a state of constant size: it has no attention weights to return")
+            raise ValueError(f"{type(layer).__name__} decodes with a state of constant size: it has no attention "
+                             "weights to return")
         pos = seen_positions(self.seen, query.shape[1], query.device)
         return Call(query, None, None, pos, pos, None, valid)
 
@@ -118,7 +119,8 @@ def make_cache(step, window, sinks: int, positions: str):
         return ForgetKVCache()
     if kind == "window":
         if window is not None or sinks or positions != "absolute":
-            raise ValueError(f"the {step.name!r} attention's cache is its own window: pass no window, sinks or positions")
+            raise ValueError(f"the {step.name!r} attention's cache is its own window: pass no window, sinks or "
+                             "positions")
         own_window, own_sinks = step.cache_bounds()
         return KVCache(window=own_window, sinks=own_sinks)
     if window is not None or sinks or positions != "absolute":

@@ -38,8 +38,8 @@ from ..validate import ArgumentTypeError, positive_int
 if TYPE_CHECKING:
     from ..positional.base import PositionalEncoding
 
-__all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KINDS", "StepCall", "StepInputs", "check_call",
-           "check_decodes"]
+__all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KINDS", "StepCall", "StepInputs",
+           "check_call", "check_decodes"]
 
 CAUSAL_FORMS = ("mask", "option")
 """How a step is causal: ``"mask"`` — it takes any mask, so ``masks.causal()`` (exact attention), and
@@ -118,7 +118,8 @@ class StepInputs:
     positions: torch.Tensor
     rotation: PositionalEncoding | None = None
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, at: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate(self, q: torch.Tensor, k: torch.Tensor,
+               at: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """q and k rotated at the positions ``at`` (default :attr:`positions`); unchanged without a rotation."""
         if self.rotation is None:
             return q, k
@@ -181,8 +182,8 @@ class StepCall:
         """The ``(B, M)`` "key is real" flags of a key-padding mask, or None for no mask; a mask
         that depends on the query (causal, window, graph) is refused, naming the step ``name``."""
         return key_padding_flags(self.mask, b, m, device, refuse=(
-            f"the {name!r} attention takes key-padding masks only (attnlab.masks.padding makes them); for causal attention "
-            "create it with causal=True, for any other mask use the 'dense' attention"))
+            f"the {name!r} attention takes key-padding masks only (attnlab.masks.padding makes them); for causal "
+            "attention create it with causal=True, for any other mask use the 'dense' attention"))
 
 
 def check_decodes(step: AttentionStep) -> None:
@@ -200,28 +201,30 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
     """Refuse what ``step`` declares it cannot take (its ``capabilities``), one message per rule:
     the weights, a score bias or function without ``forms_scores``; a sharded sequence unless
     ``exact``; a decoding state without a declared ``cache`` (the layer's caches check their own
-    kind as they begin, :meth:`attnlab.MultiHeadAttention.check_cache`) or with a score bias; a call without the layer's input where it
-    ``needs_input``; other queries than keys where it is causal (outside decoding);
+    kind as they begin, :meth:`attnlab.MultiHeadAttention.check_cache`) or with a score bias; a call without the layer's
+    input where it ``needs_input``; other queries than keys where it is causal (outside decoding);
     a mask other than key padding or packed documents where it takes ``key_padding`` only."""
     caps, name = step.capabilities, step.name
     if call.return_weights and not caps.forms_scores:
-        raise ValueError(f"the {name!r} attention never builds the N x M weights; use the 'dense' attention to get them")
+        raise ValueError(f"the {name!r} attention never builds the N x M weights; use the 'dense' attention to get "
+                         "them")
     if (call.bias is not None or call.score_mod is not None) and not caps.forms_scores:
         raise ValueError(f"the {name!r} attention cannot add a score bias; use the 'dense' attention")
     if spanning.spans(call.mask) and not caps.exact:
-        raise ValueError(f"the {name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs the "
-                         "exact steps (attnlab.efficient.select(exact=True, reference=False))")
+        raise ValueError(f"the {name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs "
+                         "the exact steps (attnlab.efficient.select(exact=True, reference=False))")
     if call.state is not None:
         check_decodes(step)
     if call.state is not None and call.bias is not None:
-        raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer itself)")
+        raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer "
+                         "itself)")
     if caps.needs_input and call.inputs is None:
         raise ValueError(f"the {name!r} attention computes its gates from the layer's input: call the layer, or pass "
                          "inputs=StepInputs(x, positions)")
     x = None if call.inputs is None else call.inputs.x
     if x is not None and call.state is None and (k.shape[2] != q.shape[2] or x.shape[:2] != (q.shape[0], q.shape[2])):
-        raise ValueError(f"the {name!r} attention is self-attention: the input (B, N, E) and the heads must share B and N, got "
-                         f"input {tuple(x.shape)}, q {tuple(q.shape)}, k {tuple(k.shape)}")
+        raise ValueError(f"the {name!r} attention is self-attention: the input (B, N, E) and the heads must share B "
+                         f"and N, got input {tuple(x.shape)}, q {tuple(q.shape)}, k {tuple(k.shape)}")
     if step.causal and call.state is None and q.shape[2] != k.shape[2]:
         raise ValueError(f"causal {name!r} attention needs as many queries as keys, got N={q.shape[2]}, M={k.shape[2]}")
     if caps.masks == "key_padding" and call.state is None and call.mask is not None and call.documents is None:
@@ -272,12 +275,14 @@ class AttentionStep(nn.Module):
             raise ArgumentTypeError(f"causal must be a bool, got {type(causal).__name__}")
         form = self.capabilities.causal
         if causal and form is None:
-            raise ValueError(f"the {self.name!r} attention cannot be causal: its method mixes every key into every query")
+            raise ValueError(f"the {self.name!r} attention cannot be causal: its method mixes every key into every "
+                             "query")
         self.causal = causal
         self._hooks: OrderedDict[int, tuple] = OrderedDict()
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}" + (f", causal={self.causal}" if self.capabilities.causal == "option" or self.causal else "")
+        return f"name={self.name!r}" + (f", causal={self.causal}"
+                                        if self.capabilities.causal == "option" or self.causal else "")
 
     def query_key_shape(self) -> tuple[int, int]:
         """``(heads, width)`` of the queries and keys this step takes (default ``(H, D)``; Mamba-2's
@@ -310,7 +315,8 @@ class AttentionStep(nn.Module):
         self._hooks.clear()
 
     # ---------------------------------------------------------------- the call
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: StepCall | None = None, **options) -> AttentionResult:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: StepCall | None = None,
+                **options) -> AttentionResult:
         """The step on heads: ``call`` (or its fields as keyword ``options``) checked against the
         declaration (a step causal by mask created with ``causal=True``: the causal mask joined to
         the call's), the hooks, then :meth:`attend`."""
@@ -319,7 +325,8 @@ class AttentionStep(nn.Module):
         elif options:
             raise ArgumentTypeError("give the step a StepCall or keyword options, not both")
         check_call(self, q, k, v, call)
-        if self.causal and self.capabilities.causal == "mask" and call.state is None:  # causal by mask: the rule joins the call's
+        # causal by mask: the rule joins the call's
+        if self.causal and self.capabilities.causal == "mask" and call.state is None:
             call = replace(call, mask=call.combined(causal_mask(), q))
         for owner, hook in self._hooks.values():
             hook(owner, q, k, v, call.kwargs())

@@ -36,7 +36,8 @@ class FrameBackbone(nn.Module):
 
     def __init__(self, feature_dim: int, embed_dim: int, *, num_heads: int = 4, num_layers: int = 2, **encoder_options):
         super().__init__()
-        self.feature_dim, self.embed_dim = positive_int("feature_dim", feature_dim), positive_int("embed_dim", embed_dim)
+        self.feature_dim = positive_int("feature_dim", feature_dim)
+        self.embed_dim = positive_int("embed_dim", embed_dim)
         self.proj = nn.Linear(feature_dim, embed_dim)
         self.encoder = self.encoder_class(embed_dim, num_heads, num_layers, **encoder_options)
 

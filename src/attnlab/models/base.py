@@ -30,8 +30,8 @@ from ..registry import Registry
 from ..validate import positive_int
 
 __all__ = [
-    "BACKBONES", "BOS", "CLS", "EOS", "FIRST", "IGNORE", "PAD", "TGT_FIRST", "TGT_PAD", "Backbone", "ModelOutput", "create", "names",
-    "register", "residual_blocks", "run_residual",
+    "BACKBONES", "BOS", "CLS", "EOS", "FIRST", "IGNORE", "PAD", "TGT_FIRST", "TGT_PAD", "Backbone", "ModelOutput",
+    "create", "names", "register", "residual_blocks", "run_residual",
 ]
 
 PAD, CLS, FIRST = 0, 1, 2
@@ -95,7 +95,8 @@ def residual_blocks(embed_dim: int, num_layers: int, ff: int, dropout: float) ->
     """``num_layers`` pre-norm MLP blocks ``W2 dropout(gelu(W1 LN(x)))``, applied residually by
     :func:`run_residual` (the per-vector baselines ``mlp``, ``window_mlp`` and ``node_mlp``)."""
     return nn.ModuleList(
-        nn.Sequential(nn.LayerNorm(embed_dim), nn.Linear(embed_dim, ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff, embed_dim))
+        nn.Sequential(nn.LayerNorm(embed_dim), nn.Linear(embed_dim, ff), nn.GELU(), nn.Dropout(dropout),
+                      nn.Linear(ff, embed_dim))
         for _ in range(num_layers)
     )
 

@@ -37,11 +37,12 @@ def register_head(inputs: str, kind: str):
 
 
 register_head("tokens", "tagging")(lambda backbone, cfg: SequenceLabeler(backbone, cfg.num_labels))
-register_head("tokens", "classification")(lambda backbone, cfg: SetClassifier(backbone, cfg.num_labels, pooling=cfg.pooling))
+register_head("tokens", "classification")(lambda backbone, cfg: SetClassifier(backbone, cfg.num_labels,
+                                                                              pooling=cfg.pooling))
 register_head("tokens", "pair")(lambda backbone, cfg: PairClassifier(backbone, cfg.num_labels, pooling=cfg.pooling))
 register_head("tokens", "seq2seq")(
-    lambda backbone, cfg: Seq2Seq(backbone, cfg.num_labels, num_heads=cfg.num_heads or 4, num_layers=cfg.num_layers or 2,
-                                  max_len=cfg.max_target_len or 256)
+    lambda backbone, cfg: Seq2Seq(backbone, cfg.num_labels, num_heads=cfg.num_heads or 4,
+                                  num_layers=cfg.num_layers or 2, max_len=cfg.max_target_len or 256)
 )
 register_head("tokens", "lm")(lambda backbone, cfg: LanguageModel(backbone))
 register_head("graph", "tagging")(lambda backbone, cfg: NodeLabeler(backbone, cfg.num_labels))
@@ -67,7 +68,8 @@ def build_model(config: ModelConfig | dict) -> nn.Module:
     inputs = cfg.inputs
     if getattr(cls, "inputs", "tokens") != inputs:
         fitting = [n for n in BACKBONES.names() if getattr(BACKBONES.get(n), "inputs", "tokens") == inputs]
-        raise ValueError(f"model {cfg.model!r} reads {cls.inputs}, the task gives {inputs}; choose one of {', '.join(fitting)}")
+        raise ValueError(f"model {cfg.model!r} reads {cls.inputs}, the task gives {inputs}; choose one of "
+                         f"{', '.join(fitting)}")
     key = next((k for k in (f"{inputs}:{cfg.kind}", f"{inputs}:*") if k in HEADS), None)
     if key is None:
         kinds = sorted(k.partition(":")[2] for k in HEADS.names() if k.startswith(f"{inputs}:"))
@@ -76,5 +78,6 @@ def build_model(config: ModelConfig | dict) -> nn.Module:
     if inputs == "tokens":
         backbone = cls(cfg.vocab_size, cfg.embed_dim, **options)
     else:
-        backbone = cls(cfg.feature_dim, cfg.embed_dim, **({"edge_dim": cfg.edge_dim} if inputs == "graph" else {}), **options)
+        backbone = cls(cfg.feature_dim, cfg.embed_dim, **({"edge_dim": cfg.edge_dim} if inputs == "graph" else {}),
+                       **options)
     return HEADS.get(key)(backbone, cfg)

@@ -36,7 +36,8 @@ class PositionalSpec:
 
 
 # backbone keyword options that have a typed field of their own
-_TYPED = ("num_layers", "num_heads", "attention", "attention_options", "positional", "positional_options", "causal", "max_len")
+_TYPED = ("num_layers", "num_heads", "attention", "attention_options", "positional", "positional_options", "causal",
+          "max_len")
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,11 @@ class ModelConfig:
             data.setdefault("embed_dim", data.pop("dim"))
         opts = dict(data.pop("options", None) or {})  # version 1 kept the typed fields among the options
         if "attention" in opts:
-            data.setdefault("attention", {"name": opts.pop("attention"), "options": opts.pop("attention_options", None) or {}})
+            data.setdefault("attention",
+                            {"name": opts.pop("attention"), "options": opts.pop("attention_options", None) or {}})
         if "positional" in opts:
-            data.setdefault("positional", {"name": opts.pop("positional"), "options": opts.pop("positional_options", None) or {}})
+            data.setdefault("positional",
+                            {"name": opts.pop("positional"), "options": opts.pop("positional_options", None) or {}})
         for name in ("num_layers", "num_heads", "causal", "max_len"):
             if name in opts:
                 data.setdefault(name, opts.pop(name))

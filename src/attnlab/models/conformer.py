@@ -87,7 +87,8 @@ class ConformerLayer(nn.Module):
         if mask is not None and mask.dim() == 4 and mask.shape[1] == mask.shape[2] == 1 and mask.shape[3] == x.shape[1]:
             keep = mask[:, 0, 0, :].expand(x.shape[0], -1)
         x = x + 0.5 * self.ff1(x)
-        res = self.attn(self.norm_attn(x), mask=mask, positions=positions, key_positions=positions, return_weights=return_weights)
+        res = self.attn(self.norm_attn(x), mask=mask, positions=positions, key_positions=positions,
+                        return_weights=return_weights)
         x = x + self.drop(res.output)
         x = x + self.conv(x, keep)
         x = self.norm_out(x + 0.5 * self.ff2(x))
@@ -109,6 +110,7 @@ class Conformer(Encoder):
     def __init__(self, embed_dim: int, num_heads: int, num_layers: int, *, conv_kernel: int = 15, **options):
         options.setdefault("norm_first", True)
         super().__init__(embed_dim, num_heads, num_layers, **options)
-        shared = self.positional if kind_of(self.config.positional) in ("bias", "rotation") else None  # as the Encoder shares it
+        # as the Encoder shares it
+        shared = self.positional if kind_of(self.config.positional) in ("bias", "rotation") else None
         self.layers = nn.ModuleList(ConformerLayer(self.config, shared, conv_kernel) for _ in range(num_layers))
         self.final_norm = nn.Identity()  # each block ends with its own LayerNorm

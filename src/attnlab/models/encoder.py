@@ -116,7 +116,8 @@ def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) ->
 
     if causal_by_mask(cfg.attention):
         if cfg.attention_options:
-            raise ValueError(f"attention_options apply to efficient variants; the {cfg.attention} layer takes score/normalize/head_mode")
+            raise ValueError(f"attention_options apply to efficient variants; the {cfg.attention} layer takes "
+                             "score/normalize/head_mode")
         return efficient.create(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, score=cfg.score,
                                 score_options=cfg.score_options, normalize=cfg.normalize, head_mode=cfg.head_mode,
                                 dropout=cfg.dropout, positional=positional, num_kv_heads=cfg.num_kv_heads)
@@ -126,7 +127,8 @@ def make_attention(cfg: EncoderConfig, positional: PositionalEncoding | None) ->
         opts["num_kv_heads"] = cfg.num_kv_heads
     if cfg.causal:
         opts["causal"] = True
-    return efficient.create(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional, **opts)
+    return efficient.create(cfg.attention, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads, positional=positional,
+                            **opts)
 
 
 class EncoderLayer(nn.Module):
@@ -141,7 +143,8 @@ class EncoderLayer(nn.Module):
         self.norm_first = cfg.norm_first
         self.attn = make_attention(cfg, positional)
         self.causal_mask = cfg.causal and causal_by_mask(cfg.attention)
-        self.ff = FeedForward(cfg.embed_dim, cfg.ff_dim or 4 * cfg.embed_dim, activation=cfg.activation, dropout=cfg.dropout)
+        self.ff = FeedForward(cfg.embed_dim, cfg.ff_dim or 4 * cfg.embed_dim, activation=cfg.activation,
+                              dropout=cfg.dropout)
         self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=cfg.layer_norm_eps)
         self.drop1 = nn.Dropout(cfg.dropout)
@@ -181,19 +184,24 @@ class Encoder(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, num_layers: int, **options):
         super().__init__()
-        valid = [f.name for f in dataclasses.fields(EncoderConfig) if f.name not in ("embed_dim", "num_heads", "num_layers")]
+        valid = [f.name for f in dataclasses.fields(EncoderConfig)
+                 if f.name not in ("embed_dim", "num_heads", "num_layers")]
         unknown = set(options) - set(valid)
         if unknown:
-            raise ArgumentTypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}; it takes {', '.join(sorted(valid))}")
+            raise ArgumentTypeError(f"unknown Encoder option(s): {', '.join(sorted(unknown))}; it takes "
+                                    f"{', '.join(sorted(valid))}")
         cfg = EncoderConfig(embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, **options)
         positive_int("num_layers", num_layers)
         positive_int("embed_dim", embed_dim)
-        if positive_int("num_heads", num_heads) and embed_dim % num_heads:  # before the encoding, which sees one head's width
-            raise ValueError(f"embed_dim must be divisible by num_heads, got embed_dim={embed_dim} and num_heads={num_heads}")
+        # before the encoding, which sees one head's width
+        if positive_int("num_heads", num_heads) and embed_dim % num_heads:
+            raise ValueError(f"embed_dim must be divisible by num_heads, got embed_dim={embed_dim} and "
+                             f"num_heads={num_heads}")
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}")
         if not isinstance(cfg.positional, str):
-            raise ArgumentTypeError(f"positional must be a name (see attnlab.positional.names()), got {type(cfg.positional).__name__}")
+            raise ArgumentTypeError("positional must be a name (see attnlab.positional.names()), got "
+                                    f"{type(cfg.positional).__name__}")
         self.config = cfg
         kind = kind_of(cfg.positional)
         head_dim = embed_dim // num_heads
@@ -223,8 +231,10 @@ class Encoder(nn.Module):
         and bias encodings then use places in the cache, while an input encoding is still added
         at the absolute position, so ``learned`` stops at its ``max_len``)."""
         if not self.config.causal:
-            raise ValueError("cached decoding needs a causal encoder (causal=True): a later token would change earlier outputs")
-        return EncoderCache([layer.attn.new_cache(window=window, sinks=sinks, positions=positions) for layer in self.layers])
+            raise ValueError("cached decoding needs a causal encoder (causal=True): a later token would change earlier "
+                             "outputs")
+        return EncoderCache([layer.attn.new_cache(window=window, sinks=sinks, positions=positions)
+                             for layer in self.layers])
 
     def forward(
         self,
@@ -273,7 +283,8 @@ class Encoder(nn.Module):
         hidden = [x] if return_hidden else None
         for i, layer in enumerate(self.layers):
             extra = {} if cache is None else {"cache": cache.layers[i]}
-            res = layer(x, mask=mask, positions=None if cache is not None else positions, return_weights=return_weights, **extra)
+            res = layer(x, mask=mask, positions=None if cache is not None else positions, return_weights=return_weights,
+                        **extra)
             x = res.output
             if weights is not None:
                 weights.append(res.weights)

@@ -44,7 +44,8 @@ def graph_inputs(data) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None,
     x = getattr(data, "x", None)
     ei = getattr(data, "edge_index", None)
     if x is None or ei is None:
-        raise ArgumentTypeError(f"expected a graph with .x and .edge_index (a torch_geometric Data), got {type(data).__name__}")
+        raise ArgumentTypeError("expected a graph with .x and .edge_index (a torch_geometric Data), got "
+                                f"{type(data).__name__}")
     return x, ei, getattr(data, "edge_attr", None), getattr(data, "batch", None)
 
 
@@ -65,13 +66,15 @@ class GraphTransformer(nn.Module):
         edge_dim: int | None = None, ff_mult: int = 2, dropout: float = 0.0, mode: str = "sparse",
     ):
         super().__init__()
-        positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads), positive_int("num_layers", num_layers)
+        positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads)
+        positive_int("num_layers", num_layers)
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         self.embed_dim = embed_dim
         self.embed = nn.Linear(positive_int("in_dim", in_dim), embed_dim)
         self.attn = nn.ModuleList(
-            GraphAttention(embed_dim, embed_dim // num_heads, num_heads, edge_dim=edge_dim, root_weight=False, dropout=dropout, mode=mode)
+            GraphAttention(embed_dim, embed_dim // num_heads, num_heads, edge_dim=edge_dim, root_weight=False,
+                           dropout=dropout, mode=mode)
             for _ in range(num_layers)
         )
         self.norm1 = nn.ModuleList(nn.LayerNorm(embed_dim) for _ in range(num_layers))
@@ -83,7 +86,8 @@ class GraphTransformer(nn.Module):
         )
         self.out_norm = nn.LayerNorm(embed_dim)
 
-    def forward(self, x, edge_index: torch.Tensor | None = None, edge_attr: torch.Tensor | None = None, *, return_weights: bool = False):
+    def forward(self, x, edge_index: torch.Tensor | None = None, edge_attr: torch.Tensor | None = None, *,
+                return_weights: bool = False):
         """Node vectors ``(N, embed_dim)``; with ``return_weights`` also the list of per-layer ``(E, H)`` weights."""
         if not isinstance(x, torch.Tensor):
             x, edge_index, edge_attr, _ = graph_inputs(x)
@@ -118,7 +122,8 @@ class GraphBackbone(nn.Module):
 
     def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None):
         super().__init__()
-        self.feature_dim, self.embed_dim = positive_int("feature_dim", feature_dim), positive_int("embed_dim", embed_dim)
+        self.feature_dim = positive_int("feature_dim", feature_dim)
+        self.embed_dim = positive_int("embed_dim", embed_dim)
         self.edge_dim = edge_dim
 
 
@@ -129,11 +134,11 @@ class GraphTransformerBackbone(GraphBackbone):
 
     attention_kind = "edges"
 
-    def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None, *, num_heads: int = 4, num_layers: int = 2,
-                 dropout: float = 0.0, mode: str = "sparse", ff_mult: int = 2):
+    def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None, *, num_heads: int = 4,
+                 num_layers: int = 2, dropout: float = 0.0, mode: str = "sparse", ff_mult: int = 2):
         super().__init__(feature_dim, embed_dim, edge_dim)
-        self.net = GraphTransformer(feature_dim, embed_dim, num_heads, num_layers, edge_dim=edge_dim, dropout=dropout, mode=mode,
-                                    ff_mult=ff_mult)
+        self.net = GraphTransformer(feature_dim, embed_dim, num_heads, num_layers, edge_dim=edge_dim, dropout=dropout,
+                                    mode=mode, ff_mult=ff_mult)
 
     def forward(self, x, edge_index, edge_attr=None, *, return_weights: bool = False):
         return self.net(x, edge_index, edge_attr, return_weights=return_weights)
@@ -144,7 +149,8 @@ class NodeMLPBackbone(GraphBackbone):
     """Each node alone (edges ignored): ``num_layers`` residual MLP blocks; the baseline that
     shows what the edges add."""
 
-    def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None, *, num_layers: int = 2, dropout: float = 0.0):
+    def __init__(self, feature_dim: int, embed_dim: int, edge_dim: int | None = None, *, num_layers: int = 2,
+                 dropout: float = 0.0):
         super().__init__(feature_dim, embed_dim, edge_dim)
         self.embed = nn.Linear(feature_dim, embed_dim)
         self.blocks = residual_blocks(embed_dim, num_layers, 2 * embed_dim, dropout)
@@ -178,7 +184,8 @@ class GraphPredictor(nn.Module):
         if pooling not in ("mean", "sum"):
             raise ValueError(f"graph pooling must be 'mean' or 'sum', got {pooling!r}")
         self.backbone, self.pooling = backbone, pooling
-        self.head = nn.Sequential(nn.Linear(backbone.embed_dim, backbone.embed_dim), nn.GELU(), nn.Linear(backbone.embed_dim, num_labels))
+        self.head = nn.Sequential(nn.Linear(backbone.embed_dim, backbone.embed_dim), nn.GELU(),
+                                  nn.Linear(backbone.embed_dim, num_labels))
 
     def forward(self, x, edge_index, edge_attr=None, batch=None, num_graphs=None, *, return_weights: bool = False):
         """Logits ``(G, num_labels)``; ``batch`` ``(N,)`` gives each node's graph (None: one graph)."""

@@ -97,7 +97,8 @@ class PairClassifier(nn.Module):
             raise ValueError(f"a pair model takes tokens of shape (B, 2, N), got {tuple(tokens.shape)}")
         both = self.encode(tokens.flatten(0, 1), return_weights=return_weights)  # the two towers in one batch
         u, v = both.output.unflatten(0, (tokens.shape[0], 2)).unbind(1)
-        return ModelOutput(self.head(torch.cat([u, v, u * v, u - v], dim=-1)), _first_tower(both.weights, tokens.shape[0]))
+        return ModelOutput(self.head(torch.cat([u, v, u * v, u - v], dim=-1)),
+                           _first_tower(both.weights, tokens.shape[0]))
 
 
 def _first_tower(weights, b: int):

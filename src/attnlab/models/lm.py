@@ -58,7 +58,8 @@ class LanguageModel(nn.Module):
     def __init__(self, backbone: Backbone):
         super().__init__()
         if not getattr(backbone, "causal", False):
-            raise ValueError(f"a language model needs a causal backbone ('lm' or 'mlp'); {type(backbone).__name__} sees later tokens")
+            raise ValueError(f"a language model needs a causal backbone ('lm' or 'mlp'); {type(backbone).__name__} "
+                             "sees later tokens")
         self.backbone = backbone
         self.bias = nn.Parameter(torch.zeros(backbone.embed.num_embeddings))
 
@@ -127,17 +128,20 @@ class LanguageModel(nn.Module):
         The arguments are checked (and the model put in eval mode) at the call, before the first
         token; a backbone without attention (``mlp``) has nothing to cache and reruns the prefix.
         """
-        if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] == 0 or prompt.dtype != torch.long:
+        if (not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] == 0
+                or prompt.dtype != torch.long):
             raise ValueError(f"prompt must be a (B, P) long tensor with P >= 1, got {getattr(prompt, 'shape', prompt)}")
         int_at_least("max_new_tokens", max_new_tokens, 0)
         if window is not None and not cache:
             raise ValueError("window and sinks bound the cache: they need cache=True")
-        sample_next(prompt.new_zeros(1, 2, dtype=torch.float), temperature=temperature, top_k=top_k, top_p=top_p)  # checks the options
+        # checks the options
+        sample_next(prompt.new_zeros(1, 2, dtype=torch.float), temperature=temperature, top_k=top_k, top_p=top_p)
         self.eval()
         cache = cache and getattr(self.backbone, "encoder", None) is not None
-        state = self.new_cache(window=window, sinks=sinks, positions="absolute" if window is None else "cache") if cache else None
-        return self._steps(prompt, max_new_tokens, state, dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator),
-                           stop)
+        state = (self.new_cache(window=window, sinks=sinks, positions="absolute" if window is None else "cache")
+                 if cache else None)
+        return self._steps(prompt, max_new_tokens, state,
+                           dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator), stop)
 
     @torch.no_grad()
     def _steps(self, prompt, max_new_tokens, state, sampling, stop) -> Iterator[torch.Tensor]:
@@ -180,12 +184,14 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | 
         drop = cum - sorted_logits.softmax(-1) >= p  # tokens after the set reached p (the first is always kept)
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     probs = logits.softmax(-1)
-    if generator is not None and generator.device != probs.device:  # drawn where the generator is: one seed, one text on any device
+    # drawn where the generator is: one seed, one text on any device
+    if generator is not None and generator.device != probs.device:
         return torch.multinomial(probs.to(generator.device), 1, generator=generator)[:, 0].to(probs.device)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
-def pack(sequences: list[list[int]], length: int, *, causal: bool = True) -> tuple[torch.Tensor, torch.Tensor, Documents]:
+def pack(sequences: list[list[int]], length: int, *,
+         causal: bool = True) -> tuple[torch.Tensor, torch.Tensor, Documents]:
     """Pack token sequences into rows of ``length`` tokens, first fit in the given order (each
     sequence whole; one longer than ``length`` is refused), the rest of a row ``PAD``.
 

@@ -35,7 +35,8 @@ class DecoderLayer(nn.Module):
         target tokens and ``self_mask`` their padding ``(B, 1, 1, n)``."""
         self_cache, cross_cache = caches if caches is not None else (None, None)
         x = x + self.self_attn(self.norms[0](x), mask=self_mask, cache=self_cache).output
-        res = self.cross_attn(self.norms[1](x), memory, mask=memory_mask, return_weights=return_weights, cache=cross_cache)
+        res = self.cross_attn(self.norms[1](x), memory, mask=memory_mask, return_weights=return_weights,
+                              cache=cross_cache)
         x = x + res.output
         x = x + self.ff(self.norms[2](x))
         return x, res.weights
@@ -50,7 +51,8 @@ class Seq2Seq(nn.Module):
         num_heads, num_layers: the decoder's. max_len: the longest target (decoding stops there).
     """
 
-    def __init__(self, encoder: Backbone, tgt_vocab_size: int, *, num_heads: int = 4, num_layers: int = 2, max_len: int = 256):
+    def __init__(self, encoder: Backbone, tgt_vocab_size: int, *, num_heads: int = 4, num_layers: int = 2,
+                 max_len: int = 256):
         super().__init__()
         from ..positional import sinusoidal_table
 
@@ -67,7 +69,8 @@ class Seq2Seq(nn.Module):
         pad = src == 0
         return self.encoder(src, pad).output, ~pad[:, None, None, :]
 
-    def decode(self, tgt_in: torch.Tensor, memory, memory_mask, *, return_weights: bool = False, cache: list | None = None):
+    def decode(self, tgt_in: torch.Tensor, memory, memory_mask, *, return_weights: bool = False,
+               cache: list | None = None):
         """Logits ``(B, M, V)`` of the next target token after each of ``tgt_in`` ``(B, M)``
         (and the last block's cross-attention ``(B, H, M, N)`` when asked). With ``cache``
         (:meth:`new_cache`), ``tgt_in`` continues the tokens decoded so far."""
@@ -81,7 +84,8 @@ class Seq2Seq(nn.Module):
         weights = None
         for i, layer in enumerate(self.layers):
             x, w = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask,
-                         return_weights=return_weights and i == len(self.layers) - 1, caches=None if cache is None else cache[i])
+                         return_weights=return_weights and i == len(self.layers) - 1,
+                         caches=None if cache is None else cache[i])
             weights = w if w is not None else weights
         return ModelOutput(self.out(self.norm(x)), weights)
 
@@ -122,7 +126,8 @@ class Seq2Seq(nn.Module):
         return [_strip(row) for row in seq[:, 1:].tolist()]
 
     @torch.no_grad()
-    def beam(self, src: torch.Tensor, beam_size: int = 4, max_len: int | None = None, *, cache: bool = True) -> list[list[int]]:
+    def beam(self, src: torch.Tensor, beam_size: int = 4, max_len: int | None = None, *,
+             cache: bool = True) -> list[list[int]]:
         """Beam search per source (sum of log-probabilities, finished hypotheses kept); EOS not
         included. With ``cache`` each beam's cache rows follow it (``cache=False``: the reference
         that reruns every prefix)."""

@@ -55,7 +55,8 @@ class TransformerBackbone(Backbone):
                 raise ValueError("under sequence parallelism the backbone returns no weights and takes no cache")
             return self._forward_sharded(tokens, pad, self.sequence_parallel)
         mask = None if not bool(pad.any()) else ~pad[:, None, None, :]
-        out = self.encoder(self.embed(tokens) * self.embed_dim**0.5, mask=mask, return_weights=return_weights, cache=cache)
+        out = self.encoder(self.embed(tokens) * self.embed_dim**0.5, mask=mask, return_weights=return_weights,
+                           cache=cache)
         return ModelOutput(out.output, out.weights)
 
 
@@ -64,8 +65,10 @@ class TransformerBackbone(Backbone):
         layout, rank = sp.layout_for(tokens.shape[1], self.causal)
         mine = shard(tokens, layout, rank)  # (B, c): padded positions hold PAD = 0
         valid = ~shard(pad, layout, rank, fill=True)  # (B, c): True = a real key
-        ctx = RingContext.build(layout.positions(rank, device=tokens.device), None if bool(valid.all()) else valid, group=sp.group)
-        out = self.encoder(self.embed(mine) * self.embed_dim**0.5, mask=ShardedMask(ctx, timings=sp.timings, length=layout.length))
+        ctx = RingContext.build(layout.positions(rank, device=tokens.device), None if bool(valid.all()) else valid,
+                                group=sp.group)
+        out = self.encoder(self.embed(mine) * self.embed_dim**0.5, mask=ShardedMask(ctx, timings=sp.timings,
+                                                                                    length=layout.length))
         return ModelOutput(gather(out.output, layout, group=sp.group), None)
 
 
@@ -75,7 +78,8 @@ class MLPBackbone(Backbone):
 
     causal = True  # a vector's output depends on that vector only
 
-    def __init__(self, vocab_size: int, embed_dim: int, *, num_layers: int = 2, ff_dim: int | None = None, dropout: float = 0.0):
+    def __init__(self, vocab_size: int, embed_dim: int, *, num_layers: int = 2, ff_dim: int | None = None,
+                 dropout: float = 0.0):
         super().__init__(vocab_size, embed_dim)
         self.blocks = residual_blocks(embed_dim, num_layers, ff_dim or 4 * embed_dim, dropout)
         self.norm = nn.LayerNorm(embed_dim)

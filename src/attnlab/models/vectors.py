@@ -74,8 +74,8 @@ class ViTBackbone(ImageBackbone):
 
     uses_attention = True
 
-    def __init__(self, feature_dim: int, embed_dim: int, image_size, *, patch_size: int = 2, num_heads: int = 4, num_layers: int = 2,
-                 positional: str = "learned", max_len: int | None = None, **encoder_options):
+    def __init__(self, feature_dim: int, embed_dim: int, image_size, *, patch_size: int = 2, num_heads: int = 4,
+                 num_layers: int = 2, positional: str = "learned", max_len: int | None = None, **encoder_options):
         super().__init__(feature_dim, embed_dim, image_size)
         self.patch_size = positive_int("patch_size", patch_size)
         h, w = self.image_size
@@ -85,7 +85,8 @@ class ViTBackbone(ImageBackbone):
         self.embed = nn.Linear(feature_dim * patch_size * patch_size, embed_dim)
         self.cls = nn.Parameter(torch.zeros(1, 1, embed_dim))
         nn.init.normal_(self.cls, std=0.02)
-        self.encoder = Encoder(embed_dim, num_heads, num_layers, positional=positional, max_len=self.num_patches + 1, **encoder_options)
+        self.encoder = Encoder(embed_dim, num_heads, num_layers, positional=positional, max_len=self.num_patches + 1,
+                               **encoder_options)
 
     def tokens(self, x: torch.Tensor) -> torch.Tensor:
         """The input vectors ``(B, 1 + patches, embed_dim)``: CLS, then the embedded patches."""
@@ -142,7 +143,8 @@ class VectorClassifier(nn.Module):
     def __init__(self, backbone: ImageBackbone, num_labels: int):
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Sequential(nn.LayerNorm(backbone.embed_dim), nn.Linear(backbone.embed_dim, positive_int("num_labels", num_labels)))
+        self.head = nn.Sequential(nn.LayerNorm(backbone.embed_dim),
+                                  nn.Linear(backbone.embed_dim, positive_int("num_labels", num_labels)))
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, *, return_weights: bool = False):
         """Logits ``(B, num_labels)`` (and the backbone's attention weights when asked); ``pad``

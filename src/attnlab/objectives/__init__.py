@@ -27,5 +27,5 @@ from . import tagging as _tagging  # noqa: F401
 from .base import OBJECTIVES, Objective, batches, collate, create, get, model_device, names, register
 from .denoising import Denoising, DenoisingModel
 
-__all__ = ["OBJECTIVES", "Denoising", "DenoisingModel", "Objective", "batches", "collate", "create", "get", "model_device", "names",
-           "register"]
+__all__ = ["OBJECTIVES", "Denoising", "DenoisingModel", "Objective", "batches", "collate", "create", "get",
+           "model_device", "names", "register"]

@@ -18,7 +18,8 @@ from ..models.base import PAD
 from ..registry import Registry
 from ..tasks.base import Split, Task
 
-__all__ = ["EVAL_TOKENS", "OBJECTIVES", "Objective", "batches", "collate", "create", "eval_batch_size", "get", "names", "register"]
+__all__ = ["EVAL_TOKENS", "OBJECTIVES", "Objective", "batches", "collate", "create", "eval_batch_size", "get", "names",
+           "register"]
 
 OBJECTIVES: Registry = Registry("task kind")
 """Every objective by the task kind it serves (``Task.kind``)."""
@@ -114,7 +115,8 @@ def model_device(model: nn.Module) -> torch.device:
     return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
-def collate(task: Task, data: Split, idx: torch.Tensor, objective: Objective | None = None, device=None) -> tuple[dict, torch.Tensor]:
+def collate(task: Task, data: Split, idx: torch.Tensor, objective: Objective | None = None,
+            device=None) -> tuple[dict, torch.Tensor]:
     """The model's keyword inputs and the labels of examples ``idx`` of a split, on ``device``
     (None: where the split is).
 

@@ -94,7 +94,8 @@ class Denoising(Objective):
         first = draw.masked_fill(~real, 2.0).argmin(-1, keepdim=True)  # every row with a token restores one at least
         chosen.scatter_(-1, first, real.gather(-1, first) | chosen.gather(-1, first))
         how = torch.rand(tokens.shape, generator=generator, device="cpu").to(tokens.device)
-        noise = torch.randint(FIRST, max(vocab_size, FIRST + 1), tokens.shape, generator=generator, device="cpu").to(tokens.device)
+        noise = torch.randint(FIRST, max(vocab_size, FIRST + 1), tokens.shape, generator=generator,
+                              device="cpu").to(tokens.device)
         inputs = torch.where(chosen & (how < 0.8), MASK, tokens)
         inputs = torch.where(chosen & (how >= 0.8) & (how < 0.9), noise, inputs)
         return inputs, tokens.masked_fill(~chosen, IGNORE)

@@ -39,7 +39,8 @@ class LanguageModelling(Objective):
         for inputs, labels in batches(self, task, task.split(split), batch_size, device=model_device(model)):
             logits = model(**inputs).output
             labels = _scored(labels)
-            nll += float(nn.functional.cross_entropy(logits.flatten(0, 1).double(), labels.flatten(), ignore_index=IGNORE, reduction="sum"))
+            nll += float(nn.functional.cross_entropy(logits.flatten(0, 1).double(), labels.flatten(),
+                                                     ignore_index=IGNORE, reduction="sum"))
             count += int((labels != IGNORE).sum())
         return math.exp(nll / max(count, 1))
 

@@ -23,7 +23,8 @@ class ALiBi(BiasEncoding):
         symmetric: use ``-m_h |j - i|`` (for attention without a causal mask).
     """
 
-    def __init__(self, *, dim: int | None = None, num_heads: int | None, max_len: int | None = None, symmetric: bool = False):
+    def __init__(self, *, dim: int | None = None, num_heads: int | None, max_len: int | None = None,
+                 symmetric: bool = False):
         super().__init__(num_heads)
         self.symmetric = bool(symmetric)
         self.register_buffer("slopes", alibi_slopes(self.num_heads).float(), persistent=False)

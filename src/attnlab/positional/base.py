@@ -44,7 +44,8 @@ def check_positions(positions, length: int, what: str) -> torch.Tensor:
     """Validate user positions: an integer tensor ``(length,)`` (or ``(B, length)``, one row per
     sequence) of non-negative entries."""
     if not isinstance(positions, torch.Tensor):
-        raise ArgumentTypeError(f"{what} must be a 1-D integer torch.Tensor of length {length}, got {type(positions).__name__}")
+        raise ArgumentTypeError(f"{what} must be a 1-D integer torch.Tensor of length {length}, got "
+                                f"{type(positions).__name__}")
     if positions.dtype.is_floating_point or positions.dtype == torch.bool or positions.is_complex():
         raise ArgumentTypeError(f"{what} must have an integer dtype, got {positions.dtype}")
     if positions.dim() not in (1, 2) or positions.shape[-1] != length:
@@ -131,7 +132,8 @@ class InputEncoding(PositionalEncoding):
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"the {self.name!r} encoding adds to inputs of shape (B, L, {self.dim}), got {got}")
         length = x.shape[1]
-        positions = positions_for(length, device=x.device) if positions is None else check_positions(positions, length, "positions")
+        positions = (positions_for(length, device=x.device) if positions is None
+                     else check_positions(positions, length, "positions"))
         flat = positions.to(x.device).reshape(-1)  # (L,) or (B L,): encoded row after row
         return x + self.encode(flat).view(*positions.shape, self.dim).to(x.dtype)
 

@@ -24,7 +24,8 @@ class Learned(InputEncoding):
         init_std: standard deviation of the normal initialisation (0.02, as BERT).
     """
 
-    def __init__(self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None, init_std: float = 0.02):
+    def __init__(self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None,
+                 init_std: float = 0.02):
         super().__init__(dim)
         self.max_len = 512 if max_len is None else positive_int("max_len", max_len)
         self.weight = nn.Parameter(torch.empty(self.max_len, self.dim))

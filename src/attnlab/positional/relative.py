@@ -78,7 +78,8 @@ class Relative(BiasEncoding):
         if mode not in ("bucket", "clip"):
             raise ValueError(f"mode must be 'bucket' or 'clip', got {mode!r}")
         self.mode, self.bidirectional = mode, bool(bidirectional)
-        self.max_distance = positive_int("max_distance", max_distance if max_distance is not None else (128 if mode == "bucket" else 16))
+        self.max_distance = positive_int("max_distance", max_distance if max_distance is not None
+                                         else (128 if mode == "bucket" else 16))
         if mode == "bucket":
             self.num_buckets = positive_int("num_buckets", num_buckets)
             if self.num_buckets < (4 if bidirectional else 2):

@@ -32,7 +32,8 @@ class RoPE(PositionalEncoding):
     kind = "rotation"
 
     def __init__(
-        self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None, base: float = 10000.0, interleaved: bool = True
+        self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None, base: float = 10000.0,
+        interleaved: bool = True
     ):
         super().__init__()
         self.dim = positive_int("dim", dim)

@@ -45,7 +45,8 @@ class Sinusoidal(InputEncoding):
         base: the longest wavelength over 2 pi (10000 in the paper).
     """
 
-    def __init__(self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None, base: float = 10000.0):
+    def __init__(self, *, dim: int | None, num_heads: int | None = None, max_len: int | None = None,
+                 base: float = 10000.0):
         super().__init__(dim)
         self.base = number_above("base", base, 1)
 

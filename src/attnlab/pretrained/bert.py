@@ -73,9 +73,11 @@ class BertConfig:
                 "(attnlab.integrations.transformers)"
             )
         if raw.get("position_embedding_type", "absolute") != "absolute":
-            raise PretrainedError(f"{path}: position_embedding_type {raw['position_embedding_type']!r}; only 'absolute' is supported")
+            raise PretrainedError(f"{path}: position_embedding_type {raw['position_embedding_type']!r}; only "
+                                  "'absolute' is supported")
         fields = {f: raw[f] for f in cls.__dataclass_fields__ if f in raw and raw[f] is not None}
-        missing = [f for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        missing = [f for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                               "intermediate_size")
                    if f not in fields]
         if missing:
             raise PretrainedError(f"{path} lacks {', '.join(missing)}")
@@ -101,7 +103,8 @@ class BertEmbeddings(nn.Module):
     def forward(self, ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         n = ids.shape[1]
         if n > self.position_embeddings.num_embeddings:
-            raise ValueError(f"the input has {n} tokens, but the model has positions for {self.position_embeddings.num_embeddings}")
+            raise ValueError(f"the input has {n} tokens, but the model has positions for "
+                             f"{self.position_embeddings.num_embeddings}")
         pos = torch.arange(n, device=ids.device)
         types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids
         # the order of the sum is Hugging Face's (word + type, then + position): bitwise the same in float32
@@ -177,7 +180,8 @@ class BertModel(nn.Module):
         if ids.dim() != 2:
             raise ValueError(f"ids must have shape (B, N), got {tuple(ids.shape)}")
         mask = None if padding is None else padding.bool()[:, None, None, :]  # (B, 1, 1, N): the keys that are real
-        return self.encoder(self.embeddings(ids, token_type_ids), mask=mask, return_weights=return_weights, return_hidden=return_hidden)
+        return self.encoder(self.embeddings(ids, token_type_ids), mask=mask, return_weights=return_weights,
+                            return_hidden=return_hidden)
 
 
 def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -247,7 +251,8 @@ def load_weights(model: BertModel, tensors: dict[str, torch.Tensor], source: str
             raise PretrainedError(f"{source} has no tensor {theirs!r} (needed for {ours})")
         t = fixed[theirs]
         if tuple(t.shape) != tuple(own[ours].shape):
-            raise PretrainedError(f"{source}: tensor {theirs!r} has shape {tuple(t.shape)}, the model expects {tuple(own[ours].shape)}")
+            raise PretrainedError(f"{source}: tensor {theirs!r} has shape {tuple(t.shape)}, the model expects "
+                                  f"{tuple(own[ours].shape)}")
         loaded[ours] = t
     result = model.load_state_dict(loaded, strict=False)
     return sorted(k for k in result.missing_keys)
@@ -260,7 +265,8 @@ def check_config(cfg: BertConfig) -> None:
               "max_position_embeddings", "type_vocab_size"):
         positive_int(f, getattr(cfg, f))
     if cfg.hidden_size % cfg.num_attention_heads:
-        raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_attention_heads {cfg.num_attention_heads}")
+        raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_attention_heads "
+                         f"{cfg.num_attention_heads}")
     if not is_int(cfg.pad_token_id) or not 0 <= cfg.pad_token_id < cfg.vocab_size:
         raise ValueError(f"pad_token_id must be in 0 .. {cfg.vocab_size - 1}, got {cfg.pad_token_id!r}")
     if cfg.hidden_act not in ACTIVATIONS:

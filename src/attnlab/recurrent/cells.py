@@ -54,14 +54,16 @@ def check_prefix_mask(mask: torch.Tensor | None, x: torch.Tensor) -> torch.Tenso
         got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ValueError(f"mask must be a bool tensor of shape (B, N) = ({b}, {n}), True at real positions; got {got}")
     if n > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
-        raise ValueError("mask must mark a prefix of each row (right padding): a recurrent layer reads its inputs in order")
+        raise ValueError("mask must mark a prefix of each row (right padding): a recurrent layer reads its inputs in "
+                         "order")
     return mask.to(x.device)
 
 
 def _align(align, hidden: int, options: dict | None) -> Score:
     if isinstance(align, str):
         if align not in score_registry.names():
-            raise ValueError(f"unknown align score {align!r}; expected one of {score_registry.names()}, a Score module or a callable")
+            raise ValueError(f"unknown align score {align!r}; expected one of {score_registry.names()}, a Score module "
+                             "or a callable")
         return score_registry.create(align, head_dim=hidden, num_heads=1, **(options or {}))
     if options:
         raise ArgumentTypeError("align_options apply only when align is given by name")
@@ -177,7 +179,8 @@ class AttentionRNN(_AttentionCell):
         self.A = nn.Linear(input_size + hidden_size, hidden_size, bias=bias)
 
     def steps(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, c0: torch.Tensor | None = None, truncate: int | None = None
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, c0: torch.Tensor | None = None,
+        truncate: int | None = None
     ) -> RecurrentOutput:
         """Run every step; returns hidden states, attention rows and summaries.
 
@@ -250,7 +253,8 @@ class LSTMN(_AttentionCell):
         self.query = nn.Linear(input_size + hidden_size, hidden_size, bias=False)  # P
         self.gates = nn.Linear(hidden_size + input_size, 4 * hidden_size)  # i, f, o, c^
 
-    def steps(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, truncate: int | None = None) -> RecurrentOutput:
+    def steps(self, x: torch.Tensor, mask: torch.Tensor | None = None, *,
+              truncate: int | None = None) -> RecurrentOutput:
         """Run every step; returns hidden states, attention rows and memory cells.
 
         Args:

@@ -120,7 +120,8 @@ class ConvStack(SequenceLayer):
         super().__init__(embed_dim)
         positive_int("kernel_size", kernel_size)
         if not causal and kernel_size % 2 == 0:
-            raise ValueError(f"a centred kernel must have an odd size (same padding), got {kernel_size}; or use causal=True")
+            raise ValueError(f"a centred kernel must have an odd size (same padding), got {kernel_size}; or use "
+                             "causal=True")
         positive_int("num_layers", num_layers)
         self.kernel_size, self.num_layers, self.causal = kernel_size, num_layers, causal
         self.pad = (kernel_size - 1, 0) if causal else (kernel_size // 2, kernel_size // 2)

@@ -75,7 +75,8 @@ def run_approximation(
                 q, k = q * temperature**0.5, k * temperature**0.5
                 exact = torch.nn.functional.scaled_dot_product_attention(q, k, val)
                 torch.manual_seed(seed)
-                m = efficient.create(v, embed_dim=H * D, num_heads=H, **_options(v, budget, n, seed)).double().to(device)
+                m = efficient.create(v, embed_dim=H * D, num_heads=H,
+                                     **_options(v, budget, n, seed)).double().to(device)
                 with torch.no_grad():
                     approx = m.step(q, k, val).output
                 errs.append(((approx - exact).norm() / exact.norm()).item())

@@ -38,7 +38,8 @@ from .records import StudyRecord, timed
 __all__ = ["CONFIGS", "Record", "run", "peak_bytes", "naive_attention"]
 
 CONFIGS: dict[str, dict] = {
-    "scaled_dot+softmax": {"score": "scaled_dot", "normalize": "softmax", "impls": ["attend", "sdpa", "naive", "attend_chunked"]},
+    "scaled_dot+softmax": {"score": "scaled_dot", "normalize": "softmax",
+                           "impls": ["attend", "sdpa", "naive", "attend_chunked"]},
     "cosine+softmax": {"score": "cosine", "normalize": "softmax", "impls": ["attend", "attend_chunked", "naive"]},
     "scaled_dot+relu": {"score": "scaled_dot", "normalize": "relu", "impls": ["attend", "naive"]},
     "additive+softmax": {"score": "additive", "normalize": "softmax", "impls": ["attend", "naive"]},
@@ -121,7 +122,8 @@ def _build(case: _Case):
     cfg = CONFIGS[case.config]
     torch.manual_seed(case.seed)
     is_additive = cfg["score"] == "additive"
-    score = Additive(case.head_dim, num_heads=case.num_heads).to(case.device, case.dtype) if is_additive else cfg["score"]
+    score = (Additive(case.head_dim, num_heads=case.num_heads).to(case.device, case.dtype) if is_additive
+             else cfg["score"])
     norm = cfg["normalize"]
     g = torch.Generator(device="cpu").manual_seed(case.seed + case.n)
     grad = case.mode == "fwd_bwd"
@@ -231,7 +233,8 @@ def run(
                     torch.cuda.empty_cache()
                 warmup = max((t[0] for t in times.values()), default=0.0) < 1.0
                 try:
-                    peaks = _measure_peaks_in_child(case, warmup) if memory_in_subprocess else _measure_peaks(case, warmup)
+                    peaks = (_measure_peaks_in_child(case, warmup) if memory_in_subprocess
+                             else _measure_peaks(case, warmup))
                 except RuntimeError as e:  # recorded, not fatal: the timings stand
                     peaks, note = {}, f"memory not measured: {str(e).splitlines()[0]}"
                 else:
@@ -253,14 +256,16 @@ def run(
 def _time_calls(calls, min_repeats, target_seconds, device=None) -> tuple[dict[str, list[float]], int]:
     """Per implementation: the warm-up time first, then ``repeats`` round-robin timings (one
     timed round after the warm-up for a cell whose round takes over 30 s), on ``device``."""
-    times = round_robin(calls, min_repeats, target_seconds, max_repeats=20, slow_seconds=30.0, collect=True, device=device)
+    times = round_robin(calls, min_repeats, target_seconds, max_repeats=20, slow_seconds=30.0,
+                        collect=True, device=device)
     return times, len(next(iter(times.values()))) - 1
 
 
 def _measure_peaks_in_child(case: _Case, warmup: bool) -> dict[str, int | None]:
     """:func:`_measure_peaks` in a fresh ``python -m attnlab.studies.attention`` process
     (:func:`attnlab.profiling.measure_in_child`: no timing there, glibc's heap kept unfragmented)."""
-    spec = {**asdict(case), "dtype": str(case.dtype).removeprefix("torch."), "device": str(case.device), "warmup": warmup}
+    spec = {**asdict(case), "dtype": str(case.dtype).removeprefix("torch."),
+            "device": str(case.device), "warmup": warmup}
     return measure_in_child("attnlab.studies.attention", spec, f"{case.config} N={case.n} {case.mode}")
 
 

@@ -30,9 +30,9 @@ class AudioRecord(StudyRecord):
 
 
 def run(
-    seconds: float = 60.0, *, window: int = 16, embed_dim: int = 144, num_heads: int = 4, num_layers: int = 2, min_repeats: int = 3,
-    memory: bool = True, models: tuple[str, ...] = ("conformer", "audio_transformer"), device: str | torch.device = "cpu",
-    on_record: Callable[[AudioRecord], None] | None = None,
+    seconds: float = 60.0, *, window: int = 16, embed_dim: int = 144, num_heads: int = 4, num_layers: int = 2,
+    min_repeats: int = 3, memory: bool = True, models: tuple[str, ...] = ("conformer", "audio_transformer"),
+    device: str | torch.device = "cpu", on_record: Callable[[AudioRecord], None] | None = None,
 ) -> list[AudioRecord]:
     """Measure each model with dense and with local attention on ``seconds`` of audio, on
     ``device`` (the features computed and the weights drawn on the CPU, then moved)."""
@@ -53,8 +53,8 @@ def run(
         for att in ("dense", "local"):
             torch.manual_seed(0)
             opts = {"attention_options": {"window": window}} if att == "local" else {}
-            built[(m, att)] = BACKBONES.get(m)(x.shape[2], embed_dim, num_heads=num_heads, num_layers=num_layers, attention=att,
-                                               positional="rope", max_len=frames + 1, **opts).to(device)
+            built[(m, att)] = BACKBONES.get(m)(x.shape[2], embed_dim, num_heads=num_heads, num_layers=num_layers,
+                                               attention=att, positional="rope", max_len=frames + 1, **opts).to(device)
 
     def call_of(model):
         def call():

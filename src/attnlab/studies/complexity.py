@@ -227,8 +227,8 @@ def run(
     times: dict[tuple[str, int], float] = {}
     for name in layers:
         own = sorted(set(sizes) | extra[name])
-        spec = {"layer": name, "sizes": own, "embed_dim": embed_dim, "min_repeats": min_repeats, "target_seconds": target_seconds,
-                "rounds": rounds, "device": str(torch.device(device))}
+        spec = {"layer": name, "sizes": own, "embed_dim": embed_dim, "min_repeats": min_repeats,
+                "target_seconds": target_seconds, "rounds": rounds, "device": str(torch.device(device))}
         for n, seconds in measure_in_child("attnlab.studies.complexity", spec, name, env=allocator_env("keep")).items():
             times[(name, int(n))] = seconds
         if on_timed is not None:
@@ -296,7 +296,8 @@ def exponents(records: list[ComplexityRecord] | list[dict], fit_from: int | None
     return out
 
 
-def fit_ranges(records: list[ComplexityRecord] | list[dict], fit_from: int | None = None) -> dict[str, tuple[int, int] | None]:
+def fit_ranges(records: list[ComplexityRecord] | list[dict],
+               fit_from: int | None = None) -> dict[str, tuple[int, int] | None]:
     """Per layer: the smallest and largest n that :func:`exponents` fitted over (None: no fit)."""
     rows = [r if isinstance(r, dict) else r.to_dict() for r in records]
     out = {}
@@ -308,5 +309,5 @@ def fit_ranges(records: list[ComplexityRecord] | list[dict], fit_from: int | Non
 
 if __name__ == "__main__":  # worker: one layer's times; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
-    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["embed_dim"], _spec["min_repeats"], _spec["target_seconds"],
-                                _spec["rounds"], _spec.get("device", "cpu"))))
+    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["embed_dim"], _spec["min_repeats"],
+                                _spec["target_seconds"], _spec["rounds"], _spec.get("device", "cpu"))))

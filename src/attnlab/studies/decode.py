@@ -32,7 +32,8 @@ from ..profiling import round_robin
 from ..validate import positive_int
 from .records import StudyRecord
 
-__all__ = ["DecodeRecord", "PerplexityRecord", "StreamMemoryRecord", "gpt2_pair", "speed", "streaming_memory", "streaming_perplexity"]
+__all__ = ["DecodeRecord", "PerplexityRecord", "StreamMemoryRecord", "gpt2_pair", "speed", "streaming_memory",
+           "streaming_perplexity"]
 
 
 @dataclass
@@ -88,22 +89,22 @@ def gpt2_pair(embed_dim: int, num_layers: int, num_heads: int, vocab: int, max_l
     """``(attnlab LanguageModel, transformers GPT2LMHeadModel or None)`` of one shape, randomly
     initialised, in eval mode (None when ``transformers`` is not installed)."""
     torch.manual_seed(seed)
-    ours = build_model(ModelConfig(kind="lm", model="lm", num_labels=vocab, embed_dim=embed_dim, vocab_size=vocab, num_layers=num_layers,
-                                   num_heads=num_heads, max_len=max_len, attention=AttentionSpec("dense", {}),
-                                   positional=PositionalSpec("learned"))).eval()
+    ours = build_model(ModelConfig(kind="lm", model="lm", num_labels=vocab, embed_dim=embed_dim, vocab_size=vocab,
+                                   num_layers=num_layers, num_heads=num_heads, max_len=max_len,
+                                   attention=AttentionSpec("dense", {}), positional=PositionalSpec("learned"))).eval()
     try:
         import transformers
     except ImportError:
         return ours, None
     transformers.logging.set_verbosity_error()
-    cfg = transformers.GPT2Config(n_embd=embed_dim, n_layer=num_layers, n_head=num_heads, vocab_size=vocab, n_positions=max_len,
-                                  activation_function="gelu", bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(n_embd=embed_dim, n_layer=num_layers, n_head=num_heads, vocab_size=vocab,
+                                  n_positions=max_len, activation_function="gelu", bos_token_id=0, eos_token_id=0)
     return ours, transformers.GPT2LMHeadModel(cfg).eval()
 
 
-def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, embed_dim: int = 256, num_layers: int = 4, num_heads: int = 4,
-          vocab: int = 258, min_repeats: int = 3, uncached_up_to: int | None = None, device: str | torch.device = "cpu",
-          on_record: Callable | None = None) -> list[DecodeRecord]:
+def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, embed_dim: int = 256, num_layers: int = 4,
+          num_heads: int = 4, vocab: int = 258, min_repeats: int = 3, uncached_up_to: int | None = None,
+          device: str | torch.device = "cpu", on_record: Callable | None = None) -> list[DecodeRecord]:
     """Greedy decoding speed at each context (see the module docstring) on ``device`` (weights
     and prompts drawn on the CPU, then moved; timed between synchronisations on a GPU).
     ``uncached_up_to``: the longest context at which the uncached reference runs (default: all)."""
@@ -116,20 +117,24 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, embed_dim: int = 
     hf = None if hf is None else hf.to(device)
     records = []
     for c in contexts:
-        prompt = torch.randint(2, vocab, (1, positive_int("context", c)), generator=torch.Generator().manual_seed(c)).to(device)
+        prompt = torch.randint(2, vocab, (1, positive_int("context", c)),
+                               generator=torch.Generator().manual_seed(c)).to(device)
 
         def attnlab_run(cache: bool, n: int):
-            return lambda: torch.stack(list(ours.generate(prompt, n, temperature=0, cache=cache)), 1)  # noqa: B023  (called in this iteration)
+            # called in this iteration
+            return lambda: torch.stack(list(ours.generate(prompt, n, temperature=0, cache=cache)), 1)  # noqa: B023
 
-        calls = {("attnlab cached", new_tokens): attnlab_run(True, new_tokens), ("attnlab cached", 1): attnlab_run(True, 1)}
+        calls = {("attnlab cached", new_tokens): attnlab_run(True, new_tokens),
+                 ("attnlab cached", 1): attnlab_run(True, 1)}
         if uncached_up_to is None or c <= uncached_up_to:
             calls[("attnlab uncached", new_tokens)] = attnlab_run(False, new_tokens)
             calls[("attnlab uncached", 1)] = attnlab_run(False, 1)
         if hf is not None:
             def hf_run(n):
                 def go():
-                    with torch.no_grad():
-                        return hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)[:, c:]  # noqa: B023  (called in this iteration)
+                    with torch.no_grad():  # called in this iteration
+                        return hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False,  # noqa: B023
+                                           pad_token_id=0)[:, c:]  # noqa: B023
                 return go
             calls[("transformers generate", new_tokens)] = hf_run(new_tokens)
             calls[("transformers generate", 1)] = hf_run(1)
@@ -143,7 +148,8 @@ def speed(contexts=(256, 1024, 4096), *, new_tokens: int = 32, embed_dim: int = 
             full = _timed_median(times[(impl, new_tokens)])
             first = _timed_median(times[(impl, 1)])
             # the cached tokens against the uncached ones (transformers' model has other random weights: not compared)
-            same = bool(torch.equal(produced[impl], reference)) if impl == "attnlab cached" and reference is not None else None
+            same = (bool(torch.equal(produced[impl], reference)) if impl == "attnlab cached" and reference is not None
+                    else None)
             rec = DecodeRecord(impl, c, new_tokens, full, first, new_tokens / full,
                                (new_tokens - 1) / (full - first) if full > first else None, same,
                                len(times[(impl, new_tokens)]) - 1, embed_dim, num_layers, num_heads, vocab)
@@ -164,8 +170,9 @@ def streaming_memory(lengths=(1000, 10000, 100000), *, sinks: int = 4, window: i
     """Cache bytes after each of ``lengths`` tokens of a stream of random bytes through a small
     rope model on ``device``, for a sinks + window cache and (up to ``full_up_to`` tokens) the full cache."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(kind="lm", model="lm", num_labels=258, embed_dim=embed_dim, vocab_size=258, num_layers=num_layers,
-                                    num_heads=num_heads, attention=AttentionSpec("dense", {}), positional=PositionalSpec("rope")))
+    model = build_model(ModelConfig(kind="lm", model="lm", num_labels=258, embed_dim=embed_dim, vocab_size=258,
+                                    num_layers=num_layers, num_heads=num_heads, attention=AttentionSpec("dense", {}),
+                                    positional=PositionalSpec("rope")))
     model = model.to(device).eval()
     stream = torch.randint(2, 258, (1, max(lengths)), generator=torch.Generator().manual_seed(1)).to(device)
     records = []
@@ -184,8 +191,8 @@ def streaming_memory(lengths=(1000, 10000, 100000), *, sinks: int = 4, window: i
     return records
 
 
-def streaming_perplexity(model: LanguageModel, text_ids: torch.Tensor, *, context: int, factor: int = 8, sinks: int = 4, streams: int = 2,
-                         on_record: Callable | None = None) -> list[PerplexityRecord]:
+def streaming_perplexity(model: LanguageModel, text_ids: torch.Tensor, *, context: int, factor: int = 8, sinks: int = 4,
+                         streams: int = 2, on_record: Callable | None = None) -> list[PerplexityRecord]:
     """Perplexity per token of reading ``streams`` streams of ``factor x context`` tokens cut
     from ``text_ids`` (1-D), one token at a time, four ways (see the module docstring), on the
     model's device; the bounded caches hold ``context`` tokens (``sinks`` of them sinks)."""

@@ -43,10 +43,11 @@ from ..profiling import measure_calls
 from ..validate import int_at_least, number_above, positive_int
 from .pretrained import SwapRecord
 
-__all__ = ["DECODERS", "DecoderRecord", "TRAINING", "byte_tokenizer", "decoder_folder", "decoder_variants", "heldout_windows",
-           "is_decoder", "is_hybrid", "run", "train_decoder"]
+__all__ = ["DECODERS", "DecoderRecord", "TRAINING", "byte_tokenizer", "decoder_folder", "decoder_variants",
+           "heldout_windows", "is_decoder", "is_hybrid", "run", "train_decoder"]
 
-DECODERS = {"docs-llama": "a 0.8M-parameter Llama trained here on Python's documentation topics (a few minutes, cached)"}
+DECODERS = {
+    "docs-llama": "a 0.8M-parameter Llama trained here on Python's documentation topics (a few minutes, cached)"}
 """Decoders known by name: trained on first use, then read from the cache."""
 
 TRAINING = dict(steps=800, length=512, batch=8, lr=2e-3, warmup=50, seed=0)
@@ -80,7 +81,8 @@ def _windows(ids: torch.Tensor, n: int, count: int | None = None) -> torch.Tenso
 
 @torch.no_grad()
 def _perplexity(model, windows: torch.Tensor, batch: int = 8) -> float:
-    """exp(mean next-token cross-entropy) over every predicted token of ``windows`` ``(W, N)`` (moved to the model's device)."""
+    """exp(mean next-token cross-entropy) over every predicted token of ``windows`` ``(W, N)`` (moved to the model's
+    device)."""
     total, count = 0.0, 0
     device = next(model.parameters()).device
     for i in range(0, len(windows), batch):
@@ -112,8 +114,8 @@ def train_decoder(folder: str | Path, *, on_step: Callable[[int, float], None] |
     train, val, _ = _splits(tok)
     n = spec["length"]
     config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n, tie_word_embeddings=True,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n,
+                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec["seed"])
         model = AutoModelForCausalLM.from_config(config, attn_implementation="attnlab")  # a LlamaForCausalLM
@@ -135,7 +137,8 @@ def train_decoder(folder: str | Path, *, on_step: Callable[[int, float], None] |
             if on_step is not None:
                 on_step(step + 1, loss.item())
     model.eval()
-    info = {**spec, "seconds": round(time.perf_counter() - start, 1), "validation_perplexity": _perplexity(model, _windows(val, n)),
+    info = {**spec, "seconds": round(time.perf_counter() - start, 1),
+            "validation_perplexity": _perplexity(model, _windows(val, n)),
             "data": "pydoc_data.topics, first 90 % (the docs task's training split), one token per byte"}
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -165,8 +168,8 @@ def decoder_folder(name_or_path: str | Path, *, on_step: Callable[[int, float], 
         return folder
     path = Path(text).expanduser()
     if not (path / "config.json").exists():
-        raise ValueError(f"{text!r} is neither a decoder folder (config.json, weights, tokenizer.json) nor a known name "
-                         f"({', '.join(DECODERS)})")
+        raise ValueError(f"{text!r} is neither a decoder folder (config.json, weights, tokenizer.json) nor a known "
+                         f"name ({', '.join(DECODERS)})")
     return path
 
 
@@ -219,7 +222,8 @@ def heldout_windows(folder: Path, n: int, count: int) -> torch.Tensor:
     from tokenizers import Tokenizer
 
     if not (folder / "tokenizer.json").is_file():
-        raise ValueError(f"{folder} has no tokenizer.json: the held-out text is cut into tokens by the model's own tokenizer")
+        raise ValueError(f"{folder} has no tokenizer.json: the held-out text is cut into tokens by the "
+                         "model's own tokenizer")
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     if (folder / "training.json").exists():
         return _windows(_splits(tok)[2], n, count)
@@ -244,9 +248,10 @@ class DecoderRecord(SwapRecord):
     time_ratio: float | None = None
 
 
-def run(model: str = "docs-llama", variants: Iterable[str] | None = None, lengths: Iterable[int] = (512,), *, windows: int = 32,
-        timing_batch: int = 4, max_points: int = 3, on_record: Callable[[DecoderRecord], None] | None = None,
-        on_step: Callable[[int, float], None] | None = None, device: str | torch.device = "cpu") -> list[DecoderRecord]:
+def run(model: str = "docs-llama", variants: Iterable[str] | None = None, lengths: Iterable[int] = (512,), *,
+        windows: int = 32, timing_batch: int = 4, max_points: int = 3,
+        on_record: Callable[[DecoderRecord], None] | None = None, on_step: Callable[[int, float], None] | None = None,
+        device: str | torch.device = "cpu") -> list[DecoderRecord]:
     """Measure the rows of the module docstring at every length.
 
     Args:
@@ -265,7 +270,8 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
         if v not in efficient.names():
             raise ValueError(f"unknown attention variant {v!r}; expected some of {', '.join(known)}")
         if v not in known:
-            raise ValueError(f"the {v!r} attention cannot serve a causal language model; expected some of {', '.join(known)}")
+            raise ValueError(f"the {v!r} attention cannot serve a causal language model; expected some of "
+                             f"{', '.join(known)}")
     positive_int("windows", windows)
     positive_int("timing_batch", timing_batch)
     lengths = [int(x) for x in lengths]
@@ -279,7 +285,8 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
     hf_logging.disable_progress_bar()  # one "loading weights" bar per row would bury the study's own
     try:
         for n in lengths:
-            out += _length(folder, str(model), n, longest, variants, windows, timing_batch, max_points, on_record, torch.device(device))
+            out += _length(folder, str(model), n, longest, variants, windows, timing_batch, max_points, on_record,
+                           torch.device(device))
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -312,12 +319,13 @@ def _length(folder, model, n, longest, variants, windows, timing_batch, max_poin
             use_kernels(m)
         m.config.attnlab_options = opts or None
         ppl = _perplexity(m, data)
-        recs[i] = DecoderRecord(model, v, opts, label, n, len(data), timing_batch, ppl, ppl / (recs[0].perplexity if recs else ppl))
+        recs[i] = DecoderRecord(model, v, opts, label, n, len(data), timing_batch, ppl,
+                                ppl / (recs[0].perplexity if recs else ppl))
         models[i] = m
     x = data[:timing_batch].to(device)
     with torch.no_grad():
-        measured = measure_calls({i: (lambda m=m: m(input_ids=x, use_cache=False)) for i, m in models.items()}, memory=False,
-                                 device=device)
+        measured = measure_calls({i: (lambda m=m: m(input_ids=x, use_cache=False)) for i, m in models.items()},
+                                 memory=False, device=device)
     out = []
     for i, rec in recs.items():
         rec.seconds = measured[i][0]

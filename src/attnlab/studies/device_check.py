@@ -1,31 +1,26 @@
-"""A device check anyone can run (``attnlab bench device``): what this device computes, how
-close it is to the float64 reference, how fast, and whether the arena scores as on the CPU.
+"""A device check anyone can run (``attnlab bench device``): what this device computes, how close it is to the float64
+reference, how fast, and whether the arena scores as on the CPU. Four sections, one results dict:
 
-Four sections, one results dict:
-
-* ``environment``: torch, CUDA, the device in words (:func:`attnlab.devices.describe`), and on
-  CUDA the versions of Triton and fla where they import.
+* ``environment``: torch, CUDA, the device in words (:func:`attnlab.devices.describe`), and on CUDA the versions of
+  Triton and fla where they import.
 * ``parity``: every registered variant as a small layer (E=64, 4 heads, the arena's options,
-  :data:`attnlab.arena.presets.VARIANT_OPTIONS`) run in float64 on the CPU as the reference, then
-  with the same weights on the device in float32, and in float32 under bfloat16 autocast; B=2,
-  N=128, bidirectional and, where the variant has one, causal. A row holds the largest difference
-  of the output and of the input's gradient (against a random cotangent) over the reference's
-  largest magnitude, and the backend serving the variant in that dtype
+  :data:`attnlab.arena.presets.VARIANT_OPTIONS`) run in float64 on the CPU as the reference, then with the same weights
+  on the device in float32, and in float32 under bfloat16 autocast; B=2, N=128, bidirectional and, where the variant has
+  one, causal. A row holds the largest difference of the output and of the input's gradient (against a random cotangent)
+  over the reference's largest magnitude, and the backend serving the variant in that dtype
   (:func:`attnlab.efficient.serving.serving`). Off the CPU the CPU's differences stand beside them
-  (``cpu_output_error``, ``cpu_grad_error``): a bfloat16 error as large there (reformer: a query
-  rounded to bfloat16 can hash to another bucket) is not the device's fault.
-* ``speed``: forward + backward of each variant's layer (B=1; 16 heads of 64 off the CPU, 4 of 16
-  on it; each variant's settings for long sequences, :attr:`attnlab.efficient.Budget.long`) at
-  each length, float32 and bf16 autocast, beside :func:`torch.nn.functional.scaled_dot_product_attention`
-  alone, causal, on the same shapes: median seconds of a few calls after a warm-up, synchronised,
-  and the peak memory of one call. A variant out of memory (or failing) at a length skips its
-  longer lengths, and so does one whose time, scaled linearly to the next length, passes
-  ``cell_seconds``; past the section's deadline every cell left is recorded as skipped.
-* ``arena``: the default arena's ``lookup`` task (:func:`attnlab.arena.plan`, preset ``quick``)
-  trained on the device into a temporary folder, each variant's score beside the CPU's stored in
-  ``benchmarks/results/arena-repro-*.json``. The runs are budgeted in steps, so the scores are
-  comparable across devices, but not bitwise equal: another device sums in another order.
-"""
+  (``cpu_output_error``, ``cpu_grad_error``): a bfloat16 error as large there (reformer: a query rounded to bfloat16 can
+  hash to another bucket) is not the device's fault.
+* ``speed``: forward + backward of each variant's layer (B=1; 16 heads of 64 off the CPU, 4 of 16 on it; each variant's
+  settings for long sequences, :attr:`attnlab.efficient.Budget.long`) at each length, float32 and bf16 autocast, beside
+  :func:`torch.nn.functional.scaled_dot_product_attention` alone, causal, on the same shapes: median seconds of a few
+  calls after a warm-up, synchronised, and the peak memory of one call. A variant out of memory (or failing) at a length
+  skips its longer lengths, and so does one whose time, scaled linearly to the next length, passes ``cell_seconds``;
+  past the section's deadline every cell left is recorded as skipped.
+* ``arena``: the default arena's ``lookup`` task (:func:`attnlab.arena.plan`, preset ``quick``) trained on the device
+  into a temporary folder, each variant's score beside the CPU's stored in ``benchmarks/results/arena-repro-*.json``.
+  The runs are budgeted in steps, so the scores are comparable across devices, but not bitwise equal: another device
+  sums in another order."""
 
 from __future__ import annotations
 
@@ -147,7 +142,8 @@ def _parity_rows(name: str, causal: bool, device: torch.device, served: dict) ->
     """The fp32 and bf16 rows of one variant in one form (causal or not)."""
     p = _PARITY
     torch.manual_seed(0)
-    ref = efficient.create(name, embed_dim=p["embed_dim"], num_heads=p["num_heads"], **_parity_options(name, causal)).double()
+    ref = efficient.create(name, embed_dim=p["embed_dim"], num_heads=p["num_heads"],
+                           **_parity_options(name, causal)).double()
     layer = copy.deepcopy(ref)  # before any call: a layer that counts its calls starts where the reference did
     g = torch.Generator().manual_seed(1)
     x = torch.randn(p["batch"], p["length"], p["embed_dim"], generator=g, dtype=torch.float64, requires_grad=True)
@@ -158,17 +154,19 @@ def _parity_rows(name: str, causal: bool, device: torch.device, served: dict) ->
     for precision in PRECISIONS:
         s = served[precision]
         row = {"variant": name, "causal": causal, "precision": precision, "output_error": None, "grad_error": None,
-               "tolerance": TOLERANCE[precision], "within": None, "backend": s.backend, "inference": s.inference, "why": s.why,
-               "error": None}
+               "tolerance": TOLERANCE[precision], "within": None, "backend": s.backend, "inference": s.inference,
+               "why": s.why, "error": None}
         try:
             row["output_error"], row["grad_error"] = _errors(layer, x, cot, ref_out, x.grad, device, precision)
-            row["within"] = all(e <= TOLERANCE[precision] for e in (row["output_error"], row["grad_error"]))  # NaN: not within
+            # NaN: not within
+            row["within"] = all(e <= TOLERANCE[precision] for e in (row["output_error"], row["grad_error"]))
         except Exception as e:  # the device refused or failed: recorded, the check goes on
             row["error"] = "out of memory" if _out_of_memory(e) else _first_line(e)
         if row["error"]:
             _free(device)
         if device.type != "cpu":
-            row["cpu_output_error"], row["cpu_grad_error"] = _errors(layer, x, cot, ref_out, x.grad, torch.device("cpu"), precision)
+            row["cpu_output_error"], row["cpu_grad_error"] = _errors(layer, x, cot, ref_out, x.grad,
+                                                                     torch.device("cpu"), precision)
         rows.append(row)
     return rows
 
@@ -191,7 +189,8 @@ def parity(device, variants: Iterable[str] | None = None, say: Say = _quiet) -> 
         for causal in forms:
             rows.extend(_parity_rows(name, causal, device, served))
         mine = rows[-len(PRECISIONS) * len(forms):]
-        worst = {p: max(max(r["output_error"] or 0.0, r["grad_error"] or 0.0) for r in mine if r["precision"] == p) for p in PRECISIONS}
+        worst = {p: max(max(r["output_error"] or 0.0, r["grad_error"] or 0.0) for r in mine if r["precision"] == p)
+                 for p in PRECISIONS}
         failed = sum(r["error"] is not None for r in mine)
         say(f"parity {name}: fp32 {worst['fp32']:.1e}, bf16 {worst['bf16']:.1e} ({served['fp32'].backend})"
             + (f", {failed} failed" if failed else ""))
@@ -265,8 +264,9 @@ def _measure(call, device: torch.device, repeats: int, cell_seconds: float) -> d
 
 
 def _speed_cell(name: str, n: int, precision: str, ctx: dict) -> dict:
-    row = {"variant": name, "n": n, "precision": precision, "causal": name == "sdpa" or efficient.capabilities(name).causal is not None,
-           "status": "ok", "seconds": None, "warmup_seconds": None, "repeats": 0, "peak_bytes": None, "vs_sdpa": None, "note": None}
+    row = {"variant": name, "n": n, "precision": precision,
+           "causal": name == "sdpa" or efficient.capabilities(name).causal is not None, "status": "ok", "seconds": None,
+           "warmup_seconds": None, "repeats": 0, "peak_bytes": None, "vs_sdpa": None, "note": None}
     device = ctx["device"]
     call: Callable[[], None] | None = None
     try:
@@ -299,8 +299,8 @@ def _why_skip(last: tuple[int, float] | None, n: int, cell_seconds: float, deadl
 
 
 def speed(device, lengths: Iterable[int], variants: Iterable[str] | None = None, *, heads: int | None = None,
-          head_dim: int | None = None, repeats: int = 3, cell_seconds: float = CELL_SECONDS, deadline: float | None = None,
-          say: Say = _quiet) -> list[dict]:
+          head_dim: int | None = None, repeats: int = 3, cell_seconds: float = CELL_SECONDS,
+          deadline: float | None = None, say: Say = _quiet) -> list[dict]:
     """The speed rows (module docstring): every (length, variant or ``"sdpa"``, precision), shortest
     lengths first. ``deadline``: a :func:`time.monotonic` time after which cells are skipped."""
     device = resolve(device)
@@ -366,7 +366,8 @@ def compare_with_cpu(entries: list[dict], reference: dict | None) -> list[dict]:
         for part in e.get("levels") or []:
             theirs = cpu.get("levels", {}).get(json.dumps(part["level"], sort_keys=True))
             levels.append({"level": part["level"], "device": part["value"], "cpu": theirs})
-        variants.append({"variant": e["variant"], "device": e["value"], "cpu": cpu.get("value"), "levels": levels, "error": e.get("error")})
+        variants.append({"variant": e["variant"], "device": e["value"], "cpu": cpu.get("value"), "levels": levels,
+                         "error": e.get("error")})
     for item in (x for v in variants for x in (v, *v["levels"])):
         item["difference"] = None if item["device"] is None or item["cpu"] is None else item["device"] - item["cpu"]
     return variants
@@ -400,21 +401,22 @@ def arena_check(device, *, workers: int | None = None, reference: str | Path | N
     ref = cpu_reference(reference)
     variants = compare_with_cpu(leaderboard(rows)["tasks"].get("lookup", []), ref)
     return {"task": "lookup", "preset": "quick", "runs": len(specs), "failed": sum(r["status"] != "done" for r in rows),
-            "wall_seconds": wall, "workers": workers, "reference": None if ref is None else ref["file"], "variants": variants,
-            "note": "step-budgeted runs: scores comparable across devices, not bitwise equal (another device sums in another order)"}
+            "wall_seconds": wall, "workers": workers, "reference": None if ref is None else ref["file"],
+            "variants": variants, "note": "step-budgeted runs: scores comparable across devices, not bitwise equal "
+                                          "(another device sums in another order)"}
 
 
-def run(device="auto", *, lengths: Iterable[int] | None = None, variants: Iterable[str] | None = None, arena: bool = True,
-        speed_section: bool = True, repeats: int = 3, cell_seconds: float = CELL_SECONDS, speed_seconds: float = SPEED_SECONDS,
-        total_seconds: float = TOTAL_SECONDS, say: Say = _quiet, on_update: Callable[[dict], None] | None = None) -> dict:
+def run(device="auto", *, lengths: Iterable[int] | None = None, variants: Iterable[str] | None = None,
+        arena: bool = True, speed_section: bool = True, repeats: int = 3, cell_seconds: float = CELL_SECONDS,
+        speed_seconds: float = SPEED_SECONDS, total_seconds: float = TOTAL_SECONDS, say: Say = _quiet,
+        on_update: Callable[[dict], None] | None = None) -> dict:
     """The device check (module docstring) on ``device``: ``{"device", "environment", "settings",
     "parity", "speed", "arena", "wall_seconds"}`` (``speed``, ``arena``: None when not run).
 
     Args:
         lengths: the speed section's (default :data:`CUDA_LENGTHS`, on the CPU :data:`CPU_LENGTHS`).
         variants: the variants checked (default: every registered one).
-        arena / speed_section: run those sections.
-        repeats: timed calls per speed cell, at most.
+        arena / speed_section: run those sections; repeats: timed calls per speed cell, at most.
         cell_seconds, speed_seconds, total_seconds: :data:`CELL_SECONDS`, :data:`SPEED_SECONDS`, :data:`TOTAL_SECONDS`.
         say: a progress line; on_update: the results so far, after each section.
     """
@@ -424,8 +426,9 @@ def run(device="auto", *, lengths: Iterable[int] | None = None, variants: Iterab
     names = list(efficient.names() if variants is None else variants)
     data: dict = {"device": str(device), "environment": environment(device),
                   "settings": {"lengths": lengths, "variants": names, "parity": dict(_PARITY), "repeats": repeats,
-                               "speed_batch": 1, "speed_heads": speed_shape(device)[0], "speed_head_dim": speed_shape(device)[1],
-                               "cell_seconds": cell_seconds, "speed_seconds": speed_seconds, "total_seconds": total_seconds},
+                               "speed_batch": 1, "speed_heads": speed_shape(device)[0],
+                               "speed_head_dim": speed_shape(device)[1], "cell_seconds": cell_seconds,
+                               "speed_seconds": speed_seconds, "total_seconds": total_seconds},
                   "parity": [], "speed": None, "arena": None, "wall_seconds": None}
 
     def update() -> None:

@@ -125,7 +125,8 @@ def train_and_eval(
         tokens, labels = (t.to(device) for t in task.batch(batch, gen))
         logits = model(tokens)
         # the query position carries the signal; the others keep the "no answer" label honest
-        loss = loss_fn(logits[:, -1], labels[:, -1]) + 0.1 * loss_fn(logits[:, :-1].flatten(0, 1), labels[:, :-1].flatten())
+        loss = loss_fn(logits[:, -1], labels[:, -1]) + 0.1 * loss_fn(logits[:, :-1].flatten(0, 1),
+                                                                     labels[:, :-1].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -53,7 +53,8 @@ def run(
     """
     from ..layers.graph import GraphAttention
 
-    for name, val in (("nodes", nodes), ("edges", edges), ("in_dim", in_dim), ("num_heads", num_heads), ("head_dim", head_dim)):
+    for name, val in (("nodes", nodes), ("edges", edges), ("in_dim", in_dim), ("num_heads", num_heads),
+                      ("head_dim", head_dim)):
         positive_int(name, val)
     device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
@@ -64,7 +65,8 @@ def run(
         try:
             from torch_geometric.nn import TransformerConv
         except ImportError as e:
-            raise RuntimeError("PyTorch Geometric is not installed (pip install torch_geometric), or run without it") from e
+            raise RuntimeError("PyTorch Geometric is not installed (pip install torch_geometric), or run "
+                               "without it") from e
         torch.manual_seed(seed)
         conv = TransformerConv(in_dim, head_dim, heads=num_heads)
         layers["attnlab"] = GraphAttention.from_transformer_conv(conv)
@@ -85,7 +87,8 @@ def run(
     diff = None
     if pyg:
         with torch.no_grad():
-            diff = float((layers["attnlab"](x, edge_index).output - layers["pyg_transformer_conv"](x, edge_index)).abs().max())
+            diff = float((layers["attnlab"](x, edge_index).output
+                          - layers["pyg_transformer_conv"](x, edge_index)).abs().max())
     measured = measure_calls({k: call_of(m) for k, m in layers.items()}, min_repeats, memory=memory, device=device)
     records = []
     for name, (secs, peak, reps) in measured.items():

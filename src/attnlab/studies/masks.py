@@ -190,7 +190,8 @@ def _time_here(pattern: str, n: int, method: str, min_repeats: int, target_secon
         synchronize(device)
         held = torch.cuda.memory_allocated(device)
         reset_peak_memory(device)
-        times = round_robin({"x": step}, min_repeats, target_seconds, max_repeats=5, slow_seconds=20.0, device=device)["x"]
+        times = round_robin({"x": step}, min_repeats, target_seconds, max_repeats=5,
+                            slow_seconds=20.0, device=device)["x"]
         return {"seconds": times, "rss": None, "peak": max(0, (peak_memory(device) or 0) - held)}
     before, reset = _rss_now(), _reset_peak()
     times = round_robin({"x": step}, min_repeats, target_seconds, max_repeats=5, slow_seconds=20.0, device=device)["x"]
@@ -221,7 +222,8 @@ def _flex_here(pattern: str, n: int, min_repeats: int, target_seconds: float, de
 
 
 def _cell(pattern: str, n: int, method: str, min_repeats: int, target_seconds: float, device: str = "cpu") -> dict:
-    spec = {"pattern": pattern, "n": n, "method": method, "min_repeats": min_repeats, "target_seconds": target_seconds, "device": device}
+    spec = {"pattern": pattern, "n": n, "method": method, "min_repeats": min_repeats,
+            "target_seconds": target_seconds, "device": device}
     return measure_in_child("attnlab.studies.masks", spec, f"{pattern} N={n} {method}", env={})  # glibc's defaults
 
 
@@ -267,13 +269,14 @@ def run(
             bm = masks.block_map(pattern_mask(p, n), n)
             geometry = {"map_bytes": bm.nbytes(), "dense_bytes": n * n, "density": bm.density()}
             for m in methods:
-                if (m == "dense mask" and n > dense_up_to) or (m == "flex" and n > flex_up_to) or (m == "pytorch causal" and p != "causal"):
+                if ((m == "dense mask" and n > dense_up_to) or (m == "flex" and n > flex_up_to)
+                        or (m == "pytorch causal" and p != "causal")):
                     continue
                 got = _cell(p, n, m, min_repeats, target_seconds, device)
                 ts = got["seconds"][1:] or got["seconds"]
                 ours = None if "ours" not in got else statistics.median(got["ours"][1:] or got["ours"])
-                emit(Record(p, n, m, "fwd" if m == "flex" else "fwd_bwd", statistics.median(ts), got.get("peak"), len(ts),
-                            rss_bytes=got["rss"], ours_seconds=ours, **geometry))
+                emit(Record(p, n, m, "fwd" if m == "flex" else "fwd_bwd", statistics.median(ts), got.get("peak"),
+                            len(ts), rss_bytes=got["rss"], ours_seconds=ours, **geometry))
     if layer_step:
         got = _cell("window", layer_step, "layer_step", 1, 0.0, device)
         ts = got["seconds"][1:] or got["seconds"]
@@ -287,7 +290,8 @@ def slopes(records: list[Record] | list[dict], lo: int = 4096, hi: int = 32768) 
     rows = [r if isinstance(r, dict) else r.to_dict() for r in records]
     out = {}
     for p in dict.fromkeys(r["pattern"] for r in rows):
-        pts = [(r["n"], r["seconds"]) for r in rows if r["pattern"] == p and r["method"] == "block-sparse" and lo <= r["n"] <= hi]
+        pts = [(r["n"], r["seconds"]) for r in rows if r["pattern"] == p and r["method"] == "block-sparse"
+               and lo <= r["n"] <= hi]
         out[p] = loglog_slope(pts)
     return out
 
@@ -302,5 +306,5 @@ def flex_ratios(records: list[Record] | list[dict]) -> list[dict]:
 
 if __name__ == "__main__":  # worker: one cell; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
-    print(json.dumps(_time_here(_spec["pattern"], _spec["n"], _spec["method"], _spec["min_repeats"], _spec["target_seconds"],
-                                _spec.get("device", "cpu"))))
+    print(json.dumps(_time_here(_spec["pattern"], _spec["n"], _spec["method"], _spec["min_repeats"],
+                                _spec["target_seconds"], _spec.get("device", "cpu"))))

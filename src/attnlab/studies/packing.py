@@ -36,8 +36,9 @@ class PackingRecord(StudyRecord):
     layers: int
 
 
-def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, embed_dim: int = 128, num_layers: int = 2,
-        num_heads: int = 4, positional: str = "rope", dense_up_to: int = 8192, min_repeats: int = 2, device: str | torch.device = "cpu",
+def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, embed_dim: int = 128,
+        num_layers: int = 2, num_heads: int = 4, positional: str = "rope", dense_up_to: int = 8192,
+        min_repeats: int = 2, device: str | torch.device = "cpu",
         on_record: Callable | None = None) -> list[PackingRecord]:
     """For each count k: k documents with lengths drawn uniformly in ``[min_length, max_length]``
     (seed k), one causal encoder on ``device`` (weights and inputs drawn on the CPU, then moved;
@@ -68,10 +69,13 @@ def run(counts=(1, 4, 16, 64), *, min_length: int = 64, max_length: int = 256, e
                 fn().output.square().mean().backward()
             return go
 
-        calls = {"documents": step(lambda: enc(x, mask=docs)), "padded, one per row": step(lambda: enc(padded, mask=pad_mask))}  # noqa: B023  (called in this iteration)
+        # the lambdas are called in this iteration
+        calls = {"documents": step(lambda: enc(x, mask=docs)),  # noqa: B023
+                 "padded, one per row": step(lambda: enc(padded, mask=pad_mask))}  # noqa: B023
         if t <= dense_up_to:
             dense = docs.dense(t, device=device)
-            calls["dense block-diagonal mask"] = step(lambda: enc(x, mask=dense, positions=pos))  # noqa: B023  (called in this iteration)
+            # called in this iteration
+            calls["dense block-diagonal mask"] = step(lambda: enc(x, mask=dense, positions=pos))  # noqa: B023
         times = round_robin(calls, min_repeats, 6.0, max_repeats=5, device=device)
         for method in METHODS:
             if method in calls:

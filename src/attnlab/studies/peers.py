@@ -65,7 +65,8 @@ def _pair(method: str, n: int) -> tuple[Callable[[], None], Callable[[], None], 
         else:
             from local_attention import LocalAttention
 
-            peer = LocalAttention(window_size=256, causal=False, look_backward=1, look_forward=1, dim=HEAD_DIM, autopad=True)
+            peer = LocalAttention(window_size=256, causal=False, look_backward=1, look_forward=1,
+                                  dim=HEAD_DIM, autopad=True)
             ours = efficient.create("local", embed_dim=e, num_heads=HEADS, window=256)
             name = "local_attention.LocalAttention"
 
@@ -82,7 +83,8 @@ def _pair(method: str, n: int) -> tuple[Callable[[], None], Callable[[], None], 
     if method == "nystrom":
         from nystrom_attention import NystromAttention
 
-        peer = NystromAttention(dim=e, dim_head=HEAD_DIM, heads=HEADS, num_landmarks=64, pinv_iterations=6, residual=False)
+        peer = NystromAttention(dim=e, dim_head=HEAD_DIM, heads=HEADS, num_landmarks=64,
+                                pinv_iterations=6, residual=False)
         ours = efficient.create("nystrom", embed_dim=e, num_heads=HEADS, landmarks=64, pinv_iters=6)
         name = "nystrom_attention.NystromAttention"
     elif method == "linformer":
@@ -95,7 +97,8 @@ def _pair(method: str, n: int) -> tuple[Callable[[], None], Callable[[], None], 
         from reformer_pytorch import LSHSelfAttention
 
         peer = LSHSelfAttention(dim=e, heads=HEADS, bucket_size=64, n_hashes=2, causal=False)
-        ours = efficient.create("reformer", embed_dim=e, num_heads=HEADS, num_buckets=max(2, 2 * (n // 128)), num_hashes=2, chunk_size=64)
+        ours = efficient.create("reformer", embed_dim=e, num_heads=HEADS, num_buckets=max(2, 2 * (n // 128)),
+                                num_hashes=2, chunk_size=64)
         name = "reformer_pytorch.LSHSelfAttention"
     else:
         raise ValueError(f"no peer for {method!r}; expected one of {PEERS}")
@@ -123,7 +126,8 @@ def run_peers(n: int = 16384, methods=PEERS, *, min_repeats: int = 3, on_record=
         else:
             times = round_robin({"ours": ours, "peer": theirs}, min_repeats, 3.0)
             rec = PeerRecord(
-                method, n, statistics.median(times["ours"][1:]), statistics.median(times["peer"][1:]), name, len(times["ours"]) - 1
+                method, n, statistics.median(times["ours"][1:]), statistics.median(times["peer"][1:]), name,
+                len(times["ours"]) - 1
             )
         out.append(rec)
         if on_record is not None:

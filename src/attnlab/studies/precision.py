@@ -65,8 +65,9 @@ def _step(variant: str, n: int, batch: int, embed_dim: int, num_heads: int, num_
     from ..training.precision import autocast
 
     torch.manual_seed(0)
-    cfg = ModelConfig(kind="classification", model="transformer", num_labels=8, embed_dim=embed_dim, num_layers=num_layers,
-                      num_heads=num_heads, vocab_size=FIRST + 256, attention=AttentionSpec(variant, dict(VARIANT_OPTIONS.get(variant, {}))),
+    cfg = ModelConfig(kind="classification", model="transformer", num_labels=8, embed_dim=embed_dim,
+                      num_layers=num_layers, num_heads=num_heads, vocab_size=FIRST + 256,
+                      attention=AttentionSpec(variant, dict(VARIANT_OPTIONS.get(variant, {}))),
                       positional=PositionalSpec("sinusoidal"), max_len=n + 1)
     model = build_model(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -93,8 +94,9 @@ def _step(variant: str, n: int, batch: int, embed_dim: int, num_heads: int, num_
 
 
 def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, embed_dim: int = 64, num_heads: int = 4,
-        num_layers: int = 1, min_repeats: int = 3, target_seconds: float = 4.0, skip: Callable[[str, int], str | None] = lambda v, n: None,
-        device: str | torch.device = "cpu", on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        num_layers: int = 1, min_repeats: int = 3, target_seconds: float = 4.0,
+        skip: Callable[[str, int], str | None] = lambda v, n: None, device: str | torch.device = "cpu",
+        on_record: Callable[[Record], None] | None = None) -> list[Record]:
     """Records for every variant and length, fp32 and bf16 (``skip(variant, n)``: a reason to leave
     a cell out, recorded as its note), on ``device`` (each step timed between synchronisations on
     a GPU; the share of that device's peak)."""
@@ -117,8 +119,8 @@ def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, 
             median = {p: statistics.median(t[1:] or t) for p, t in times.items()}
             for p in PRECISIONS:
                 rate = flops / median[p]
-                records.append(Record(v, n, batch, p, median[p], 1 / median[p], flops, rate, rate / peak[p], median["fp32"] / median[p],
-                                      len(times[p]) - 1))
+                records.append(Record(v, n, batch, p, median[p], 1 / median[p], flops, rate, rate / peak[p],
+                                      median["fp32"] / median[p], len(times[p]) - 1))
                 if on_record:
                     on_record(records[-1])
     return records

@@ -219,15 +219,16 @@ def run(
         timing = trained.encode(docs[:timing_batch], truncate=True, max_length=n)
         dev = next(trained.parameters()).device
         timing = type(timing)(timing.ids.to(dev), timing.token_type_ids.to(dev), timing.padding.to(dev), timing.tokens)
-        configs = [("dense", "trained", {})] + [(v, label, opts) for v in variants for label, opts in budgets_for(v, n, max_points)]
+        configs = [("dense", "trained", {})] + [(v, label, opts) for v in variants
+                                                for label, opts in budgets_for(v, n, max_points)]
         models, recs = {}, {}
         for i, (v, label, opts) in enumerate(configs):
             m = trained if v == "dense" else load(model, attention=v, attention_options=opts, device=device)
             d = ref_docs if v == "dense" else embed(m, docs, n)
             cos = F.cosine_similarity(d, ref_docs, dim=-1)
             recall = ref_recall if v == "dense" else _recall_at_1(embed(m, queries, query_tokens), d)
-            recs[i] = PretrainedRecord(str(model), v, opts, label, n, len(chosen), timing_batch, float(cos.mean()), float(cos.min()),
-                                       recall, recall - ref_recall)
+            recs[i] = PretrainedRecord(str(model), v, opts, label, n, len(chosen), timing_batch, float(cos.mean()),
+                                       float(cos.min()), recall, recall - ref_recall)
             models[i] = m
         calls = {i: (lambda m=m: m(timing)) for i, m in models.items()}  # noqa: B023  (called in this iteration)
         with torch.no_grad():
@@ -235,8 +236,9 @@ def run(
             x = trained.model.embeddings(timing.ids, timing.token_type_ids)
             q, k, v, _ = trained.model.encoder.layers[0].attn.project(x)  # (B, H, N, D): the first block's heads
             keys = timing.padding[:, None, None, :]
-            steps = measure_calls({i: (lambda m=m: m.model.encoder.layers[0].attn.step(q, k, v, mask=keys))  # noqa: B023  (called in this iteration)
-                                   for i, m in models.items()}, memory=False, device=dev)
+            steps = measure_calls(  # the lambdas are called in this iteration
+                {i: (lambda m=m: m.model.encoder.layers[0].attn.step(q, k, v, mask=keys))  # noqa: B023
+                 for i, m in models.items()}, memory=False, device=dev)
         base_t, base_m = measured[0][0], measured[0][1]
         for i, rec in recs.items():
             t, peak, _ = measured[i]

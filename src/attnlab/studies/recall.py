@@ -47,7 +47,8 @@ def default_variants() -> list[str]:
     subject, the gated linear-attention family, and any such variant registered later), in the
     order of registration."""
     decoding = efficient.select(causal=True, decodes=True, reference=False)
-    return [v for v in BASELINES if v in decoding] + [v for v in decoding if efficient.capabilities(v).needs_input and v not in BASELINES]
+    return [v for v in BASELINES if v in decoding] + [v for v in decoding if efficient.capabilities(v).needs_input
+                                                      and v not in BASELINES]
 
 
 @dataclass
@@ -74,8 +75,10 @@ def state_floats(variant: str, embed_dim: int, num_heads: int, length: int, opti
     """Numbers one causal layer of ``variant`` keeps to decode the next token after ``length``
     tokens: its cache's bytes after reading them, over 4."""
     torch.manual_seed(0)
-    causal = {"causal": True} if efficient.capabilities(variant).causal == "option" else {}  # "mask": it decodes causally with any cache
-    layer = efficient.create(variant, embed_dim=embed_dim, num_heads=num_heads, **causal, **_options(variant), **(options or {})).eval()
+    # "mask": it decodes causally with any cache
+    causal = {"causal": True} if efficient.capabilities(variant).causal == "option" else {}
+    layer = efficient.create(variant, embed_dim=embed_dim, num_heads=num_heads, **causal, **_options(variant),
+                             **(options or {})).eval()
     cache = layer.new_cache()
     with torch.no_grad():
         layer(torch.randn(1, length, embed_dim), cache=cache)
@@ -108,7 +111,8 @@ def run(
     out: list[RecallRecord] = []
     with tempfile.TemporaryDirectory(prefix="attnlab-recall-") as tmp:  # the runs' checkpoints, removed after
         for p in pairs:
-            task_options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys, "size": size, "seed": seed}
+            task_options = {"pairs": p, "queries": p, "num_keys": max(num_keys, p), "num_values": num_keys,
+                            "size": size, "seed": seed}
             task = tasks.create("recall", **task_options)
             for embed_dim in embed_dims:
                 for variant in variants:
@@ -116,12 +120,13 @@ def run(
                     label = variant + "".join(f" {k}={v}" for k, v in extra.items())
                     cfg = TrainConfig.for_task("recall", task_options=task_options, attention=variant,
                                                attention_options={**_options(variant), **extra}, embed_dim=embed_dim,
-                                               seconds=float(seconds), steps=steps, eval_every=100, precision=precision, seed=seed,
-                                               device=str(torch.device(device)))
+                                               seconds=float(seconds), steps=steps, eval_every=100, precision=precision,
+                                               seed=seed, device=str(torch.device(device)))
                     cfg = dataclasses.replace(cfg, patience=None)
                     t0 = time.perf_counter()
                     res = train(cfg, Path(tmp) / f"{label}-{p}-{embed_dim}".replace(" ", "_"), task=task)
-                    rec = RecallRecord(label, p, 3 * p, embed_dim, state_floats(variant, embed_dim, cfg.num_heads, 3 * p, extra), res.value,
+                    rec = RecallRecord(label, p, 3 * p, embed_dim,
+                                       state_floats(variant, embed_dim, cfg.num_heads, 3 * p, extra), res.value,
                                        res.steps, time.perf_counter() - t0, 1 / task.num_labels)
                     out.append(rec)
                     if on_record is not None:

@@ -53,7 +53,8 @@ def _data_bytes() -> int:
         return int(re.search(r"VmData:\s+(\d+) kB", f.read()).group(1)) * 1024
 
 
-def _rank_step(length: int, embed_dim: int, num_heads: int, num_layers: int, causal: bool, repeats: int, memory_cap: int) -> dict:
+def _rank_step(length: int, embed_dim: int, num_heads: int, num_layers: int, causal: bool, repeats: int,
+               memory_cap: int) -> dict:
     """One rank's measurements (run under spawn): a warm-up and timed steps (under the cap), then
     the peak tensor bytes of one more step."""
     import torch.distributed as dist
@@ -80,7 +81,8 @@ def _rank_step(length: int, embed_dim: int, num_heads: int, num_layers: int, cau
     import resource
 
     limit = resource.getrlimit(resource.RLIMIT_DATA)
-    if memory_cap:  # the steps run under the cap; the profiled one after it is lifted (the profiler's own memory is not the model's)
+    # the steps run under the cap; the profiled one after it is lifted (the profiler's own memory is not the model's)
+    if memory_cap:
         resource.setrlimit(resource.RLIMIT_DATA, (_data_bytes() + memory_cap, limit[1]))
     step()  # warm-up (and the first to run out of memory under a cap)
     seconds, waits, computes = [], [], []
@@ -98,8 +100,8 @@ def _rank_step(length: int, embed_dim: int, num_heads: int, num_layers: int, cau
     return {"seconds": seconds, "wait": waits, "compute": computes, "peak": peak, "sent": timings.sent}
 
 
-def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int = 64, num_heads: int = 4, num_layers: int = 2,
-        causal: bool = False, repeats: int = 3, memory_cap: int = 0, threads: int = 1,
+def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int = 64, num_heads: int = 4,
+        num_layers: int = 2, causal: bool = False, repeats: int = 3, memory_cap: int = 0, threads: int = 1,
         on_record: Callable | None = None) -> list[RingRecord]:
     """Measure each (P, length), P in ``processes`` (fresh processes each time); a length that
     ran out of memory at some P is not tried at longer lengths for that P."""
@@ -115,7 +117,8 @@ def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int
                 status = "skipped"  # it ran out of memory at a shorter length
             else:
                 try:
-                    ranks = spawn(_rank_step, p, n, embed_dim, num_heads, num_layers, causal, repeats, memory_cap, threads=threads)
+                    ranks = spawn(_rank_step, p, n, embed_dim, num_heads, num_layers, causal, repeats,
+                                  memory_cap, threads=threads)
                 except ProcessRaisedException as err:
                     if not memory_cap or ("can't allocate memory" not in str(err) and "MemoryError" not in str(err)):
                         raise
@@ -135,11 +138,13 @@ def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int
 
 def _record(p, n, status, ranks, memory_cap, embed_dim, num_heads, num_layers, causal, repeats) -> RingRecord:
     if ranks is None:
-        return RingRecord(p, n, status, None, None, None, None, None, memory_cap, embed_dim, num_heads, num_layers, causal, repeats)
+        return RingRecord(p, n, status, None, None, None, None, None, memory_cap, embed_dim, num_heads,
+                          num_layers, causal, repeats)
     steps = [max(r["seconds"][i] for r in ranks) for i in range(repeats)]  # a step ends when its slowest rank does
     sec = statistics.median(steps)
     comm = statistics.mean(sum(r["wait"]) / sum(r["seconds"]) for r in ranks)
     comp = statistics.mean(sum(r["compute"]) / sum(r["seconds"]) for r in ranks)
     peaks = [r["peak"] for r in ranks if r["peak"] is not None]
-    return RingRecord(p, n, status, sec, max(peaks) if peaks else None, comm, comp, max(r["sent"] for r in ranks) // (repeats + 2),
-                      memory_cap, embed_dim, num_heads, num_layers, causal, repeats)
+    return RingRecord(p, n, status, sec, max(peaks) if peaks else None, comm, comp,
+                      max(r["sent"] for r in ranks) // (repeats + 2), memory_cap, embed_dim, num_heads,
+                      num_layers, causal, repeats)

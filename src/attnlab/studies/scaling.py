@@ -44,7 +44,15 @@ from dataclasses import dataclass
 import torch
 
 from .. import efficient
-from ..profiling import allocator_env, loglog_slope, measure_in_child, minor_faults, peak_bytes, quiet_stderr, round_robin
+from ..profiling import (
+    allocator_env,
+    loglog_slope,
+    measure_in_child,
+    minor_faults,
+    peak_bytes,
+    quiet_stderr,
+    round_robin,
+)
 from ..registry import RegistryView
 from .records import StudyRecord, timed
 
@@ -87,7 +95,8 @@ class Record(_Cell):
 def _module(variant: str, max_n: int, device: str = "cpu"):
     options = efficient.budget(variant).long_options(max_n)
     torch.manual_seed(0)
-    return efficient.create(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options).to(device)  # drawn on the CPU
+    # drawn on the CPU
+    return efficient.create(variant, embed_dim=HEADS * HEAD_DIM, num_heads=HEADS, **options).to(device)
 
 
 def _inputs(n: int, grad: bool, device: str = "cpu") -> list[torch.Tensor]:
@@ -113,7 +122,8 @@ def _call(module, qkv) -> Callable[[], None]:
     return call
 
 
-def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float, device: str = "cpu") -> dict:
+def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float,
+               device: str = "cpu") -> dict:
     """In this (fresh) process: every variant at N on ``device``, round-robin; per variant the
     warm-up and timed seconds and the median minor page faults of a timed step."""
     modules = {v: _module(v, max_n, device) for v in variants}
@@ -129,14 +139,16 @@ def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target
 
         return run
 
-    times = round_robin({v: counted(v, _call(m, qkv)) for v, m in modules.items()}, min_repeats, target_seconds, device=device)
-    return {v: {"seconds": times[v], "faults": statistics.median(faults[v][1:] or faults[v]) if faults[v] else None} for v in variants}
+    times = round_robin({v: counted(v, _call(m, qkv)) for v, m in modules.items()}, min_repeats,
+                        target_seconds, device=device)
+    return {v: {"seconds": times[v], "faults": statistics.median(faults[v][1:] or faults[v]) if faults[v] else None}
+            for v in variants}
 
 
 def _time_in_child(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float, allocator: str,
                    device: str = "cpu") -> dict:
-    spec = {"job": "time", "n": n, "variants": variants, "max_n": max_n, "min_repeats": min_repeats, "target_seconds": target_seconds,
-            "device": device}
+    spec = {"job": "time", "n": n, "variants": variants, "max_n": max_n, "min_repeats": min_repeats,
+            "target_seconds": target_seconds, "device": device}
     return measure_in_child("attnlab.studies.scaling", spec, f"N={n}", env=allocator_env(allocator))
 
 
@@ -214,7 +226,8 @@ def run(
         for n in sizes:
             for v, got in _time_in_child(n, variants, max_n, min_repeats, target_seconds, allocator, device).items():
                 ts = got["seconds"][1:] or got["seconds"]
-                cells.setdefault((v, n), []).append({"median": statistics.median(ts), "steps": len(ts), "faults": got["faults"]})
+                cells.setdefault((v, n), []).append({"median": statistics.median(ts), "steps": len(ts),
+                                                     "faults": got["faults"]})
             if on_timed is not None:
                 on_timed(n, r)
     for n in sizes:
@@ -229,15 +242,17 @@ def run(
             medians = [c["median"] for c in done]
             faults = [c["faults"] for c in done if c["faults"] is not None]
             emit(Record(v, n, "fwd_bwd", statistics.median(medians), peak, sum(c["steps"] for c in done), note,
-                        seconds_min=min(medians), seconds_max=max(medians), faults=statistics.median(faults) if faults else None,
-                        allocator=allocator))
+                        seconds_min=min(medians), seconds_max=max(medians),
+                        faults=statistics.median(faults) if faults else None, allocator=allocator))
         if flex and n == 16384 and "local" in variants:
-            for rec in flex_local_forward(n, efficient.budget("local").long["window"], min_repeats=min_repeats, device=device):
+            for rec in flex_local_forward(n, efficient.budget("local").long["window"],
+                                          min_repeats=min_repeats, device=device):
                 emit(rec)
     return records
 
 
-def flex_local_forward(n: int, window: int, *, min_repeats: int = 3, device: str | torch.device = "cpu") -> list[Record]:
+def flex_local_forward(n: int, window: int, *, min_repeats: int = 3,
+                       device: str | torch.device = "cpu") -> list[Record]:
     """Forward time of attnlab's ``local`` and of ``torch.compile``-d FlexAttention with the same
     sliding-window block mask, built on ``device`` (FlexAttention has no CPU backward, so forward
     only, on every device alike)."""
@@ -265,8 +280,8 @@ def flex_local_forward(n: int, window: int, *, min_repeats: int = 3, device: str
     with quiet_stderr():
         flex()  # compile
     times = round_robin({"local": ours, "flex_local": flex}, min_repeats, 3.0, device=device)
-    return [Record(name, n, "fwd", statistics.median(ts[1:]), None, len(ts) - 1, seconds_min=min(ts[1:]), seconds_max=max(ts[1:]),
-                   allocator="in-process") for name, ts in times.items()]
+    return [Record(name, n, "fwd", statistics.median(ts[1:]), None, len(ts) - 1, seconds_min=min(ts[1:]),
+                   seconds_max=max(ts[1:]), allocator="in-process") for name, ts in times.items()]
 
 
 def slopes(records: list[Record], min_n: int = 4096) -> dict[str, dict[str, float | None]]:
@@ -310,7 +325,7 @@ if __name__ == "__main__":  # worker: one N's times, or one cell's peak memory; 
     _spec = json.loads(sys.stdin.read())
     _device = _spec.get("device", "cpu")
     if _spec["job"] == "time":
-        print(json.dumps(_time_here(_spec["n"], _spec["variants"], _spec["max_n"], _spec["min_repeats"], _spec["target_seconds"],
-                                    _device)))
+        print(json.dumps(_time_here(_spec["n"], _spec["variants"], _spec["max_n"], _spec["min_repeats"],
+                                    _spec["target_seconds"], _device)))
     else:
         print(json.dumps(_peak_here(_spec["variant"], _spec["n"], _spec["max_n"], _device)))

@@ -68,10 +68,11 @@ def run(
         for f in fractions:
             size = len(task_registry.create("digits", seed=seed, train_fraction=f).split("train"))
             for m in models:
-                cfg = TrainConfig.for_task("digits", model=m, seed=seed, steps=steps, task_options={"seed": seed, "train_fraction": f},
-                                           device=str(device))
+                cfg = TrainConfig.for_task("digits", model=m, seed=seed, steps=steps,
+                                           task_options={"seed": seed, "train_fraction": f}, device=str(device))
                 with tempfile.TemporaryDirectory() as tmp:
-                    res = train(cfg, tmp, on_step=(lambda s, t, loss, m=m, f=f, seed=seed: on_step(m, f, seed, s, t)) if on_step else None)
+                    res = train(cfg, tmp, on_step=((lambda s, t, loss, m=m, f=f, seed=seed: on_step(m, f, seed, s, t))
+                                                   if on_step else None))
                 rec = CompareRecord(m, f, size, seed, res.value, res.seconds, res.steps)
                 records.append(rec)
                 if on_record is not None:

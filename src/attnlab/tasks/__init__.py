@@ -2,7 +2,8 @@
 
 * ``pos`` — tagging with ambiguous words (:mod:`attnlab.tasks.pos`);
 * ``recall`` — multi-query associative recall (:mod:`attnlab.tasks.recall`);
-* ``lookup`` — a key-value log read part-way, 1K-4K tokens: attention must find the past writes (:mod:`attnlab.tasks.lookup`);
+* ``lookup`` — a key-value log read part-way, 1K-4K tokens: attention must find the past writes
+  (:mod:`attnlab.tasks.lookup`);
 * ``listops`` — nested list operations, classification (:mod:`attnlab.tasks.listops`);
 * ``translate`` — sequence to sequence with reordering (:mod:`attnlab.tasks.translate`);
 * ``karate``, ``sbm``, ``molecules`` — graphs: node and molecule labels (:mod:`attnlab.tasks.graphs`);
@@ -15,7 +16,21 @@
 * ``jsonl`` — the user's own file, any of the three kinds (:mod:`attnlab.tasks.jsonl`).
 """
 
-from . import docs, graphs, images, jsonl, listops, lookup, pathfinder, pos, recall, retrieval, speech, text, translate  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    docs,
+    graphs,
+    images,
+    jsonl,
+    listops,
+    lookup,
+    pathfinder,
+    pos,
+    recall,
+    retrieval,
+    speech,
+    text,
+    translate,
+)
 from .base import (
     CLS,
     FIRST,
@@ -37,5 +52,5 @@ from .base import (
     train_defaults,
 )
 
-__all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS", "FIRST", "IGNORE",
-           "KINDS", "INPUTS", "DataChangedError", "check_saved", "data_digest", "data_files"]
+__all__ = ["Task", "Split", "create", "names", "register", "train_defaults", "baseline_model", "TASKS", "PAD", "CLS",
+           "FIRST", "IGNORE", "KINDS", "INPUTS", "DataChangedError", "check_saved", "data_digest", "data_files"]

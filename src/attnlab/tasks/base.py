@@ -39,8 +39,8 @@ from ..models.base import CLS, FIRST, IGNORE, PAD
 from ..registry import Registry
 from ..validate import ArgumentTypeError, positive_int
 
-__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults", "baseline_model",
-           "KINDS", "INPUTS", "DataChangedError", "data_digest", "data_files", "check_saved"]
+__all__ = ["PAD", "CLS", "FIRST", "IGNORE", "Split", "Task", "TASKS", "register", "create", "names", "train_defaults",
+           "baseline_model", "KINDS", "INPUTS", "DataChangedError", "data_digest", "data_files", "check_saved"]
 
 KINDS = ("tagging", "classification", "seq2seq", "regression", "pair", "lm")
 INPUTS = ("tokens", "features", "graph", "image")
@@ -123,7 +123,8 @@ class Task:
     def correct(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
         """``(number correct, number scored)`` of a batch of logits against labels."""
         if self.kind in ("seq2seq", "regression"):
-            raise ValueError(f"a {self.kind} task is scored over a whole split (attnlab.training.score), not batch by batch")
+            raise ValueError(f"a {self.kind} task is scored over a whole split (attnlab.training.score), "
+                             "not batch by batch")
         pred = logits.argmax(-1)
         if self.kind == "tagging":
             scored = labels != IGNORE
@@ -247,10 +248,12 @@ def check_saved(task: Task, saved: dict | None, where: str = "the run") -> None:
         return
     _check_digest(task.name, task.options, saved.get("data_sha256"), task.artifacts.get("data_sha256"), where)
     if getattr(_maker(task.name), "rebuild", None) is not None:
-        differ = sorted(k for k in saved if k != "data_sha256" and k in task.artifacts and task.artifacts[k] != saved[k])
+        differ = sorted(k for k in saved if k != "data_sha256" and k in task.artifacts
+                        and task.artifacts[k] != saved[k])
         if differ:
-            raise ValueError(f"the {task.name} task's {', '.join(differ)} differ from those {where} was trained with; build the "
-                             "task from the run's saved artifacts (attnlab.tasks.create(..., saved=checkpoint.meta['task_artifacts']))")
+            raise ValueError(f"the {task.name} task's {', '.join(differ)} differ from those {where} was trained with; "
+                             "build the task from the run's saved artifacts (attnlab.tasks.create(..., "
+                             "saved=checkpoint.meta['task_artifacts']))")
 
 
 def create(name: str, *, saved: dict | None = None, **options) -> Task:
@@ -268,7 +271,8 @@ def create(name: str, *, saved: dict | None = None, **options) -> Task:
     known = list(inspect.signature(make).parameters)
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise ArgumentTypeError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: {', '.join(known)}")
+        raise ArgumentTypeError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: "
+                                f"{', '.join(known)}")
     digest = data_digest(name, options)
     if saved:
         _check_digest(name, options, saved.get("data_sha256"), digest, "the run")

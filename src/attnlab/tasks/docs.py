@@ -57,7 +57,8 @@ def _windows(data: np.ndarray, length: int, stride: int) -> tuple[torch.Tensor, 
 
 
 @register("docs", train_defaults={"model": "lm", "steps": 1200, "batch_size": 16, "lr": 2e-3, "warmup": 50,
-                                  "embed_dim": 128, "num_layers": 4, "num_heads": 4, "positional": "rope", "eval_every": 200})
+                                  "embed_dim": 128, "num_layers": 4, "num_heads": 4,
+                                  "positional": "rope", "eval_every": 200})
 def make_docs(size: int = 8000, seed: int = 0, length: int = 256) -> Task:
     """The ``docs`` task: at most ``size`` training windows of ``length`` bytes (see the module docstring).
 
@@ -73,7 +74,8 @@ def make_docs(size: int = 8000, seed: int = 0, length: int = 256) -> Task:
     splits = {}
     for name, part in parts.items():
         if len(part) < length + 1:
-            raise ValueError(f"length={length} is longer than the {name} text ({len(part)} bytes); choose a shorter length")
+            raise ValueError(f"length={length} is longer than the {name} text ({len(part)} bytes); "
+                             "choose a shorter length")
         tokens, labels = _windows(part, length, max(1, length // 2) if name == "train" else length)
         if name == "train" and len(tokens) > size:
             keep = np.sort(np.random.default_rng(seed).permutation(len(tokens))[:size])

@@ -87,8 +87,8 @@ def karate(seed: int = 0, train_per_class: int = 8, val_per_class: int = 3) -> T
                 label_names=names, baseline={"majority": majority}, inputs="graph", feature_dim=n)
 
 
-@register("sbm", train_defaults={"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
-                                 "eval_every": 100}, baseline_model="node_mlp")
+@register("sbm", train_defaults={"model": "graph_transformer", "steps": 600, "batch_size": 8, "lr": 2e-3,
+                                 "embed_dim": 64, "num_layers": 2, "eval_every": 100}, baseline_model="node_mlp")
 def sbm(
     size: int = 64, seed: int = 0, nodes: int = 100, blocks: int = 4, p_in: float = 0.1, p_out: float = 0.01,
     signal: float = 1.0, dim: int = 16,
@@ -127,8 +127,10 @@ def sbm(
             xs.append(means[y] + torch.randn(nodes, dim, generator=gen))
         splits[name] = Split(torch.stack(xs), y.expand(s, nodes).clone(), torch.ones(s, nodes, dtype=torch.bool), es)
     return Task("sbm", "tagging", 0, blocks, "accuracy", splits,
-                {"size": size, "seed": seed, "nodes": nodes, "blocks": blocks, "p_in": p_in, "p_out": p_out, "signal": signal, "dim": dim},
-                label_names=[f"block {b}" for b in range(blocks)], baseline={"majority": max(per) / nodes}, inputs="graph", feature_dim=dim)
+                {"size": size, "seed": seed, "nodes": nodes, "blocks": blocks, "p_in": p_in, "p_out": p_out,
+                 "signal": signal, "dim": dim},
+                label_names=[f"block {b}" for b in range(blocks)], baseline={"majority": max(per) / nodes},
+                inputs="graph", feature_dim=dim)
 
 
 def _nci_path() -> str:
@@ -184,12 +186,14 @@ def _molecule_graphs(limit: int | None, alerts: bool):
                 attrs.append([float(kind == t) for t in _BONDS])
             edges = _both_ways(pairs)
             ea = torch.tensor(attrs + attrs).reshape(-1, BOND_DIM)
-            out.append((x, edges, ea, Crippen.MolLogP(mol), rdMolDescriptors.CalcTPSA(mol), catalog is not None and catalog.HasMatch(mol)))
+            out.append((x, edges, ea, Crippen.MolLogP(mol), rdMolDescriptors.CalcTPSA(mol),
+                        catalog is not None and catalog.HasMatch(mol)))
     return out
 
 
 @register("molecules", train_defaults={"model": "graph_transformer", "steps": 3000, "batch_size": 64, "lr": 1e-3,
-                                       "embed_dim": 64, "num_layers": 3, "pooling": "sum", "eval_every": 250}, baseline_model="node_mlp")
+                                       "embed_dim": 64, "num_layers": 3, "pooling": "sum", "eval_every": 250},
+          baseline_model="node_mlp")
 def molecules(target: str = "logp", seed: int = 0, limit: int | None = None) -> Task:
     """RDKit's ~5000 NCI molecules as atom graphs; predict ``target`` (see the module docstring).
 
@@ -252,7 +256,8 @@ def _read_rows(path: str, what: str) -> list[list[str]]:
 
 
 @register("graph_files", train_defaults={"model": "graph_transformer", "steps": 300, "batch_size": 1, "lr": 5e-3,
-                                         "embed_dim": 64, "num_layers": 2, "warmup": 20, "eval_every": 20, "patience": None},
+                                         "embed_dim": 64, "num_layers": 2, "warmup": 20,
+                                         "eval_every": 20, "patience": None},
           baseline_model="node_mlp", files=("edges", "features", "labels"))
 def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int = 0, directed: bool = False) -> Task:
     """The user's own graph for node classification, from three text files.
@@ -297,8 +302,8 @@ def graph_files(edges: str = "", features: str = "", labels: str = "", seed: int
         if not (0 <= a < n and 0 <= b < n):
             raise ValueError(f"{edges} line {no}: node ids must be in [0, {n - 1}], got {a} {b}")
         pairs.append((a, b))
-    edge_index = ((torch.tensor(pairs, dtype=torch.long).T if pairs else torch.zeros(2, 0, dtype=torch.long)) if directed
-                  else _both_ways(pairs))
+    edge_index = ((torch.tensor(pairs, dtype=torch.long).T if pairs else torch.zeros(2, 0, dtype=torch.long))
+                  if directed else _both_ways(pairs))
     names = sorted({s for s in names_raw if s != "?"})
     if len(names) < 2:
         raise ValueError(f"{labels} needs at least two distinct labels, got {names}")
@@ -337,7 +342,8 @@ def task_from_graphs(train: list, val: list, test: list, *, name: str = "graphs"
         for i, g in enumerate(graphs):
             for attr in ("x", "edge_index", "y"):
                 if getattr(g, attr, None) is None:
-                    raise ValueError(f"{split} graph {i} has no .{attr} (expected x, edge_index, y, optional edge_attr)")
+                    raise ValueError(f"{split} graph {i} has no .{attr} (expected x, edge_index, y, "
+                                     "optional edge_attr)")
     first = splits_in["train"][0]
     node_level = first.y.numel() == first.x.shape[0] and first.x.shape[0] > 1
     if kind is None:
@@ -356,7 +362,8 @@ def task_from_graphs(train: list, val: list, test: list, *, name: str = "graphs"
         for i, g in enumerate(graphs):
             n = g.x.shape[0]
             if g.x.shape[1] != feat:
-                raise ValueError(f"{split} graph {i}: {g.x.shape[1]} node features, the first training graph has {feat}")
+                raise ValueError(f"{split} graph {i}: {g.x.shape[1]} node features, the first training "
+                                 f"graph has {feat}")
             x[i, :n], mask[i, :n] = g.x.float(), True
             edges.append(check_edge_index(g.edge_index, n))
             ea = getattr(g, "edge_attr", None)

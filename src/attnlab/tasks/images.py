@@ -29,8 +29,8 @@ def _stratified(y: torch.Tensor, fraction: float, gen: torch.Generator) -> tuple
     return torch.cat(take).sort().values, torch.cat(rest).sort().values
 
 
-@register("digits", train_defaults={"model": "vit", "steps": 2000, "batch_size": 64, "lr": 2e-3, "embed_dim": 64, "num_layers": 3,
-                                    "eval_every": 200, "weight_decay": 0.05}, baseline_model="cnn")
+@register("digits", train_defaults={"model": "vit", "steps": 2000, "batch_size": 64, "lr": 2e-3, "embed_dim": 64,
+                                    "num_layers": 3, "eval_every": 200, "weight_decay": 0.05}, baseline_model="cnn")
 def digits(seed: int = 0, train_fraction: float = 1.0) -> Task:
     """scikit-learn's 8x8 digits as ``(1, 8, 8)`` images (see the module docstring).
 

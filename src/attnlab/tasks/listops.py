@@ -68,8 +68,8 @@ def evaluate_listops(tokens: list[str]) -> int:
     return value
 
 
-@register("listops", train_defaults={"steps": 3000, "batch_size": 32, "lr": 5e-4, "embed_dim": 64, "num_layers": 4, "pooling": "cls",
-                                     "positional": "sinusoidal"})
+@register("listops", train_defaults={"steps": 3000, "batch_size": 32, "lr": 5e-4, "embed_dim": 64, "num_layers": 4,
+                                     "pooling": "cls", "positional": "sinusoidal"})
 def make_listops(size: int = 10000, seed: int = 0, min_length: int = 16, max_length: int = 128, max_depth: int = 6,
                  max_args: int = 5) -> Task:
     """The ``listops`` task (classification, 10 classes); ``max_length`` is the length knob.

@@ -39,10 +39,11 @@ from .base import FIRST, IGNORE, Split, Task, register, split_sizes
 __all__ = ["make_lookup"]
 
 
-@register("lookup", train_defaults={"steps": 600, "batch_size": 4, "lr": 1e-2, "warmup": 10, "embed_dim": 64, "num_heads": 4,
-                                    "num_layers": 1, "positional": "rope", "causal": True, "eval_every": 50})
-def make_lookup(size: int = 1024, seed: int = 0, length: int = 1024, keys: int = 16, values: int = 2, repeats: int = 16, queries: int = 64,
-                gap: int = 128, num_keys: int = 32, noise: int = 16) -> Task:
+@register("lookup", train_defaults={"steps": 600, "batch_size": 4, "lr": 1e-2, "warmup": 10, "embed_dim": 64,
+                                    "num_heads": 4, "num_layers": 1, "positional": "rope", "causal": True,
+                                    "eval_every": 50})
+def make_lookup(size: int = 1024, seed: int = 0, length: int = 1024, keys: int = 16, values: int = 2, repeats: int = 16,
+                queries: int = 64, gap: int = 128, num_keys: int = 32, noise: int = 16) -> Task:
     """A 1K-token key-value log read part-way: each read's label is the value written before it.
 
     Token ids: a write ``(k, v)`` is ``FIRST + k * values + v``, a read of
@@ -77,8 +78,8 @@ def make_lookup(size: int = 1024, seed: int = 0, length: int = 1024, keys: int =
     past, future = keys * repeats, keys * (values - 1) * repeats
     need = past + gap + queries + future
     if need > length:
-        raise ValueError(f"length {length} cannot hold the log: {past} past writes + gap {gap} + {queries} reads + {future} future "
-                         f"writes = {need} tokens; lower repeats, keys or values, or raise length")
+        raise ValueError(f"length {length} cannot hold the log: {past} past writes + gap {gap} + {queries} reads + "
+                         f"{future} future writes = {need} tokens; lower repeats, keys or values, or raise length")
     g = torch.Generator().manual_seed(seed)
     read_base = FIRST + num_keys * values
     noise_base = read_base + num_keys
@@ -100,11 +101,11 @@ def make_lookup(size: int = 1024, seed: int = 0, length: int = 1024, keys: int =
         labels = torch.full((count, length), IGNORE, dtype=torch.long)
         labels[:, reads : reads + queries] = vs.gather(1, pick)
         splits[name] = Split(tokens, labels)
-    vocab = ["<pad>", "<cls>", *[f"k{k}={v}" for k in range(num_keys) for v in range(values)], *[f"k{k}?" for k in range(num_keys)],
-             *[f"n{i}" for i in range(noise)]]
+    vocab = ["<pad>", "<cls>", *[f"k{k}={v}" for k in range(num_keys) for v in range(values)],
+             *[f"k{k}?" for k in range(num_keys)], *[f"n{i}" for i in range(noise)]]
     return Task(
         name="lookup", kind="tagging", vocab_size=len(vocab), num_labels=values, metric="query_accuracy", splits=splits,
-        options={"size": size, "seed": seed, "length": length, "keys": keys, "values": values, "repeats": repeats, "queries": queries,
-                 "gap": gap, "num_keys": num_keys, "noise": noise},
+        options={"size": size, "seed": seed, "length": length, "keys": keys, "values": values, "repeats": repeats,
+                 "queries": queries, "gap": gap, "num_keys": num_keys, "noise": noise},
         vocab=vocab, label_names=[f"v{v}" for v in range(values)], baseline={"chance": 1 / values},
     )

@@ -103,12 +103,14 @@ def draw_example(rng: np.random.Generator, connected: bool, *, resolution: int =
                 break
         if ok:
             return (ink, centres) if return_dots else ink
-    raise RuntimeError(f"could not place {distractors + 2} curves without touching on a {resolution} x {resolution} canvas")
+    raise RuntimeError(f"could not place {distractors + 2} curves without touching on a {resolution} x "
+                       f"{resolution} canvas")
 
 
-@register("pathfinder", train_defaults={"steps": 2000, "batch_size": 32, "lr": 1e-3, "embed_dim": 64, "num_layers": 2, "pooling": "cls",
-                                        "positional": "sinusoidal", "eval_every": 250})
-def make_pathfinder(size: int = 2000, seed: int = 0, resolution: int = 32, distractors: int = 2, dash: int = 3, gap: int = 2) -> Task:
+@register("pathfinder", train_defaults={"steps": 2000, "batch_size": 32, "lr": 1e-3, "embed_dim": 64, "num_layers": 2,
+                                        "pooling": "cls", "positional": "sinusoidal", "eval_every": 250})
+def make_pathfinder(size: int = 2000, seed: int = 0, resolution: int = 32, distractors: int = 2, dash: int = 3,
+                    gap: int = 2) -> Task:
     """The ``pathfinder`` task: ``size`` training images of ``resolution`` x ``resolution`` pixels,
     as token sequences of ``resolution ** 2`` (see the module docstring).
 
@@ -125,11 +127,14 @@ def make_pathfinder(size: int = 2000, seed: int = 0, resolution: int = 32, distr
     splits = {}
     for name, count in split_sizes(size).items():
         labels = np.arange(count) % 2  # alternating: every split balanced
-        images = np.stack([draw_example(rng, bool(y), resolution=resolution, distractors=distractors, dash=dash, gap=gap) for y in labels])
+        images = np.stack([draw_example(rng, bool(y), resolution=resolution, distractors=distractors, dash=dash,
+                                        gap=gap) for y in labels])
         tokens = torch.from_numpy(images.reshape(count, -1).astype(np.int64)) + FIRST
         splits[name] = Split(tokens, torch.from_numpy(labels.astype(np.int64)))
     return Task(
         name="pathfinder", kind="classification", vocab_size=FIRST + 2, num_labels=2, metric="accuracy", splits=splits,
-        options={"size": size, "seed": seed, "resolution": resolution, "distractors": distractors, "dash": dash, "gap": gap},
-        vocab=["<pad>", "<cls>", "background", "ink"], label_names=["not connected", "connected"], baseline={"chance": 0.5},
+        options={"size": size, "seed": seed, "resolution": resolution, "distractors": distractors,
+                 "dash": dash, "gap": gap},
+        vocab=["<pad>", "<cls>", "background", "ink"], label_names=["not connected", "connected"],
+        baseline={"chance": 0.5},
     )

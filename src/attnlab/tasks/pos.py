@@ -65,7 +65,8 @@ def _word_majority(sentences) -> float:
     return best / total
 
 
-@register("pos", train_defaults={"steps": 600, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2, "positional": "rope"})
+@register("pos", train_defaults={"steps": 600, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
+                                 "positional": "rope"})
 def make_pos(size: int = 4000, seed: int = 0) -> Task:
     """The ``pos`` task: ``size`` training sentences (val and test: size / 8 each), fixed ``seed``.
 

@@ -23,10 +23,10 @@ from .base import FIRST, IGNORE, Split, Task, register, split_sizes
 __all__ = ["make_recall"]
 
 
-@register("recall", train_defaults={"steps": 5000, "batch_size": 64, "lr": 2e-3, "embed_dim": 64, "num_layers": 2, "positional": "rope",
-                                    "causal": True, "eval_every": 250})
-def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int = 16, num_keys: int = 64, num_values: int = 64,
-                length: int | None = None, noise: int = 16) -> Task:
+@register("recall", train_defaults={"steps": 5000, "batch_size": 64, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
+                                    "positional": "rope", "causal": True, "eval_every": 250})
+def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int = 16, num_keys: int = 64,
+                num_values: int = 64, length: int | None = None, noise: int = 16) -> Task:
     """The ``recall`` task; token ids: keys ``FIRST ..``, then values, then ``noise`` noise tokens;
     labels are value indices. ``length`` (default: no noise, ``2 * pairs + queries`` tokens)
     puts noise tokens between the pairs and the queries up to that many tokens: the long-range
@@ -39,7 +39,8 @@ def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int 
         length: tokens per sequence, noise between the pairs and the queries (None: no noise).
         noise: the noise tokens' vocabulary.
     """
-    for name, val in (("pairs", pairs), ("queries", queries), ("num_keys", num_keys), ("num_values", num_values), ("noise", noise)):
+    for name, val in (("pairs", pairs), ("queries", queries), ("num_keys", num_keys),
+                      ("num_values", num_values), ("noise", noise)):
         positive_int(name, val)
     if pairs > num_keys:
         raise ValueError(f"pairs ({pairs}) cannot exceed num_keys ({num_keys}): keys are distinct")
@@ -55,7 +56,8 @@ def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int 
         pick = torch.randint(pairs, (count, queries), generator=g)
         tokens = torch.empty(count, n, dtype=torch.long)
         if n > short:  # the long-range form: noise between the pairs and the queries
-            tokens[:, 2 * pairs : n - queries] = FIRST + num_keys + num_values + torch.randint(noise, (count, n - short), generator=g)
+            tokens[:, 2 * pairs : n - queries] = (FIRST + num_keys + num_values
+                                                  + torch.randint(noise, (count, n - short), generator=g))
         tokens[:, 0 : 2 * pairs : 2] = FIRST + keys
         tokens[:, 1 : 2 * pairs : 2] = FIRST + num_keys + vals
         tokens[:, n - queries :] = FIRST + keys.gather(1, pick)
@@ -72,7 +74,8 @@ def make_recall(size: int = 20000, seed: int = 0, pairs: int = 16, queries: int 
         num_labels=num_values,
         metric="query_accuracy",
         splits=splits,
-        options={"size": size, "seed": seed, "pairs": pairs, "queries": queries, "num_keys": num_keys, "num_values": num_values, **long},
+        options={"size": size, "seed": seed, "pairs": pairs, "queries": queries, "num_keys": num_keys,
+                 "num_values": num_values, **long},
         vocab=vocab,
         label_names=[f"v{i}" for i in range(num_values)],
         baseline={"chance": 1 / num_values},

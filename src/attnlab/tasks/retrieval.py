@@ -46,8 +46,9 @@ def _pairs(rng: np.random.Generator, per_class: list[list[bytes]], count: int) -
     return tokens, torch.tensor(labels, dtype=torch.long)
 
 
-@register("retrieval", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "embed_dim": 64, "num_layers": 2,
-                                       "pooling": "mean", "positional": "sinusoidal", "eval_every": 250})
+@register("retrieval", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "embed_dim": 64,
+                                       "num_layers": 2, "pooling": "mean", "positional": "sinusoidal",
+                                       "eval_every": 250})
 def make_retrieval(size: int = 2000, seed: int = 0, length: int = 1024, classes: int = 6) -> Task:
     """The ``retrieval`` task: ``size`` training pairs of two ``length``-byte windows (see the
     module docstring); validation and test take ``size / 5`` pairs each (at least 100).
@@ -60,11 +61,12 @@ def make_retrieval(size: int = 2000, seed: int = 0, length: int = 1024, classes:
     splits = {}
     for name, per_class in by_split.items():
         if sum(1 for w in per_class if w) < 2:
-            raise ValueError(f"length={length} leaves fewer than two packages with windows in the {name} split; choose a shorter length")
+            raise ValueError(f"length={length} leaves fewer than two packages with windows in the {name} split; "
+                             "choose a shorter length")
         count = size if name == "train" else max(100, size // 5)
         splits[name] = Split(*_pairs(rng, per_class, count))
     return Task(
         name="retrieval", kind="pair", vocab_size=FIRST + 256, num_labels=2, metric="accuracy", splits=splits,
-        options={"size": size, "seed": seed, "length": length, "classes": classes}, label_names=["unrelated", "same package"],
-        baseline={"chance": 0.5}, artifacts={"files": files_of},
+        options={"size": size, "seed": seed, "length": length, "classes": classes},
+        label_names=["unrelated", "same package"], baseline={"chance": 0.5}, artifacts={"files": files_of},
     )

@@ -37,7 +37,8 @@ _VERSION = 1
 
 
 def cache_dir() -> Path:
-    """Where generated data are cached: ``$ATTNLAB_CACHE``, else ``$XDG_CACHE_HOME/attnlab``, else ``~/.cache/attnlab``."""
+    """Where generated data are cached: ``$ATTNLAB_CACHE``, else ``$XDG_CACHE_HOME/attnlab``, else
+    ``~/.cache/attnlab``."""
     if os.environ.get("ATTNLAB_CACHE"):
         return Path(os.environ["ATTNLAB_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -80,14 +81,16 @@ def _generate(folder: Path, plan: list[dict], on_clip=None) -> None:
             on_clip(i + 1, len(plan))
 
 
-_SPEECH_DEFAULTS = {"model": "conformer", "attention": "local", "positional": "rope", "attention_options": {"window": 16},
-                    "steps": 1500, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2, "eval_every": 150}
+_SPEECH_DEFAULTS = {"model": "conformer", "attention": "local", "positional": "rope",
+                    "attention_options": {"window": 16}, "steps": 1500, "batch_size": 32, "lr": 2e-3, "embed_dim": 64,
+                    "num_layers": 2, "eval_every": 150}
 """Training defaults of the audio tasks: a Conformer with truncated (local) attention."""
 
 
 @register("speech", train_defaults=_SPEECH_DEFAULTS, baseline_model=None)
 def speech(
-    size: int = 800, seed: int = 0, words: str = ",".join(WORDS), features: str = "logmel", cache: str = "", heldout_voices: bool = False,
+    size: int = 800, seed: int = 0, words: str = ",".join(WORDS), features: str = "logmel", cache: str = "",
+    heldout_voices: bool = False,
 ) -> Task:
     """Spoken-word recognition on locally synthesised, noisy clips (see the module docstring).
 
@@ -138,9 +141,10 @@ def speech(
         x, mask = _stack(_features_of([folder / c["file"] for c in clips], features))
         splits[name] = Split(x, torch.tensor([c["label"] for c in clips]), mask)
     return Task("speech", "classification", 0, len(vocab), "accuracy", splits,
-                {"size": size, "seed": seed, "words": words, "features": features, "cache": cache, "heldout_voices": heldout_voices},
-                label_names=vocab, baseline={"majority": 1.0 / len(vocab)}, inputs="features", feature_dim=int(x.shape[2]),
-                artifacts={"cache_folder": str(folder)})
+                {"size": size, "seed": seed, "words": words, "features": features, "cache": cache,
+                 "heldout_voices": heldout_voices},
+                label_names=vocab, baseline={"majority": 1.0 / len(vocab)}, inputs="features",
+                feature_dim=int(x.shape[2]), artifacts={"cache_folder": str(folder)})
 
 
 _AUDIO = (".wav", ".flac", ".ogg")
@@ -165,10 +169,13 @@ def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
     root = Path(path)
     if not root.is_dir():
         raise ValueError(f"{root} is not a folder")
-    labels = sorted(d.name for d in root.iterdir() if d.is_dir() and any(f.suffix.lower() in _AUDIO for f in d.iterdir()))
+    labels = sorted(d.name for d in root.iterdir() if d.is_dir()
+                    and any(f.suffix.lower() in _AUDIO for f in d.iterdir()))
     if len(labels) < 2:
-        raise ValueError(f"{root} needs at least two subfolders (one per label) holding {', '.join(_AUDIO)} files; found {labels}")
-    files = [(f, k) for k, lab in enumerate(labels) for f in sorted((root / lab).iterdir()) if f.suffix.lower() in _AUDIO]
+        raise ValueError(f"{root} needs at least two subfolders (one per label) holding {', '.join(_AUDIO)} "
+                         f"files; found {labels}")
+    files = [(f, k) for k, lab in enumerate(labels) for f in sorted((root / lab).iterdir())
+             if f.suffix.lower() in _AUDIO]
     if len(files) < 3:
         raise ValueError(f"{root} holds {len(files)} audio files; at least 3 are needed (train, val, test)")
     order = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -182,5 +189,6 @@ def wav_folder(path: str = "", seed: int = 0, features: str = "logmel") -> Task:
         splits[name] = Split(x, torch.tensor([files[i][1] for i in idx]), mask)
     test_y = splits["test"].labels
     majority = max(float((test_y == c).float().mean()) for c in range(len(labels)))
-    return Task("wav_folder", "classification", 0, len(labels), "accuracy", splits, {"path": path, "seed": seed, "features": features},
-                label_names=labels, baseline={"majority": majority}, inputs="features", feature_dim=int(feats[0].shape[1]))
+    return Task("wav_folder", "classification", 0, len(labels), "accuracy", splits,
+                {"path": path, "seed": seed, "features": features}, label_names=labels, baseline={"majority": majority},
+                inputs="features", feature_dim=int(feats[0].shape[1]))

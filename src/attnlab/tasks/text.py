@@ -34,7 +34,8 @@ def stdlib_files(package: str) -> list[Path]:
     """The ``.py`` files of a standard-library package, its test folders left out, sorted."""
     root = Path(sysconfig.get_paths()["stdlib"])
     folder = root / package
-    return sorted(f for f in folder.rglob("*.py") if not any(p.startswith("test") for p in f.relative_to(folder).parts[:-1]))
+    return sorted(f for f in folder.rglob("*.py")
+                  if not any(p.startswith("test") for p in f.relative_to(folder).parts[:-1]))
 
 
 def _windows(path: Path, length: int, stride: int | None = None) -> list[bytes]:
@@ -47,8 +48,8 @@ def present_packages(classes: int, task: str) -> list[str]:
     least three modules each); ``ValueError`` naming ``task`` if fewer than two."""
     present = [p for p in PACKAGES if len(stdlib_files(p)) >= 3][:classes]
     if len(present) < 2:
-        raise ValueError(f"the standard library at {sysconfig.get_paths()['stdlib']} lacks the packages of the {task} task "
-                         f"({', '.join(PACKAGES)})")
+        raise ValueError(f"the standard library at {sysconfig.get_paths()['stdlib']} lacks the packages of the {task} "
+                         f"task ({', '.join(PACKAGES)})")
     return present
 
 
@@ -68,7 +69,8 @@ def package_windows(rng: np.random.Generator, packages: list[str], length: int) 
         total = sum(len(w) for w in windows)
         parts: dict[str, list[int]] = {"test": [], "val": [], "train": []}
         for i in rng.permutation(len(files)):  # whole files: test, then val, each until it holds 10 %
-            held = next((n for n in ("test", "val") if sum(len(windows[j]) for j in parts[n]) < max(1, total // 10)), "train")
+            held = next((n for n in ("test", "val")
+                         if sum(len(windows[j]) for j in parts[n]) < max(1, total // 10)), "train")
             parts[held if windows[i] or held == "train" else "train"].append(int(i))
         for name, idx in parts.items():
             files_of[name] += [str(files[i]) for i in idx]
@@ -91,8 +93,8 @@ def package_data(task: str, *, size: int, seed: int, length: int, classes: int):
     return (present, rng, *package_windows(rng, present, length))
 
 
-@register("text", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "embed_dim": 64, "num_layers": 2,
-                                  "pooling": "mean", "positional": "sinusoidal", "eval_every": 250})
+@register("text", train_defaults={"steps": 1500, "batch_size": 8, "lr": 2e-3, "warmup": 20, "embed_dim": 64,
+                                  "num_layers": 2, "pooling": "mean", "positional": "sinusoidal", "eval_every": 250})
 def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int = 6) -> Task:
     """The ``text`` task: at most ``size`` training windows of ``length`` bytes from ``classes``
     standard-library packages (see the module docstring).
@@ -113,11 +115,12 @@ def make_text(size: int = 2000, seed: int = 0, length: int = 2048, classes: int 
                 rows.append(np.frombuffer(windows[i], dtype=np.uint8))
                 labels.append(label)
         if cap == 0:
-            raise ValueError(f"length={length} leaves no window in the {name} split of some package; choose a shorter length")
+            raise ValueError(f"length={length} leaves no window in the {name} split of some package; "
+                             "choose a shorter length")
         tokens = torch.from_numpy(np.stack(rows).astype(np.int64)) + FIRST
         splits[name] = Split(tokens, torch.tensor(labels, dtype=torch.long))
     return Task(
-        name="text", kind="classification", vocab_size=FIRST + 256, num_labels=len(present), metric="accuracy", splits=splits,
-        options={"size": size, "seed": seed, "length": length, "classes": classes}, label_names=present,
+        name="text", kind="classification", vocab_size=FIRST + 256, num_labels=len(present), metric="accuracy",
+        splits=splits, options={"size": size, "seed": seed, "length": length, "classes": classes}, label_names=present,
         baseline={"chance": 1 / len(present)}, artifacts={"files": files_of},
     )

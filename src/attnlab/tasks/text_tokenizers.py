@@ -12,7 +12,8 @@ __all__ = ["CHAR_MAX_ALPHABET", "CHAR_MAX_WHITESPACE", "KIND_NAMES", "TOKENIZERS
            "choose_tokenizer", "chosen_tokenizer", "tokenizer_kind", "word_tokenizer"]
 
 TOKENIZERS = ("auto", "char", "bpe")
-"""The ``tokenizer`` option of text: chosen from the data (:func:`choose_tokenizer`), character-level or byte-level BPE."""
+"""The ``tokenizer`` option of text: chosen from the data (:func:`choose_tokenizer`), character-level or byte-level
+BPE."""
 
 CHAR_MAX_WHITESPACE = 0.05
 """``auto`` tokenizes text character by character where under this share of its characters is
@@ -44,8 +45,8 @@ def choose_tokenizer(texts: list[str], given: str = "auto") -> tuple[str, str]:
     if alphabet > CHAR_MAX_ALPHABET:
         return "bpe", (f"auto: {space:.1%} of the training text is whitespace, but in {alphabet} distinct characters, "
                        f"over {CHAR_MAX_ALPHABET}")
-    return "char", (f"auto: {space:.1%} of the training text is whitespace, under {CHAR_MAX_WHITESPACE:.0%}, in {alphabet} distinct "
-                    f"characters, at most {CHAR_MAX_ALPHABET}: not words")
+    return "char", (f"auto: {space:.1%} of the training text is whitespace, under {CHAR_MAX_WHITESPACE:.0%}, in "
+                    f"{alphabet} distinct characters, at most {CHAR_MAX_ALPHABET}: not words")
 
 
 def tokenizer_kind(tokenizer: str) -> str:
@@ -77,7 +78,8 @@ def char_tokenizer(texts: list[str], specials: list[str]):
 def chosen_tokenizer(texts: list[str], specials: list[str], vocab_size: int, given: str):
     """``(tokenizer, kind, why)`` of ``texts`` (:func:`choose_tokenizer`)."""
     kind, why = choose_tokenizer(texts, given)
-    return (char_tokenizer(texts, specials) if kind == "char" else bpe_tokenizer(texts, specials, vocab_size)), kind, why
+    return (char_tokenizer(texts, specials) if kind == "char"
+            else bpe_tokenizer(texts, specials, vocab_size)), kind, why
 
 
 def word_tokenizer(corpus: list[list[str]]):
@@ -85,7 +87,8 @@ def word_tokenizer(corpus: list[list[str]]):
     from tokenizers import Tokenizer, models, trainers
 
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["<pad>", "<cls>", "[UNK]"], show_progress=False))
+    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["<pad>", "<cls>", "[UNK]"],
+                                                              show_progress=False))
     return tok
 
 
@@ -100,6 +103,7 @@ def bpe_tokenizer(texts: list[str], specials: list[str], vocab_size: int):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                       show_progress=False,
                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     return tok

@@ -30,7 +30,8 @@ _VERB = ["sees", "eats", "likes", "finds", "takes", "hears", "paints", "follows"
 _PREP = ["in", "on", "near", "under"]
 _SOURCE = [*_DET, *_ADJ, *_NOUN, *_VERB, *_PREP]
 _SYLL = ["ka", "mo", "ri", "te", "lu", "sa", "no", "pi", "ze", "vu", "do", "fa"]
-LEXICON = {w: _SYLL[i % 12] + _SYLL[(i * 5 + 3) % 12] + ("" if i < 12 else _SYLL[i // 12]) for i, w in enumerate(_SOURCE)}
+LEXICON = {w: _SYLL[i % 12] + _SYLL[(i * 5 + 3) % 12] + ("" if i < 12 else _SYLL[i // 12])
+           for i, w in enumerate(_SOURCE)}
 """Source word -> target word (distinct)."""
 assert len(set(LEXICON.values())) == len(LEXICON)
 
@@ -62,8 +63,9 @@ def translate_sentence(words: list[str]) -> list[str]:
     return out + np_t(obj) + [LEXICON[verb]]
 
 
-@register("translate", baseline_model=None, train_defaults={"steps": 5000, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
-                                                            "positional": "sinusoidal"})
+@register("translate", baseline_model=None,
+          train_defaults={"steps": 5000, "batch_size": 32, "lr": 2e-3, "embed_dim": 64, "num_layers": 2,
+                          "positional": "sinusoidal"})
 def make_translate(size: int = 6000, seed: int = 0) -> Task:
     """The ``translate`` task (kind ``seq2seq``): ``size`` training pairs, fixed ``seed``.
 

@@ -22,7 +22,15 @@ from ..objectives import collate as make_batch
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from .config import TrainConfig, model_config
 from .inference import cross_attention_example, evaluate, generate, predict, prediction_accuracy, score
-from .loop import BUDGET_FIELDS, ConfigMismatchError, RunExistsError, TrainResult, attention_label, config_differences, train
+from .loop import (
+    BUDGET_FIELDS,
+    ConfigMismatchError,
+    RunExistsError,
+    TrainResult,
+    attention_label,
+    config_differences,
+    train,
+)
 
 __all__ = [
     "BUDGET_FIELDS",

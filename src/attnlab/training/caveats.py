@@ -34,7 +34,8 @@ def few_steps(steps: int, timed: bool) -> str | None:
     """A caveat when a time-budgeted run took fewer than :data:`MIN_STEPS` steps (None otherwise)."""
     if not timed or steps >= MIN_STEPS:
         return None
-    return f"the time budget allowed only {steps} optimizer steps (fewer than {MIN_STEPS}): the score says little; give more seconds"
+    return (f"the time budget allowed only {steps} optimizer steps (fewer than {MIN_STEPS}): the score says little; "
+            "give more seconds")
 
 
 def busy(steps_per_second: float | None, earlier: list[float]) -> str | None:
@@ -46,5 +47,6 @@ def busy(steps_per_second: float | None, earlier: list[float]) -> str | None:
     typical = statistics.median(earlier)
     if steps_per_second >= BUSY_RATIO * typical:
         return None
-    return (f"this run made {steps_per_second:.1f} steps/s, {steps_per_second / typical:.2f}x the {typical:.1f} steps/s of the same "
-            "configuration's other runs: the machine was busy and the run got fewer steps than its budget buys")
+    return (f"this run made {steps_per_second:.1f} steps/s, {steps_per_second / typical:.2f}x the {typical:.1f} "
+            "steps/s of the same configuration's other runs: the machine was busy and the run got fewer steps than its "
+            "budget buys")

@@ -79,7 +79,8 @@ def _unshared(state: dict) -> dict:
     return out
 
 
-def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainConfig, mcfg: ModelConfig, meta: dict, state: dict) -> Path:
+def write_checkpoint(out: Path, model: nn.Module, best_state: dict, cfg: TrainConfig, mcfg: ModelConfig, meta: dict,
+                     state: dict) -> Path:
     """Write ``out/checkpoint`` atomically (see the module docstring) and return its path."""
     from safetensors.torch import save_file
 
@@ -138,7 +139,8 @@ def _resolve(path: str | Path) -> Path:
             return cand
     if not p.exists():
         raise CheckpointError(f"no checkpoint at {p}")
-    raise CheckpointError(f"{p} is not an attnlab checkpoint folder (no config.json; expected the --out folder of 'attnlab train')")
+    raise CheckpointError(f"{p} is not an attnlab checkpoint folder (no config.json; expected the --out folder of "
+                          "'attnlab train')")
 
 
 def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool = False, device=None) -> Checkpoint:
@@ -164,7 +166,8 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{folder} was not written by attnlab (config.json has no format {FORMAT!r})")
     if meta.get("version") not in READABLE:
-        raise CheckpointError(f"{folder} has checkpoint version {meta.get('version')}, this attnlab reads version {VERSION}")
+        raise CheckpointError(f"{folder} has checkpoint version {meta.get('version')}, this attnlab reads version "
+                              f"{VERSION}")
     try:
         cfg = TrainConfig.from_dict(meta["train"])
         mcfg = ModelConfig.from_dict(meta["model"])
@@ -176,7 +179,8 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
         tensors = load_file(str(folder / name))
     except (OSError, SafetensorError, RuntimeError) as e:
         raise CheckpointError(f"{folder / name} is truncated or corrupt: {e}") from None
-    renamed = set(tensors) != set(model.state_dict())  # written before a layer's migration (its load hook maps the keys)
+    # written before a layer's migration (its load hook maps the keys)
+    renamed = set(tensors) != set(model.state_dict())
     _load_weights(model, tensors, folder / name)
     state = None
     if with_state:
@@ -185,7 +189,8 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
         except Exception as e:
             raise CheckpointError(f"{folder / 'state.pt'} is truncated or corrupt: {e}") from None
         if renamed:  # the optimizer's state follows the parameters in the order the model of then listed them
-            state["optimizer"] = _reordered(state["optimizer"], parameters_before_step(model), [k for k, _ in model.named_parameters()])
+            state["optimizer"] = _reordered(state["optimizer"], parameters_before_step(model),
+                                            [k for k, _ in model.named_parameters()])
         _check_optimizer(state["optimizer"], model, folder / "state.pt")
     if device is not None:
         model.to(resolve_device(device))
@@ -207,11 +212,12 @@ def _load_weights(model: nn.Module, tensors: dict, file: Path) -> None:
     if missing or unexpected:
         said = [_few(missing, "tensor", "of the model missing")] if missing else []
         said += [_few(unexpected, "tensor", "the model does not have")] if unexpected else []
-        raise CheckpointError(f"{file} does not hold the weights of the model its config.json describes: {'; '.join(said)}")
+        raise CheckpointError(f"{file} does not hold the weights of the model its config.json describes: "
+                              f"{'; '.join(said)}")
 
 
-_SIZE = re.compile(r"size mismatch for ([^:]+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from checkpoint, "
-                   r"the shape in current model is torch\.Size\(\[([^\]]*)\]\)")
+_SIZE = re.compile(r"size mismatch for ([^:]+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from "
+                   r"checkpoint, the shape in current model is torch\.Size\(\[([^\]]*)\]\)")
 
 
 def _few(items: list[str], noun: str, what: str, shown: int = 3) -> str:
@@ -242,4 +248,5 @@ def _check_optimizer(optimizer: dict, model: nn.Module, file: Path) -> None:
             if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape:
                 wrong.append(f"{k} of parameter {i}: {tuple(v.shape)}, the parameter {tuple(p.shape)}")
     if wrong:
-        raise CheckpointError(f"{file}: the optimizer's state does not match the model's parameters ({'; '.join(wrong[:3])})")
+        raise CheckpointError(f"{file}: the optimizer's state does not match the model's parameters "
+                              f"({'; '.join(wrong[:3])})")

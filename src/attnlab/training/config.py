@@ -20,7 +20,8 @@ __all__ = ["FORMER_NAMES", "LATER_FIELDS", "TIME_BUDGET_STEPS", "TrainConfig", "
 TIME_BUDGET_STEPS = 1_000_000
 """The step cap of a run given only a time budget (``seconds``): never the limit in practice."""
 
-LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5, "device": "cpu"}
+LATER_FIELDS = {"seconds": None, "precision": "fp32", "compile": False, "pretrain_steps": 0, "pretrain_share": 0.5,
+                "device": "cpu"}
 """:class:`TrainConfig` fields added after arena runs were first stored, with the value every earlier
 run had: a run at those values keeps the arena id it was planned under before the field existed,
 and the board reads a stored config without the field as having that value."""
@@ -129,15 +130,17 @@ class TrainConfig:
             raise ValueError(f"pretrain_steps must be an int >= 0, got {self.pretrain_steps!r}")
         if not 0 < self.pretrain_share < 1:
             raise ValueError(f"pretrain_share (of a time budget) must be in (0, 1), got {self.pretrain_share}")
-        if _takes_heads(self.model):  # before any model is built: a rotary encoding would otherwise report the odd head width
+        # before any model is built: a rotary encoding would otherwise report the odd head width
+        if _takes_heads(self.model):
             for name in ("embed_dim", "num_heads"):
                 value = getattr(self, name)
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ValueError(f"{name} must be a positive int, got {value!r}")
             if self.embed_dim % self.num_heads:
                 fits = [h for h in range(1, min(self.embed_dim, 16) + 1) if self.embed_dim % h == 0]
-                raise ValueError(f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads} (each head takes "
-                                 f"embed_dim / num_heads of the width): num_heads {', '.join(map(str, fits))} divide {self.embed_dim}")
+                raise ValueError(f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads} (each "
+                                 "head takes embed_dim / num_heads of the width): num_heads "
+                                 f"{', '.join(map(str, fits))} divide {self.embed_dim}")
 
     @classmethod
     def for_task(cls, task: str, **overrides) -> TrainConfig:
@@ -177,8 +180,9 @@ class TrainConfig:
         model = baseline_model(self.task) if self.task in TASKS else None
         if model is None:
             raise ValueError(f"task {self.task!r} has no no-attention baseline model")
-        return dataclasses.replace(self, model=model, attention="dense", attention_options={}, positional="none", causal=False,
-                                   model_options={}, pooling="mean" if self.pooling == "cls" else self.pooling)
+        return dataclasses.replace(self, model=model, attention="dense", attention_options={}, positional="none",
+                                   causal=False, model_options={},
+                                   pooling="mean" if self.pooling == "cls" else self.pooling)
 
     def total_steps(self, train_size: int) -> int:
         """Optimizer steps of the run."""
@@ -201,10 +205,12 @@ def model_config(cfg: TrainConfig, task: Task) -> ModelConfig:
     """The :class:`attnlab.models.ModelConfig` of a run's model on ``task``."""
     backbone = BACKBONES.get(cfg.model)
     takes_attention = backbone.uses_attention
-    if not takes_attention and (cfg.attention != "dense" or cfg.positional != "none" or cfg.causal or cfg.attention_options):
+    if not takes_attention and (cfg.attention != "dense" or cfg.positional != "none" or cfg.causal
+                                or cfg.attention_options):
         if task.inputs != "tokens":
             raise ValueError(f"model {cfg.model!r} takes no --attention, --positional or --causal")
-        raise ValueError(f"model {cfg.model!r} uses no attention: --attention, --positional and --causal do not apply to it")
+        raise ValueError(f"model {cfg.model!r} uses no attention: --attention, --positional and --causal do not apply "
+                         "to it")
     fields: dict = {"kind": task.kind, "model": cfg.model, "num_labels": task.num_labels, "embed_dim": cfg.embed_dim,
                     "pooling": cfg.pooling, "num_layers": cfg.num_layers, "options": dict(cfg.model_options)}
     if takes_attention:
@@ -212,7 +218,8 @@ def model_config(cfg: TrainConfig, task: Task) -> ModelConfig:
     if task.inputs == "tokens":
         fields["vocab_size"] = task.vocab_size
         if takes_attention:
-            fields.update(num_heads=cfg.num_heads, positional=PositionalSpec(cfg.positional), max_len=task.max_len + 1, causal=cfg.causal)
+            fields.update(num_heads=cfg.num_heads, positional=PositionalSpec(cfg.positional), max_len=task.max_len + 1,
+                          causal=cfg.causal)
         if task.kind == "seq2seq":
             fields["max_target_len"] = task.split("train").labels.shape[1] + 8
         return ModelConfig(**fields)

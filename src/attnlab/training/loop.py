@@ -94,8 +94,8 @@ class TrainResult:
     def summary(self) -> dict:
         """The JSON object ``attnlab train --json`` prints (``test_size``: the examples, or nodes,
         the score was measured on)."""
-        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds", "checkpoint", "precision",
-                "flop_rate", "peak_fraction", "pretrain", "device")
+        keys = ("task", "model", "attention", "metric", "value", "test_size", "test_unit", "steps", "seconds",
+                "checkpoint", "precision", "flop_rate", "peak_fraction", "pretrain", "device")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -111,8 +111,8 @@ class RunExistsError(CheckpointError):
     def __init__(self, folder: Path, step: int, total: int | None):
         self.folder, self.step, self.total = folder, step, total
         done = f"{step} of {total} steps" if total else f"{step} steps"
-        super().__init__(f"{folder} already holds a run ({done}); pass resume=True to continue it, overwrite=True to replace it, "
-                         "or another folder")
+        super().__init__(f"{folder} already holds a run ({done}); pass resume=True to continue it, overwrite=True to "
+                         "replace it, or another folder")
 
 
 class ConfigMismatchError(CheckpointError):
@@ -129,7 +129,8 @@ class ConfigMismatchError(CheckpointError):
                          f"(only {', '.join(BUDGET_FIELDS + PLACE_FIELDS)} may change) or use another folder")
 
 
-def config_differences(old: TrainConfig, new: TrainConfig, ignore=BUDGET_FIELDS + PLACE_FIELDS) -> list[tuple[str, object, object]]:
+def config_differences(old: TrainConfig, new: TrainConfig,
+                       ignore=BUDGET_FIELDS + PLACE_FIELDS) -> list[tuple[str, object, object]]:
     """``[(field, old value, new value), ...]`` where two run configs differ, less ``ignore``."""
     a, b = dataclasses.asdict(old), dataclasses.asdict(new)
     return [(f, a[f], b[f]) for f in a if f not in ignore and a[f] != b[f]]
@@ -200,12 +201,13 @@ def train(
     parallel.finish(run.own_group)
     flops, precision, device = run.flops, run.precision, run.device
     rate = flops * steps_run / step_seconds if flops and step_seconds > 0 else None
-    peak = max(peak_flops(p, str(device)) for p in ("float32", precision)) if rate else None  # bf16: its products' or fp32's
-    return TrainResult(run.task.name, cfg.model, attention_label(cfg), run.task.metric, value, time.perf_counter() - t0, str(folder),
-                       run.step, run.history, step_seconds, steps_run, stopped_by, run.task.kind, *run.task.split_size("test"),
-                       precision=precision, flops_per_step=flops, flop_rate=rate, peak_fraction=rate / peak if rate else None,
-                       pretrain=run.pretrain, notes=list(run.task.notes), train_seconds=run.spent,
-                       call_train_seconds=run.spent - spent_before, device=str(device))
+    # bf16: its products' or fp32's
+    peak = max(peak_flops(p, str(device)) for p in ("float32", precision)) if rate else None
+    return TrainResult(run.task.name, cfg.model, attention_label(cfg), run.task.metric, value, time.perf_counter() - t0,
+                       str(folder), run.step, run.history, step_seconds, steps_run, stopped_by, run.task.kind,
+                       *run.task.split_size("test"), precision=precision, flops_per_step=flops, flop_rate=rate,
+                       peak_fraction=rate / peak if rate else None, pretrain=run.pretrain, notes=list(run.task.notes),
+                       train_seconds=run.spent, call_train_seconds=run.spent - spent_before, device=str(device))
 
 
 @contextlib.contextmanager
@@ -227,7 +229,8 @@ def _removed_if_left_empty(out: Path):
         raise
 
 
-def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: int, *, resume: bool, overwrite: bool) -> Run:
+def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: int, *, resume: bool,
+           overwrite: bool) -> Run:
     """The setup of a call of :func:`train`: the processes, the checks that leave a run in ``out``
     untouched, the task, the model (seeded) and its optimizer, resumed from ``out``'s checkpoint
     when ``resume``, then compiled or wrapped for parallelism."""
@@ -242,10 +245,12 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
     if rank == 0:  # an unwritable --out fails now, not after the first stretch of training
         out.mkdir(parents=True, exist_ok=True)
     ck = load_checkpoint(out, weights="last", with_state=True) if resume else None
-    if ck is not None and (differences := config_differences(ck.config, cfg)):  # before the task: a run on another file is this
+    # before the task: a run on another file is this
+    if ck is not None and (differences := config_differences(ck.config, cfg)):
         raise ConfigMismatchError(out, differences)
     saved = None if ck is None else ck.meta.get("task_artifacts") or {}
-    if task is None:  # resumed: the task the run trained on (the user's file unchanged, its saved tokenizers), never derived anew
+    # resumed: the task the run trained on (the user's file unchanged, its saved tokenizers), never derived anew
+    if task is None:
         task = task_registry.create(cfg.task, saved=saved, **cfg.task_options)
     else:
         task_registry.check_saved(task, saved, f"the run in {out}")
@@ -258,8 +263,8 @@ def _start(cfg: TrainConfig, out: Path, task: Task | None, sequence_parallel: in
     precision = resolve(cfg.precision, device)
     warn_if_emulated(cfg.precision, device, stacklevel=4)  # the warning names the line that called train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    run = Run(cfg, out, task, objective, mcfg, train_split, model, opt, device, precision, total, rank, world, own_group, sp, dp_rank,
-              dp_world, sequence_parallel, best_state=copy_weights(model))
+    run = Run(cfg, out, task, objective, mcfg, train_split, model, opt, device, precision, total, rank, world,
+              own_group, sp, dp_rank, dp_world, sequence_parallel, best_state=copy_weights(model))
     if ck is not None:
         _resume(run, ck)
     run.train_model = torch.compile(model) if cfg.compile else model
@@ -286,7 +291,8 @@ def _resume(run: Run, ck) -> None:
     run.losses = ck.meta.get("losses", [])
     run.spent = ck.meta.get("train_seconds", 0.0)
     run.pretrain = ck.meta.get("pretrain")
-    run.precision = ck.meta.get("precision") or run.precision  # the run keeps its arithmetic, wherever it resumes (auto resolved once)
+    # the run keeps its arithmetic, wherever it resumes (auto resolved once)
+    run.precision = ck.meta.get("precision") or run.precision
     run.flops = ck.meta.get("flops_per_step", 0)
     run.best_state = load_checkpoint(run.out, weights="best").model.state_dict()
 
@@ -298,7 +304,8 @@ def _fine_tune(run: Run, t0: float, max_seconds: float | None, on_step: Callable
     this call's seconds in steps and number of steps."""
     cfg = run.cfg
     pre_seconds = run.pretrain["seconds"] if run.pretrain else 0.0
-    budget = None if cfg.seconds is None else max(cfg.seconds - pre_seconds, 1e-9)  # fine-tuning's share of the time budget
+    # fine-tuning's share of the time budget
+    budget = None if cfg.seconds is None else max(cfg.seconds - pre_seconds, 1e-9)
     stopped = cfg.seconds is not None and run.spent >= cfg.seconds  # resumed after its budget ran out: nothing to train
     stopped_by = "budget" if stopped else "steps"
     step_seconds, steps_run = 0.0, 0
@@ -308,7 +315,8 @@ def _fine_tune(run: Run, t0: float, max_seconds: float | None, on_step: Callable
         steps_run += 1
         took = time.perf_counter() - t_step
         over_budget = max_seconds is not None and time.perf_counter() - t0 >= max_seconds
-        if run.world > 1:  # the global loss, one step time (the slowest) and one decision about the budget for all processes
+        # the global loss, one step time (the slowest) and one decision about the budget for all processes
+        if run.world > 1:
             loss, over_budget, took = parallel.agree(loss, over_budget, took, run.world)
         step_seconds += took
         run.spent += took  # the same on every process: the learning rate follows it
@@ -335,7 +343,8 @@ def _step(run: Run, lr: float) -> torch.Tensor:
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
-    count = not run.flops and run.world == 1  # one process (its rate is over its own peak): the first step it runs is counted, eagerly
+    # one process (its rate is over its own peak): the first step it runs is counted, eagerly
+    count = not run.flops and run.world == 1
     with flop_counter() if count else contextlib.nullcontext() as counter:
         with autocast(run.precision, run.device):
             loss = run.objective.loss(model if count else run.train_model, inputs, labels)
@@ -350,7 +359,8 @@ def _step(run: Run, lr: float) -> torch.Tensor:
     return loss
 
 
-def _validate(run: Run, loss: torch.Tensor, over_budget: bool, on_eval: Callable[[int, float], None] | None) -> str | None:
+def _validate(run: Run, loss: torch.Tensor, over_budget: bool,
+              on_eval: Callable[[int, float], None] | None) -> str | None:
     """Score the validation split, keep the best weights, save; returns what stops the run now
     (``"patience"``, ``"budget"``), or None."""
     with autocast(run.precision, run.device):

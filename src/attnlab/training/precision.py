@@ -74,8 +74,9 @@ def warn_if_emulated(precision: str, device: torch.device | str = "cpu", stackle
     ``stacklevel``: :func:`warnings.warn`'s, counted from here (3: the caller of this function's caller)."""
     device = torch.device(device)
     if precision == "bf16" and not fast_bf16(device):
-        warnings.warn(f"no native bfloat16 found on this {device.type.upper()} (on a CPU: neither AVX-512 BF16 nor AMX): --precision "
-                      "bf16 is emulated and likely slower than fp32 here (attnlab bench peak measures both); --precision auto picks fp32",
+        warnings.warn(f"no native bfloat16 found on this {device.type.upper()} (on a CPU: neither AVX-512 BF16 nor "
+                      "AMX): --precision bf16 is emulated and likely slower than fp32 here (attnlab bench peak "
+                      "measures both); --precision auto picks fp32",
                       EmulatedBF16Warning,
                       stacklevel=stacklevel)
 

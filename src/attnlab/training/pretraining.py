@@ -40,7 +40,8 @@ def pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
     while step < total and (budget is None or spent < budget) and (deadline is None or time.perf_counter() < deadline):
         t = time.perf_counter()
         den.train()
-        inputs, _ = collate(task, data, batch_indices(len(data), cfg.batch_size, cfg.seed + 1, step), objective, device=device)
+        inputs, _ = collate(task, data, batch_indices(len(data), cfg.batch_size, cfg.seed + 1, step), objective,
+                            device=device)
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step, total, spent, budget, warmup)
         with autocast(precision, device):
@@ -57,4 +58,5 @@ def pretrain(model: nn.Module, task: Task, cfg: TrainConfig, precision: str,
     with autocast(precision, device):
         val = objective.score(den, task, "val")
     return {"steps": step, "seconds": spent, "loss_first": sum(losses[:10]) / len(losses[:10]) if losses else None,
-            "loss_last": sum(losses[-10:]) / len(losses[-10:]) if losses else None, "val_accuracy": val, "causal": den.causal}
+            "loss_last": sum(losses[-10:]) / len(losses[-10:]) if losses else None, "val_accuracy": val,
+            "causal": den.causal}

@@ -58,7 +58,8 @@ def plot_attention_benchmark(records: list[dict], path: str | Path) -> Path:
     mem_mode = "fwd_bwd" if "fwd_bwd" in modes else modes[0]
     names = list(dict.fromkeys(_label(r) for r in records))
     color = {name: f"C{i}" for i, name in enumerate(names)}  # one colour per implementation everywhere
-    rows = [("seconds", m, f"time, {m} (s)") for m in modes] + [("peak_bytes", mem_mode, f"peak memory, {mem_mode} (MiB)")]
+    rows = [("seconds", m, f"time, {m} (s)") for m in modes] + [("peak_bytes", mem_mode,
+                                                                 f"peak memory, {mem_mode} (MiB)")]
     fig, axes = plt.subplots(len(rows), len(paths), figsize=(4 * len(paths), 3 * len(rows)), squeeze=False)
     for c, p in enumerate(paths):
         for r, (field, mode, label) in enumerate(rows):
@@ -124,9 +125,11 @@ def plot_scaling(records: list[dict], path: str | Path, *, slopes: dict | None =
                 continue
             label = v + (f" (slope {s[key]:.2f})" if s.get(key) is not None else "")
             ax.plot(*zip(*xy), marker="o", color=f"C{i}", label=label, linestyle="--" if v == "dense" else "-")
-        band = sorted((r["n"], r["seconds_min"], r["seconds_max"]) for r in rows if r["variant"] == v and r.get("seconds_min"))
+        band = sorted((r["n"], r["seconds_min"], r["seconds_max"]) for r in rows if r["variant"] == v
+                      and r.get("seconds_min"))
         if len(band) > 1:  # the spread of the timed steps: fastest to slowest
-            axes[0].fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band], color=f"C{i}", alpha=0.15, linewidth=0)
+            axes[0].fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band], color=f"C{i}",
+                                 alpha=0.15, linewidth=0)
     for ax, title in ((axes[0], "forward + backward time (s)"), (axes[1], "peak memory (MiB)")):
         log_log_axes(ax, title, "sequence length N")
     fig.suptitle("attention variants: B=1, H=4, D=64, fp32 (slopes fitted over N >= 4096)")
@@ -189,9 +192,11 @@ def plot_precision(data: dict, path: str | Path) -> Path:
         left.bar(xs, [by[(v, n, "bf16")]["speedup"] for v in variants if (v, n, "bf16") in by], width, label=f"N = {n}")
         for k, prec in enumerate(("fp32", "bf16")):
             ys = [100 * by[(v, n, prec)]["peak_fraction"] for v in variants if (v, n, prec) in by]
-            right.bar([x + k * width / 2 for x in xs], ys, width / 2, label=f"{prec}, N = {n}", alpha=0.9 if prec == "bf16" else 0.5)
+            right.bar([x + k * width / 2 for x in xs], ys, width / 2, label=f"{prec}, N = {n}",
+                      alpha=0.9 if prec == "bf16" else 0.5)
     for ax in (left, right):
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(variants))], variants, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(variants))], variants, rotation=30,
+                      ha="right", fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     left.axhline(1.0, color="grey", lw=0.8, ls=":")
@@ -211,7 +216,8 @@ def plot_recall(records: list[dict], path: str | Path) -> Path:
     fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], pairs):
         for variant in dict.fromkeys(r["variant"] for r in records):
-            pts = sorted((r["state_floats"], r["accuracy"]) for r in records if r["pairs"] == p and r["variant"] == variant)
+            pts = sorted((r["state_floats"], r["accuracy"]) for r in records if r["pairs"] == p
+                         and r["variant"] == variant)
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=variant)
         ax.set_xscale("log", base=2)

@@ -36,13 +36,16 @@ def plot_complexity(records: list[dict], path: str | Path, *, exponents: dict | 
         pts = sorted((r["n"], r["seconds"]) for r in rows if r["layer"] == name)
         e = (exponents or {}).get(name)
         if pts:
-            axes[0].plot(*zip(*pts), marker="o", color=f"C{i}", label=name + (f" (exponent {e:.2f})" if e is not None else ""))
-        steps = sorted((r["n"], r["sequential_steps"]) for r in records if r["layer"] == name and r.get("sequential_steps"))
+            axes[0].plot(*zip(*pts), marker="o", color=f"C{i}",
+                         label=name + (f" (exponent {e:.2f})" if e is not None else ""))
+        steps = sorted((r["n"], r["sequential_steps"]) for r in records if r["layer"] == name
+                       and r.get("sequential_steps"))
         if steps:
             axes[1].plot(*zip(*steps), marker="o", color=f"C{i}", label=name)
     from .bench import log_log_axes
 
-    for ax, title in ((axes[0], "forward time (s), B=1, d=64"), (axes[1], "sequential steps (longest chain of dependent ops)")):
+    for ax, title in ((axes[0], "forward time (s), B=1, d=64"),
+                      (axes[1], "sequential steps (longest chain of dependent ops)")):
         log_log_axes(ax, title, "sequence length n")
     fig.suptitle("CNN / RNN / self-attention: measured cost and sequential steps")
     return _save(fig, path)
@@ -99,7 +102,8 @@ def plot_cross_attention(weights, source: list[str], target: list[str], path: st
 
     w = weights.detach().float().cpu().numpy() if hasattr(weights, "detach") else weights
     if w.shape != (len(target), len(source)):
-        raise ValueError(f"weights of shape {tuple(w.shape)} do not match {len(target)} target x {len(source)} source tokens")
+        raise ValueError(f"weights of shape {tuple(w.shape)} do not match {len(target)} target x "
+                         f"{len(source)} source tokens")
     fig, ax = plt.subplots(figsize=(0.55 * len(source) + 2.5, 0.45 * len(target) + 2))
     ax.imshow(w, cmap="viridis", vmin=0, aspect="auto")
     ax.set_xticks(range(len(source)), source, rotation=60, ha="right")

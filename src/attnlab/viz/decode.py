@@ -50,7 +50,8 @@ def plot_decode(data: dict, path: str | Path) -> Path:
         for i, kind in enumerate(dict.fromkeys(r["cache"] for r in memory)):
             pts = sorted((r["tokens"], r["cache_bytes"] / 2**20) for r in memory if r["cache"] == kind)
             ax.plot(*zip(*pts), marker="o", color=f"C{i + 3}", label=kind)
-        ax.set(xscale="log", yscale="log", xlabel="tokens streamed", ylabel="cache (MiB)", title="cache memory over a stream")
+        ax.set(xscale="log", yscale="log", xlabel="tokens streamed", ylabel="cache (MiB)",
+               title="cache memory over a stream")
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
     return save_figure(fig, path)

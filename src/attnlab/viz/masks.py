@@ -34,13 +34,15 @@ def plot_masks(data: dict, path: str | Path) -> Path:
     patterns = list(dict.fromkeys(r["pattern"] for r in recs))
     for i, p in enumerate(patterns):
         for method, style in styles.items():
-            pts = sorted((r["n"], r["seconds"], r["rss_bytes"]) for r in recs if r["pattern"] == p and r["method"] == method)
+            pts = sorted((r["n"], r["seconds"], r["rss_bytes"]) for r in recs if r["pattern"] == p
+                         and r["method"] == method)
             if not pts:
                 continue
             sec.plot([x[0] for x in pts], [x[1] for x in pts], style, marker="o", ms=3, color=f"C{i}")
             mem_pts = [x for x in pts if x[2]]
             if mem_pts:
-                mem.plot([x[0] for x in mem_pts], [x[2] / 2**20 for x in mem_pts], style, marker="o", ms=3, color=f"C{i}")
+                mem.plot([x[0] for x in mem_pts], [x[2] / 2**20 for x in mem_pts], style, marker="o",
+                         ms=3, color=f"C{i}")
     # One legend under both panels: a colour per pattern, a line style per method.
     handles = [Line2D([], [], color=f"C{i}", marker="o", ms=3, label=p) for i, p in enumerate(patterns)]
     handles += [Line2D([], [], color="black", linestyle=style, label=method) for method, style in styles.items()

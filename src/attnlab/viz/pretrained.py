@@ -43,7 +43,8 @@ def plot_pretrained(records: list[dict], path: str | Path) -> Path:
                     linestyle="-" if len(pts) > 1 else "none", label=v)
             for x, y, label in pts:
                 if v not in (base, "attnlab"):
-                    ax.annotate(label.split("=")[-1], (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=f"C{i}")
+                    ax.annotate(label.split("=")[-1], (x, y), textcoords="offset points", xytext=(4, 3),
+                                fontsize=7, color=f"C{i}")
         ax.axhline(line, color="grey", linestyle="--", linewidth=0.8)
         ax.set_xscale("log")
         if decoder:
@@ -54,7 +55,8 @@ def plot_pretrained(records: list[dict], path: str | Path) -> Path:
         docs = next(r["windows" if decoder else "documents"] for r in rows if r["n"] == n)
         ax.set_title(f"N = {n} tokens ({docs} {'held-out windows' if decoder else 'documents'})")
         ax.set_xlabel("forward time relative to the trained model" + (" under sdpa" if decoder else "") + " (log)")
-        ax.set_ylabel("perplexity relative to the trained model's (log)" if decoder else "cosine to the trained model's embeddings (mean)")
+        ax.set_ylabel("perplexity relative to the trained model's (log)" if decoder
+                      else "cosine to the trained model's embeddings (mean)")
         ax.grid(True, alpha=0.3)
     axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.suptitle("Efficient attention swapped into a trained model, no retraining: fidelity vs speed")

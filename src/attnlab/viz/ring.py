@@ -40,15 +40,16 @@ def plot_ring(data: dict, path: str | Path) -> Path:
             sec.plot([o[0] for o in ok], [o[2] for o in ok], marker="o", color=f"C{i}", label=label)
             if p > 1:
                 for n, _, s, share in ok:
-                    sec.annotate(f"{share:.0%}", (n, s), textcoords="offset points", xytext=(4, -12), fontsize=7, color=f"C{i}")
+                    sec.annotate(f"{share:.0%}", (n, s), textcoords="offset points", xytext=(4, -12),
+                                 fontsize=7, color=f"C{i}")
         failed = [r["length"] for r in recs if r["processes"] == p and r["status"] not in ("ok", "skipped")]
         if failed and cap:
             mem.scatter(failed, [cap] * len(failed), marker="x", s=70, color=f"C{i}", zorder=3,
                         label=f"{label}: out of memory")
     if cap:
         mem.axhline(cap, ls="--", color="grey", lw=1)
-        mem.annotate(f"cap {cap:.0f} MiB per process", (lengths[0], cap), textcoords="offset points", xytext=(0, 4), fontsize=8,
-                     color="grey")
+        mem.annotate(f"cap {cap:.0f} MiB per process", (lengths[0], cap), textcoords="offset points", xytext=(0, 4),
+                     fontsize=8, color="grey")
     kind = "causal" if r0["causal"] else "bidirectional"
     for ax in (mem, sec):
         ax.set_xscale("log", base=2)

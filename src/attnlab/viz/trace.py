@@ -65,7 +65,8 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
             return
         mask, bias = kwargs.get("mask"), kwargs.get("bias")
         with torch.no_grad():
-            q, k, v, score_mod = mod.project(query, positions=kwargs.get("positions"), key_positions=kwargs.get("key_positions"))
+            q, k, v, score_mod = mod.project(query, positions=kwargs.get("positions"),
+                                             key_positions=kwargs.get("key_positions"))
             k, v = mod.repeat_kv(k, v)  # grouped-query layers: one key / value head per query head
             weights = output.weights
             if weights is None:  # an efficient variant refuses: it never builds the weights
@@ -78,7 +79,8 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
                 q, k = mod.score.prepare(q, k)
         records.append(Captured(names.get(mod, ""), weights, q, k, v, scale, why))
 
-    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules()
+               if isinstance(m, MultiHeadAttention)]
     try:
         yield records
     finally:
@@ -93,7 +95,8 @@ def stack_captured(records: list[Captured], index: int = 0) -> dict:
         raise ValueError("no self-attention call was recorded: the model has no attnlab MultiHeadAttention")
     scales = {r.scale for r in records}
     scale = scales.pop() if len(scales) == 1 else None
-    why = next((r.why for r in records if r.scale is None), "" if scale is not None else "the layers scale their scores differently")
+    why = next((r.why for r in records if r.scale is None),
+               "" if scale is not None else "the layers scale their scores differently")
     return {
         "weights": torch.stack([r.weights[index] for r in records]),
         "q": torch.stack([r.q[index] for r in records]),

@@ -98,7 +98,8 @@ def viewer_data(d: ViewerData, *, topk: int = 32) -> dict:
     if d.q is not None:
         q, kk, v = (t.detach().cpu().float() for t in (d.q, d.k, d.v))
         if q.shape[:3] != (layers, heads, n) or kk.shape != q.shape or v.shape[:3] != q.shape[:3]:
-            raise ValueError(f"q, k, v must have shape (L, H, N, D) = ({layers}, {heads}, {n}, D), got {tuple(q.shape)}")
+            raise ValueError(f"q, k, v must have shape (L, H, N, D) = ({layers}, {heads}, {n}, D), got "
+                             f"{tuple(q.shape)}")
         out["steps"] = {
             "head_dim": q.shape[-1],
             "scale": float(d.scale),
@@ -130,7 +131,8 @@ def _from_captured(records, tokens: list[str], title: str, note: str = "") -> Vi
 
     s = stack_captured(records)
     if s["weights"].shape[-1] != len(tokens):
-        raise ValueError(f"the model attended over {s['weights'].shape[-1]} positions, but the text has {len(tokens)} tokens")
+        raise ValueError(f"the model attended over {s['weights'].shape[-1]} positions, but the text has "
+                         f"{len(tokens)} tokens")
     why = "" if s["scale"] is not None else f"steps panel off: {s['why']}"
     keep = s["scale"] is not None
     return ViewerData(
@@ -171,7 +173,8 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
     art = ck.meta.get("task_artifacts") or {}
     if not text.split():
         raise ValueError("the text is empty: give some words to attend over")
-    if art.get("codec") == "bytes":  # a byte-level model (the docs language model): its tokens are the text's UTF-8 bytes
+    # a byte-level model (the docs language model): its tokens are the text's UTF-8 bytes
+    if art.get("codec") == "bytes":
         from ..tasks.docs import encode_bytes
 
         ids = encode_bytes(text)
@@ -189,13 +192,15 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
     else:
         task = task_registry.create(ck.config.task, **ck.config.task_options)
         if task.inputs != "tokens" or task.kind in ("pair", "seq2seq") or not task.vocab:
-            raise ValueError(f"the viewer shows encoders of one token sequence; task {task.name!r} has {task.inputs} inputs ({task.kind})")
+            raise ValueError(f"the viewer shows encoders of one token sequence; task {task.name!r} has {task.inputs} "
+                             f"inputs ({task.kind})")
         index = {w: i for i, w in enumerate(task.vocab)}
         words = text.split()
         unknown = [w for w in words if w not in index]
         if unknown or not words:
             sample = ", ".join(task.vocab[2:14])
-            raise ValueError(f"words not in task {task.name!r}'s vocabulary: {', '.join(unknown) or '(none given)'}; it has e.g. {sample}")
+            raise ValueError(f"words not in task {task.name!r}'s vocabulary: {', '.join(unknown) or '(none given)'}; "
+                             f"it has e.g. {sample}")
         ids = [index[w] for w in words]
         if int(task.split("train").tokens[0, 0]) == CLS:  # the task's sequences start with its <cls> token
             ids = [CLS] + ids
@@ -203,4 +208,5 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
     model = ck.model.eval()
     with capture(model) as records, torch.no_grad():
         model(torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device))
-    return _from_captured(records, tokens, f"{ck.config.task} checkpoint {Path(path).name}: {text[:80]}", f"model {ck.config.model}")
+    return _from_captured(records, tokens, f"{ck.config.task} checkpoint {Path(path).name}: {text[:80]}",
+                          f"model {ck.config.model}")
