@@ -52,7 +52,7 @@ def test_the_core_and_the_command_line_run_without_any_optional_package():
     assert res.stdout.split() == ["(1,", "2,", "5,", "8)", "text"]
     cli = block + " from attnlab.cli import main; sys.argv = ['attnlab', 'train', 'molecules', '--steps', '1']; main()"
     res = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr  # a missing package: run time
     assert ("the molecules task (RDKit's bundled NCI molecules) needs rdkit, which is not installed: pip install 'attnlab[molecules]'"
             in " ".join(res.stderr.split()))
 

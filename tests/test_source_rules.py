@@ -38,7 +38,7 @@ MAX_FUNCTION_LINES = 80
 """The longest a function or method may be, counted from its first statement after the docstring to its end."""
 
 ALLOWED = {
-    ("attnlab.cli.common", "typer._click"):
+    ("attnlab.cli.errors", "typer._click"):
         "typer >= 0.26 vendors click as typer._click and raises its exceptions; the click package is no longer a typer "
         "dependency and its classes are others (typer 0.29: no public path to NoArgsIsHelpError / ClickException)",
     ("attnlab.studies.complexity", "torch.utils._python_dispatch"):

@@ -16,6 +16,11 @@ class ArgumentTypeError(TypeError):
     line reports as a one-line usage error (any other ``TypeError`` is a bug and keeps its traceback)."""
 
 
+class DataError(ValueError):
+    """A file whose content attnlab cannot use (a data file's bad line, a damaged results store): not a
+    bad argument but a failure at run time, which the command line ends with exit code 1, not 2."""
+
+
 def is_int(value) -> bool:
     """Whether ``value`` is an ``int`` and not a ``bool`` (for checks whose message is their own)."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -33,7 +38,8 @@ def int_at_least(name: str, value, minimum: int) -> int:
 
 
 def positive_int(name: str, value) -> int:
-    """``value`` if it is an ``int >= 1`` (not a bool), else ``ValueError("<name> must be a positive int, got ...")``."""
+    """``value`` if it is an ``int >= 1`` (not a bool), else
+    ``ValueError("<name> must be a positive int, got ...")``."""
     return int_at_least(name, value, 1)
 
 
@@ -55,7 +61,8 @@ def number_above(name: str, value, bound: float) -> float:
 
 def probability(name: str, value, *, inclusive_one: bool = False) -> float:
     """``value`` as a float in ``[0, 1)`` (``[0, 1]`` with ``inclusive_one``), else a ``ValueError``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (0.0 <= value <= 1.0 if inclusive_one else 0.0 <= value < 1.0)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+        0.0 <= value <= 1.0 if inclusive_one else 0.0 <= value < 1.0)
     if not ok:
         raise ValueError(f"{name} must be a number in [0, 1{']' if inclusive_one else ')'}, got {value!r}")
     return float(value)

@@ -36,9 +36,9 @@ def test_arena_runs_stores_reports_and_skips_on_rerun(tmp_path, monkeypatch):
     bad = CliRunner().invoke(app, ["arena", "--variants", "fast", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "unknown variant 'fast'" in bad.output
     nodata = CliRunner().invoke(app, ["arena", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
-    assert nodata.exit_code == 2 and "no such file" in " ".join(nodata.output.split())
+    assert nodata.exit_code == 1 and "no such file" in " ".join(nodata.output.split())
     missing = CliRunner().invoke(app, ["report", str(tmp_path / "none")])
-    assert missing.exit_code == 2 and "no results.sqlite" in " ".join(missing.output.split())
+    assert missing.exit_code == 1 and "no results.sqlite" in " ".join(missing.output.split())
 
 
 def _text(grid: LiveGrid) -> str:
@@ -145,7 +145,7 @@ def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path):
     for args in (["arena", "--out", str(tmp_path), "--tasks", "listops", "--variants", "dense"], ["report", str(tmp_path)]):
         res = runner.invoke(app, args)
         said = " ".join(res.output.split())
-        assert res.exit_code == 2, res.output
+        assert res.exit_code == 1, res.output
         assert "is not an attnlab results store" in said and "Traceback" not in said and not isinstance(res.exception, ValueError)
 
 

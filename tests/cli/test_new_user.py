@@ -20,9 +20,10 @@ from tests.cli.helpers import interrupt_training, runner
 TINY = ["--size", "64", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--eval-every", "2"]
 
 
-def _one_error(res, *words):
-    """``res`` ended with one line on stderr, an error holding every one of ``words``."""
-    assert res.exit_code == 2, res.output
+def _one_error(res, *words, code=2):
+    """``res`` ended with one line on stderr, an error holding every one of ``words``, and exit ``code``
+    (2: a usage error; 1: a failure at run time)."""
+    assert res.exit_code == code, res.output
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("error: "), res.stderr
     for w in words:
         assert w in res.stderr, res.stderr
@@ -41,7 +42,7 @@ def test_2_heads_that_do_not_divide_the_width_are_refused_before_any_model(tmp_p
 
 def test_3_generate_on_a_tagger_says_it_is_not_a_language_model_and_nothing_before(runs):
     res = runner.invoke(app, ["generate", str(runs["pos"]), "hello"])  # 205 bytes: past the tagger's context too
-    _one_error(res, "holds a tagging model; generate needs a language model")
+    _one_error(res, "holds a tagging model; generate needs a language model", code=1)  # a checkpoint of another kind
     assert "warning" not in res.output
 
 
@@ -103,7 +104,7 @@ def test_6_view_refuses_to_replace_a_file_without_force(runs, tmp_path):
     target = tmp_path / "law.html"
     target.write_text("keep me\n")
     args = ["view", "The with statement", "--checkpoint", str(runs["docs"]), "-o", str(target)]
-    _one_error(runner.invoke(app, args), f"-o {target} exists; add --force to replace it")
+    _one_error(runner.invoke(app, args), f"-o {target} exists; add --force to replace it", code=1)  # a file in the way
     assert target.read_text() == "keep me\n"
     assert runner.invoke(app, [*args, "--force"]).exit_code == 0
     assert target.read_text().startswith("<!doctype html>")
@@ -114,9 +115,10 @@ def test_6_train_refuses_resume_with_force_and_a_file_as_its_folder(tmp_path):
     _one_error(res, "--resume continues the run in --out and --force replaces it: give one of them, not both")
     afile = tmp_path / "afile"
     afile.write_text("x")
-    _one_error(runner.invoke(app, ["train", "pos", "--steps", "5", "--out", str(afile)]), f"--out {afile} is a file; it must be a folder")
+    _one_error(runner.invoke(app, ["train", "pos", "--steps", "5", "--out", str(afile)]), f"--out {afile} is a file; it must be a folder",
+               code=1)  # a file in the way
     res = runner.invoke(app, ["train", "pos", "--steps", "5", "--out", str(afile / "run")])
-    _one_error(res, f"--out {afile / 'run'} must be a folder, but {afile} is a file")
+    _one_error(res, f"--out {afile / 'run'} must be a folder, but {afile} is a file", code=1)
     assert "Errno" not in res.stderr and afile.read_text() == "x"
 
 

@@ -16,7 +16,7 @@ def test_plot_positional_writes_a_png(name, tmp_path):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["plot", "positional", "sine"], "unknown positional encoding 'sine'"),
+        (["plot", "positional", "sine"], "'sine' is not one of 'alibi'"),
         (["plot", "positional", "none"], "nothing to draw"),
         (["plot", "positional", "rope", "--dim", "7"], "even"),
     ],

@@ -14,9 +14,10 @@ pytest.importorskip("transformers")  # the tiny model folder is written by trans
 SENTENCE = "the law will never be perfect but its application should be just"
 
 
-def fails(*args) -> str:
+def fails(*args, code=2) -> str:
+    """The one error line of ``attnlab *args``, which exits with ``code`` (2: a usage error, 1: a failure at run time)."""
     res = runner.invoke(app, list(args))
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == code, res.output
     assert "Traceback" not in res.output
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert lines[0].startswith("error:"), res.output  # one error, at the start (rich may wrap it)
@@ -37,7 +38,7 @@ def test_attention_table_shows_each_tokens_strongest_key(tiny_bert):
 
 
 def test_attention_errors_are_one_line(tiny_bert):
-    assert "unknown model 'no-such-model'" in fails("attention", SENTENCE, "--model", "no-such-model")
+    assert "unknown model 'no-such-model'" in fails("attention", SENTENCE, "--model", "no-such-model", code=1)  # no such folder
     assert "'cats' is not among the tokens" in fails("attention", SENTENCE, "--model", str(tiny_bert), "--find", "cats law")
     assert "--find takes two words" in fails("attention", SENTENCE, "--model", str(tiny_bert), "--find", "law")
     long = " ".join(["law"] * 80)
@@ -52,11 +53,11 @@ def test_view_writes_a_page_for_a_model_or_a_checkpoint(tmp_path, tiny_bert):
     ck = Path(__file__).resolve().parents[1] / "data" / "checkpoints-v1" / "pos-transformer"
     assert "not in task 'pos''s vocabulary: zzz" in fails("view", "zzz", "--checkpoint", str(ck), "-o", str(tmp_path / "b.html"))
     (tmp_path / "dir").mkdir()
-    assert "Is a directory" in fails("view", SENTENCE, "--model", str(tiny_bert), "-o", str(tmp_path / "dir"))
+    assert "Is a directory" in fails("view", SENTENCE, "--model", str(tiny_bert), "-o", str(tmp_path / "dir"), code=1)
     assert not list(tmp_path.glob("*.tmp"))  # the temporary file is removed
     (tmp_path / "gpt").mkdir()
     (tmp_path / "gpt" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    assert "model_type 'gpt2'" in fails("view", SENTENCE, "--model", str(tmp_path / "gpt"))
+    assert "model_type 'gpt2'" in fails("view", SENTENCE, "--model", str(tmp_path / "gpt"), code=1)
 
 
 @pytest.mark.slow
@@ -72,9 +73,9 @@ def test_bench_pretrained_writes_records_a_chart_and_reports_them_again(tmp_path
     assert "unknown" in fails("bench", "pretrained", "--model", str(tiny_bert), "--variants", "fast")
     del recs[0]  # no trained-model row: not a report of this command
     out_json.write_text(json.dumps({"records": recs}))
-    assert "no trained-model (dense) record at N=32" in fails("bench", "pretrained", "--from", str(out_json))
+    assert "no trained-model (dense) record at N=32" in fails("bench", "pretrained", "--from", str(out_json), code=1)
     out_json.write_text(json.dumps({"records": [{"variant": "dense"}]}))
-    assert "a record lacks model" in fails("bench", "pretrained", "--from", str(out_json))
+    assert "a record lacks model" in fails("bench", "pretrained", "--from", str(out_json), code=1)
 
 
 def test_a_bad_config_is_one_line(tmp_path, tiny_bert):
@@ -86,9 +87,9 @@ def test_a_bad_config_is_one_line(tmp_path, tiny_bert):
     for key, value, message in (("num_hidden_layers", 0, "num_hidden_layers must be"), ("pad_token_id", 10_000, "pad_token_id must be in"),
                                 ("hidden_act", "swish", "hidden_act 'swish'")):
         (folder / "config.json").write_text(json.dumps({**cfg, key: value}))
-        assert message in fails("attention", SENTENCE, "--model", str(folder))
+        assert message in fails("attention", SENTENCE, "--model", str(folder), code=1)  # a damaged model folder
     (folder / "config.json").write_text("[1, 2]")
-    assert "not a JSON object" in fails("attention", SENTENCE, "--model", str(folder))
+    assert "not a JSON object" in fails("attention", SENTENCE, "--model", str(folder), code=1)
 
 
 def test_bench_pretrained_measures_a_decoder_by_perplexity(tmp_path, tiny_decoder):

@@ -136,7 +136,7 @@ def test_a_tensor_removed_or_renamed_is_named(tmp_path):
     assert "2 tensors of the model missing: " in said and "attn.step.fgate_proj.weight" in said and "head.bias" in said
     assert "1 tensor the model does not have: backbone.encoder.layers.0.attn.forget.weight" in said
     res = runner.invoke(app, ["eval", str(run)])
-    assert res.exit_code == 2 and "head.bias" in res.output
+    assert res.exit_code == 1 and "head.bias" in res.output  # a damaged checkpoint: run time
 
 
 def test_a_tensor_of_another_shape_is_named(tmp_path):

@@ -14,12 +14,14 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ..validate import DataError
+
 __all__ = ["COLUMNS", "Store", "task_label"]
 
 COLUMNS = (
     "run_id", "task", "variant", "seed", "config", "status", "metric", "value", "train_seconds", "steps",
-    "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size", "precision", "flop_rate",
-    "peak_fraction", "sweep", "data_sha256", "level", "device",
+    "steps_per_second", "peak_bytes", "params", "error", "finished_at", "history", "test_size", "precision",
+    "flop_rate", "peak_fraction", "sweep", "data_sha256", "level", "device",
 )
 """The columns of table ``runs`` (``config``: the run's full :class:`attnlab.training.TrainConfig` as JSON;
 ``history``: its validations as JSON, ``[{"step", "val", "loss", "seconds"}, ...]`` with ``seconds``
@@ -29,11 +31,12 @@ that over the machine's peak in its precision (:class:`attnlab.training.TrainRes
 ``sweep``: the settings of the sweep point the run is, as JSON (``{}``: not swept;
 :mod:`attnlab.arena.sweep`); ``data_sha256``: the SHA-256 of the user's file a run read (``jsonl``; None for generated
 tasks: :func:`attnlab.tasks.data_digest`); ``level``: the task options of the difficulty level a run is, as JSON
-(``{}``: the task has no levels; :attr:`attnlab.arena.TaskSetting.levels`); ``device``: the device it trained on in words
-(``cpu``, ``cuda (NVIDIA H100 80GB HBM3)``; empty: the CPU, before the column); stores written before a column have it added, empty)."""
+(``{}``: the task has no levels; :attr:`attnlab.arena.TaskSetting.levels`); ``device``: the device it trained on in
+words (``cpu``, ``cuda (NVIDIA H100 80GB HBM3)``; empty: the CPU, before the column); stores written before a column
+have it added, empty)."""
 
-_ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"), ("peak_fraction", "REAL"),
-          ("sweep", "TEXT"), ("data_sha256", "TEXT"), ("level", "TEXT"), ("device", "TEXT"))
+_ADDED = (("history", "TEXT"), ("test_size", "INTEGER"), ("precision", "TEXT"), ("flop_rate", "REAL"),
+          ("peak_fraction", "REAL"), ("sweep", "TEXT"), ("data_sha256", "TEXT"), ("level", "TEXT"), ("device", "TEXT"))
 """Columns added after the first stores were written: a store without them gains them (empty)."""
 
 _SCHEMA = """
@@ -86,7 +89,7 @@ class Store:
                         except sqlite3.OperationalError:  # read-only, or another process added it first: rows() copes
                             pass
         except sqlite3.DatabaseError as e:
-            raise ValueError(f"{self.path} is not an attnlab results store ({e})") from None
+            raise DataError(f"{self.path} is not an attnlab results store ({e})") from None
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=30)
@@ -101,9 +104,11 @@ class Store:
     def add(self, row: dict) -> bool:
         """Insert one finished run in one transaction; False (nothing written) if its id is
         already stored. ``row`` has :data:`COLUMNS` (``config`` a dict, ``finished_at`` optional)."""
-        row = {**row, "config": json.dumps(row["config"], sort_keys=True), "finished_at": row.get("finished_at") or time.time(),
+        row = {**row, "config": json.dumps(row["config"], sort_keys=True),
+               "finished_at": row.get("finished_at") or time.time(),
                "history": json.dumps(row["history"]) if row.get("history") is not None else None,
-               "sweep": json.dumps(row.get("sweep") or {}, sort_keys=True), "level": json.dumps(row.get("level") or {}, sort_keys=True)}
+               "sweep": json.dumps(row.get("sweep") or {}, sort_keys=True),
+               "level": json.dumps(row.get("level") or {}, sort_keys=True)}
         optional = ("error", "metric", "value", "train_seconds", "steps", "steps_per_second", "peak_bytes", "params",
                     *(c for c, _ in _ADDED))
         missing = [c for c in COLUMNS if c not in row and c not in optional]

@@ -44,7 +44,9 @@ from . import (
     ring,
     train,
 )
-from .common import OneLineErrors, boundary, out, set_debug
+from .common import boundary, out
+from .errors import OneLineErrors, set_debug
+from .options import PanelledCommand
 
 __all__ = ["app", "main"]
 
@@ -79,9 +81,7 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (also ATTNLAB_DEBUG=1)."),
     threads: int | None = typer.Option(
         None, "--threads", min=1, metavar="N",
-        help="torch threads of the command (torch.set_num_threads; default: torch's, one per core). On a machine others share, 1 "
-             "is often much faster. 'bench ring --threads' sets each of its processes', the arena shares these out among its "
-             "--workers."),
+        help="torch threads of the command (default: one per core; on a shared machine 1 is often faster)."),
 ) -> None:
     """attnlab: self-attention over any vector set."""
     set_debug(debug)
@@ -125,7 +125,7 @@ COMMANDS = [
     (app, "backends", backends.backends),
 ]
 for _group, _name, _command in COMMANDS:
-    _group.command(_name)(boundary(_command))
+    _group.command(_name, cls=PanelledCommand)(boundary(_command))  # options under their panels' headings
 
 
 def main() -> None:

@@ -7,54 +7,42 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from .common import device_or_fail, err, fail, int_list, out, print_json, split_list
-from .options import device_option, json_option, precision_option
+from ..arena.presets import PRESETS
+from .common import err, int_list, out, print_json, split_list
+from .errors import device_or_fail, fail, usage_error
+from .options import Precision, choices, device_option, json_option, one_of, plain, precision_option
 from .tables import fmt_x, table
 
-__all__ = ["arena", "report"]
+__all__ = ["Executor", "Preset", "arena", "report"]
+
+Preset = one_of(PRESETS)
+"""``--preset``: a grid of :data:`attnlab.arena.PRESETS`."""
+
+Executor = choices("Executor", ("local", "ray"), "``arena --executor``: this machine's processes, or Ray tasks.")
 
 
 def arena(
     tasks: str | None = typer.Option(None, help="Comma-separated tasks (default: the preset's)."),
     variants: str | None = typer.Option(None, help="Comma-separated attention variants (default: the preset's)."),
-    preset: str = typer.Option("quick", help="quick (the default: lookup, a 1K-token task attention must solve, at three "
-         "difficulty levels with two seeds, a 1K-byte text task beside its no-attention baseline, all in steps, then each variant's "
-         "cost at 1K, 4K and 16K tokens), standard (the short tasks and lookup, with the gated linear-attention family, an estimated "
-         "two and a half hours) or lra (the long tasks at 1K-2K, each at two learning rates, an estimated hour and a quarter)."),
-    seeds: str | None = typer.Option(None, help="Comma-separated seeds (default: each task's own, seed 0 unless the preset "
-                                     "names more)."),
-    budget_steps: int | None = typer.Option(
-        None, "--budget-steps", min=1,
-        help="Every run trains this many optimizer steps (the same scores on any machine, thread count or executor). "
-             "Default: the preset's steps."),
+    preset: Preset = typer.Option("quick", help="The grid: quick (minutes), standard or lra (hours)."),
+    seeds: str | None = typer.Option(None, help="Comma-separated seeds (default: each task's own)."),
+    budget_steps: int | None = typer.Option(None, "--budget-steps", min=1,
+                                            help="Every run trains this many optimizer steps (default: the preset's)."),
     budget_seconds: float | None = typer.Option(
-        None, "--budget-seconds", min=1.0,
-        help="Time-budgeted mode: every run trains for these seconds (learning rate annealed over them, no step limit, "
-             "no early stop): this machine's scores, not reproducible elsewhere. Default: the preset's steps."),
-    task_option: list[str] = typer.Option(
-        [], "--task-option", metavar="TASK.KEY=VALUE",
-        help="A task option for one task of the grid (repeatable), e.g. lookup.keys=32 --task-option lookup.length=2048; "
-             "one that the task's difficulty levels set replaces the levels."),
-    precision: str | None = precision_option(None),
+        None, "--budget-seconds", min=1.0, help="Every run trains for these seconds instead: this machine's scores."),
+    task_option: list[str] = typer.Option([], "--task-option", metavar="TASK.KEY=VALUE",
+                                          help="A task option for one task of the grid, repeatable."),
+    precision: Precision | None = precision_option(None),  # noqa: B008  (an enum is not immutable to ruff)
     device: str = device_option(),
     out_dir: str = typer.Option("arena", "--out", help="Folder of the store, the runs and the report."),
-    data: str | None = typer.Option(None, "--data", help="Also run on the user's jsonl file (task 'jsonl', added to --tasks)."),
+    data: str | None = typer.Option(None, "--data", help="Also run on your jsonl file (the task jsonl)."),
     sweep: list[str] = typer.Option(
         [], "--sweep", metavar="FIELD=V1,V2,...",
-        help="Run each (task, variant, seed) at every value of a training setting (any TrainConfig field: lr, batch_size, "
-             "warmup, ...; repeat for a product), pick each cell's value on the validation split and report the test score "
-             "there, with the sweep's range. Replaces the preset's own sweeps; --sweep none runs without any."),
-    workers: int | None = typer.Option(
-        None, min=1, help="Runs at a time, each in its own process of one thread (every run trains on one thread: the same "
-        "scores whatever the count). Default: the command's torch threads (--threads; one per core), at most the runs to do. With "
-        "--executor ray and no --address, N > 1 caps the Ray instance started here at N CPUs; otherwise it takes every core."),
-    executor: str = typer.Option(
-        "local", "--executor",
-        help="local (this machine: one run at a time, or --workers processes) or ray (each run a Ray task of one CPU, "
-             "retried and resumed from its checkpoint if its worker dies; needs attnlab[cluster]). On a cluster of several "
-             "machines --out must be a folder every node sees at the same path (a shared filesystem such as NFS)."),
-    address: str | None = typer.Option(None, "--address", help="With --executor ray: the cluster to join (host:port of "
-                                       "'ray start --head'); default: a Ray instance started on this machine."),
+        help="Run every cell at each value of a training setting, repeatable."),
+    workers: int | None = typer.Option(None, min=1, help="Runs at a time, each in its own process."),
+    executor: Executor = typer.Option(Executor.local, "--executor",
+                                      help="Where the runs run: this machine, or Ray tasks (attnlab[cluster])."),
+    address: str | None = typer.Option(None, "--address", help="With --executor ray: the cluster to join (host:port)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run the stored failures again."),
     as_json: bool = json_option("End by printing the leaderboard as one JSON object (tasks, average, report) instead of tables."),
 ) -> None:
@@ -65,16 +53,16 @@ def arena(
     from ..arena.live import LiveGrid, run_name
     from ..arena.sweep import parse_sweep
 
+    executor, precision = plain(executor), plain(precision)
     if data and not Path(data).is_file():
         fail(f"--data {data}: no such file (a jsonl file, see 'attnlab train jsonl')")
-    if executor not in ("local", "ray"):
-        fail(f"--executor {executor}: choose local or ray")
     if address is not None and executor != "ray":
-        fail("--address is a Ray cluster's: it needs --executor ray")
+        usage_error("--address is a Ray cluster's: it needs --executor ray")
     if address is not None and workers is not None and workers > 1:
-        fail("--workers caps a Ray instance started here; with --address the cluster's own CPUs decide (ray start --num-cpus N)")
+        usage_error("--workers caps a Ray instance started here; with --address the cluster's own CPUs decide "
+                    "(ray start --num-cpus N)")
     if budget_steps is not None and budget_seconds is not None:
-        fail("--budget-steps and --budget-seconds: give one budget")
+        usage_error("--budget-steps and --budget-seconds: give one budget")
     if executor == "ray":
         from ..arena.executors import require_ray
 
@@ -89,14 +77,15 @@ def arena(
                      steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option),
                      device=where.type)
         if not specs:  # before grid.json is written: the folder's last board stays
-            fail("the grid has no run" + (f" ({'; '.join(specs.notes)})" if specs.notes else "") + ": choose other --tasks or --variants")
+            usage_error("the grid has no run" + (f" ({'; '.join(specs.notes)})" if specs.notes else "")
+                        + ": choose other --tasks or --variants")
         path = Path(out_dir) / "results.sqlite"
         stored = Store(path).rows() if path.exists() else []  # a damaged store fails here, before the board
         kept = {r["run_id"] for r in stored if r["status"] == "done" or not retry_failed}  # the runs the grid will skip
         check_tasks([s for s in specs if s.run_id not in kept])  # each task to train built once: refused before any run, not after
         Store(path)  # an unwritable folder fails here, before the board (a refused grid leaves no store behind)
     except (ValueError, KeyError) as e:
-        fail(str(e))
+        fail(e)
     for note in specs.notes:  # every run left out, and why, before the board
         err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if workers is None:  # one process of one thread per core, at most one per run to do: each run trains on one thread anyway

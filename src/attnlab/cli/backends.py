@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from .common import device_or_fail, fail, out, print_json
-from .options import device_option, json_option
+from .common import out, print_json
+from .errors import device_or_fail
+from .options import choices, device_option, json_option, plain
 from .tables import table
 
-__all__ = ["backends"]
+__all__ = ["DType", "backends"]
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DType = choices("DType", _DTYPES, "``backends --dtype``: the inputs' dtype, fp32, bf16 or fp16.")
 
 
 def backends(
     device: str = device_option(),
-    dtype: str = typer.Option("fp32", "--dtype", metavar="fp32|bf16|fp16", help="The dtype of the inputs the kernels are checked in."),
+    dtype: DType = typer.Option(DType.fp32, "--dtype", help="The dtype of the inputs the kernels are checked in."),
     as_json: bool = json_option("Print one JSON object: {device, dtype, variants: [{variant, backend, why, inference}]}."),
 ) -> None:
     """Which backend computes each variant here (a fast kernel once it matched attnlab's own form on this device), and why."""
@@ -24,8 +26,7 @@ def backends(
     from ..devices import describe
     from ..efficient.serving import serving_table
 
-    if dtype not in _DTYPES:
-        fail(f"--dtype {dtype}: choose one of {', '.join(_DTYPES)}")
+    dtype = plain(dtype)
     where = device_or_fail(device)
     rows = serving_table(where, getattr(torch, _DTYPES[dtype]))
     if as_json:

@@ -6,9 +6,7 @@ import typer
 
 from .common import (
     chart,
-    device_or_fail,
     emit_json,
-    fail,
     int_list,
     jsonable,
     load_report,
@@ -18,6 +16,7 @@ from .common import (
     settings_dict,
     track,
 )
+from .errors import device_or_fail, usage_error
 from .options import device_option, from_option, json_option, layer_types_option, output_option, plot_option
 from .tables import on_device, table
 
@@ -47,7 +46,7 @@ def positional(
     seed_list = int_list("--seeds", seeds)
     settings = Settings(train_length=train_length, test_lengths=tuple(lengths), steps=steps, seeds=tuple(seed_list))
     if min(lengths + [train_length]) <= settings.delay:
-        fail(f"every length must exceed the copy delay {settings.delay}")
+        usage_error(f"every length must exceed the copy delay {settings.delay}")
     chosen = {n: DEFAULT_ENCODINGS.get(n, {}) for n in names}
 
     def payload(done: list) -> dict:

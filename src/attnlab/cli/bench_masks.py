@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from .common import device_or_fail, fail, int_list, name_list, out, track
+from .common import int_list, name_list, out, track
+from .errors import device_or_fail, usage_error
 from .measured import measured
 from .options import device_option, repeats_option
 from .tables import table
@@ -34,7 +35,7 @@ def _bench_masks(
     names = name_list("--patterns", patterns, PATTERNS)
     kinds = name_list("--methods", methods, METHODS)
     if not size_list:
-        fail("--sizes: give at least one length")
+        usage_error("--sizes: give at least one length")
     if layer_step is None:  # follows --sizes: a short sweep is not followed by a step at 131,072
         layer_step = max(size_list)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from .common import device_or_fail, int_list, name_list, out, records_json, track
+from .common import int_list, name_list, out, records_json, track
+from .errors import device_or_fail
 from .measured import measured
-from .options import device_option, precision_option
+from .options import Precision, device_option, plain, precision_option
 from .tables import table
 
 __all__ = ["recall"]
@@ -14,20 +15,20 @@ __all__ = ["recall"]
 
 def _recall(
     variants: str | None = typer.Option(
-        None, help="Comma-separated variants [default: dense, local, linear and every input-gated variant that decodes causally "
-                   "(attnlab.studies.recall.default_variants)]."),
+        None, help="Comma-separated variants (default: dense, local, linear and the causal input-gated ones)."),
     pairs: str = typer.Option("8,16", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
     embed_dims: str = typer.Option("32,64", "--embed-dims", help="Comma-separated model widths E (the state grows with them)."),
     steps: int = typer.Option(1500, min=1, help="Training steps per model (the same for every variant)."),
     seconds: float = typer.Option(60.0, min=0.1,
                                   help="At most this many training seconds per model (a slower variant trains fewer steps)."),
-    precision: str = precision_option("fp32"),
+    precision: Precision = precision_option(Precision.fp32),  # noqa: B008  (an enum is not immutable to ruff)
     device: str = device_option(),
     output: str | None = None,
 ) -> dict:
     """Multi-query associative recall (Zoology's MQAR) against recurrent state size, every variant on the same steps.
 
-    The defaults took 20 minutes on a 2-core CPU when they were 8 variants (x 2 pair counts x 2 widths).
+    The defaults train every variant at 2 pair counts and 2 widths: a long run on a CPU (the recall
+    benchmark page gives its time).
     """
     where = device_or_fail(device)
     from .. import efficient
@@ -38,7 +39,7 @@ def _recall(
     pair_list, dim_list = int_list("--pairs", pairs, minimum=1), int_list("--embed-dims", embed_dims, minimum=4)
     total = len(names) * len(pair_list) * len(dim_list)
     with track("training", total, output, records_json) as tracker:
-        run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=precision, device=where,
+        run(names, pair_list, dim_list, steps=steps, seconds=seconds, precision=plain(precision), device=where,
             on_record=tracker.on_record(lambda r: f"{r.variant} pairs={r.pairs} d={r.dim}: {r.accuracy:.3f}"))
     return records_json(tracker.records)
 

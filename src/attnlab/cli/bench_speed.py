@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, device_or_fail, emit_json, err, fail, int_list, load_report, name_list, out, progress, track
+from ..profiling import ALLOCATORS
+from .common import chart, emit_json, err, int_list, load_report, name_list, out, progress, track
+from .errors import device_or_fail, fail, usage_error
 from .options import (
     blocks_option,
+    choices,
     device_option,
     from_option,
     heads_option,
     json_option,
     memory_option,
     output_option,
+    plain,
     plot_option,
     repeats_option,
     width_option,
 )
 from .tables import on_device, table
 
-__all__ = ["attention", "audio", "graph", "peak", "precision", "scaling"]
+__all__ = ["Allocator", "attention", "audio", "graph", "peak", "precision", "scaling"]
+
+Allocator = choices("Allocator", ALLOCATORS, "``bench scaling --allocator``: the timing processes' allocator "
+                                               "(:func:`attnlab.profiling.allocator_env`).")
 
 
 def attention(
@@ -84,17 +91,13 @@ def attention(
 def scaling(
     sizes: str = typer.Option("1024,2048,4096,8192,16384,32768", help="Comma-separated sequence lengths N."),
     variants: str | None = typer.Option(
-        None, help="Comma-separated variants [default: every registered variant with settings for long sequences (Budget.long), "
-                   "attnlab.studies.scaling.SETTINGS; those gated by the layer's input are timed as whole layers]."),
+        None, help="Comma-separated variants (default: every variant with settings for long sequences)."),
     repeats: int = repeats_option(),
     memory: bool = memory_option("Measure peak memory (a child process per cell)."),
     flex: bool = typer.Option(True, "--flex/--no-flex", help="At N=16384: local vs compiled FlexAttention, forward."),
     peers: bool = typer.Option(False, "--peers", help="Also time lucidrains' implementations at 16384 (pip install -e '.\\[bench]')."),
-    rounds: int = typer.Option(3, min=1, help="Sweeps over every N, one after another (a fresh process per N in each): "
-                                             "the median of the rounds is reported, and their spread."),
-    allocator: str = typer.Option(
-        "keep", help="keep: the timing processes reuse freed memory (no page faults per step); system: glibc's defaults, "
-                     "which unmap and refault every block above 32 MiB each step (see attnlab.profiling.allocator_env)."),
+    rounds: int = typer.Option(3, min=1, help="Sweeps over every N, of which the median and the spread are reported."),
+    allocator: Allocator = typer.Option(Allocator.keep, help="keep: reuse freed memory; system: glibc's defaults."),
     as_json: bool = json_option("Print the records, slopes and ratios as JSON instead of tables."),
     output: str | None = output_option("Also write the JSON to this file (after every record)."),
     plot: str | None = plot_option("Also draw time and memory against N to this PNG (scaling.png)."),
@@ -104,8 +107,8 @@ def scaling(
     """Forward+backward time and peak memory of every attention variant against N (B=1, H=4, D=64, fp32)."""
     where = device_or_fail(device)
     if peers and where.type != "cpu":
-        fail(f"--peers: lucidrains' implementations are compared on the CPU only, not on {where}; drop --peers or use --device cpu")
-    from ..profiling import ALLOCATORS
+        usage_error(f"--peers: lucidrains' implementations are compared on the CPU only, not on {where}; "
+                    "drop --peers or use --device cpu")
     from ..studies.scaling import SETTINGS, relative, run, slopes
 
     if report:
@@ -116,8 +119,7 @@ def scaling(
 
     size_list = int_list("--sizes", sizes, minimum=1)
     names = name_list("--variants", ",".join(SETTINGS) if variants is None else variants, list(SETTINGS))
-    if allocator not in ALLOCATORS:
-        fail(f"--allocator must be one of {', '.join(ALLOCATORS)}, got {allocator!r}")
+    allocator = plain(allocator)
     peer_done: list = []
 
     def payload(done: list) -> dict:
@@ -215,7 +217,7 @@ def graph(
             recs, diff = run(nodes, edges, in_dim=in_dim, num_heads=num_heads, head_dim=head_dim, min_repeats=repeats, memory=memory,
                              pyg=pyg, device=where)
         except RuntimeError as e:
-            fail(str(e))
+            fail(e)
         bar.update(task, completed=1, total=1)
     base = recs[0]
     data = {

@@ -1,4 +1,4 @@
-"""What every ``attnlab`` command shares: errors, list options, the progress bar, JSON files, charts, tables."""
+"""What every ``attnlab`` command shares: the error boundary, list options, progress bars, JSON files, charts."""
 
 from __future__ import annotations
 
@@ -6,35 +6,23 @@ import functools
 import importlib
 import json
 import os
-import pickle
-import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import NoReturn
 
 import typer
-from typer.core import TyperGroup
-
-try:  # typer >= 0.26 carries its own copy of click
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # older typer: click itself
-    from click import exceptions as click_exceptions
 from rich.console import Console
 
+from .errors import debugging, fail, usage_error, user_errors
+
 __all__ = [
-    "OneLineErrors",
     "Tracker",
     "boundary",
-    "cpu_device",
-    "debugging",
-    "device_or_fail",
     "chart",
     "emit_json",
-    "fail",
     "int_list",
     "json_stdout",
     "jsonable",
@@ -46,11 +34,9 @@ __all__ = [
     "records_json",
     "refuse_overwrite",
     "require_text",
-    "set_debug",
     "settings_dict",
     "split_list",
     "track",
-    "user_errors",
     "write_json",
     "write_text",
 ]
@@ -60,80 +46,13 @@ out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
 
-def device_or_fail(device: str | None):
-    """The :class:`torch.device` that ``--device`` names here, or a one-line error (exit 2)."""
-    from ..devices import DeviceError, resolve
-
-    try:
-        return resolve(device)
-    except DeviceError as e:
-        fail(str(e))
-
-
-def cpu_device(device: str | None, why: str):
-    """``--device`` of a command that runs on the CPU only: the CPU for ``cpu`` and ``auto``; a
-    device this machine lacks is refused as by :func:`device_or_fail`, and any other device with a
-    one-line error (exit 2) saying ``why`` it cannot run there."""
-    import torch
-
-    if device_or_fail(device).type != "cpu" and device not in (None, "auto"):
-        fail(f"--device {device}: {why}; use --device cpu")
-    return torch.device("cpu")
-
-
-def fail(message: str) -> NoReturn:
-    """Print a one-line red error on stderr and exit with code 2 (a usage error).
-
-    The message is printed as written (no rich markup) and is never wrapped, so it stays one line.
-    Called while an exception is handled, under ``--debug`` (:data:`DEBUG`), it re-raises that
-    exception instead, traceback and all.
-    """
-    from rich.markup import escape
-
-    if debugging() and sys.exc_info()[1] is not None:
-        raise
-    err.print(f"[bold red]error:[/] {escape(str(message))}", soft_wrap=True)
-    raise typer.Exit(2)
-
-
-#: ``attnlab --debug`` (or ``ATTNLAB_DEBUG=1``): let errors through :func:`boundary` with their traceback.
-DEBUG = False
-
-
-def set_debug(value: bool) -> None:
-    """Turn the traceback of user errors on or off (the root ``--debug`` option)."""
-    global DEBUG
-    DEBUG = bool(value)
-
-
-def debugging() -> bool:
-    """True under ``attnlab --debug`` or ``ATTNLAB_DEBUG`` set (not to 0): errors keep their traceback."""
-    return DEBUG or os.environ.get("ATTNLAB_DEBUG", "") not in ("", "0")
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions a user's input can cause: bad values (``ValueError``, and the deliberate type
-    checks' :class:`attnlab.validate.ArgumentTypeError`; any other ``TypeError`` is a bug and keeps
-    its traceback), files, stores, checkpoints, a missing tool or package.
-
-    Checkpoint and pretrained-model errors are ``ValueError`` subclasses; a damaged pickle raises
-    ``UnpicklingError``; a damaged SQLite store ``sqlite3.Error``; a missing ``espeak-ng`` the audio
-    package's ``MissingToolError``; a missing optional package :class:`attnlab.extras.MissingExtraError`.
-    """
-    from ..audio import MissingToolError
-    from ..extras import MissingExtraError
-    from ..validate import ArgumentTypeError
-
-    return (ValueError, ArgumentTypeError, OSError, sqlite3.Error, pickle.UnpicklingError, MissingToolError, MissingExtraError,
-            MemoryError)
-
-
 def boundary(command: Callable) -> Callable:
-    """Wrap a command so that a user error ends as one line on stderr and exit code 2, not a traceback.
+    """Wrap a command so that a user error ends as one line on stderr, not a traceback, with click's
+    exit code: 2 for a bad value, 1 for a failure at run time (:mod:`attnlab.cli.errors`).
 
-    The errors are those of :func:`user_errors`; anything else (a bug) still shows its traceback, and
-    ``attnlab --debug`` or ``ATTNLAB_DEBUG=1`` shows it for user errors too. The wrapper keeps the
-    command's signature, so typer reads the same options.
+    The errors are those of :func:`~attnlab.cli.errors.user_errors`; anything else (a bug) still
+    shows its traceback, and ``attnlab --debug`` or ``ATTNLAB_DEBUG=1`` shows it for user errors
+    too. The wrapper keeps the command's signature, so typer reads the same options.
     """
 
     @functools.wraps(command)
@@ -148,48 +67,13 @@ def boundary(command: Callable) -> Callable:
         except Exception as e:
             if debugging() or not isinstance(e, user_errors()):
                 raise
-            message = str(e) or type(e).__name__
-            if isinstance(e, MemoryError):
-                message = f"out of memory ({message}); try smaller sizes"
-            fail(message)
+            import torch
+
+            if isinstance(e, (MemoryError, torch.OutOfMemoryError)):  # the CPU's, or torch's on a GPU
+                fail(f"out of memory ({str(e) or type(e).__name__}); try smaller sizes")
+            fail(e)
 
     return guarded
-
-
-class OneLineErrors(TyperGroup):
-    """The root command group: a usage error (a bad option value, a missing argument, an unknown
-    option) ends as one line on stderr, ``error: ... (attnlab CMD --help)``, and exit code 2,
-    like every other error of the command line; typer would draw a multi-line box."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        """Run the command line; with ``standalone_mode`` exit with its code."""
-        try:
-            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
-        except click_exceptions.NoArgsIsHelpError as e:  # a group called alone: its help
-            if not standalone_mode:
-                raise
-            e.show()
-            sys.exit(e.exit_code)
-        except click_exceptions.ClickException as e:
-            if not standalone_mode:
-                raise
-            where = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) is not None else ""
-            err.print(f"[bold red]error:[/] {_escape(e.format_message() + where)}", soft_wrap=True, highlight=False)
-            sys.exit(e.exit_code)
-        except typer.Abort:
-            if not standalone_mode:
-                raise
-            err.print("aborted", highlight=False)
-            sys.exit(1)
-        if standalone_mode:
-            sys.exit(code if isinstance(code, int) else 0)
-        return code
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(" ".join(str(text).split()))
 
 
 # ---------------------------------------------------------------- --json: nothing but JSON on stdout
@@ -240,9 +124,9 @@ def print_json(data) -> None:
 
 def require_text(text: str) -> str:
     """The one refusal of empty text, the same for every command that reads some (explain,
-    attention, view, generate): a one-line error when ``text`` holds nothing but whitespace."""
+    attention, view, generate): a usage error when ``text`` holds nothing but whitespace."""
     if not text.strip():
-        fail('the text is empty: give some words, e.g. "I saw a saw"')
+        usage_error('the text is empty: give some words, e.g. "I saw a saw"')
     return text
 
 
@@ -262,9 +146,9 @@ def int_list(option: str, text: str, minimum: int = 0, what: str | None = None) 
     try:
         values = [int(x) for x in split_list(text)]
     except ValueError:
-        fail(f"{option} must be comma-separated integers, got {text!r}")
+        usage_error(f"{option} must be comma-separated integers, got {text!r}")
     if not values or min(values) < minimum:
-        fail(f"{option} must be {what or f'integers >= {minimum}'}, got {text!r}")
+        usage_error(f"{option} must be {what or f'integers >= {minimum}'}, got {text!r}")
     return values
 
 
@@ -276,7 +160,7 @@ def name_list(option: str, text: str, known: Collection[str], hint: str | None =
     names = split_list(text)
     bad = [n for n in names if n not in known]
     if bad or (required and not names):
-        fail(f"unknown {option} {bad}; {hint or 'expected some of ' + ', '.join(known)}")
+        usage_error(f"unknown {option} {bad}; {hint or 'expected some of ' + ', '.join(known)}")
     return names
 
 
@@ -364,15 +248,15 @@ def track(description: str, total: int | None, output: str | None = None, payloa
 
 def refuse_overwrite(option: str, path: str | None, force: bool) -> None:
     """The rule of ``predict -o`` and ``view -o`` for a file the user names: an existing file there is
-    replaced only with ``--force`` (else a one-line error naming ``option`` and the path). A folder
-    there is left to the write, which names it."""
+    replaced only with ``--force`` (else a one-line error naming ``option`` and the path, exit code 1:
+    a file in the way). A folder there is left to the write, which names it."""
     if path and os.path.exists(path) and not os.path.isdir(path) and not force:
         fail(f"{option} {path} exists; add --force to replace it, or choose another file")
 
 
 def output_folder(option: str, path: str) -> None:
-    """A one-line error unless ``path`` can be a folder: it is one, or nothing is there yet (nor
-    at any folder above it that exists only as a file)."""
+    """A one-line error (exit code 1: a file in the way) unless ``path`` can be a folder: it is one, or
+    nothing is there yet (nor at any folder above it that exists only as a file)."""
     for where in (Path(path), *Path(path).parents):
         if where.exists():
             if where.is_dir():
@@ -414,7 +298,8 @@ def records_json(records: list) -> dict:
 
 
 def load_report(path: str, command: str, extract: Callable = lambda data: data):
-    """``--from``: ``extract(the JSON in path)``, or a one-line error if it is not what ``attnlab command -o`` wrote."""
+    """``--from``: ``extract(the JSON in path)``, or a one-line error (exit code 1) if it is not what
+    ``attnlab command -o`` wrote."""
     try:
         return extract(json.loads(Path(path).read_text()))
     except (OSError, ValueError, KeyError, TypeError, IndexError) as e:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from .common import chart, device_or_fail, emit_json, fail, int_list, out, records_json, split_list, track
+from .common import chart, emit_json, int_list, out, records_json, split_list, track
+from .errors import device_or_fail, fail, usage_error
 from .options import device_option, json_option, output_option, plot_option
 from .tables import on_device, table
 
@@ -28,7 +29,7 @@ def vit_cnn(
     try:
         frac = [float(f) for f in split_list(fractions)]
     except ValueError:
-        fail(f"--fractions must be numbers in (0, 1], got {fractions!r}")
+        usage_error(f"--fractions must be numbers in (0, 1], got {fractions!r}")
     seed_list = int_list("--seeds", seeds, minimum=0)
     names = split_list(models)
     try:
@@ -36,7 +37,7 @@ def vit_cnn(
             on_step = tracker.on_step(lambda m, f, s, step, total: f"{m} fraction={f} seed={s} step {step}/{total}", advance=0)
             run(frac, names, seeds=seed_list, steps=steps, device=str(where), on_record=tracker.on_record(), on_step=on_step)
     except (ValueError, KeyError) as e:
-        fail(str(e))
+        fail(e)
     recs = [r.to_dict() for r in tracker.records]
     chart(plot, "bench.plot_vit_cnn", recs)
     if emit_json({"records": recs}, as_json):

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from .common import chart, device_or_fail, err, int_list, name_list, out, print_json, track
+from .common import chart, err, int_list, name_list, out, print_json, track
+from .errors import device_or_fail
 from .options import device_option, json_option, layer_types_option, output_option, repeats_option, width_option
 from .tables import on_device, table
 
@@ -23,12 +24,11 @@ def complexity(
     embed_dim: int = width_option(64, "Layer width d."),
     repeats: int = repeats_option(),
     rounds: int = typer.Option(3, min=1, help="Sweeps over a layer's lengths in its timing process (the median is kept)."),
-    fit: bool | None = typer.Option(None, "--fit/--no-fit", help=f"Also time each layer over the range its exponent is fitted over "
-                                    f"({FIT_RANGES}); default: on without --sizes, off with them; --no-fit: --sizes only."),
+    fit: bool | None = typer.Option(
+        None, "--fit/--no-fit", help="Also time each layer over its fit range (default: on without --sizes)."),
     as_json: bool = json_option("Print one JSON record per (layer, n) and per layer instead of tables."),
     output: str | None = output_option("Folder for complexity.json (after every record) and complexity.png."),
-    device: str = device_option(help="Where the layers are timed: auto (CUDA where present, else the CPU), cpu, cuda, cuda:i or mps "
-                                     "(the sequential steps and path lengths are traced on the CPU)."),
+    device: str = device_option(help="Where the layers are timed: auto (CUDA if present, else CPU), cpu, cuda, mps."),
 ) -> None:
     """CNN / RNN / self-attention, measured: time against n, sequential steps, path length.
 

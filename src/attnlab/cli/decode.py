@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import typer
 
-from .common import device_or_fail, emit_json, fail, int_list, out, records_json, track
+from .common import emit_json, int_list, out, records_json, track
+from .errors import device_or_fail, fail, usage_error
 from .measured import measured
 from .options import blocks_option, device_option, heads_option, json_option, output_option, width_option
 from .tables import fmt_x, on_device, table
@@ -44,7 +45,7 @@ def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up
     cs = int_list("--contexts", contexts, minimum=1)
     lengths = int_list("--stream-lengths", stream_lengths, minimum=1) if stream_lengths.strip() else []
     if embed_dim % num_heads:
-        fail(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
+        usage_error(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
     model = text = context = None
     if checkpoint:
         from ..tasks import create as make_task
@@ -53,7 +54,7 @@ def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up
         try:
             ck = load_checkpoint(checkpoint, device=device)
         except CheckpointError as e:
-            fail(str(e))
+            fail(e)
         if ck.model_config.kind != "lm" or ck.config.task != "docs":
             fail(f"--checkpoint {checkpoint}: streaming perplexity needs a model trained on the docs task (attnlab train docs)")
         task = make_task("docs", **ck.config.task_options)
@@ -79,7 +80,7 @@ def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up
             if checkpoint:
                 decode.streaming_perplexity(model, text, context=context, factor=factor, streams=streams, on_record=keep("perplexity"))
         except ValueError as e:
-            fail(str(e))
+            fail(e)
     return data
 
 
@@ -153,7 +154,7 @@ def bench_packing(
 
     ks = int_list("--counts", counts, minimum=1)
     if min_length > max_length:
-        fail(f"--min-length {min_length} exceeds --max-length {max_length}")
+        usage_error(f"--min-length {min_length} exceeds --max-length {max_length}")
     with track("packing", len(ks) * 3, output, records_json) as tracker:
         packing.run(ks, min_length=min_length, max_length=max_length, embed_dim=embed_dim, num_layers=num_layers,
                     dense_up_to=dense_up_to, device=where,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import typer
 
-from .common import device_or_fail, emit_json, err, int_list, out, write_json
+from .common import emit_json, err, int_list, out, write_json
+from .errors import device_or_fail
 from .options import device_option, json_option, output_option
 from .tables import fmt_x, table
 
@@ -16,7 +17,7 @@ __all__ = ["bench_device"]
 def bench_device(
     device: str = device_option(),
     lengths: str | None = typer.Option(
-        None, help="Comma-separated sequence lengths of the speed section [default: 4096,16384,65536 off the CPU; 512,1024 on it]."),
+        None, help="Comma-separated lengths of the speed section (default: 4096,16384,65536; the CPU: 512,1024)."),
     arena: bool = typer.Option(True, "--arena/--no-arena",
                                help="Train the default arena's lookup task here and set its scores beside the CPU's stored ones."),
     speed: bool = typer.Option(True, "--speed/--no-speed", help="Time forward + backward of every variant at --lengths."),

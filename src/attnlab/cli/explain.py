@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import typer
 
-from .common import fail, out, print_json, require_text
-from .options import json_option
+from ..core.normalize import NORMALIZERS
+from ..core.scores import SCORES
+from .common import out, print_json, require_text
+from .errors import fail
+from .options import json_option, one_of
 from .tables import matrix
 
-__all__ = ["explain"]
+__all__ = ["Normalizer", "Score", "explain"]
+
+Score = one_of(SCORES.names())
+"""``--score``: a registered score function (``attnlab list scores``)."""
+
+Normalizer = one_of(NORMALIZERS.names())
+"""``--normalize``: a registered normaliser (``attnlab list normalizers``)."""
 
 
 def explain(
     sentence: str = typer.Argument("I saw a saw", help="The sentence; tokens are split on whitespace."),
-    score: str = typer.Option("scaled_dot", help="Score function: dot, scaled_dot, additive, cosine, bilinear."),
-    normalize: str = typer.Option("softmax", help="Normaliser: softmax, relu, sigmoid."),
+    score: Score = typer.Option("scaled_dot", help="Score function."),
+    normalize: Normalizer = typer.Option("softmax", help="Normaliser of each row of scores."),
     no_self: bool = typer.Option(False, "--no-self", help="Forbid each token to attend to itself."),
     num_heads: int = typer.Option(1, "--num-heads", help="Number of heads (must divide --embed-dim)."),
     embed_dim: int = typer.Option(4, "--embed-dim", help="Embedding width d."),
@@ -28,7 +37,7 @@ def explain(
     try:
         ex = run_explain(sentence, score=score, normalize=normalize, no_self=no_self, num_heads=num_heads, embed_dim=embed_dim, seed=seed)
     except ValueError as e:
-        fail(str(e))
+        fail(e)
     if as_json:
         print_json(ex.to_dict())
         return

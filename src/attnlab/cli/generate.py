@@ -7,7 +7,8 @@ import unicodedata
 
 import typer
 
-from .common import device_or_fail, err, fail, print_json, require_text
+from .common import err, print_json, require_text
+from .errors import device_or_fail, fail, usage_error
 from .options import device_option, json_option
 
 __all__ = ["generate", "printable"]
@@ -36,9 +37,10 @@ def generate(
 
     require_text(prompt)
     if top_p is not None and not 0 < top_p <= 1:
-        fail(f"--top-p must be in (0, 1], got {top_p}")
+        usage_error(f"--top-p must be in (0, 1], got {top_p}")
     if sinks is not None and window is None:
-        fail("--sinks needs --window: sinks are kept by the bounded cache, and without --window the cache keeps every token")
+        usage_error("--sinks needs --window: sinks are kept by the bounded cache, and without --window the cache keeps "
+                    "every token")
     where = device_or_fail(device)
     warnings = []
     try:
@@ -65,7 +67,7 @@ def generate(
             sys.stdout.flush()
         sys.stdout.write("\n")
     except (CheckpointError, ValueError) as e:
-        fail(str(e))
+        fail(e)
 
 
 def printable(text: str) -> str:

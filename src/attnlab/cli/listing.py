@@ -6,11 +6,12 @@ import re
 
 import typer
 
-from .common import fail, out, print_json
-from .options import json_option
+from .common import out, print_json
+from .errors import fail
+from .options import choices, json_option, plain
 from .tables import table
 
-__all__ = ["CAPABILITY_COLUMNS", "KINDS", "list_names", "list_rows", "option_rows", "variants_table"]
+__all__ = ["CAPABILITY_COLUMNS", "KINDS", "Kind", "list_names", "list_rows", "option_rows", "variants_table"]
 
 KINDS = {
     "tasks": "the tasks of 'attnlab train TASK' and the arena (--tasks)",
@@ -20,6 +21,8 @@ KINDS = {
     "scores": "the score functions of 'attnlab explain --score'",
     "normalizers": "the normalisers of 'attnlab explain --normalize'",
 }
+
+Kind = choices("Kind", KINDS, "``list WHAT``: one of :data:`KINDS`.")
 
 
 def _registry(kind: str):
@@ -119,19 +122,17 @@ def option_rows(what: str, name: str) -> dict[str, dict]:
 
 
 def list_names(
-    what: str = typer.Argument(..., metavar="WHAT", help=f"One of {', '.join(KINDS)}."),
+    what: Kind = typer.Argument(..., metavar="WHAT", help="What to list."),
     name: str | None = typer.Argument(None, metavar="[NAME]", help="One of them: its options, their defaults and what each is."),
-    as_json: bool = json_option("Print one JSON object: {name: {summary, options}} (variants: with their capabilities too); "
-                                "with NAME: {option: {default, help}}."),
+    as_json: bool = json_option("Print one JSON object: each name's summary and options (with NAME: its options)."),
 ) -> None:
     """List the names an option accepts (tasks, variants, encodings, models, scores, normalizers), or one name's options."""
-    if what not in KINDS:
-        fail(f"unknown list {what!r}; choose one of {', '.join(KINDS)}")
+    what = plain(what)
     if name is not None:
         try:
             options = option_rows(what, name)
         except ValueError as e:
-            fail(str(e))
+            fail(e)
         if as_json:
             print_json(options)
             return

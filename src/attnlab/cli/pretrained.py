@@ -6,10 +6,8 @@ import typer
 
 from .common import (
     chart,
-    device_or_fail,
     emit_json,
     err,
-    fail,
     int_list,
     load_report,
     name_list,
@@ -20,12 +18,13 @@ from .common import (
     require_text,
     track,
 )
+from .errors import device_or_fail, exit_code, fail, usage_error
 from .options import device_option, from_option, json_option, memory_option, output_option, plot_option
 from .tables import fmt_x, table
 
 __all__ = ["attention", "bench_pretrained", "view"]
 
-MODEL_HELP = "A model name (all-MiniLM-L6-v2, from the attnlab[pretrained] extra) or a Hugging Face-layout folder."
+MODEL_HELP = "A model name (all-MiniLM-L6-v2) or a Hugging Face-layout folder."
 
 
 def _load(model: str, **options):
@@ -35,7 +34,7 @@ def _load(model: str, **options):
     try:
         return load(model, **options)
     except (ValueError, ArgumentTypeError, OSError) as e:  # PretrainedError is a ValueError
-        fail(str(e))
+        fail(e)
 
 
 def _cli_message(e: Exception) -> str:
@@ -68,16 +67,16 @@ def attention(
     require_text(sentence)
     words = [w for f in (find or []) for w in f.split()]
     if find is not None and len(words) != 2:
-        fail(f"--find takes two words, SOURCE and TARGET (e.g. --find its --find law), got {words}")
+        usage_error(f"--find takes two words, SOURCE and TARGET (e.g. --find its --find law), got {words}")
     m = _load(model)
     try:
         amap = attention_map(m, sentence, truncate=truncate)
         links = find_links(amap, words[0], words[1], top) if words else None
     except ValueError as e:
-        fail(_cli_message(e))
+        fail(_cli_message(e), exit_code(e))
     n_layers, n_heads = amap.weights.shape[:2]
     if layer is not None and layer > n_layers:
-        fail(f"--layer must be in 1 .. {n_layers}, got {layer}")
+        usage_error(f"--layer must be in 1 .. {n_layers}, got {layer}")
     if as_json:
         data = {"model": model, "tokens": amap.tokens}
         if links is not None:
@@ -132,7 +131,7 @@ def view(
         data = checkpoint_view(checkpoint, text) if checkpoint else pretrained_view(_load(model), text, truncate=truncate)
         path = write_viewer(out_path, data, topk=topk)
     except (ValueError, CheckpointError, OSError) as e:
-        fail(_cli_message(e))
+        fail(_cli_message(e), exit_code(e))
     n = len(data.tokens)
     layers, heads = data.weights.shape[:2]
     if as_json:
@@ -142,17 +141,14 @@ def view(
     out.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {n} tokens, {layers} layers x {heads} heads; open it in a browser")
 
 
-DECODER_HELP = (" Or a decoder: docs-llama (a small Llama trained here on first use, about 5 minutes, then cached) or the folder of a"
-                " transformers causal language model: perplexity instead of embeddings, the variants swapped in through"
-                " attn_implementation='attnlab:<variant>'; a hybrid (Qwen3-Next, Qwen3.5, Kimi Linear, Mamba-2, Falcon-H1) gains"
-                " a 'kernels' row: its linear-attention layers through attnlab's recurrences.")
+DECODER_HELP = "A model: all-MiniLM-L6-v2, docs-llama (a decoder), or a Hugging Face-layout folder (encoder or LM)."
 
 
 def bench_pretrained(
-    model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP + DECODER_HELP),
+    model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=DECODER_HELP),
     variants: str | None = typer.Option(
-        None, help="Comma-separated attention variants [default: every variant that takes the model's q, k and v "
-                   "(attnlab.studies.pretrained.default_variants); a decoder: those of them with a causal form].", show_default=False),
+        None, help="Comma-separated attention variants (default: every one that takes the model's q, k and v).",
+        show_default=False),
     lengths: str | None = typer.Option(None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
                                           show_default=False),
     pairs: int = typer.Option(200, min=2, help="An encoder: retrieval pairs (standard-library docstrings) per length."),
@@ -194,7 +190,7 @@ def bench_pretrained(
         try:
             run(model, names, ns, pairs=pairs, memory=memory, max_points=budgets, on_record=tick, device=where)
         except ValueError as e:
-            fail(str(e))
+            fail(e)
     _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
 
 
@@ -217,7 +213,7 @@ def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, 
             run(model, names, ns, windows=windows, max_points=budgets, on_step=trained, device=device,
                 on_record=tracker.on_record(lambda r: f"N={r.n} {r.variant} {r.budget}"))
         except (ValueError, OSError) as e:
-            fail(str(e))
+            fail(e)
     _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
 
 
@@ -246,7 +242,7 @@ def _pretrained_report(recs: list[dict], plot: str | None, as_json: bool) -> Non
     try:
         chart(plot, "pretrained.plot_pretrained", recs)
     except ValueError as e:
-        fail(f"--plot: {e}")
+        usage_error(f"--plot: {e}")
     if emit_json({"records": recs}, as_json):
         return
     if "perplexity" in recs[0]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import typer
 
-from .common import cpu_device, fail, int_list, out, records_json, track
+from .common import int_list, out, records_json, track
+from .errors import cpu_device, usage_error
 from .measured import measured
 from .options import blocks_option, device_option, heads_option, width_option
 from .tables import table
@@ -24,11 +25,9 @@ def _bench_ring(
     repeats: int = typer.Option(2, min=1, help="Timed steps per configuration (after a warm-up and a profiled step)."),
     memory_cap: float = typer.Option(
         160.0, "--memory-cap", min=0.0,
-        help="MiB each process may allocate beyond its start-up (setrlimit RLIMIT_DATA); a configuration that needs more fails "
-             "and is recorded. 0: no cap."),
+        help="MiB each process may allocate beyond its start-up (0: no cap)."),
     threads: int = typer.Option(1, min=1, help="torch threads per process."),
-    device: str = device_option(help="cpu (auto: the CPU too): the processes hold their shards and talk over gloo on this "
-                                     "machine's CPU; a GPU is refused."),
+    device: str = device_option(help="cpu (auto: the CPU too); the processes talk over gloo, so a GPU is refused."),
     output: str | None = None,
 ) -> dict:
     """Ring attention: memory per process and step time against sequence length, P = 1, 2, 4 processes."""
@@ -36,7 +35,7 @@ def _bench_ring(
     ns = int_list("--lengths", lengths, minimum=1)
     ps = int_list("--processes", processes, minimum=1)
     if embed_dim % num_heads:
-        fail(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
+        usage_error(f"--embed-dim {embed_dim} must be divisible by --num-heads {num_heads}")
     from ..studies import ring
 
     with track("ring attention", len(ns) * len(ps), output, records_json) as tracker:

@@ -10,39 +10,36 @@ from collections.abc import Callable
 import typer
 from rich.markup import escape
 
-from .common import device_or_fail, err, fail, out, output_folder, print_json, progress, refuse_overwrite
-from .options import device_option, gathered, json_option, plot_option
+from .common import err, out, output_folder, print_json, progress, refuse_overwrite
+from .errors import device_or_fail, fail, usage_error
+from .options import choices, device_option, gathered, json_option, plain, plot_option
 from .tables import on_device
-from .train_options import RUN_OPTIONS, task_options
+from .train_options import DEVICE, EVALUATION, OUTPUT, RUN_OPTIONS, TASK, TASK_HELP, TaskName, task_options
 from .training_bar import TrainingBar, interrupted_message
 
-__all__ = ["USER_DATA_TASKS", "eval_cmd", "predict", "train"]
+__all__ = ["USER_DATA_TASKS", "Split", "eval_cmd", "predict", "train"]
 
-
-TASK_HELP = "The task (pos, recall, listops, text, docs, digits, karate, jsonl, ...: 'attnlab list tasks')."
+Split = choices("Split", ("train", "val", "test"), "``eval --split``: the split scored.")
 
 
 @gathered(RUN_OPTIONS, into="settings")
 def train(
-    task: str = typer.Argument(..., metavar="TASK", help=TASK_HELP),
+    task: TaskName = typer.Argument(..., metavar="TASK", show_choices=False, help=TASK_HELP),
     extra: list[str] | None = typer.Argument(None, hidden=True),
-    data: str | None = typer.Option(None, "--data", metavar="FILE",
-                                    help="The user's own data, for a task that reads it: jsonl's file, wav_folder's folder (as in "
-                                         "'attnlab arena --data'; the same as --task-option path=FILE)."),
-    out_dir: str = typer.Option("runs/latest", "--out", metavar="DIR", help="Output folder (its checkpoint/ is written atomically)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; more --steps or --seconds extend a finished one."),
-    force: bool = typer.Option(False, "--force", help="Replace a run already in --out (without it, such a run is never touched)."),
-    sequence_parallel: int = typer.Option(
-        1, "--sequence-parallel", min=1,
-        help="Under torchrun: P processes share every sequence (ring attention); the rest is data parallelism."),
+    data: str | None = typer.Option(
+        None, "--data", metavar="FILE", rich_help_panel=TASK,
+        help="Your own data, for a task that reads it (jsonl's file, wav_folder's folder)."),
     baseline: bool | None = typer.Option(
-        None, "--baseline/--no-baseline",
-        help="Also train the no-attention baseline into --out/baseline and print its score beside the model's (default: on for "
-             "jsonl and graph_files)."),
-    as_json: bool = json_option("End by printing one JSON object (task, model, attention, metric, value, test_size, steps, "
-                                "seconds (this call's), train_seconds (the run's training, over every call), call_train_seconds, "
-                                "checkpoint, warnings; baseline: its model and value; notes: the task's, e.g. "
-                                "user data's tokenizer)."),
+        None, "--baseline/--no-baseline", rich_help_panel=EVALUATION,
+        help="Also train the no-attention baseline (default: on for jsonl and graph_files)."),
+    out_dir: str = typer.Option("runs/latest", "--out", metavar="DIR", rich_help_panel=OUTPUT,
+                                help="Output folder (its checkpoint/ is written atomically)."),
+    resume: bool = typer.Option(False, "--resume", rich_help_panel=OUTPUT,
+                                help="Continue the run in --out; more --steps or --seconds extend a finished one."),
+    force: bool = typer.Option(False, "--force", rich_help_panel=OUTPUT, help="Replace a run already in --out."),
+    as_json: bool = json_option("End by printing one JSON object: the score, the run and its warnings.", panel=OUTPUT),
+    sequence_parallel: int = typer.Option(1, "--sequence-parallel", min=1, rich_help_panel=DEVICE,
+                                          help="Under torchrun: P processes share every sequence (ring attention)."),
     settings: dict | None = None,
 ) -> None:
     """Train a model on a task with validation, early stopping and atomic checkpoints.
@@ -53,7 +50,7 @@ def train(
     from ..tasks import baseline_model
 
     if resume and force:
-        fail("--resume continues the run in --out and --force replaces it: give one of them, not both")
+        usage_error("--resume continues the run in --out and --force replaces it: give one of them, not both")
     output_folder("--out", out_dir)
     run = dict(settings or {})
     given = [task_options(task, run.pop("task_option")), run.pop("model_option"), run.pop("attention_option")]
@@ -156,17 +153,17 @@ def _data_option(task: str, data: str | None, task_option: list[str], extra: lis
     from .. import tasks as task_registry
 
     if extra:
-        fail(f"unexpected {' '.join(extra)!r} after the task: give your data as --data {shlex.quote(extra[0])} "
+        usage_error(f"unexpected {' '.join(extra)!r} after the task: give your data as --data {shlex.quote(extra[0])} "
              f"(attnlab train {task} --data FILE)")
 
     if data is None or task not in task_registry.names():
         return []
     files = getattr(task_registry.TASKS.get(task), "files", ())
     if len(files) != 1:
-        fail(f"--data: the task {task!r} reads " + ("no file of yours (its data is generated)" if not files else
+        usage_error(f"--data: the task {task!r} reads " + ("no file of yours (its data is generated)" if not files else
              f"several files: give each as --task-option {', '.join(f + '=FILE' for f in files)}"))
     if any(o.partition("=")[0] == files[0] for o in task_option):
-        fail(f"--data and --task-option {files[0]}=... both name the file: give it once, as --data FILE")
+        usage_error(f"--data and --task-option {files[0]}=... both name the file: give it once, as --data FILE")
     return [f"{files[0]}={data}"]
 
 
@@ -249,15 +246,13 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
     from ..training import TrainConfig
     from ..training.config import time_budget
 
-    if task not in task_registry.names():
-        fail(f"unknown task {task!r}; choose one of {', '.join(task_registry.names())}")
     topts = _option_pairs(task_option, "--task-option")
     if size is not None:
         topts["size"] = size
     given = {"task_options": topts, "model_options": _option_pairs(model_option, "--model-option"),
              "attention_options": _option_pairs(attention_option, "--attention-option")}
     if overrides["steps"] is not None and overrides["epochs"] is not None:
-        fail("give --steps or --epochs, not both")
+        usage_error("give --steps or --epochs, not both")
     if previous is not None:  # the resumed run's own options, then those given now
         values = {**dataclasses.asdict(previous), "device": "auto"}  # a run resumes where it is resumed, not where it began
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -275,19 +270,20 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
     for flag, name, known in (("--model", cfg.model, BACKBONES.names()), ("--attention", cfg.attention, efficient.names()),
                               ("--positional", cfg.positional, encodings.names())):
         if name not in known:
-            fail(f"unknown {flag} {name!r}; choose one of {', '.join(known)}")
+            usage_error(f"unknown {flag} {name!r}; choose one of {', '.join(known)}")
     task_registry.TASKS.check_options(task, given["task_options"], what="--task-option")
     if cfg.model in BACKBONES:
         BACKBONES.check_options(cfg.model, given["model_options"], what="--model-option", hidden=_SET_BY_FLAGS)
     for what, opts in (("--model-option", given["model_options"]), ("--attention-option", given["attention_options"])):
         fixed = sorted(set(opts) & set(_SET_BY_FLAGS))
         if fixed:
-            fail(f"{what} {', '.join(fixed)}: set by the model from its own flags (--embed-dim, --num-heads, --num-layers, "
-                 "--attention, --positional, --causal) and the task, not as an option")
+            usage_error(f"{what} {', '.join(fixed)}: set by the model from its own flags (--embed-dim, --num-heads, "
+                        "--num-layers, --attention, --positional, --causal) and the task, not as an option")
     if cfg.attention in efficient.names() and given["attention_options"]:
         if cfg.attention in ("dense", "dense_naive"):
-            fail(f"--attention-option: the {cfg.attention} attention takes none (its score and normaliser are --model-option "
-                 "score=... / normalize=...); the efficient variants take them ('attnlab list variants')")
+            usage_error(f"--attention-option: the {cfg.attention} attention takes none (its score and normaliser are "
+                        "--model-option score=... / normalize=...); the efficient variants take them "
+                        "('attnlab list variants')")
         efficient.VARIANTS.check_options(cfg.attention, given["attention_options"], what="--attention-option", hidden=_SET_BY_FLAGS)
     return cfg
 
@@ -304,7 +300,7 @@ def _option_pairs(pairs: list[str], what: str) -> dict:
     for item in pairs:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            fail(f"{what} takes key=value, got {item!r}")
+            usage_error(f"{what} takes key=value, got {item!r}")
         try:
             options[key] = json.loads(raw)
         except ValueError:
@@ -319,9 +315,8 @@ def _show(result, detail: Callable[[object], str]) -> None:
 
 def eval_cmd(
     checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint folder, or the --out folder of 'attnlab train'."),
-    split: str = typer.Option("test", help="train, val or test."),
-    as_json: bool = json_option("Print one JSON object (task, model, attention, metric, value, test_size (val_size, train_size: "
-                                "the split's), steps, eval_seconds (this evaluation's), checkpoint, warnings)."),
+    split: Split = typer.Option(Split.test, help="The split scored."),
+    as_json: bool = json_option("Print one JSON object: the score, the split and its warnings."),
     plot: str | None = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
     index: int | None = typer.Option(None, min=0, help="The example of the split that --plot draws (default 0); needs --plot."),
     device: str = device_option(),
@@ -331,10 +326,10 @@ def eval_cmd(
     from ..training.caveats import tiny_test
     from ..training.inference import split_summary
 
-    if split not in ("train", "val", "test"):
-        fail(f"--split must be train, val or test, got {split!r}")
+    split = plain(split)
     if index is not None and not plot:
-        fail(f"--index picks the example --plot draws: give --plot FILE.png with --index {index}, or leave --index out")
+        usage_error(f"--index picks the example --plot draws: give --plot FILE.png with --index {index}, "
+                    "or leave --index out")
     where = device_or_fail(device)
     try:
         result = evaluate(checkpoint, split, device=where)
@@ -345,7 +340,7 @@ def eval_cmd(
             w, src, tgt = cross_attention_example(checkpoint, index, split)
             err.print(f"cross-attention written to {plot_cross_attention(w, src, tgt, plot, title=f'{split} example {index}')}")
     except (CheckpointError, ValueError) as e:
-        fail(str(e))
+        fail(e)
     caveat = tiny_test(result.test_size, result.test_unit, split)
     if as_json:
         summary = {("eval_seconds" if k == "seconds" else k): v for k, v in split_summary(result, split).items()}  # the evaluation's
@@ -386,7 +381,7 @@ def predict(
         _, records = read_records(input_file, art["kind"], inputs_only=True)
         rows = run_predict(checkpoint, records, beam_size=beam, device=where)
     except (CheckpointError, ValueError) as e:
-        fail(str(e))
+        fail(e)
     if output:
         from .common import write_text
 

@@ -18,7 +18,7 @@ with ``seed`` and cut into train / val / test. The trained tokenizers, their kin
 label names and the file's SHA-256 travel with the task (``Task.artifacts``) into checkpoints:
 ``attnlab predict`` needs only the checkpoint, and ``eval``, ``--resume`` and the viewer encode
 with the run's own tokenizers and refuse a file that has changed since
-(:func:`attnlab.tasks.create`'s ``saved``). A malformed file raises a ``ValueError`` naming the
+(:func:`attnlab.tasks.create`'s ``saved``). A malformed file raises a ``DataError`` (a ``ValueError``) naming the
 line and the field; so does a file with one label (:func:`check_labels`), and a file whose
 majority label is :data:`MAJORITY_WARN` of it or more warns (:class:`MajorityLabelWarning`) and
 shows that label's score in the run's summary (``Task.notes``).
@@ -32,7 +32,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from ..validate import choice
+from ..validate import DataError, choice
 from .base import IGNORE, Split, Task, pad_rows, register
 from .text_tokenizers import (
     CHAR_MAX_ALPHABET,
@@ -70,7 +70,7 @@ def read_records(path: str | Path, kind: str | None = None, *, inputs_only: bool
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {p}: {e}") from None
+        raise DataError(f"cannot read {p}: {e}") from None
     records = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
@@ -79,24 +79,24 @@ def read_records(path: str | Path, kind: str | None = None, *, inputs_only: bool
         try:
             rec = json.loads(line)
         except ValueError as e:
-            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+            raise DataError(f"{where}: not valid JSON ({e.msg})") from None
         if not isinstance(rec, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
         if kind is None:
             kind = kind_of_record(rec)
             if kind is None:
-                raise ValueError(
+                raise DataError(
                     f"{where}: expected the fields tokens+labels (tagging), text+label (classification) "
                     f"or source+target (seq2seq), got {sorted(rec)}"
                 )
         fields = FIELDS[kind][:1] if inputs_only else FIELDS[kind]
         for f in fields:
             if f not in rec:
-                raise ValueError(f"{where}: missing field {f!r} ({kind} data has {' and '.join(FIELDS[kind])})")
+                raise DataError(f"{where}: missing field {f!r} ({kind} data has {' and '.join(FIELDS[kind])})")
         _check(rec, kind, where, inputs_only)
         records.append(rec)
     if not records:
-        raise ValueError(f"{p} holds no records")
+        raise DataError(f"{p} holds no records")
     return kind, records
 
 
@@ -104,22 +104,22 @@ def _check(rec, kind, where, inputs_only):
     if kind == "tagging":
         toks = rec["tokens"]
         if not isinstance(toks, list) or not toks or not all(isinstance(t, str) for t in toks):
-            raise ValueError(f"{where}: field 'tokens' must be a non-empty list of strings")
+            raise DataError(f"{where}: field 'tokens' must be a non-empty list of strings")
         if not inputs_only:
             labs = rec["labels"]
             if not isinstance(labs, list) or not all(isinstance(t, (str, int)) for t in labs):
-                raise ValueError(f"{where}: field 'labels' must be a list of strings or ints")
+                raise DataError(f"{where}: field 'labels' must be a list of strings or ints")
             if len(labs) != len(toks):
-                raise ValueError(f"{where}: field 'labels' has {len(labs)} entries for {len(toks)} tokens")
+                raise DataError(f"{where}: field 'labels' has {len(labs)} entries for {len(toks)} tokens")
     else:
         first, second = FIELDS[kind]
         if not isinstance(rec[first], str) or not rec[first].strip():
-            raise ValueError(f"{where}: field {first!r} must be a non-empty string")
+            raise DataError(f"{where}: field {first!r} must be a non-empty string")
         if not inputs_only:
             ok = isinstance(rec[second], str) and rec[second].strip() if kind == "seq2seq" else isinstance(rec[second], (str, int))
             if not ok or isinstance(rec[second], bool):
                 what = "a non-empty string" if kind == "seq2seq" else "a string or an int"
-                raise ValueError(f"{where}: field {second!r} must be {what}")
+                raise DataError(f"{where}: field {second!r} must be {what}")
 
 
 MAJORITY_WARN = 0.9
@@ -145,7 +145,7 @@ def check_labels(kind: str, records: list[dict], path: str | Path = "the file") 
     top, n = max(sorted(counts.items()), key=lambda kv: kv[1])
     unit = "token" if kind == "tagging" else "record"
     if len(counts) == 1:
-        raise ValueError(f"{path}: every {unit} has the label {top!r}: a model scores 1.0 by always answering it and learns nothing; "
+        raise DataError(f"{path}: every {unit} has the label {top!r}: a model scores 1.0 by always answering it and learns nothing; "
                          f"{kind} data needs at least two labels")
     share = n / sum(counts.values())
     if share >= MAJORITY_WARN:
@@ -201,25 +201,20 @@ def unknown_share(tokenizer: str, rows: list[list[int]]) -> float:
 
 
 SHORT_DEFAULTS = {"positional": "rope"}
-"""Training defaults of short records, measured on real user-like data (benchmarks/user_data.py:
-token roles in 48-token windows of standard-library source, 600 steps): rope 0.944, sinusoidal
-0.878, none 0.877 (the old default), alibi 0.872, relative 0.872; rope at width 128 0.958 (2.6x
-the time), 1 layer 0.856. Without attention: each token alone (mlp) 0.897, +-2 tokens
-(window_mlp) 0.977: the baseline that ``attnlab train jsonl`` trains and shows beside the model."""
+"""Training defaults of short records: rope, which scored best of the positional encodings on
+token roles in Python source (benchmarks/user_data.py; the scores, and the no-attention baselines
+``attnlab train jsonl`` shows beside the model: ``benchmarks/results/user-data-*``, the models guide)."""
 
 LONG_WORDS = 200
 """Texts of more than this many tokens on average are long documents: whitespace-separated words,
 or characters where the text is tokenized by character (:func:`choose_tokenizer`)."""
 
 LONG_DEFAULTS = {"positional": "rope", "batch_size": 8, "warmup": 20, "lr": 0.002}
-"""Training defaults of long documents, measured (benchmarks/long_documents.py: which of five
-standard-library packages a 2,600-character piece of its source comes from, about 700 tokens a
-piece, 120 s of training each): the short-data defaults (batch 32, warm-up 100, lr 0.001) 0.694
-against the ``window_mlp`` baseline's 0.980; batch 8 0.878, with warm-up 20 0.898, and lr 0.002
-0.980 (10 epochs at batch 8 are four times the steps of 10 at batch 32, and the warm-up no longer
-takes most of them); rope stays (none 0.653, sinusoidal 0.612); self-pretraining in half the
-budget 0.408. Text tokenized by character, hundreds of tokens a row, trains on the same recipe
-(benchmarks/user_data_repro.py --only-tokenizer)."""
+"""Training defaults of long documents: smaller batches (more steps in the same epochs), a shorter
+warm-up (which took most of the steps at batch 32) and a higher learning rate, each of which raised
+the score on pieces of standard-library source labelled by package (benchmarks/long_documents.py; the scores:
+``benchmarks/results/long-documents-*``, the models guide). Text tokenized by character, hundreds of
+tokens a row, trains on the same recipe (benchmarks/user_data_repro.py --only-tokenizer)."""
 
 
 def train_defaults_for(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
@@ -288,7 +283,7 @@ def _rebuild(saved: dict, **options) -> Task:
     score exactly the tokens the run trained on."""
     if "tokenizer" not in saved or "labels" not in saved or ("kind" in saved and saved["kind"] == "seq2seq"
                                                               and "target_tokenizer" not in saved):
-        raise ValueError("the run was saved without its tokenizer (by an attnlab from before tokenizers travelled with runs): "
+        raise DataError("the run was saved without its tokenizer (by an attnlab from before tokenizers travelled with runs): "
                          "its inputs cannot be encoded as they were in training, and re-tokenising would score other tokens; "
                          "train it again")
     return _build(saved=saved, **options)
@@ -342,7 +337,7 @@ def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, te
         raise ValueError(f"tokenizer={tokenizer}: tagging data brings its own tokens (a word-level vocabulary of them); the tokenizer "
                          "option is for text (classification, seq2seq)")
     if len(records) < 3:
-        raise ValueError(f"{path}: need at least 3 records for train, val and test, got {len(records)}")
+        raise DataError(f"{path}: need at least 3 records for train, val and test, got {len(records)}")
     if saved is None:  # a run from before this check keeps its score
         check_labels(kind, records, path)
     parts = _parts(len(records), seed, val_fraction, test_fraction, size)
@@ -353,7 +348,7 @@ def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, te
     if kind != "seq2seq":
         unseen = sorted({str(lab) for r in records for lab in (r["labels"] if kind == "tagging" else [r["label"]])} - set(label_id))
         if unseen:
-            raise ValueError(f"{path} holds labels the run never had ({', '.join(unseen[:5])}): it is not the file the run trained on")
+            raise DataError(f"{path} holds labels the run never had ({', '.join(unseen[:5])}): it is not the file the run trained on")
     splits, unknown = {}, {}
     for name, idx in parts.items():
         recs = [records[i] for i in idx]

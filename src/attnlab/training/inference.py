@@ -18,8 +18,8 @@ from .draws import drawn_from
 from .loop import TrainResult, attention_label
 from .precision import autocast, resolve
 
-__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "saved_task", "score", "split_summary",
-           "unseen_labels"]
+__all__ = ["cross_attention_example", "evaluate", "generate", "predict", "prediction_accuracy", "saved_task", "score",
+           "split_summary", "unseen_labels"]
 
 
 def score(model: nn.Module, task: Task, split: str, batch_size: int | None = None) -> float:
@@ -41,13 +41,14 @@ def evaluate(path: str | Path, split: str = "test", *, task: Task | None = None,
     else:  # built in Python: it must be the one the run trained on (the same file and, for user data, tokenizers)
         task_registry.check_saved(task, ck.meta.get("task_artifacts"), f"the run in {ck.path.parent}")
     precision = _precision(ck)
-    with drawn_from(ck.config.seed), autocast(precision, next(ck.model.parameters()).device):  # train's test score of the same weights
+    # train's test score of the same weights
+    with drawn_from(ck.config.seed), autocast(precision, next(ck.model.parameters()).device):
         value = objectives.get(task).score(ck.model, task, split)
     size, unit = task.split_size(split)
     return TrainResult(
-        task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0, str(ck.path),
-        ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit, precision=precision,
-        pretrain=ck.meta.get("pretrain"),
+        task.name, ck.config.model, attention_label(ck.config), task.metric, value, time.perf_counter() - t0,
+        str(ck.path), ck.meta.get("step", 0), ck.meta.get("history", []), test_size=size, test_unit=unit,
+        precision=precision, pretrain=ck.meta.get("pretrain"),
     )
 
 
@@ -70,14 +71,15 @@ def _precision(ck) -> str:
     return ck.meta.get("precision") or resolve(ck.config.precision, next(ck.model.parameters()).device)
 
 
-def cross_attention_example(path: str | Path, index: int = 0, split: str = "test") -> tuple[torch.Tensor, list[str], list[str]]:
+def cross_attention_example(path: str | Path, index: int = 0,
+                            split: str = "test") -> tuple[torch.Tensor, list[str], list[str]]:
     """For a seq2seq checkpoint: greedy-decode example ``index`` of a split and return the last
     decoder block's cross-attention ``(M, N)`` (mean over heads), the source words and the
     generated words (EOS included)."""
     ck = load_checkpoint(path)
     task = saved_task(ck)
     if task.kind != "seq2seq":
-        raise ValueError(f"task {task.name!r} is {task.kind}: cross-attention exists only for seq2seq tasks")
+        raise CheckpointError(f"task {task.name!r} is {task.kind}: cross-attention exists only for seq2seq tasks")
     data = task.split(split)
     if not 0 <= index < len(data):
         raise ValueError(f"index must be in 0 .. {len(data) - 1}, got {index}")
@@ -105,7 +107,8 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
     ck = load_checkpoint(path, device=device)
     art = ck.meta.get("task_artifacts") or {}
     if "tokenizer" not in art:
-        raise CheckpointError(f"{ck.path} was trained on the built-in task {ck.config.task!r}, not on user data: nothing to predict from")
+        raise CheckpointError(f"{ck.path} was trained on the built-in task {ck.config.task!r}, not on user data: "
+                              "nothing to predict from")
     kind = art["kind"]
     ids = encode_inputs(kind, art, records)
     names = art["labels"]
@@ -121,7 +124,8 @@ def predict(path: str | Path, records: list[dict], *, beam_size: int | None = No
                 out += [{**r, "prediction": tgt.decode(row)} for r, row in zip(recs, rows)]
             elif kind == "tagging":
                 pred = model(toks).output.argmax(-1).tolist()
-                out += [{**r, "prediction": [names[p] for p in row[: len(ids_)]]} for r, row, ids_ in zip(recs, pred, chunk)]
+                out += [{**r, "prediction": [names[p] for p in row[: len(ids_)]]}
+                        for r, row, ids_ in zip(recs, pred, chunk)]
             else:
                 pred = model(toks).output.argmax(-1).tolist()
                 out += [{**r, "prediction": names[p]} for r, p in zip(recs, pred)]
@@ -197,16 +201,16 @@ def generate(
 
     ck = load_checkpoint(path, device=device)
     if ck.model_config.kind != "lm":
-        raise CheckpointError(f"{ck.path} holds a {ck.model_config.kind} model; generate needs a language model (a task of kind lm, "
-                              "e.g. docs)")
+        raise CheckpointError(f"{ck.path} holds a {ck.model_config.kind} model; generate needs a language model (a "
+                              "task of kind lm, e.g. docs)")
     if ck.meta.get("task_artifacts", {}).get("codec") != "bytes":
         raise CheckpointError(f"{ck.path}: its task has no text codec (byte-level tasks such as docs have)")
     if not prompt:
         raise ValueError("the prompt is empty: give the text to continue")
     ids = torch.tensor([encode_bytes(prompt)], device=next(ck.model.parameters()).device)
     g = torch.Generator().manual_seed(seed)
-    steps = ck.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=g, cache=cache,
-                              window=window, sinks=sinks if window is not None else 0)
+    steps = ck.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=g,
+                              cache=cache, window=window, sinks=sinks if window is not None else 0)
     return _text_pieces(steps)
 
 
