@@ -4,14 +4,15 @@ One module per command group, over the helpers of :mod:`attnlab.cli.common`:
 
 * :mod:`~attnlab.cli.explain` — ``explain``;
 * :mod:`~attnlab.cli.pretrained` — ``attention``, ``view``, ``bench pretrained`` (pretrained models);
-* :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory), ``bench peak | precision``
-  (this machine's peak, float32 against bfloat16 training);
+* :mod:`~attnlab.cli.bench_speed` — ``bench attention | scaling | graph | audio`` (time and memory),
+  ``bench peak | precision`` (this machine's peak, float32 against bfloat16 training);
 * :mod:`~attnlab.cli.bench_masks` — ``bench masks`` (masks as dense tensors, block-sparse, FlexAttention);
 * :mod:`~attnlab.cli.decode` — ``bench decode`` (cached decoding, streaming), ``bench packing``;
 * :mod:`~attnlab.cli.ring` — ``bench ring`` (sequence parallelism: memory and time per process count);
 * :mod:`~attnlab.cli.bench_accuracy` — ``bench positional | approximation | distance``;
 * :mod:`~attnlab.cli.bench_recall` — ``bench recall`` (associative recall against state size);
-* :mod:`~attnlab.cli.device_check` — ``bench device`` (this device against the float64 reference, its speed, the arena's scores);
+* :mod:`~attnlab.cli.device_check` — ``bench device`` (this device against the float64 reference, its speed, the
+  arena's scores);
 * :mod:`~attnlab.cli.complexity` — ``complexity``; :mod:`~attnlab.cli.plot` — ``plot positional``;
 * :mod:`~attnlab.cli.arena` — ``arena``, ``report``; :mod:`~attnlab.cli.compare` — ``compare vit-cnn``;
 * :mod:`~attnlab.cli.train` — ``train``, ``eval``, ``predict``; :mod:`~attnlab.cli.generate` — ``generate``;
@@ -52,16 +53,19 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="attnlab",
-    help="Self-attention over any vector set: explain it step by step, benchmark it, train it, and compare the variants (attnlab arena).",
+    help="Self-attention over any vector set: explain it step by step, benchmark it, train it, and compare the "
+         "variants (attnlab arena).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=OneLineErrors,
     rich_markup_mode=None,  # click's plain help: option names never cut, one wrap, readable at 80 columns
 )
-bench_app = typer.Typer(help="Measure speed, memory and accuracy, side by side in one run.", no_args_is_help=True, rich_markup_mode=None)
+bench_app = typer.Typer(help="Measure speed, memory and accuracy, side by side in one run.", no_args_is_help=True,
+                        rich_markup_mode=None)
 app.add_typer(bench_app, name="bench")
-compare_app = typer.Typer(help="Train rival models on the same data and compare them.", no_args_is_help=True, rich_markup_mode=None)
+compare_app = typer.Typer(help="Train rival models on the same data and compare them.", no_args_is_help=True,
+                          rich_markup_mode=None)
 app.add_typer(compare_app, name="compare")
 plot_app = typer.Typer(help="Draw attnlab's parts to PNG files.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(plot_app, name="plot")
@@ -77,7 +81,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (also ATTNLAB_DEBUG=1)."),
     threads: int | None = typer.Option(
         None, "--threads", min=1, metavar="N",

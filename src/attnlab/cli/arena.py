@@ -44,7 +44,8 @@ def arena(
                                       help="Where the runs run: this machine, or Ray tasks (attnlab[cluster])."),
     address: str | None = typer.Option(None, "--address", help="With --executor ray: the cluster to join (host:port)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run the stored failures again."),
-    as_json: bool = json_option("End by printing the leaderboard as one JSON object (tasks, average, report) instead of tables."),
+    as_json: bool = json_option(
+        "End by printing the leaderboard as one JSON object (tasks, average, report) instead of tables."),
 ) -> None:
     """Train and compare attention variants across tasks: resumable grid, SQLite store, leaderboard, report.html."""
     from rich.live import Live
@@ -72,29 +73,33 @@ def arena(
         from ..arena.planning import check_tasks, parse_task_options
 
         grid_sweep = None if not sweep else {} if sweep == ["none"] else parse_sweep(sweep)
-        specs = plan(preset, tasks=split_list(tasks) if tasks else None, variants=split_list(variants) if variants else None,
-                     seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data, seconds=budget_seconds,
-                     steps=budget_steps, precision=precision, sweep=grid_sweep, task_options=parse_task_options(task_option),
-                     device=where.type)
+        specs = plan(preset, tasks=split_list(tasks) if tasks else None,
+                     variants=split_list(variants) if variants else None,
+                     seeds=int_list("--seeds", seeds, minimum=0) if seeds is not None else None, data=data,
+                     seconds=budget_seconds, steps=budget_steps, precision=precision, sweep=grid_sweep,
+                     task_options=parse_task_options(task_option), device=where.type)
         if not specs:  # before grid.json is written: the folder's last board stays
             usage_error("the grid has no run" + (f" ({'; '.join(specs.notes)})" if specs.notes else "")
                         + ": choose other --tasks or --variants")
         path = Path(out_dir) / "results.sqlite"
         stored = Store(path).rows() if path.exists() else []  # a damaged store fails here, before the board
         kept = {r["run_id"] for r in stored if r["status"] == "done" or not retry_failed}  # the runs the grid will skip
-        check_tasks([s for s in specs if s.run_id not in kept])  # each task to train built once: refused before any run, not after
+        # each task to train built once: refused before any run, not after
+        check_tasks([s for s in specs if s.run_id not in kept])
         Store(path)  # an unwritable folder fails here, before the board (a refused grid leaves no store behind)
     except (ValueError, KeyError) as e:
         fail(e)
     for note in specs.notes:  # every run left out, and why, before the board
         err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    if workers is None:  # one process of one thread per core, at most one per run to do: each run trains on one thread anyway
+    # one process of one thread per core, at most one per run to do: each run trains on one thread anyway
+    if workers is None:
         import torch
 
         todo = sum(s.run_id not in kept for s in specs)
         workers = 1 if executor == "ray" else max(1, min(torch.get_num_threads(), todo))
     grid = LiveGrid(specs, stored=stored)
-    running: dict = {"serial": workers <= 1 and executor == "local"}  # serial runs: the one in progress, its spec and last step
+    # serial runs: the one in progress, its spec and last step
+    running: dict = {"serial": workers <= 1 and executor == "local"}
     with Live(grid.render(), console=err, refresh_per_second=4, transient=False) as live:
 
         def on_event(kind, spec, **info):
@@ -106,16 +111,18 @@ def arena(
             live.update(grid.render())
             if kind == "end" and not err.is_terminal:  # a log file: one plain line per finished run
                 row = info["row"]
-                result = f"{row['metric']} {row['value']:.3f} after {row['steps']} steps" if row["status"] == "done" else "failed"
+                result = (f"{row['metric']} {row['value']:.3f} after {row['steps']} steps" if row["status"] == "done"
+                          else "failed")
                 err.print(f"{run_name(spec)}: {result}", highlight=False, markup=False)
 
         try:
-            run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event, executor=executor, address=address)
+            run_grid(specs, out_dir, workers=workers, retry_failed=retry_failed, on_event=on_event, executor=executor,
+                     address=address)
         except KeyboardInterrupt:
             running["interrupted"] = True
     if running.get("interrupted"):  # the board closed first, then one line on where the grid stopped
-        if not err.is_terminal and (grid.current or not running["serial"]):  # rich ends a live board with a newline on a terminal only
-            err.line()
+        if not err.is_terminal and (grid.current or not running["serial"]):
+            err.line()  # rich ends a live board with a newline on a terminal only
         err.print(_interrupted(out_dir, specs, running), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130)
     _close(out_dir, specs, grid.elapsed, as_json, where.type)
@@ -130,7 +137,8 @@ def _close(out_dir: str, specs, elapsed, as_json: bool, device: str = "cpu") -> 
     done = {r["run_id"]: r["status"] == "done" for r in Store(Path(out_dir) / "results.sqlite").rows()}
     finished = {s.task for s in specs if done.get(s.run_id)}
     attended = {s.task for s in specs if done.get(s.run_id) and s.variant != NO_ATTENTION}
-    if specs.cost is not None and specs.cost["task"] in attended:  # no cost beside a task whose every attention run failed
+    # no cost beside a task whose every attention run failed
+    if specs.cost is not None and specs.cost["task"] in attended:
         _measure_cost(out_dir, specs.cost, device)
     page, board = build_report(out_dir)
     if as_json:
@@ -140,10 +148,12 @@ def _close(out_dir: str, specs, elapsed, as_json: bool, device: str = "cpu") -> 
         out.print(f"report: {page}  (wall time {elapsed():.0f} s)")
     failed = list(dict.fromkeys(s.task for s in specs if s.task not in finished))
     if failed and not finished:
-        err.print(f"[bold red]error:[/] every run of the grid failed ({len(specs)} runs; the reasons are on the board)", soft_wrap=True)
+        err.print(f"[bold red]error:[/] every run of the grid failed ({len(specs)} runs; the reasons are on the board)",
+                  soft_wrap=True)
         raise typer.Exit(1)
     if failed:
-        err.print(f"[yellow]warning:[/] every run of {', '.join(failed)} failed (the reasons are on the board)", soft_wrap=True)
+        err.print(f"[yellow]warning:[/] every run of {', '.join(failed)} failed (the reasons are on the board)",
+                  soft_wrap=True)
 
 
 def _measure_cost(out_dir: str, cost: dict, device: str = "cpu") -> None:
@@ -152,11 +162,12 @@ def _measure_cost(out_dir: str, cost: dict, device: str = "cpu") -> None:
     from ..arena.cost import measure_cost
 
     lengths = ", ".join(f"{n:,}" for n in cost["lengths"])
-    err.print(f"cost: one training step of {cost['task']}'s model at {lengths} tokens, per variant (this machine's seconds"
+    err.print(f"cost: one training step of {cost['task']}'s model at {lengths} tokens, per variant "
+              "(this machine's seconds"
               + ("" if device == "cpu" else f", on {device}") + ")", markup=False, highlight=False)
     try:
-        measure_cost(out_dir, cost["task"], cost["variants"], lengths=cost["lengths"], task_options=cost["task_options"],
-                     train=cost["train"], device=device,
+        measure_cost(out_dir, cost["task"], cost["variants"], lengths=cost["lengths"],
+                     task_options=cost["task_options"], train=cost["train"], device=device,
                      on_progress=lambda v, n: err.print(f"  {v} at {n:,} tokens", markup=False, highlight=False))
     except KeyboardInterrupt:
         err.print(f"interrupted: the cost measurements so far are kept in {Path(out_dir) / 'cost.json'}; "
@@ -223,22 +234,26 @@ def _print_leaderboard(board: dict) -> None:
         kind = ("time-budgeted: this machine's scores" if timed.pop() else "step-budgeted") if len(timed) == 1 else ""
         mode = f", {budget} per run" + (f", {kind}" if kind else "") if entries else ""
         places = sorted({e["device"] for e in entries if e.get("device", "cpu") != "cpu"})
-        mode += f", on {' and '.join(places)}: scores agree with the CPU's to rounding, not bit for bit" if places else ""
+        mode += (f", on {' and '.join(places)}: scores agree with the CPU's to rounding, not bit for bit" if places
+                 else "")
         swept = any(e.get("sweep") for e in entries)
         levels = level_names(entries)
-        t = table(f"{task} ({metric}{', the mean over levels' if levels else ''}{mode}; speed and memory relative to dense)",
-                  ["variant", "score", *levels, *(["chosen on val: test range"] if swept else []), "speed", "memory", "steps/s",
-                   "of peak", "params"])
+        t = table(f"{task} ({metric}{', the mean over levels' if levels else ''}{mode}; speed and memory "
+                  "relative to dense)",
+                  ["variant", "score", *levels, *(["chosen on val: test range"] if swept else []), "speed", "memory",
+                   "steps/s", "of peak", "params"])
         t.columns[1].no_wrap = True  # a score, its spread over seeds and its mark stay on one line
         for e in entries:
             if e["value"] is None:
-                t.add_row(label(e), "[red]failed[/]", *([""] * len(levels)), *([""] if swept else []), "", "", "", "", "")
+                t.add_row(label(e), "[red]failed[/]", *([""] * len(levels)), *([""] if swept else []),
+                          "", "", "", "", "")
                 continue
             mark = " [yellow]![/]" if e.get("caveats") else ""
             spread = f" ± {e['spread']:.3f}" if e.get("spread") is not None else ""
-            t.add_row(label(e), f"{e['value']:.3f}{spread}{mark}", *("-" if x is None else f"{x:.3f}" for x in level_values(e, levels)),
-                      *([sweep_text(e)] if swept else []), fmt_x(e["speed"]),
-                      fmt_x(e["memory"]), f"{e['steps_per_second']:.1f}", peak_share(e["peak_fraction"], e["precision"]),
+            t.add_row(label(e), f"{e['value']:.3f}{spread}{mark}",
+                      *("-" if x is None else f"{x:.3f}" for x in level_values(e, levels)),
+                      *([sweep_text(e)] if swept else []), fmt_x(e["speed"]), fmt_x(e["memory"]),
+                      f"{e['steps_per_second']:.1f}", peak_share(e["peak_fraction"], e["precision"]),
                       f"{e['params']:,}")
         out.print(t)
         for e in entries:
@@ -246,7 +261,8 @@ def _print_leaderboard(board: dict) -> None:
                 out.print(f"  [yellow]![/] {escape(label(e))}: {escape(c)}", highlight=False)
         for e in entries:  # the whole reason, wrapped at the console's width (a table cell would cut it)
             if e["value"] is None:
-                out.print(f"  [red]failed[/] {escape(label(e))}: {escape(e['error'] or 'no reason stored')}", highlight=False)
+                out.print(f"  [red]failed[/] {escape(label(e))}: {escape(e['error'] or 'no reason stored')}",
+                          highlight=False)
     if board["average"] and len(board["tasks"]) > 1:
         t = table(f"average over tasks (ranked: the variants that ran all {len(board['tasks'])})",
                   ["variant", "mean score", "tasks", "dense on the same tasks", "speed vs dense", "memory vs dense"])
@@ -269,7 +285,8 @@ def _print_cost(board: dict) -> None:
     from ..arena.cost import REFERENCE
 
     lengths = cost["lengths"]
-    t = table(f"cost: one training step of {cost['task']}'s model (speed and memory vs the fused dense; this machine's seconds)",
+    t = table(f"cost: one training step of {cost['task']}'s model (speed and memory vs the fused dense; "
+              "this machine's seconds)",
               ["variant", *(f"{n:,}: speed, memory" for n in lengths), f"{lengths[-1]:,}: memory vs {REFERENCE}"])
     for v, per in cost["variants"].items():
         cells = []
@@ -278,5 +295,6 @@ def _print_cost(board: dict) -> None:
             projected = " (projected)" if r and r.get("projected") else ""
             cells.append("-" if r is None else f"{fmt_x(r['speed'])}, {fmt_x(r['memory'])}{projected}")
         last = per.get(str(lengths[-1]))
-        t.add_row(v, *cells, "-" if not last or last.get("memory_vs_naive") is None else f"{last['memory_vs_naive']:.3f}x")
+        t.add_row(v, *cells,
+                  "-" if not last or last.get("memory_vs_naive") is None else f"{last['memory_vs_naive']:.3f}x")
     out.print(t)

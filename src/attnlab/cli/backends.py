@@ -18,9 +18,11 @@ DType = choices("DType", _DTYPES, "``backends --dtype``: the inputs' dtype, fp32
 def backends(
     device: str = device_option(),
     dtype: DType = typer.Option(DType.fp32, "--dtype", help="The dtype of the inputs the kernels are checked in."),
-    as_json: bool = json_option("Print one JSON object: {device, dtype, variants: [{variant, backend, why, inference}]}."),
+    as_json: bool = json_option(
+        "Print one JSON object: {device, dtype, variants: [{variant, backend, why, inference}]}."),
 ) -> None:
-    """Which backend computes each variant here (a fast kernel once it matched attnlab's own form on this device), and why."""
+    """Which backend computes each variant here (a fast kernel once it matched attnlab's own form on this device),
+    and why."""
     import torch
 
     from ..devices import describe
@@ -31,7 +33,8 @@ def backends(
     rows = serving_table(where, getattr(torch, _DTYPES[dtype]))
     if as_json:
         print_json({"device": str(where), "device_name": describe(where), "dtype": dtype,
-                    "variants": [{"variant": r.variant, "backend": r.backend, "why": r.why, "inference": r.inference} for r in rows]})
+                    "variants": [{"variant": r.variant, "backend": r.backend, "why": r.why, "inference": r.inference}
+                                 for r in rows]})
         return
     columns = ["variant", "backend", "why"]
     t = table(f"backends on {where} ({describe(where)}), inputs in {dtype}", columns, left=columns)

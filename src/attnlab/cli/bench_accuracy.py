@@ -50,7 +50,8 @@ def positional(
     chosen = {n: DEFAULT_ENCODINGS.get(n, {}) for n in names}
 
     def payload(done: list) -> dict:
-        return {"settings": settings_dict(settings), "runs": [r.to_dict() for r in done], "summary": jsonable(summarize(done))}
+        return {"settings": settings_dict(settings), "runs": [r.to_dict() for r in done],
+                "summary": jsonable(summarize(done))}
 
     with track("training", len(names) * len(seed_list) * steps, output, payload) as tracker:
         on_step = tracker.on_step(lambda name, seed, step, loss: f"{name} seed {seed} loss {loss:.3f}")
@@ -60,8 +61,8 @@ def positional(
     if emit_json(payload(tracker.records), as_json):
         return
     out.print(
-        f"length extrapolation{on_device(where)}, delayed copy (y_i = x_(i-{settings.delay}), vocab {settings.vocab}, chance "
-        f"{1 / settings.vocab:.3f}); causal encoder E={settings.embed_dim} H={settings.num_heads} "
+        f"length extrapolation{on_device(where)}, delayed copy (y_i = x_(i-{settings.delay}), vocab {settings.vocab}, "
+        f"chance {1 / settings.vocab:.3f}); causal encoder E={settings.embed_dim} H={settings.num_heads} "
         f"layers={settings.num_layers}; trained at length {train_length} for {steps} steps; token accuracy, "
         f"mean \\[min-max] over seeds {','.join(map(str, seed_list))}"
     )
@@ -106,8 +107,8 @@ def approximation(
     done = tracker.records
     if emit_json([r.to_dict() for r in done], as_json):
         return
-    title = (f"relative Frobenius error vs exact softmax attention{on_device(where)}, N={n}, H=4, D=64, temperature {temperature}, "
-             f"mean of {seeds} draws")
+    title = (f"relative Frobenius error vs exact softmax attention{on_device(where)}, N={n}, H=4, D=64, "
+             f"temperature {temperature}, mean of {seeds} draws")
     columns = ["variant", "budget", "values: error"]
     t = table(title, columns, left=columns)
     for v in names:
@@ -146,7 +147,8 @@ def distance(
     names = name_list("--layers", layers, recurrent.names())
     with track("training", len(dist) * len(names) * steps * len(seed_list), output, records_json) as tracker:
         on_step = tracker.on_step(lambda name, d, s, loss: f"{name} distance={d} loss={loss:.3f}")
-        run(dist, names, steps=steps, seeds=seed_list, device=where, on_record=tracker.on_record(advance=0), on_step=on_step)
+        run(dist, names, steps=steps, seeds=seed_list, device=where, on_record=tracker.on_record(advance=0),
+            on_step=on_step)
     _distance_report([r.to_dict() for r in tracker.records], plot, as_json, steps)
 
 

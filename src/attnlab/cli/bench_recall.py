@@ -16,11 +16,13 @@ __all__ = ["recall"]
 def _recall(
     variants: str | None = typer.Option(
         None, help="Comma-separated variants (default: dense, local, linear and the causal input-gated ones)."),
-    pairs: str = typer.Option("8,16", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
-    embed_dims: str = typer.Option("32,64", "--embed-dims", help="Comma-separated model widths E (the state grows with them)."),
+    pairs: str = typer.Option(
+        "8,16", help="Comma-separated numbers of key-value pairs (the sequence is 3 x pairs tokens)."),
+    embed_dims: str = typer.Option(
+        "32,64", "--embed-dims", help="Comma-separated model widths E (the state grows with them)."),
     steps: int = typer.Option(1500, min=1, help="Training steps per model (the same for every variant)."),
-    seconds: float = typer.Option(60.0, min=0.1,
-                                  help="At most this many training seconds per model (a slower variant trains fewer steps)."),
+    seconds: float = typer.Option(
+        60.0, min=0.1, help="At most this many training seconds per model (a slower variant trains fewer steps)."),
     precision: Precision = precision_option(Precision.fp32),  # noqa: B008  (an enum is not immutable to ruff)
     device: str = device_option(),
     output: str | None = None,
@@ -45,11 +47,12 @@ def _recall(
 
 
 def _report(data: dict) -> None:
-    out.print("multi-query associative recall: test query accuracy (chance 1/values) and state size (float32 numbers per layer)")
+    out.print("multi-query associative recall: test query accuracy (chance 1/values) and state size "
+              "(float32 numbers per layer)")
     t = table(None, ["variant", "pairs", "N", "width", "state", "accuracy", "steps"], no_wrap=True)
     for r in data["records"]:
-        t.add_row(r["variant"], str(r["pairs"]), str(r["length"]), str(r["dim"]), f"{r['state_floats']:,}", f"{r['accuracy']:.3f}",
-                  str(r["steps"]))
+        t.add_row(r["variant"], str(r["pairs"]), str(r["length"]), str(r["dim"]), f"{r['state_floats']:,}",
+                  f"{r['accuracy']:.3f}", str(r["steps"]))
     out.print(t)
 
 
@@ -61,5 +64,6 @@ def _checked(data: dict) -> dict:
     return data
 
 
-recall = measured("bench recall", draw="bench.plot_recall", show=_report, checked=_checked, drawn=lambda data: data["records"],
+recall = measured("bench recall", draw="bench.plot_recall", show=_report, checked=_checked,
+                  drawn=lambda data: data["records"],
                   plot_help="Also draw accuracy against state size to this PNG.")(_recall)

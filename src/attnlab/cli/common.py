@@ -152,7 +152,8 @@ def int_list(option: str, text: str, minimum: int = 0, what: str | None = None) 
     return values
 
 
-def name_list(option: str, text: str, known: Collection[str], hint: str | None = None, required: bool = True) -> list[str]:
+def name_list(option: str, text: str, known: Collection[str], hint: str | None = None,
+              required: bool = True) -> list[str]:
     """A comma-separated option of names, each one of ``known``; else a one-line error naming ``option``.
 
     ``hint`` ends the error (default ``expected some of`` the known names); ``required``: no names is an error too.
@@ -170,7 +171,14 @@ def name_list(option: str, text: str, known: Collection[str], hint: str | None =
 def progress():
     """A progress bar on stderr (description, bar, done/total, elapsed, remaining), gone when done;
     drawn only where stderr is a terminal (a log file gets the plain lines of :class:`Tracker`)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("[progress.description]{task.description}"),
@@ -237,7 +245,8 @@ class Tracker:
 
 
 @contextmanager
-def track(description: str, total: int | None, output: str | None = None, payload: Callable | None = None) -> Iterator[Tracker]:
+def track(description: str, total: int | None, output: str | None = None,
+          payload: Callable | None = None) -> Iterator[Tracker]:
     """A :func:`progress` bar of ``total`` steps, as a :class:`Tracker` that writes ``output``."""
     with progress() as bar:
         yield Tracker(bar, bar.add_task(description, total=total), output, payload)

@@ -34,8 +34,10 @@ def vit_cnn(
     names = split_list(models)
     try:
         with track("training", len(frac) * len(names) * len(seed_list), output, records_json) as tracker:
-            on_step = tracker.on_step(lambda m, f, s, step, total: f"{m} fraction={f} seed={s} step {step}/{total}", advance=0)
-            run(frac, names, seeds=seed_list, steps=steps, device=str(where), on_record=tracker.on_record(), on_step=on_step)
+            on_step = tracker.on_step(lambda m, f, s, step, total: f"{m} fraction={f} seed={s} step {step}/{total}",
+                                      advance=0)
+            run(frac, names, seeds=seed_list, steps=steps, device=str(where), on_record=tracker.on_record(),
+                on_step=on_step)
     except (ValueError, KeyError) as e:
         fail(e)
     recs = [r.to_dict() for r in tracker.records]

@@ -26,7 +26,8 @@ def _bench_decode(
                                               help="Longest context of the uncached reference (default: all)."),
     stream_lengths: str = typer.Option("1000,10000,100000", "--stream-lengths",
                                        help="Stream lengths of the cache-memory measure ('' skips it)."),
-    checkpoint: str | None = typer.Option(None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
+    checkpoint: str | None = typer.Option(
+        None, help="A docs language model (attnlab train docs): also measure streaming perplexity."),
     factor: int = typer.Option(8, min=2, help="The perplexity stream is this many training contexts long."),
     streams: int = typer.Option(2, min=1, help="Streams of the perplexity measure (cut from the docs test text)."),
     device: str = device_option(),
@@ -34,12 +35,12 @@ def _bench_decode(
 ) -> dict:
     """Decoding speed and memory: KV cache vs recomputation vs transformers' generate, side by side."""
     where = device_or_fail(device)
-    return _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor,
-                    streams, output, where)
+    return _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint,
+                    factor, streams, output, where)
 
 
-def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor, streams,
-             output, device) -> dict:
+def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor,
+             streams, output, device) -> dict:
     from ..studies import decode
 
     cs = int_list("--contexts", contexts, minimum=1)
@@ -56,7 +57,8 @@ def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up
         except CheckpointError as e:
             fail(e)
         if ck.model_config.kind != "lm" or ck.config.task != "docs":
-            fail(f"--checkpoint {checkpoint}: streaming perplexity needs a model trained on the docs task (attnlab train docs)")
+            fail(f"--checkpoint {checkpoint}: streaming perplexity needs a model trained on the docs task "
+                 "(attnlab train docs)")
         task = make_task("docs", **ck.config.task_options)
         model, context = ck.model, task.max_len
         text = task.split("test").tokens.reshape(-1)  # the test windows do not overlap: the test text in order
@@ -73,12 +75,14 @@ def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up
         try:
             decode.speed(cs, new_tokens=new_tokens, embed_dim=embed_dim, num_layers=num_layers, num_heads=num_heads,
                          uncached_up_to=uncached_up_to, device=device,
-                         on_record=keep("speed", lambda r: r.implementation == "attnlab cached"))  # one step per context
+                         # one step per context
+                         on_record=keep("speed", lambda r: r.implementation == "attnlab cached"))
             if lengths:
                 decode.streaming_memory(lengths, device=device, on_record=keep("memory", 0))
                 tracker.update(1)
             if checkpoint:
-                decode.streaming_perplexity(model, text, context=context, factor=factor, streams=streams, on_record=keep("perplexity"))
+                decode.streaming_perplexity(model, text, context=context, factor=factor, streams=streams,
+                                            on_record=keep("perplexity"))
         except ValueError as e:
             fail(e)
     return data
@@ -93,7 +97,8 @@ def _checked(data: dict) -> dict:
     if not isinstance(data, dict) or not {"speed", "memory", "perplexity"} <= set(data):
         raise KeyError("speed, memory and perplexity")
     for r in data["speed"]:
-        for f in ("implementation", "context", "new_tokens", "tokens_per_second", "decode_tokens_per_second", "prefill_seconds"):
+        for f in ("implementation", "context", "new_tokens", "tokens_per_second", "decode_tokens_per_second",
+                  "prefill_seconds"):
             if f not in r:
                 raise KeyError(f)
     return data
@@ -103,38 +108,43 @@ def _report(data: dict) -> None:
     speed = data["speed"]
     if speed:
         r0 = speed[0]
-        t = table(f"greedy decoding of {r0['new_tokens']} tokens, d={r0['dim']}, {r0['layers']} layers, {r0['heads']} heads, vocabulary "
-                  f"{r0['vocab']}, one sequence (side by side, median of {r0['repeats']})",
-                  ["context", "implementation", "prompt s", "tokens/s (end to end)", "tokens/s (decoding)", "vs uncached",
-                   "vs transformers", "same tokens"], left=["implementation"])
+        t = table(f"greedy decoding of {r0['new_tokens']} tokens, d={r0['dim']}, {r0['layers']} layers, "
+                  f"{r0['heads']} heads, vocabulary {r0['vocab']}, one sequence (side by side, median of "
+                  f"{r0['repeats']})",
+                  ["context", "implementation", "prompt s", "tokens/s (end to end)", "tokens/s (decoding)",
+                   "vs uncached", "vs transformers", "same tokens"], left=["implementation"])
         for c in dict.fromkeys(r["context"] for r in speed):
             rows = {r["implementation"]: r for r in speed if r["context"] == c}
             unc, hf = rows.get("attnlab uncached"), rows.get("transformers generate")
             for impl, r in rows.items():
                 rate = r["decode_tokens_per_second"]
-                vs_unc = None if unc is None or not rate or not unc["decode_tokens_per_second"] else rate / unc["decode_tokens_per_second"]
-                vs_hf = None if hf is None or not rate or not hf["decode_tokens_per_second"] else rate / hf["decode_tokens_per_second"]
+                vs_unc = (None if unc is None or not rate or not unc["decode_tokens_per_second"]
+                          else rate / unc["decode_tokens_per_second"])
+                vs_hf = (None if hf is None or not rate or not hf["decode_tokens_per_second"]
+                         else rate / hf["decode_tokens_per_second"])
                 same = {True: "yes", False: "NO", None: "-"}[r["same_tokens"]]
-                t.add_row(str(c), impl, f"{r['prefill_seconds']:.3f}", f"{r['tokens_per_second']:.1f}", "-" if not rate else f"{rate:.1f}",
-                          fmt_x(vs_unc), fmt_x(vs_hf), same)
+                t.add_row(str(c), impl, f"{r['prefill_seconds']:.3f}", f"{r['tokens_per_second']:.1f}",
+                          "-" if not rate else f"{rate:.1f}", fmt_x(vs_unc), fmt_x(vs_hf), same)
         out.print(t)
     if data["memory"]:
         t = table("cache memory over a stream (rope model, d=64, 2 layers)", ["cache", "tokens", "bytes"])
         for r in data["memory"]:
-            t.add_row(r["cache"] + ("" if r["window"] is None else f" ({r['sinks']} + {r['window']})"), f"{r['tokens']:,}",
-                      f"{r['cache_bytes']:,}")
+            t.add_row(r["cache"] + ("" if r["window"] is None else f" ({r['sinks']} + {r['window']})"),
+                      f"{r['tokens']:,}", f"{r['cache_bytes']:,}")
         out.print(t)
     if data["perplexity"]:
         r0 = data["perplexity"][0]
         t = table(f"perplexity per byte on {r0['streams']} streams of {r0['stream']} bytes of the docs test text "
-                  f"({r0['stream'] // r0['context']}x the training context {r0['context']})", ["method", "tokens attended", "perplexity"])
+                  f"({r0['stream'] // r0['context']}x the training context {r0['context']})",
+                  ["method", "tokens attended", "perplexity"])
         for r in data["perplexity"]:
             t.add_row(r["method"], "all" if r["kept"] is None else str(r["kept"]), f"{r['perplexity']:.3f}")
         out.print(t)
 
 
-bench_decode = measured("bench decode", draw="decode.plot_decode", show=_report, checked=_checked,
-                        plot_help="Also draw tokens per second against the context (and cache memory) to this PNG.")(_bench_decode)
+bench_decode = measured(
+    "bench decode", draw="decode.plot_decode", show=_report, checked=_checked,
+    plot_help="Also draw tokens per second against the context (and cache memory) to this PNG.")(_bench_decode)
 
 
 def bench_packing(
@@ -143,7 +153,8 @@ def bench_packing(
     max_length: int = typer.Option(256, "--max-length", min=1, help="Longest document."),
     embed_dim: int = width_option(128),
     num_layers: int = blocks_option(2),
-    dense_up_to: int = typer.Option(8192, "--dense-up-to", min=1, help="Longest packed row the dense T x T mask is run at."),
+    dense_up_to: int = typer.Option(
+        8192, "--dense-up-to", min=1, help="Longest packed row the dense T x T mask is run at."),
     as_json: bool = json_option("Print the records as JSON instead of a table."),
     output: str | None = output_option("Also write the JSON here (after every record)."),
     device: str = device_option(),
@@ -167,5 +178,6 @@ def bench_packing(
               f"documents of {min_length}-{max_length} tokens",
               ["documents", "tokens", "method", "seconds", "us per token"], left=["method"])
     for r in recs:
-        t.add_row(str(r["documents"]), f"{r['tokens']:,}", r["method"], f"{r['seconds']:.3f}", f"{r['microseconds_per_token']:.1f}")
+        t.add_row(str(r["documents"]), f"{r['tokens']:,}", r["method"], f"{r['seconds']:.3f}",
+                  f"{r['microseconds_per_token']:.1f}")
     out.print(t)

@@ -35,7 +35,8 @@ def explain(
 
     require_text(sentence)
     try:
-        ex = run_explain(sentence, score=score, normalize=normalize, no_self=no_self, num_heads=num_heads, embed_dim=embed_dim, seed=seed)
+        ex = run_explain(sentence, score=score, normalize=normalize, no_self=no_self, num_heads=num_heads,
+                         embed_dim=embed_dim, seed=seed)
     except ValueError as e:
         fail(e)
     if as_json:

@@ -15,7 +15,8 @@ __all__ = ["generate", "printable"]
 
 
 def generate(
-    checkpoint: str = typer.Argument(..., metavar="DIR", help="A language model's checkpoint folder (attnlab train docs --out DIR)."),
+    checkpoint: str = typer.Argument(
+        ..., metavar="DIR", help="A language model's checkpoint folder (attnlab train docs --out DIR)."),
     prompt: str = typer.Argument(..., help="The text to continue."),
     max_new_tokens: int = typer.Option(200, "--max-new-tokens", min=0, help="Tokens (bytes) to write."),
     temperature: float = typer.Option(0.8, min=0.0, help="Sampling temperature; 0 = greedy."),
@@ -24,11 +25,16 @@ def generate(
         None, "--top-p",
         help="Nucleus sampling: the smallest set of tokens whose probability reaches p (0 < p <= 1)."),
     seed: int = typer.Option(0, help="Seed of the sampling: the same seed writes the same text."),
-    window: int | None = typer.Option(None, min=1, help="Bounded StreamingLLM cache: keep the last WINDOW tokens (plus --sinks)."),
-    sinks: int | None = typer.Option(None, min=0, help="With --window: the first tokens kept for ever (attention sinks; default 4)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Rerun the whole prefix at every step (the slow reference)."),
-    raw: bool = typer.Option(False, "--raw", help="Write the bytes as generated, control characters too (default on a terminal: escaped)."),
-    as_json: bool = json_option("Print one JSON object (prompt, text, new_tokens, warnings) instead of streaming the text."),
+    window: int | None = typer.Option(
+        None, min=1, help="Bounded StreamingLLM cache: keep the last WINDOW tokens (plus --sinks)."),
+    sinks: int | None = typer.Option(
+        None, min=0, help="With --window: the first tokens kept for ever (attention sinks; default 4)."),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Rerun the whole prefix at every step (the slow reference)."),
+    raw: bool = typer.Option(
+        False, "--raw", help="Write the bytes as generated, control characters too (default on a terminal: escaped)."),
+    as_json: bool = json_option(
+        "Print one JSON object (prompt, text, new_tokens, warnings) instead of streaming the text."),
     device: str = device_option(),
 ) -> None:
     """Generate text with a trained language model, token by token, with a key / value cache."""
@@ -48,10 +54,11 @@ def generate(
         context = ck.context
         length = len(prompt.encode("utf-8"))
         if context and window is None and length + max_new_tokens > context:
-            warnings.append(f"the prompt ({length} bytes) and {max_new_tokens} new tokens run past the {context}-byte context the "
-                            "model was trained on: expect the text to degrade there (--window W keeps a bounded cache)")
-        pieces = run(checkpoint, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                     cache=not no_cache, window=window, sinks=4 if sinks is None else sinks,
+            warnings.append(f"the prompt ({length} bytes) and {max_new_tokens} new tokens run past the {context}-byte "
+                            "context the model was trained on: expect the text to degrade there (--window W keeps a "
+                            "bounded cache)")
+        pieces = run(checkpoint, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                     top_p=top_p, seed=seed, cache=not no_cache, window=window, sinks=4 if sinks is None else sinks,
                      device=where)  # checks the checkpoint: errors first
         for w in warnings:
             err.print(f"[yellow]warning:[/] {w}", soft_wrap=True, highlight=False)

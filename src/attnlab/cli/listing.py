@@ -56,9 +56,9 @@ _POINTER = re.compile(r"\s*[(;,]?\s*see\s+the\s+module(?:'s)?\s+docstring\)?", r
 
 
 def _summary(obj) -> str:
-    """The first sentence of a registered object's docstring, whole: it ends at a full stop outside parentheses and code
-    (``et al. 2020)`` and ``q . k`` go on) that a capital letter or the end follows; Sphinx roles read as their names, and
-    a pointer to the module's docstring ("(see the module docstring)") is left out."""
+    """The first sentence of a registered object's docstring, whole: it ends at a full stop outside parentheses and
+    code (``et al. 2020)`` and ``q . k`` go on) that a capital letter or the end follows; Sphinx roles read as their
+    names, and a pointer to the module's docstring ("(see the module docstring)") is left out."""
     doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", getattr(obj, "__doc__", None) or "").strip()
     doc = _POINTER.sub("", doc)
     first = " ".join(doc.split("\n\n")[0].split())
@@ -108,7 +108,8 @@ def option_rows(what: str, name: str) -> dict[str, dict]:
     obj = registry.get(name)
     docs = option_docs(obj)
     params: dict[str, inspect.Parameter] = {}
-    for src in ([c for c in obj.__mro__ if "__init__" in vars(c) and c is not object] if isinstance(obj, type) else [obj]):
+    for src in ([c for c in obj.__mro__ if "__init__" in vars(c) and c is not object] if isinstance(obj, type)
+                else [obj]):
         fn = src.__init__ if isinstance(src, type) else src
         for p in inspect.signature(fn).parameters.values():
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
@@ -118,15 +119,18 @@ def option_rows(what: str, name: str) -> dict[str, dict]:
         given = None if p.default is p.empty else p.default
         return getattr(obj, f"default_{o}", None) if given is None and isinstance(obj, type) else given
 
-    return {o: {"default": default(o, p), "help": docs.get(o, "")} for o, p in params.items() if known is None or o in known}
+    return {o: {"default": default(o, p), "help": docs.get(o, "")} for o, p in params.items()
+            if known is None or o in known}
 
 
 def list_names(
     what: Kind = typer.Argument(..., metavar="WHAT", help="What to list."),
-    name: str | None = typer.Argument(None, metavar="[NAME]", help="One of them: its options, their defaults and what each is."),
+    name: str | None = typer.Argument(
+        None, metavar="[NAME]", help="One of them: its options, their defaults and what each is."),
     as_json: bool = json_option("Print one JSON object: each name's summary and options (with NAME: its options)."),
 ) -> None:
-    """List the names an option accepts (tasks, variants, encodings, models, scores, normalizers), or one name's options."""
+    """List the names an option accepts (tasks, variants, encodings, models, scores, normalizers), or one name's
+    options."""
     what = plain(what)
     if name is not None:
         try:
@@ -139,7 +143,8 @@ def list_names(
         t = table(f"{name}: {_summary(_registry(what).get(name))}", ["option", "default", "what it is"],
                   left=["option", "default", "what it is"])
         for o, row in options.items():
-            helped = re.sub(r":\w+:`~?([^`]+)`", r"\1", row["help"]).replace("``", "")  # Sphinx roles read as their names
+            # Sphinx roles read as their names
+            helped = re.sub(r":\w+:`~?([^`]+)`", r"\1", row["help"]).replace("``", "")
             t.add_row(o, "-" if row["default"] is None else str(row["default"]), helped or "-")
         out.print(t)
         return
@@ -189,7 +194,8 @@ def variants_table(rows: dict[str, dict]):
         col.no_wrap = True
     t.caption = "causal: by a causal mask (which causal=True adds), by the option causal=True, or none (-); " \
                 "masks: any, or key padding and packed documents; " \
-                "scores: it forms them (score bias, score functions, weights); input: its step reads the layer's input (gates); " \
+                "scores: it forms them (score bias, score functions, weights); " \
+                "input: its step reads the layer's input (gates); " \
                 "each variant's options: --json"
     for name, row in rows.items():
         t.add_row(name, *(show(row["capabilities"]) for show in CAPABILITY_COLUMNS.values()), row["summary"])

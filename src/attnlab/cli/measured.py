@@ -18,7 +18,8 @@ __all__ = ["measured"]
 
 
 def measured(command_name: str, *, draw: str, show: Callable[[dict], None], what: str = "the records",
-             plot_help: str, checked: Callable[[dict], dict] = lambda data: data, drawn: Callable[[dict], object] = lambda data: data):
+             plot_help: str, checked: Callable[[dict], dict] = lambda data: data,
+             drawn: Callable[[dict], object] = lambda data: data):
     """Make ``measure(**options, output) -> data`` a command: its own options, then ``--json``,
     ``-o``, ``--plot`` and ``--from``; it measures (or reads ``--from``, checked by ``checked``),
     draws ``data`` with ``attnlab.viz.<draw>``, then prints it as JSON or with ``show``.
@@ -41,9 +42,10 @@ def measured(command_name: str, *, draw: str, show: Callable[[dict], None], what
 
         own = [p for name, p in inspect.signature(measure).parameters.items() if name != "output"]
         text = typing.Optional[str]  # noqa: UP045 - typer reads the annotation object
-        return command(run, measure, [*own, option("as_json", bool, json_option(f"Print {what} as JSON instead of tables.")),
-                                      option("output", text, output_option("Also write the JSON to this file (after every record).")),
-                                      option("plot", text, plot_option(plot_help)),
-                                      option("report", text, from_option("Measure nothing: print (and --plot) the JSON written by -o."))])
+        return command(run, measure, [
+            *own, option("as_json", bool, json_option(f"Print {what} as JSON instead of tables.")),
+            option("output", text, output_option("Also write the JSON to this file (after every record).")),
+            option("plot", text, plot_option(plot_help)),
+            option("report", text, from_option("Measure nothing: print (and --plot) the JSON written by -o."))])
 
     return decorate

@@ -164,7 +164,8 @@ def command(run: Callable, like: Callable, params: list[inspect.Parameter]) -> C
     ``params`` (``like``'s own, resolved, and any others made with :func:`option`): what typer reads."""
     functools.update_wrapper(run, like)
     hints = typing.get_type_hints(like)
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)) for p in params]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation))
+              for p in params]
     run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in params}
     del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
@@ -181,7 +182,8 @@ def gathered(options: list[inspect.Parameter], into: str):
             return fn(**given, **{into: settings})
 
         own = [p for name, p in inspect.signature(fn).parameters.items() if name != into]
-        arguments = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]  # the positional ones first, as typer shows them
+        # the positional ones first, as typer shows them
+        arguments = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
         return command(run, fn, arguments + options + [p for p in own if p not in arguments])
 
     return decorate

@@ -42,18 +42,20 @@ def _cli_message(e: Exception) -> str:
     from ..pretrained import TextTooLongError
 
     if isinstance(e, TextTooLongError):
-        return f"the text has {e.tokens} tokens, more than the model's {e.limit} positions: shorten it, or add --truncate to cut it"
+        return (f"the text has {e.tokens} tokens, more than the model's {e.limit} positions: shorten it, or add "
+                "--truncate to cut it")
     return str(e)
 
 
 def attention(
     sentence: str = typer.Argument(..., help="The text (one sentence or a paragraph)."),
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
-    find: list[str] | None = typer.Option(None, "--find", help="Two words: SOURCE TARGET; name the heads that link them most.",
-                                          show_default=False),
+    find: list[str] | None = typer.Option(
+        None, "--find", help="Two words: SOURCE TARGET; name the heads that link them most.", show_default=False),
     top: int = typer.Option(5, min=1, help="With --find: the heads shown."),
     layer: int | None = typer.Option(None, min=1, help="Show only this layer (1-based)."),
-    truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
+    truncate: bool = typer.Option(
+        False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
     as_json: bool = json_option("Print the tokens and every head's strongest links as JSON."),
 ) -> None:
     """Where each token attends in every layer and head of a pretrained model.
@@ -80,40 +82,46 @@ def attention(
     if as_json:
         data = {"model": model, "tokens": amap.tokens}
         if links is not None:
-            data["links"] = [{"layer": x.layer + 1, "head": x.head + 1, "source": x.source, "target": x.target, "weight": x.weight}
-                             for x in links]
+            data["links"] = [{"layer": x.layer + 1, "head": x.head + 1, "source": x.source, "target": x.target,
+                              "weight": x.weight} for x in links]
         else:
             data["strongest"] = [[amap.strongest(li, h) for h in range(n_heads)] for li in range(n_layers)]
         print_json(data)
         return
     toks = amap.tokens
     if links is not None:
-        t = table(f"{model}: the heads that link {words[0]!r} -> {words[1]!r} most ({n_layers} layers x {n_heads} heads)",
+        t = table(f"{model}: the heads that link {words[0]!r} -> {words[1]!r} most ({n_layers} layers x "
+                  f"{n_heads} heads)",
                   ["layer", "head", "from", "to", "weight"], left=["from", "to"])
         for x in links:
-            t.add_row(str(x.layer + 1), str(x.head + 1), f"{x.source}:{toks[x.source]}", f"{x.target}:{toks[x.target]}", f"{x.weight:.3f}")
+            t.add_row(str(x.layer + 1), str(x.head + 1), f"{x.source}:{toks[x.source]}", f"{x.target}:{toks[x.target]}",
+                      f"{x.weight:.3f}")
         out.print(t)
         best = links[0]
-        out.print(f"strongest: layer {best.layer + 1}, head {best.head + 1}: {toks[best.source]!r} gives {best.weight:.2f} of its "
-                  f"attention to {toks[best.target]!r}")
+        out.print(f"strongest: layer {best.layer + 1}, head {best.head + 1}: {toks[best.source]!r} gives "
+                  f"{best.weight:.2f} of its attention to {toks[best.target]!r}")
         return
     for li in range(n_layers) if layer is None else [layer - 1]:
         t = table(f"layer {li + 1}: the token each token attends to most, per head, and its weight",
                   ["token", *(f"h{h + 1}" for h in range(n_heads))], no_wrap=True)
         strongest = [amap.strongest(li, h) for h in range(n_heads)]
         for i, tok in enumerate(toks):
-            t.add_row(f"{i}:{tok[:10]}", *(f"{toks[strongest[h][i][0]][:7]}\n{strongest[h][i][1]:.2f}" for h in range(n_heads)))
+            t.add_row(f"{i}:{tok[:10]}",
+                      *(f"{toks[strongest[h][i][0]][:7]}\n{strongest[h][i][1]:.2f}" for h in range(n_heads)))
         out.print(t)
 
 
 def view(
     text: str = typer.Argument(..., help="The text to show attention on."),
-    out_path: str = typer.Option("attention.html", "-o", "--out", help="The HTML file to write (an existing one only with --force)."),
+    out_path: str = typer.Option(
+        "attention.html", "-o", "--out", help="The HTML file to write (an existing one only with --force)."),
     force: bool = typer.Option(False, "--force", help="Replace the file -o names if it exists."),
     model: str = typer.Option("all-MiniLM-L6-v2", "--model", help=MODEL_HELP),
-    checkpoint: str | None = typer.Option(None, "--checkpoint", help="An attnlab checkpoint (a token model) instead of --model."),
+    checkpoint: str | None = typer.Option(
+        None, "--checkpoint", help="An attnlab checkpoint (a token model) instead of --model."),
     topk: int = typer.Option(32, min=1, help="Weights kept per token and head (the largest)."),
-    truncate: bool = typer.Option(False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
+    truncate: bool = typer.Option(
+        False, "--truncate", help="Cut a text longer than the model's positions instead of refusing it."),
     as_json: bool = json_option("Print one JSON object (path, bytes, tokens, layers, heads) instead of a sentence."),
 ) -> None:
     """Write an interactive attention viewer: one self-contained HTML file (no network).
@@ -128,20 +136,23 @@ def view(
     require_text(text)
     refuse_overwrite("-o", out_path, force)
     try:
-        data = checkpoint_view(checkpoint, text) if checkpoint else pretrained_view(_load(model), text, truncate=truncate)
+        data = (checkpoint_view(checkpoint, text) if checkpoint
+                else pretrained_view(_load(model), text, truncate=truncate))
         path = write_viewer(out_path, data, topk=topk)
     except (ValueError, CheckpointError, OSError) as e:
         fail(_cli_message(e), exit_code(e))
     n = len(data.tokens)
     layers, heads = data.weights.shape[:2]
     if as_json:
-        print_json({"path": str(path), "bytes": path.stat().st_size, "tokens": list(data.tokens), "layers": int(layers),
-                    "heads": int(heads)})
+        print_json({"path": str(path), "bytes": path.stat().st_size, "tokens": list(data.tokens),
+                    "layers": int(layers), "heads": int(heads)})
         return
-    out.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {n} tokens, {layers} layers x {heads} heads; open it in a browser")
+    out.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {n} tokens, {layers} layers x {heads} heads; "
+              "open it in a browser")
 
 
-DECODER_HELP = "A model: all-MiniLM-L6-v2, docs-llama (a decoder), or a Hugging Face-layout folder (encoder or LM)."
+DECODER_HELP = ("A model: all-MiniLM-L6-v2, docs-llama (a decoder), or a Hugging Face-layout folder "
+                "(encoder or LM).")
 
 
 def bench_pretrained(
@@ -149,8 +160,9 @@ def bench_pretrained(
     variants: str | None = typer.Option(
         None, help="Comma-separated attention variants (default: every one that takes the model's q, k and v).",
         show_default=False),
-    lengths: str | None = typer.Option(None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
-                                          show_default=False),
+    lengths: str | None = typer.Option(
+        None, help="Comma-separated sequence lengths (tokens) [default: 128,512; a decoder: 512].",
+        show_default=False),
     pairs: int = typer.Option(200, min=2, help="An encoder: retrieval pairs (standard-library docstrings) per length."),
     windows: int = typer.Option(32, min=1, help="A decoder: held-out windows per length."),
     budgets: int = typer.Option(3, min=1, help="Budgets per variant (the largest of its sweep below N)."),
@@ -182,7 +194,8 @@ def bench_pretrained(
     if is_decoder(model):
         _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot, where)
         return
-    names = name_list("--variants", variants or ",".join(default_variants()), [v for v in efficient.names() if v != "dense"])
+    names = name_list("--variants", variants or ",".join(default_variants()),
+                      [v for v in efficient.names() if v != "dense"])
     ns = int_list("--lengths", lengths or "128,512", minimum=2)
     total = sum(1 + sum(len(budgets_for(v, n, budgets)) for v in names) for n in ns)
     with track("swapping attention", total, output, records_json) as tracker:
@@ -207,7 +220,8 @@ def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, 
     with track("swapping attention into the decoder", total, output, records_json) as tracker:
         def trained(step, loss):  # a named decoder's first use: its training shows on the bar
             if step % 50 == 0:
-                tracker.update(0, f"training {model} (first use, cached after): step {step}/{TRAINING['steps']}, loss {loss:.3f}")
+                tracker.update(0, f"training {model} (first use, cached after): step {step}/{TRAINING['steps']}, "
+                                  f"loss {loss:.3f}")
 
         try:
             run(model, names, ns, windows=windows, max_points=budgets, on_step=trained, device=device,
@@ -217,8 +231,8 @@ def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, 
     _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
 
 
-FIELDS = ("model", "variant", "budget", "n", "documents", "batch", "cosine_mean", "cosine_min", "recall_at_1", "recall_delta",
-          "seconds", "time_ratio", "memory_ratio", "step_ratio")
+FIELDS = ("model", "variant", "budget", "n", "documents", "batch", "cosine_mean", "cosine_min", "recall_at_1",
+          "recall_delta", "seconds", "time_ratio", "memory_ratio", "step_ratio")
 DECODER_FIELDS = ("model", "variant", "budget", "n", "windows", "batch", "perplexity", "ratio", "seconds", "time_ratio")
 
 
@@ -252,18 +266,21 @@ def _pretrained_report(recs: list[dict], plot: str | None, as_json: bool) -> Non
         rows = [r for r in recs if r["n"] == n]
         base = next(r for r in rows if r["variant"] == "dense")
         t = table(
-            f"{base['model']}, N = {n} tokens, {base['documents']} docstring pairs; trained model: recall@1 {base['recall_at_1']:.3f}, "
-            f"{base['seconds'] * 1e3:.0f} ms per batch of {base['batch']}",
-            ["variant", "budget", "cosine mean", "cosine min", "recall@1", "change", "time", "memory", "attention step"],
+            f"{base['model']}, N = {n} tokens, {base['documents']} docstring pairs; trained model: recall@1 "
+            f"{base['recall_at_1']:.3f}, {base['seconds'] * 1e3:.0f} ms per batch of {base['batch']}",
+            ["variant", "budget", "cosine mean", "cosine min", "recall@1", "change", "time", "memory",
+             "attention step"],
             left=["variant", "budget"],
         )
         for r in rows:
-            t.add_row(r["variant"], r["budget"], f"{r['cosine_mean']:.3f}", f"{r['cosine_min']:.3f}", f"{r['recall_at_1']:.3f}",
-                      f"{r['recall_delta']:+.3f}", fmt_x(r["time_ratio"]), fmt_x(r["memory_ratio"]), fmt_x(r.get("step_ratio")))
+            t.add_row(r["variant"], r["budget"], f"{r['cosine_mean']:.3f}", f"{r['cosine_min']:.3f}",
+                      f"{r['recall_at_1']:.3f}", f"{r['recall_delta']:+.3f}", fmt_x(r["time_ratio"]),
+                      fmt_x(r["memory_ratio"]), fmt_x(r.get("step_ratio")))
         out.print(t)
         keep = [r for r in rows if r["variant"] != "dense" and r["cosine_mean"] > 0.95]
         err.print(f"N={n}: cosine > 0.95 without retraining: "
-                  + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep) or "none"))
+                  + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep)
+                     or "none"))
 
 
 def _decoder_table(recs: list[dict]) -> None:
@@ -271,7 +288,8 @@ def _decoder_table(recs: list[dict]) -> None:
         rows = [r for r in recs if r["n"] == n]
         base = next(r for r in rows if r["variant"] == "sdpa")
         t = table(f"{base['model']}, N = {n} tokens, {base['windows']} held-out windows; trained model: perplexity "
-                  f"{base['perplexity']:.3f}, {base['seconds'] * 1e3:.0f} ms per forward pass over {base['batch']} windows",
+                  f"{base['perplexity']:.3f}, {base['seconds'] * 1e3:.0f} ms per forward pass over "
+                  f"{base['batch']} windows",
                   ["attention", "budget", "perplexity", "vs trained", "time"], left=["attention", "budget"])
         for r in rows:
             t.add_row(r["variant"], r["budget"], f"{r['perplexity']:.3f}", fmt_x(r["ratio"]), fmt_x(r["time_ratio"]))
@@ -282,4 +300,5 @@ def _decoder_table(recs: list[dict]) -> None:
             err.print(f"N={n}: the exact attnlab backend takes {fmt_x(exact['time_ratio'])} sdpa's time, perplexity "
                       f"{exact['perplexity']:.4f}")
         err.print(f"N={n}: perplexity within 10% of the trained model without retraining: "
-                  + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep) or "none"))
+                  + (", ".join(f"{r['variant']} {r['budget']} ({fmt_x(r['time_ratio'])} time)" for r in keep)
+                     or "none"))

@@ -57,13 +57,16 @@ def train(
     cfg = _config(task, run.pop("size"), [*given[0], *_data_option(task, data, given[0], extra)], given[1], given[2],
                   previous=_previous_run(out_dir, task) if resume else None, **run)
     device_or_fail(cfg.device)
-    base_cfg = cfg.baseline() if (baseline if baseline is not None else task in USER_DATA_TASKS and baseline_model(task)) else None
-    done = _run(task, cfg, base_cfg, out_dir, resume=resume, force=force, sequence_parallel=sequence_parallel, baseline=baseline)
+    base_cfg = cfg.baseline() if (baseline if baseline is not None
+                                  else task in USER_DATA_TASKS and baseline_model(task)) else None
+    done = _run(task, cfg, base_cfg, out_dir, resume=resume, force=force, sequence_parallel=sequence_parallel,
+                baseline=baseline)
     if done is not None:
         _summary(*done, cfg, resume=resume, as_json=as_json)
 
 
-def _run(task: str, cfg, base_cfg, out_dir: str, *, resume: bool, force: bool, sequence_parallel: int, baseline: bool | None):
+def _run(task: str, cfg, base_cfg, out_dir: str, *, resume: bool, force: bool, sequence_parallel: int,
+         baseline: bool | None):
     """Train ``cfg`` into ``out_dir`` (and the baseline ``base_cfg`` into its ``baseline/``) with
     progress bars; ``(result, the baseline's or None)``, None on another process of torchrun's."""
     from ..training import ConfigMismatchError, RunExistsError
@@ -73,7 +76,8 @@ def _run(task: str, cfg, base_cfg, out_dir: str, *, resume: bool, force: bool, s
     base_resume = resume and os.path.exists(os.path.join(base_dir, "checkpoint", "config.json"))
     phases: list = []  # the runs started: (folder, bar, self-pretraining's bar)
     try:
-        if int(os.environ.get("RANK", "0")) > 0:  # torchrun: the other processes train silently (both runs, as rank 0)
+        # torchrun: the other processes train silently (both runs, as rank 0)
+        if int(os.environ.get("RANK", "0")) > 0:
             first = run_train(cfg, out_dir, resume=resume, sequence_parallel=sequence_parallel, overwrite=force)
             if base_cfg is not None and first.kind != "seq2seq":
                 run_train(base_cfg, base_dir, resume=base_resume, overwrite=force)
@@ -83,12 +87,14 @@ def _run(task: str, cfg, base_cfg, out_dir: str, *, resume: bool, force: bool, s
             pre = TrainingBar(bar, f"{task} {cfg.model} self-pretraining") if cfg.pretrain_steps else None
             phases.append((out_dir, meter, pre))
             result = run_train(cfg, out_dir, resume=resume, on_step=meter.on_step, on_eval=meter.on_eval,
-                               sequence_parallel=sequence_parallel, overwrite=force, on_pretrain_step=pre.on_step if pre else None)
+                               sequence_parallel=sequence_parallel, overwrite=force,
+                               on_pretrain_step=pre.on_step if pre else None)
             base = None
             if base_cfg is not None and result.kind != "seq2seq":  # a seq2seq decoder attends whatever its encoder
                 meter = TrainingBar(bar, f"{task} {base_cfg.model} (no attention)", base_cfg.seconds)
                 phases.append((base_dir, meter, None))
-                base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval, overwrite=force)
+                base = run_train(base_cfg, base_dir, resume=base_resume, on_step=meter.on_step, on_eval=meter.on_eval,
+                                 overwrite=force)
         return result, base
     except KeyboardInterrupt:
         if not phases:  # another process of torchrun's, or before training began: nothing to say
@@ -96,8 +102,8 @@ def _run(task: str, cfg, base_cfg, out_dir: str, *, resume: bool, force: bool, s
         folder, meter, pre = phases[-1]
         again = f"attnlab train {task} --out {shlex.quote(out_dir)} --resume" + (
             "" if baseline is None else " --baseline" if baseline else " --no-baseline")
-        err.print(interrupted_message(folder, meter, pre, baseline=folder != out_dir, again=again), markup=False, highlight=False,
-                  soft_wrap=True)
+        err.print(interrupted_message(folder, meter, pre, baseline=folder != out_dir, again=again), markup=False,
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     except ConfigMismatchError as e:
         fail(_mismatch_message(out_dir, e))
@@ -114,11 +120,11 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
     """The run's score, its baseline's beside it, and its caveats (or one JSON object)."""
     caveats = _caveats(result, cfg)
     if resume and result.steps_run == 0:
-        caveats.append(f"nothing was trained: the run had already reached its budget ({result.steps} steps); give more --steps or "
-                       "--seconds to extend it")
+        caveats.append(f"nothing was trained: the run had already reached its budget ({result.steps} steps); give "
+                       "more --steps or --seconds to extend it")
     if as_json:
-        summary = {**result.summary(), "train_seconds": result.train_seconds, "call_train_seconds": result.call_train_seconds,
-                   "warnings": caveats}
+        summary = {**result.summary(), "train_seconds": result.train_seconds,
+                   "call_train_seconds": result.call_train_seconds, "warnings": caveats}
         if base is not None:
             summary["baseline"] = {"model": base.model, "value": base.value}
         if result.notes:
@@ -127,9 +133,11 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
         return
     if result.pretrain:
         p = result.pretrain
-        loss = "-" if p["loss_first"] is None else f"{p['loss_first']:.3f} -> {p['loss_last']:.3f}"  # None: no step before the deadline
-        out.print(f"self-pretraining: {p['steps']} steps, {p['seconds']:.0f} s, {'next' if p['causal'] else 'masked'}-token loss "
-                  f"{loss}, validation accuracy {p['val_accuracy']:.3f}", highlight=False)
+        # None: no step before the deadline
+        loss = "-" if p["loss_first"] is None else f"{p['loss_first']:.3f} -> {p['loss_last']:.3f}"
+        out.print(f"self-pretraining: {p['steps']} steps, {p['seconds']:.0f} s, "
+                  f"{'next' if p['causal'] else 'masked'}-token loss {loss}, validation accuracy "
+                  f"{p['val_accuracy']:.3f}", highlight=False)
     _show(result, lambda r: f"test {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit}, after {r.steps} steps, "
                             f"{_seconds(r, resume)}{on_device(r.device)}; {_utilisation(r)}checkpoint {r.checkpoint}")
     for note in result.notes:  # the task's: what it chose from the data (a tokenizer), a majority label's score
@@ -138,9 +146,9 @@ def _summary(result, base, cfg, *, resume: bool, as_json: bool) -> None:
         from ..objectives import create as objective
 
         lower = objective(result.kind).lower_is_better
-        out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f} on the same {base.test_size} "
-                  f"{base.test_unit}; attention {'changes it by' if lower else 'adds'} {result.value - base.value:+.4f}"
-                  + (" (lower is better)" if lower else ""), highlight=False)
+        out.print(f"no-attention baseline ({base.model}): test {base.metric} = {base.value:.4f} on the same "
+                  f"{base.test_size} {base.test_unit}; attention {'changes it by' if lower else 'adds'} "
+                  f"{result.value - base.value:+.4f}" + (" (lower is better)" if lower else ""), highlight=False)
     for c in caveats:
         err.print(f"[yellow]warning:[/] {escape(c)}", soft_wrap=True, highlight=False)
 
@@ -186,16 +194,18 @@ def _caveats(result, cfg) -> list[str]:
     """The warnings a run's score deserves (:mod:`attnlab.training.caveats`)."""
     from ..training.caveats import few_steps, tiny_test
 
-    return [c for c in (tiny_test(result.test_size, result.test_unit), few_steps(result.steps, cfg.seconds is not None)) if c]
+    return [c for c in (tiny_test(result.test_size, result.test_unit),
+                        few_steps(result.steps, cfg.seconds is not None)) if c]
 
 
 FLAGS = {
-    "task": "TASK", "task_options": "--task-option/--size", "model": "--model", "attention": "--attention", "positional": "--positional",
-    "causal": "--causal/--bidirectional", "embed_dim": "--embed-dim", "num_heads": "--num-heads", "num_layers": "--num-layers",
-    "model_options": "--model-option",
-    "attention_options": "--attention-option", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed", "eval_every": "--eval-every",
-    "steps": "--steps", "epochs": "--epochs", "seconds": "--seconds", "patience": "--patience", "precision": "--precision",
-    "compile": "--compile", "pretrain_steps": "--pretrain-steps", "pretrain_share": "--pretrain-share", "device": "--device",
+    "task": "TASK", "task_options": "--task-option/--size", "model": "--model", "attention": "--attention",
+    "positional": "--positional", "causal": "--causal/--bidirectional", "embed_dim": "--embed-dim",
+    "num_heads": "--num-heads", "num_layers": "--num-layers", "model_options": "--model-option",
+    "attention_options": "--attention-option", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
+    "eval_every": "--eval-every", "steps": "--steps", "epochs": "--epochs", "seconds": "--seconds",
+    "patience": "--patience", "precision": "--precision", "compile": "--compile", "pretrain_steps": "--pretrain-steps",
+    "pretrain_share": "--pretrain-share", "device": "--device",
 }
 """The command-line spelling of each :class:`~attnlab.training.TrainConfig` field (others have no flag)."""
 
@@ -215,14 +225,16 @@ def _previous_run(out_dir: str, task: str):
 def _exists_message(folder, step: int, total) -> str:
     state = "a finished run" if total and step >= total else "an unfinished run"
     done = f"{step} of {total} steps" if total else f"{step} steps"
-    return (f"--out {folder} already holds {state} ({done}); add --resume to continue it (more --steps or --seconds extend it), "
-            "--force to replace it, or choose another --out")
+    return (f"--out {folder} already holds {state} ({done}); add --resume to continue it (more --steps or --seconds "
+            "extend it), --force to replace it, or choose another --out")
 
 
 def _mismatch_message(out_dir: str, e) -> str:
-    diff = "; ".join(f"{FLAGS.get(f, f)}: {_show_value(old)} there, {_show_value(new)} now" for f, old, new in e.differences)
-    return (f"--out {out_dir} holds a run with other options ({diff}); resume without them (the run's own are kept; only --steps, "
-            "--epochs, --seconds and --patience may change), --force to replace the run, or choose another --out")
+    diff = "; ".join(f"{FLAGS.get(f, f)}: {_show_value(old)} there, {_show_value(new)} now"
+                     for f, old, new in e.differences)
+    return (f"--out {out_dir} holds a run with other options ({diff}); resume without them (the run's own are kept; "
+            "only --steps, --epochs, --seconds and --patience may change), --force to replace the run, or choose "
+            "another --out")
 
 
 def _show_value(v) -> str:
@@ -233,8 +245,8 @@ USER_DATA_TASKS = ("jsonl", "graph_files")
 """Tasks on the user's own data: ``attnlab train`` reports the no-attention baseline by default."""
 
 
-def _config(task: str, size: int | None, task_option: list[str], model_option: list[str], attention_option: list[str], *,
-            previous=None, **overrides):
+def _config(task: str, size: int | None, task_option: list[str], model_option: list[str],
+            attention_option: list[str], *, previous=None, **overrides):
     """The :class:`~attnlab.training.TrainConfig` of ``attnlab train``'s options (None: the task's
     default, or with ``previous``, a resumed run's config, that run's own value), its option keys
     checked against what the task, backbone and attention variant take."""
@@ -254,7 +266,8 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
     if overrides["steps"] is not None and overrides["epochs"] is not None:
         usage_error("give --steps or --epochs, not both")
     if previous is not None:  # the resumed run's own options, then those given now
-        values = {**dataclasses.asdict(previous), "device": "auto"}  # a run resumes where it is resumed, not where it began
+        # a run resumes where it is resumed, not where it began
+        values = {**dataclasses.asdict(previous), "device": "auto"}
         values.update({k: v for k, v in overrides.items() if v is not None})
         for k, v in given.items():
             values[k] = {**values[k], **v}
@@ -264,10 +277,12 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
             values["epochs"] = None
         cfg = TrainConfig(**time_budget(values, overrides))
     else:
-        cfg = TrainConfig.for_task(task, **overrides, **{k: v for k, v in given.items() if v})  # epochs replace the task's default steps
+        # epochs replace the task's default steps
+        cfg = TrainConfig.for_task(task, **overrides, **{k: v for k, v in given.items() if v})
     from .. import positional as encodings
 
-    for flag, name, known in (("--model", cfg.model, BACKBONES.names()), ("--attention", cfg.attention, efficient.names()),
+    for flag, name, known in (("--model", cfg.model, BACKBONES.names()),
+                              ("--attention", cfg.attention, efficient.names()),
                               ("--positional", cfg.positional, encodings.names())):
         if name not in known:
             usage_error(f"unknown {flag} {name!r}; choose one of {', '.join(known)}")
@@ -284,14 +299,16 @@ def _config(task: str, size: int | None, task_option: list[str], model_option: l
             usage_error(f"--attention-option: the {cfg.attention} attention takes none (its score and normaliser are "
                         "--model-option score=... / normalize=...); the efficient variants take them "
                         "('attnlab list variants')")
-        efficient.VARIANTS.check_options(cfg.attention, given["attention_options"], what="--attention-option", hidden=_SET_BY_FLAGS)
+        efficient.VARIANTS.check_options(cfg.attention, given["attention_options"], what="--attention-option",
+                                         hidden=_SET_BY_FLAGS)
     return cfg
 
 
-_SET_BY_FLAGS = ("vocab_size", "dim", "embed_dim", "feature_dim", "edge_dim", "num_heads", "num_layers", "attention", "attention_options",
-                 "positional", "causal", "max_len", "image_size", "kdim", "vdim", "positional_options")
-"""Backbone and attention options set by their own flags (--embed-dim, --num-heads, --num-layers, --attention, ...) or by the task
-(``dim``: the width's earlier name, refused as well)."""
+_SET_BY_FLAGS = ("vocab_size", "dim", "embed_dim", "feature_dim", "edge_dim", "num_heads", "num_layers", "attention",
+                 "attention_options", "positional", "causal", "max_len", "image_size", "kdim", "vdim",
+                 "positional_options")
+"""Backbone and attention options set by their own flags (--embed-dim, --num-heads, --num-layers, --attention, ...)
+or by the task (``dim``: the width's earlier name, refused as well)."""
 
 
 def _option_pairs(pairs: list[str], what: str) -> dict:
@@ -310,15 +327,18 @@ def _option_pairs(pairs: list[str], what: str) -> dict:
 
 def _show(result, detail: Callable[[object], str]) -> None:
     """Print ``task / model / attention: detail(result)``."""
-    out.print(f"{result.task} / {result.model} / {result.attention}: " + detail(result), highlight=False, soft_wrap=True)
+    out.print(f"{result.task} / {result.model} / {result.attention}: " + detail(result), highlight=False,
+              soft_wrap=True)
 
 
 def eval_cmd(
-    checkpoint: str = typer.Argument(..., metavar="DIR", help="A checkpoint folder, or the --out folder of 'attnlab train'."),
+    checkpoint: str = typer.Argument(
+        ..., metavar="DIR", help="A checkpoint folder, or the --out folder of 'attnlab train'."),
     split: Split = typer.Option(Split.test, help="The split scored."),
     as_json: bool = json_option("Print one JSON object: the score, the split and its warnings."),
     plot: str | None = plot_option("seq2seq: draw the cross-attention of one decoded example to this PNG."),
-    index: int | None = typer.Option(None, min=0, help="The example of the split that --plot draws (default 0); needs --plot."),
+    index: int | None = typer.Option(
+        None, min=0, help="The example of the split that --plot draws (default 0); needs --plot."),
     device: str = device_option(),
 ) -> None:
     """Score a checkpoint's best weights on a split of its task (and draw a cross-attention map)."""
@@ -338,12 +358,14 @@ def eval_cmd(
 
             index = index or 0
             w, src, tgt = cross_attention_example(checkpoint, index, split)
-            err.print(f"cross-attention written to {plot_cross_attention(w, src, tgt, plot, title=f'{split} example {index}')}")
+            err.print("cross-attention written to "
+                      f"{plot_cross_attention(w, src, tgt, plot, title=f'{split} example {index}')}")
     except (CheckpointError, ValueError) as e:
         fail(e)
     caveat = tiny_test(result.test_size, result.test_unit, split)
     if as_json:
-        summary = {("eval_seconds" if k == "seconds" else k): v for k, v in split_summary(result, split).items()}  # the evaluation's
+        # the evaluation's
+        summary = {("eval_seconds" if k == "seconds" else k): v for k, v in split_summary(result, split).items()}
         print_json({**summary, "split": split, "warnings": [caveat] if caveat else []})
         return
     _show(result, lambda r: f"{split} {r.metric} = {r.value:.4f} on {r.test_size} {r.test_unit} ({r.checkpoint})")
@@ -354,9 +376,11 @@ def eval_cmd(
 def predict(
     checkpoint: str = typer.Argument(..., metavar="DIR",
                                      help="A checkpoint trained on a jsonl file (attnlab train jsonl --data FILE)."),
-    input_file: str = typer.Argument(..., metavar="INPUT", help="jsonl with the input field: tokens, text or source (labels optional)."),
+    input_file: str = typer.Argument(
+        ..., metavar="INPUT", help="jsonl with the input field: tokens, text or source (labels optional)."),
     beam: int | None = typer.Option(None, min=1, help="seq2seq: beam search of this width instead of greedy decoding."),
-    output: str | None = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),
+    output: str | None = typer.Option(
+        None, "-o", "--output", metavar="FILE", help="Write the JSON lines here instead of stdout."),
     force: bool = typer.Option(False, "--force", help="With -o: replace an existing file."),
     as_json: bool = json_option("JSON lines on stdout (the default output; the accuracy line goes to stderr)."),
     device: str = device_option(),
@@ -377,7 +401,8 @@ def predict(
     try:
         art = load_checkpoint(checkpoint).meta.get("task_artifacts") or {}
         if "kind" not in art:
-            raise CheckpointError(f"{checkpoint} was not trained on user data (attnlab train jsonl): nothing to predict from")
+            raise CheckpointError(f"{checkpoint} was not trained on user data (attnlab train jsonl): nothing to "
+                                  "predict from")
         _, records = read_records(input_file, art["kind"], inputs_only=True)
         rows = run_predict(checkpoint, records, beam_size=beam, device=where)
     except (CheckpointError, ValueError) as e:
@@ -393,8 +418,9 @@ def predict(
     scored = prediction_accuracy(art, rows)
     unseen = unseen_labels(art, rows)
     if unseen:
-        err.print(f"[yellow]warning:[/] {len(unseen)} label(s) of the input the model never saw in training, never predicted and "
-                  f"so counted wrong: {escape(', '.join(unseen))}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]warning:[/] {len(unseen)} label(s) of the input the model never saw in training, never "
+                  f"predicted and so counted wrong: {escape(', '.join(unseen))}", highlight=False, soft_wrap=True)
     if scored is not None:
         right, total, unit = scored
-        err.print(f"accuracy {right / max(total, 1):.4f} ({right} of {total} {unit} right, against the input's labels)", highlight=False)
+        err.print(f"accuracy {right / max(total, 1):.4f} ({right} of {total} {unit} right, against the input's labels)",
+                  highlight=False)

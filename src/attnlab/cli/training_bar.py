@@ -24,7 +24,8 @@ class TrainingBar:
 
     def __init__(self, bar, label: str, seconds: float | None = None, *, notice: bool = True):
         self.bar, self.label = bar, label
-        self.seconds, self.used = seconds, 0.0  # a time budget, shown instead of its step cap (TIME_BUDGET_STEPS), and its seconds used
+        # a time budget, shown instead of its step cap (TIME_BUDGET_STEPS), and its seconds used
+        self.seconds, self.used = seconds, 0.0
         self.task = bar.add_task(f"{label} (building the task and the model)", total=None)
         self.start: float | None = None
         self.first_step = 0
@@ -33,7 +34,8 @@ class TrainingBar:
         self.loss, self.total, self.rate = float("nan"), None, 0.0
         self.plain = bar.disable  # no bar (stderr is not a terminal): plain lines
         self._notice: threading.Timer | None = None
-        if self.plain and notice:  # a log shows a long setup (a tokenizer trained on a big file) as it goes, not from the first validation
+        # a log shows a long setup (a tokenizer trained on a big file) as it goes, not from the first validation
+        if self.plain and notice:
             self._notice = threading.Timer(BUILDING_NOTICE_SECONDS, lambda: err.print(
                 f"{label}: building the task and the model", highlight=False, soft_wrap=True))
             self._notice.daemon = True
@@ -52,8 +54,8 @@ class TrainingBar:
             self.close()
             self.start, self.first_step = now, step
             if self.plain:
-                err.print(f"{self.label}: {self._where(step)} loss {loss:.4f}: training (a line at each validation)", highlight=False,
-                          soft_wrap=True)
+                err.print(f"{self.label}: {self._where(step)} loss {loss:.4f}: training (a line at each validation)",
+                          highlight=False, soft_wrap=True)
         self.rate = (step - self.first_step) / max(now - self.start, 1e-9)
         self.step = step
         self.loss, self.total = loss, total
@@ -61,23 +63,26 @@ class TrainingBar:
         if self.seconds is not None:  # the bar follows the seconds (wall time of this call, capped at the budget)
             self.used = min(now - self.start, self.seconds)
             self.bar.update(self.task, completed=self.used, total=self.seconds,
-                            description=f"{self.label} {self._where(step)} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
+                            description=f"{self.label} {self._where(step)} loss={loss:.4f}{val} "
+                                        f"{self.rate:.1f} steps/s")
             return
-        self.bar.update(self.task, completed=step, total=total, description=f"{self.label} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
+        self.bar.update(self.task, completed=step, total=total,
+                        description=f"{self.label} loss={loss:.4f}{val} {self.rate:.1f} steps/s")
 
     def _where(self, step: int) -> str:
         """``step 21/400``, or under a time budget ``step 21, 12 s of 30 s,`` (its step cap is no limit)."""
         from ..training.config import TIME_BUDGET_STEPS
 
         of = "" if self.total in (None, TIME_BUDGET_STEPS) else f"/{self.total}"
-        return f"step {step}{of}" if self.seconds is None else f"step {step}{of}, {self.used:.0f} s of {self.seconds:g} s,"
+        return (f"step {step}{of}" if self.seconds is None
+                else f"step {step}{of}, {self.used:.0f} s of {self.seconds:g} s,")
 
     def on_eval(self, step: int, val: float) -> None:
         """After each validation."""
         self.val = val
         if self.plain:
-            err.print(f"{self.label}: {self._where(step)} loss {self.loss:.4f} val {val:.4f} {self.rate:.1f} steps/s", highlight=False,
-                      soft_wrap=True)
+            err.print(f"{self.label}: {self._where(step)} loss {self.loss:.4f} val {val:.4f} {self.rate:.1f} steps/s",
+                      highlight=False, soft_wrap=True)
 
 
 def interrupted_message(folder: str, meter: TrainingBar, pre: TrainingBar | None, *, baseline: bool, again: str) -> str:

@@ -45,9 +45,9 @@ from .text_tokenizers import (
     word_tokenizer,
 )
 
-__all__ = ["CHAR_MAX_ALPHABET", "CHAR_MAX_WHITESPACE", "FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "MAJORITY_WARN", "SHORT_DEFAULTS",
-           "TOKENIZERS", "MajorityLabelWarning", "UnknownTokensWarning", "check_labels", "choose_tokenizer", "encode_inputs",
-           "kind_of_record", "make_jsonl", "read_records", "run_id_fields",
+__all__ = ["CHAR_MAX_ALPHABET", "CHAR_MAX_WHITESPACE", "FIELDS", "LONG_DEFAULTS", "LONG_WORDS", "MAJORITY_WARN",
+           "SHORT_DEFAULTS", "TOKENIZERS", "MajorityLabelWarning", "UnknownTokensWarning", "check_labels",
+           "choose_tokenizer", "encode_inputs", "kind_of_record", "make_jsonl", "read_records", "run_id_fields",
            "token_strings", "tokenizer_kind", "train_defaults_for", "unknown_share"]
 
 FIELDS = {"tagging": ("tokens", "labels"), "classification": ("text", "label"), "seq2seq": ("source", "target")}
@@ -116,7 +116,8 @@ def _check(rec, kind, where, inputs_only):
         if not isinstance(rec[first], str) or not rec[first].strip():
             raise DataError(f"{where}: field {first!r} must be a non-empty string")
         if not inputs_only:
-            ok = isinstance(rec[second], str) and rec[second].strip() if kind == "seq2seq" else isinstance(rec[second], (str, int))
+            ok = (isinstance(rec[second], str) and rec[second].strip() if kind == "seq2seq"
+                  else isinstance(rec[second], (str, int)))
             if not ok or isinstance(rec[second], bool):
                 what = "a non-empty string" if kind == "seq2seq" else "a string or an int"
                 raise DataError(f"{where}: field {second!r} must be {what}")
@@ -145,16 +146,18 @@ def check_labels(kind: str, records: list[dict], path: str | Path = "the file") 
     top, n = max(sorted(counts.items()), key=lambda kv: kv[1])
     unit = "token" if kind == "tagging" else "record"
     if len(counts) == 1:
-        raise DataError(f"{path}: every {unit} has the label {top!r}: a model scores 1.0 by always answering it and learns nothing; "
-                         f"{kind} data needs at least two labels")
+        raise DataError(f"{path}: every {unit} has the label {top!r}: a model scores 1.0 by always answering it and "
+                        f"learns nothing; {kind} data needs at least two labels")
     share = n / sum(counts.values())
     if share >= MAJORITY_WARN:
-        warnings.warn(f"{path}: {share:.1%} of the {unit}s have the label {top!r} (nearly one class): always answering it scores about "
-                      f"as much, so a score near {share:.2f} says little; the run's summary shows that label's score beside the model's",
+        warnings.warn(f"{path}: {share:.1%} of the {unit}s have the label {top!r} (nearly one class): always "
+                      f"answering it scores about as much, so a score near {share:.2f} says little; the run's summary "
+                      "shows that label's score beside the model's",
                       MajorityLabelWarning, stacklevel=4)
 
 
-def _majority_note(kind: str, metric: str, train_recs: list[dict], test_recs: list[dict], records: list[dict]) -> str | None:
+def _majority_note(kind: str, metric: str, train_recs: list[dict], test_recs: list[dict],
+                   records: list[dict]) -> str | None:
     """The summary's line for a nearly one-class file: the test score of always answering the
     training split's most frequent label (None below :data:`MAJORITY_WARN`)."""
     if kind == "seq2seq":
@@ -237,17 +240,19 @@ def train_defaults_for(path: str | None = None, seed: int = 0, val_fraction: flo
     return dict(SHORT_DEFAULTS)
 
 
-def _input_tokenizer(kind: str, records: list[dict], seed: int, val_fraction: float, test_fraction: float, size: int | None,
-                     tokenizer: str, field: int = 0) -> str:
-    """The kind of tokenizer field ``field`` of ``records`` gets (0: the input; ``word`` for given tokens), chosen on the training split."""
+def _input_tokenizer(kind: str, records: list[dict], seed: int, val_fraction: float, test_fraction: float,
+                     size: int | None, tokenizer: str, field: int = 0) -> str:
+    """The kind of tokenizer field ``field`` of ``records`` gets (0: the input; ``word`` for given tokens), chosen on
+    the training split."""
     if kind == "tagging":
         return "word"
     texts = [r[FIELDS[kind][field]] for r in records]
-    return choose_tokenizer([texts[i] for i in _parts(len(texts), seed, val_fraction, test_fraction, size)["train"]], tokenizer)[0]
+    return choose_tokenizer([texts[i] for i in _parts(len(texts), seed, val_fraction, test_fraction, size)["train"]],
+                            tokenizer)[0]
 
 
-def run_id_fields(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, size: int | None = None,
-                  tokenizer: str = "auto", **options) -> dict:
+def run_id_fields(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
+                  size: int | None = None, tokenizer: str = "auto", **options) -> dict:
     """What a run on the file is beyond its options and contents, for the arena's run id: ``{"tokenizer":
     "char"}`` where its text is tokenized by character, ``{"target_tokenizer": "char"}`` where a seq2seq
     target is (runs stored before that rule, on byte-level BPE, keep their ids and are never taken for
@@ -266,7 +271,8 @@ def run_id_fields(path: str | None = None, seed: int = 0, val_fraction: float = 
 
 
 def _parts(n: int, seed: int, val_fraction: float, test_fraction: float, size: int | None) -> dict[str, list[int]]:
-    """The records of each split: ``n`` shuffled with ``seed``, test first, then validation, the rest training (its first ``size``)."""
+    """The records of each split: ``n`` shuffled with ``seed``, test first, then validation, the rest training (its
+    first ``size``)."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
     n_val = max(1, round(n * val_fraction))
@@ -283,13 +289,14 @@ def _rebuild(saved: dict, **options) -> Task:
     score exactly the tokens the run trained on."""
     if "tokenizer" not in saved or "labels" not in saved or ("kind" in saved and saved["kind"] == "seq2seq"
                                                               and "target_tokenizer" not in saved):
-        raise DataError("the run was saved without its tokenizer (by an attnlab from before tokenizers travelled with runs): "
-                         "its inputs cannot be encoded as they were in training, and re-tokenising would score other tokens; "
-                         "train it again")
+        raise DataError("the run was saved without its tokenizer (by an attnlab from before tokenizers travelled with "
+                        "runs): its inputs cannot be encoded as they were in training, and re-tokenising would score "
+                        "other tokens; train it again")
     return _build(saved=saved, **options)
 
 
-def _encoders(kind: str, records: list[dict], train_recs: list[dict], saved: dict | None, vocab_size: int, tokenizer: str):
+def _encoders(kind: str, records: list[dict], train_recs: list[dict], saved: dict | None, vocab_size: int,
+              tokenizer: str):
     """``(artifacts, tokenizer, target tokenizer or None)``: the run's saved ones, or trained on the training split."""
     from tokenizers import Tokenizer
 
@@ -315,7 +322,8 @@ def _encoders(kind: str, records: list[dict], train_recs: list[dict], saved: dic
         names = sorted({str(r["label"]) for r in records})
     else:
         tok, *chosen = chosen_tokenizer([r["source"] for r in train_recs], ["<pad>", "<cls>"], vocab_size, tokenizer)
-        tgt, *target_chosen = chosen_tokenizer([r["target"] for r in train_recs], ["<pad>", "<bos>", "<eos>"], vocab_size, tokenizer)
+        tgt, *target_chosen = chosen_tokenizer([r["target"] for r in train_recs], ["<pad>", "<bos>", "<eos>"],
+                                               vocab_size, tokenizer)
         artifacts.update(zip(("tokenizer_kind", "tokenizer_reason", "target_tokenizer_kind", "target_tokenizer_reason"),
                              (*chosen, *target_chosen)))
         artifacts["target_tokenizer"] = tgt.to_str()
@@ -325,17 +333,19 @@ def _encoders(kind: str, records: list[dict], train_recs: list[dict], saved: dic
     return artifacts, tok, tgt
 
 
-def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
-           size: int | None = None, tokenizer: str = "auto", *, saved: dict | None = None) -> Task:
+def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
+           vocab_size: int = 2000, size: int | None = None, tokenizer: str = "auto", *,
+           saved: dict | None = None) -> Task:
     if path is None:
-        raise ValueError("the jsonl task needs its file: --data FILE.jsonl (attnlab train jsonl --data FILE, attnlab arena --data FILE)")
+        raise ValueError("the jsonl task needs its file: --data FILE.jsonl (attnlab train jsonl --data FILE, "
+                         "attnlab arena --data FILE)")
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
         raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum below 1")
     choice("tokenizer", tokenizer, TOKENIZERS)
     kind, records = read_records(path, None if saved is None else saved.get("kind"))
     if kind == "tagging" and tokenizer != "auto":
-        raise ValueError(f"tokenizer={tokenizer}: tagging data brings its own tokens (a word-level vocabulary of them); the tokenizer "
-                         "option is for text (classification, seq2seq)")
+        raise ValueError(f"tokenizer={tokenizer}: tagging data brings its own tokens (a word-level vocabulary of "
+                         "them); the tokenizer option is for text (classification, seq2seq)")
     if len(records) < 3:
         raise DataError(f"{path}: need at least 3 records for train, val and test, got {len(records)}")
     if saved is None:  # a run from before this check keeps its score
@@ -346,16 +356,19 @@ def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, te
     names = artifacts["labels"]
     label_id = {n: i for i, n in enumerate(names)}
     if kind != "seq2seq":
-        unseen = sorted({str(lab) for r in records for lab in (r["labels"] if kind == "tagging" else [r["label"]])} - set(label_id))
+        unseen = sorted({str(lab) for r in records for lab in (r["labels"] if kind == "tagging" else [r["label"]])}
+                        - set(label_id))
         if unseen:
-            raise DataError(f"{path} holds labels the run never had ({', '.join(unseen[:5])}): it is not the file the run trained on")
+            raise DataError(f"{path} holds labels the run never had ({', '.join(unseen[:5])}): it is not the file "
+                            "the run trained on")
     splits, unknown = {}, {}
     for name, idx in parts.items():
         recs = [records[i] for i in idx]
         ids = encode_inputs(kind, artifacts, recs)
         unknown[name] = unknown_share(artifacts["tokenizer"], ids)
         if kind == "tagging":
-            labels = pad_rows([[label_id[str(lab)] for lab in r["labels"]] for r in recs], IGNORE, max(len(x) for x in ids))
+            labels = pad_rows([[label_id[str(lab)] for lab in r["labels"]] for r in recs], IGNORE,
+                              max(len(x) for x in ids))
         elif kind == "classification":
             labels = pad_rows([[label_id[str(r["label"])] for r in recs]], 0)[0]
         else:
@@ -363,13 +376,15 @@ def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, te
         splits[name] = Split(pad_rows(ids, 0), labels)
     if any(unknown.values()):
         shares = ", ".join(f"{unknown[name]:.1%} of {name}" for name in ("train", "val", "test"))
-        warnings.warn(f"{path}: tokens unknown to the vocabulary ([UNK]): {shares}; a tagging vocabulary holds the training "
-                      "split's words, so words seen only in validation or test are unknown", UnknownTokensWarning, stacklevel=3)
+        warnings.warn(f"{path}: tokens unknown to the vocabulary ([UNK]): {shares}; a tagging vocabulary holds the "
+                      "training split's words, so words seen only in validation or test are unknown",
+                      UnknownTokensWarning, stacklevel=3)
     metric = {"tagging": "token_accuracy", "classification": "accuracy", "seq2seq": "exact_match"}[kind]
     notes = [f"{'input ' if kind == 'seq2seq' else ''}tokenizer: {KIND_NAMES[artifacts['tokenizer_kind']]} "
              f"({artifacts['tokenizer_reason']})"]
     if kind == "seq2seq":
-        notes.append(f"target tokenizer: {KIND_NAMES[artifacts['target_tokenizer_kind']]} ({artifacts['target_tokenizer_reason']})")
+        notes.append(f"target tokenizer: {KIND_NAMES[artifacts['target_tokenizer_kind']]} "
+                     f"({artifacts['target_tokenizer_reason']})")
     notes += filter(None, [_majority_note(kind, metric, train_recs, [records[i] for i in parts["test"]], records)])
     return Task(
         name="jsonl",
@@ -378,8 +393,8 @@ def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, te
         num_labels=len(names),
         metric=metric,
         splits=splits,
-        options={"path": str(path), "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction, "vocab_size": vocab_size,
-                 "size": size, "tokenizer": tokenizer},
+        options={"path": str(path), "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction,
+                 "vocab_size": vocab_size, "size": size, "tokenizer": tokenizer},
         vocab=token_strings(artifacts["tokenizer"], list(range(tok.get_vocab_size()))),
         label_names=names,
         artifacts=artifacts,
@@ -393,12 +408,13 @@ class UnknownTokensWarning(UserWarning):
 
 
 class MajorityLabelWarning(UserWarning):
-    """One label is :data:`MAJORITY_WARN` of a user file's labels or more: always answering it scores about that share."""
+    """One label is :data:`MAJORITY_WARN` of a user file's labels or more: always answering it scores about that
+    share."""
 
 
 @register("jsonl", train_defaults=train_defaults_for, baseline_model="window_mlp", files=("path",), rebuild=_rebuild)
-def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, vocab_size: int = 2000,
-               size: int | None = None, tokenizer: str = "auto") -> Task:
+def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
+               vocab_size: int = 2000, size: int | None = None, tokenizer: str = "auto") -> Task:
     """The user's file as a task (see the module docstring).
 
     Args:
