@@ -20,11 +20,9 @@ projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own key
   attention (``linear``, ``performer``; "Transformers are RNNs", Katharopoulos et al. 2020), and :class:`MatrixState`,
   the matrix state and short convolution of the gated linear-attention family.
 
-A decoding source hands the layer's step itself as its call's ``state`` (the step declares
-which it decodes with: its ``capabilities.cache``).
-
-A cache is created by the layer that uses it (:meth:`attnlab.MultiHeadAttention.new_cache`) and passed back to it:
-``layer(x_new, cache=cache)``. Caches are for inference: they are written in place.
+A decoding source hands the layer's step itself as its call's ``state`` (the step declares which it decodes with: its
+``capabilities.cache``). A cache is created by the layer that uses it (:meth:`attnlab.MultiHeadAttention.new_cache`)
+and passed back to it: ``layer(x_new, cache=cache)``. Caches are for inference: they are written in place.
 """
 
 from __future__ import annotations
@@ -72,7 +70,8 @@ def refuse_given(positions, key_positions, bias) -> None:
     if positions is not None or key_positions is not None:
         raise ValueError("with a cache the positions come from it: pass neither positions nor key_positions")
     if bias is not None:
-        raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer itself)")
+        raise ValueError("a score bias cannot be combined with a cache "
+                         "(a bias encoding is applied by the layer itself)")
 
 
 class NoCache:
@@ -105,7 +104,8 @@ def new_tokens(layer, query, key, value, mask, positions, key_positions, bias, r
     return their key padding ``(B, n)`` bool, or None; ``refuse``: the error for another mask."""
     refuse_given(positions, key_positions, bias)
     if key is not None or value is not None:
-        raise ValueError("a self-attention cache takes the new tokens as query only (key and value come from the cache)")
+        raise ValueError("a self-attention cache takes the new tokens as query only "
+                         "(key and value come from the cache)")
     layer.check_input("query", query, layer.embed_dim, None)
     if layer.kdim != layer.embed_dim or layer.vdim != layer.embed_dim:
         raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
