@@ -13,6 +13,7 @@ from attnlab import arena as arena_pkg
 from attnlab import efficient
 from attnlab.cli import app
 from attnlab.studies import device_check as dc
+from attnlab.studies import device_speed as ds
 from tests.cli.helpers import runner
 
 
@@ -62,16 +63,16 @@ def test_a_slow_or_failing_cell_skips_the_longer_lengths_and_a_deadline_skips_th
         return {"variant": name, "n": n, "precision": precision, "status": status, "seconds": seconds if status == "ok" else None,
                 "peak_bytes": None, "vs_sdpa": None, "note": None}
 
-    monkeypatch.setattr(dc, "_speed_cell", fake_cell)
-    rows = dc.speed("cpu", [16, 32, 64], ["local", "dense"], cell_seconds=10.0)
+    monkeypatch.setattr(ds, "_speed_cell", fake_cell)
+    rows = ds.speed("cpu", [16, 32, 64], ["local", "dense"], cell_seconds=10.0)
     skipped = {(r["variant"], r["n"], r["precision"]): r["note"] for r in rows if r["status"] == "skipped"}
     assert skipped[("local", 64, "fp32")] == "out of memory at N=32" and ("local", 32, "fp32") not in skipped
     assert skipped[("sdpa", 32, "bf16")] == "99.00 s at N=16: at least 198.0 s at N=32, over 10 s" and ("sdpa", 32, "fp32") not in skipped
     assert ("local", 64, "fp32") not in calls and ("dense", 64, "bf16") in calls
-    late = dc.speed("cpu", [16], ["local"], deadline=0.0)
+    late = ds.speed("cpu", [16], ["local"], deadline=0.0)
     assert [r["status"] for r in late] == ["skipped"] * 4 and late[0]["note"] == "the speed section's deadline passed"
-    monkeypatch.setattr(dc, "_speed_cell", lambda name, n, precision, ctx: {**fake_cell(name, n, precision, ctx), "seconds": 0.4})
-    near = dc.speed("cpu", [8, 16], [], deadline=time.monotonic() + 1.0)  # 0.4 s at 8: two calls at 16 need 1.6 s
+    monkeypatch.setattr(ds, "_speed_cell", lambda name, n, precision, ctx: {**fake_cell(name, n, precision, ctx), "seconds": 0.4})
+    near = ds.speed("cpu", [8, 16], [], deadline=time.monotonic() + 1.0)  # 0.4 s at 8: two calls at 16 need 1.6 s
     assert [r["status"] for r in near] == ["ok", "ok", "skipped", "skipped"]
     assert near[2]["note"] == "0.40 s at N=8: two calls at N=16 would pass the speed section's deadline"
 

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from attnlab import efficient, objectives, tasks
 from attnlab.cli import app
-from attnlab.layers.checks import parameters_before_step
+from attnlab.layers.migration import parameters_before_step
 from attnlab.models import build_model
 from attnlab.training import CheckpointError, evaluate, load_checkpoint, train
 from tests.cli.helpers import runner

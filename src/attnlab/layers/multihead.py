@@ -15,7 +15,7 @@ from ..core.attend import AttentionResult
 from ..core.scores import Score
 from ..positional.base import PositionalEncoding, check_positions
 from ..validate import positive_int
-from . import checks, interop
+from . import checks, interop, migration
 from .cache import KVCache, StaticKV, source_of
 from .exact import DenseStep
 from .padding import silence_padding
@@ -146,7 +146,7 @@ class MultiHeadAttention(nn.Module):
                 if lin.bias is not None:
                     nn.init.zeros_(lin.bias)
         self.step = built  # last: from here on, the step's attributes read and set through the layer
-        self.register_load_state_dict_pre_hook(checks.step_keys)
+        self.register_load_state_dict_pre_hook(migration.step_keys)
 
     @property
     def name(self) -> str:

@@ -11,12 +11,8 @@ reference, how fast, and whether the arena scores as on the CPU. Four sections, 
   (:func:`attnlab.efficient.serving.serving`). Off the CPU the CPU's differences stand beside them
   (``cpu_output_error``, ``cpu_grad_error``): a bfloat16 error as large there (reformer: a query rounded to bfloat16 can
   hash to another bucket) is not the device's fault.
-* ``speed``: forward + backward of each variant's layer (B=1; 16 heads of 64 off the CPU, 4 of 16 on it; each variant's
-  settings for long sequences, :attr:`attnlab.efficient.Budget.long`) at each length, float32 and bf16 autocast, beside
-  :func:`torch.nn.functional.scaled_dot_product_attention` alone, causal, on the same shapes: median seconds of a few
-  calls after a warm-up, synchronised, and the peak memory of one call. A variant out of memory (or failing) at a length
-  skips its longer lengths, and so does one whose time, scaled linearly to the next length, passes ``cell_seconds``;
-  past the section's deadline every cell left is recorded as skipped.
+* ``speed``: forward + backward of each variant's layer at each length, float32 and bf16 autocast, beside
+  :func:`torch.nn.functional.scaled_dot_product_attention` alone (:mod:`attnlab.studies.device_speed`).
 * ``arena``: the default arena's ``lookup`` task (:func:`attnlab.arena.plan`, preset ``quick``) trained on the device
   into a temporary folder, each variant's score beside the CPU's stored in ``benchmarks/results/arena-repro-*.json``.
   The runs are budgeted in steps, so the scores are comparable across devices, but not bitwise equal: another device
@@ -25,36 +21,22 @@ reference, how fast, and whether the arena scores as on the CPU. Four sections, 
 from __future__ import annotations
 
 import copy
-import gc
 import json
 import platform
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from .. import efficient
-from ..devices import describe, peak_memory, reset_peak_memory, resolve, synchronize
-from ..profiling import peak_bytes
+from ..devices import describe, resolve, synchronize
+from .device_common import PRECISIONS, Say, first_line, free, out_of_memory, quiet
+from .device_speed import CELL_SECONDS, CPU_LENGTHS, CUDA_LENGTHS, SPEED_SECONDS, speed, speed_shape
 
-__all__ = ["CELL_SECONDS", "CPU_LENGTHS", "CUDA_LENGTHS", "SPEED_SECONDS", "TOLERANCE", "TOTAL_SECONDS", "arena_check",
-           "compare_with_cpu", "cpu_reference", "environment", "parity", "run", "speed", "speed_shape"]
-
-CUDA_LENGTHS = (4096, 16384, 65536)
-"""The speed section's sequence lengths off the CPU."""
-
-CPU_LENGTHS = (512, 1024)
-"""The speed section's sequence lengths on the CPU."""
-
-CELL_SECONDS = 10.0
-"""A variant whose time at a length, scaled linearly to the next, passes this skips its longer lengths."""
-
-SPEED_SECONDS = 360.0
-"""The speed section's deadline, after its start: the cells left then are recorded as skipped."""
+__all__ = ["TOLERANCE", "TOTAL_SECONDS", "arena_check", "compare_with_cpu", "cpu_reference", "environment", "parity",
+           "run"]
 
 TOTAL_SECONDS = 450.0
 """The whole check's deadline: the speed section (the last) ends by then, whatever its own."""
@@ -63,30 +45,7 @@ TOLERANCE = {"fp32": 5e-3, "bf16": 6e-2}
 """The difference a parity row stays within (relative to the reference's largest magnitude):
 :data:`attnlab.core.kernels.TOLERANCE` of the dtype (float32 allows TF32 products)."""
 
-PRECISIONS = ("fp32", "bf16")
 _PARITY = {"batch": 2, "length": 128, "embed_dim": 64, "num_heads": 4}
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def _out_of_memory(e: BaseException) -> bool:
-    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
-
-
-def _free(device: torch.device, collect: bool = True) -> None:
-    """Give the device's cached memory back (after ``collect``: what a failed call left in cycles)."""
-    if collect:
-        gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def environment(device: torch.device) -> dict:
@@ -94,9 +53,10 @@ def environment(device: torch.device) -> dict:
     versions of Triton and fla (None where they do not import; imported only on CUDA)."""
     from .. import __version__
 
-    env = {"device": str(device), "device_name": describe(device), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "python": platform.python_version(), "platform": platform.platform(), "attnlab": __version__,
-           "threads": torch.get_num_threads(), "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    env = {"device": str(device), "device_name": describe(device), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "python": platform.python_version(), "platform": platform.platform(),
+           "attnlab": __version__, "threads": torch.get_num_threads(),
+           "float32_matmul_precision": torch.get_float32_matmul_precision()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env.update(capability=f"sm_{props.major}{props.minor}", memory_bytes=int(props.total_memory),
@@ -161,9 +121,9 @@ def _parity_rows(name: str, causal: bool, device: torch.device, served: dict) ->
             # NaN: not within
             row["within"] = all(e <= TOLERANCE[precision] for e in (row["output_error"], row["grad_error"]))
         except Exception as e:  # the device refused or failed: recorded, the check goes on
-            row["error"] = "out of memory" if _out_of_memory(e) else _first_line(e)
+            row["error"] = "out of memory" if out_of_memory(e) else first_line(e)
         if row["error"]:
-            _free(device)
+            free(device)
         if device.type != "cpu":
             row["cpu_output_error"], row["cpu_grad_error"] = _errors(layer, x, cot, ref_out, x.grad,
                                                                      torch.device("cpu"), precision)
@@ -171,7 +131,7 @@ def _parity_rows(name: str, causal: bool, device: torch.device, served: dict) ->
     return rows
 
 
-def parity(device, variants: Iterable[str] | None = None, say: Say = _quiet) -> list[dict]:
+def parity(device, variants: Iterable[str] | None = None, say: Say = quiet) -> list[dict]:
     """The parity rows (module docstring) of ``variants`` (default: every registered one) on ``device``."""
     from ..efficient.serving import Serving, serving
 
@@ -179,7 +139,7 @@ def parity(device, variants: Iterable[str] | None = None, say: Say = _quiet) -> 
         try:
             return serving(name, device, torch.float32 if precision == "fp32" else torch.bfloat16)
         except Exception as e:  # checking a kernel failed outside the check's own guard: recorded, the check goes on
-            return Serving(name, "unknown", f"finding the backend raised {_first_line(e)}")
+            return Serving(name, "unknown", f"finding the backend raised {first_line(e)}")
 
     device = resolve(device)
     rows: list[dict] = []
@@ -195,147 +155,6 @@ def parity(device, variants: Iterable[str] | None = None, say: Say = _quiet) -> 
         say(f"parity {name}: fp32 {worst['fp32']:.1e}, bf16 {worst['bf16']:.1e} ({served['fp32'].backend})"
             + (f", {failed} failed" if failed else ""))
     return rows
-
-
-def speed_shape(device: torch.device) -> tuple[int, int]:
-    """The speed section's heads and head width on ``device``: 4 of 16 on the CPU, else 16 of 64."""
-    return (4, 16) if torch.device(device).type == "cpu" else (16, 64)
-
-
-def _speed_options(name: str, max_len: int) -> dict:
-    b = efficient.budget(name)
-    opts = b.long_options(max_len) if b.long is not None else {**b.short, **({"max_len": max_len} if b.max_len else {})}
-    if efficient.capabilities(name).causal is not None:
-        opts["causal"] = True
-    return opts
-
-
-def _layer_call(name: str, n: int, max_len: int, heads: int, head_dim: int, device: torch.device, precision: str):
-    torch.manual_seed(0)
-    layer = efficient.create(name, embed_dim=heads * head_dim, num_heads=heads, **_speed_options(name, max_len)).to(device)
-    x = torch.randn(1, n, heads * head_dim, device=device, requires_grad=True)
-
-    def call() -> None:
-        x.grad = None
-        layer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-            out = layer(x).output
-        out.float().sum().backward()
-
-    return call
-
-
-def _sdpa_call(n: int, heads: int, head_dim: int, device: torch.device, precision: str):
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    q, k, v = qkv = [torch.randn(1, heads, n, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3)]
-
-    def call() -> None:
-        for t in qkv:
-            t.grad = None
-        F.scaled_dot_product_attention(q, k, v, is_causal=True).float().sum().backward()
-
-    return call
-
-
-def _measure(call, device: torch.device, repeats: int, cell_seconds: float) -> dict:
-    """A warm-up call (compilation, autotuning), then timed calls: ``repeats`` at most, one at
-    least, no more once the next would pass ``cell_seconds`` in all; their median, and the peak
-    memory of one call above what was alive before (the first timed call's on CUDA)."""
-    synchronize(device)
-    start = time.perf_counter()
-    call()
-    synchronize(device)
-    warm = time.perf_counter() - start
-    times: list[float] = []
-    peak = before = None
-    while not times or (len(times) < repeats and sum(times) + times[-1] <= cell_seconds):
-        if device.type == "cuda" and not times:
-            before = torch.cuda.memory_allocated(device)
-            reset_peak_memory(device)
-        start = time.perf_counter()
-        call()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-        if before is not None and len(times) == 1:
-            peak = max(0, (peak_memory(device) or 0) - before)
-    if device.type == "cpu" and times[0] <= cell_seconds:
-        peak = peak_bytes(call)
-    return {"seconds": statistics.median(times), "warmup_seconds": warm, "repeats": len(times), "peak_bytes": peak}
-
-
-def _speed_cell(name: str, n: int, precision: str, ctx: dict) -> dict:
-    row = {"variant": name, "n": n, "precision": precision,
-           "causal": name == "sdpa" or efficient.capabilities(name).causal is not None, "status": "ok", "seconds": None,
-           "warmup_seconds": None, "repeats": 0, "peak_bytes": None, "vs_sdpa": None, "note": None}
-    device = ctx["device"]
-    call: Callable[[], None] | None = None
-    try:
-        call = (_sdpa_call(n, ctx["heads"], ctx["head_dim"], device, precision) if name == "sdpa" else
-                _layer_call(name, n, ctx["max_len"], ctx["heads"], ctx["head_dim"], device, precision))
-        row.update(_measure(call, device, ctx["repeats"], ctx["cell_seconds"]))
-    except Exception as e:  # out of memory, or a failure on this device: recorded, the longer lengths skipped
-        row["status"] = "out of memory" if _out_of_memory(e) else "error"
-        row["note"] = _first_line(e)
-    call = None  # the layer and its input go before the next cell (a failed call's, with the traceback, too)
-    _free(device, collect=row["status"] != "ok")
-    return row
-
-
-def _why_skip(last: tuple[int, float] | None, n: int, cell_seconds: float, deadline: float | None) -> str | None:
-    """Why a cell at length ``n`` is not measured (None: it is): past the deadline, or its time
-    at the last length, scaled linearly to ``n`` (a lower bound), over ``cell_seconds`` or past the deadline."""
-    now = time.monotonic()
-    if deadline is not None and now > deadline:
-        return "the speed section's deadline passed"
-    if last is None:
-        return None
-    n0, seconds = last
-    projected = seconds * n / n0
-    if projected > cell_seconds:
-        return f"{seconds:.2f} s at N={n0}: at least {projected:.1f} s at N={n}, over {cell_seconds:g} s"
-    if deadline is not None and now + 2 * projected > deadline:
-        return f"{seconds:.2f} s at N={n0}: two calls at N={n} would pass the speed section's deadline"
-    return None
-
-
-def speed(device, lengths: Iterable[int], variants: Iterable[str] | None = None, *, heads: int | None = None,
-          head_dim: int | None = None, repeats: int = 3, cell_seconds: float = CELL_SECONDS,
-          deadline: float | None = None, say: Say = _quiet) -> list[dict]:
-    """The speed rows (module docstring): every (length, variant or ``"sdpa"``, precision), shortest
-    lengths first. ``deadline``: a :func:`time.monotonic` time after which cells are skipped."""
-    device = resolve(device)
-    lengths = sorted(lengths)
-    shape = speed_shape(device)
-    ctx = {"device": device, "heads": heads or shape[0], "head_dim": head_dim or shape[1],
-           "max_len": max(lengths), "repeats": repeats, "cell_seconds": cell_seconds}
-    names = ["sdpa", *(efficient.names() if variants is None else variants)]
-    stopped: dict[tuple[str, str], str] = {}  # a failure: its longer lengths are skipped
-    last: dict[tuple[str, str], tuple[int, float]] = {}  # the last length measured, and its seconds
-    rows: list[dict] = []
-    for n in lengths:
-        for name in names:
-            for precision in PRECISIONS:
-                key = (name, precision)
-                why = stopped.get(key) or _why_skip(last.get(key), n, cell_seconds, deadline)
-                if why is not None:
-                    rows.append({"variant": name, "n": n, "precision": precision, "status": "skipped", "seconds": None,
-                                 "peak_bytes": None, "vs_sdpa": None, "note": why})
-                    continue
-                row = _speed_cell(name, n, precision, ctx)
-                rows.append(row)
-                if row["status"] != "ok":
-                    stopped[key] = f"{row['status']} at N={n}"
-                else:
-                    last[key] = (n, row["seconds"])
-                shown = f"{row['seconds'] * 1e3:.1f} ms" if row["status"] == "ok" else f"{row['status']}: {row['note']}"
-                say(f"speed N={n} {name} {precision}: {shown}")
-    base = {(r["n"], r["precision"]): r["seconds"] for r in rows if r["variant"] == "sdpa" and r["seconds"]}
-    for r in rows:
-        b = base.get((r["n"], r["precision"]))
-        if r["seconds"] and b and r["variant"] != "sdpa":
-            r["vs_sdpa"] = r["seconds"] / b
-    return rows
-
 
 def cpu_reference(path: str | Path | None = None) -> dict | None:
     """The CPU's stored ``lookup`` scores of the default arena: ``{"file", "scores": {variant:
@@ -373,7 +192,7 @@ def compare_with_cpu(entries: list[dict], reference: dict | None) -> list[dict]:
     return variants
 
 
-def arena_check(device, *, workers: int | None = None, reference: str | Path | None = None, say: Say = _quiet) -> dict:
+def arena_check(device, *, workers: int | None = None, reference: str | Path | None = None, say: Say = quiet) -> dict:
     """The default arena's ``lookup`` task on ``device`` (module docstring): wall seconds, and per
     variant its score here, the CPU's (:func:`cpu_reference`) and their difference, level by level.
     ``workers``: runs at a time, each in its own process (default: one per torch thread, at most
@@ -391,7 +210,8 @@ def arena_check(device, *, workers: int | None = None, reference: str | Path | N
             done[0] += 1
             row = info["row"]
             got = f"{row['value']:.3f}" if row["status"] == "done" else "failed"
-            say(f"arena [{done[0]}/{len(specs)}] lookup {spec.variant} seed {spec.seed} {json.dumps(spec.level)}: {got}")
+            say(f"arena [{done[0]}/{len(specs)}] lookup {spec.variant} seed {spec.seed} "
+                f"{json.dumps(spec.level)}: {got}")
 
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="attnlab-device-check-") as tmp:
@@ -408,16 +228,18 @@ def arena_check(device, *, workers: int | None = None, reference: str | Path | N
 
 def run(device="auto", *, lengths: Iterable[int] | None = None, variants: Iterable[str] | None = None,
         arena: bool = True, speed_section: bool = True, repeats: int = 3, cell_seconds: float = CELL_SECONDS,
-        speed_seconds: float = SPEED_SECONDS, total_seconds: float = TOTAL_SECONDS, say: Say = _quiet,
+        speed_seconds: float = SPEED_SECONDS, total_seconds: float = TOTAL_SECONDS, say: Say = quiet,
         on_update: Callable[[dict], None] | None = None) -> dict:
     """The device check (module docstring) on ``device``: ``{"device", "environment", "settings",
     "parity", "speed", "arena", "wall_seconds"}`` (``speed``, ``arena``: None when not run).
 
     Args:
-        lengths: the speed section's (default :data:`CUDA_LENGTHS`, on the CPU :data:`CPU_LENGTHS`).
+        lengths: the speed section's (default :data:`~attnlab.studies.device_speed.CUDA_LENGTHS`, on the CPU
+            :data:`~attnlab.studies.device_speed.CPU_LENGTHS`).
         variants: the variants checked (default: every registered one).
         arena / speed_section: run those sections; repeats: timed calls per speed cell, at most.
-        cell_seconds, speed_seconds, total_seconds: :data:`CELL_SECONDS`, :data:`SPEED_SECONDS`, :data:`TOTAL_SECONDS`.
+        cell_seconds, speed_seconds, total_seconds: :data:`~attnlab.studies.device_speed.CELL_SECONDS`,
+            :data:`~attnlab.studies.device_speed.SPEED_SECONDS`, :data:`TOTAL_SECONDS`.
         say: a progress line; on_update: the results so far, after each section.
     """
     device = resolve(device)
@@ -445,6 +267,7 @@ def run(device="auto", *, lengths: Iterable[int] | None = None, variants: Iterab
         update()
     if speed_section:
         deadline = min(time.monotonic() + speed_seconds, start + total_seconds)
-        data["speed"] = speed(device, lengths, names, repeats=repeats, cell_seconds=cell_seconds, deadline=deadline, say=say)
+        data["speed"] = speed(device, lengths, names, repeats=repeats, cell_seconds=cell_seconds, deadline=deadline,
+                              say=say)
     update()
     return data

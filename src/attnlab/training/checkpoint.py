@@ -10,7 +10,7 @@ state, step, best score, evaluations since the best). The previous folder is kep
 Version 2 stores the typed :class:`attnlab.models.ModelConfig` (attention and positional
 encoding as specs); version-1 checkpoints (a flat model dict, attention options among the
 backbone options) still load and predict identically. Weights written before a layer held its
-attention step load through the layer's own hook (:func:`attnlab.layers.checks.step_keys`), and
+attention step load through the layer's own hook (:func:`attnlab.layers.migration.step_keys`), and
 their optimizer state is put in today's order of the parameters, so such a run also resumes.
 """
 
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ..devices import resolve as resolve_device
-from ..layers.checks import parameters_before_step
+from ..layers.migration import parameters_before_step
 from ..models.build import build_model
 from ..models.config import ModelConfig
 from .config import TrainConfig
@@ -199,7 +199,7 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
 
 def _load_weights(model: nn.Module, tensors: dict, file: Path) -> None:
     """Load ``tensors`` into ``model`` through its load hooks (which map the keys of layers written
-    before, :func:`attnlab.layers.checks.step_keys`), then refuse what is still missing, left
+    before, :func:`attnlab.layers.migration.step_keys`), then refuse what is still missing, left
     over or of another shape, naming a few of each."""
     try:
         result = model.load_state_dict(tensors, strict=False)
