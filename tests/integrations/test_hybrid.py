@@ -11,8 +11,9 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 import attnlab.integrations.transformers  # noqa: E402, F401 - registers attn_implementation="attnlab"
 from attnlab.efficient import recurrence  # noqa: E402
-from attnlab.integrations import hybrid  # noqa: E402
-from attnlab.integrations.hybrid import UnservedArgument, tiny_config, use_kernels  # noqa: E402
+from attnlab.integrations import adapters, fallbacks, hybrid, packing, ssd  # noqa: E402
+from attnlab.integrations.adapters import UnservedArgument  # noqa: E402
+from attnlab.integrations.hybrid import tiny_config, use_kernels  # noqa: E402
 from tests.helpers import assert_close_rel  # noqa: E402
 
 FAMILIES = ["qwen3_next", "qwen3_5_text", "kimi_linear", "mamba2", "falcon_h1"]
@@ -135,7 +136,7 @@ def _fallback_lines(model, prompt) -> tuple[list[str], list]:
             model.generate(prompt, max_new_tokens=3, do_sample=False)
     finally:
         kernels.removeHandler(handler)
-    return [line for line in lines if "falling back" in line], [w for w in caught if issubclass(w.category, hybrid.ServedFallback)]
+    return [line for line in lines if "falling back" in line], [w for w in caught if issubclass(w.category, fallbacks.ServedFallback)]
 
 
 def test_generation_of_a_served_model_says_what_attnlab_serves_not_that_transformers_falls_back():
@@ -230,14 +231,14 @@ def test_restore_gives_back_transformers_path_bit_for_bit(calls):
 
 def test_what_attnlab_cannot_serve_is_refused_by_name():
     q = torch.randn(1, 5, 2, 8)
-    rule = hybrid.delta_rule(hybrid.F.normalize, "chunk_gated_delta_rule")
+    rule = adapters.delta_rule(torch.nn.functional.normalize, "chunk_gated_delta_rule")
     with pytest.raises(UnservedArgument, match="chunk_gated_delta_rule cannot serve head_first"):
         rule(q, q, q, -torch.rand(1, 5, 2), torch.rand(1, 5, 2), head_first=True)
     with pytest.raises(UnservedArgument, match="use_cache=False"):
         rule(q, q, q, -torch.rand(1, 5, 2), torch.rand(1, 5, 2), output_final_state=True, cu_seqlens=torch.tensor([0, 2, 5]))
     x = torch.randn(1, 5, 4, 8)
     with pytest.raises(UnservedArgument, match="mamba_chunk_scan_combined cannot serve return_varlen_states"):
-        hybrid.ssd_scan(x, torch.rand(1, 5, 4), -torch.rand(4), q, q, return_varlen_states=True)
+        ssd.ssd_scan(x, torch.rand(1, 5, 4), -torch.rand(4), q, q, return_varlen_states=True)
     with pytest.raises(ValueError, match="LlamaForCausalLM has no linear-attention layer attnlab serves"):
         use_kernels(AutoModelForCausalLM.from_config(transformers.LlamaConfig(**dict(
             vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2))))
@@ -258,13 +259,13 @@ def test_the_ssd_functions_equal_transformers_with_groups_and_a_wider_state(fami
     d, bias, s0 = torch.randn(8, generator=g), torch.randn(8, generator=g), torch.randn(1, 8, 16, 24, generator=g)
     args = dict(chunk_size=16, D=d, dt_bias=bias, dt_softplus=True, initial_states=s0, return_final_states=True)
     ref, ref_s = modeling.mamba2_chunk_scan(x, dt, a, b, c, **args)
-    out, s = hybrid.ssd_scan(x, dt, a, b, c, **args)
+    out, s = ssd.ssd_scan(x, dt, a, b, c, **args)
     assert_close_rel(out, ref, FLOAT32, "ssd scan")
     assert_close_rel(s, ref_s, FLOAT32, "ssd final state")
     step = dict(D=d[:, None].expand(8, 16), dt_bias=bias[:, None].expand(8, 16), dt_softplus=True, z=torch.randn(1, 8, 16, generator=g))
     state_ref, state = ref_s.clone(), ref_s.clone()
     one = (x[:, 0], dt[:, 0, :, None].expand(1, 8, 16), a[:, None, None].expand(8, 16, 24), b[:, 0], c[:, 0])
-    assert_close_rel(hybrid.ssd_step(state, *one, **step), modeling.mamba2_selective_state_update(state_ref, *one, **step),
+    assert_close_rel(ssd.ssd_step(state, *one, **step), modeling.mamba2_selective_state_update(state_ref, *one, **step),
                      FLOAT32, "ssd step")
     assert_close_rel(state, state_ref, FLOAT32, "ssd step's state, in place")
 
@@ -281,13 +282,13 @@ def test_mambas_document_index_gives_the_same_packing_as_offsets():
     x, dt, a = torch.randn(1, 20, 4, 8, generator=g), torch.randn(1, 20, 4, generator=g), -torch.rand(4, generator=g)
     b, c = torch.randn(1, 20, 2, 6, generator=g), torch.randn(1, 20, 2, 6, generator=g)
     seq_idx = torch.tensor([[0] * 7 + [1] * 13])
-    by_index = hybrid.ssd_scan(x, dt, a, b, c, dt_softplus=True, seq_idx=seq_idx)
-    alone = torch.cat([hybrid.ssd_scan(x[:, s], dt[:, s], a, b[:, s], c[:, s], dt_softplus=True) for s in (slice(0, 7), slice(7, 20))], 1)
+    by_index = ssd.ssd_scan(x, dt, a, b, c, dt_softplus=True, seq_idx=seq_idx)
+    alone = torch.cat([ssd.ssd_scan(x[:, s], dt[:, s], a, b[:, s], c[:, s], dt_softplus=True) for s in (slice(0, 7), slice(7, 20))], 1)
     assert_close_rel(by_index, alone, FLOAT32, "seq_idx")
-    assert_close_rel(hybrid.ssd_scan(x, dt, a, b, c, dt_softplus=True, cu_seqlens=torch.tensor([0, 7, 20])), alone, FLOAT32, "offsets")
+    assert_close_rel(ssd.ssd_scan(x, dt, a, b, c, dt_softplus=True, cu_seqlens=torch.tensor([0, 7, 20])), alone, FLOAT32, "offsets")
 
 
 def test_offsets_come_only_from_position_ids_that_restart():
-    assert hybrid.offsets_from_positions(torch.arange(9)[None]) is None
-    assert hybrid.offsets_from_positions(torch.cat([torch.arange(4), torch.arange(5)])[None]).tolist() == [0, 4, 9]
-    assert hybrid.offsets_from_positions(torch.arange(9)[None].expand(2, -1)) is None  # a batch of several is not packed
+    assert packing.offsets_from_positions(torch.arange(9)[None]) is None
+    assert packing.offsets_from_positions(torch.cat([torch.arange(4), torch.arange(5)])[None]).tolist() == [0, 4, 9]
+    assert packing.offsets_from_positions(torch.arange(9)[None].expand(2, -1)) is None  # a batch of several is not packed

@@ -12,7 +12,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from attnlab.efficient import recurrence  # noqa: E402
-from attnlab.integrations.hybrid import PackedWithCache, tiny_config, use_kernels  # noqa: E402
+from attnlab.integrations.hybrid import tiny_config, use_kernels  # noqa: E402
+from attnlab.integrations.packing import PackedWithCache  # noqa: E402
 from tests.helpers import assert_close_rel  # noqa: E402
 from tests.integrations.test_hybrid import FAMILIES, FLOAT32, build  # noqa: E402
 

@@ -11,6 +11,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import masking_utils as hf_masks  # noqa: E402
 
 import attnlab.integrations.transformers as at  # noqa: E402
+from attnlab.integrations import masking  # noqa: E402
 from attnlab.integrations.transformers import UnsupportedError  # noqa: E402
 
 SMALL = dict(vocab_size=100, hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128,
@@ -72,7 +73,7 @@ def test_the_masks_transformers_builds_are_recognised_and_equal_its_own():
              (hf_masks.sliding_window_bidirectional_mask_function(3), ("band", -3, 3)), (custom, ("custom",))]
     for fn, kind in cases:
         for n, m, q_off, kv_off in [(20, 20, 0, 0), (1, 20, 19, 0), (4, 12, 16, 8)]:
-            mask = at.model_mask(2, n, m, q_off, kv_off, fn, am)
+            mask = masking.model_mask(2, n, m, q_off, kv_off, fn, am)
             want = hf_masks.sdpa_mask(batch_size=2, q_length=n, kv_length=m, q_offset=q_off, kv_offset=kv_off, mask_function=fn,
                                       attention_mask=am, allow_is_causal_skip=False)
             assert mask.kind == kind

@@ -1,16 +1,18 @@
 """Serving one model's layers with other functions than their modeling module's, without changing
 the module (:func:`attnlab.integrations.hybrid.use_kernels`): copies of the layer class's methods
-whose global names resolve in a module of their own, ``attnlab.served.<modeling module>``."""
+whose global names resolve in a module of their own, ``attnlab.served.<modeling module>``, set on the
+layer as its own attributes (:func:`give_methods`) and dropped again (:func:`take_methods`)."""
 
 from __future__ import annotations
 
 import sys
 import types
+import weakref
 from collections.abc import Callable
 
 from torch import nn
 
-__all__ = ["served_methods", "served_module"]
+__all__ = ["give_methods", "is_served", "served_methods", "served_module", "take_methods"]
 
 
 def _references(fn: types.FunctionType, names: frozenset, namespace: dict) -> bool:
@@ -94,3 +96,24 @@ def served_methods(module: nn.Module, modeling, served: dict[str, Callable]) -> 
                 else:
                     methods.pop(attr, None)  # a subclass's own version that calls nothing served
     return methods
+
+
+_SERVING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the layers that hold copies now
+
+
+def is_served(layer: nn.Module) -> bool:
+    """Whether ``layer`` holds copies of its class's methods now (given by :func:`give_methods`)."""
+    return layer in _SERVING
+
+
+def give_methods(layer: nn.Module, methods: dict[str, Callable]) -> None:
+    """Make ``methods`` (:func:`served_methods`) ``layer``'s own attributes, found before its class's methods."""
+    layer.__dict__.update(methods)
+    _SERVING[layer] = True
+
+
+def take_methods(layer: nn.Module, names) -> None:
+    """Drop the copies ``names`` from ``layer``: its class's methods again."""
+    for method in names:
+        layer.__dict__.pop(method, None)
+    _SERVING.pop(layer, None)
