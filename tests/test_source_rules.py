@@ -254,6 +254,16 @@ def test_no_function_is_longer_than_80_lines():
     assert not long, long
 
 
+LINE_LIMIT = 120
+"""The longest line of the package's source (tests and benchmarks keep ruff's wider limit)."""
+
+
+def test_no_source_line_is_longer_than_120_characters():
+    long = [f"{path.relative_to(SRC)}:{no}" for path in FILES
+            for no, line in enumerate(path.read_text().splitlines(), 1) if len(line) > LINE_LIMIT]
+    assert not long, long
+
+
 # ------------------------------------------------------------------------ the checkers themselves
 
 
