@@ -254,6 +254,50 @@ def test_no_function_is_longer_than_80_lines():
     assert not long, long
 
 
+POSITIONAL_LIMIT = 6
+"""The most positional parameters of a private helper (``self`` / ``cls`` not counted): more go by
+name (keyword-only) or travel in a small named context."""
+
+# the gated family's scan (gated.py, recurrence.py), which the sequence-mixer redesign rewrites:
+# (module path, function); one that comes within the limit must leave the set
+MANY_POSITIONAL = {
+    ("efficient/gated.py", "_both_ways"), ("efficient/gated.py", "_direction"), ("efficient/gated.py", "_conv_inputs"),
+    ("efficient/gated.py", "_short_conv"), ("efficient/recurrence.py", "_chunk_gated"),
+    ("efficient/recurrence.py", "_chunk_delta"), ("efficient/recurrence.py", "<lambda>"),
+}
+
+
+def many_positional(source: str) -> list[tuple[str, int]]:
+    """The private functions and lambdas of ``source`` with more than :data:`POSITIONAL_LIMIT`
+    positional parameters, as (name, count)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            name = getattr(node, "name", "<lambda>")
+            count = len([a for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")])
+            if name.startswith("_") and not name.startswith("__") or name == "<lambda>":
+                if count > POSITIONAL_LIMIT:
+                    out.append((name, count))
+    return out
+
+
+def test_no_private_helper_takes_more_than_6_positional_parameters():
+    found = {(str(path.relative_to(PKG)), name) for path in FILES for name, _ in many_positional(path.read_text())}
+    assert not found - MANY_POSITIONAL, sorted(found - MANY_POSITIONAL)
+    assert not MANY_POSITIONAL - found, f"no longer over the limit: remove from MANY_POSITIONAL {MANY_POSITIONAL - found}"
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("def _f(a, b, c, d, e, f, g): pass", [("_f", 7)]),
+    ("def _f(a, b, c, d, e, f, *, g): pass", []),
+    ("class A:\n    def _m(self, a, b, c, d, e, f): pass", []),
+    ("def public(a, b, c, d, e, f, g): pass", []),
+    ("run = lambda a, b, c, d, e, f, g: a", [("<lambda>", 7)]),
+])
+def test_the_positional_parameter_counter(source, expected):
+    assert many_positional(source) == expected
+
+
 LINE_LIMIT = 120
 """The longest line of the package's source (tests and benchmarks keep ruff's wider limit)."""
 

@@ -15,6 +15,7 @@ __all__ = ["bench_masks"]
 
 
 def _bench_masks(
+    *,
     sizes: str = typer.Option("4096,8192,16384,32768,65536,131072", help="Comma-separated sequence lengths N."),
     patterns: str = typer.Option(
         "causal,window,documents,prefix_lm,dilated,global+window,bigbird", help="Comma-separated patterns."),

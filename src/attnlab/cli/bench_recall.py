@@ -14,6 +14,7 @@ __all__ = ["recall"]
 
 
 def _recall(
+    *,
     variants: str | None = typer.Option(
         None, help="Comma-separated variants (default: dense, local, linear and the causal input-gated ones)."),
     pairs: str = typer.Option(

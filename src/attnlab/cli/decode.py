@@ -17,6 +17,7 @@ __all__ = ["bench_decode", "bench_packing"]
 
 
 def _bench_decode(
+    *,
     contexts: str = typer.Option("256,1024,4096", help="Comma-separated prompt lengths."),
     new_tokens: int = typer.Option(32, "--new-tokens", min=2, help="Greedy tokens decoded after each prompt."),
     embed_dim: int = width_option(256),
@@ -35,12 +36,13 @@ def _bench_decode(
 ) -> dict:
     """Decoding speed and memory: KV cache vs recomputation vs transformers' generate, side by side."""
     where = device_or_fail(device)
-    return _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint,
-                    factor, streams, output, where)
+    return _measure(contexts, new_tokens=new_tokens, embed_dim=embed_dim, num_layers=num_layers, num_heads=num_heads,
+                    uncached_up_to=uncached_up_to, stream_lengths=stream_lengths, checkpoint=checkpoint, factor=factor,
+                    streams=streams, output=output, device=where)
 
 
-def _measure(contexts, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint, factor,
-             streams, output, device) -> dict:
+def _measure(contexts, *, new_tokens, embed_dim, num_layers, num_heads, uncached_up_to, stream_lengths, checkpoint,
+             factor, streams, output, device) -> dict:
     from ..studies import decode
 
     cs = int_list("--contexts", contexts, minimum=1)

@@ -192,7 +192,8 @@ def bench_pretrained(
         _pretrained_report(recs, plot, as_json)
         return
     if is_decoder(model):
-        _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot, where)
+        _bench_decoder(model, variants, lengths, windows=windows, budgets=budgets, as_json=as_json, output=output,
+                       plot=plot, device=where)
         return
     names = name_list("--variants", variants or ",".join(default_variants()),
                       [v for v in efficient.names() if v != "dense"])
@@ -207,7 +208,7 @@ def bench_pretrained(
     _pretrained_report([r.to_dict() for r in tracker.records], plot, as_json)
 
 
-def _bench_decoder(model, variants, lengths, windows, budgets, as_json, output, plot, device) -> None:
+def _bench_decoder(model, variants, lengths, *, windows, budgets, as_json, output, plot, device) -> None:
     from ..studies.decoder import TRAINING, decoder_variants, is_hybrid, run
     from ..studies.pretrained import budgets_for
 

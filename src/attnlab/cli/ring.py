@@ -16,6 +16,7 @@ __all__ = ["bench_ring"]
 
 
 def _bench_ring(
+    *,
     lengths: str = typer.Option("2048,4096,8192,16384,32768", help="Comma-separated sequence lengths."),
     processes: str = typer.Option(
         "1,2,4", help="Comma-separated process counts P (1: the plain layer in one process)."),

@@ -218,10 +218,9 @@ def attend(
     if score_mod is not None and not callable(score_mod):
         raise ArgumentTypeError("score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got "
                                 f"{_describe(score_mod)}")
-    use_flex = _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend,
-                         block_size)
-    fast = not use_flex and _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m,
-                                       block_size)
+    call = _Call(score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend, block_size)
+    use_flex = _use_flex(q, k, v, call)
+    fast = not use_flex and _fast_path(q, call, n, m)
     if k.shape[1] not in (h, 0) and not ((fast or use_flex) and _grouped_fused(score_fn, mask, bias)):
         # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
         r = h // k.shape[1]
@@ -252,19 +251,37 @@ def attend(
             k, v = _zero_hidden(k, v, tensor_mask)
         qp, kp = score_fn.prepare(q, k)
         scale = score_fn.dot_scale(qp.shape[-1])
-        return AttentionResult(_sdpa(qp, kp, v, None if causal else tensor_mask, bias, dropout_p, scale, causal), None)
+        out = _sdpa(qp, kp, v, None if causal else tensor_mask, bias, dropout_p, scale=scale, causal=causal)
+        return AttentionResult(out, None)
     if backend == "sdpa":
         raise ValueError(
             "backend='sdpa' needs softmax over a dot-product score (dot, scaled_dot, cosine, bilinear), no score_mod "
             "and return_weights=False"
         )
-    return _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, block_size)
+    return _block_sparse(q, k, v, call)
 
 
-def _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend,
-              block_size) -> bool:
+@dataclass(frozen=True)
+class _Call:
+    """The options of one :func:`attend` call, resolved, as its backend choice and the block-sparse
+    path read them: the score and normaliser functions, then :func:`attend`'s arguments of the same names."""
+
+    score_fn: Any
+    norm_fn: Callable
+    mask: Any
+    score_mod: Callable | None
+    bias: torch.Tensor | None
+    dropout_p: float
+    return_weights: bool
+    backend: str
+    block_size: Any
+
+
+def _use_flex(q, k, v, call: _Call) -> bool:
     """Whether FlexAttention computes this call: asked for (``backend="flex"``; refused with the
     reason where it cannot), or on CUDA under ``"auto"`` where it applies and :data:`FLEX` serves."""
+    score_fn, norm_fn, mask, score_mod, backend = call.score_fn, call.norm_fn, call.mask, call.score_mod, call.backend
+    bias, dropout_p, return_weights, block_size = call.bias, call.dropout_p, call.return_weights, call.block_size
     if backend not in ("auto", "flex") or (backend == "auto" and q.device.type not in flex.SERVED_ON):
         return False
     why = flex.unfit(q, v, dot=_sdpa_scale(score_fn, norm_fn, 1, False) is not None, mask=mask, score_mod=score_mod,
@@ -277,9 +294,11 @@ def _use_flex(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, retu
     return serves(FLEX, q.device, q.dtype, backward=needs_grad(q, k, v, *learnable_tensors(score_fn)))
 
 
-def _fast_path(q, score_fn, norm_fn, mask, bias, score_mod, return_weights, backend, n, m, block_size=None) -> bool:
+def _fast_path(q, call: _Call, n: int, m: int) -> bool:
     """Whether PyTorch's fused kernel computes this call: softmax over a dot-product score, no
     score function, and no mask, a dense tensor or the plain causal mask (or ``backend="sdpa"``)."""
+    score_fn, norm_fn, mask, bias, score_mod = call.score_fn, call.norm_fn, call.mask, call.bias, call.score_mod
+    return_weights, backend, block_size = call.return_weights, call.backend, call.block_size
     if backend == "chunked" or score_mod is not None or _sdpa_scale(score_fn, norm_fn, 1, return_weights) is None:
         return False
     if backend == "sdpa" or mask is None or isinstance(mask, torch.Tensor):
@@ -324,7 +343,7 @@ def _zero_hidden(k, v, hidden_or_mask: torch.Tensor, is_hidden: bool = False):
     return torch.where(hidden, zero, k), torch.where(hidden, zero, v)
 
 
-def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.Tensor:
+def _sdpa(q, k, v, mask, bias, dropout_p, *, scale, causal: bool = False) -> torch.Tensor:
     # grouped keys / values, on the fused kernel
     gqa: dict[str, Any] = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
     if bias is None and causal:
@@ -350,9 +369,10 @@ def _sdpa(q, k, v, mask, bias, dropout_p, scale, causal: bool = False) -> torch.
     return out
 
 
-def _block_sparse(q, k, v, score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights,
-                  block_size) -> AttentionResult:
+def _block_sparse(q, k, v, call: _Call) -> AttentionResult:
     """The block-sparse path: a block map of the mask, then :mod:`attnlab.core.sparse`."""
+    score_fn, norm_fn, mask, score_mod = call.score_fn, call.norm_fn, call.mask, call.score_mod
+    bias, dropout_p, return_weights, block_size = call.bias, call.dropout_p, call.return_weights, call.block_size
     b, h, n, _ = q.shape
     m = k.shape[2]
     bmap = mask if isinstance(mask, BlockMap) else block_map(

@@ -207,7 +207,8 @@ def block_map(mask, n: int, m: int | None = None, *, batch: int | None = None, h
     per = max(1, BUILD_ELEMENTS // max(1, bsz * hsz * max(nk, 1)))
     for r0 in range(0, nq, per):
         r1 = min(nq, r0 + per)
-        st = _classify(mk, Grid.blocks(n, m, bq, bk, (r0, r1), device=device), bsz, hsz, (r1 - r0, nk), n, m, bq, bk)
+        grid = Grid.blocks(n, m, bq, bk, (r0, r1), device=device)
+        st = _classify(mk, grid, bsz, hsz, (r1 - r0, nk), n=n, m=m, bq=bq, bk=bk)
         groups.append(_compress(st))
         width = max(width, groups[-1][0].shape[-1])
     bm = max([g[0].shape[0] for g in groups], default=1)
@@ -227,7 +228,7 @@ def block_map(mask, n: int, m: int | None = None, *, batch: int | None = None, h
                     torch.cat(count, 2).contiguous())
 
 
-def _classify(mk: Mask, grid: Grid, bsz: int, hsz: int, shape, n, m, bq, bk) -> torch.Tensor:
+def _classify(mk: Mask, grid: Grid, bsz: int, hsz: int, shape, *, n, m, bq, bk) -> torch.Tensor:
     """Tile states ``(Bs, Hs, R, NK)`` of one group of rows, UNKNOWN ones settled by evaluation."""
     st = mk.tiles(grid)
     dev = grid.q_lo.device

@@ -22,6 +22,8 @@ Rows with no allowed key give zeros and zero gradients. The same functions serve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -53,7 +55,7 @@ def chunk_limits(kind: str, bmap: BlockMap, b: int, h: int, score_fn=None) -> tu
     return max(1, DEFAULT_BLOCK_ELEMENTS // (b * h * max(int(getattr(score_fn, "pair_cost", 1)), 1) * 8)), None
 
 
-def _scores(setup: SparseSetup, c: Chunk, qc, kc, bias, allowed, fill: bool = True) -> torch.Tensor:
+def _scores(setup: SparseSetup, c: Chunk, qc, kc, bias, allowed, *, fill: bool = True) -> torch.Tensor:
     """A chunk's scores ``(R, B, H, bq, L)`` in the statistics dtype, plus the bias (its rows of
     this chunk, or one row for all) and the score function; forbidden pairs at -inf if ``fill``."""
     b, h = setup.b, setup.h
@@ -77,10 +79,23 @@ def _scores(setup: SparseSetup, c: Chunk, qc, kc, bias, allowed, fill: bool = Tr
     return s
 
 
+@dataclass(frozen=True)
+class _ChunkInputs:
+    """One chunk of a call and what its kernels read: the setup, the chunk, its queries
+    ``(R', BH, rows, D)`` (:meth:`SparseSetup.rows_of`) and its keys and values ``(R', BH, L, ·)``
+    (:meth:`SparseSetup.keys`)."""
 
-def _fused_part(setup: SparseSetup, c: Chunk, qc, kc, vc, first: int):
+    setup: SparseSetup
+    c: Chunk
+    qc: torch.Tensor
+    kc: torch.Tensor
+    vc: torch.Tensor
+
+
+def _fused_part(x: _ChunkInputs, first: int):
     """Output ``(R', B, H, rows, Dv)`` and log-sum-exp ``(R', B, H, rows)`` of slots ``first ..``
     of a chunk on the fused kernel (rows that see no key there: 0 and -inf)."""
+    setup, c, qc, kc, vc = x.setup, x.c, x.qc, x.kc, x.vc
     g, rows = setup.groups(c)
     bk = setup.bmap.block[1]
     allowed, dead = setup.allowed(c, qc.device, first)
@@ -95,26 +110,28 @@ def _fused_part(setup: SparseSetup, c: Chunk, qc, kc, vc, first: int):
     return o5, l5
 
 
-def _fused_forward(setup: SparseSetup, c: Chunk, qc, kc, vc):
+def _fused_forward(x: _ChunkInputs):
     """A chunk on the fused kernel: its leading FULL slots (:attr:`Chunk.lead`) without a mask,
     the rest with one, merged by their log-sum-exp."""
+    setup, c, qc, kc, vc = x.setup, x.c, x.qc, x.kc, x.vc
     if not c.lead:
-        return _fused_part(setup, c, qc, kc, vc, 0)
+        return _fused_part(x, 0)
     bk = setup.bmap.block[1]
     g, rows = setup.groups(c)
     assert _FWD is not None  # the fused kind needs FUSED
     o, lead_lse = _FWD(qc, kc[:, :, : c.lead * bk], vc[:, :, : c.lead * bk], scale=setup.scale)
     oa, la = split_heads(o, setup.b, setup.h), lead_lse.view(g, setup.b, setup.h, rows)
-    ob, lb = _fused_part(setup, c, qc, kc, vc, c.lead)
+    ob, lb = _fused_part(x, c.lead)
     lse = torch.logaddexp(la, lb)
     st = la.dtype
     out = oa.to(st) * torch.exp(la - lse)[..., None] + ob.to(st) * torch.exp(lb - lse)[..., None]
     return out.to(oa.dtype), lse
 
 
-def _fused_backward(setup: SparseSetup, c: Chunk, doc, qc, kc, vc, oc, lc, dq, dk, dv) -> None:
+def _fused_backward(x: _ChunkInputs, doc, oc, lc, *, dq, dk, dv) -> None:
     """A chunk's gradients on the fused kernel's backward, part by part as :func:`_fused_forward`
-    computed it (each part given the merged output and log-sum-exp), into ``dq``, ``dk``, ``dv``."""
+    computed it (each part given the merged output ``oc`` and log-sum-exp ``lc``), into ``dq``, ``dk``, ``dv``."""
+    setup, c, qc, kc, vc = x.setup, x.c, x.qc, x.kc, x.vc
     bk = setup.bmap.block[1]
     parts = [(0, c.lead, False), (c.lead, c.S, True)] if c.lead else [(0, c.S, True)]
     gq = None
@@ -144,8 +161,9 @@ def _softmax_chunk(s: torch.Tensor, v5: torch.Tensor):
     return out, (m + torch.log(den)).squeeze(-1)
 
 
-def _generic_chunk(setup: SparseSetup, c: Chunk, index: int, qc, kc, vc, bias, allowed, weights: bool = False):
+def _generic_chunk(x: _ChunkInputs, index: int, bias, allowed, *, weights: bool = False):
     """Output ``(R, B, H, bq, Dv)`` (and the weights before dropout) of any normaliser."""
+    setup, c, qc, kc, vc = x.setup, x.c, x.qc, x.kc, x.vc
     s = _scores(setup, c, qc, kc, bias, allowed, fill=False)
     mask = None if allowed is None else allowed.permute(2, 0, 1, 3, 4)
     assert setup.norm_fn is not None  # the generic kernel has a normaliser
@@ -180,14 +198,15 @@ def sparse_forward(setup: SparseSetup, qp, kp, vp, bias=None):
         qc = setup.rows_of(qp, c)  # (R', BH, rows, D)
         kc, vc = setup.keys(kp, c), setup.keys(vp, c)
         if setup.kind == "fused":
-            o5, l5 = _fused_forward(setup, c, qc, kc, vc)
+            o5, l5 = _fused_forward(_ChunkInputs(setup, c, qc, kc, vc))
         elif setup.kind == "softmax":
             allowed, _ = setup.allowed(c, qp.device)
             s = _scores(setup, c, qc, kc, _bias_rows(bias, c, setup.bmap.block[0]), allowed)
             o5, l5 = _softmax_chunk(s, split_heads(vc, setup.b, setup.h))
         else:
             allowed, _ = setup.allowed(c, qp.device)
-            o5 = _generic_chunk(setup, c, i, qc, kc, vc, _bias_rows(bias, c, setup.bmap.block[0]), allowed)
+            o5 = _generic_chunk(_ChunkInputs(setup, c, qc, kc, vc), i, _bias_rows(bias, c, setup.bmap.block[0]),
+                                allowed)
             l5 = None
         setup.put_rows(out, c, o5.reshape(g, bh, rows, dv))
         if lse is not None:
@@ -218,8 +237,8 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
         qc, doc = setup.rows_of(qp, c), setup.rows_of(do, c)
         kc, vc = setup.keys(kp, c), setup.keys(vp, c)
         if setup.kind == "fused":
-            _fused_backward(setup, c, doc.contiguous(), qc, kc, vc, setup.rows_of(out, c).contiguous(),
-                            setup.rows_of(lse_safe, c).contiguous(), dq, dk, dv)
+            _fused_backward(_ChunkInputs(setup, c, qc, kc, vc), doc.contiguous(), setup.rows_of(out, c).contiguous(),
+                            setup.rows_of(lse_safe, c).contiguous(), dq=dq, dk=dk, dv=dv)
             continue
         allowed, dead = setup.allowed(c, qp.device)
         with torch.enable_grad():
@@ -246,7 +265,7 @@ def sparse_backward(setup: SparseSetup, do, qp, kp, vp, out, lse, bias=None, nee
                 wrt: list[tuple[str | int, torch.Tensor]] = [(n, t) for n, t in (("q", ql), ("k", kl))
                                                              if t.requires_grad]
             else:
-                target = _generic_chunk(setup, c, i, ql, kl, vl, cb, allowed)
+                target = _generic_chunk(_ChunkInputs(setup, c, ql, kl, vl), i, cb, allowed)
                 grad = split_heads(doc, setup.b, setup.h)
                 wrt = [(n, t) for n, t in (("q", ql), ("k", kl), ("v", vl)) if t.requires_grad]
             if brows is not None and need_bias:
@@ -338,8 +357,8 @@ def sparse_weights(setup: SparseSetup, q, k, v, bias=None):
     for i, c in enumerate(setup.chunks):
         qc = setup.rows_of(qp, c)
         allowed, _ = setup.allowed(c, dev)
-        o5, w5 = _generic_chunk(setup, c, i, qc, setup.keys(kp, c), setup.keys(vp, c), _bias_rows(bias, c, bq), allowed,
-                                weights=True)
+        x = _ChunkInputs(setup, c, qc, setup.keys(kp, c), setup.keys(vp, c))
+        o5, w5 = _generic_chunk(x, i, _bias_rows(bias, c, bq), allowed, weights=True)
         g, rows = setup.groups(c)
         qi = torch.arange(c.r0 * bq, c.r1 * bq, device=dev).view(g, rows)[:, None, None, :, None]  # (R', 1, 1, rows, 1)
         out.index_put_((bi[..., 0], hi[..., 0], qi[..., 0]), o5)

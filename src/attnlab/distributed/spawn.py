@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -14,14 +15,30 @@ import torch.distributed as dist
 __all__ = ["spawn"]
 
 
-def _entry(rank: int, fn: Callable, world: int, init: str, out: str, args: tuple, backend: str, threads: int) -> None:
-    torch.set_num_threads(threads)
-    dist.init_process_group(backend, init_method=f"file://{init}", rank=rank, world_size=world)
+@dataclass(frozen=True)
+class _Job:
+    """What every spawned process of one :func:`spawn` call runs (pickled to each): ``fn(*args)`` in a
+    ``backend`` process group of ``world`` ranks met through the file ``init``, the result saved under
+    the folder ``out``, on ``threads`` torch threads."""
+
+    fn: Callable
+    world: int
+    init: str
+    out: str
+    args: tuple
+    backend: str
+    threads: int
+
+
+def _entry(rank: int, job: _Job) -> None:
+    """One spawned process (a module-level target, so it pickles): ``job`` as rank ``rank``."""
+    torch.set_num_threads(job.threads)
+    dist.init_process_group(job.backend, init_method=f"file://{job.init}", rank=rank, world_size=job.world)
     try:
-        result = fn(*args)
-        tmp = Path(out) / f"{rank}.tmp"
+        result = job.fn(*job.args)
+        tmp = Path(job.out) / f"{rank}.tmp"
         torch.save(result, tmp)
-        os.replace(tmp, Path(out) / f"{rank}.pt")
+        os.replace(tmp, Path(job.out) / f"{rank}.pt")
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -41,6 +58,6 @@ def spawn(fn: Callable, world: int, *args, backend: str = "gloo", threads: int =
         raise ValueError(f"world must be a positive int, got {world!r}")
     with tempfile.TemporaryDirectory(prefix="attnlab-spawn-") as tmp:
         init = os.path.join(tmp, "init")
-        mp.start_processes(_entry, args=(fn, world, init, tmp, args, backend, threads), nprocs=world,
-                           start_method="spawn", join=True)
+        job = _Job(fn, world, init, tmp, args, backend, threads)
+        mp.start_processes(_entry, args=(job,), nprocs=world, start_method="spawn", join=True)
         return [torch.load(Path(tmp) / f"{r}.pt", weights_only=False) for r in range(world)]

@@ -129,7 +129,7 @@ class DeltaProductAttention(AttentionStep):
         xs = torch.cat([x[:, :, None].expand(b, n, n_h, x.shape[-1]), sub], -1).reshape(b, n * n_h, x.shape[-1] + n_h)
         return lay(qs), lay(ks), lay(vs), xs
 
-    def _scan(self, q, k, v, inputs: StepInputs, valid, state, reverse: bool):
+    def _scan(self, q, k, v, inputs: StepInputs, valid, state, *, reverse: bool):
         """One causal scan of the sub-steps (``reverse``: over the tokens from the last to the
         first, each token's steps in their order), its outputs per token ``(B, H, N, D)``."""
         x, pos = inputs.x, inputs.positions

@@ -111,7 +111,7 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
-def _call(name, op, q, k, v, gates, state, cu_seqlens, **flags):
+def _call(name, op, q, k, v, gates, *, state, cu_seqlens, **flags):
     """fla's ``name`` (or ``op``, its stand-in) on attnlab's arguments; ``gates`` in fla's order,
     already in its layout. Returns attnlab's ``(o, final_state)``."""
     op = fla_op(name) if op is None else op
@@ -133,13 +133,14 @@ def simple_gla(q, k, v, g=None, state=None, cu_seqlens=None, *, op=None):
     """:func:`~attnlab.efficient.recurrence.chunk_gated` with a decay per head ``g`` ``(B, H, N)``
     (None: no decay) through fla's ``chunk_simple_gla`` (``op``: a stand-in with its signature)."""
     g = _zero_decay(q) if g is None else g
-    return _call("chunk_simple_gla", op, q, k, v, (_fla(_wide(g)),), state, cu_seqlens, state_v_first=False)
+    return _call("chunk_simple_gla", op, q, k, v, (_fla(_wide(g)),), state=state, cu_seqlens=cu_seqlens,
+                 state_v_first=False)
 
 
 def gla(q, k, v, g, state=None, cu_seqlens=None, *, op=None):
     """:func:`~attnlab.efficient.recurrence.chunk_gated` with a decay per key channel ``g``
     ``(B, H, N, D)`` through fla's ``chunk_gla``."""
-    return _call("chunk_gla", op, q, k, v, (_fla(_wide(g)),), state, cu_seqlens, state_v_first=False)
+    return _call("chunk_gla", op, q, k, v, (_fla(_wide(g)),), state=state, cu_seqlens=cu_seqlens, state_v_first=False)
 
 
 def delta_rule(q, k, v, beta, g=None, state=None, cu_seqlens=None, *, op=None):
@@ -147,22 +148,23 @@ def delta_rule(q, k, v, beta, g=None, state=None, cu_seqlens=None, *, op=None):
     through fla's ``chunk_delta_rule`` (half precision only: fla refuses float32)."""
     if g is not None:
         raise ValueError("fla's chunk_delta_rule has no decay: pass g=None, or use gated_delta_rule")
-    return _call("chunk_delta_rule", op, q, k, v, (_fla(beta),), state, cu_seqlens, use_qk_l2norm_in_kernel=False)
+    return _call("chunk_delta_rule", op, q, k, v, (_fla(beta),), state=state, cu_seqlens=cu_seqlens,
+                 use_qk_l2norm_in_kernel=False)
 
 
 def gated_delta_rule(q, k, v, beta, g=None, state=None, cu_seqlens=None, *, op=None):
     """:func:`~attnlab.efficient.recurrence.chunk_delta` with a decay per head ``g`` ``(B, H, N)``
     (None: a zero decay) through fla's ``chunk_gated_delta_rule``."""
     g = _zero_decay(q) if g is None else g
-    return _call("chunk_gated_delta_rule", op, q, k, v, (_fla(_wide(g)), _fla(beta)), state, cu_seqlens,
-                 use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                 state_v_first=False, use_gate_in_kernel=False)
+    return _call("chunk_gated_delta_rule", op, q, k, v, (_fla(_wide(g)), _fla(beta)), state=state,
+                 cu_seqlens=cu_seqlens, use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                 allow_neg_eigval=False, state_v_first=False, use_gate_in_kernel=False)
 
 
 def kda(q, k, v, beta, g, state=None, cu_seqlens=None, *, op=None):
     """:func:`~attnlab.efficient.recurrence.chunk_delta` with a decay per key channel ``g``
     ``(B, H, N, D)`` (Kimi Delta Attention) through fla's ``chunk_kda``."""
-    return _call("chunk_kda", op, q, k, v, (_fla(_wide(g)), _fla(beta)), state, cu_seqlens,
+    return _call("chunk_kda", op, q, k, v, (_fla(_wide(g)), _fla(beta)), state=state, cu_seqlens=cu_seqlens,
                  use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
                  allow_neg_eigval=False, safe_gate=False, state_v_first=False)
 
@@ -241,7 +243,7 @@ def dispatch_gated(q, k, v, g, state, cu_seqlens):
     (checked) arguments where a kernel serves the call (CUDA only, see the module), else None."""
     if q.device.type not in SERVED_ON:
         return None
-    return _eager_dispatch()(False, q, k, v, None, g, state, cu_seqlens)
+    return _eager_dispatch()(False, q, k, v, None, g, state=state, cu_seqlens=cu_seqlens)
 
 
 def dispatch_delta(q, k, v, beta, g, state, cu_seqlens):
@@ -249,7 +251,7 @@ def dispatch_delta(q, k, v, beta, g, state, cu_seqlens):
     arguments where a kernel serves the call (CUDA only, see the module), else None."""
     if q.device.type not in SERVED_ON:
         return None
-    return _eager_dispatch()(True, q, k, v, beta, g, state, cu_seqlens)
+    return _eager_dispatch()(True, q, k, v, beta, g, state=state, cu_seqlens=cu_seqlens)
 
 
 @functools.cache
@@ -259,7 +261,7 @@ def _eager_dispatch() -> Callable:
     return torch.compiler.disable(_dispatch)
 
 
-def _dispatch(delta, q, k, v, beta, g, state, cu_seqlens):
+def _dispatch(delta, q, k, v, beta, g, *, state, cu_seqlens):
     if q.dtype not in _DTYPES or not q.dtype == k.dtype == v.dtype or q.shape[-1] > MAX_KEY_WIDTH or q.shape[2] == 0:
         return None
     if cu_seqlens is not None and bool((cu_seqlens.diff() == 0).any()):  # an empty document: no verdict covers it

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -33,10 +35,30 @@ GROUP_ELEMENTS = 1 << 20
 """Scores one group of chunks holds (B x H x chunks x c x 2c): the working set of the LSH step."""
 
 
-def _chunk_group(q, kv_q, v, kv_v, b_q, b_kv, p_q, p_kv, ok_kv, c: int, causal: bool):
+@dataclass(frozen=True)
+class _Group:
+    """One group of consecutive chunks of the sorted slots, as :meth:`_LSHChunks._inputs` cuts it:
+    queries (= shared keys) ``q`` ``(B, H, g c, D)``, values ``v``, buckets ``b_q``, positions ``p_q``;
+    the ``kv_*`` / ``*_kv`` fields are the same of the chunk before the first (None when there is
+    one chunk); ``ok_kv``: (the group's, the chunk before's) key flags, or None without padding."""
+
+    q: torch.Tensor
+    kv_q: torch.Tensor | None
+    v: torch.Tensor
+    kv_v: torch.Tensor | None
+    b_q: torch.Tensor
+    b_kv: torch.Tensor | None
+    p_q: torch.Tensor
+    p_kv: torch.Tensor | None
+    ok_kv: tuple[torch.Tensor, torch.Tensor | None] | None
+
+
+def _chunk_group(grp: _Group, c: int, causal: bool):
     """LSH attention of consecutive chunks ``q`` ``(B, H, g c, D)`` over themselves and the chunk
     before each (``kv_*``: the chunk before the first, or None when there is one chunk): output
     ``(B, H, g c, Dv)`` and log-sum-exp ``(B, H, g c)`` (-inf for a row with no key)."""
+    q, kv_q, v, kv_v, b_q, b_kv = grp.q, grp.kv_q, grp.v, grp.kv_v, grp.b_q, grp.b_kv
+    p_q, p_kv, ok_kv = grp.p_q, grp.p_kv, grp.ok_kv
     b, h, length, d = q.shape
     g = length // c
 
@@ -85,16 +107,15 @@ class _LSHChunks(torch.autograd.Function):
         lse = torch.empty(b, h, length, device=sq.device,
                           dtype=torch.float32 if sq.dtype in (torch.float16, torch.bfloat16) else sq.dtype)
         for a, z in ctx.groups:
-            o, l_ = _chunk_group(*_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a, z), c, causal)
+            o, l_ = _chunk_group(_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a=a, z=z), c, causal)
             out[:, :, a * c : z * c], lse[:, :, a * c : z * c] = o, l_
         ctx.save_for_backward(sq, sv, sb, pos, ok)
         return out, lse
 
     @staticmethod
-    def _inputs(sq, sv, sb, pos, ok, c: int, a: int, z: int, leaf=None) -> tuple[
-            torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None,
-            torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor | None] | None]:
-        """A group's slots and the chunk before its first (chunk nc - 1 before chunk 0; none with one chunk)."""
+    def _inputs(sq, sv, sb, pos, ok, c: int, *, a: int, z: int, leaf=None) -> _Group:
+        """Chunks ``a .. z - 1``'s slots and the chunk before the first (chunk nc - 1 before chunk 0;
+        none with one chunk)."""
         nc = sq.shape[2] // c
         rows = slice(a * c, z * c)
         prev = None if nc == 1 else slice(((a - 1) % nc) * c, ((a - 1) % nc) * c + c)
@@ -104,7 +125,7 @@ class _LSHChunks(torch.autograd.Function):
         b_q, p_q = sb[:, :, rows], pos[:, :, rows]
         b_kv, p_kv = (None, None) if prev is None else (sb[:, :, prev], pos[:, :, prev])
         okk = None if ok is None else (ok[:, :, rows], None if prev is None else ok[:, :, prev])
-        return q, kv_q, v, kv_v, b_q, b_kv, p_q, p_kv, okk
+        return _Group(q, kv_q, v, kv_v, b_q, b_kv, p_q, p_kv, okk)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -122,7 +143,7 @@ class _LSHChunks(torch.autograd.Function):
                 return x
 
             with torch.enable_grad():
-                o, l_ = _chunk_group(*_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a, z, leaf), c, ctx.causal)
+                o, l_ = _chunk_group(_LSHChunks._inputs(sq, sv, sb, pos, ok, c, a=a, z=z, leaf=leaf), c, ctx.causal)
                 grads = torch.autograd.grad((o, l_), [x for *_, x in leaves],
                                             (do[:, :, a * c : z * c], dlse[:, :, a * c : z * c]), allow_unused=True)
             for (is_q, r, _), g in zip(leaves, grads):

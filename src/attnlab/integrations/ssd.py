@@ -12,7 +12,7 @@ from .adapters import packed_offsets, refuse_packed_state, refuse_unserved, wide
 __all__ = ["ssd_scan", "ssd_step"]
 
 
-def _ssd_inputs(hidden_states, dt, a, b, c, dt_bias, dt_softplus, dt_limit):
+def _ssd_inputs(hidden_states, dt, a, b, c, *, dt_bias, dt_softplus, dt_limit):
     """SSD as gated linear attention: the query ``C``, key ``B`` (a group shared by H / G heads),
     value ``dt x`` and log decay ``dt A``, ``(B, H, T, ...)`` in float32."""
     heads = hidden_states.shape[2]
@@ -35,7 +35,7 @@ def ssd_scan(hidden_states, dt, A, B, C, chunk_size=256, D=None, dt_bias=None, i
     ``(B, T, H, P)``, ``B``/``C`` ``(B, T, G, N)`` with G groups and state width N, the state
     ``(B, H, P, N)``; served by :func:`~attnlab.efficient.recurrence.chunk_gated`."""
     refuse_unserved("mamba_chunk_scan_combined", kwargs)
-    x, q, k, v, g = _ssd_inputs(hidden_states, dt, A, B, C, dt_bias, dt_softplus, dt_limit)
+    x, q, k, v, g = _ssd_inputs(hidden_states, dt, A, B, C, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit)
     cu = packed_offsets(cu_seqlens, cu_seq_lens_q, seq_idx)
     refuse_packed_state("mamba_chunk_scan_combined", cu, initial_states, return_final_states)
     state = None if initial_states is None else widened(initial_states, hidden_states).transpose(-1, -2)

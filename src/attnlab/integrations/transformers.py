@@ -210,11 +210,15 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
                      dropout_p=dropout, return_weights=weights, backend=options.get("backend", "auto"),
                      block_size=options.get("block_size"))
     else:
-        res = _swapped(module, variant, options, query, key, value, mask, bias, mod, softcap, dropout, weights)
+        res = _swapped(module, variant, options, query, key, value, mask=mask, bias=bias, mod=mod, softcap=softcap,
+                       dropout=dropout, weights=weights)
     return res.output.transpose(1, 2).contiguous(), res.weights
 
 
-def _swapped(module, variant, options, q, k, v, mask, bias, mod, softcap, dropout, weights) -> AttentionResult:
+def _swapped(module, variant, options, q, k, v, *, mask, bias, mod, softcap, dropout, weights) -> AttentionResult:
+    """The model's attention call on the efficient ``variant`` (with its ``options``) in place of
+    ``module``'s; ``mod``: the score function of ``softcap`` (None without); refused with
+    :class:`UnsupportedError` where the variant cannot compute it."""
     caps = efficient.capabilities(variant)
     n, m = q.shape[2], k.shape[2]
     who = _who(module)

@@ -135,7 +135,7 @@ class GraphAttention(nn.Module):
                                  return_weights=return_weights)
             out, weights = res.output, res.weights
         else:
-            out, weights = self._dense(q, k, v, e, edge_index, drop, return_weights)
+            out, weights = self._dense(q, k, v, e, edge_index, drop=drop, return_weights=return_weights)
         out = out.reshape(n, h * c) if self.concat else out.mean(1)
         if self.lin_skip is not None:
             r = self.lin_skip(x)
@@ -146,7 +146,7 @@ class GraphAttention(nn.Module):
                 out = out + r
         return AttentionResult(out, weights if return_weights else None)
 
-    def _dense(self, q, k, v, e, edge_index, drop, return_weights):
+    def _dense(self, q, k, v, e, edge_index, *, drop, return_weights):
         """The textbook form on the ``N x N`` adjacency mask."""
         n, h, c = q.shape
         mask = graph_mask(edge_index, n).dense(n)

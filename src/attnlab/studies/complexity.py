@@ -253,7 +253,7 @@ def run(
     return records
 
 
-def _time_here(name: str, sizes: list[int], embed_dim: int, min_repeats: int, target_seconds: float, rounds: int,
+def _time_here(name: str, sizes: list[int], embed_dim: int, *, min_repeats: int, target_seconds: float, rounds: int,
                device: str = "cpu") -> dict[str, float]:
     """In this (fresh) process: the layer's forward on ``device`` at every n, swept ``rounds``
     times; per n the median of the rounds' medians (keys are n as strings, for JSON)."""
@@ -309,5 +309,6 @@ def fit_ranges(records: list[ComplexityRecord] | list[dict],
 
 if __name__ == "__main__":  # worker: one layer's times; spec as JSON on stdin
     _spec = json.loads(sys.stdin.read())
-    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["embed_dim"], _spec["min_repeats"],
-                                _spec["target_seconds"], _spec["rounds"], _spec.get("device", "cpu"))))
+    print(json.dumps(_time_here(_spec["layer"], _spec["sizes"], _spec["embed_dim"], min_repeats=_spec["min_repeats"],
+                                target_seconds=_spec["target_seconds"], rounds=_spec["rounds"],
+                                device=_spec.get("device", "cpu"))))

@@ -285,15 +285,15 @@ def run(model: str = "docs-llama", variants: Iterable[str] | None = None, length
     hf_logging.disable_progress_bar()  # one "loading weights" bar per row would bury the study's own
     try:
         for n in lengths:
-            out += _length(folder, str(model), n, longest, variants, windows, timing_batch, max_points, on_record,
-                           torch.device(device))
+            out += _length(folder, str(model), n, longest, variants, windows=windows, timing_batch=timing_batch,
+                           max_points=max_points, on_record=on_record, device=torch.device(device))
     finally:
         if bars:
             hf_logging.enable_progress_bar()
     return out
 
 
-def _length(folder, model, n, longest, variants, windows, timing_batch, max_points, on_record,
+def _length(folder, model, n, longest, variants, *, windows, timing_batch, max_points, on_record,
             device: str | torch.device = "cpu") -> list[DecoderRecord]:
     """The rows at length ``n``: each loaded, its perplexity measured, then all timed round-robin."""
     from transformers import AutoModelForCausalLM

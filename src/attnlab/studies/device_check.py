@@ -87,7 +87,7 @@ def _parity_options(name: str, causal: bool) -> dict:
     return opts
 
 
-def _errors(layer, x, cot, ref_out, ref_grad, device: torch.device, precision: str) -> tuple[float, float]:
+def _errors(layer, x, cot, ref_out, ref_grad, *, device: torch.device, precision: str) -> tuple[float, float]:
     """Output and input-gradient differences of ``layer`` (a float32 copy) on ``device``."""
     m = copy.deepcopy(layer).float().to(device)
     xd = x.detach().float().to(device).requires_grad_(True)
@@ -117,7 +117,8 @@ def _parity_rows(name: str, causal: bool, device: torch.device, served: dict) ->
                "tolerance": TOLERANCE[precision], "within": None, "backend": s.backend, "inference": s.inference,
                "why": s.why, "error": None}
         try:
-            row["output_error"], row["grad_error"] = _errors(layer, x, cot, ref_out, x.grad, device, precision)
+            row["output_error"], row["grad_error"] = _errors(layer, x, cot, ref_out, x.grad, device=device,
+                                                             precision=precision)
             # NaN: not within
             row["within"] = all(e <= TOLERANCE[precision] for e in (row["output_error"], row["grad_error"]))
         except Exception as e:  # the device refused or failed: recorded, the check goes on
@@ -126,7 +127,7 @@ def _parity_rows(name: str, causal: bool, device: torch.device, served: dict) ->
             free(device)
         if device.type != "cpu":
             row["cpu_output_error"], row["cpu_grad_error"] = _errors(layer, x, cot, ref_out, x.grad,
-                                                                     torch.device("cpu"), precision)
+                                                                     device=torch.device("cpu"), precision=precision)
         rows.append(row)
     return rows
 

@@ -48,7 +48,7 @@ def _speed_options(name: str, max_len: int) -> dict:
     return opts
 
 
-def _layer_call(name: str, n: int, max_len: int, heads: int, head_dim: int, device: torch.device, precision: str):
+def _layer_call(name: str, n: int, *, max_len: int, heads: int, head_dim: int, device: torch.device, precision: str):
     torch.manual_seed(0)
     layer = efficient.create(name, embed_dim=heads * head_dim, num_heads=heads,
                              **_speed_options(name, max_len)).to(device)
@@ -111,7 +111,8 @@ def _speed_cell(name: str, n: int, precision: str, ctx: dict) -> dict:
     call: Callable[[], None] | None = None
     try:
         call = (_sdpa_call(n, ctx["heads"], ctx["head_dim"], device, precision) if name == "sdpa" else
-                _layer_call(name, n, ctx["max_len"], ctx["heads"], ctx["head_dim"], device, precision))
+                _layer_call(name, n, max_len=ctx["max_len"], heads=ctx["heads"], head_dim=ctx["head_dim"],
+                            device=device, precision=precision))
         row.update(_measure(call, device, ctx["repeats"], ctx["cell_seconds"]))
     except Exception as e:  # out of memory, or a failure on this device: recorded, the longer lengths skipped
         row["status"] = "out of memory" if out_of_memory(e) else "error"

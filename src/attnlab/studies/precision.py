@@ -54,7 +54,7 @@ def peaks(device: str = "cpu") -> dict[str, float]:
     return {"fp32": peak_flops("float32", device), "bf16": peak_flops("bfloat16", device)}
 
 
-def _step(variant: str, n: int, batch: int, embed_dim: int, num_heads: int, num_layers: int,
+def _step(variant: str, n: int, batch: int, *, embed_dim: int, num_heads: int, num_layers: int,
           precision: str, device: str | torch.device = "cpu") -> tuple[Callable[[], None], Callable[[], int]]:
     """A training step of the arena's text model at length ``n`` on ``device`` (weights and batch
     drawn on the CPU, then moved) and a counter of its FLOPs."""
@@ -113,7 +113,8 @@ def run(variants: Iterable[str], lengths: Iterable[int], *, tokens: int = 8192, 
                     if on_record:
                         on_record(records[-1])
                 continue
-            steps = {p: _step(v, n, batch, embed_dim, num_heads, num_layers, p, device) for p in PRECISIONS}
+            steps = {p: _step(v, n, batch, embed_dim=embed_dim, num_heads=num_heads, num_layers=num_layers, precision=p,
+                              device=device) for p in PRECISIONS}
             flops = steps["fp32"][1]()
             times = round_robin({p: s for p, (s, _) in steps.items()}, min_repeats, target_seconds, device=device)
             median = {p: statistics.median(t[1:] or t) for p, t in times.items()}

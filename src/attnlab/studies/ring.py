@@ -48,13 +48,27 @@ class RingRecord(StudyRecord):
     repeats: int
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What every (processes, length) of one run shares: the encoder (``embed_dim``, ``num_heads``,
+    ``num_layers``, ``causal``), the timed steps per configuration (``repeats``) and the bytes each
+    process may allocate beyond its start-up (``memory_cap``; 0: no cap). Module-level and frozen:
+    it travels to the spawned ranks pickled."""
+
+    embed_dim: int
+    num_heads: int
+    num_layers: int
+    causal: bool
+    repeats: int
+    memory_cap: int
+
+
 def _data_bytes() -> int:
     with open("/proc/self/status") as f:
         return int(re.search(r"VmData:\s+(\d+) kB", f.read()).group(1)) * 1024
 
 
-def _rank_step(length: int, embed_dim: int, num_heads: int, num_layers: int, causal: bool, repeats: int,
-               memory_cap: int) -> dict:
+def _rank_step(length: int, setup: _Setup) -> dict:
     """One rank's measurements (run under spawn): a warm-up and timed steps (under the cap), then
     the peak tensor bytes of one more step."""
     import torch.distributed as dist
@@ -62,9 +76,10 @@ def _rank_step(length: int, embed_dim: int, num_heads: int, num_layers: int, cau
     from ..distributed import RingContext, RingTimings, ShardedMask, plan_layout
     from ..models import Encoder
 
+    embed_dim, causal, repeats, memory_cap = setup.embed_dim, setup.causal, setup.repeats, setup.memory_cap
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    enc = Encoder(embed_dim, num_heads, num_layers, causal=causal)
+    enc = Encoder(embed_dim, setup.num_heads, setup.num_layers, causal=causal)
     layout = plan_layout(length, world, "zigzag" if causal else "contiguous", pad=True)
     x = torch.randn(1, layout.shard_len, embed_dim)
     timings = RingTimings()
@@ -109,6 +124,7 @@ def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int
 
     from ..distributed.spawn import spawn
 
+    setup = _Setup(embed_dim, num_heads, num_layers, causal, repeats, memory_cap)
     records, failed = [], set()
     for n in lengths:
         for p in processes:
@@ -117,8 +133,7 @@ def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int
                 status = "skipped"  # it ran out of memory at a shorter length
             else:
                 try:
-                    ranks = spawn(_rank_step, p, n, embed_dim, num_heads, num_layers, causal, repeats,
-                                  memory_cap, threads=threads)
+                    ranks = spawn(_rank_step, p, n, setup, threads=threads)
                 except ProcessRaisedException as err:
                     if not memory_cap or ("can't allocate memory" not in str(err) and "MemoryError" not in str(err)):
                         raise
@@ -129,22 +144,22 @@ def run(lengths=(1024, 2048, 4096, 8192), processes=(1, 2, 4), *, embed_dim: int
                         raise
                     status = "process died"
                     failed.add(p)
-            rec = _record(p, n, status, ranks, memory_cap, embed_dim, num_heads, num_layers, causal, repeats)
+            rec = _record(p, n, status, ranks, setup)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
     return records
 
 
-def _record(p, n, status, ranks, memory_cap, embed_dim, num_heads, num_layers, causal, repeats) -> RingRecord:
+def _record(p, n, status, ranks, setup: _Setup) -> RingRecord:
+    shared = (setup.memory_cap, setup.embed_dim, setup.num_heads, setup.num_layers, setup.causal, setup.repeats)
     if ranks is None:
-        return RingRecord(p, n, status, None, None, None, None, None, memory_cap, embed_dim, num_heads,
-                          num_layers, causal, repeats)
-    steps = [max(r["seconds"][i] for r in ranks) for i in range(repeats)]  # a step ends when its slowest rank does
+        return RingRecord(p, n, status, None, None, None, None, None, *shared)
+    # a step ends when its slowest rank does
+    steps = [max(r["seconds"][i] for r in ranks) for i in range(setup.repeats)]
     sec = statistics.median(steps)
     comm = statistics.mean(sum(r["wait"]) / sum(r["seconds"]) for r in ranks)
     comp = statistics.mean(sum(r["compute"]) / sum(r["seconds"]) for r in ranks)
     peaks = [r["peak"] for r in ranks if r["peak"] is not None]
     return RingRecord(p, n, status, sec, max(peaks) if peaks else None, comm, comp,
-                      max(r["sent"] for r in ranks) // (repeats + 2), memory_cap, embed_dim, num_heads,
-                      num_layers, causal, repeats)
+                      max(r["sent"] for r in ranks) // (setup.repeats + 2), *shared)

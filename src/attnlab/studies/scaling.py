@@ -145,7 +145,7 @@ def _time_here(n: int, variants: list[str], max_n: int, min_repeats: int, target
             for v in variants}
 
 
-def _time_in_child(n: int, variants: list[str], max_n: int, min_repeats: int, target_seconds: float, allocator: str,
+def _time_in_child(n: int, variants: list[str], max_n: int, *, min_repeats: int, target_seconds: float, allocator: str,
                    device: str = "cpu") -> dict:
     spec = {"job": "time", "n": n, "variants": variants, "max_n": max_n, "min_repeats": min_repeats,
             "target_seconds": target_seconds, "device": device}
@@ -224,7 +224,9 @@ def run(
     cells: dict[tuple[str, int], list[dict]] = {}  # (variant, N) -> each round's median, steps and faults
     for r in range(rounds):
         for n in sizes:
-            for v, got in _time_in_child(n, variants, max_n, min_repeats, target_seconds, allocator, device).items():
+            timed = _time_in_child(n, variants, max_n, min_repeats=min_repeats, target_seconds=target_seconds,
+                                   allocator=allocator, device=device)
+            for v, got in timed.items():
                 ts = got["seconds"][1:] or got["seconds"]
                 cells.setdefault((v, n), []).append({"median": statistics.median(ts), "steps": len(ts),
                                                      "faults": got["faults"]})

@@ -232,7 +232,8 @@ def train_defaults_for(path: str | None = None, seed: int = 0, val_fraction: flo
         if kind != "classification":
             return dict(SHORT_DEFAULTS)
         texts = [r["text"] for r in records]
-        char = _input_tokenizer(kind, records, seed, val_fraction, test_fraction, size, tokenizer) == "char"
+        char = _input_tokenizer(kind, records, seed=seed, val_fraction=val_fraction, test_fraction=test_fraction,
+                                size=size, tokenizer=tokenizer) == "char"
     except (ValueError, TypeError):
         return dict(SHORT_DEFAULTS)
     if sum(len(t) if char else len(t.split()) for t in texts) / len(texts) > LONG_WORDS:
@@ -240,7 +241,7 @@ def train_defaults_for(path: str | None = None, seed: int = 0, val_fraction: flo
     return dict(SHORT_DEFAULTS)
 
 
-def _input_tokenizer(kind: str, records: list[dict], seed: int, val_fraction: float, test_fraction: float,
+def _input_tokenizer(kind: str, records: list[dict], *, seed: int, val_fraction: float, test_fraction: float,
                      size: int | None, tokenizer: str, field: int = 0) -> str:
     """The kind of tokenizer field ``field`` of ``records`` gets (0: the input; ``word`` for given tokens), chosen on
     the training split."""
@@ -261,10 +262,11 @@ def run_id_fields(path: str | None = None, seed: int = 0, val_fraction: float = 
         return {}
     try:
         kind, records = read_records(path)
-        split = (seed, val_fraction, test_fraction, size, tokenizer)
-        fields = {"tokenizer": _input_tokenizer(kind, records, *split)}
+        split = {"seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction, "size": size,
+                 "tokenizer": tokenizer}
+        fields = {"tokenizer": _input_tokenizer(kind, records, **split)}
         if kind == "seq2seq":
-            fields["target_tokenizer"] = _input_tokenizer(kind, records, *split, field=1)
+            fields["target_tokenizer"] = _input_tokenizer(kind, records, **split, field=1)
     except (ValueError, TypeError):  # a bad file: building the task reports it
         return {}
     return {k: v for k, v in fields.items() if v == "char"}
@@ -333,9 +335,8 @@ def _encoders(kind: str, records: list[dict], train_recs: list[dict], saved: dic
     return artifacts, tok, tgt
 
 
-def _build(path: str | None = None, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
-           vocab_size: int = 2000, size: int | None = None, tokenizer: str = "auto", *,
-           saved: dict | None = None) -> Task:
+def _build(path: str | None = None, *, seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
+           vocab_size: int = 2000, size: int | None = None, tokenizer: str = "auto", saved: dict | None = None) -> Task:
     if path is None:
         raise ValueError("the jsonl task needs its file: --data FILE.jsonl (attnlab train jsonl --data FILE, "
                          "attnlab arena --data FILE)")
@@ -427,7 +428,8 @@ def make_jsonl(path: str | None = None, seed: int = 0, val_fraction: float = 0.1
         size: keep this many training lines (default: all).
         tokenizer: text's tokenizer: ``auto`` (:func:`choose_tokenizer`), ``char`` or ``bpe``.
     """
-    return _build(path, seed, val_fraction, test_fraction, vocab_size, size, tokenizer)
+    return _build(path, seed=seed, val_fraction=val_fraction, test_fraction=test_fraction, vocab_size=vocab_size,
+                  size=size, tokenizer=tokenizer)
 
 
 make_jsonl.run_id_fields = run_id_fields
