@@ -138,3 +138,11 @@ def test_the_command_writes_the_json_it_prints_a_table_for(monkeypatch, tmp_path
     assert res.exit_code == 0, res.output
     printed = json.loads(res.stdout)
     assert printed["speed"] is None and len(printed["parity"]) == 4  # two forms, two precisions each
+
+
+def test_the_parity_rows_are_written_after_each_variant_so_a_stopped_check_keeps_them():
+    seen = []
+    dc.run("cpu", variants=["dense", "linear"], arena=False, speed_section=False,
+           on_update=lambda d: seen.append(sorted({r["variant"] for r in d["parity"]})))
+    assert [] in seen and ["dense"] in seen and seen[-1] == ["dense", "linear"]
+    assert seen.index(["dense"]) < seen.index(["dense", "linear"])

@@ -132,8 +132,10 @@ def _parity_rows(name: str, causal: bool, device: torch.device, served: dict) ->
     return rows
 
 
-def parity(device, variants: Iterable[str] | None = None, say: Say = quiet) -> list[dict]:
-    """The parity rows (module docstring) of ``variants`` (default: every registered one) on ``device``."""
+def parity(device, variants: Iterable[str] | None = None, say: Say = quiet, *,
+           after_each: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """The parity rows (module docstring) of ``variants`` (default: every registered one) on ``device``;
+    ``after_each``: given the rows so far after each variant (a check stopped midway keeps them)."""
     from ..efficient.serving import Serving, serving
 
     def served_by(name: str, precision: str) -> Serving:
@@ -145,6 +147,7 @@ def parity(device, variants: Iterable[str] | None = None, say: Say = quiet) -> l
     device = resolve(device)
     rows: list[dict] = []
     for name in efficient.names() if variants is None else variants:
+        start = time.monotonic()
         served = {p: served_by(name, p) for p in PRECISIONS}
         forms = (False, True) if efficient.capabilities(name).causal is not None else (False,)
         for causal in forms:
@@ -154,7 +157,9 @@ def parity(device, variants: Iterable[str] | None = None, say: Say = quiet) -> l
                  for p in PRECISIONS}
         failed = sum(r["error"] is not None for r in mine)
         say(f"parity {name}: fp32 {worst['fp32']:.1e}, bf16 {worst['bf16']:.1e} ({served['fp32'].backend})"
-            + (f", {failed} failed" if failed else ""))
+            + (f", {failed} failed" if failed else "") + f", {time.monotonic() - start:.1f} s")
+        if after_each is not None:
+            after_each(rows)
     return rows
 
 def cpu_reference(path: str | Path | None = None) -> dict | None:
@@ -261,7 +266,11 @@ def run(device="auto", *, lengths: Iterable[int] | None = None, variants: Iterab
 
     update()
     say(f"device check on {device} ({data['environment']['device_name']})")
-    data["parity"] = parity(device, names, say)
+    def progress(rows: list[dict]) -> None:
+        data["parity"] = rows
+        update()
+
+    data["parity"] = parity(device, names, say, after_each=progress)
     update()
     if arena:
         data["arena"] = arena_check(device, say=say)
