@@ -37,6 +37,28 @@ def test_call_path_restores_the_profiler_when_the_call_raises():
     assert sys.getprofile() is None
 
 
+def test_call_path_sets_the_profiler_of_before_again():
+    def before(frame, event, arg):
+        return None
+
+    sys.setprofile(before)
+    try:
+        call_path(lambda: positive_int("n", 3))
+        assert sys.getprofile() is before
+    finally:
+        sys.setprofile(None)
+
+
+@pytest.mark.parametrize(("fn", "targets", "message"), [
+    (3, (), "a function of no arguments, got int"),
+    (lambda: None, "chunk_delta", "a tuple of function names"),  # a string would match by its letters
+    (lambda: None, ("chunk_delta", 1), "a tuple of function names"),
+])
+def test_call_path_refuses_what_it_cannot_measure(fn, targets, message):
+    with pytest.raises(TypeError, match=message):
+        call_path(fn, targets)
+
+
 @pytest.mark.parametrize("name", BOUNDS)
 def test_one_forward_runs_through_no_more_functions_files_and_frames_than_before(name):
     torch.manual_seed(0)

@@ -388,8 +388,14 @@ _INLINED = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
 def call_path(fn: Callable[[], object], targets: tuple[str, ...] = ()) -> CallPath:
     """Run ``fn()`` under :func:`sys.setprofile` and record every attnlab function it called
     (lambdas and closures included, comprehensions counted with their function), and the number of
-    attnlab frames on the stack when a function named in ``targets`` is first called."""
+    attnlab frames on the stack when a function named in ``targets`` is first called. A profiler set
+    before (a coverage tool's) is set again after."""
     import attnlab
+
+    if not callable(fn):
+        raise TypeError(f"call_path takes a function of no arguments, got {type(fn).__name__}")
+    if isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
+        raise TypeError(f"targets must be a tuple of function names, got {targets!r}")
 
     root = os.path.dirname(attnlab.__file__) + os.sep
     functions: dict[str, int] = {}
@@ -411,10 +417,10 @@ def call_path(fn: Callable[[], object], targets: tuple[str, ...] = ()) -> CallPa
                 up = up.f_back
             depth[code.co_name] = below
 
-    here = inspect.currentframe()
+    here, before = inspect.currentframe(), sys.getprofile()
     sys.setprofile(profile)
     try:
         fn()
     finally:
-        sys.setprofile(None)
+        sys.setprofile(before)
     return CallPath(functions, depth)
