@@ -10,7 +10,9 @@ Delta Networks", table 1). With ``S_0`` the initial state and ``q`` already scal
 * **delta** (DeltaNet, Gated DeltaNet, KDA): ``S_t = diag(a_t) (I - beta_t k_t k_t^T) S_{t-1} +
   beta_t k_t v_t^T`` — the state is corrected towards ``v_t`` at key ``k_t`` with learning rate
   ``beta_t`` (Schlag et al. 2021; Yang et al. 2024), ``a_t = exp(g_t)`` a decay per head (Gated
-  DeltaNet), per key channel (Kimi Delta Attention, Kimi Team 2025) or none;
+  DeltaNet), per key channel (Kimi Delta Attention, Kimi Team 2025) or none; with a read key ``p_t`` (``read=``;
+  Comba, Hu et al. 2025) the state is corrected at ``k_t`` from what it reads at ``p_t``,
+  ``S_t = S' + beta_t k_t (v_t - S'^T p_t)^T`` with ``S' = diag(a_t) S_{t-1}`` (``p_t = k_t``: the delta rule);
 
 and the output is ``o_t = S_t^T q_t``. Each has three forms, equal in exact arithmetic:
 
@@ -46,14 +48,13 @@ one segment); ``segment=None`` keeps everything. Peak memory before and after: `
 
 from __future__ import annotations
 
-from typing import overload
-
 import torch
 import torch.nn.functional as F
 
 from ..validate import positive_int
 from . import fla_ops
-from .segments import SEGMENT, linear_scan, segment_bounds, segmented  # noqa: F401 - layers read segment_bounds here
+from .chunking import ChunkLayout
+from .segments import SEGMENT, segment_bounds, segmented  # noqa: F401 - layers read segment_bounds here
 
 # SEGMENT, segmented: attnlab.efficient.segments
 __all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step",
@@ -68,7 +69,7 @@ factored as ``(q_i e^{G_i}) . (k_j e^{-G_j})`` inside a chunk: float32 overflows
 log-decay passes -88, which 16 positions reach only at a mean decay below ``e^-5.5`` a step (fla's
 kernels bound it the same way, with sub-chunks of 16)."""
 
-def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False, cu_seqlens=None) -> None:
+def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False, cu_seqlens=None, read=None) -> None:
     """``ValueError`` naming the shapes when the inputs do not fit together (see the module)."""
     def shape(t):
         return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
@@ -84,6 +85,8 @@ def _check(q, k, v, g=None, beta=None, state=None, *, delta: bool = False, cu_se
                          f"got {shape(g)}")
     if delta and (not isinstance(beta, torch.Tensor) or tuple(beta.shape) != (b, h, n)):
         raise ValueError(f"beta must have shape (B, H, N) = {(b, h, n)}, got {shape(beta)}")
+    if read is not None and (not isinstance(read, torch.Tensor) or read.shape != k.shape):
+        raise ValueError(f"read (the read key) must have k's shape (B, H, N, D) = {tuple(k.shape)}, got {shape(read)}")
     if cu_seqlens is None:
         if state is not None and (not isinstance(state, torch.Tensor) or tuple(state.shape) != (b, h, d, v.shape[-1])):
             raise ValueError(f"state must have shape (B, H, D, Dv) = {(b, h, d, v.shape[-1])}, got {shape(state)}")
@@ -131,38 +134,41 @@ def _decay_rows(g: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
     return g[..., None].expand(q.shape) if g.dim() == 3 else g
 
 
-def _as_rows(big: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+def _as_rows(cum_log_decay: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """A cumulative log decay as rows that broadcast against ``like`` ``(..., N, D)``: ``(..., N, 1)``
     per head, ``(..., N, D)`` per channel, zeros when there is none."""
-    if big is None:
+    if cum_log_decay is None:
         return like.new_zeros(like.shape[:-1] + (1,))
-    return big[..., None] if big.dim() == like.dim() - 1 else big
+    return cum_log_decay[..., None] if cum_log_decay.dim() == like.dim() - 1 else cum_log_decay
 
 
-def _products(a: torch.Tensor, b: torch.Tensor, big: torch.Tensor | None, diagonal: int = 0,
+def _products(a: torch.Tensor, b: torch.Tensor, cum_log_decay: torch.Tensor | None, diagonal: int = 0,
               decay: torch.Tensor | None = None) -> torch.Tensor:
     """``P_ij = sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i + diagonal`` (``diagonal`` 0 or -1), else 0, over the
-    last two dimensions; ``big`` the cumulative log decay, ``(..., N)`` per head, ``(..., N, D)`` per channel, or None;
-    ``decay``: its :func:`_decay`, when already made. Only differences ``G_i - G_j <= 0`` are exponentiated (per channel
-    this holds a ``(..., N, N, D)`` tensor: the chunkwise form calls it on chunks)."""
+    last two dimensions; ``cum_log_decay`` the cumulative log decay ``G``, ``(..., N)`` per head, ``(..., N, D)`` per
+    channel, or None; ``decay``: its :func:`_decay`, when already made. Only differences ``G_i - G_j <= 0`` are
+    exponentiated (per channel this holds a ``(..., N, N, D)`` tensor: the chunkwise form calls it on chunks)."""
     keep = _causal(a.shape[-2], a.device, diagonal)
-    if big is None:
+    if cum_log_decay is None:
         return (a @ b.transpose(-1, -2)).masked_fill(~keep, 0.0)
-    decay = _decay(big, a) if decay is None else decay
-    if big.dim() == a.dim() - 1:  # per head: one mask for every channel
+    decay = _decay(cum_log_decay, a) if decay is None else decay
+    if cum_log_decay.dim() == a.dim() - 1:  # per head: one mask for every channel
         products = (a @ b.transpose(-1, -2)) * decay
     else:
         products = torch.einsum("...id,...jd,...ijd->...ij", a, b, decay)
     return products if diagonal == 0 else products.masked_fill(~keep, 0.0)
 
 
-def _decay(big: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``exp(G_i - G_j)`` for ``j <= i``, else 0, in ``like``'s dtype (:func:`_exp`): ``(..., N, N)``
-    per head, ``(..., N, N, D)`` per channel (see :func:`_products`)."""
-    keep = _causal(big.shape[-1] if big.dim() == like.dim() - 1 else big.shape[-2], big.device)
-    if big.dim() == like.dim() - 1:
-        return _exp((big[..., :, None] - big[..., None, :]).masked_fill(~keep, float("-inf")), like)
-    return _exp((big[..., :, None, :] - big[..., None, :, :]).masked_fill(~keep[..., None], float("-inf")), like)
+def _decay(cum_log_decay: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``exp(G_i - G_j)`` for ``j <= i``, else 0, in ``like``'s dtype (:func:`_exp`), ``G`` the cumulative log decay:
+    ``(..., N, N)`` per head, ``(..., N, N, D)`` per channel (see :func:`_products`)."""
+    per_head = cum_log_decay.dim() == like.dim() - 1
+    keep = _causal(cum_log_decay.shape[-1 if per_head else -2], cum_log_decay.device)
+    if per_head:
+        differences = cum_log_decay[..., :, None] - cum_log_decay[..., None, :]
+        return _exp(differences.masked_fill(~keep, float("-inf")), like)
+    differences = cum_log_decay[..., :, None, :] - cum_log_decay[..., None, :, :]
+    return _exp(differences.masked_fill(~keep[..., None], float("-inf")), like)
 
 
 def _exp(log: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -197,28 +203,33 @@ def _gated_step(q, k, v, g, s):
     return (q[:, :, None, :] @ s)[:, :, 0], s
 
 
-def recurrent_delta(q, k, v, beta, g=None, *, state=None):
-    """``S_t = diag(exp(g_t)) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``, ``o_t = S_t^T q_t``."""
-    _check(q, k, v, g, beta, state, delta=True)
+def recurrent_delta(q, k, v, beta, g=None, *, state=None, read=None):
+    """``S_t = diag(exp(g_t)) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``, ``o_t = S_t^T q_t``. ``read``: the
+    read key ``p`` ``(B, H, N, D)`` (Comba): the correction reads the decayed state at ``p_t`` instead of ``k_t``,
+    ``S_t = S' + beta_t k_t (v_t - S'^T p_t)^T`` with ``S' = diag(exp(g_t)) S_{t-1}``; None: ``k``."""
+    _check(q, k, v, g, beta, state, delta=True, read=read)
     s, outs = _state(q, v, state), []
     for t in range(q.shape[2]):
-        o, s = _delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s)
+        o, s = _delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s,
+                           read=None if read is None else read[:, :, t])
         outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
 
 
-def delta_step(q, k, v, beta, g, s):
+def delta_step(q, k, v, beta, g, s, *, read=None):
     """One token of :func:`recurrent_delta` (decoding): ``q``, ``k`` ``(B, H, D)``, ``v`` ``(B, H,
     Dv)``, ``beta`` ``(B, H)``, ``g`` ``(B, H)`` (per head), ``(B, H, D)`` (per channel) or None,
-    the state ``s`` ``(B, H, D, Dv)``; returns the output ``(B, H, Dv)`` and the new state."""
-    _check(*map(_one_token, (q, k, v, g, beta)), _needed(s), delta=True)
-    return _delta_step(q, k, v, beta, g, s)
+    the state ``s`` ``(B, H, D, Dv)``, ``read`` the read key ``(B, H, D)`` or None (``k``); returns
+    the output ``(B, H, Dv)`` and the new state."""
+    _check(*map(_one_token, (q, k, v, g, beta)), _needed(s), delta=True, read=_one_token(read))
+    return _delta_step(q, k, v, beta, g, s, read=read)
 
 
-def _delta_step(q, k, v, beta, g, s):
+def _delta_step(q, k, v, beta, g, s, *, read=None):
     if g is not None:  # per head: one factor; per channel (KDA): the state's rows
         s = (g[..., None, None] if g.dim() == 2 else g[..., None]).exp() * s
-    u = beta[..., None] * (v - (k[:, :, None, :] @ s)[:, :, 0])  # beta_t (v_t - S^T k_t): the correction
+    p = k if read is None else read
+    u = beta[..., None] * (v - (p[:, :, None, :] @ s)[:, :, 0])  # beta_t (v_t - S^T p_t): the correction
     s = s + k[..., None] * u[:, :, None, :]
     return (q[:, :, None, :] @ s)[:, :, 0], s
 
@@ -230,8 +241,8 @@ def _causal(n: int, device, diagonal: int = 0) -> torch.Tensor:
 
 def _gated_scores(q, k, g):
     """``(Q K^T ⊙ M)`` of the gated form and ``q ⊙ exp(G)`` (the queries that read the initial state)."""
-    big = None if g is None else g.cumsum(2)
-    return _products(q, k, big), q * _as_rows(big, q).exp()
+    cum_log_decay = None if g is None else g.cumsum(2)
+    return _products(q, k, cum_log_decay), q * _as_rows(cum_log_decay, q).exp()
 
 
 def parallel_gated(q, k, v, g=None, *, state=None):
@@ -246,101 +257,33 @@ def parallel_gated(q, k, v, g=None, *, state=None):
     return out, total.exp()[..., None] * s0 + (k * tail).transpose(-1, -2) @ v
 
 
-def parallel_delta(q, k, v, beta, g=None, *, state=None):
+def parallel_delta(q, k, v, beta, g=None, *, state=None, read=None):
     """The quadratic form of :func:`recurrent_delta`: ``O = P(Q, K) U + (Q ⊙ e^G) S_0`` with
     ``P(A, B)_ij = sum_d a_id b_jd e^{G_id - G_jd}`` (``j <= i``) and the pseudo-values ``U = (I +
     L)^{-1} diag(beta) (V - (K ⊙ e^G) S_0)``, ``L = diag(beta) P(K, K)`` strictly below the diagonal
-    (DeltaNet's WY / UT form; per channel, KDA's)."""
-    _check(q, k, v, g, beta, state, delta=True)
+    (DeltaNet's WY / UT form; per channel, KDA's). With the read key ``read`` (``P``, Comba) the state is read at
+    ``P``: ``L = diag(beta) P(P, K)`` and ``U = (I + L)^{-1} diag(beta) (V - (P ⊙ e^G) S_0)``."""
+    _check(q, k, v, g, beta, state, delta=True, read=read)
+    p = k if read is None else read
     s0 = _state(q, v, state)
-    big = None if g is None else g.cumsum(2)
-    rows = _as_rows(big, k)  # (B, H, N, 1 | D): G
+    cum_log_decay = None if g is None else g.cumsum(2)
+    rows = _as_rows(cum_log_decay, k)  # (B, H, N, 1 | D): G
     eye = torch.eye(q.shape[2], dtype=k.dtype, device=k.device)
-    system = eye + beta[..., None] * _products(k, k, big, -1)
-    u = torch.linalg.solve_triangular(system, beta[..., None] * (v - (k * rows.exp()) @ s0), upper=False,
+    system = eye + beta[..., None] * _products(p, k, cum_log_decay, -1)
+    u = torch.linalg.solve_triangular(system, beta[..., None] * (v - (p * rows.exp()) @ s0), upper=False,
                                       unitriangular=True)
-    out = _products(q, k, big) @ u + (q * rows.exp()) @ s0
+    out = _products(q, k, cum_log_decay) @ u + (q * rows.exp()) @ s0
     last = rows[..., -1:, :]  # (B, H, 1, 1 | D): G_N
     return out, last.transpose(-1, -2).exp() * s0 + (k * (last - rows).exp()).transpose(-1, -2) @ u
 
 
 # ---------------------------------------------------------------------------- chunkwise forms
-class _Layout:
-    """Where the positions lie in the chunked tensors ``(B, H, T, C, ...)``: one sequence per batch
-    row, zero-padded at its end; or, given ``cu_seqlens``, each document from a chunk boundary."""
-
-    def __init__(self, cu_seqlens: torch.Tensor | None, n: int, c: int, device):
-        self.c, self.n, self.slots = c, n, None
-        if cu_seqlens is None:
-            return
-        lengths = cu_seqlens.diff().to(device)
-        self.documents = lengths.numel()
-        per = (lengths + c - 1) // c  # chunks per document
-        first = per.cumsum(0) - per
-        doc = torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths, output_size=n)
-        self.slots = first[doc] * c + torch.arange(n, device=device) - cu_seqlens[:-1].to(device)[doc]
-        self.total = int(per.sum())
-        firsts, pers = first.tolist(), per.tolist()
-        self.begins = {f: i for i, (f, m) in enumerate(zip(firsts, pers)) if m}
-        self.ends = {f + m - 1: i for i, (f, m) in enumerate(zip(firsts, pers)) if m}
-
-    def chunks(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, H, N, ...)`` -> ``(B, H, T, C, ...)``, contiguous: one copy of a strided input (a
-        segment's piece, heads transposed from the projections) instead of one per product it
-        enters, forward and backward (batched products flatten ``(B, H, T)``)."""
-        if self.slots is None:
-            return _chunks(x, self.c).contiguous()
-        spread = x.new_zeros(*x.shape[:2], self.total * self.c, *x.shape[3:]).index_copy(2, self.slots, x)
-        return spread.view(*x.shape[:2], self.total, self.c, *x.shape[3:])
-
-    def positions(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, H, T, C, ...)`` -> ``(B, H, N, ...)``: the inverse of :meth:`chunks`."""
-        x = x.flatten(2, 3)
-        return x[:, :, :self.n] if self.slots is None else x.index_select(2, self.slots)
-
-    def scan(self, init: torch.Tensor, carry: torch.Tensor, writes: torch.Tensor, *,
-             matrix: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The state entering each chunk ``(B, H, T, D, Dv)`` and the final state(s), with ``S_{t+1} = A_t S_t + B_t``
-        (:func:`~attnlab.efficient.segments.linear_scan`): ``carry`` the ``A_t`` ``(B, H, T, D, D)`` when ``matrix``,
-        else the factors ``(B, H, T, 1 | D, 1)`` of a diagonal one, ``writes`` the ``B_t`` ``(B, H, T, D, Dv)``. Packed:
-        each document starts from its own initial state ``init[i]``."""
-        b, h = writes.shape[:2]
-        if self.slots is None:  # one sequence per row: its first chunk begins it, its last ends it
-            rows, begins, ends = init.flatten(0, 1)[None], {0: 0}, {writes.shape[2] - 1: 0}
-        else:  # a batch of one: the initial states are one per document, (S, H, D, Dv)
-            rows, begins, ends = init, self.begins, self.ends
-        starts, finals = linear_scan(rows, carry.flatten(0, 1), writes.flatten(0, 1), begins, ends, matrix)
-        return starts.unflatten(0, (b, h)), (finals[0].unflatten(0, (b, h)) if self.slots is None else finals)
-
-    def initial(self, state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The initial state(s): the one given, or zeros (one per document when packed)."""
-        if state is not None or self.slots is None:
-            return _state(q, v, state)
-        return q.new_zeros(self.documents, q.shape[1], q.shape[-1], v.shape[-1])
-
-
 def chunk_length(chunk: int, n: int, g: torch.Tensor | None = None) -> int:
     """The positions per chunk the chunkwise forms take, asked for ``chunk`` over ``n`` positions with the log decay
     ``g``: at most ``n`` (a shorter sequence is one chunk of its own length), and under a per-channel decay at most
     :data:`CHANNEL_CHUNK` (e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay))."""
     c = min(positive_int("chunk", chunk), max(n, 1))
     return min(c, CHANNEL_CHUNK) if g is not None and g.dim() == 4 else c
-
-
-@overload
-def _chunks(x: torch.Tensor, c: int) -> torch.Tensor: ...
-@overload
-def _chunks(x: None, c: int) -> None: ...
-def _chunks(x: torch.Tensor | None, c: int) -> torch.Tensor | None:
-    """``(B, H, N, ...)`` -> ``(B, H, N / C, C, ...)``, zero-padded to a whole number of chunks
-    (a zero key, value, decay and beta changes nothing)."""
-    if x is None:
-        return None
-    n = x.shape[2]
-    pad = -n % c
-    if pad:
-        x = torch.cat([x, x.new_zeros(*x.shape[:2], pad, *x.shape[3:])], 2)
-    return x.view(*x.shape[:2], (n + pad) // c, c, *x.shape[3:])
 
 
 def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor,
@@ -369,16 +312,16 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=N
 
 
 def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
-    lay = _Layout(cu_seqlens, q.shape[2], c, q.device)
+    lay = ChunkLayout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc = lay.chunks(q), lay.chunks(k), lay.chunks(v)  # (B, H, T, C, D)
     # G within each chunk, (B, H, T, C) per head, (B, H, T, C, D) per channel
-    big = None if g is None else lay.chunks(g).cumsum(3)
-    if big is None or big.dim() == 4:  # per head: the mask exp(G_i - G_j) of one channel
-        intra = _products(qc, kc, big) @ vc
+    cum_log_decay = None if g is None else lay.chunks(g).cumsum(3)
+    if cum_log_decay is None or cum_log_decay.dim() == 4:  # per head: the mask exp(G_i - G_j) of one channel
+        intra = _products(qc, kc, cum_log_decay) @ vc
     else:  # per channel: no mask of one channel; factored at the chunk start, (q e^G_i) . (k e^-G_j)
-        scores = (qc * big.exp()) @ (kc * (-big).exp()).transpose(-1, -2)
+        scores = (qc * cum_log_decay.exp()) @ (kc * (-cum_log_decay).exp()).transpose(-1, -2)
         intra = scores.masked_fill(~_causal(lay.c, q.device), 0.0) @ vc
-    rows = _as_rows(big, kc)  # (B, H, T, C, 1 | D)
+    rows = _as_rows(cum_log_decay, kc)  # (B, H, T, C, 1 | D)
     last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
     writes = (kc * (last - rows).exp()).transpose(-1, -2) @ vc  # (B, H, T, D, Dv): what each chunk adds
     carry = last.transpose(-1, -2).exp()  # (B, H, T, 1 | D, 1)
@@ -387,33 +330,38 @@ def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
 
 
 def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None,
-                segment: int | None = SEGMENT):
+                segment: int | None = SEGMENT, read=None):
     """:func:`recurrent_delta` chunk by chunk: the pseudo-values of every chunk at once from its WY form (a
     unit-triangular solve per chunk), then the recurrence on the chunk-end states, which corrects each chunk's
     pseudo-values for the state it starts from. A per-channel decay (KDA) takes chunks of at most :data:`CHANNEL_CHUNK`
     positions (its scores hold ``(C, C, D)`` per chunk). In segments of ``segment`` positions as :func:`chunk_gated`.
-    ``cu_seqlens``: packed documents (see the module)."""
-    _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens)
-    if (served := fla_ops.dispatch_delta(q, k, v, beta, g, state, cu_seqlens)) is not None:
-        return served
+    ``cu_seqlens``: packed documents (see the module). ``read``: the read key (Comba; :func:`parallel_delta`), chunked
+    and segmented as ``k``; None: ``k`` (fla's kernels serve only this)."""
+    _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens, read=read)
+    if read is None or read is k:  # fla's kernels on CUDA, where they serve
+        if (served := fla_ops.dispatch_delta(q, k, v, beta, g, state, cu_seqlens)) is not None:
+            return served
     c = chunk_length(chunk, q.shape[2], g)
-    run = lambda a, b, s, cu, q, k, v, beta, g: _chunk_delta(q, k, v, beta, g, s, cu, c)  # noqa: E731
+    run = lambda a, b, s, cu, q, k, v, beta, g, p: _chunk_delta(q, k, v, beta, g, s, cu, c, read=p)  # noqa: E731
     return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens,
-                     segment=segment, split=(q, k, v, beta, g))
+                     segment=segment, split=(q, k, v, beta, g, read))
 
 
-def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
-    lay = _Layout(cu_seqlens, q.shape[2], c, q.device)
+def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c, *, read=None):
+    lay = ChunkLayout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc, bc = lay.chunks(q), lay.chunks(k), lay.chunks(v), lay.chunks(beta)
+    pc = kc if read is None else lay.chunks(read)  # the read keys P (Comba), else K
     # G within each chunk; a decay per head, (B, H, N), accumulated and exponentiated in float64 (:func:`_exp`)
-    big = None if g is None else lay.chunks(g.double() if g.dim() == 3 else g).cumsum(3)
-    rows = _as_rows(big, kc)  # (B, H, T, C, 1 | D)
-    decay = None if big is None else _decay(big, kc)  # e^{G_i - G_j}, j <= i: one for both products below
-    system = torch.eye(lay.c, dtype=q.dtype, device=q.device) + bc[..., None] * _products(kc, kc, big, -1, decay)
-    # U = T beta V and W = T beta e^G K: the chunk's pseudo-values from a zero state, and how they
-    # move with the state it starts from (U_c = U - W S_c)
+    cum_log_decay = None if g is None else lay.chunks(g.double() if g.dim() == 3 else g).cumsum(3)
+    rows = _as_rows(cum_log_decay, kc)  # (B, H, T, C, 1 | D)
+    # e^{G_i - G_j}, j <= i: one for both products below
+    decay = None if cum_log_decay is None else _decay(cum_log_decay, kc)
+    eye = torch.eye(lay.c, dtype=q.dtype, device=q.device)
+    system = eye + bc[..., None] * _products(pc, kc, cum_log_decay, -1, decay)  # I + diag(beta) P(P, K), strictly lower
+    # U = T beta V and W = T beta e^G P: the chunk's pseudo-values from a zero state, and how they
+    # move with the state it starts from, read at P (U_c = U - W S_c)
     solved = torch.linalg.solve_triangular(system,
-                                           torch.cat([bc[..., None] * vc, bc[..., None] * _exp(rows, kc) * kc], -1),
+                                           torch.cat([bc[..., None] * vc, bc[..., None] * _exp(rows, kc) * pc], -1),
                                            upper=False, unitriangular=True)
     u0, w = solved.split([v.shape[-1], k.shape[-1]], -1)
     last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
@@ -424,7 +372,7 @@ def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c):
     # (B, H, T, D, D)
     step = _exp(last.transpose(-1, -2), kc) * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w
     starts, s = lay.scan(lay.initial(state, q, v), step, kt @ u0, matrix=True)
-    out = (qc * _exp(rows, qc)) @ starts + _products(qc, kc, big, 0, decay) @ (u0 - w @ starts)
+    out = (qc * _exp(rows, qc)) @ starts + _products(qc, kc, cum_log_decay, 0, decay) @ (u0 - w @ starts)
     return lay.positions(out), s
 
 

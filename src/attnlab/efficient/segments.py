@@ -30,7 +30,7 @@ def _segments(n: int, c: int, segment: int,
               cu_seqlens: torch.Tensor | None) -> list[tuple[int, int, list[Piece] | None]]:
     """The segments of ``n`` positions, ``(a, b, pieces)``: positions ``[a, b)``, whole chunks of
     ``c`` but the last, at most ``segment`` positions (at least one chunk); packed (``cu_seqlens``),
-    each document laid from a chunk boundary as :class:`attnlab.efficient.recurrence._Layout` lays it, and ``pieces``
+    each document laid from a chunk boundary as :class:`attnlab.efficient.chunking.ChunkLayout` lays it, and ``pieces``
     the documents' pieces in the segment (:data:`Piece`), else None."""
     m = c * max(1, positive_int("segment", segment) // c)  # positions per segment
     if cu_seqlens is None:
