@@ -258,12 +258,11 @@ POSITIONAL_LIMIT = 6
 """The most positional parameters of a private helper (``self`` / ``cls`` not counted): more go by
 name (keyword-only) or travel in a small named context."""
 
-# the gated family's scan (gated.py, recurrence.py), which the sequence-mixer redesign rewrites:
+# the recurrence's chunkwise forms (recurrence.py):
 # (module path, function); one that comes within the limit must leave the set
 MANY_POSITIONAL = {
-    ("efficient/gated.py", "_both_ways"), ("efficient/gated.py", "_direction"), ("efficient/gated.py", "_conv_inputs"),
-    ("efficient/gated.py", "_short_conv"), ("efficient/recurrence.py", "_chunk_gated"),
-    ("efficient/recurrence.py", "_chunk_delta"), ("efficient/recurrence.py", "<lambda>"),
+    ("efficient/recurrence.py", "_chunk_gated"), ("efficient/recurrence.py", "_chunk_delta"),
+    ("efficient/recurrence.py", "<lambda>"),
 }
 
 

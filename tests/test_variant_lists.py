@@ -31,7 +31,7 @@ def registered(name: str, base: type):
 
 @pytest.fixture
 def gated():
-    """Causal by ``causal=True``, decodes from a matrix state, its step reads the layer's input."""
+    """Causal by ``causal=True``, decodes from a matrix state, a sequence mixer (its gates read the input)."""
     with registered("test_gated", efficient.RetentionAttention) as name:
         yield name
 
@@ -135,12 +135,12 @@ def test_bench_scaling_takes_every_variant_with_long_settings(gated, monkeypatch
     assert isinstance(res.exception, _Planned) and res.exception.args[0] == list(scaling.SETTINGS)
 
 
-def test_the_pretrained_swap_takes_the_steps_that_need_no_input(gated, acausal):
+def test_the_pretrained_swap_takes_the_steps_not_the_mixers(gated, acausal):
     from attnlab.studies.pretrained import default_variants
 
     got = default_variants()
     assert acausal in got and gated not in got and "dense" not in got and "dense_naive" not in got
-    assert [v for v in got if v in efficient.select(needs_input=False)] == got
+    assert [v for v in got if v in efficient.select(mixer=False)] == got
 
 
 def test_list_variants_shows_each_declared_capability(gated):
@@ -148,7 +148,7 @@ def test_list_variants_shows_each_declared_capability(gated):
     assert rows[gated]["capabilities"] == efficient.capabilities(gated).describe()
     assert rows["linformer"]["capabilities"]["causal"] is None and rows["dense"]["capabilities"]["causal"] == "mask"
     text = runner.invoke(app, ["list", "variants"]).stdout
-    assert gated in text and all(col in text for col in ("family", "causal", "masks", "scores", "cache", "exact", "input"))
+    assert gated in text and all(col in text for col in ("family", "causal", "masks", "scores", "cache", "exact", "mixer"))
 
 
 def test_the_docs_table_has_a_row_per_registered_variant(gated):
@@ -171,7 +171,7 @@ def test_an_encoder_is_causal_by_mask_or_by_flag_as_declared(gated):
     with registered("test_exact", efficient.NaiveDenseAttention):
         cfg = EncoderConfig(embed_dim=8, num_heads=2, num_layers=1, attention="test_exact", causal=True, score="cosine")
         layer = EncoderLayer(cfg, None)
-        assert layer.causal_mask and layer.attn.score_name == "cosine"
+        assert layer.causal_mask and layer.attn.step.score_name == "cosine"
     flagged = EncoderLayer(EncoderConfig(embed_dim=8, num_heads=2, num_layers=1, attention=gated, causal=True), None)
     assert not flagged.causal_mask and flagged.attn.causal
 
@@ -191,9 +191,14 @@ def test_the_registrys_lists_budgets_and_steps_take_a_registered_variant(gated, 
     the step alone take a variant registered later; the references of another stay last."""
     order = efficient.VARIANTS.in_order()
     assert order[-1] == "dense_naive" and {gated, acausal} <= set(order) and order.index(gated) < order.index("dense_naive")
-    assert {gated, acausal} <= set(efficient.budgets()) and gated in efficient.select(needs_input=True, forms_scores=False)
-    step = efficient.step(gated, embed_dim=8, num_heads=2, causal=True)
-    assert step.name == gated and efficient.capabilities(gated) is step.capabilities
+    assert {gated, acausal} <= set(efficient.budgets()) and gated in efficient.select(mixer=True, forms_scores=False)
+    assert acausal in efficient.select(mixer=False, causal=False) and acausal not in efficient.select(mixer=True)
+    step = efficient.step(acausal, embed_dim=8, num_heads=2, max_len=8)
+    assert step.name == acausal and efficient.capabilities(acausal) is step.capabilities
+    with pytest.raises(ValueError, match=f"the '{gated}' attention is a sequence mixer"):  # a mixer has no step alone
+        efficient.step(gated, embed_dim=8, num_heads=2, causal=True)
+    mixer = efficient.create(gated, embed_dim=8, num_heads=2, causal=True)  # the layer itself
+    assert mixer.name == gated and efficient.capabilities(gated) is mixer.capabilities and mixer.causal
 
 
 def test_a_variants_module_is_imported_and_its_step_exported_without_being_named():

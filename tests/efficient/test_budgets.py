@@ -15,7 +15,7 @@ def no_sweep(name: str) -> bool:
     """What its declaration says has no budget axis: exact attention itself, and a step that reads the layer's input (the
     gated recurrences and fox: another model, not an estimate of softmax attention)."""
     caps = efficient.capabilities(name)
-    return caps.family == "exact" or caps.needs_input
+    return caps.family == "exact" or caps.mixer
 
 
 def build(name, options):

@@ -26,15 +26,15 @@ def build(n_h=2, **options):
 def parts(m, x):
     """q ``(B, N, H, D)`` (features, scaled), the keys and values of every step ``(B, N, n_h, H, D)``,
     beta ``(B, N, n_h, H)`` and the log decay ``(B, N, H)``, from the layer's parameters."""
-    st, (b, n, _) = m.step, x.shape
-    n_h = st.num_householder
+    b, n, _ = x.shape
+    n_h = m.num_householder
     heads = lambda t: t.view(b, n, -1, H, D)  # noqa: E731
-    k = torch.cat([heads(m.k_proj(x))] + ([heads(st.extra_keys(x))] if n_h > 1 else []), 2)
-    v = torch.cat([heads(m.v_proj(x))] + ([heads(st.extra_values(x))] if n_h > 1 else []), 2)
+    k = torch.cat([heads(m.k_proj(x))] + ([heads(m.extra_keys(x))] if n_h > 1 else []), 2)
+    v = torch.cat([heads(m.v_proj(x))] + ([heads(m.extra_values(x))] if n_h > 1 else []), 2)
     q = F.normalize(F.silu(m.q_proj(x).view(b, n, H, D)), dim=-1) * D**-0.5
     k = F.normalize(F.silu(k), dim=-1)
-    beta = 2 * torch.sigmoid(st.scan.beta_proj(x)).view(b, n, n_h, H)
-    g = -st.scan.log_rate.exp() * F.softplus(st.scan.decay_proj(x) + st.scan.time_bias)
+    beta = 2 * torch.sigmoid(m.beta_proj(x)).view(b, n, n_h, H)
+    g = -m.log_rate.exp() * F.softplus(m.decay_proj(x) + m.time_bias)
     return q, k, v, beta, g
 
 
@@ -58,7 +58,7 @@ def reference(m, x, causal):
     o = scan(q, k, v, beta, g)
     if not causal:  # the same recurrence from the last token to the first, added before the norm
         o = o + scan(*(t.flip(1) for t in (q, k, v, beta, g))).flip(2)
-    o = m.step.out_norm(o, x)
+    o = m.out_norm(o, x)
     return m.out_proj(o.transpose(1, 2).reshape(x.shape[0], x.shape[1], E))
 
 
@@ -70,8 +70,8 @@ def test_every_form_equals_the_equations_as_a_loop_with_every_gradient(causal, n
     want = reference(m, x, causal)
     grads = assert_every_form_equals(m, x, want, ("recurrent", "parallel", "chunk"))
     named = dict(zip(dict(m.named_parameters()), grads))
-    for name in ("step.scan.beta_proj.weight", "step.scan.decay_proj.weight", "step.scan.log_rate", "step.out_norm.gate.weight",
-                 *(("step.extra_keys.weight", "step.extra_values.weight") if n_h > 1 else ())):
+    for name in ("beta_proj.weight", "decay_proj.weight", "log_rate", "out_norm.gate.weight",
+                 *(("extra_keys.weight", "extra_values.weight") if n_h > 1 else ())):
         assert named[name].abs().max() > 1e-6, name  # every parameter reaches the output
 
 
@@ -83,7 +83,7 @@ def test_it_computes_what_flas_reference_recurrence_computes():
     b, n = x.shape[:2]
     o, _ = naive.naive_recurrent_gated_delta_product(q, k.reshape(b, n * 3, H, D), v.reshape(b, n * 3, H, D), g,
                                                      beta.reshape(b, n * 3, H), scale=1.0, num_householder=3)
-    want = m.out_proj(m.step.out_norm(o.transpose(1, 2), x).transpose(1, 2).reshape(b, n, E))
+    want = m.out_proj(m.out_norm(o.transpose(1, 2), x).transpose(1, 2).reshape(b, n, E))
     got = m(x).output
     assert (got - want).abs().max() < 1e-12
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from attnlab import efficient, masks
 from attnlab.efficient import ForgettingAttention
 from attnlab.layers import ForgetKVCache, KVCache
-from attnlab.layers.step import StepInputs
+from attnlab.layers.mixer import Tokens
 from attnlab.models import Encoder, build_model
 from attnlab.models.config import AttentionSpec, ModelConfig, PositionalSpec
 from tests.helpers import assert_close_rel
@@ -71,11 +71,11 @@ def test_fox_equals_the_hand_built_score_matrix_with_every_gradient(causal, kv_h
     assert_close_rel(out, ref, 1e-10, "output")
     upstream = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     got, want = all_grads(m, x, out, upstream), all_grads(m, x, ref, upstream)
-    assert {"input", "step.fgate_proj.weight", "step.fgate_proj.bias", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+    assert {"input", "fgate_proj.weight", "fgate_proj.bias", "q_proj.weight", "k_proj.weight", "v_proj.weight",
             "out_proj.weight"} <= set(got)
     for name in got:
         assert_close_rel(got[name], want[name], 1e-10, f"grad {name}")
-    assert want["step.fgate_proj.weight"].abs().max() > 1e-3  # the gate's gradient is not trivially zero
+    assert want["fgate_proj.weight"].abs().max() > 1e-3  # the gate's gradient is not trivially zero
     # the decay is not a no-op: dense attention under the same weights differs
     dense = efficient.create("dense", embed_dim=E, num_heads=H, num_kv_heads=kv_heads).double()
     dense.load_state_dict(m.state_dict(), strict=False)
@@ -86,13 +86,13 @@ def test_fox_equals_the_hand_built_score_matrix_with_every_gradient(causal, kv_h
 @pytest.mark.parametrize("pe", [None, "rope", "alibi"])
 def test_gates_held_open_give_causal_dense_attention(pe):
     """f -> 1 (gate weight 0, bias 30: log f = -9e-14 per token): the decay vanishes, and FoX is the
-    causal dense layer with the same projections (rope applied by the step, alibi composed)."""
+    causal dense layer with the same projections (rope applied by the mixer, alibi composed)."""
     n = 70
     torch.manual_seed(0)
     dense = efficient.create("dense", embed_dim=E, num_heads=H, positional=pe).double()
     m = efficient.create("fox", embed_dim=E, num_heads=H, causal=True, positional=pe).double()
     missing, unexpected = m.load_state_dict(dense.state_dict(), strict=False)
-    assert set(missing) == {"step.fgate_proj.weight", "step.fgate_proj.bias"} and not unexpected
+    assert set(missing) == {"fgate_proj.weight", "fgate_proj.bias"} and not unexpected
     with torch.no_grad():
         m.fgate_proj.weight.zero_()
         m.fgate_proj.bias.fill_(30.0)
@@ -164,8 +164,8 @@ def test_weights_are_returned_and_are_the_formula_s():
 
 def test_fox_is_listed_by_its_capabilities_and_created_by_name():
     caps = efficient.capabilities("fox")
-    assert (caps.causal, caps.cache, caps.needs_input, caps.forms_scores, caps.masks) == ("option", "forget", True, True, "any")
-    assert "fox" in efficient.select(causal=True) and "fox" in efficient.select(needs_input=True)
+    assert (caps.causal, caps.cache, caps.mixer, caps.forms_scores, caps.masks) == ("option", "forget", True, True, "any")
+    assert "fox" in efficient.select(causal=True) and "fox" in efficient.select(mixer=True)
     assert "fox" in efficient.select(forms_scores=True) and "fox" in efficient.select(family="gated softmax")
     assert "fox" in efficient.select(causal=True, decodes=True) and "fox" not in efficient.select(exact=True)
     assert "fox" in efficient.names() and efficient.budget("fox").sweep is None
@@ -174,7 +174,7 @@ def test_fox_is_listed_by_its_capabilities_and_created_by_name():
     assert "fox" in default_variants()  # by its declaration: input-gated, causal, and it decodes
     assert state_floats("fox", 32, 4, 48) == state_floats("dense", 32, 4, 48) + 4 * 48  # dense's keys and values, one c per head and token
     m = efficient.create("fox", embed_dim=E, num_heads=H)
-    assert isinstance(m.step, ForgettingAttention) and m.causal is False and m.fgate_proj.weight.shape == (H, E)
+    assert isinstance(m, ForgettingAttention) and m.causal is False and m.fgate_proj.weight.shape == (H, E)
     assert abs(float(m.fgate_proj.weight.detach().std()) - 0.02) < 0.01 and not m.fgate_proj.bias.any()  # the paper's initialisation
     assert m(torch.randn(2, 7, E)).output.shape == (2, 7, E)
     assert "causal=True" in repr(efficient.create("fox", embed_dim=E, num_heads=H, causal=True))
@@ -224,12 +224,12 @@ def test_what_fox_cannot_do_it_refuses_clearly():
     x = torch.randn(1, 6, E)
     with pytest.raises(ValueError, match="is self-attention: pass neither key nor value"):
         m(x, torch.randn(1, 5, E))
-    with pytest.raises(ValueError, match="kdim must equal embed_dim"):
+    with pytest.raises(ValueError, match="unknown option 'kdim' for the attention 'fox'"):  # a mixer projects its own input
         efficient.create("fox", embed_dim=E, num_heads=H, kdim=8)
-    with pytest.raises(ValueError, match="computes its gates from the layer's input"):
-        m.step(*(torch.randn(1, H, 6, E // H) for _ in range(3)))
+    with pytest.raises(ValueError, match="is a sequence mixer.*create the layer"):  # no step to call on heads alone
+        efficient.step("fox", embed_dim=E, num_heads=H)
     with pytest.raises(ValueError, match="self-attention: the input .* must share B and N"):
-        m.step(*(torch.randn(1, H, 6, E // H) for _ in range(3)), inputs=StepInputs(torch.randn(1, 5, E), torch.arange(5)))
+        m.mix(*(torch.randn(1, H, 6, E // H) for _ in range(3)), Tokens(torch.randn(1, 5, E), torch.arange(5)))
 
     from attnlab.distributed import RingContext, ShardedMask, plan_layout
 

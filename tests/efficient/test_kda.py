@@ -29,7 +29,7 @@ def kda(causal=True, seed=0, **options) -> KimiDeltaAttention:
         for lin in (m.q_proj, m.k_proj, m.v_proj, m.out_proj):
             if lin.bias is not None:
                 lin.bias.normal_(0.0, 0.3)
-    assert isinstance(m.step, KimiDeltaAttention)
+    assert isinstance(m, KimiDeltaAttention)  # the mixer itself
     return m
 
 
@@ -150,7 +150,7 @@ def test_it_is_listed_with_the_gated_family_and_studied_by_bench_recall():
     from attnlab.studies.recall import default_variants
 
     assert efficient.capabilities("kda") == efficient.capabilities("gated_deltanet")
-    assert "kda" in efficient.select(family="gated", decodes=True, needs_input=True)
+    assert "kda" in efficient.select(family="gated", decodes=True, mixer=True)
     assert "kda" in default_variants()
     assert efficient.VARIANTS.in_order().index("kda") == efficient.VARIANTS.in_order().index("gated_deltanet") + 1
 
@@ -170,5 +170,5 @@ def test_bad_input_is_refused():
         m(torch.randn(1, 5, E + 1, dtype=torch.float64))
     with pytest.raises(ValueError, match="cached decoding needs a causal"):
         kda(causal=False).new_cache()
-    with pytest.raises(ValueError, match="calls the layer|call the layer"):
-        m.step(*(torch.randn(1, H, 5, D, dtype=torch.float64) for _ in range(3)))
+    with pytest.raises(ValueError, match="is a sequence mixer.*create the layer"):  # no step to call on heads alone
+        efficient.step("kda", embed_dim=E, num_heads=H)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from attnlab import efficient, masks
 from attnlab.efficient import Mamba2Attention
 from attnlab.efficient.gated import MODES
-from attnlab.layers.step import StepInputs
+from attnlab.layers.mixer import Tokens
 from tests.helpers import assert_close_rel, assert_every_form_equals
 
 E, H = 32, 4
@@ -30,7 +30,7 @@ def mamba2(causal=True, seed=0, **options) -> Mamba2Attention:
         m.skip.normal_(1.0, 0.5)
         m.out_norm.norm.weight.normal_(1.0, 0.3)
         m.dt_bias.normal_(-1.0, 0.5)
-    assert isinstance(m.step, Mamba2Attention)
+    assert isinstance(m, Mamba2Attention)  # the mixer itself
     return m
 
 
@@ -96,9 +96,9 @@ def test_heads_of_a_group_share_b_and_c():
     x = torch.randn(1, 9, E, dtype=torch.float64)
     m(x)
     assert seen == [((1, 2, 9, 6), (1, 2, 9, 6), (1, H, 9, D))]  # C and B per group, x per head
-    q, k, v, _ = m.project(x)
+    q, k, v = m.heads(x, torch.arange(9))
     m.finish = lambda o, x, v: o  # the recurrence's heads, before the norm
-    heads = m.step(q, k, v, inputs=StepInputs(x, torch.arange(9))).output
+    heads = m.mix(q, k, v, Tokens(x, torch.arange(9))).output
     assert_close_rel(heads[:, 1], heads[:, 0], 1e-12, "group 0")
     assert (heads[:, 2] - heads[:, 1]).abs().max() > 1e-3
 
@@ -150,9 +150,9 @@ def test_bad_groups_are_refused():
         mamba2(ngroups=0)
     with pytest.raises(ValueError, match="state_size must be a positive int"):
         mamba2(state_size=0)
-    with pytest.raises(ValueError, match="neither num_kv_heads nor head_mode='project'"):
+    with pytest.raises(ValueError, match="it takes no num_kv_heads"):
         mamba2(num_kv_heads=2)
-    with pytest.raises(ValueError, match="neither num_kv_heads nor head_mode='project'"):
+    with pytest.raises(ValueError, match="unknown option 'head_mode' for the attention 'mamba2'"):  # a mixer has one head form
         mamba2(head_mode="project")
     with pytest.raises(ValueError, match="rotates the .mamba2. attention.s queries and keys, of width 6: it needs them of the head width"):
         mamba2(positional="rope")
@@ -177,5 +177,5 @@ def test_groups_as_wide_as_the_layer_are_split_by_group_not_by_head(ngroups, sta
     assert seen == [((2, ngroups, 7, state_size), (2, ngroups, 7, state_size), (2, 4, 7, 8))]
     c, b = (p(x).view(2, 7, ngroups, state_size).transpose(1, 2) for p in (m.q_proj, m.k_proj))
     v = m.v_proj(x).view(2, 7, 4, 8).transpose(1, 2)
-    by_hand = m.merge_heads(m.step(c, b, v, inputs=StepInputs(x, torch.arange(7))).output)
+    by_hand = m.merge_heads(m.mix(c, b, v, Tokens(x, torch.arange(7))).output)
     assert (out - by_hand).abs().max() < 1e-12

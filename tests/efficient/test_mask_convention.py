@@ -13,8 +13,9 @@ def layer(name):
     torch.manual_seed(0)
     opts = {"max_len": 4} if efficient.budget(name).max_len else {}
     m = efficient.create(name, embed_dim=E, num_heads=H, **opts).double().eval()
-    if hasattr(m, "seed"):  # the random features and hashes drawn the same at every call
-        m.seed = 0
+    step = getattr(m, "step", m)  # the step a MultiHeadAttention holds (a mixer has none)
+    if hasattr(step, "seed"):  # the random features and hashes drawn the same at every call
+        step.seed = 0
     return m
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import efficient, masks
-from attnlab.efficient import recurrence
+from attnlab.efficient import recurrence, scan
 from tests.helpers import assert_close_rel
 
 LENGTHS = [5, 0, 17, 1, 9, 40]  # an empty document; lengths that are not whole chunks
@@ -105,9 +105,10 @@ def test_a_gated_layer_attends_packed_documents_in_one_call(name, causal, monkey
     x = torch.randn(2, 12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     rows = [[5, 1, 6], [7, 3]]
     calls = []
-    fn = "chunk_delta" if m.delta else "chunk_gated"
-    original = getattr(recurrence, fn)
-    monkeypatch.setattr(recurrence, fn, lambda *a, **kw: calls.append(kw.get("cu_seqlens")) or original(*a, **kw))
+    forms = scan.DELTA_FORMS if m.delta else scan.GATED_FORMS  # the recurrence's forms, as the mixer's scan finds them
+    original = forms["chunk"]
+    assert original is (recurrence.chunk_delta if m.delta else recurrence.chunk_gated)
+    monkeypatch.setitem(forms, "chunk", lambda *a, **kw: calls.append(kw.get("cu_seqlens")) or original(*a, **kw))
     out = m(x, mask=masks.Documents(rows, causal=causal)).output
     assert len(calls) == (1 if causal else 2) and calls[0].tolist() == [0, 5, 6, 12, 19, 22]
     for r, row in enumerate(rows):

@@ -14,6 +14,7 @@ from attnlab.efficient import (
     orthogonal_gaussian,
 )
 from attnlab.efficient.reformer import SELF_LOGIT
+from attnlab.layers.mixer import SequenceMixer
 from tests.helpers import assert_close_rel
 
 E, H = 16, 4
@@ -43,10 +44,16 @@ def grads(module, x, mask=None):
 
 def test_registry():
     assert efficient.names() == sorted(efficient.VARIANTS.in_order()) and "dense" in efficient.names()
-    for name in VARIANTS:  # every variant is a step the layer holds, registered under its own name
+    mixers = efficient.select(mixer=True)
+    assert {"retnet", "gla", "deltanet", "gated_deltanet", "kda", "mamba2", "deltaproduct", "fox"} <= set(mixers)
+    for name in VARIANTS:  # every variant is a step the layer holds or a mixer that is the layer, registered under its own name
         layer = efficient.create(name, embed_dim=E, num_heads=H, **({"max_len": 8} if name == "linformer" else {}))
-        assert isinstance(layer, MultiHeadAttention) and type(layer.step) is efficient.VARIANTS.get(name)
-        assert layer.step.name == layer.name == name
+        if name in mixers:
+            assert isinstance(layer, SequenceMixer) and type(layer) is efficient.VARIANTS.get(name) and not hasattr(layer, "step")
+            assert layer.name == name
+        else:
+            assert isinstance(layer, MultiHeadAttention) and type(layer.step) is efficient.VARIANTS.get(name)
+            assert layer.step.name == layer.name == name
     with pytest.raises(ValueError, match="unknown attention 'flash'"):
         efficient.create("flash", embed_dim=E, num_heads=H)
 
@@ -146,9 +153,10 @@ def test_sparse_patterns_equal_dense_attention_under_the_same_mask(name, causal)
         opts["random_blocks"] = 2
     m = like(dense, name, causal=causal, **opts)
     n = 37
-    pattern = m.pattern(n) if name != "local" else masks.window(3, causal=causal).dense(n)
+    pattern = m.step.pattern(n) if name != "local" else masks.window(3, causal=causal).dense(n)
     if name == "bigbird":  # the random blocks do add pairs beyond window and globals
-        assert pattern.sum() > like(dense, "longformer", causal=causal, window=3, block=4, global_tokens=[0, 9, 30]).pattern(n).sum()
+        longformer = like(dense, "longformer", causal=causal, window=3, block=4, global_tokens=[0, 9, 30])
+        assert pattern.sum() > longformer.step.pattern(n).sum()
     x = torch.randn(2, n, E, dtype=torch.float64)
     pad = masks.padding(torch.tensor([n, 20])).dense(n, n)
     out, g = grads(m, x, pad)
@@ -169,7 +177,7 @@ def test_linear_attention_equals_its_formula_and_its_rnn_form():
     for causal in (False, True):
         aa = a.tril() if causal else a
         ref = m.out_proj(((aa / aa.sum(-1, keepdim=True)) @ v).transpose(1, 2).reshape(2, 30, E))
-        m.causal = causal
+        m.step.causal = causal
         assert_close_rel(m(x).output, ref, 1e-12, f"linear causal={causal}")
 
 
@@ -227,17 +235,17 @@ def test_orthogonal_features_are_orthogonal_within_blocks_with_gaussian_norms():
 def test_performer_redraws_features_in_training_only():
     m = efficient.create("performer", embed_dim=E, num_heads=H, redraw_interval=2, seed=0)
     x = torch.randn(1, 5, E)
-    first = m.features.clone()
+    first = m.step.features.clone()
     m.eval()
     for _ in range(3):
         m(x)
-    assert torch.equal(m.features, first)
+    assert torch.equal(m.step.features, first)
     m.train()
     m(x)
     m(x)
-    assert torch.equal(m.features, first)
+    assert torch.equal(m.step.features, first)
     m(x)  # the third training call redraws
-    assert not torch.equal(m.features, first)
+    assert not torch.equal(m.step.features, first)
 
 
 def test_iterative_pinv_converges_to_the_pseudo_inverse():
@@ -254,7 +262,7 @@ def test_padding_with_nan_does_not_leak(name):
     torch.manual_seed(0)
     m = efficient.create(name, embed_dim=E, num_heads=H, **opts).double()
     if name in ("performer", "reformer"):
-        m.seed = 0
+        m.step.seed = 0
     x = torch.randn(2, 20, E, dtype=torch.float64)
     x[1, 12:] = float("nan")
     out = m(x, mask=masks.padding(torch.tensor([20, 12])).dense(20, 20)).output
@@ -297,7 +305,7 @@ def test_a_sparse_pattern_is_exact_attention_under_any_mask_bias_and_encoding(na
         dense = efficient.create("dense", embed_dim=E, num_heads=H, positional=pe).double()
         m = efficient.create(name, embed_dim=E, num_heads=H, positional=pe, **opts).double()
         m.load_state_dict(dense.state_dict())
-        allowed = m.pattern(n) & masks.causal().dense(n)
+        allowed = m.step.pattern(n) & masks.causal().dense(n)
         got = m(x, mask=masks.causal(), bias=bias, return_weights=True)
         want = dense(x, mask=allowed, bias=bias, return_weights=True)
         assert_close_rel(got.output, want.output, 1e-10, f"{name} {pe} output")

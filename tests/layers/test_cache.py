@@ -263,7 +263,7 @@ def test_performer_redraws_once_per_forward_call_with_packed_documents():
     layer = efficient.create("performer", embed_dim=E, num_heads=H, causal=True, seed=3, redraw_interval=2).train()
     x = torch.randn(1, 12, E)
     layer(x, mask=Documents([2, 3, 4, 3], causal=True))  # three document lengths: three attention steps, one call
-    assert int(layer.calls) == 1
+    assert int(layer.step.calls) == 1
 
 
 def test_cache_and_documents_option_errors():

@@ -7,6 +7,7 @@ import torch
 
 from attnlab import efficient, masks
 from attnlab.layers import Capabilities, ForgetKVCache, KVCache, MatrixState, RecurrentState
+from attnlab.layers.mixer import SequenceMixer
 
 E, H, N = 16, 4, 9
 NAMES = efficient.select()
@@ -113,13 +114,16 @@ def test_every_step_calls_the_step_hooks(name):
     caps = efficient.capabilities(name)
     layer = build(name)
     seen = []
-    layer.register_step_hook(lambda lay, q, k, v, kw: seen.append((q.shape, kw.get("inputs"))))
+    layer.register_step_hook(lambda lay, q, k, v, kw: seen.append((lay, q, kw)))
     x = torch.randn(1, N, E, dtype=torch.float64)
     layer(x)
-    assert len(seen) == 1 and seen[0][0] == (1, H, N, E // H), name
-    assert (seen[0][1] is not None) == caps.needs_input, name
-    if caps.needs_input:
-        assert torch.equal(seen[0][1].x, x)
+    assert len(seen) == 1 and seen[0][1].shape == (1, H, N, E // H), name
+    lay, q, kw = seen[0]
+    assert lay is layer and set(kw) == {"mask", "bias", "score_mod", "return_weights", "state"}, name
+    # a sequence mixer is the layer itself (its gates read the input it holds); a step is held by the layer
+    assert isinstance(lay, SequenceMixer) == caps.mixer and (not caps.mixer) == hasattr(lay, "step"), name
+    # the heads the hook sees are the input's projections (a mixer's: before its short convolution)
+    assert torch.allclose(q, layer.q_proj(x).view(1, N, H, E // H).transpose(1, 2), rtol=0, atol=1e-12), name
 
 
 def test_grouped_keys_arrive_as_declared():
@@ -136,7 +140,13 @@ def test_select_filters_by_declaration():
     assert set(efficient.select(causal=False)) >= {"linformer", "nystrom"}
     assert "linformer" not in efficient.select(causal=True)
     gated = {n for n in efficient.names() if issubclass(efficient.VARIANTS.get(n), efficient.GatedRecurrence)}
-    assert set(efficient.select(family="gated")) == gated and len(gated) >= 6
+    # DeltaProduct runs the gated family's scan as a GatedRecurrence itself, declared a family of its own
+    assert efficient.capabilities("deltaproduct").family == "householder" and "deltaproduct" in gated
+    assert set(efficient.select(family="gated")) == gated - {"deltaproduct"} and len(gated) >= 7
+    # the sequence mixers: the gated recurrences (DeltaProduct among them) and FoX, exactly
+    assert set(efficient.select(mixer=True)) == gated | {"fox"}
+    assert set(efficient.select(mixer=True)) >= {"retnet", "gla", "deltanet", "gated_deltanet", "kda", "mamba2", "deltaproduct", "fox"}
+    assert set(efficient.select(mixer=False)) == set(efficient.names()) - gated - {"fox"}
     assert all(efficient.capabilities(n).cache is not None for n in efficient.select(decodes=True))
 
 

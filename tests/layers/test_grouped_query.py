@@ -12,8 +12,8 @@ E, H = 32, 4
 
 def repeated(m: MultiHeadAttention) -> MultiHeadAttention:
     """The H-head layer whose key / value heads are ``m``'s G heads, each repeated for its H / G query heads."""
-    full = MultiHeadAttention(E, H, score=m.score_name, normalize=m.normalize, positional=None if m.positional is None else m.positional,
-                              head_mode=m.head_mode).double()
+    full = MultiHeadAttention(E, H, score=m.step.score_name, normalize=m.step.normalize,
+                              positional=None if m.positional is None else m.positional, head_mode=m.head_mode).double()
     r, d = H // m.num_kv_heads, m.head_dim
     with torch.no_grad():
         for name in ("q_proj", "out_proj"):
@@ -29,7 +29,7 @@ def repeated(m: MultiHeadAttention) -> MultiHeadAttention:
             full.head_q.copy_(m.head_q)
             full.head_k.copy_(m.head_k.repeat_interleave(r, 0))
             full.head_v.copy_(m.head_v.repeat_interleave(r, 0))
-        full.score.load_state_dict(m.score.state_dict())  # learnable scores (additive): the same weights
+        full.step.score.load_state_dict(m.step.score.state_dict())  # learnable scores (additive): the same weights
     return full
 
 

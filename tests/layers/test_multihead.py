@@ -89,7 +89,7 @@ def test_both_head_modes_equal_the_reference(head_mode, score, normalize):
     x = torch.randn(2, 5, E)
     mask = masks.padding([5, 3]).dense(5, 5)
     q, k, v = head_inputs(mha, x)
-    ref, ref_w = reference_attention(q, k, v, score=mha.score, normalize=normalize, mask=mask)
+    ref, ref_w = reference_attention(q, k, v, score=mha.step.score, normalize=normalize, mask=mask)
     concat = ref.transpose(1, 2).reshape(2, 5, E)
     want = concat @ mha.out_proj.weight.double().T + mha.out_proj.bias.double()
     got = mha(x, mask=mask, return_weights=True)
@@ -99,13 +99,13 @@ def test_both_head_modes_equal_the_reference(head_mode, score, normalize):
 
 def test_learnable_scores_get_gradients_and_one_weight_set_per_head():
     mha = MultiHeadAttention(E, H, score="additive", score_options={"hidden_dim": 3})
-    assert mha.score.w_q.shape == (H, E // H, 3)
+    assert mha.step.score.w_q.shape == (H, E // H, 3)
     mha(torch.randn(2, 4, E)).output.sum().backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mha.score.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mha.step.score.parameters())
     cos = MultiHeadAttention(E, H, score="cosine", score_options={"learnable": True, "temperature": 0.3})
-    assert cos.score.log_temperature.shape == (H, 1, 1)
+    assert cos.step.score.log_temperature.shape == (H, 1, 1)
     cos(torch.randn(1, 3, E)).output.sum().backward()
-    assert cos.score.log_temperature.grad is not None
+    assert cos.step.score.log_temperature.grad is not None
 
 
 def test_cross_attention_lengths_and_dropout_only_in_training():
@@ -208,8 +208,15 @@ def test_a_torch_style_key_padding_tensor_is_pointed_to_masks_valid_keys():
     assert (mha(x, mask=masks.valid_keys(real)).output - want).abs().max() < 1e-6
 
 
-def test_a_variant_asked_of_the_exact_layer_is_pointed_to_efficient_create():
-    with pytest.raises(TypeError, match=r"takes no variant= option.*attnlab\.efficient\.create\('fox', embed_dim"):
+def test_a_variant_is_no_option_of_the_exact_layer_but_made_by_efficient_create():
+    """The layer takes no variant= or attention= option (its __new__ shim is gone: Python's own TypeError);
+    efficient.create makes a variant: a step held by a MultiHeadAttention, or a sequence mixer, the layer itself."""
+    from attnlab.layers.mixer import SequenceMixer
+
+    with pytest.raises(TypeError, match=r"__init__\(\) got an unexpected keyword argument 'variant'"):
         MultiHeadAttention(E, H, variant="fox")
-    with pytest.raises(TypeError, match=r"takes no attention= option"):
+    with pytest.raises(TypeError, match=r"__init__\(\) got an unexpected keyword argument 'attention'"):
         MultiHeadAttention(E, H, attention="linear")
+    fox, linear = (efficient.create(n, embed_dim=E, num_heads=H) for n in ("fox", "linear"))
+    assert isinstance(fox, SequenceMixer) and not isinstance(fox, MultiHeadAttention) and fox.name == "fox"
+    assert isinstance(linear, MultiHeadAttention) and linear.step.name == "linear"

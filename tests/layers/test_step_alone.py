@@ -16,7 +16,7 @@ def heads(seed=0, b=2, n=N):
     return [torch.randn(b, H, n, E // H, generator=g, dtype=torch.float64) for _ in range(3)]
 
 
-@pytest.mark.parametrize("name", [n for n in efficient.select() if not efficient.capabilities(n).needs_input])
+@pytest.mark.parametrize("name", efficient.select(mixer=False))
 def test_a_step_alone_equals_the_layers_step_on_the_same_heads(name):
     opts = dict(efficient.budget(name).short) | ({"max_len": N} if efficient.budget(name).max_len else {})
     opts |= {"seed": 0} if "seed" in (efficient.VARIANTS.options(name) or ()) else {}
@@ -42,9 +42,9 @@ def test_a_step_refuses_by_its_declaration_whoever_calls_it():
         linear(q.float(), k.float(), v.float(), return_weights=True)
     with pytest.raises(ValueError, match="key-padding masks only"):
         linear(q.float(), k.float(), v.float(), mask=masks.window(2))
-    gated = efficient.step("gla", embed_dim=E, num_heads=H)
-    with pytest.raises(ValueError, match="computes its gates from the layer's input"):
-        gated(q.float(), k.float(), v.float())
+    for name in efficient.select(mixer=True):  # a sequence mixer is the layer itself: it has no step to call on heads
+        with pytest.raises(ValueError, match=f"the '{name}' attention is a sequence mixer: .*efficient.create\\('{name}'"):
+            efficient.step(name, embed_dim=E, num_heads=H)
     with pytest.raises(ValueError, match="unknown option 'windw' for the attention step 'local'; it takes .*window"):
         efficient.step("local", embed_dim=E, num_heads=H, windw=2)
     with pytest.raises(TypeError, match="give the step a StepCall or keyword options, not both"):
@@ -56,9 +56,10 @@ def test_a_layer_holds_a_step_given_to_it_and_refuses_a_mismatch():
 
     step = efficient.step("local", embed_dim=E, num_heads=H, window=2)
     layer = MultiHeadAttention(E, H, step=step)
-    assert layer.step is step and layer.name == "local" and layer.window == 2
-    layer.window = 3  # an attribute of the step, set through the layer
-    assert step.window == 3 and "window" not in vars(layer)
+    assert layer.step is step and layer.name == "local" and layer.step.window == 2
+    assert not hasattr(layer, "window")  # the step's attributes are the step's: the layer does not forward them
+    layer.step.window = 3
+    assert step.window == 3 and not hasattr(layer, "window")
     with pytest.raises(ValueError, match="the step is built for embed_dim=16, num_heads=4; the layer has embed_dim=32"):
         MultiHeadAttention(32, 4, step=step)
     with pytest.raises(TypeError, match="score: options of the attention step"):

@@ -210,7 +210,7 @@ EXACT_LIMITS: dict[str, object] = {
               "formula and its RNN form",
     **{name: "a gated recurrence, not an approximation of softmax: tests/efficient/test_gated.py (and its own test file) check "
              "its parallel, chunkwise and recurrent forms against each other and against its equations written as a loop"
-       for name in efficient.select(needs_input=True, forms_scores=False)},
+       for name in efficient.select(mixer=True, forms_scores=False)},
 }
 """Every variant's exact limit: ``n -> (options, weights to load)`` where it equals dense softmax
 attention, or the reason it has none (and where its own formula is tested)."""

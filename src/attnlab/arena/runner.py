@@ -59,9 +59,27 @@ def training_step_peak(model: torch.nn.Module, task, batch_size: int, precision:
 
 
 def _first_attention(model: torch.nn.Module):
+    from ..layers.mixer import SequenceMixer
     from ..layers.multihead import MultiHeadAttention
 
-    return next((m for m in model.modules() if isinstance(m, MultiHeadAttention)), None)
+    return next((m for m in model.modules() if isinstance(m, (MultiHeadAttention, SequenceMixer))), None)
+
+
+def _mixer_weights(model, attn, inputs) -> torch.Tensor | None:
+    """The weights of a mixer that forms scores (FoX): its call in ``model(**inputs)`` again, with
+    ``return_weights``."""
+    seen: dict = {}
+    handle = attn.register_forward_pre_hook(lambda m, args, kwargs: seen.setdefault("call", (args, kwargs)),
+                                            with_kwargs=True)
+    try:
+        model.eval()
+        model(**inputs)
+    finally:
+        handle.remove()
+    if "call" not in seen:
+        return None
+    args, kwargs = seen["call"]
+    return attn(*args, **{**kwargs, "return_weights": True}).weights
 
 
 @torch.no_grad()
@@ -74,10 +92,11 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
     which never build the matrix, show the one they compute implicitly. A step that forms its
     scores returns its weights themselves. The gated recurrences have none to show: their
     short convolution and output norm act on the values, so the identity does not pass through
-    as ``A I`` (their capabilities: reads the layer's input, forms no scores)."""
+    as ``A I`` (their capabilities: a sequence mixer that forms no scores); a mixer that forms
+    them (FoX) gives the weights of its call in the model."""
     attn = _first_attention(model)
     caps = None if attn is None else attn.capabilities
-    if caps is None or task.kind == "seq2seq" or (caps.needs_input and not caps.forms_scores):
+    if caps is None or task.kind == "seq2seq" or (caps.mixer and not caps.forms_scores):
         return []  # a decoder's maps need a decoded target: not drawn here
     data = task.split("test")
     maps = []
@@ -85,6 +104,11 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
         inputs, labels = collate(task, data, torch.tensor([i]))  # the labels stay on the CPU, where the map is read
         inputs, _ = collate(task, data, torch.tensor([i]), device=next(model.parameters()).device)
         scored = _scored_rows(task, labels)
+        if caps.mixer:  # its weights come from the whole layer
+            weights = _mixer_weights(model, attn, inputs)
+            if weights is not None:
+                maps.append(_rows(weights[0].mean(0).float().cpu(), scored))
+            continue
         seen: dict = {}
         handle = attn.register_step_hook(lambda layer, q, k, v, kw, seen=seen: seen.setdefault("args", (q, k, kw)))
         try:

@@ -170,7 +170,7 @@ CAPABILITY_COLUMNS = {
     "scores": lambda c: _yes(c["forms_scores"]),
     "cache": lambda c: c["cache"] or "-",
     "exact": lambda c: _yes(c["exact"]),
-    "input": lambda c: _yes(c["needs_input"]),
+    "mixer": lambda c: _yes(c["mixer"]),
 }
 """The columns of ``attnlab list variants``: each variant's declared capabilities
 (:class:`attnlab.layers.step.Capabilities`), shortly: its family (``ref.``: a slow reference of
@@ -178,7 +178,7 @@ another variant, left out of the grids); its causal form (``mask``: a causal mas
 step's option ``causal=True`` adds; ``option``: the step's option ``causal=True``, its method
 changed; ``-``: none); the masks it takes (any, or key padding and packed documents); whether
 it forms the scores (a score bias, score functions, the weights); what it decodes with (``-``: no
-cached decoding); whether it is exact; whether its step reads the layer's input (gates)."""
+cached decoding); whether it is exact; whether it is a sequence mixer (a layer owning its projections)."""
 
 
 def _yes(flag: bool) -> str:
@@ -195,7 +195,7 @@ def variants_table(rows: dict[str, dict]):
     t.caption = "causal: by a causal mask (which causal=True adds), by the option causal=True, or none (-); " \
                 "masks: any, or key padding and packed documents; " \
                 "scores: it forms them (score bias, score functions, weights); " \
-                "input: its step reads the layer's input (gates); " \
+                "mixer: a sequence mixer (a layer owning its projections, gates and norm); " \
                 "each variant's options: --json"
     for name, row in rows.items():
         t.add_row(name, *(show(row["capabilities"]) for show in CAPABILITY_COLUMNS.values()), row["summary"])

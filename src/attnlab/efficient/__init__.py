@@ -1,9 +1,10 @@
 """Efficient attention: variants that avoid the N x N matrix, behind one interface.
 
-Each variant is an attention step (:class:`attnlab.layers.step.AttentionStep`).
-``create(name, embed_dim=..., num_heads=..., **options)`` returns the
-:class:`attnlab.MultiHeadAttention` holding it; ``step(name, ...)`` the step alone, to call on
-heads (``step(q, k, v)``) as :func:`attnlab.attend` is; ``names()`` names them (the registry is
+Each variant is an attention step (:class:`attnlab.layers.step.AttentionStep`) or a sequence
+mixer (:class:`attnlab.layers.mixer.SequenceMixer`, ``select(mixer=True)``).
+``create(name, embed_dim=..., num_heads=..., **options)`` returns the layer: the
+:class:`attnlab.MultiHeadAttention` holding a step, or the mixer itself; ``step(name, ...)`` a
+step alone, to call on heads (``step(q, k, v)``) as :func:`attnlab.attend` is; ``names()`` names them (the registry is
 :data:`VARIANTS`). The gated linear-attention family (``select(family="gated")``) shares
 :class:`GatedRecurrence` and the three forms of :mod:`attnlab.efficient.recurrence`.
 ``"dense"`` is exact attention. A module of this package that registers a variant is imported
@@ -32,7 +33,7 @@ from . import nystrom as _nystrom  # noqa: F401
 from . import naive as _naive  # noqa: F401
 # isort: on
 from ..layers.exact import DenseStep
-from ..layers.step import AttentionStep, StepCall, StepInputs
+from ..layers.step import AttentionStep, StepCall
 from .base import (
     LAYER_OPTIONS,
     VARIANTS,
@@ -45,6 +46,7 @@ from .base import (
     budgets,
     capabilities,
     create,
+    is_mixer,
     names,
     register,
     select,
@@ -72,10 +74,10 @@ __all__ = [
     "LAYER_OPTIONS",
     "VariantRegistry",
     "create",
+    "is_mixer",
     "step",
     "AttentionStep",
     "StepCall",
-    "StepInputs",
     "names",
     "register",
     "budget",

@@ -1,10 +1,13 @@
 """The interface of the efficient (approximate or sparse) attention variants, and their registry.
 
-Every variant is an attention step (:class:`attnlab.layers.step.AttentionStep`) that a
-:class:`attnlab.MultiHeadAttention` holds: the same projections ``W^q, W^k, W^v, W^o`` around
-it (so weights load from a dense layer, and the exact limits can be tested with identical
-weights), the same call signature and the same :class:`attnlab.AttentionResult` output.
-:func:`create` builds the layer holding the step, :func:`step` the step alone, usable on heads.
+A variant is one of two kinds (:mod:`attnlab.layers.mixer`). An attention step
+(:class:`attnlab.layers.step.AttentionStep`) is held by a :class:`attnlab.MultiHeadAttention`:
+the same projections ``W^q, W^k, W^v, W^o`` around it (so weights load from a dense layer, and
+the exact limits can be tested with identical weights). A sequence mixer
+(:class:`attnlab.layers.mixer.SequenceMixer`: the gated family, DeltaProduct, FoX) is the layer
+itself, owning its projections, gates and norm. Both take the same call and give the same
+:class:`attnlab.AttentionResult`. :func:`create` builds the layer, :func:`step` a step alone,
+usable on heads.
 What a variant cannot do it refuses with a clear error instead of silently computing something
 else, from its declaration (:func:`attnlab.layers.step.check_call`):
 
@@ -37,14 +40,21 @@ from ..core import masks
 from ..core.attend import AttentionResult
 from ..layers.budget import Budget, Sweep
 from ..layers.exact import DenseStep
+from ..layers.mixer import SequenceMixer
 from ..layers.multihead import MultiHeadAttention
 from ..layers.step import AttentionStep, Capabilities, StepCall
 from ..registry import Registry, keyword_options
 from ..validate import ArgumentTypeError
 
 __all__ = ["LAYER_OPTIONS", "VARIANTS", "Budget", "EfficientStep", "PatternStep", "Sweep", "VariantRegistry", "budget",
-           "budgets", "capabilities", "check_documents", "create", "names", "per_document", "register", "select",
-           "step"]
+           "budgets", "capabilities", "check_documents", "create", "is_mixer", "names", "per_document", "register",
+           "select", "step"]
+
+def is_mixer(cls) -> bool:
+    """Whether the registered class ``cls`` is a sequence mixer (the layer itself,
+    :class:`attnlab.layers.mixer.SequenceMixer`) rather than an attention step a layer holds."""
+    return isinstance(cls, type) and issubclass(cls, SequenceMixer)
+
 
 def check_documents(step, docs) -> None:
     """``ValueError`` unless packed documents ask for the layer's own pattern (causal as the layer,
@@ -189,18 +199,28 @@ class VariantRegistry(Registry):
         return [n for n in names if n not in last] + last
 
     def options(self, name: str) -> list[str] | None:
-        own = keyword_options(self.get(name))
-        return None if own is None else sorted({*own, *LAYER_OPTIONS})
+        """The keyword options of the variant ``name``: a mixer's own (its layer options among them), a step's and
+        its layer's (:data:`LAYER_OPTIONS`)."""
+        cls = self.get(name)
+        own = keyword_options(cls)
+        if own is None or is_mixer(cls):
+            return own
+        return sorted({*own, *LAYER_OPTIONS})
 
     def create(self, name: str, *args, **options):
-        """The layer holding the step ``name``: ``create(name, embed_dim, num_heads, **options)``."""
+        """The layer of the variant ``name``: ``create(name, embed_dim, num_heads, **options)``; a
+        sequence mixer is the layer itself, an attention step is held by a
+        :class:`attnlab.MultiHeadAttention` (exact attention's score drawn before the layer's
+        projections, as a layer building its own draws it; every other step's parameters after)."""
         self.check_options(name, options)
         cls = self.get(name)
+        if is_mixer(cls):
+            return cls(*args, **options)
         takes = set(keyword_options(cls) or ())
         layer_options = {k: v for k, v in options.items() if k in LAYER_OPTIONS}  # max_len: the layer's and linformer's
         build = functools.partial(cls, *args, **{k: v for k, v in options.items()
                                                  if k in takes or k not in LAYER_OPTIONS})
-        return MultiHeadAttention(*args, step=build() if cls.drawn_first else build, **layer_options)
+        return MultiHeadAttention(*args, step=build() if issubclass(cls, DenseStep) else build, **layer_options)
 
 
 VARIANTS: VariantRegistry = VariantRegistry("attention")
@@ -229,7 +249,7 @@ def capabilities(name: str) -> Capabilities:
 
 
 def select(*, causal: bool | None = None, decodes: bool | None = None, exact: bool | None = None,
-           forms_scores: bool | None = None, needs_input: bool | None = None, reference: bool | None = None,
+           forms_scores: bool | None = None, mixer: bool | None = None, reference: bool | None = None,
            family: str | None = None) -> list[str]:
     """The registered variants whose declared :class:`attnlab.layers.step.Capabilities` match, in
     the order they were registered (``"dense"`` first); every criterion left None matches all.
@@ -239,14 +259,14 @@ def select(*, causal: bool | None = None, decodes: bool | None = None, exact: bo
         decodes: has cached decoding (``capabilities.cache`` is set).
         exact: computes exact attention (under its pattern).
         forms_scores: forms every allowed score (bias, score functions, weights).
-        needs_input: its step reads the layer's input (gates).
+        mixer: it is a sequence mixer (a layer ``x -> y`` owning its projections), not an attention step.
         reference: a slow reference of another variant (``dense_naive``).
         family: its family (``"exact"``, ``"pattern"``, ``"gated"``, ...).
     """
     def keep(c: Capabilities) -> bool:
         return all(want is None or have == want for want, have in (
             (causal, c.causal is not None), (decodes, c.cache is not None), (exact, c.exact),
-            (forms_scores, c.forms_scores), (needs_input, c.needs_input), (reference, c.reference), (family, c.family)))
+            (forms_scores, c.forms_scores), (mixer, c.mixer), (reference, c.reference), (family, c.family)))
 
     return [n for n in VARIANTS.in_order() if keep(capabilities(n))]
 
@@ -267,8 +287,10 @@ def budgets() -> dict[str, Budget]:
     return {n: budget(n) for n in VARIANTS.in_order()}
 
 
-def create(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention:
-    """A :class:`attnlab.MultiHeadAttention` holding the attention step ``name`` (see :func:`names`).
+def create(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHeadAttention | SequenceMixer:
+    """The layer of the variant ``name`` (see :func:`names`): a :class:`attnlab.MultiHeadAttention`
+    holding its attention step, or the sequence mixer itself (:class:`attnlab.layers.mixer.SequenceMixer`:
+    ``select(mixer=True)``). Both are called alike: ``layer(x, mask=..., positions=..., cache=...)``.
 
     Args:
         name: the variant (``"dense"``: exact attention, whose options are ``score``,
@@ -276,7 +298,8 @@ def create(name: str, *, embed_dim: int, num_heads: int, **options) -> MultiHead
             every call's mask).
         embed_dim: E. num_heads: H.
         **options: the step's keyword options (``causal=``, ``window=``, ``num_features=``, ...)
-            and the layer's (:data:`LAYER_OPTIONS`: ``positional=``, ``num_kv_heads=``, ...).
+            and the layer's (:data:`LAYER_OPTIONS`: ``positional=``, ``num_kv_heads=``, ...); a
+            mixer's own (its ``__init__``'s, the layer options it takes among them).
     """
     return VARIANTS.create(name, embed_dim, num_heads, **options)
 
@@ -293,6 +316,9 @@ def step(name: str, *, embed_dim: int, num_heads: int, **options) -> AttentionSt
         **options: the step's keyword options (``causal=``, ``window=``, ``score=``, ...).
     """
     cls = VARIANTS.get(name)
+    if is_mixer(cls):
+        raise ValueError(f"the {name!r} attention is a sequence mixer: it owns its projections, gates and norm, so it "
+                         f"has no step to call on heads; create the layer with attnlab.efficient.create({name!r}, ...)")
     takes = keyword_options(cls)
     bad = [] if takes is None else [k for k in options if k not in takes]
     if bad:

@@ -13,7 +13,8 @@ from ..core.attend import AttentionResult
 from ..core.score_mods import ScoreMod, compose
 from ..layers.cache import ForgetKVCache
 from ..layers.exact import DenseStep
-from ..layers.step import StepCall
+from ..layers.mixer import SequenceMixer, Tokens
+from ..layers.step import Capabilities, StepCall
 from .base import Budget, register
 
 __all__ = ["ForgettingAttention", "forget_decay"]
@@ -45,7 +46,7 @@ def forget_decay(c: torch.Tensor, *, causal: bool, queries: torch.Tensor | None 
 
 
 @register("fox")
-class ForgettingAttention(DenseStep):
+class ForgettingAttention(SequenceMixer):
     """Forgetting attention (FoX): softmax attention with a data-dependent forget gate (Lin et al. 2025,
     https://arxiv.org/abs/2503.02130).
 
@@ -64,7 +65,7 @@ class ForgettingAttention(DenseStep):
     mask, dropout, grouped keys; ``return_weights`` gives the weights), and equal to the
     causal ``dense`` layer in the limit ``f -> 1``.
 
-    Masks: any. A padded token (one no query may see: :meth:`attnlab.layers.step.StepCall.hidden_keys`) does not forget
+    Masks: any. A padded token (one no query may see: :meth:`attnlab.layers.mixer.Tokens.hidden`) does not forget
     (``log f = 0`` there), so padding anywhere in a row, even between real tokens, changes nothing
     for the real ones. The decay counts the tokens between key and query in the row, not their
     position values: packed documents (:class:`attnlab.masks.Documents`, positions restarting)
@@ -78,8 +79,9 @@ class ForgettingAttention(DenseStep):
             non-exact variant). ``False`` (an encoder's default): every query sees every key,
             with the decay over the tokens between them in either direction (attnlab's
             bidirectional form, not in the paper; it equals the causal form for ``j <= i``).
-        **options: as for :class:`attnlab.layers.exact.DenseStep` (``score``, ``normalize``,
-            ``dropout``); the layer holding it takes any positional encoding and grouped keys.
+        score, score_options, normalize, dropout: the exact attention's (:class:`attnlab.layers.exact.DenseStep`,
+            held as :attr:`attention`).
+        **options: every mixer's (:class:`attnlab.layers.mixer.SequenceMixer`): any positional encoding, grouped keys.
 
     Decoding (causal form): ``new_cache()`` gives a :class:`attnlab.layers.cache.ForgetKVCache`,
     every held key and value with its ``c_j``; ``n`` new tokens continue the sum,
@@ -87,30 +89,35 @@ class ForgettingAttention(DenseStep):
     ``c_i - c_j``: the outputs of the whole sequence, token by token or a few at a time, key
     padding included (:meth:`decode_heads`).
 
-    Refuses, as its declaration says (:func:`attnlab.layers.step.check_call`): a key or value (it
-    is self-attention: the gates come from the query's tokens), ``kdim`` / ``vdim`` other than
-    E, a cache for the bidirectional form (a new token would change the decay of the held
+    Refuses, as its declaration says: a key or value (it is self-attention: the gates come from the
+    query's tokens), a cache for the bidirectional form (a new token would change the decay of the held
     queries) or a cache of another kind, and ring attention
     (:class:`attnlab.distributed.ShardedMask`: the cumulative gates span the whole sequence; the
     step declares ``exact=False``, it is not dense attention).
     """
 
-    capabilities = DenseStep.capabilities.with_changes(causal="option", cache="forget", exact=False, needs_input=True,
-                                                       family="gated softmax")
+    capabilities = Capabilities(causal="option", masks="any", forms_scores=True, cache="forget", grouped_kv=True,
+                                exact=False, mixer=True, family="gated softmax")
     budget = Budget()  # exact in its own terms, no knob: not a point of the approximation table
-    drawn_first = False  # its forget gate, drawn after the projections
+    no_cache_reason = "its bidirectional form's decay changes with every new token"
+    renamed_keys = (("step.score.", "attention.score."), ("score.", "attention.score."), ("step.", ""))
 
-    def __init__(self, embed_dim: int, num_heads: int, *, causal: bool = False, **options):
+    def __init__(self, embed_dim: int, num_heads: int, *, causal: bool = False, score="scaled_dot",
+                 score_options: dict | None = None, normalize="softmax", dropout: float = 0.0, **options):
         super().__init__(embed_dim, num_heads, causal=causal, **options)
+        self.attention = DenseStep(self.embed_dim, self.num_heads, score=score, score_options=score_options,
+                                   normalize=normalize, dropout=dropout)
         self.fgate_proj = nn.Linear(self.embed_dim, self.num_heads, bias=True)
         self.reset_gate()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, score={self.attention.score_name!r}, normalize={self.attention.normalize!r}"
 
     def reset_gate(self) -> None:
         """The paper's initialisation of the forget gate: weights ``N(0, 0.02^2)``, bias 0 (``f`` near 1/2)."""
         nn.init.normal_(self.fgate_proj.weight, std=0.02)
         nn.init.zeros_(self.fgate_proj.bias)
 
-    # ---------------------------------------------------------------- the step
     def log_forget(self, x: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
         """``log f`` ``(B, H, N)`` from the inputs ``x`` ``(B, N, E)``, in at least float32; 0 (no
         forgetting) at ``padding`` ``(B, N)`` (whose inputs are zeroed first, so that NaN there
@@ -122,43 +129,50 @@ class ForgettingAttention(DenseStep):
             log_f = torch.where(padding[:, None, :], torch.zeros((), dtype=log_f.dtype, device=log_f.device), log_f)
         return log_f
 
-    def attend(self, q, k, v, call: StepCall) -> AttentionResult:
-        """Forgetting attention on the projected heads: the gates from ``call.inputs.x``, ``rope``
-        at ``call.inputs.positions``, then :func:`attnlab.attend` with the decay composed after
-        the call's score function (under the causal mask and the call's when causal); with a
-        cache (``call.state``), :meth:`decode_heads`."""
-        if call.state is not None:
-            return self.decode_heads(q, k, v, call)
-        inputs = call.inputs
-        assert inputs is not None  # the call was checked: a step that reads the layer's input has it
-        b, n = q.shape[0], q.shape[2]
-        mask = call.combined(masks.causal(), q) if self.causal else call.combined(None, q)
-        c = self.log_forget(inputs.x, call.hidden_keys(b, n, q.device)).cumsum(-1)  # (B, H, N)
-        q, k = inputs.rotate(q, k)
-        return self.exact(q, k, v, call, mask=mask,
-                          score_mod=compose(call.score_mod, forget_decay(c, causal=self.causal)))
+    def _rotate(self, q, k, positions):
+        pe = self.positional
+        if pe is None or pe.kind != "rotation":
+            return q, k
+        return pe.rotate(q, k, positions, positions)
 
-    def decode_heads(self, q, k, v, call: StepCall) -> AttentionResult:
+    def _score_mod(self, q_positions, k_positions):
+        pe = self.positional
+        return pe.score_mod(q_positions, k_positions) if pe is not None and pe.kind == "bias" else None
+
+    def mix(self, q, k, v, tokens: Tokens, *, bias=None, return_weights: bool = False) -> AttentionResult:
+        """Forgetting attention on the projected heads: the gates from ``tokens.x``, ``rope`` at
+        ``tokens.positions``, then :func:`attnlab.attend` with the decay composed after the bias
+        encoding's score function (under the causal mask and the call's when causal); with a
+        cache, :meth:`decode_heads`."""
+        tokens.check_heads(self.name, q, k, v)
+        if tokens.cache is not None:
+            return self.decode_heads(q, k, v, tokens, return_weights=return_weights)
+        call = StepCall(mask=tokens.mask)
+        mask = call.combined(masks.causal(), q) if self.causal else call.combined(None, q)
+        c = self.log_forget(tokens.x, tokens.hidden()).cumsum(-1)  # (B, H, N)
+        pos = tokens.positions
+        q, k = self._rotate(q, k, pos)
+        mod = compose(self._score_mod(pos, pos), forget_decay(c, causal=self.causal))
+        return self.attention.exact(q, k, v, call, mask=mask, bias=bias, return_weights=return_weights, score_mod=mod)
+
+    def decode_heads(self, q, k, v, tokens: Tokens, *, return_weights: bool = False) -> AttentionResult:
         """Cached decoding: ``n`` new tokens' heads ``(B, H|G, n, D)`` after the ``seen`` held ones.
 
-        ``call.state`` is the :class:`attnlab.layers.cache.ForgetKVCache`. Their gates ``log f``
-        from ``inputs.x`` (0 at the padding the call's ``mask`` gives: their key padding,
-        ``(B, 1, 1, n)`` or :func:`attnlab.masks.valid_keys`), ``rope`` at ``inputs.positions``
+        ``tokens.cache`` is the :class:`attnlab.layers.cache.ForgetKVCache`. Their gates ``log f``
+        from ``tokens.x`` (0 at their key padding), ``rope`` at ``tokens.positions``
         (``seen .. seen + n - 1``), then :meth:`attnlab.layers.cache.ForgetKVCache.write` keeps
         the keys, values and ``c = c_{seen - 1} + cumsum(log f)``, and every new query ``i``
         attends to the held keys ``j <= i`` (not padding) with ``score + c_i - c_j``: for the
-        query, what the whole sequence gives it. ``score_mod``: at the new and the held
-        positions (the cache's bias encoding)."""
-        cache, inputs = call.state, call.inputs
-        # checked: the input, and the cache its declaration names
-        assert inputs is not None and isinstance(cache, ForgetKVCache)
-        b, n = q.shape[0], q.shape[2]
-        # the new tokens' (the cache's source refused any other mask)
-        valid = call.key_padding(b, n, self.name, q.device)
-        log_f = self.log_forget(inputs.x, None if valid is None else ~valid)  # (B, H, n)
-        pos = inputs.positions
-        q, k = inputs.rotate(q, k)  # the keys enter the cache rotated, as a KVCache's
+        query, what the whole sequence gives it; a bias encoding at the new and the held positions."""
+        cache = tokens.cache
+        assert isinstance(cache, ForgetKVCache)  # checked: the cache its declaration names
+        n = q.shape[2]
+        valid = tokens.key_padding(self.name)
+        log_f = self.log_forget(tokens.x, None if valid is None else ~valid)  # (B, H, n)
+        pos = tokens.positions
+        q, k = self._rotate(q, k, pos)  # the keys enter the cache rotated, as a KVCache's
         keys, values, key_valid, kpos, c = cache.write(k, v, log_f, valid)  # c: (B, H, S), the new queries' the last n
-        return self.exact(q, keys, values, call, mask=cache.mask(pos, kpos, key_valid),
-                          score_mod=compose(call.score_mod,
-                                            forget_decay(c, causal=True, queries=c[..., c.shape[-1] - n :])))
+        mod = compose(self._score_mod(pos, torch.arange(cache.seen, device=q.device)),
+                      forget_decay(c, causal=True, queries=c[..., c.shape[-1] - n :]))
+        call = StepCall(state=cache, return_weights=return_weights)
+        return self.attention.exact(q, keys, values, call, mask=cache.mask(pos, kpos, key_valid), score_mod=mod)

@@ -32,11 +32,12 @@ from torch import nn
 
 from ..core.amp import upcast
 from ..core.attend import AttentionResult
+from ..layers.mixer import SequenceMixer, Tokens
 from ..layers.state import MatrixState
-from ..layers.step import StepCall, StepInputs
 from ..validate import choice, int_at_least, positive_int
 from . import recurrence
-from .base import EfficientStep, check_documents, per_document
+from .base import check_documents, per_document
+from .scan import Cut, Pass, Pieces, ScanSegment, ScanView, conv_heads, scan_positions
 
 __all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "PaddingInsideWarning", "inverse_softplus",
            "time_step_bias"]
@@ -63,47 +64,6 @@ def time_step_bias(num_heads: int, lo: float = 1e-3, hi: float = 0.1) -> torch.T
     return inverse_softplus(dt)
 
 
-def _positions(t: torch.Tensor, a: int, b: int, dim: int, reverse: bool) -> torch.Tensor:
-    """Positions ``[a, b)`` of a scan along ``dim`` of ``t`` (a view); ``reverse``: of the scan from
-    the last position to the first (positions ``[N - b, N - a)`` of ``t``, flipped: a copy)."""
-    if reverse:
-        return t.narrow(dim, t.shape[dim] - b, b - a).flip(dim)
-    return t.narrow(dim, a, b - a)
-
-
-class _Cut:
-    """Tensors cut once at the positions ``points`` (:meth:`cut`: one
-    ``torch.split``, whose backward gathers the pieces' gradients in one concatenation, where a
-    slice per segment would give autograd a full-size zero gradient per segment)."""
-
-    def __init__(self, n: int, points):
-        self.n = n
-        self.points = sorted({0, n, *(min(max(p, 0), n) for p in points)})
-        self.index = {p: i for i, p in enumerate(self.points)}
-
-    def cut(self, t: torch.Tensor, dim: int) -> list[torch.Tensor]:
-        """``t``'s pieces between the points along ``dim``, its positions (views)."""
-        return list(t.split([b - a for a, b in zip(self.points, self.points[1:])], dim))
-
-
-class _Scan:
-    """A scan's view of a :class:`_Cut`: ``reverse``, from the last position to the first."""
-
-    def __init__(self, cut: _Cut, reverse: bool):
-        self.cut, self.reverse = cut, reverse
-
-    def read(self, pieces: list[torch.Tensor], a: int, b: int, dim: int = 2) -> torch.Tensor:
-        """Positions ``[a, b)`` of the scan from a tensor's ``pieces`` (where the cut has points),
-        its positions along ``dim``."""
-        cut = self.cut
-        if self.reverse:
-            a, b = cut.n - b, cut.n - a
-        parts = pieces[cut.index[a]:cut.index[b]]
-        if self.reverse:
-            parts = [t.flip(dim) for t in reversed(parts)]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
-
-
 class PaddingInsideWarning(UserWarning):
     """Key padding hides positions between real tokens of a layer with a short convolution: its
     window counts positions, so the real tokens after such a gap see the gap as zeros instead of
@@ -124,11 +84,12 @@ def _warn_if_padding_inside(valid: torch.Tensor, name: str) -> bool:
     return True
 
 
-class GatedRecurrence(EfficientStep):
-    """Base class of the gated linear-attention family's steps (see the module's documentation).
+class GatedRecurrence(SequenceMixer):
+    """Base class of the gated linear-attention family's mixers (see the module's documentation).
 
-    In the layer holding it: ``rope`` or an input encoding, and grouped key / value heads (they
-    share keys and values; the state and gates stay per head).
+    Options beside every mixer's (:class:`attnlab.layers.mixer.SequenceMixer`: ``positional``
+    such as ``rope`` or an input encoding, grouped key / value heads that share keys and values
+    while the state and gates stay per head):
 
     Args:
         embed_dim: E, the width of the layer's input: H heads of ``D = E / H`` channels, each
@@ -149,8 +110,10 @@ class GatedRecurrence(EfficientStep):
             none; default: the width in the variant's paper, :attr:`default_conv_size`).
     """
 
-    capabilities = EfficientStep.capabilities.with_changes(cache="matrix", needs_input=True, family="gated")
+    capabilities = SequenceMixer.capabilities.with_changes(cache="matrix", family="gated")
+    no_cache_reason = "its state is causal"
     delta: bool = False  # the delta rule (True) or a gated sum (False)
+    decay_per_channel: bool = False  # the log decay is (B, H, N, D) (GLA, KDA), else (B, H, N) or none
     default_conv_size: int = 0
     """``conv_size``'s default (the variant's paper's; ``attnlab list variants NAME`` shows it)."""
     q_scale: bool = True  # q scaled by D^-1/2, as fla's kernels do
@@ -161,12 +124,21 @@ class GatedRecurrence(EfficientStep):
     def __init__(self, embed_dim: int, num_heads: int, *, chunk: int = recurrence.CHUNK, segment: int | None = None,
                  mode: str = "chunk", conv_size: int | None = None, **options):
         super().__init__(embed_dim, num_heads, **options)
-        self.chunk, self.mode = positive_int("chunk", chunk), choice("mode", mode, MODES)
+        self.chunk, self.mode = positive_int("chunk", chunk), mode
         segment = int_at_least("segment", self.default_segment if segment is None else segment, 0)
         self.segment = segment or None  # None: one segment
         self.conv_size = k = int_at_least("conv_size", self.default_conv_size if conv_size is None else conv_size, 0)
         width = 3 * self.embed_dim  # q, k and v (keys and values repeated to H heads)
         self.conv = nn.Conv1d(width, width, k, groups=width, bias=False) if k else None
+
+    @property
+    def mode(self) -> str:
+        """The form the layer computes with (:data:`MODES`); set to another, checked."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        self._mode = choice("mode", mode, MODES)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, chunk={self.chunk}, segment={self.segment or 0}, mode={self.mode!r}, "
@@ -175,10 +147,9 @@ class GatedRecurrence(EfficientStep):
     # ---------------------------------------------------------------- what a subclass defines
     def gates(self, x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """``(g, beta)`` from the inputs ``x`` ``(B, N, E)``: the log decay ``g`` ``(B, H, N)`` (per
-        head) or ``(B, H, N, D)`` (per key channel) or None, and the write strength ``beta``
-        ``(B, H, N)`` (the delta rule's learning rate; a gated sum's key scale) or None. Position
-        by position (the layer calls it on each segment of positions, and on none to learn the
-        decay's shape)."""
+        head) or ``(B, H, N, D)`` (per key channel, :attr:`decay_per_channel`) or None, and the
+        write strength ``beta`` ``(B, H, N)`` (the delta rule's learning rate; a gated sum's key
+        scale) or None. Position by position (the mixer calls it on each segment of positions)."""
         return None, None
 
     def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,67 +162,78 @@ class GatedRecurrence(EfficientStep):
         norm and gate (default: none)."""
         return o
 
-    # ---------------------------------------------------------------- the step
-    def attend(self, q, k, v, call: StepCall) -> AttentionResult:
+    # ---------------------------------------------------------------- the mixer
+    def mix(self, q, k, v, tokens: Tokens, *, bias=None, return_weights: bool = False) -> AttentionResult:
         """The gated recurrence on the projected heads (before the short convolution), its gates
-        computed from ``call.inputs.x``, rope applied at ``call.inputs.positions`` after the
-        convolution; ``call.state``: a :class:`MatrixState` when decoding (updated in place)."""
-        inputs, state, docs = call.inputs, call.state, call.documents
-        assert inputs is not None  # the call was checked: a step that reads the layer's input has it
-        x, pos, rotation = inputs.x, inputs.positions, inputs.rotation
+        computed from ``tokens.x``, rope applied at ``tokens.positions`` after the convolution;
+        ``tokens.cache``: a :class:`MatrixState` when decoding (updated in place). Packed documents:
+        in the chunkwise form every document in one call, in the reference forms one by one."""
+        tokens.check_heads(self.name, q, k, v)
+        docs = tokens.documents
+        if tokens.cache is None and docs is not None and self._mode != "chunk":
+            def run(q, k, v, x):  # the reference forms: each document alone
+                return self.mix(q, k, v, Tokens(x, torch.arange(x.shape[1], device=x.device))).output
+
+            return AttentionResult(per_document(self, run, docs, (q, k, v), tokens.x))
+        out = self.recur(q, k, v, tokens, both_ways=not self.causal)
+        if tokens.cache is not None:
+            tokens.cache.seen += q.shape[2]
+        return AttentionResult(self.finish(*out) if q.shape[2] else out[0])  # no positions: nothing to finish
+
+    def recur(self, q, k, v, tokens: Tokens, *, both_ways: bool):
+        """The scan(s) and what :meth:`finish` reads: ``(out, x, values)``, the heads' outputs
+        ``(B, H, N, Dv)``, the input with its padding zeroed and the values after the convolution
+        (where :attr:`finish_reads_values`, else None); ``both_ways``: add the scan from the last
+        position to the first. Packed documents: the chunkwise form (see :meth:`mix`)."""
+        x, state, docs = tokens.x, tokens.cache, tokens.documents
         b, n = x.shape[0], x.shape[1]
         if state is None and docs is not None:
-            if self.mode == "chunk":  # every document in one call of the chunkwise form
-                return AttentionResult(self._packed(q, k, v, x, docs, rotation))
-
-            def run(q, k, v, x):  # the reference forms: each document alone
-                at = torch.arange(x.shape[1], device=x.device)
-                return self.attend(q, k, v, StepCall(inputs=StepInputs(x, at, rotation))).output
-
-            return AttentionResult(per_document(self, run, docs, (q, k, v), x))
-        valid = call.key_padding(b, n, self.name, x.device)
+            return self._packed(q, k, v, x, docs, both_ways)
+        valid = tokens.key_padding(self.name)
         # looked at until it warns once: no host sync after that, no graph break
         if valid is not None and self.conv is not None and state is None \
                 and not getattr(self, "_warned_padding", False) and not torch.compiler.is_compiling():
             self._warned_padding = _warn_if_padding_inside(valid, self.name)
         if n == 0:
-            return AttentionResult(q.new_zeros(b, self.num_heads, 0, self.head_dim))
+            return q.new_zeros(b, self.num_heads, 0, self.head_dim), x, (v if self.finish_reads_values else None)
         if valid is not None:
             x = torch.where(valid[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
-        return AttentionResult(self._both_ways(q, k, v, x, valid, pos, rotation, state))
+        mode = "recurrent" if state is not None and n == 1 else self._mode
+        c = recurrence.chunk_length(self.chunk, n, per_channel=self.decay_per_channel)
+        out, vf = self._both_ways(q, k, v, Pass(x, valid, tokens.positions, state, None, mode, c, both_ways))
+        return out, x, vf
 
-    def _both_ways(self, q, k, v, x, valid, pos, rotation, state, cu=None):
-        """The gates, the scan (and, not causal, the reverse scan from the last position to the
-        first, whose documents come in reverse order), then :meth:`finish`. The projections and
-        the inputs are cut once at every position where a segment of either scan (or the
-        convolution's window before it) begins or ends (:class:`_Cut`): both scans read the same
-        pieces, so that the backward sums their gradients in place, one set of pieces; each
-        segment computes its gates from its inputs (:meth:`gates` is position-wise), so that they
-        too are computed again in the backward instead of kept."""
+    def _both_ways(self, q, k, v, run: Pass):
+        """The scan (and, ``run.both_ways``, the reverse scan from the last position to the first,
+        whose documents come in reverse order). The projections and the inputs are cut once at
+        every position where a segment of either scan (or the convolution's window before it)
+        begins or ends (:class:`Cut`): both scans read the same pieces, so that the backward sums
+        their gradients in place, one set of pieces; each segment computes its gates from its
+        inputs (:meth:`gates` is position-wise), so that they too are computed again in the
+        backward instead of kept. Returns the heads' outputs and the values after the convolution
+        (where :attr:`finish_reads_values`, else None)."""
         n = q.shape[2]
-        mode = "recurrent" if state is not None and n == 1 else self.mode
-        # per channel or per head: the gates of no position
-        c = recurrence.chunk_length(self.chunk, n, self.gates(x[:, :0])[0])
         # the positions before a segment its convolution reads
         halo = self.conv_size - 1 if self.conv is not None else 0
-        scans = [(False, cu, state)]
-        if not self.causal:  # the reverse scan: the same recurrence from the last position to the first
-            scans.append((True, None if cu is None else cu[-1] - cu.flip(0), None))
-        bounds = [recurrence.segment_bounds(n, c, self.segment if mode == "chunk" else None, offsets)
-                  for _, offsets, _ in scans]
-        points = [n - halo] if state is not None else []
-        for (reverse, _, _), segments in zip(scans, bounds):
+        cu = run.cu
+        scans = [(False, cu)]
+        if run.both_ways:  # the reverse scan: the same recurrence from the last position to the first
+            scans.append((True, None if cu is None else cu[-1] - cu.flip(0)))
+        bounds = [recurrence.segment_bounds(n, run.chunk, self.segment if run.mode == "chunk" else None, offsets)
+                  for _, offsets in scans]
+        points = [n - halo] if run.cache is not None else []
+        for (reverse, _), segments in zip(scans, bounds):
             points += [n - p if reverse else p for a, b in segments for p in (a, b, a - halo)]
-        cut = _Cut(n, points)
-        pieces = [cut.cut(t, 2) for t in (q, k, v)] + [cut.cut(x, 1)]
-        outs = [self._direction(cut, pieces, q, v, valid, pos, rotation, cache, offsets, mode, c, segments, reverse)
-                for (reverse, offsets, cache), segments in zip(scans, bounds)]
+        cut = Cut(n, points)
+        pieces = Pieces(cut.cut(q, 2), cut.cut(k, 2), cut.cut(v, 2), cut.cut(run.x, 1))
+        outs = [self._direction(ScanView(cut, reverse), pieces, run, offsets, segments)
+                for (reverse, offsets), segments in zip(scans, bounds)]
         out, vf = outs[0]
         if len(outs) > 1:
             out = out + outs[1][0].flip(2)
-        return self.finish(out, x, vf)
+        return out, vf
 
-    def _packed(self, q, k, v, x, docs, rotation) -> torch.Tensor:
+    def _packed(self, q, k, v, x, docs, both_ways: bool):
         """Packed documents in one call: every document of every row laid end to end in one row,
         the short convolution and the recurrence told where each starts (``cu_seqlens``), rope at
         the positions within each document; positions outside the documents give zeros."""
@@ -263,87 +245,59 @@ class GatedRecurrence(EfficientStep):
         pos = torch.cat([torch.arange(length, device=x.device) for length in lengths])
         cu = torch.tensor([0, *itertools.accumulate(lengths)], device=x.device)
         pick = lambda t: t.transpose(0, 1).flatten(1, 2)[:, where][None]  # noqa: E731 - (B, H, N, D) -> (1, H, M, D)
-        # (H, M, Dv)
-        out = self._both_ways(pick(q), pick(k), pick(v), x.flatten(0, 1)[where][None], None, pos, rotation, None, cu)[0]
-        full = out.new_zeros(out.shape[0], b * n, out.shape[-1]).index_copy(1, where, out)
-        return full.view(out.shape[0], b, n, -1).transpose(0, 1)
+        xs = x.flatten(0, 1)[where][None]
+        run = Pass(xs, None, pos, None, cu, self._mode, recurrence.chunk_length(self.chunk, int(where.numel()),
+                                                               per_channel=self.decay_per_channel), both_ways)
+        out, vf = self._both_ways(pick(q), pick(k), pick(v), run)
 
-    def _direction(self, cut, pieces, q, v, valid, pos, rotation, cache, cu, mode, c, bounds, reverse):
+        def spread(t):  # (1, H, M, D) -> (B, H, N, D), zeros outside the documents
+            t = t[0]
+            full = t.new_zeros(t.shape[0], b * n, t.shape[-1]).index_copy(1, where, t)
+            return full.view(t.shape[0], b, n, -1).transpose(0, 1)
+
+        return spread(out), x, (None if vf is None else spread(vf))
+
+    def _direction(self, scan: ScanView, pieces: Pieces, run: Pass, cu, bounds):
         """One scan over the projections q, k, v ``(B, H, N, D)`` and the gates, read from their
-        ``pieces`` (``reverse``: from the last position to the first; packed documents: ``cu`` their
-        offsets in the scan's order, a row of one): convolution, feature maps, rotation, padding
-        silenced, then the recurrence in ``mode``, chunks of ``c``. The chunkwise form runs it in
-        the segments ``bounds`` of :attr:`segment` positions
-        (:func:`~attnlab.efficient.recurrence.segmented`): under autograd the backward keeps the
-        projections and the state entering each segment, and computes the segment's convolution,
-        features and chunks again. Returns the heads' outputs, in the scan's order, and the values
-        after the convolution where :attr:`finish_reads_values` (else None)."""
-        n = q.shape[2]
+        ``pieces`` by ``scan`` (its ``reverse``: from the last position to the first; packed
+        documents: ``cu`` their offsets in the scan's order, a row of one): convolution, feature
+        maps, rotation, padding silenced, then the recurrence in ``run.mode``. The chunkwise form
+        runs it in the segments ``bounds`` (:func:`~attnlab.efficient.recurrence.segmented`):
+        under autograd the backward keeps the projections and the state entering each segment,
+        and computes the segment's convolution, features and chunks again. Returns the heads'
+        outputs, in the scan's order, and the values after the convolution where
+        :attr:`finish_reads_values` and the scan is forward (else None)."""
+        q, v = pieces.q[0], pieces.v[0]
+        n = sum(t.shape[2] for t in pieces.q)
         halo = self.conv_size - 1 if self.conv is not None else 0
-        scan = _Scan(cut, reverse)
-        cq, ck, cv, cx = pieces
+        cache = None if scan.reverse else run.cache
         before = None if cache is None else cache.conv
         if halo and cache is not None:  # the convolution's last inputs, for the next call
-            cache.conv = self._conv_inputs(scan, cq, ck, cv, valid, before, n - halo, n)
-        if self.delta:
-            fn = {"chunk": recurrence.chunk_delta, "parallel": recurrence.parallel_delta,
-                  "recurrent": recurrence.recurrent_delta}[mode]
-        else:
-            fn = {"chunk": recurrence.chunk_gated, "parallel": recurrence.parallel_gated,
-                  "recurrent": recurrence.recurrent_gated}[mode]
-        values = self.finish_reads_values and not reverse
-        zero = torch.zeros((), dtype=q.dtype, device=q.device)
-
-        def run(a, b, state, cu_part):
-            """Positions ``[a, b)`` of the scan from ``state``; ``cu_part``: the documents' pieces in them."""
-            if halo:
-                qs, ks, vs = self._short_conv(scan, cq, ck, cv, valid, before, a, b, cu)
-            else:
-                qs, ks, vs = (scan.read(t, a, b) for t in (cq, ck, cv))
-            qs, ks = self.features(qs, ks)
-            if rotation is not None:
-                at = _positions(pos, a, b, pos.dim() - 1, reverse)
-                qs, ks = rotation.rotate(qs, ks, at, at)
-            if self.q_scale:
-                qs = qs * self.head_dim ** -0.5
-            gs, bs = self.gates(scan.read(cx, a, b, 1))
-            if valid is not None:  # a padded token writes nothing and decays nothing
-                keep = _positions(valid, a, b, 1, reverse)[:, None, :, None]
-                qs, ks, vs = (torch.where(keep, t, zero) for t in (qs, ks, vs))
-                gs = None if gs is None else torch.where(keep if gs.dim() == 4 else keep[..., 0], gs, 0.0)
-                bs = None if bs is None else torch.where(keep[..., 0], bs, 0.0)
-            if bs is not None and not self.delta:
-                ks = upcast(ks) * bs[..., None]  # beta in its own float32: no rounding to the projections' bfloat16
-            args = (qs, ks, vs, bs, gs) if self.delta else (qs, ks, vs, gs)
-            extra = {"chunk": self.chunk, "cu_seqlens": cu_part, "segment": None} if mode == "chunk" else {}
-            # the recurrence in at least float32, as softmax's statistics (the gates were computed so: never rounded to
-            # bfloat16)
-            with torch.autocast(q.device.type, enabled=False):
-                out, state = fn(*(None if t is None else upcast(t) for t in args),
-                                state=None if state is None else upcast(state), **extra)
-            return (out, state, vs) if values else (out, state)
-
+            cache.conv = self._conv_inputs(scan, pieces, run.valid, before, (n - halo, n))
+        values = self.finish_reads_values and not scan.reverse
+        step = ScanSegment(self, scan, pieces, run, before, cu if run.mode == "chunk" else None)
         state = None if cache is None else cache.state
         if len(bounds) > 1:
             if state is None:  # zeros, one per row, or one per document when packed
                 rows = q.shape[0] if cu is None else cu.numel() - 1
                 state = q.new_zeros(rows, self.num_heads, q.shape[-1], v.shape[-1], dtype=upcast(q).dtype)
-            result = recurrence.segmented(run, n, chunk=c, state=state, cu_seqlens=cu, segment=self.segment)
+            result = recurrence.segmented(step, n, chunk=run.chunk, state=state, cu_seqlens=cu, segment=self.segment)
         else:
-            result = run(0, n, state, cu)
+            result = step(0, n, state, cu)
         if cache is not None:
             cache.state = result[1]
         return result[0], (result[2] if values else None)
 
-    def _conv_inputs(self, scan, cq, ck, cv, valid, before, a, b):
-        """The convolution's inputs at positions ``[a, b)`` of the scan, ``(B, b - a, C)``: q, k, v
-        (cut by ``scan``) side by side, each head's channels adjacent, padded tokens zeroed (they
-        enter as the convolution's zero padding does), positions before the first from ``before``
-        (the cache's last inputs) or zeros."""
+    def _conv_inputs(self, scan: ScanView, pieces: Pieces, valid, before, span: tuple[int, int]):
+        """The convolution's inputs at positions ``span = [a, b)`` of the scan, ``(B, b - a, C)``:
+        q, k, v (cut by ``scan``) side by side, each head's channels adjacent, padded tokens zeroed
+        (they enter as the convolution's zero padding does), positions before the first from
+        ``before`` (the cache's last inputs) or zeros."""
+        a, b = span
         start = max(a, 0)
-        parts = [scan.read(t, start, b) for t in (cq, ck, cv)]
+        parts = [scan.read(t, start, b) for t in (pieces.q, pieces.k, pieces.v)]
         if valid is not None:
-            keep = _positions(valid, start, b, 1, scan.reverse)[:, None, :, None]
+            keep = scan_positions(valid, start, b, 1, scan.reverse)[:, None, :, None]
             zero = torch.zeros((), dtype=parts[0].dtype, device=parts[0].device)
             parts = [torch.where(keep, t, zero) for t in parts]
         flat = torch.cat([t.transpose(1, 2).reshape(t.shape[0], b - start, -1) for t in parts], -1)  # (B, b - start, C)
@@ -353,39 +307,36 @@ class GatedRecurrence(EfficientStep):
             flat = torch.cat([lead, flat], 1)
         return flat
 
-    def _short_conv(self, scan, cq, ck, cv, valid, before, a, b, cu=None):
+    def short_conv(self, scan: ScanView, pieces: Pieces, valid, before, span: tuple[int, int], cu=None):
         """The depthwise causal convolution of width K over the projected q, k, v (then SiLU, as
-        in DeltaNet and Mamba-2) at positions ``[a, b)`` of the scan, reading the K - 1 positions
-        before ``a`` (before the first: the cache's last inputs when decoding, else zeros); packed
-        documents (``cu``): none reads an earlier one's inputs. Returns q, k, v ``(B, H, b - a, D)``."""
-        widths = [t[0].shape[1] * t[0].shape[3] for t in (cq, ck, cv)]
-        heads = [t[0].shape[1] for t in (cq, ck, cv)]
+        in DeltaNet and Mamba-2) at positions ``span = [a, b)`` of the scan, reading the K - 1
+        positions before ``a`` (before the first: the cache's last inputs when decoding, else
+        zeros); packed documents (``cu``): none reads an earlier one's inputs. Returns q, k, v
+        ``(B, H, b - a, D)``."""
+        a, b = span
+        assert self.conv is not None  # called where the mixer has a convolution
+        widths = [t[0].shape[1] * t[0].shape[3] for t in (pieces.q, pieces.k, pieces.v)]
+        heads = [t[0].shape[1] for t in (pieces.q, pieces.k, pieces.v)]
         if cu is not None:
             start = max(a - (self.conv_size - 1), 0)
-            flat = self._conv_inputs(scan, cq, ck, cv, valid, None, start, b)
+            flat = self._conv_inputs(scan, pieces, valid, None, (start, b))
             offsets = (cu - start).clamp(0, b - start)  # the documents' starts in the window
             mixed = F.silu(recurrence.causal_conv(flat.transpose(1, 2), self.conv.weight[:, 0].to(flat.dtype),
                                                   cu_seqlens=offsets))
-            return self._conv_heads(mixed[..., a - start:].transpose(1, 2).contiguous(), widths, heads)
-        full = self._conv_inputs(scan, cq, ck, cv, valid, before, a - (self.conv_size - 1), b)  # (B, K - 1 + b - a, C)
+            return conv_heads(mixed[..., a - start:].transpose(1, 2).contiguous(), widths, heads)
+        full = self._conv_inputs(scan, pieces, valid, before, (a - (self.conv_size - 1), b))  # (B, K - 1 + b - a, C)
         weight = self.conv.weight[:, 0]  # (C, K)
         if full.numel() <= CONV_PRODUCTS_MAX:  # K shifted products, in the positions' own layout, at least float32
             wide, n = upcast(full), b - a
             mixed = wide[:, :n] * weight[:, 0].to(wide.dtype)
             for j in range(1, self.conv_size):
                 mixed = torch.addcmul(mixed, wide[:, j:j + n], weight[:, j].to(wide.dtype))
-            return self._conv_heads(F.silu(mixed).to(full.dtype), widths, heads)
+            return conv_heads(F.silu(mixed).to(full.dtype), widths, heads)
         # channels-first and contiguous: conv1d's CPU kernel is fastest so on a long window, ahead of a transposed
         # view and of K shifted products (benchmarks/results/short-convolution-*)
         mixed = F.conv1d(full.transpose(1, 2).contiguous(), self.conv.weight.to(full.dtype), groups=full.shape[-1])
         mixed = F.silu(mixed).transpose(1, 2).contiguous()  # (B, b - a, C): each head's channels adjacent again
-        return self._conv_heads(mixed, widths, heads)
-
-    @staticmethod
-    def _conv_heads(mixed, widths, heads):
-        """``(B, N, C)`` back to q, k, v ``(B, H, N, D)``."""
-        b, n = mixed.shape[:2]
-        return tuple(part.view(b, n, h, -1).transpose(1, 2) for part, h in zip(mixed.split(widths, -1), heads))
+        return conv_heads(mixed, widths, heads)
 
 
 class HeadNorm(nn.Module):

@@ -27,6 +27,7 @@ class GatedLinearAttention(GatedRecurrence):
         gate_rank: the rank of the gate's projection. gate_temperature: tau.
     """
 
+    decay_per_channel = True  # one decay per head and key channel
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 
     def __init__(self, embed_dim: int, num_heads: int, *, gate_rank: int = 16, gate_temperature: float = 16.0,

@@ -47,6 +47,7 @@ class KimiDeltaAttention(DeltaNetAttention):
     output_gate = False  # the RMSNorm alone: KDA's output gate is its own (sigmoid, low rank), applied in finish
     beta_bias = False  # beta's projection has no bias, as the paper's layer
     norm_eps = 1e-5  # the reference's RMSNorm epsilon
+    decay_per_channel = True  # one decay per head and key channel
     default_segment = 512  # its per-channel products hold (C, C, D) per chunk: half the positions per segment
     budget = Budget()  # not an approximation of softmax: not in the approximation table
 

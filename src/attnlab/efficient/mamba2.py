@@ -33,9 +33,9 @@ class Mamba2Attention(GatedRecurrence):
     group; x keeps the head width, so each head's state is ``state_size x D``. ``ngroups=1``
     shares one B and C across all heads, as the paper's default (its ``d_state`` is
     ``state_size``); the output norm stays per head. The step then receives C and B per group
-    ``(B, ngroups, N, state_size)`` (what step hooks see) and the values per head. The layer
-    holding it projects C and B to that shape (:meth:`query_key_shape`), which takes neither
-    ``num_kv_heads`` nor ``head_mode="project"``, and ``rope`` only where ``state_size`` is the head width.
+    ``(B, ngroups, N, state_size)`` (what step hooks see) and the values per head: its ``q_proj``
+    and ``k_proj`` project to that shape, which takes no ``num_kv_heads``, and ``rope`` only where
+    ``state_size`` is the head width.
 
     Args:
         ngroups: the groups sharing B and C (must divide ``num_heads``; default: one per head).
@@ -64,15 +64,35 @@ class Mamba2Attention(GatedRecurrence):
         self.log_rate = nn.Parameter(torch.empty(h).uniform_(1, 16).log())  # A_h = -exp(log_rate)
         self.skip = nn.Parameter(torch.ones(h))  # D
         self.out_norm = HeadNorm(self.embed_dim, h, gate=True)
+        if self.grouped_bc:  # C and B of their own shape, drawn last (as the layer holding the step drew them)
+            self._project_bc()
+
+    def _project_bc(self) -> None:
+        """``q_proj`` and ``k_proj`` to C and B: ``ngroups`` heads of width ``state_size``."""
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError(f"the {self.name!r} attention's queries and keys are {self.ngroups} heads of width "
+                             f"{self.state_size}, its own: it takes no num_kv_heads")
+        pe = self.positional
+        if pe is not None and pe.kind == "rotation" and self.state_size != self.head_dim:
+            raise ValueError(f"the {pe.name!r} encoding rotates the {self.name!r} attention's queries and keys, of "
+                             f"width {self.state_size}: it needs them of the head width {self.head_dim}")
+        bias = self.q_proj.bias is not None
+        self.q_proj = nn.Linear(self.embed_dim, self.ngroups * self.state_size, bias=bias)
+        self.k_proj = nn.Linear(self.embed_dim, self.ngroups * self.state_size, bias=bias)
+        for lin in (self.q_proj, self.k_proj):
+            nn.init.xavier_uniform_(lin.weight)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
 
     @property
     def grouped_bc(self) -> bool:
         """Whether B and C are not the default (one per head, of the head width)."""
         return (self.ngroups, self.state_size) != (self.num_heads, self.head_dim)
 
-    def query_key_shape(self) -> tuple[int, int]:
-        """C and B: ``ngroups`` heads of width ``state_size`` (the layer projects to them)."""
-        return self.ngroups, self.state_size
+    @property
+    def query_heads(self) -> int:
+        """C and B come in ``ngroups`` heads."""
+        return self.ngroups
 
     def extra_repr(self) -> str:
         grouped = f", ngroups={self.ngroups}, state_size={self.state_size}" if self.grouped_bc else ""

@@ -278,12 +278,15 @@ def parallel_delta(q, k, v, beta, g=None, *, state=None, read=None):
 
 
 # ---------------------------------------------------------------------------- chunkwise forms
-def chunk_length(chunk: int, n: int, g: torch.Tensor | None = None) -> int:
+def chunk_length(chunk: int, n: int, g: torch.Tensor | None = None, *, per_channel: bool | None = None) -> int:
     """The positions per chunk the chunkwise forms take, asked for ``chunk`` over ``n`` positions with the log decay
-    ``g``: at most ``n`` (a shorter sequence is one chunk of its own length), and under a per-channel decay at most
-    :data:`CHANNEL_CHUNK` (e^-G_j within a chunk stays below e^(CHANNEL_CHUNK steps of decay))."""
+    ``g`` (or ``per_channel``: whether it is one per key channel): at most ``n`` (a shorter sequence is one chunk of its
+    own length), and under a per-channel decay at most :data:`CHANNEL_CHUNK` (e^-G_j within a chunk stays below
+    e^(CHANNEL_CHUNK steps of decay))."""
     c = min(positive_int("chunk", chunk), max(n, 1))
-    return min(c, CHANNEL_CHUNK) if g is not None and g.dim() == 4 else c
+    if per_channel is None:
+        per_channel = g is not None and g.dim() == 4
+    return min(c, CHANNEL_CHUNK) if per_channel else c
 
 
 def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor,

@@ -77,7 +77,7 @@ def _swappable() -> list[str]:
     """The variants a model's q, k and v can go through, from their declared capabilities: every
     step that does not read the layer's input (the gated recurrences compute gates from it), but
     dense (``"attnlab"`` itself) and the references of another variant (dense_naive)."""
-    return sorted(v for v in efficient.select(needs_input=False, reference=False) if v != "dense")
+    return sorted(v for v in efficient.select(mixer=False, reference=False) if v != "dense")
 
 
 def implementations() -> list[str]:

@@ -79,20 +79,21 @@ class NoCache:
     or the mask's (packed documents restart them, a shard holds its own), or the layer's defaults."""
 
     def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        if spanning.spans(mask) and (key is not None or value is not None or bias is not None or return_weights):
-            raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, bias or "
-                             "return_weights (the mask knows every shard's positions)")
-        query, key, value = silence_padding(query, key, value, mask)
         n, m = query.shape[1], (query if key is None else key).shape[1]
-        if positions is None and key_positions is None:
-            positions = key_positions = positions_of(mask, n, query.device)
+        if mask is not None:  # padding silenced, the positions a mask gives
+            if spanning.spans(mask) and (key is not None or value is not None or bias is not None or return_weights):
+                raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, "
+                                 "bias or return_weights (the mask knows every shard's positions)")
+            query, key, value = silence_padding(query, key, value, mask)
+            if positions is None and key_positions is None:
+                positions = key_positions = positions_of(mask, n, query.device)
         qpos, kpos = None, None
         if layer.positional is not None or positions is not None or key_positions is not None:
             qpos, kpos = layer.positions(n, m, positions, key_positions, query.device)
         return Call(query, key, value, qpos, kpos, mask)
 
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
-        return layer.attention_step(q, k, v, StepCall(call.mask, bias, score_mod, return_weights, inputs=inputs))
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
+        return layer.attention_step(q, k, v, StepCall(call.mask, bias, score_mod, return_weights))
 
 
 NO_CACHE = NoCache()
@@ -185,7 +186,7 @@ class KVCache:
         # absolute positions: the new keys are rotated once, as they enter; cache positions: at each step
         return Call(query, None, None, pos, pos, None, valid, rotate=self.positions == "absolute")
 
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
         if self.positions == "cache":  # StreamingLLM: each query ranks the held keys from its own window
             outs = [self._streaming(layer, q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1],
                                     None if call.valid is None else call.valid[:, i : i + 1], return_weights)
@@ -318,7 +319,7 @@ class ForgetKVCache(KVCache):
 
     FoX adds ``c_i - c_j`` to the score of query ``i`` and key ``j``, ``c_t = sum_{l <= t} log f_l``;
     new tokens continue the sum from :attr:`total`, so each query scores the held keys as the whole
-    sequence would (padding's ``log f`` is 0). Unbounded; the layer's step writes it (:meth:`write`).
+    sequence would (padding's ``log f`` is 0). Unbounded; the FoX mixer writes it (:meth:`write`).
     """
 
     c: torch.Tensor | None
@@ -343,16 +344,6 @@ class ForgetKVCache(KVCache):
         super().reorder(index)
         if self.c is not None:
             self.c = self.c[index]
-
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
-        """Hand the new tokens' heads to the layer's step, which writes them with their gates
-        (:meth:`write`): ``mask`` is their key padding ``(B, 1, 1, n)``, ``score_mod`` the bias
-        encoding's at their positions and the held keys' after the write (``0 .. seen + n - 1``)."""
-        assert call.qpos is not None  # begin() gives the new tokens' positions
-        mod = layer.score_mod(call.qpos, seen_positions(0, self.seen + q.shape[2], q.device))
-        return layer.attention_step(q, k, v, StepCall(state=self,
-                                                      mask=None if call.valid is None else call.valid[:, None, None, :],
-                                                      score_mod=mod, return_weights=return_weights, inputs=inputs))
 
     def write(self, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor, valid: torch.Tensor | None = None):
         """Write ``n`` new tokens and return what they attend to with the gates of both sides.
@@ -433,7 +424,7 @@ class StaticKV:
                              f"{query.shape[0]} (reorder() the cache to follow the rows)")
         return Call(query, None, None, None, None, mask, kv=(self.k, self.v))
 
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
         # held keys: no state to write
         return layer.attention_step(q, k, v, StepCall(mask=call.mask, return_weights=return_weights))
 

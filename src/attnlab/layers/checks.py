@@ -40,35 +40,16 @@ def built_step(step, embed_dim: int, num_heads: int) -> AttentionStep:
 
 
 def check_layer(step, layer) -> None:
-    """Refuse what the step declares the layer cannot be: grouped keys for a step whose keys are
-    its queries, key and value widths for a step that reads the layer's input (self-attention),
-    grouped or projected heads for a step with queries and keys of its own shape."""
-    caps, name = step.capabilities, step.name
-    qk_heads, qk_dim = step.query_key_shape()
-    if layer.num_kv_heads != layer.num_heads and caps.shared_qk:
-        raise ValueError(f"the {name!r} attention derives its keys from the queries: it takes no num_kv_heads")
-    for what in ("kdim", "vdim"):
-        if caps.needs_input and getattr(layer, what) != layer.embed_dim:
-            raise ValueError(f"the {name!r} attention is self-attention: {what} must equal embed_dim "
-                             f"({layer.embed_dim}), got {getattr(layer, what)!r}")
-    if (qk_heads, qk_dim) != (layer.num_heads, layer.head_dim) and (layer.num_kv_heads != layer.num_heads
-                                                                   or layer.head_mode != "split"):
-        raise ValueError(f"the {name!r} attention's queries and keys are {qk_heads} heads of width {qk_dim}, its own: "
-                         "it takes neither num_kv_heads nor head_mode='project'")
+    """Refuse what the step declares the layer cannot be: grouped keys for a step whose keys are its queries."""
+    if layer.num_kv_heads != layer.num_heads and step.capabilities.shared_qk:
+        raise ValueError(f"the {step.name!r} attention derives its keys from the queries: it takes no num_kv_heads")
 
 
-def check_positional(step, pe, head_dim: int) -> None:
-    """Refuse a bias encoding for a step that forms no scores, and a rotation of queries and keys
-    of another width than the head's."""
-    if pe is None:
-        return
-    qk_dim = step.query_key_shape()[1]
-    if pe.kind == "bias" and not step.capabilities.forms_scores:
+def check_positional(step, pe) -> None:
+    """Refuse a bias encoding for a step (or mixer) that forms no scores."""
+    if pe is not None and pe.kind == "bias" and not step.capabilities.forms_scores:
         raise ValueError(f"the {step.name!r} attention never forms the scores a bias encoding would add to; "
                          f"use rope or an input encoding, or the 'dense' attention for {pe.name!r}")
-    if pe.kind == "rotation" and qk_dim != head_dim:
-        raise ValueError(f"the {pe.name!r} encoding rotates the {step.name!r} attention's queries and keys, of width "
-                         f"{qk_dim}: it needs them of the head width {head_dim}")
 
 
 def make_positional(self, positional, options, max_len) -> PositionalEncoding | None:

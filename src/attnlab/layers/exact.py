@@ -34,7 +34,6 @@ class DenseStep(AttentionStep):
 
     name = "dense"
     budget = Budget()  # exact: nothing to budget
-    drawn_first = True  # its score, drawn before the projections
 
     def __init__(self, embed_dim: int, num_heads: int, *, score: str | Score | Callable = "scaled_dot",
                  score_options: dict | None = None, normalize: str | Callable = "softmax", dropout: float = 0.0,

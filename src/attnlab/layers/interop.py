@@ -90,7 +90,7 @@ def from_torch(cls, m: nn.MultiheadAttention):
 
 def to_torch(layer) -> nn.MultiheadAttention:
     """See :meth:`attnlab.MultiHeadAttention.to_torch`."""
-    same_math = type(layer.score) is ScaledDot and resolve_normalizer(layer.normalize) is softmax
+    same_math = type(layer.step.score) is ScaledDot and resolve_normalizer(layer.step.normalize) is softmax
     if layer.num_kv_heads != layer.num_heads:
         raise ValueError("to_torch needs one key / value head per query head (torch.nn.MultiheadAttention has no "
                          "grouped heads)")
@@ -100,7 +100,8 @@ def to_torch(layer) -> nn.MultiheadAttention:
     if layer.head_mode != "split" or not same_math or layer.positional is not None:
         raise ValueError(
             "to_torch needs head_mode='split', score='scaled_dot', normalize='softmax' and no positional "
-            f"encoding, got head_mode={layer.head_mode!r}, score={layer.score_name!r}, normalize={layer.normalize!r}, "
+            f"encoding, got head_mode={layer.head_mode!r}, score={layer.step.score_name!r}, "
+            f"normalize={layer.step.normalize!r}, "
             f"positional={None if layer.positional is None else layer.positional.name!r}"
         )
     has_bias = layer.q_proj.bias is not None
@@ -108,7 +109,7 @@ def to_torch(layer) -> nn.MultiheadAttention:
     m = nn.MultiheadAttention(
         layer.embed_dim,
         layer.num_heads,
-        dropout=layer.dropout,
+        dropout=layer.step.dropout,
         bias=has_bias,
         kdim=layer.kdim,
         vdim=layer.vdim,

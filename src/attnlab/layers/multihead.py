@@ -20,7 +20,7 @@ from .cache import KVCache, StaticKV, source_of
 from .exact import DenseStep
 from .padding import silence_padding
 from .state import MatrixState, RecurrentState, check_kind, make_cache
-from .step import AttentionStep, Capabilities, StepCall, StepInputs
+from .step import AttentionStep, Capabilities, StepCall
 
 __all__ = ["MultiHeadAttention", "silence_padding"]
 
@@ -40,9 +40,9 @@ class MultiHeadAttention(nn.Module):
 
     Both end with the output transform ``W^o``. Between them, the layer runs the attention step it holds (``step``, an
     :class:`attnlab.layers.step.AttentionStep`): exact attention (:class:`attnlab.layers.exact.DenseStep`) unless given
-    another, such as a variant of :mod:`attnlab.efficient` (``efficient.create(name, ...)`` builds both). The step's
-    attributes read and set through the layer (``layer.window`` is ``layer.step.window``). A checkpoint written before
-    the layer held its step (the step's parameters at the layer's top level) loads: its keys are mapped to ``step.*``.
+    another, such as a variant of :mod:`attnlab.efficient` (``efficient.create(name, ...)`` builds both; its options
+    are the step's: ``layer.step.window``). A checkpoint written before the layer held its step (the step's parameters
+    at the layer's top level) loads: its keys are mapped to ``step.*``.
 
     Args:
         embed_dim: E, the width of the queries and of the output.
@@ -73,15 +73,6 @@ class MultiHeadAttention(nn.Module):
 
     step: AttentionStep
     """The attention step this layer holds (registered as the submodule ``step``)."""
-
-    def __new__(cls, *args, **kwargs):
-        given = [k for k in ("variant", "attention") if k in kwargs]
-        if given:  # a variant is a step of its own, not an option of this one: say where they come from
-            raise TypeError(f"{cls.__name__} takes no {given[0]}= option: each attention variant is its own step, made "
-                            f"by attnlab.efficient.create({kwargs[given[0]]!r}, embed_dim=..., num_heads=..., "
-                            "**options) or given as step=attnlab.efficient.step(...) (the names: "
-                            "attnlab.efficient.names(); 'dense' is exact attention)")
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -136,16 +127,8 @@ class MultiHeadAttention(nn.Module):
         # a builder is called here: the step's parameters drawn after the projections
         built = checks.built_step(step, e, h)
         checks.check_layer(built, self)
-        checks.check_positional(built, self.positional, self.head_dim)
-        qk_heads, qk_dim = built.query_key_shape()
-        if (qk_heads, qk_dim) != (h, e // h):  # queries and keys of the step's own shape (Mamba-2's grouped B and C)
-            self.q_proj = nn.Linear(e, qk_heads * qk_dim, bias=bias)
-            self.k_proj = nn.Linear(e, qk_heads * qk_dim, bias=bias)
-            for lin in (self.q_proj, self.k_proj):
-                nn.init.xavier_uniform_(lin.weight)
-                if lin.bias is not None:
-                    nn.init.zeros_(lin.bias)
-        self.step = built  # last: from here on, the step's attributes read and set through the layer
+        checks.check_positional(built, self.positional)
+        self.step = built
         self.register_load_state_dict_pre_hook(migration.step_keys)
 
     @property
@@ -159,29 +142,6 @@ class MultiHeadAttention(nn.Module):
         exact attention takes any mask, forms scores, decodes with any :class:`KVCache` and takes
         grouped keys itself. Each variant's step declares its own."""
         return cast(AttentionStep, self._modules["step"]).capabilities
-
-    def __getattr__(self, name: str):
-        """The step's attributes read through the layer (``layer.window`` is ``layer.step.window``)."""
-        d = self.__dict__
-        # nn.Module's own lookup, without a second frame on the hot path
-        for store in ("_parameters", "_buffers", "_modules"):
-            found = d[store]
-            if name in found:
-                return found[name]
-        step = d["_modules"].get("step")
-        if step is None or name.startswith("_"):
-            return super().__getattr__(name)  # its AttributeError
-        return getattr(step, name)
-
-    def __setattr__(self, name: str, value) -> None:
-        """An attribute of the step, not of the layer, is set on the step (``layer.mode = "recurrent"``)."""
-        step = self.__dict__.get("_modules", {}).get("step")
-        if (step is not None and not name.startswith("_") and name not in self.__dict__
-                and not hasattr(type(self), name) and name not in self._modules and name not in self._parameters
-                and name not in self._buffers and hasattr(step, name)):
-            setattr(step, name, value)
-        else:
-            super().__setattr__(name, value)
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
@@ -234,13 +194,10 @@ class MultiHeadAttention(nn.Module):
         projs = [self.q_proj, self.v_proj] if shared else [self.q_proj, self.k_proj, self.v_proj]
         w, bias = interop.fused_weights(self, projs)
         out = F.linear(x, w, bias)
-        own = cast(AttentionStep, self._modules["step"]).query_key_shape()
-        # grouped, or the step's own q and k
-        if self.num_kv_heads != self.num_heads or own != (self.num_heads, self.head_dim):
+        if self.num_kv_heads != self.num_heads:  # grouped
             q, k, v = out.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
-            qk = own[0]
-            kh = self.num_kv_heads if qk == self.num_heads else qk
-            return (q.view(b, n, qk, -1).transpose(1, 2), k.view(b, n, kh, -1).transpose(1, 2),
+            return (q.view(b, n, self.num_heads, -1).transpose(1, 2),
+                    k.view(b, n, self.num_kv_heads, -1).transpose(1, 2),
                     v.view(b, n, self.num_kv_heads, -1).transpose(1, 2))
         # (B, H, N, D) each
         heads = out.view(b, n, len(projs), self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
@@ -306,32 +263,15 @@ class MultiHeadAttention(nn.Module):
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
         """
         source = source_of(cache)
-        caps = self.capabilities
-        if caps.needs_input and (key is not None or value is not None):
-            raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value (its step "
-                             "reads the layer's input)")
+        caps = cast(AttentionStep, self._modules["step"]).capabilities
         call = source.begin(self, query, key, value, mask=mask, positions=positions, key_positions=key_positions,
                             bias=bias, return_weights=return_weights)
         q, k, v, score_mod = self.project(call.query, call.key, call.value, positions=call.qpos,
-                                          key_positions=call.kpos, rotate=call.rotate and not caps.needs_input,
-                                          kv=call.kv)
+                                          key_positions=call.kpos, rotate=call.rotate, kv=call.kv)
         if not caps.grouped_kv:
             k, v = self.repeat_kv(k, v)
-        inputs = self.step_inputs(call) if caps.needs_input else None
-        res = source.attend(self, q, k, v, call, score_mod, bias=bias, return_weights=return_weights, inputs=inputs)
+        res = source.attend(self, q, k, v, call, score_mod, bias=bias, return_weights=return_weights)
         return AttentionResult(self.merge_heads(res.output), res.weights)  # concat heads, then W^o
-
-    def step_inputs(self, call) -> StepInputs:
-        """What a step that reads the layer's input receives (``capabilities.needs_input``): the
-        call's input and its queries' positions (``0..N-1`` unless given or a cache's)."""
-        if call.qpos is not None and call.kpos is not None and not torch.equal(call.qpos, call.kpos):
-            raise ValueError(f"the {self.name!r} attention is self-attention: its keys are its queries, so "
-                             "key_positions must equal positions (or be left out)")
-        pos = call.qpos if call.qpos is not None else call.kpos
-        if pos is None:
-            pos = torch.arange(call.query.shape[1], device=call.query.device)
-        pe = self.positional
-        return StepInputs(call.query, pos, pe if pe is not None and pe.kind == "rotation" else None)
 
     def score_mod(self, q_positions: torch.Tensor | None, k_positions: torch.Tensor | None):
         """The bias encoding's score function at these positions, or None (no bias encoding)."""
@@ -346,7 +286,7 @@ class MultiHeadAttention(nn.Module):
         encodings added first, ``rope`` rotation after, unless ``rotate`` is False), and the bias encoding's score
         function at these positions (or None). ``kv``: keys and values already projected (a cross-attention cache). The
         attention viewer reads q, k and v through this method."""
-        self.check_input("query", query, self.embed_dim, None)
+        checks.check_input(self, "query", query, self.embed_dim, None)
         if kv is None:
             key = query if key is None else key
             value = key if value is None else value

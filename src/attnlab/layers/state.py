@@ -45,10 +45,10 @@ class ConstantSizeState:
         pos = seen_positions(self.seen, query.shape[1], query.device)
         return Call(query, None, None, pos, pos, None, valid)
 
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights, inputs=None) -> AttentionResult:
+    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
         seen = self.seen
         mask = None if call.valid is None else call.valid[:, None, None, :]
-        res = layer.attention_step(q, k, v, StepCall(mask=mask, state=self, inputs=inputs))
+        res = layer.attention_step(q, k, v, StepCall(mask=mask, state=self))
         self.seen = seen + q.shape[2]
         return res
 

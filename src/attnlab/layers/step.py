@@ -10,9 +10,9 @@ follows from the declaration in one place (:func:`check_call`), as does every li
 the docs' tables: :func:`attnlab.efficient.select`).
 
 What one call of a step receives besides the heads is one typed value, :class:`StepCall`: the
-mask, a score bias, a score function, whether to return the weights, a decoding state and the
-layer's input. The call reads the mask for the step (:meth:`StepCall.key_padding`,
-:meth:`StepCall.documents`), so no step dispatches on the mask's type.
+mask, a score bias, a score function, whether to return the weights and a decoding state. The
+call reads the mask for the step (:meth:`StepCall.key_padding`, :meth:`StepCall.documents`), so
+no step dispatches on the mask's type.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -35,11 +35,8 @@ from ..core.masks import causal as causal_mask
 from ..core.masks import key_padding_flags
 from ..validate import ArgumentTypeError, positive_int
 
-if TYPE_CHECKING:
-    from ..positional.base import PositionalEncoding
-
-__all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KINDS", "StepCall", "StepInputs",
-           "check_call", "check_decodes"]
+__all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KINDS", "StepCall", "check_call",
+           "check_decodes"]
 
 CAUSAL_FORMS = ("mask", "option")
 """How a step is causal: ``"mask"`` — it takes any mask, so ``masks.causal()`` (exact attention), and
@@ -60,7 +57,7 @@ its cumulative log forget gate (:class:`attnlab.layers.cache.ForgetKVCache`, FoX
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What an attention step declares it can do (a class attribute, read without building it).
+    """What a variant declares it can do (a class attribute of its step or mixer, read without building it).
 
     Attributes:
         causal: its causal form, one of :data:`CAUSAL_FORMS`, or None (no causal form: its method
@@ -71,8 +68,8 @@ class Capabilities:
         cache: what it decodes with (:data:`CACHES`), or None (no cached decoding).
         grouped_kv: it takes G < H key / value heads itself (else they arrive repeated to H).
         exact: it computes exact attention (under its pattern, for the sparse patterns).
-        needs_input: it reads the layer's input (gates computed from it): self-attention only,
-            given as ``inputs=`` (:class:`StepInputs`).
+        mixer: it is a sequence mixer (:class:`attnlab.layers.mixer.SequenceMixer`): a layer ``x -> y`` owning its
+            projections (its gates read the input), self-attention only; else an attention step on heads.
         shared_qk: its keys are its queries (Reformer): no key projection, no grouped keys.
         reference: a slow reference of another variant (``dense_naive``): left out of grids.
         family: its family, for tables and grids (``"exact"``, ``"pattern"``, ``"low rank"``,
@@ -85,7 +82,7 @@ class Capabilities:
     cache: Literal["kv", "window", "recurrent", "matrix", "forget"] | None = "kv"
     grouped_kv: bool = True
     exact: bool = True
-    needs_input: bool = False
+    mixer: bool = False
     shared_qk: bool = False
     reference: bool = False
     family: str = "exact"
@@ -107,26 +104,6 @@ class Capabilities:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-@dataclass
-class StepInputs:
-    """What a step that declares ``needs_input`` receives besides the heads: the layer's input
-    ``x`` ``(B, N, E)`` (padding rows zeroed), the queries' positions ``(N,)`` and the layer's
-    rotation encoding (``rope``), which such a step applies itself after its own mixing of q and
-    k (a short convolution), or None."""
-
-    x: torch.Tensor
-    positions: torch.Tensor
-    rotation: PositionalEncoding | None = None
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor,
-               at: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """q and k rotated at the positions ``at`` (default :attr:`positions`); unchanged without a rotation."""
-        if self.rotation is None:
-            return q, k
-        at = self.positions if at is None else at
-        return self.rotation.rotate(q, k, at, at)
-
-
 @dataclass(frozen=True)
 class StepCall:
     """What one call of an attention step receives besides the heads, in one typed value.
@@ -140,7 +117,6 @@ class StepCall:
         return_weights: also return the ``(B, H, N, M)`` weights.
         state: the cache of a decoding call (a :class:`attnlab.layers.cache.KVCache` holds the
             keys given; a recurrent state is updated in place), or None.
-        inputs: the layer's input, for a step that declares ``needs_input`` (:class:`StepInputs`).
     """
 
     mask: object = None
@@ -148,7 +124,6 @@ class StepCall:
     score_mod: Callable | None = None
     return_weights: bool = False
     state: Any = None
-    inputs: StepInputs | None = None
 
     def kwargs(self) -> dict:
         """The call as keyword arguments (what a step hook receives; ``step(q, k, v, **kwargs)`` repeats it)."""
@@ -201,8 +176,8 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
     """Refuse what ``step`` declares it cannot take (its ``capabilities``), one message per rule:
     the weights, a score bias or function without ``forms_scores``; a sharded sequence unless
     ``exact``; a decoding state without a declared ``cache`` (the layer's caches check their own
-    kind as they begin, :meth:`attnlab.MultiHeadAttention.check_cache`) or with a score bias; a call without the layer's
-    input where it ``needs_input``; other queries than keys where it is causal (outside decoding);
+    kind as they begin, :meth:`attnlab.MultiHeadAttention.check_cache`) or with a score bias; other queries than keys
+    where it is causal (outside decoding);
     a mask other than key padding or packed documents where it takes ``key_padding`` only."""
     caps, name = step.capabilities, step.name
     if call.return_weights and not caps.forms_scores:
@@ -218,13 +193,6 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if call.state is not None and call.bias is not None:
         raise ValueError("a score bias cannot be combined with a cache (a bias encoding is applied by the layer "
                          "itself)")
-    if caps.needs_input and call.inputs is None:
-        raise ValueError(f"the {name!r} attention computes its gates from the layer's input: call the layer, or pass "
-                         "inputs=StepInputs(x, positions)")
-    x = None if call.inputs is None else call.inputs.x
-    if x is not None and call.state is None and (k.shape[2] != q.shape[2] or x.shape[:2] != (q.shape[0], q.shape[2])):
-        raise ValueError(f"the {name!r} attention is self-attention: the input (B, N, E) and the heads must share B "
-                         f"and N, got input {tuple(x.shape)}, q {tuple(q.shape)}, k {tuple(k.shape)}")
     if step.causal and call.state is None and q.shape[2] != k.shape[2]:
         raise ValueError(f"causal {name!r} attention needs as many queries as keys, got N={q.shape[2]}, M={k.shape[2]}")
     if caps.masks == "key_padding" and call.state is None and call.mask is not None and call.documents is None:
@@ -259,12 +227,6 @@ class AttentionStep(nn.Module):
     no_cache_reason: str = "its pattern is not a causal prefix rule"
     """Why a step without a cache has none (the message of :meth:`attnlab.MultiHeadAttention.new_cache`)."""
 
-    drawn_first: bool = False
-    """:func:`attnlab.efficient.create` builds the step before the layer's projections (True: a
-    learnable score, drawn first as the exact layer always drew it) or after them (False: a
-    variant's gates and features, drawn after the projections): a seeded layer's initial weights
-    do not depend on the step's being held."""
-
     def __init__(self, embed_dim: int, num_heads: int, *, causal: bool = False):
         super().__init__()
         e, h = positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads)
@@ -283,11 +245,6 @@ class AttentionStep(nn.Module):
     def extra_repr(self) -> str:
         return f"name={self.name!r}" + (f", causal={self.causal}"
                                         if self.capabilities.causal == "option" or self.causal else "")
-
-    def query_key_shape(self) -> tuple[int, int]:
-        """``(heads, width)`` of the queries and keys this step takes (default ``(H, D)``; Mamba-2's
-        grouped B and C differ): the layer projects to it."""
-        return self.num_heads, self.head_dim
 
     def cache_bounds(self) -> tuple[int, int]:
         """``(window, sinks)`` of the bounded :class:`attnlab.layers.cache.KVCache` that is exactly

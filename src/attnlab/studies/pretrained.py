@@ -140,7 +140,7 @@ def default_variants() -> list[str]:
     every step that takes the model's q, k and v alone (not those that read the layer's input for
     gates: theirs would be untrained), but the references of another (``dense_naive``) and dense
     (the trained model itself), in the order of registration."""
-    return [v for v in efficient.select(needs_input=False, reference=False) if v != "dense"]
+    return [v for v in efficient.select(mixer=False, reference=False) if v != "dense"]
 
 
 def budgets_for(variant: str, n: int, max_points: int = 3) -> list[tuple[str, dict]]:

@@ -42,12 +42,12 @@ BASELINES = ("dense", "local", "linear")
 
 def default_variants() -> list[str]:
     """The variants the study compares by default, read from the registry: the :data:`BASELINES`,
-    then every variant whose step is gated by the layer's input and that decodes causally from a
-    state (declared capabilities ``needs_input``, a causal form and a ``cache``; the study's
+    then every sequence mixer (gated by the layer's input) that decodes causally from a
+    state (declared capabilities ``mixer``, a causal form and a ``cache``; the study's
     subject, the gated linear-attention family, and any such variant registered later), in the
     order of registration."""
     decoding = efficient.select(causal=True, decodes=True, reference=False)
-    return [v for v in BASELINES if v in decoding] + [v for v in decoding if efficient.capabilities(v).needs_input
+    return [v for v in BASELINES if v in decoding] + [v for v in decoding if efficient.capabilities(v).mixer
                                                       and v not in BASELINES]
 
 

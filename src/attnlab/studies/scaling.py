@@ -11,9 +11,9 @@ so that a slow spell of the machine falls on every N rather than bending one end
 record keeps the median of its rounds, the fastest and the slowest round, and the minor page
 faults of one step. Peak memory (tensor bytes alive at once above
 the inputs, from PyTorch's profiler) is measured in a fresh child process per (variant, N).
-``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``. A step that
-reads the layer's input (declared ``needs_input``: the gated linear-attention family, FoX)
-computes its gates from it, so its whole layer is timed, projections, gates,
+``dense`` is exact attention on PyTorch's fused ``scaled_dot_product_attention``. A sequence
+mixer (declared ``mixer``: the gated linear-attention family, DeltaProduct, FoX) computes its
+gates from the layer's input, so its whole layer is timed, projections, gates,
 convolution and output norm included (against the others' attention step alone), in its
 bidirectional form (two scans, as the others attend non-causally).
 
@@ -105,7 +105,7 @@ def _inputs(n: int, grad: bool, device: str = "cpu") -> list[torch.Tensor]:
 
 
 def _call(module, qkv) -> Callable[[], None]:
-    if module.capabilities.needs_input:  # its step reads the layer's input (gates): the whole layer is timed
+    if module.capabilities.mixer:  # a mixer computes its gates from the layer's input: the whole layer is timed
         x = qkv[0].detach().transpose(1, 2).reshape(1, -1, HEADS * HEAD_DIM).requires_grad_(True)
 
         def layer_call():

@@ -28,7 +28,8 @@ import torch
 from torch import nn
 
 from ..devices import resolve as resolve_device
-from ..layers.migration import parameters_before_step
+from ..layers.migration import parameters_before_step, parameters_with_step
+from ..layers.mixer import SequenceMixer
 from ..models.build import build_model
 from ..models.config import ModelConfig
 from .config import TrainConfig
@@ -189,12 +190,18 @@ def load_checkpoint(path: str | Path, *, weights: str = "best", with_state: bool
         except Exception as e:
             raise CheckpointError(f"{folder / 'state.pt'} is truncated or corrupt: {e}") from None
         if renamed:  # the optimizer's state follows the parameters in the order the model of then listed them
-            state["optimizer"] = _reordered(state["optimizer"], parameters_before_step(model),
-                                            [k for k, _ in model.named_parameters()])
+            then = parameters_with_step(model) if _with_step(tensors, model) else parameters_before_step(model)
+            state["optimizer"] = _reordered(state["optimizer"], then, [k for k, _ in model.named_parameters()])
         _check_optimizer(state["optimizer"], model, folder / "state.pt")
     if device is not None:
         model.to(resolve_device(device))
     return Checkpoint(folder, cfg, mcfg, model, {k: v for k, v in meta.items() if k not in ("train", "model")}, state)
+
+
+def _with_step(tensors: dict, model: nn.Module) -> bool:
+    """Whether ``tensors`` were written when a layer held a sequence mixer's parameters as its ``step``."""
+    mixers = [f"{name}." for name, m in model.named_modules() if isinstance(m, SequenceMixer)]
+    return any(key.startswith(f"{p}step.") for key in tensors for p in mixers)
 
 
 def _load_weights(model: nn.Module, tensors: dict, file: Path) -> None:

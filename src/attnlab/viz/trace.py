@@ -37,15 +37,15 @@ class Captured:
 
 
 def _scale(mod: MultiHeadAttention, mask, bias, score_mod=None) -> tuple[float | None, str]:
-    if resolve_normalizer(mod.normalize) is not softmax:
-        return None, f"normaliser {mod.normalize!r} (the steps panel recomputes softmax only)"
+    if resolve_normalizer(mod.step.normalize) is not softmax:
+        return None, f"normaliser {mod.step.normalize!r} (the steps panel recomputes softmax only)"
     if bias is not None or score_mod is not None:
         return None, "a score bias (relative / ALiBi): the steps panel recomputes plain dot scores only"
     if mask is not None and not (isinstance(mask, torch.Tensor) and bool(mask.all())):
         return None, "a mask (causal, window, ...): the steps panel recomputes unmasked rows only"
-    scale = mod.score.dot_scale(mod.head_dim)
+    scale = mod.step.score.dot_scale(mod.head_dim)
     if scale is None:
-        return None, f"score {mod.score_name!r} is not a scaled dot product of prepared q and k"
+        return None, f"score {mod.step.score_name!r} is not a scaled dot product of prepared q and k"
     return float(scale), ""
 
 
@@ -76,7 +76,7 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
                     raise ValueError(f"{names.get(mod) or type(mod).__name__}: {e}") from None
             scale, why = _scale(mod, mask, bias, score_mod)
             if scale is not None:  # the vectors the scores are made of (cosine: normalised, bilinear: W k)
-                q, k = mod.score.prepare(q, k)
+                q, k = mod.step.score.prepare(q, k)
         records.append(Captured(names.get(mod, ""), weights, q, k, v, scale, why))
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules()
