@@ -10,12 +10,19 @@ that wrote it computed from it (expected.json beside the runs):
   variant: the best weights and config.json (what ``attnlab eval`` reads), its score and logits.
 - ``before-mixers/``: the same, written by the code before the gated family became sequence
   mixers (with the device in config.json), so that the redesign must load what it wrote.
+- ``before-mixers-resume/``: written by that code too (commit 709a633), a run of a few of those
+  mixers (:data:`RESUMED`) as ``before-step/`` holds them: trained 2 steps with the optimizer's
+  state, the parameters' order then (the layer's ``step.*`` names) and the losses of a resume
+  to 4 steps, so that the redesign must resume what it wrote.
 
 Run from the repository root, with the same environment:
 
     git worktree add /tmp/old e70159d
     PYTHONPATH=/tmp/old/src python tests/data/checkpoints-v2/make.py before-step
     git worktree remove --force /tmp/old
+    git worktree add /tmp/premixer 709a633
+    PYTHONPATH=/tmp/premixer/src python tests/data/checkpoints-v2/make.py before-mixers-resume
+    git worktree remove --force /tmp/premixer
     python tests/data/checkpoints-v2/make.py with-step|before-mixers [VARIANT ...]
 
 Naming variants (a variant added since) writes theirs alone and keeps the other runs.
@@ -32,6 +39,7 @@ from pathlib import Path
 import torch
 from typer.testing import CliRunner
 
+import attnlab
 from attnlab import efficient, objectives, tasks
 from attnlab.cli import app
 from attnlab.layers.multihead import MultiHeadAttention
@@ -41,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 LAYER_KEYS = ("q_proj.", "k_proj.", "v_proj.", "out_proj.", "head_q", "head_k", "head_v", "positional.", "step.")
 SMALL = {"ff_dim": 16}  # a narrow feed-forward layer: the fixture stays small
 EXTRA = {"dense-additive": ("dense", {"score": "additive"})}  # a learnable score: the step's, at the layer's top level before
+RESUMED = ("gated_deltanet", "mamba2", "deltaproduct", "fox")  # a delta rule, an SSM, a composed scan, a softmax: mixers today
 
 
 def config(attention: str, model_options: dict, steps: int) -> TrainConfig:
@@ -80,13 +89,33 @@ def before_step(out: Path) -> dict:
         if not moved(ck.model):
             shutil.rmtree(out / case)
             continue
-        runs[case] = {**computed(out / case), "parameters": [k for k, _ in ck.model.named_parameters()]}
-        with tempfile.TemporaryDirectory() as tmp:  # the resume the old code made of it
-            shutil.copytree(out / case, Path(tmp) / case)
-            train(dataclasses.replace(cfg, steps=4), Path(tmp) / case, resume=True)
-            runs[case]["resumed_losses"] = load_checkpoint(Path(tmp) / case).meta["losses"][2:]
+        runs[case] = resumed(out / case, cfg)
         print(case, runs[case]["value"])
     return {"code": "e70159d", "registered": efficient.names(), "runs": runs}
+
+
+def resumed(folder: Path, cfg: TrainConfig) -> dict:
+    """What :func:`computed` gives of the run of 2 steps in ``folder``, its parameters' names in the
+    order the model lists them (the optimizer's) and the losses of a resume to 4 steps."""
+    ck = load_checkpoint(folder)
+    run = {**computed(folder), "parameters": [k for k, _ in ck.model.named_parameters()]}
+    with tempfile.TemporaryDirectory() as tmp:  # the resume the old code made of it
+        shutil.copytree(folder, Path(tmp) / folder.name)
+        train(dataclasses.replace(cfg, steps=4), Path(tmp) / folder.name, resume=True)
+        run["resumed_losses"] = load_checkpoint(Path(tmp) / folder.name).meta["losses"][2:]
+    return run
+
+
+def before_mixers_resume(out: Path) -> dict:
+    runs = {}
+    for name in RESUMED:
+        cfg = config(name, {}, steps=2)
+        train(cfg, out / name)
+        runs[name] = resumed(out / name, cfg)
+        print(name, runs[name]["value"])
+    source = Path(attnlab.__file__).parent  # the code that wrote them (PYTHONPATH's checkout)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=source).stdout.strip()
+    return {"code": head, "registered": efficient.names(), "runs": runs}
 
 
 def with_step(out: Path, names: list[str]) -> dict:
@@ -105,10 +134,10 @@ def with_step(out: Path, names: list[str]) -> dict:
 def main():
     which, names = sys.argv[1], sys.argv[2:]
     out = HERE / which
-    if which == "before-step":
+    if which in ("before-step", "before-mixers-resume"):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
-        expected = before_step(out)
+        expected = before_step(out) if which == "before-step" else before_mixers_resume(out)
     else:
         if not names:
             shutil.rmtree(out, ignore_errors=True)
