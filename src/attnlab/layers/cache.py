@@ -1,9 +1,7 @@
-"""Where a layer's keys come from: the keys of the call itself, or a cache for decoding a few
-tokens at a time (so that the next token costs one row of attention instead of the whole prefix).
-
-:meth:`attnlab.MultiHeadAttention.forward` runs one path whatever it is given: ``begin`` (what
-the call attends with: its inputs, the positions of queries and keys, the mask), the layer's
-projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own keys) or a cache:
+"""The caches of decoding a few tokens at a time (so that the next token costs one row of
+attention instead of the whole prefix): data, tensors and the few operations on them, which the
+layer that uses a cache reads and writes (:mod:`attnlab.layers.decoding` for
+:class:`attnlab.MultiHeadAttention`; a sequence mixer its own):
 
 * :class:`KVCache` — the keys and values of a self-attention layer. Unbounded, it grows (amortised, by doubling) and
   decoding with it equals recomputing the prefix. Bounded (``window=``), it keeps the first ``sinks`` tokens and the
@@ -20,98 +18,20 @@ projections, then ``attend``. The source is :data:`NO_CACHE` (the call's own key
   attention (``linear``, ``performer``; "Transformers are RNNs", Katharopoulos et al. 2020), and :class:`MatrixState`,
   the matrix state and short convolution of the gated linear-attention family.
 
-A decoding source hands the layer's step itself as its call's ``state`` (the step declares which it decodes with: its
-``capabilities.cache``). A cache is created by the layer that uses it (:meth:`attnlab.MultiHeadAttention.new_cache`)
-and passed back to it: ``layer(x_new, cache=cache)``. Caches are for inference: they are written in place.
+A layer hands the cache to its step as the call's ``state`` (the step declares which it decodes with: its
+``capabilities.cache``). A cache is created by the layer that uses it (``layer.new_cache()``) and passed back to it:
+``layer(x_new, cache=cache)``. Caches are for inference: they are written in place.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from ..core import masks, spanning
-from ..core.attend import AttentionResult
-from ..core.masks import key_padding_flags, positions_of
+from ..core import masks
 from ..core.positioned import Positioned
-from ..validate import ArgumentTypeError, int_at_least, positive_int
-from .padding import silence_padding
-from .step import StepCall
+from ..validate import int_at_least, positive_int
 
-__all__ = ["Call", "ForgetKVCache", "KVCache", "NO_CACHE", "NoCache", "StaticKV", "new_tokens", "refuse_given",
-           "seen_positions"]
-
-
-@dataclass
-class Call:
-    """What one forward call attends with: the inputs (padding rows silenced), the query and key
-    positions, the mask, the key padding of new tokens (caches), whether rotation happens at
-    projection, and keys already projected (a filled cross-attention cache)."""
-
-    query: torch.Tensor
-    key: torch.Tensor | None
-    value: torch.Tensor | None
-    qpos: torch.Tensor | None
-    kpos: torch.Tensor | None
-    mask: object = None
-    valid: torch.Tensor | None = None
-    rotate: bool = True
-    kv: tuple | None = None
-
-
-def seen_positions(seen: int, n: int, device) -> torch.Tensor:
-    """The positions ``seen .. seen + n - 1`` of ``n`` new tokens after ``seen``."""
-    return torch.arange(seen, seen + n, device=device)
-
-
-def refuse_given(positions, key_positions, bias) -> None:
-    """Refuse what a cache decides itself: the positions, and a score bias."""
-    if positions is not None or key_positions is not None:
-        raise ValueError("with a cache the positions come from it: pass neither positions nor key_positions")
-    if bias is not None:
-        raise ValueError("a score bias cannot be combined with a cache "
-                         "(a bias encoding is applied by the layer itself)")
-
-
-class NoCache:
-    """The call's own keys (``key``, ``value``, or the query for self-attention): positions given,
-    or the mask's (packed documents restart them, a shard holds its own), or the layer's defaults."""
-
-    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        n, m = query.shape[1], (query if key is None else key).shape[1]
-        if mask is not None:  # padding silenced, the positions a mask gives
-            if spanning.spans(mask) and (key is not None or value is not None or bias is not None or return_weights):
-                raise ValueError("a sharded sequence (mask=ShardedMask) takes self-attention alone: no key, value, "
-                                 "bias or return_weights (the mask knows every shard's positions)")
-            query, key, value = silence_padding(query, key, value, mask)
-            if positions is None and key_positions is None:
-                positions = key_positions = positions_of(mask, n, query.device)
-        qpos, kpos = None, None
-        if layer.positional is not None or positions is not None or key_positions is not None:
-            qpos, kpos = layer.positions(n, m, positions, key_positions, query.device)
-        return Call(query, key, value, qpos, kpos, mask)
-
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        return layer.attention_step(q, k, v, StepCall(call.mask, bias, score_mod, return_weights))
-
-
-NO_CACHE = NoCache()
-"""The source of a call without a cache."""
-
-
-def new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse: str):
-    """Check a decoding call's new tokens (self-attention, no positions or bias given) and
-    return their key padding ``(B, n)`` bool, or None; ``refuse``: the error for another mask."""
-    refuse_given(positions, key_positions, bias)
-    if key is not None or value is not None:
-        raise ValueError("a self-attention cache takes the new tokens as query only "
-                         "(key and value come from the cache)")
-    layer.check_input("query", query, layer.embed_dim, None)
-    if layer.kdim != layer.embed_dim or layer.vdim != layer.embed_dim:
-        raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
-    b, n, _ = query.shape
-    return key_padding_flags(mask, b, n, query.device, refuse=refuse)
+__all__ = ["ForgetKVCache", "KVCache", "StaticKV"]
 
 
 class KVCache:
@@ -172,43 +92,6 @@ class KVCache:
         if self.k is not None:
             assert self.v is not None and self.valid is not None  # allocated with k
             self.k, self.v, self.valid = self.k[index], self.v[index], self.valid[index]
-
-    # ------------------------------------------------------------------ a forward call
-    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        valid = new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
-            "with a cache, mask is the new tokens' key padding (causal order and the cache's window are applied by the "
-            "cache)"))
-        layer.check_cache(self)
-        if self.positions == "cache" and query.shape[1] > 1 and return_weights:
-            raise ValueError("a cache with positions='cache' returns weights one token at a time: feed one token per "
-                             "call")
-        pos = seen_positions(self.seen, query.shape[1], query.device)
-        # absolute positions: the new keys are rotated once, as they enter; cache positions: at each step
-        return Call(query, None, None, pos, pos, None, valid, rotate=self.positions == "absolute")
-
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        if self.positions == "cache":  # StreamingLLM: each query ranks the held keys from its own window
-            outs = [self._streaming(layer, q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1],
-                                    None if call.valid is None else call.valid[:, i : i + 1], return_weights)
-                    for i in range(q.shape[2])]
-            return AttentionResult(torch.cat([o.output for o in outs], 2), outs[0].weights if len(outs) == 1 else None)
-        keys, values, key_valid, kpos = self.update(k, v, call.valid)
-        assert call.qpos is not None  # begin() gives the new tokens' positions
-        mod = layer.score_mod(call.qpos, kpos)
-        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(call.qpos, kpos, key_valid),
-                                                              score_mod=mod, return_weights=return_weights))
-
-    def _streaming(self, layer, q, k, v, valid, return_weights) -> AttentionResult:
-        qpos = self.seen
-        keys, values, key_valid, kpos = self.update(k, v, valid)
-        bk, bq = self.cache_positions(kpos, qpos)
-        pe = layer.positional
-        if pe is not None and pe.kind == "rotation":
-            q, keys = pe.rotate(q, keys, bq, bk)
-        mod = layer.score_mod(bq, bk)
-        qp = torch.tensor([qpos], device=q.device)
-        return layer.attention_step(q, keys, values, StepCall(state=self, mask=self.mask(qp, kpos, key_valid),
-                                                              score_mod=mod, return_weights=return_weights))
 
     # ------------------------------------------------------------------ storage
     def _allocate(self, k: torch.Tensor, v: torch.Tensor, slots: int) -> None:
@@ -406,36 +289,3 @@ class StaticKV:
         """Keep batch rows ``index``."""
         if self.k is not None:
             self.k, self.v = self.k[index], self.v[index]
-
-    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        refuse_given(positions, key_positions, bias)
-        if layer.positional is not None:
-            raise ValueError("a cross-attention cache needs a layer without a positional encoding (positions belong to "
-                             "the decoder)")
-        layer.check_input("query", query, layer.embed_dim, None)
-        if self.k is None:
-            if key is None:
-                raise ValueError("the first call with an empty cross-attention cache needs the key (the encoder's "
-                                 "output)")
-            value = key if value is None else value
-            self.k, self.v = layer.key_heads(key, value, query.shape[0])
-        if query.shape[0] != self.k.shape[0]:
-            raise ValueError(f"the cross-attention cache holds keys of {self.k.shape[0]} row(s), the query has "
-                             f"{query.shape[0]} (reorder() the cache to follow the rows)")
-        return Call(query, None, None, None, None, mask, kv=(self.k, self.v))
-
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        # held keys: no state to write
-        return layer.attention_step(q, k, v, StepCall(mask=call.mask, return_weights=return_weights))
-
-
-def source_of(cache):
-    """The source of a forward call: ``cache``, or :data:`NO_CACHE`."""
-    if cache is None:
-        return NO_CACHE
-    if not callable(getattr(cache, "begin", None)) or not callable(getattr(cache, "attend", None)):
-        raise ArgumentTypeError(f"cache must come from new_cache() or new_cross_cache(), got {type(cache).__name__}")
-    return cache
-
-
-__all__ += ["source_of"]

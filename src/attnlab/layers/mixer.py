@@ -35,7 +35,7 @@ from ..positional.base import check_positions
 from ..validate import ArgumentTypeError, positive_int
 from . import checks, interop, migration
 from .budget import Budget
-from .cache import new_tokens
+from .decoding import new_tokens
 from .padding import silence_padding
 from .state import check_kind, make_cache
 from .step import Capabilities

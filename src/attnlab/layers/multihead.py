@@ -15,8 +15,8 @@ from ..core.attend import AttentionResult
 from ..core.scores import Score
 from ..positional.base import PositionalEncoding, check_positions
 from ..validate import positive_int
-from . import checks, interop, migration
-from .cache import KVCache, StaticKV, source_of
+from . import checks, decoding, interop, migration
+from .cache import KVCache, StaticKV
 from .exact import DenseStep
 from .padding import silence_padding
 from .state import MatrixState, RecurrentState, check_kind, make_cache
@@ -262,15 +262,14 @@ class MultiHeadAttention(nn.Module):
         Returns:
             :class:`attnlab.AttentionResult`: ``output`` ``(B, N, E)``, ``weights`` or None.
         """
-        source = source_of(cache)
         caps = cast(AttentionStep, self._modules["step"]).capabilities
-        call = source.begin(self, query, key, value, mask=mask, positions=positions, key_positions=key_positions,
-                            bias=bias, return_weights=return_weights)
+        call = decoding.begin(self, cache, query, key, value, mask=mask, positions=positions,
+                              key_positions=key_positions, bias=bias, return_weights=return_weights)
         q, k, v, score_mod = self.project(call.query, call.key, call.value, positions=call.qpos,
                                           key_positions=call.kpos, rotate=call.rotate, kv=call.kv)
         if not caps.grouped_kv:
             k, v = self.repeat_kv(k, v)
-        res = source.attend(self, q, k, v, call, score_mod, bias=bias, return_weights=return_weights)
+        res = decoding.attend(self, cache, q, k, v, call, score_mod, bias=bias, return_weights=return_weights)
         return AttentionResult(self.merge_heads(res.output), res.weights)  # concat heads, then W^o
 
     def score_mod(self, q_positions: torch.Tensor | None, k_positions: torch.Tensor | None):

@@ -1,13 +1,10 @@
-"""The decoding states of constant size: what a recurrent attention step keeps between calls.
-
-Both are sources of a forward call, as every cache of :mod:`attnlab.layers.cache` is: ``begin``
-checks the new tokens and gives their positions, ``attend`` hands the state to the layer's
-attention step as ``state=`` (the step updates it in place) and counts the tokens.
+"""The decoding states of constant size: what a recurrent step or mixer keeps between calls,
+data the layer reads and writes (:mod:`attnlab.layers.decoding`; a mixer its own).
 
 * :class:`RecurrentState` — the running sums of causal kernel attention (``linear``,
   ``performer``): "Transformers are RNNs" (Katharopoulos et al. 2020).
 * :class:`MatrixState` — the gated linear-attention family's matrix state ``S_t`` and its short
-  convolution's last inputs (the steps that declare ``cache="matrix"``).
+  convolution's last inputs (the mixers that declare ``cache="matrix"``).
 """
 
 from __future__ import annotations
@@ -16,15 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.attend import AttentionResult
-from .cache import Call, ForgetKVCache, KVCache, new_tokens, seen_positions
-from .step import StepCall, check_decodes
+from .cache import ForgetKVCache, KVCache
+from .step import check_decodes
 
 __all__ = ["ConstantSizeState", "MatrixState", "RecurrentState", "check_kind", "make_cache"]
 
 
 class ConstantSizeState:
-    """What both decoding states of constant size share: the tokens seen, and the source protocol."""
+    """What both decoding states of constant size share: the tokens seen, and their bytes."""
 
     seen: int
 
@@ -34,23 +30,6 @@ class ConstantSizeState:
     def nbytes(self) -> int:
         """Bytes held."""
         return sum(t.numel() * t.element_size() for t in self._tensors() if t is not None)
-
-    def begin(self, layer, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> Call:
-        valid = new_tokens(layer, query, key, value, mask, positions, key_positions, bias, refuse=(
-            "with a cache, mask is the new tokens' key padding (causal order is the state's)"))
-        layer.check_cache(self)
-        if return_weights:
-            raise ValueError(f"{type(layer).__name__} decodes with a state of constant size: it has no attention "
-                             "weights to return")
-        pos = seen_positions(self.seen, query.shape[1], query.device)
-        return Call(query, None, None, pos, pos, None, valid)
-
-    def attend(self, layer, q, k, v, call: Call, score_mod, *, bias, return_weights) -> AttentionResult:
-        seen = self.seen
-        mask = None if call.valid is None else call.valid[:, None, None, :]
-        res = layer.attention_step(q, k, v, StepCall(mask=mask, state=self))
-        self.seen = seen + q.shape[2]
-        return res
 
 
 @dataclass
