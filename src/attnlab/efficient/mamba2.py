@@ -77,6 +77,7 @@ class Mamba2Attention(GatedRecurrence):
             raise ValueError(f"the {pe.name!r} encoding rotates the {self.name!r} attention's queries and keys, of "
                              f"width {self.state_size}: it needs them of the head width {self.head_dim}")
         bias = self.q_proj.bias is not None
+        self.query_heads = self.ngroups  # C and B come in ngroups heads
         self.q_proj = nn.Linear(self.embed_dim, self.ngroups * self.state_size, bias=bias)
         self.k_proj = nn.Linear(self.embed_dim, self.ngroups * self.state_size, bias=bias)
         for lin in (self.q_proj, self.k_proj):
@@ -88,11 +89,6 @@ class Mamba2Attention(GatedRecurrence):
     def grouped_bc(self) -> bool:
         """Whether B and C are not the default (one per head, of the head width)."""
         return (self.ngroups, self.state_size) != (self.num_heads, self.head_dim)
-
-    @property
-    def query_heads(self) -> int:
-        """C and B come in ``ngroups`` heads."""
-        return self.ngroups
 
     def extra_repr(self) -> str:
         grouped = f", ngroups={self.ngroups}, state_size={self.state_size}" if self.grouped_bc else ""

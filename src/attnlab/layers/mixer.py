@@ -149,6 +149,7 @@ class SequenceMixer(nn.Module):
                              "query")
         self.embed_dim, self.num_heads, self.head_dim, self.num_kv_heads = e, h, e // h, g
         self.kdim = self.vdim = e
+        self.query_heads = h  # the heads q_proj and k_proj give (Mamba-2's grouped B and C: its groups)
         self.positional = checks.make_positional(self, positional, positional_options, max_len)
         checks.check_positional(self, self.positional)
         self.q_proj = nn.Linear(e, e, bias=bias)
@@ -258,12 +259,6 @@ class SequenceMixer(nn.Module):
         if r > 1 and not self.capabilities.grouped_kv:
             k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
         return q, k, v
-
-    @property
-    def query_heads(self) -> int:
-        """The heads of the queries and keys ``q_proj`` and ``k_proj`` give (H; Mamba-2's grouped B
-        and C: its groups)."""
-        return self.num_heads
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tokens: Tokens, *, bias=None,
             return_weights: bool = False) -> AttentionResult:
