@@ -115,6 +115,17 @@ def test_effective_map_of_dense_is_its_weights_and_local_is_a_band():
     assert bool((band[far] == 0).all()) and torch.allclose(band.sum(-1), torch.ones(n))
 
 
+def test_a_mixer_that_forms_scores_maps_its_weights_and_a_gated_one_has_none():
+    model, task = _model("fox")  # a sequence mixer: its weights come from the whole layer's call in the model
+    maps = attention_maps(model, task, count=1)
+    toks = task.split("test").tokens[:1]
+    toks = toks[:, : int((toks != 0).sum())]
+    with torch.no_grad():
+        weights = model(toks, return_weights=True).weights
+    torch.testing.assert_close(maps[0], weights[0][0].mean(0).float(), rtol=1e-5, atol=1e-6)
+    assert attention_maps(_model("gated_deltanet")[0], task, count=1) == []
+
+
 def test_grid_stores_each_run_once_and_skips_it_next_time(tmp_path):
     specs = plan(TINY, seeds=[0])
     events = []

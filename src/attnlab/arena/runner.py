@@ -65,20 +65,26 @@ def _first_attention(model: torch.nn.Module):
     return next((m for m in model.modules() if isinstance(m, (MultiHeadAttention, SequenceMixer))), None)
 
 
-def _mixer_weights(model, attn, inputs) -> torch.Tensor | None:
-    """The weights of a mixer that forms scores (FoX): its call in ``model(**inputs)`` again, with
-    ``return_weights``."""
-    seen: dict = {}
-    handle = attn.register_forward_pre_hook(lambda m, args, kwargs: seen.setdefault("call", (args, kwargs)),
-                                            with_kwargs=True)
+def _first_record(model, inputs, register):
+    """The first thing ``register(record)``'s hook records during one ``model(**inputs)`` in eval mode, or None."""
+    seen: list = []
+    handle = register(seen.append)
     try:
         model.eval()
         model(**inputs)
     finally:
         handle.remove()
-    if "call" not in seen:
+    return seen[0] if seen else None
+
+
+def _mixer_weights(model, attn, inputs) -> torch.Tensor | None:
+    """The weights of a mixer that forms scores (FoX): its call in ``model(**inputs)`` again, with
+    ``return_weights``."""
+    call = _first_record(model, inputs, lambda record: attn.register_forward_pre_hook(
+        lambda m, args, kwargs: record((args, kwargs)), with_kwargs=True))
+    if call is None:
         return None
-    args, kwargs = seen["call"]
+    args, kwargs = call
     return attn(*args, **{**kwargs, "return_weights": True}).weights
 
 
@@ -109,16 +115,11 @@ def attention_maps(model: torch.nn.Module, task, count: int = 2) -> list[torch.T
             if weights is not None:
                 maps.append(_rows(weights[0].mean(0).float().cpu(), scored))
             continue
-        seen: dict = {}
-        handle = attn.register_step_hook(lambda layer, q, k, v, kw, seen=seen: seen.setdefault("args", (q, k, kw)))
-        try:
-            model.eval()
-            model(**inputs)
-        finally:
-            handle.remove()
-        if "args" not in seen:
+        got = _first_record(model, inputs, lambda record: attn.register_step_hook(
+            lambda layer, heads_q, heads_k, heads_v, call: record((heads_q, heads_k, call))))
+        if got is None:
             continue
-        q, k, kw = seen["args"]
+        q, k, kw = got
         m, d = k.shape[2], k.shape[3]
         kw = {key: val for key, val in kw.items() if key != "return_weights"}
         if caps.forms_scores:
