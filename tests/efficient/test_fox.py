@@ -346,3 +346,19 @@ def test_what_fox_cannot_decode_it_refuses_clearly():
 
     with pytest.raises(ValueError, match="causal form only"):
         forget_decay(torch.zeros(1, H, 3), causal=False, queries=torch.zeros(1, H, 1))
+
+
+def test_a_padded_token_with_nan_decodes_nothing_into_the_cache():
+    torch.manual_seed(0)
+    m = efficient.create("fox", embed_dim=16, num_heads=2, causal=True).double()
+    x = torch.randn(1, 4, 16, dtype=torch.float64)
+    cache = m.new_cache()
+    m(x[:, :2], cache=cache)
+    bad = x[:, 2:3].clone().fill_(float("nan"))
+    m(bad, cache=cache, mask=masks.valid_keys(torch.tensor([[False]])))  # a padded new token holding NaN
+    out = m(x[:, 3:4], cache=cache).output
+    assert torch.isfinite(out).all()
+    clean = m.new_cache()
+    m(x[:, :2], cache=clean)
+    m(torch.zeros_like(bad), cache=clean, mask=masks.valid_keys(torch.tensor([[False]])))
+    assert (m(x[:, 3:4], cache=clean).output - out).abs().max() < 1e-12  # as if the padding held zeros

@@ -191,7 +191,7 @@ def test_unknown_names_and_options_are_refused_with_the_known_ones():
     assert set(at.implementations()) <= set(transformers.AttentionInterface().valid_keys())
     with pytest.raises(ValueError, match=r"unknown attention variant 'flash'; known: dense, bigbird, .*linear"):
         at.implementation("flash")
-    with pytest.raises(ValueError, match=r"'gla' attention computes its gates from the layer's input"):
+    with pytest.raises(ValueError, match=r"'gla' attention is a sequence mixer: it computes its gates from the layer's input"):
         at.implementation("gla")
     ids, _ = batch(8)
     with pytest.raises(ValueError, match=r"the exact attention takes score, normalize, backend, block_size, not window"):
@@ -216,8 +216,8 @@ def test_a_misspelt_or_unswappable_variant_is_answered_with_attnlabs_variants():
         at.set_attention(model, "lokal", window=2)
     assert model.config._attn_implementation == "attnlab" and not model.config.attnlab_options
     model.set_attn_implementation("attnlab:retnet")
-    with pytest.raises(UnsupportedError, match=r"LlamaAttention \(a llama model\): the 'retnet' attention computes its gates from the "
-                                               r"layer's input, .*; swappable: dense, bigbird, .*local"):
+    with pytest.raises(UnsupportedError, match=r"LlamaAttention \(a llama model\): the 'retnet' attention is a sequence mixer: "
+                                               r"it computes its gates from the layer's input, .*; swappable: dense, bigbird, .*local"):
         model(input_ids=ids)
     model.set_attn_implementation("attnlab:dense")
     with pytest.raises(UnsupportedError, match=r"the exact attention is attn_implementation='attnlab', not 'attnlab:dense'"):

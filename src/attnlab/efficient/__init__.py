@@ -8,8 +8,8 @@ step alone, to call on heads (``step(q, k, v)``) as :func:`attnlab.attend` is; `
 :data:`VARIANTS`). The gated linear-attention family (``select(family="gated")``) shares
 :class:`GatedRecurrence` and the three forms of :mod:`attnlab.efficient.recurrence`.
 ``"dense"`` is exact attention. A module of this package that registers a variant is imported
-and its step class exported here without being named: adding a variant is its file. Each declares what
-its attention step can do (``capabilities``); ``select(causal=True, ...)`` lists the variants by it. ``budget(name)``
+and its class exported here without being named: adding a variant is its file. Each declares what
+its step or mixer can do (``capabilities``); ``select(causal=True, ...)`` lists the variants by it. ``budget(name)``
 is a variant's :class:`Budget`: its settings at short and long lengths and its budget axis.
 """
 

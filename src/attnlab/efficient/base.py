@@ -187,8 +187,8 @@ LAYER_OPTIONS = ("kdim", "vdim", "bias", "head_mode", "positional", "positional_
 
 
 class VariantRegistry(Registry):
-    """The attention steps by name: :meth:`create` builds the layer holding one, :meth:`options`
-    are the step's and the layer's (:data:`LAYER_OPTIONS`)."""
+    """The variants by name, steps and mixers: :meth:`create` builds the layer (holding a step, or
+    the mixer), :meth:`options` are a step's and its layer's (:data:`LAYER_OPTIONS`) or a mixer's."""
 
     def in_order(self) -> list[str]:
         """The names in the order they were registered, the references of another variant

@@ -53,6 +53,7 @@ class CombaAttention(GatedDeltaNetAttention):
         return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
 
     def finish(self, o, x, v):
+        """RMSNorm over each head's output, gated by ``sigmoid(x W_g)``."""
         b, n, _ = x.shape
         gate = self.gate_proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
         return self.out_norm(o, x) * torch.sigmoid(upcast(gate)).to(o.dtype)

@@ -71,9 +71,11 @@ class DeltaProductAttention(GatedRecurrence):
         self.out_norm = HeadNorm(e, h, gate=True)
 
     def extra_repr(self) -> str:
+        """As the family's, with ``num_householder``."""
         return f"{super().extra_repr()}, num_householder={self.num_householder}"
 
     def features(self, q, k):
+        """SiLU, then L2 normalisation of q and k (no short convolution)."""
         return F.normalize(F.silu(q), dim=-1), F.normalize(F.silu(k), dim=-1)
 
     def gates(self, x):
@@ -117,6 +119,8 @@ class DeltaProductAttention(GatedRecurrence):
         return out.flip(2) if reverse else out
 
     def mix(self, q, k, v, tokens: Tokens, *, bias=None, return_weights: bool = False) -> AttentionResult:
+        """The causal scan of the sub-steps (and, bidirectional, the scan from the last token to the
+        first), then the output norm; packed documents each alone, padded tokens silent."""
         tokens.check_heads(self.name, q, k, v)
         docs, x = tokens.documents, tokens.x
         if tokens.cache is None and docs is not None:  # each document alone

@@ -93,7 +93,7 @@ class ForgettingAttention(SequenceMixer):
     query's tokens), a cache for the bidirectional form (a new token would change the decay of the held
     queries) or a cache of another kind, and ring attention
     (:class:`attnlab.distributed.ShardedMask`: the cumulative gates span the whole sequence; the
-    step declares ``exact=False``, it is not dense attention).
+    mixer declares ``exact=False``, it is not dense attention).
     """
 
     capabilities = Capabilities(causal="option", masks="any", forms_scores=True, cache="forget", grouped_kv=True,
@@ -111,6 +111,7 @@ class ForgettingAttention(SequenceMixer):
         self.reset_gate()
 
     def extra_repr(self) -> str:
+        """As every mixer's, with the exact attention's score and normaliser."""
         return f"{super().extra_repr()}, score={self.attention.score_name!r}, normalize={self.attention.normalize!r}"
 
     def reset_gate(self) -> None:

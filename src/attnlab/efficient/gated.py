@@ -1,8 +1,8 @@
 """The gated linear-attention family's layer: projections, short convolution, gates, the
 recurrence (:mod:`attnlab.efficient.recurrence`) in one of its three forms, output norm and gate.
 
-The family's steps differ in their gates and state update; the step around them is the same,
-and it is this class. A subclass says what its gates are
+The family's mixers differ in their gates and state update; the layer around them is the same,
+and it is this class (a :class:`attnlab.layers.mixer.SequenceMixer`). A subclass says what its gates are
 (:meth:`GatedRecurrence.gates`), how queries and keys are mapped (:meth:`GatedRecurrence.features`),
 and what happens to the heads' outputs (:meth:`GatedRecurrence.finish`).
 
@@ -141,6 +141,7 @@ class GatedRecurrence(SequenceMixer):
         self._mode = choice("mode", mode, MODES)
 
     def extra_repr(self) -> str:
+        """The mixer's forms and sizes, in its ``repr``."""
         return (f"{super().extra_repr()}, chunk={self.chunk}, segment={self.segment or 0}, mode={self.mode!r}, "
                 f"conv_size={self.conv_size}")
 

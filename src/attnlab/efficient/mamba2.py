@@ -32,7 +32,7 @@ class Mamba2Attention(GatedRecurrence):
     ``h // (H / ngroups)``, as transformers' ``Mamba2Mixer`` repeats them), convolved once per
     group; x keeps the head width, so each head's state is ``state_size x D``. ``ngroups=1``
     shares one B and C across all heads, as the paper's default (its ``d_state`` is
-    ``state_size``); the output norm stays per head. The step then receives C and B per group
+    ``state_size``); the output norm stays per head. Its method then receives C and B per group
     ``(B, ngroups, N, state_size)`` (what step hooks see) and the values per head: its ``q_proj``
     and ``k_proj`` project to that shape, which takes no ``num_kv_heads``, and ``rope`` only where
     ``state_size`` is the head width.
@@ -64,7 +64,7 @@ class Mamba2Attention(GatedRecurrence):
         self.log_rate = nn.Parameter(torch.empty(h).uniform_(1, 16).log())  # A_h = -exp(log_rate)
         self.skip = nn.Parameter(torch.ones(h))  # D
         self.out_norm = HeadNorm(self.embed_dim, h, gate=True)
-        if self.grouped_bc:  # C and B of their own shape, drawn last (as the layer holding the step drew them)
+        if self.grouped_bc:  # C and B of their own shape, drawn last (as the layer that held it as a step drew them)
             self._project_bc()
 
     def _project_bc(self) -> None:

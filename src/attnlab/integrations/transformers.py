@@ -9,7 +9,7 @@ Importing this module registers, in ``transformers``' ``AttentionInterface`` and
   them. The model's config may set ``attnlab_options={"score": ..., "normalize": ...}`` to swap the score or the
   normaliser into a trained model (and ``"backend"``, ``"block_size"``: :func:`attnlab.attend`'s).
 * ``attn_implementation="attnlab:<variant>"`` for every variant of :mod:`attnlab.efficient` that takes a model's q, k, v
-  (all but the gated recurrences, which compute their own gates from the layer's input): the trained projections stay,
+  (every attention step; not the sequence mixers, which own their projections and gates): the trained projections stay,
   the attention step is the variant's. Its options come from ``config.attnlab_options`` (e.g. ``{"window": 64}``,
   ``{"seed": 1}`` for the draw of a variant's own parameters; ``max_len`` defaults to the model's positions). What the
   model needs and the variant cannot give (a causal model and a variant with no causal form, a sliding window that cuts,
@@ -75,7 +75,7 @@ class UnsupportedError(ValueError):
 
 def _swappable() -> list[str]:
     """The variants a model's q, k and v can go through, from their declared capabilities: every
-    step that does not read the layer's input (the gated recurrences compute gates from it), but
+    attention step (a sequence mixer owns its projections and computes gates from the layer's input), but
     dense (``"attnlab"`` itself) and the references of another variant (dense_naive)."""
     return sorted(v for v in efficient.select(mixer=False, reference=False) if v != "dense")
 
@@ -88,7 +88,7 @@ def implementations() -> list[str]:
 def implementation(variant: str = "dense") -> str:
     """The ``attn_implementation`` of ``variant`` (``"dense"``: ``"attnlab"``; ``"attnlab:<variant>"`` is taken too).
 
-    Raises ValueError for an unknown variant (naming the closest and the known ones) or a gated recurrence,
+    Raises ValueError for an unknown variant (naming the closest and the known ones) or a sequence mixer,
     which computes its gates from the layer's input and so cannot take a model's q, k, v."""
     variant = variant.removeprefix(f"{NAME}:")
     if variant in (NAME, "dense"):
@@ -106,8 +106,8 @@ def implementation(variant: str = "dense") -> str:
 def _unswappable(variant: str) -> str:
     caps = efficient.capabilities(variant)
     why = (f"the exact attention is attn_implementation={NAME!r}, not '{NAME}:{variant}'"
-           if variant == "dense" or caps.reference else f"the {variant!r} attention computes its gates from the "
-           "layer's input, so it cannot take a trained model's q, k and v")
+           if variant == "dense" or caps.reference else f"the {variant!r} attention is a sequence mixer: it computes "
+           "its gates from the layer's input, so it cannot take a trained model's q, k and v")
     return f"{why}; swappable: {', '.join(['dense'] + _swappable())}"
 
 

@@ -169,6 +169,7 @@ class SequenceMixer(nn.Module):
                 nn.init.zeros_(lin.bias)
 
     def extra_repr(self) -> str:
+        """The mixer's name and causal form, in its ``repr``."""
         return f"name={self.name!r}, causal={self.causal}"
 
     def __setstate__(self, state: dict) -> None:  # a mixer pickled without hooks has none
@@ -218,7 +219,8 @@ class SequenceMixer(nn.Module):
                 "with a cache, mask is the new tokens' key padding (causal order is the cache's)"))
             self.check_cache(cache)
             at = torch.arange(cache.seen, cache.seen + query.shape[1], device=query.device)
-            return Tokens(query, at, None if valid is None else valid[:, None, None, :], cache)
+            mask = None if valid is None else valid[:, None, None, :]
+            return Tokens(silence_padding(query, None, None, mask)[0], at, mask, cache)
         if mask is None:  # the call's own tokens, at 0..N-1 unless given
             return Tokens(query, self._positions(positions, key_positions, query))
         if spanning.spans(mask) and not self.capabilities.exact:
@@ -287,8 +289,9 @@ class SequenceMixer(nn.Module):
 
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
         """Call ``hook(layer, q, k, v, kwargs)`` before each call's method, with the projected heads (before any short
-        convolution) and the call as keyword arguments (``mask``, ``bias``, ``score_mod``, ``return_weights``,
-        ``state``). The handle's ``remove()`` removes it."""
+        convolution and rotation) and the call as keyword arguments (``mask``, ``bias``, ``score_mod``: None, a mixer
+        applies its positional encoding in its method; ``return_weights``, ``state``). The handle's ``remove()``
+        removes it."""
         if not callable(hook):
             raise ArgumentTypeError(f"a step hook is a callable (layer, q, k, v, kwargs), got {type(hook).__name__}")
         handle = RemovableHandle(self._hooks)

@@ -19,7 +19,7 @@ from . import checks, decoding, interop, migration
 from .cache import KVCache, StaticKV
 from .exact import DenseStep
 from .padding import silence_padding
-from .state import MatrixState, RecurrentState, check_kind, make_cache
+from .state import RecurrentState, check_kind, make_cache
 from .step import AttentionStep, Capabilities, StepCall
 
 __all__ = ["MultiHeadAttention", "silence_padding"]
@@ -232,7 +232,7 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
         positions: torch.Tensor | None = None,
         key_positions: torch.Tensor | None = None,
-        cache: KVCache | StaticKV | RecurrentState | MatrixState | None = None,
+        cache: KVCache | StaticKV | RecurrentState | None = None,
     ) -> AttentionResult:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
 
@@ -326,8 +326,8 @@ class MultiHeadAttention(nn.Module):
         """An empty cache for decoding with this layer's self-attention, of the kind its step declares
         (``capabilities.cache``). Exact attention: a :class:`KVCache` (``window``, ``sinks`` and ``positions`` bound it,
         StreamingLLM's way when ``positions="cache"``); a sparse pattern: the bounded KVCache that is its causal
-        pattern; kernel attention: a :class:`RecurrentState`; the gated family: a :class:`MatrixState`; forgetting
-        attention (``fox``): a :class:`attnlab.layers.cache.ForgetKVCache`. Pass it as ``forward(x_new, cache=...)``."""
+        pattern; kernel attention: a :class:`RecurrentState`. Pass it as ``forward(x_new, cache=...)``. (A sequence
+        mixer makes its own: :meth:`attnlab.layers.mixer.SequenceMixer.new_cache`.)"""
         return make_cache(self.step, window, sinks, positions)
 
     def new_cross_cache(self) -> StaticKV:
@@ -343,8 +343,8 @@ class MultiHeadAttention(nn.Module):
     def register_step_hook(self, hook: Callable) -> RemovableHandle:
         """Call ``hook(layer, q, k, v, kwargs)`` before each call of this layer's step, whoever calls it, with the heads
         and the call as keyword arguments (:meth:`attnlab.layers.step.StepCall.kwargs`); with a cache, ``k`` and ``v``
-        are the held keys (a recurrent state or a forget-gate cache, which the step writes itself: the new tokens'); the
-        gated recurrences' heads are those before the short convolution. The handle's ``remove()`` removes it."""
+        are the held keys (a recurrent state, which the step writes itself: the new tokens'). The handle's ``remove()``
+        removes it."""
         return self.step.register_hook(hook, owner=self)
 
     def clear_step_hooks(self) -> None:

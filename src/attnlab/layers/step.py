@@ -1,9 +1,10 @@
 """The attention step: the object a layer holds, run on its heads.
 
-Every attention layer of attnlab is :class:`attnlab.MultiHeadAttention` holding one step: the
-projections, then ``layer.step(q, k, v, call)`` on the heads, then ``W^o``. A variant of
-:mod:`attnlab.efficient` is a step class (:class:`AttentionStep`), usable alone on heads as
-:func:`attnlab.attend` is (:func:`attnlab.efficient.step`). What a step accepts is not found by
+A :class:`attnlab.MultiHeadAttention` holds one step: the projections, then
+``layer.step(q, k, v, call)`` on the heads, then ``W^o``. A variant of :mod:`attnlab.efficient`
+is a step class (:class:`AttentionStep`), usable alone on heads as :func:`attnlab.attend` is
+(:func:`attnlab.efficient.step`), or a sequence mixer, the layer itself
+(:mod:`attnlab.layers.mixer`). What a step accepts is not found by
 trying it: its class declares it as ``capabilities`` (:class:`Capabilities`), and every refusal
 follows from the declaration in one place (:func:`check_call`), as does every list of variants
 (the arena's presets, the benchmarks, ``attnlab list variants``, the transformers integration,

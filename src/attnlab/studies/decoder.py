@@ -210,7 +210,7 @@ def decoder_variants() -> list[str]:
         try:
             if implementation(v) != NAME:
                 out.append(v)
-        except ValueError:  # its step reads the layer's input (gates): it cannot take the model's q, k, v
+        except ValueError:  # a sequence mixer computes gates from the layer's input: it cannot take the model's q, k, v
             continue
     return out
 
