@@ -100,14 +100,20 @@ def _model(attention, **opts):
     return build_model(model_config(cfg, task)).double().eval(), task
 
 
-def test_effective_map_of_dense_is_its_weights_and_local_is_a_band():
-    model, task = _model("dense")
+def _check_map_is_the_first_layers_weights(attention):
+    """The first test example's map of ``attention``'s model equals its first layer's weights (mean over heads)."""
+    model, task = _model(attention)
     maps = attention_maps(model, task, count=1)
     toks = task.split("test").tokens[:1]
     toks = toks[:, : int((toks != 0).sum())]
     with torch.no_grad():
         weights = model(toks, return_weights=True).weights
     torch.testing.assert_close(maps[0], weights[0][0].mean(0).float(), rtol=1e-5, atol=1e-6)
+    return task
+
+
+def test_effective_map_of_dense_is_its_weights_and_local_is_a_band():
+    _check_map_is_the_first_layers_weights("dense")
     model, task = _model("local", window=1)
     band = attention_maps(model, task, count=1)[0]
     n = band.shape[0]
@@ -116,13 +122,7 @@ def test_effective_map_of_dense_is_its_weights_and_local_is_a_band():
 
 
 def test_a_mixer_that_forms_scores_maps_its_weights_and_a_gated_one_has_none():
-    model, task = _model("fox")  # a sequence mixer: its weights come from the whole layer's call in the model
-    maps = attention_maps(model, task, count=1)
-    toks = task.split("test").tokens[:1]
-    toks = toks[:, : int((toks != 0).sum())]
-    with torch.no_grad():
-        weights = model(toks, return_weights=True).weights
-    torch.testing.assert_close(maps[0], weights[0][0].mean(0).float(), rtol=1e-5, atol=1e-6)
+    task = _check_map_is_the_first_layers_weights("fox")  # a mixer: its weights from the whole layer's call in the model
     assert attention_maps(_model("gated_deltanet")[0], task, count=1) == []
 
 
