@@ -68,3 +68,11 @@ def test_a_bidirectional_mixer_has_no_cache_and_given_positions_are_its_tokens()
     shifted = (m(x, positions=torch.arange(6) + 3).output - m(x).output).abs().max()
     spread = (m(x, positions=torch.arange(6) * 2).output - m(x).output).abs().max()
     assert shifted < 1e-12 and spread > 1e-6  # rope reads them: relative, so a shift changes nothing
+
+
+def test_a_layer_refuses_what_is_no_cache_and_a_mixer_a_cache_of_another_kind():
+    x = torch.randn(1, 3, 16)
+    with pytest.raises(ArgumentTypeError, match="cache must come from new_cache\\(\\) or new_cross_cache\\(\\), got dict"):
+        MultiHeadAttention(16, 2)(x, cache={})
+    with pytest.raises(ValueError, match="not this one \\(dict\\)"):
+        gated(causal=True)(x, cache={})
