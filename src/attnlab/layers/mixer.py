@@ -29,8 +29,7 @@ from torch.utils.hooks import RemovableHandle
 from ..core import spanning
 from ..core.attend import AttentionResult
 from ..core.documents import Documents
-from ..core.maskfn import as_mask
-from ..core.masks import key_padding_flags, positions_of
+from ..core.masks import positions_of
 from ..positional.base import check_positions
 from ..validate import ArgumentTypeError, positive_int
 from . import checks, interop, migration
@@ -38,7 +37,7 @@ from .budget import Budget
 from .decoding import new_tokens
 from .padding import silence_padding
 from .state import check_kind, make_cache
-from .step import Capabilities
+from .step import Capabilities, StepCall
 
 __all__ = ["SequenceMixer", "Tokens"]
 
@@ -70,9 +69,7 @@ class Tokens:
         if self.mask is None:
             return None
         b, n = self.x.shape[:2]
-        return key_padding_flags(self.mask, b, n, self.x.device, refuse=(
-            f"the {name!r} attention takes key-padding masks only (attnlab.masks.padding makes them); for causal "
-            "attention create it with causal=True, for any other mask use the 'dense' attention"))
+        return StepCall(mask=self.mask).key_padding(b, n, name, self.x.device)  # a step's reading, its refusal
 
     def check_heads(self, name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Refuse heads that are not these tokens' (a mixer is self-attention: its input and its heads share B and N),
@@ -85,11 +82,8 @@ class Tokens:
 
     def hidden(self) -> torch.Tensor | None:
         """``(B, N)`` True for the tokens no query may see (padding), or None when the mask does not say."""
-        if self.mask is None:
-            return None
         b, n = self.x.shape[:2]
-        found = as_mask(self.mask).hidden_keys(n, self.x.device)
-        return None if found is None else found.to(self.x.device).expand(b, n)
+        return StepCall(mask=self.mask).hidden_keys(b, n, self.x.device)
 
 
 class SequenceMixer(nn.Module):
