@@ -53,7 +53,7 @@ ALLOWED = {
     ("attnlab.core.sparse", "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"):
         "the fused CPU kernel the block-sparse engine calls: an ATen op whose name starts with an underscore",
     ("attnlab.core.sparse", "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward"): "its backward op, likewise",
-    ("attnlab.layers.interop", "._version"):
+    ("attnlab.layers.projection", "._version"):
         "a tensor's version counter (bumped by every in-place write) is only exposed as Tensor._version",
     ("attnlab.positional.floater", "._version"):
         "a tensor's version counter (bumped by every in-place write) is only exposed as Tensor._version",

@@ -1,5 +1,5 @@
-"""The checks of a :class:`attnlab.MultiHeadAttention`'s construction and inputs (the mapping of a checkpoint
-written before the layer held its step: :mod:`attnlab.layers.migration`)."""
+"""The checks of a :class:`attnlab.MultiHeadAttention`'s construction (its input's: :mod:`attnlab.layers.projection`;
+the mapping of a checkpoint written before the layer held its step: :mod:`attnlab.layers.migration`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..positional.base import create as create_positional
 from ..validate import ArgumentTypeError
 from .step import AttentionStep
 
-__all__ = ["EXACT_DEFAULTS", "check_input", "check_layer", "check_positional", "built_step", "make_positional",
+__all__ = ["EXACT_DEFAULTS", "check_layer", "check_positional", "built_step", "make_positional",
            "refuse_exact_options"]
 
 EXACT_DEFAULTS = {"score": "scaled_dot", "score_options": None, "normalize": "softmax", "dropout": 0.0}
@@ -81,25 +81,3 @@ def make_positional(self, positional, options, max_len) -> PositionalEncoding | 
     if pe.kind == "bias" and pe.num_heads != self.num_heads:
         raise ValueError(f"the {pe.name!r} encoding has {pe.num_heads} heads, this layer {self.num_heads}")
     return pe
-
-
-def check_input(self, name: str, x, width: int, batch: int | None) -> None:
-    """``self``: the layer. Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype (``batch``: B,
-    when known)."""
-    if not isinstance(x, torch.Tensor):
-        raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape (B, N, {width}), got {type(x).__name__}")
-    if x.dim() != 3:
-        raise ValueError(f"{name} must have rank 3, shape (B, N, {width}); got shape {tuple(x.shape)}")
-    if x.shape[-1] != width:
-        raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(x.shape)}")
-    if batch is not None and x.shape[0] != batch:
-        raise ValueError(f"{name} has batch size {x.shape[0]}, but query has {batch}")
-    w = getattr(self.q_proj, "weight", None)  # the layer's dtype (autocast computes in its own: any input then)
-    if (isinstance(w, torch.Tensor) and w.is_floating_point() and x.dtype != w.dtype
-            and not torch.is_autocast_enabled(x.device.type)):
-        fix = f", or the layer to the input's: layer.to({x.dtype})" + (
-            " (layer.double())" if x.dtype == torch.float64 else "")
-        raise ArgumentTypeError(f"{name} has dtype {x.dtype}, but this layer computes in {w.dtype}: convert the input, "
-                                f"{name}.to({w.dtype})" + (
-                                    fix if x.is_floating_point() else " (attention takes float vectors)"))
-

@@ -138,13 +138,13 @@ def _cross(layer, cache: StaticKV, query, key, value, *, mask, given) -> LayerIn
 def attend(layer, cache, q, k, v, inputs: LayerInputs, score_mod, *, bias, return_weights) -> AttentionResult:
     """``layer``'s step on the heads of a call :func:`begin` prepared, the cache read and written."""
     if cache is None:
-        return layer.attention_step(q, k, v, StepCall(inputs.mask, bias, score_mod, return_weights))
+        return layer.step(q, k, v, StepCall(inputs.mask, bias, score_mod, return_weights))
     if isinstance(cache, StaticKV):  # held keys: nothing to write
-        return layer.attention_step(q, k, v, StepCall(mask=inputs.mask, return_weights=return_weights))
+        return layer.step(q, k, v, StepCall(mask=inputs.mask, return_weights=return_weights))
     if isinstance(cache, ConstantSizeState):  # the step updates the state; the layer counts the tokens
         seen = cache.seen
         mask = None if inputs.valid is None else inputs.valid[:, None, None, :]
-        res = layer.attention_step(q, k, v, StepCall(mask=mask, state=cache))
+        res = layer.step(q, k, v, StepCall(mask=mask, state=cache))
         cache.seen = seen + q.shape[2]
         return res
     if cache.positions == "cache":  # StreamingLLM: each query ranks the held keys from its own window
@@ -155,7 +155,7 @@ def attend(layer, cache, q, k, v, inputs: LayerInputs, score_mod, *, bias, retur
     keys, values, key_valid, kpos = cache.update(k, v, inputs.valid)
     assert inputs.qpos is not None  # begin() gives the new tokens' positions
     mod = layer.score_mod(inputs.qpos, kpos)
-    return layer.attention_step(q, keys, values, StepCall(state=cache, mask=cache.mask(inputs.qpos, kpos, key_valid),
+    return layer.step(q, keys, values, StepCall(state=cache, mask=cache.mask(inputs.qpos, kpos, key_valid),
                                                           score_mod=mod, return_weights=return_weights))
 
 
@@ -169,5 +169,5 @@ def _streaming(layer, cache: KVCache, heads, valid, return_weights) -> Attention
         q, keys = pe.rotate(q, keys, bq, bk)
     mod = layer.score_mod(bq, bk)
     qp = torch.tensor([qpos], device=q.device)
-    return layer.attention_step(q, keys, values, StepCall(state=cache, mask=cache.mask(qp, kpos, key_valid),
+    return layer.step(q, keys, values, StepCall(state=cache, mask=cache.mask(qp, kpos, key_valid),
                                                           score_mod=mod, return_weights=return_weights))

@@ -1,7 +1,6 @@
-"""MultiHeadAttention's interop with PyTorch's own layer and its weight conversions: the fused
-input projection kept between inference calls, ``torch.nn.MultiheadAttention`` both ways, and
-grouped-query conversion by mean-pooling (the methods of :class:`attnlab.MultiHeadAttention`
-call these)."""
+"""MultiHeadAttention's interop with PyTorch's own layer and its weight conversions:
+``torch.nn.MultiheadAttention`` both ways, and grouped-query conversion by mean-pooling (the methods of
+:class:`attnlab.MultiHeadAttention` call these)."""
 
 from __future__ import annotations
 
@@ -14,28 +13,7 @@ from ..core.normalize import resolve_normalizer, softmax
 from ..core.scores import ScaledDot
 from ..validate import ArgumentTypeError, positive_int
 
-__all__ = ["fused_weights", "grouped", "from_torch", "to_torch"]
-
-
-def fused_weights(layer, projs: list) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``[W^q; W^k; W^v]`` ((3E, E), (E + 2 G D, E) grouped, or (2E, E) without keys) and its
-    bias. Without gradients (inference, decoding) it is kept while the weights are unchanged
-    (same storage, same version), so a decoding step does not copy the weights again. Writes
-    through ``.data`` bypass the version counter: write to the parameters themselves (under
-    ``torch.no_grad()``), as optimisers and ``load_state_dict`` do."""
-    tensors = [t for p in projs for t in (p.weight, p.bias) if t is not None]
-    key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
-    memo = layer.__dict__.get("_fused_memo")
-    if torch.is_grad_enabled():
-        layer.__dict__.pop("_fused_memo", None)  # training: nothing kept (the weights change at every step)
-    elif memo is not None and memo[0] == key:
-        return memo[1], memo[2]
-    w = torch.cat([p.weight for p in projs])
-    bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
-    # the detached views keep the storages alive: no new tensor can reuse their addresses
-    if not torch.is_grad_enabled():
-        layer.__dict__["_fused_memo"] = (key, w, bias, [t.detach() for t in tensors])
-    return w, bias
+__all__ = ["grouped", "from_torch", "to_torch"]
 
 
 def grouped(layer, num_kv_heads: int):

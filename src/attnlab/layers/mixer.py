@@ -32,7 +32,7 @@ from ..core.documents import Documents
 from ..core.masks import positions_of
 from ..positional.base import check_positions
 from ..validate import ArgumentTypeError, positive_int
-from . import checks, interop, migration
+from . import checks, migration, projection
 from .budget import Budget
 from .decoding import new_tokens
 from .padding import silence_padding
@@ -188,7 +188,7 @@ class SequenceMixer(nn.Module):
         if key is not None or value is not None:
             raise ValueError(f"the {self.name!r} attention is self-attention: pass neither key nor value (it mixes the "
                              "tokens of its input)")
-        checks.check_input(self, "query", query, self.embed_dim, None)
+        projection.check_input(self, "query", query, self.embed_dim, None)
         if not self.capabilities.forms_scores and (return_weights or bias is not None):
             self._refuse_scores(return_weights)
         tokens = self.tokens(query, mask, positions, key_positions, bias, cache)
@@ -215,26 +215,22 @@ class SequenceMixer(nn.Module):
             at = torch.arange(cache.seen, cache.seen + query.shape[1], device=query.device)
             mask = None if valid is None else valid[:, None, None, :]
             return Tokens(silence_padding(query, None, None, mask)[0], at, mask, cache)
-        if mask is None:  # the call's own tokens, at 0..N-1 unless given
-            return Tokens(query, self._positions(positions, key_positions, query))
-        if spanning.spans(mask) and not self.capabilities.exact:
+        if mask is not None and spanning.spans(mask) and not self.capabilities.exact:
             raise ValueError(f"the {self.name!r} attention is not exact dense attention: ring attention "
                              "(mask=ShardedMask) runs the exact steps (attnlab.efficient.select(exact=True, "
                              "reference=False))")
-        found = None if positions is not None or key_positions is not None else positions_of(mask, query.shape[1],
-                                                                                             query.device)
-        at = self._positions(positions, key_positions, query) if found is None else found
-        return Tokens(silence_padding(query, None, None, mask)[0], at, mask)
-
-    def _positions(self, positions, key_positions, query) -> torch.Tensor:
-        """The positions given (``key_positions`` must equal them), or ``0..N-1``."""
         n = query.shape[1]
         if key_positions is not None and (positions is None or not torch.equal(positions, key_positions)):
             raise ValueError(f"the {self.name!r} attention is self-attention: its keys are its queries, so "
                              "key_positions must equal positions (or be left out)")
-        if positions is None:
-            return torch.arange(n, device=query.device)
-        return check_positions(positions, n, "positions").to(query.device)
+        if positions is not None:  # the positions given, else the mask's, else 0..N-1
+            at = check_positions(positions, n, "positions").to(query.device)
+        else:
+            found = None if mask is None else positions_of(mask, n, query.device)
+            at = torch.arange(n, device=query.device) if found is None else found
+        if mask is None:
+            return Tokens(query, at)
+        return Tokens(silence_padding(query, None, None, mask)[0], at, mask)
 
     def heads(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q ``(B, H, N, D)``, k and v ``(B, H, N, D)`` (``(B, G, N, D)`` where the mixer takes grouped keys; q and k of
@@ -245,7 +241,7 @@ class SequenceMixer(nn.Module):
             x = pe.add_to(x, positions)
         b, n, _ = x.shape
         projs = [self.q_proj, self.k_proj, self.v_proj]
-        w, bias = interop.fused_weights(self, projs)
+        w, bias = projection.fused_weights(self, projs)
         q, k, v = F.linear(x, w, bias).split([p.out_features for p in projs], dim=-1)
         qh = self.query_heads
         kh = self.num_kv_heads if qh == self.num_heads else qh
@@ -269,7 +265,7 @@ class SequenceMixer(nn.Module):
 
     def check_input(self, name: str, x, width: int, batch: int | None) -> None:
         """Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype."""
-        checks.check_input(self, name, x, width, batch)
+        projection.check_input(self, name, x, width, batch)
 
     # ---------------------------------------------------------------- decoding and hooks
     def new_cache(self, *, window: int | None = None, sinks: int = 0, positions: str = "absolute"):

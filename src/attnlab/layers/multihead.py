@@ -15,12 +15,12 @@ from ..core.attend import AttentionResult
 from ..core.scores import Score
 from ..positional.base import PositionalEncoding, check_positions
 from ..validate import positive_int
-from . import checks, decoding, interop, migration
+from . import checks, decoding, interop, migration, projection
 from .cache import KVCache, StaticKV
 from .exact import DenseStep
 from .padding import silence_padding
 from .state import RecurrentState, check_kind, make_cache
-from .step import AttentionStep, Capabilities, StepCall
+from .step import AttentionStep, Capabilities
 
 __all__ = ["MultiHeadAttention", "silence_padding"]
 
@@ -175,7 +175,7 @@ class MultiHeadAttention(nn.Module):
 
     def check_input(self, name: str, x, width: int, batch: int | None) -> None:
         """Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype (``batch``: B, when known)."""
-        checks.check_input(self, name, x, width, batch)
+        projection.check_input(self, name, x, width, batch)
 
     def _heads(self, x: torch.Tensor, proj: nn.Linear, head_w: torch.Tensor | None,
                heads: int | None = None) -> torch.Tensor:
@@ -192,7 +192,7 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         shared = self.capabilities.shared_qk
         projs = [self.q_proj, self.v_proj] if shared else [self.q_proj, self.k_proj, self.v_proj]
-        w, bias = interop.fused_weights(self, projs)
+        w, bias = projection.fused_weights(self, projs)
         out = F.linear(x, w, bias)
         if self.num_kv_heads != self.num_heads:  # grouped
             q, k, v = out.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
@@ -237,7 +237,7 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are omitted).
 
         One path whatever the mask or the cache: where the keys come from and their positions (the call's own, or a
-        cache's), the projections and positional encoding, the attention step (:meth:`attention_step`: the step this
+        cache's), the projections and positional encoding, the attention step (``layer.step``: the step this
         layer holds, its hooks first) under the mask, then ``W^o``.
 
         Args:
@@ -285,12 +285,12 @@ class MultiHeadAttention(nn.Module):
         encodings added first, ``rope`` rotation after, unless ``rotate`` is False), and the bias encoding's score
         function at these positions (or None). ``kv``: keys and values already projected (a cross-attention cache). The
         attention viewer reads q, k and v through this method."""
-        checks.check_input(self, "query", query, self.embed_dim, None)
+        projection.check_input(self, "query", query, self.embed_dim, None)
         if kv is None:
             key = query if key is None else key
             value = key if value is None else value
-            self.check_input("key", key, self.kdim, query.shape[0])
-            self.check_input("value", value, self.vdim, query.shape[0])
+            projection.check_input(self, "key", key, self.kdim, query.shape[0])
+            projection.check_input(self, "value", value, self.vdim, query.shape[0])
             if key.shape[1] != value.shape[1]:
                 raise ValueError(f"key and value must have the same length M, got {tuple(key.shape)} and "
                                  f"{tuple(value.shape)}")
@@ -351,11 +351,6 @@ class MultiHeadAttention(nn.Module):
         """Remove every step hook (a copy such as :meth:`grouped`'s is a new layer: hooks stay with the one they were
         registered on)."""
         self.step.clear_hooks()
-
-    def attention_step(self, q, k, v, call: StepCall) -> AttentionResult:
-        """:meth:`forward`'s attention step: this layer's step on the heads (the hooks, then the step)."""
-        # the registered module itself, read without nn.Module's lookup
-        return cast(AttentionStep, self._modules["step"])(q, k, v, call)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""

@@ -186,7 +186,7 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
                          "them")
     if (call.bias is not None or call.score_mod is not None) and not caps.forms_scores:
         raise ValueError(f"the {name!r} attention cannot add a score bias; use the 'dense' attention")
-    if spanning.spans(call.mask) and not caps.exact:
+    if call.mask is not None and spanning.spans(call.mask) and not caps.exact:
         raise ValueError(f"the {name!r} attention is not exact dense attention: ring attention (mask=ShardedMask) runs "
                          "the exact steps (attnlab.efficient.select(exact=True, reference=False))")
     if call.state is not None:
