@@ -44,14 +44,14 @@ def test_a_summary_ends_at_the_first_sentence_end():
 def test_a_variants_options_say_what_each_is_with_its_real_default():
     """Issue 58: gated_deltanet's embed_dim, num_heads and causal shared one sentence about rope and grouped heads, and
     conv_size's default read "-" where the variant's own (4) applies."""
-    from attnlab.efficient import recurrence
+    from attnlab.efficient import chunking
 
     rows = json.loads(runner.invoke(app, ["list", "variants", "gated_deltanet", "--json"]).stdout)
     helps = {o: rows[o]["help"] for o in ("embed_dim", "num_heads", "causal")}
     assert len(set(helps.values())) == 3 and not any("rope" in h for h in helps.values()), helps
     assert helps["embed_dim"].startswith("E, the width") and helps["num_heads"].startswith("H, each with its own state")
     assert "both directions" in helps["causal"]
-    assert rows["conv_size"]["default"] == 4 and rows["segment"]["default"] == recurrence.SEGMENT
+    assert rows["conv_size"]["default"] == 4 and rows["segment"]["default"] == chunking.SEGMENT
     gla = json.loads(runner.invoke(app, ["list", "variants", "gla", "--json"]).stdout)
     kda = json.loads(runner.invoke(app, ["list", "variants", "kda", "--json"]).stdout)
     assert gla["conv_size"]["default"] == 0 and kda["segment"]["default"] == 512

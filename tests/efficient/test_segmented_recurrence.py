@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import efficient, masks
-from attnlab.efficient import recurrence, segments
+from attnlab.efficient import chunking, recurrence
 from tests.helpers import assert_close_rel
 
 GATES = [("gated", None), ("gated", "head"), ("gated", "channel"), ("delta", None), ("delta", "head"), ("delta", "channel")]
@@ -66,12 +66,12 @@ def test_packed_documents_cross_segment_boundaries(family, gate, with_state):
 
 
 def test_segments_lie_on_chunk_boundaries_and_split_documents_into_pieces():
-    assert recurrence.segment_bounds(70, 8, 20) == [(0, 16), (16, 32), (32, 48), (48, 64), (64, 70)]
-    assert recurrence.segment_bounds(70, 8, None) == [(0, 70)]
-    assert recurrence.segment_bounds(70, 8, 100) == [(0, 70)]
+    assert chunking.segment_bounds(70, 8, 20) == [(0, 16), (16, 32), (32, 48), (48, 64), (64, 70)]
+    assert chunking.segment_bounds(70, 8, None) == [(0, 70)]
+    assert chunking.segment_bounds(70, 8, 100) == [(0, 70)]
     # documents of 5, 0 and 20 positions in chunks of 4, laid out as 2 + 0 + 5 chunks, 3 chunks a
     # segment: the third document begins in the first segment, goes through the second, ends in the third
-    parts = segments._segments(25, 4, 12, torch.tensor([0, 5, 5, 25]))
+    parts = chunking._segments(25, 4, 12, torch.tensor([0, 5, 5, 25]))
     assert parts == [(0, 9, [(5, 0, 0), (4, 2, None)]), (9, 21, [(12, None, None)]), (21, 25, [(4, None, 2)])]
 
 
@@ -164,7 +164,7 @@ def test_linear_scan_equals_the_recurrence_written_as_a_loop(matrix):
     carry = (0.5 * torch.randn(*shape, dtype=torch.float64, generator=g)).requires_grad_()
     writes = torch.randn(m, t, d, dv, dtype=torch.float64, generator=g).requires_grad_()
     begins, ends = {0: 0, 3: 1}, {2: 0, 5: 1}
-    starts, finals = segments.linear_scan(rows, carry, writes, begins, ends, matrix)
+    starts, finals = chunking.linear_scan(rows, carry, writes, begins, ends, matrix)
     want_starts, want_finals, s = [], [None, None], None
     for c in range(t):
         s = rows[begins[c]] if c in begins else s
@@ -183,6 +183,6 @@ def test_linear_scan_equals_the_recurrence_written_as_a_loop(matrix):
 def test_linear_scan_refuses_shapes_and_chunks_that_do_not_match():
     rows, writes = torch.zeros(1, 2, 3, 3), torch.zeros(2, 4, 3, 3)
     with pytest.raises(ValueError, match="do not match writes"):
-        segments.linear_scan(rows, torch.zeros(2, 5, 3, 3), writes, {0: 0}, {3: 0}, True)
+        chunking.linear_scan(rows, torch.zeros(2, 5, 3, 3), writes, {0: 0}, {3: 0}, True)
     with pytest.raises(ValueError, match="outside 0..3"):
-        segments.linear_scan(rows, torch.zeros(2, 4, 3, 3), writes, {0: 0}, {4: 0}, True)
+        chunking.linear_scan(rows, torch.zeros(2, 4, 3, 3), writes, {0: 0}, {4: 0}, True)

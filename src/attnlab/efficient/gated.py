@@ -35,16 +35,16 @@ from ..core.attend import AttentionResult
 from ..layers.mixer import SequenceMixer, Tokens
 from ..layers.state import MatrixState
 from ..validate import choice, int_at_least, positive_int
-from . import recurrence
+from . import chunking, recurrence
 from .base import check_documents, per_document
-from .scan import Cut, Pass, Pieces, ScanSegment, ScanView, conv_heads, scan_positions
+from .scan import Cut, Pass, Pieces, ScanSegment, ScanView, scan_positions
 
 __all__ = ["GatedRecurrence", "HeadNorm", "MatrixState", "MODES", "PaddingInsideWarning", "inverse_softplus",
            "time_step_bias"]
 
 CONV_PRODUCTS_MAX = 2 ** 23
 """The short convolution of a window of at most this many elements (``B x positions x 3E``: a
-segment, :data:`attnlab.efficient.recurrence.SEGMENT`) is computed as K shifted products in the
+segment, :data:`attnlab.efficient.chunking.SEGMENT`) is computed as K shifted products in the
 positions' own layout, which saves ``conv1d``'s two transposes; a longer window by ``conv1d``, which
 is faster once the window no longer fits the cache (``benchmarks/results/short-convolution-*``)."""
 
@@ -100,7 +100,7 @@ class GatedRecurrence(SequenceMixer):
             both directions and adds the two, every query seeing every key.
         chunk: positions per chunk of the chunkwise form.
         segment: positions per segment of the chunkwise form (default: the variant's,
-            :data:`attnlab.efficient.recurrence.SEGMENT` unless it says otherwise): under autograd
+            :data:`attnlab.efficient.chunking.SEGMENT` unless it says otherwise): under autograd
             the backward keeps the projections and the state entering each segment, and computes
             the segment's gates, convolution, features and chunks again; 0: one segment, everything
             kept for the backward (memory linear in N with a larger slope).
@@ -118,7 +118,7 @@ class GatedRecurrence(SequenceMixer):
     """``conv_size``'s default (the variant's paper's; ``attnlab list variants NAME`` shows it)."""
     q_scale: bool = True  # q scaled by D^-1/2, as fla's kernels do
     finish_reads_values: bool = False  # finish receives the values after the convolution (else None: not kept)
-    default_segment: int = recurrence.SEGMENT
+    default_segment: int = chunking.SEGMENT
     """``segment``'s default (``attnlab list variants NAME`` shows it)."""
 
     def __init__(self, embed_dim: int, num_heads: int, *, chunk: int = recurrence.CHUNK, segment: int | None = None,
@@ -220,13 +220,13 @@ class GatedRecurrence(SequenceMixer):
         scans = [(False, cu)]
         if run.both_ways:  # the reverse scan: the same recurrence from the last position to the first
             scans.append((True, None if cu is None else cu[-1] - cu.flip(0)))
-        bounds = [recurrence.segment_bounds(n, run.chunk, self.segment if run.mode == "chunk" else None, offsets)
+        bounds = [chunking.segment_bounds(n, run.chunk, self.segment if run.mode == "chunk" else None, offsets)
                   for _, offsets in scans]
         points = [n - halo] if run.cache is not None else []
         for (reverse, _), segments in zip(scans, bounds):
             points += [n - p if reverse else p for a, b in segments for p in (a, b, a - halo)]
         cut = Cut(n, points)
-        pieces = Pieces(cut.cut(q, 2), cut.cut(k, 2), cut.cut(v, 2), cut.cut(run.x, 1))
+        pieces = Pieces(q.split(cut.sizes, 2), k.split(cut.sizes, 2), v.split(cut.sizes, 2), run.x.split(cut.sizes, 1))
         outs = [self._direction(ScanView(cut, reverse), pieces, run, offsets, segments)
                 for (reverse, offsets), segments in zip(scans, bounds)]
         out, vf = outs[0]
@@ -263,7 +263,7 @@ class GatedRecurrence(SequenceMixer):
         ``pieces`` by ``scan`` (its ``reverse``: from the last position to the first; packed
         documents: ``cu`` their offsets in the scan's order, a row of one): convolution, feature
         maps, rotation, padding silenced, then the recurrence in ``run.mode``. The chunkwise form
-        runs it in the segments ``bounds`` (:func:`~attnlab.efficient.recurrence.segmented`):
+        runs it in the segments ``bounds`` (:func:`~attnlab.efficient.chunking.segmented`):
         under autograd the backward keeps the projections and the state entering each segment,
         and computes the segment's convolution, features and chunks again. Returns the heads'
         outputs, in the scan's order, and the values after the convolution where
@@ -282,7 +282,7 @@ class GatedRecurrence(SequenceMixer):
             if state is None:  # zeros, one per row, or one per document when packed
                 rows = q.shape[0] if cu is None else cu.numel() - 1
                 state = q.new_zeros(rows, self.num_heads, q.shape[-1], v.shape[-1], dtype=upcast(q).dtype)
-            result = recurrence.segmented(step, n, chunk=run.chunk, state=state, cu_seqlens=cu, segment=self.segment)
+            result = chunking.segmented(step, n, chunk=run.chunk, state=state, cu_seqlens=cu, segment=self.segment)
         else:
             result = step(0, n, state, cu)
         if cache is not None:
@@ -324,20 +324,24 @@ class GatedRecurrence(SequenceMixer):
             offsets = (cu - start).clamp(0, b - start)  # the documents' starts in the window
             mixed = F.silu(recurrence.causal_conv(flat.transpose(1, 2), self.conv.weight[:, 0].to(flat.dtype),
                                                   cu_seqlens=offsets))
-            return conv_heads(mixed[..., a - start:].transpose(1, 2).contiguous(), widths, heads)
-        full = self._conv_inputs(scan, pieces, valid, before, (a - (self.conv_size - 1), b))  # (B, K - 1 + b - a, C)
-        weight = self.conv.weight[:, 0]  # (C, K)
-        if full.numel() <= CONV_PRODUCTS_MAX:  # K shifted products, in the positions' own layout, at least float32
-            wide, n = upcast(full), b - a
-            mixed = wide[:, :n] * weight[:, 0].to(wide.dtype)
-            for j in range(1, self.conv_size):
-                mixed = torch.addcmul(mixed, wide[:, j:j + n], weight[:, j].to(wide.dtype))
-            return conv_heads(F.silu(mixed).to(full.dtype), widths, heads)
-        # channels-first and contiguous: conv1d's CPU kernel is fastest so on a long window, ahead of a transposed
-        # view and of K shifted products (benchmarks/results/short-convolution-*)
-        mixed = F.conv1d(full.transpose(1, 2).contiguous(), self.conv.weight.to(full.dtype), groups=full.shape[-1])
-        mixed = F.silu(mixed).transpose(1, 2).contiguous()  # (B, b - a, C): each head's channels adjacent again
-        return conv_heads(mixed, widths, heads)
+            mixed = mixed[..., a - start:].transpose(1, 2).contiguous()
+        else:
+            # (B, K - 1 + b - a, C)
+            full = self._conv_inputs(scan, pieces, valid, before, (a - (self.conv_size - 1), b))
+            weight = self.conv.weight[:, 0]  # (C, K)
+            if full.numel() <= CONV_PRODUCTS_MAX:  # K shifted products, in the positions' own layout, at least float32
+                wide, n = upcast(full), b - a
+                mixed = wide[:, :n] * weight[:, 0].to(wide.dtype)
+                for j in range(1, self.conv_size):
+                    mixed = torch.addcmul(mixed, wide[:, j:j + n], weight[:, j].to(wide.dtype))
+                mixed = F.silu(mixed).to(full.dtype)
+            else:  # channels-first and contiguous: conv1d's CPU kernel is fastest so on a long window, ahead of a
+                # transposed view and of K shifted products (benchmarks/results/short-convolution-*)
+                mixed = F.conv1d(full.transpose(1, 2).contiguous(), self.conv.weight.to(full.dtype),
+                                 groups=full.shape[-1])
+                mixed = F.silu(mixed).transpose(1, 2).contiguous()  # (B, b - a, C): each head's channels adjacent
+        rows, n = mixed.shape[:2]  # (B, b - a, C) back to q, k, v (B, H, b - a, D)
+        return tuple(part.view(rows, n, h, -1).transpose(1, 2) for part, h in zip(mixed.split(widths, -1), heads))
 
 
 class HeadNorm(nn.Module):

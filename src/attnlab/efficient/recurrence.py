@@ -38,11 +38,11 @@ given and returned is then one per document, ``(S, H, D, Dv)``.
 
 **Memory.** Autograd would keep every chunk's products for the backward, O(N (C + D)) per head with a large constant (a
 (C, C) score and decay and several (C, D) and (D, Dv) tensors per chunk). The chunkwise forms therefore run in segments
-of :data:`~attnlab.efficient.segments.SEGMENT` positions (``segment=``; :func:`~attnlab.efficient.segments.segmented`),
+of :data:`~attnlab.efficient.chunking.SEGMENT` positions (``segment=``; :func:`~attnlab.efficient.chunking.segmented`),
 each starting from the state the previous one ends in and, under autograd, a non-reentrant checkpoint: the backward
 keeps the ``D x Dv`` state entering each segment and computes one segment's chunks again at a time (as fla's kernels
 keep the states at chunk boundaries); the scan across chunks is one autograd node
-(:func:`~attnlab.efficient.segments.linear_scan`). The price is one more forward of the chunks (none for a sequence of
+(:func:`~attnlab.efficient.chunking.linear_scan`). The price is one more forward of the chunks (none for a sequence of
 one segment); ``segment=None`` keeps everything. Peak memory before and after: ``benchmarks/results/segments-*``.
 """
 
@@ -53,10 +53,8 @@ import torch.nn.functional as F
 
 from ..validate import positive_int
 from . import fla_ops
-from .chunking import ChunkLayout
-from .segments import SEGMENT, segment_bounds, segmented  # noqa: F401 - layers read segment_bounds here
+from .chunking import SEGMENT, ChunkLayout, segmented
 
-# SEGMENT, segmented: attnlab.efficient.segments
 __all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step",
            "gated_step", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
 
@@ -122,9 +120,13 @@ def _needed(s):
     return s
 
 
-def _state(q: torch.Tensor, v: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
-    b, h, _, d = q.shape
-    return q.new_zeros(b, h, d, v.shape[-1]) if state is None else state
+def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor,
+             cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+    """The initial state(s): the one given, or zeros (one per document when packed)."""
+    if state is not None:
+        return state
+    rows = q.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
+    return q.new_zeros(rows, q.shape[1], q.shape[-1], v.shape[-1])
 
 
 def _decay_rows(g: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
@@ -160,28 +162,23 @@ def _products(a: torch.Tensor, b: torch.Tensor, cum_log_decay: torch.Tensor | No
 
 
 def _decay(cum_log_decay: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``exp(G_i - G_j)`` for ``j <= i``, else 0, in ``like``'s dtype (:func:`_exp`), ``G`` the cumulative log decay:
+    """``exp(G_i - G_j)`` for ``j <= i``, else 0, in ``like``'s dtype (a decay accumulated in float64, see
+    :func:`chunk_delta`, is exponentiated there and rounded once), ``G`` the cumulative log decay:
     ``(..., N, N)`` per head, ``(..., N, N, D)`` per channel (see :func:`_products`)."""
     per_head = cum_log_decay.dim() == like.dim() - 1
     keep = _causal(cum_log_decay.shape[-1 if per_head else -2], cum_log_decay.device)
     if per_head:
         differences = cum_log_decay[..., :, None] - cum_log_decay[..., None, :]
-        return _exp(differences.masked_fill(~keep, float("-inf")), like)
+        return differences.masked_fill(~keep, float("-inf")).exp().to(like.dtype)
     differences = cum_log_decay[..., :, None, :] - cum_log_decay[..., None, :, :]
-    return _exp(differences.masked_fill(~keep[..., None], float("-inf")), like)
-
-
-def _exp(log: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``exp(log)`` in ``like``'s dtype: a decay accumulated in float64 (see :func:`chunk_delta`)
-    is exponentiated there and rounded once."""
-    return log.exp().to(like.dtype)
+    return differences.masked_fill(~keep[..., None], float("-inf")).exp().to(like.dtype)
 
 
 # ---------------------------------------------------------------------------- recurrent forms
 def recurrent_gated(q, k, v, g=None, *, state=None):
     """``S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T``, ``o_t = S_t^T q_t``, one token at a time."""
     _check(q, k, v, g, state=state)
-    s, outs = _state(q, v, state), []
+    s, outs = _initial(state, q, v), []
     for t in range(q.shape[2]):
         o, s = _gated_step(q[:, :, t], k[:, :, t], v[:, :, t], None if g is None else g[:, :, t], s)
         outs.append(o)
@@ -208,7 +205,7 @@ def recurrent_delta(q, k, v, beta, g=None, *, state=None, read=None):
     read key ``p`` ``(B, H, N, D)`` (Comba): the correction reads the decayed state at ``p_t`` instead of ``k_t``,
     ``S_t = S' + beta_t k_t (v_t - S'^T p_t)^T`` with ``S' = diag(exp(g_t)) S_{t-1}``; None: ``k``."""
     _check(q, k, v, g, beta, state, delta=True, read=read)
-    s, outs = _state(q, v, state), []
+    s, outs = _initial(state, q, v), []
     for t in range(q.shape[2]):
         o, s = _delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s,
                            read=None if read is None else read[:, :, t])
@@ -248,7 +245,7 @@ def _gated_scores(q, k, g):
 def parallel_gated(q, k, v, g=None, *, state=None):
     """The quadratic form of :func:`recurrent_gated`: ``O = (Q K^T ⊙ M) V + (Q ⊙ e^G) S_0``."""
     _check(q, k, v, g, state=state)
-    s0 = _state(q, v, state)
+    s0 = _initial(state, q, v)
     scores, qd = _gated_scores(q, k, g)
     out = scores @ v + qd @ s0
     rows = _decay_rows(g, q)
@@ -265,7 +262,7 @@ def parallel_delta(q, k, v, beta, g=None, *, state=None, read=None):
     ``P``: ``L = diag(beta) P(P, K)`` and ``U = (I + L)^{-1} diag(beta) (V - (P ⊙ e^G) S_0)``."""
     _check(q, k, v, g, beta, state, delta=True, read=read)
     p = k if read is None else read
-    s0 = _state(q, v, state)
+    s0 = _initial(state, q, v)
     cum_log_decay = None if g is None else g.cumsum(2)
     rows = _as_rows(cum_log_decay, k)  # (B, H, N, 1 | D): G
     eye = torch.eye(q.shape[2], dtype=k.dtype, device=k.device)
@@ -283,35 +280,27 @@ def chunk_length(chunk: int, n: int, g: torch.Tensor | None = None, *, per_chann
     ``g`` (or ``per_channel``: whether it is one per key channel): at most ``n`` (a shorter sequence is one chunk of its
     own length), and under a per-channel decay at most :data:`CHANNEL_CHUNK` (e^-G_j within a chunk stays below
     e^(CHANNEL_CHUNK steps of decay))."""
-    c = min(positive_int("chunk", chunk), max(n, 1))
+    # a plain positive int passes without a call (this runs per segment); anything else is validate's to refuse
+    c = min(chunk if type(chunk) is int and chunk > 0 else positive_int("chunk", chunk), max(n, 1))
     if per_channel is None:
         per_channel = g is not None and g.dim() == 4
     return min(c, CHANNEL_CHUNK) if per_channel else c
 
 
-def _initial(state: torch.Tensor | None, q: torch.Tensor, v: torch.Tensor,
-             cu_seqlens: torch.Tensor | None) -> torch.Tensor:
-    """The initial state(s): the one given, or zeros (one per document when packed)."""
-    if state is not None:
-        return state
-    rows = q.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
-    return q.new_zeros(rows, q.shape[1], q.shape[-1], v.shape[-1])
-
-
-# ---------------------------------------------------------------------------- chunkwise forms
 def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=None, segment: int | None = SEGMENT):
     """:func:`recurrent_gated` chunk by chunk: within each chunk its parallel form (every chunk at
     once), across chunks the recurrence on the chunk-end states; in segments of ``segment``
     positions (:func:`segmented`: under autograd each segment's chunks are computed again in the
     backward; None: never). ``cu_seqlens``: packed documents (see the module)."""
     _check(q, k, v, g, state=state, cu_seqlens=cu_seqlens)
-    # fla's kernel on CUDA, where it serves
-    if (served := fla_ops.dispatch_gated(q, k, v, g, state, cu_seqlens)) is not None:
-        return served
-    c = chunk_length(chunk, q.shape[2], g)
+    if q.device.type in fla_ops.SERVED_ON:  # fla's kernel on CUDA, where it serves
+        if (served := fla_ops.dispatch_gated(q, k, v, g, state, cu_seqlens)) is not None:
+            return served
+    c, state = chunk_length(chunk, q.shape[2], g), _initial(state, q, v, cu_seqlens)
+    if segment is None:
+        return _chunk_gated(q, k, v, g, state, cu_seqlens, c)
     run = lambda a, b, s, cu, q, k, v, g: _chunk_gated(q, k, v, g, s, cu, c)  # noqa: E731
-    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens,
-                     segment=segment, split=(q, k, v, g))
+    return segmented(run, q.shape[2], chunk=c, state=state, cu_seqlens=cu_seqlens, segment=segment, split=(q, k, v, g))
 
 
 def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
@@ -328,7 +317,7 @@ def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
     last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
     writes = (kc * (last - rows).exp()).transpose(-1, -2) @ vc  # (B, H, T, D, Dv): what each chunk adds
     carry = last.transpose(-1, -2).exp()  # (B, H, T, 1 | D, 1)
-    starts, s = lay.scan(lay.initial(state, q, v), carry, writes, matrix=False)
+    starts, s = lay.scan(state, carry, writes, matrix=False)
     return lay.positions(intra + (qc * rows.exp()) @ starts), s
 
 
@@ -341,20 +330,22 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seq
     ``cu_seqlens``: packed documents (see the module). ``read``: the read key (Comba; :func:`parallel_delta`), chunked
     and segmented as ``k``; None: ``k`` (fla's kernels serve only this)."""
     _check(q, k, v, g, beta, state, delta=True, cu_seqlens=cu_seqlens, read=read)
-    if read is None or read is k:  # fla's kernels on CUDA, where they serve
+    if (read is None or read is k) and q.device.type in fla_ops.SERVED_ON:  # fla's kernels on CUDA, where they serve
         if (served := fla_ops.dispatch_delta(q, k, v, beta, g, state, cu_seqlens)) is not None:
             return served
-    c = chunk_length(chunk, q.shape[2], g)
+    c, state = chunk_length(chunk, q.shape[2], g), _initial(state, q, v, cu_seqlens)
+    if segment is None:
+        return _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c, read=read)
     run = lambda a, b, s, cu, q, k, v, beta, g, p: _chunk_delta(q, k, v, beta, g, s, cu, c, read=p)  # noqa: E731
-    return segmented(run, q.shape[2], chunk=c, state=_initial(state, q, v, cu_seqlens), cu_seqlens=cu_seqlens,
-                     segment=segment, split=(q, k, v, beta, g, read))
+    return segmented(run, q.shape[2], chunk=c, state=state, cu_seqlens=cu_seqlens, segment=segment,
+                     split=(q, k, v, beta, g, read))
 
 
 def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c, *, read=None):
     lay = ChunkLayout(cu_seqlens, q.shape[2], c, q.device)
     qc, kc, vc, bc = lay.chunks(q), lay.chunks(k), lay.chunks(v), lay.chunks(beta)
     pc = kc if read is None else lay.chunks(read)  # the read keys P (Comba), else K
-    # G within each chunk; a decay per head, (B, H, N), accumulated and exponentiated in float64 (:func:`_exp`)
+    # G within each chunk; a decay per head, (B, H, N), accumulated and exponentiated in float64 and rounded once
     cum_log_decay = None if g is None else lay.chunks(g.double() if g.dim() == 3 else g).cumsum(3)
     rows = _as_rows(cum_log_decay, kc)  # (B, H, T, C, 1 | D)
     # e^{G_i - G_j}, j <= i: one for both products below
@@ -363,19 +354,18 @@ def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c, *, read=None):
     system = eye + bc[..., None] * _products(pc, kc, cum_log_decay, -1, decay)  # I + diag(beta) P(P, K), strictly lower
     # U = T beta V and W = T beta e^G P: the chunk's pseudo-values from a zero state, and how they
     # move with the state it starts from, read at P (U_c = U - W S_c)
-    solved = torch.linalg.solve_triangular(system,
-                                           torch.cat([bc[..., None] * vc, bc[..., None] * _exp(rows, kc) * pc], -1),
-                                           upper=False, unitriangular=True)
+    right = torch.cat([bc[..., None] * vc, bc[..., None] * rows.exp().to(kc.dtype) * pc], -1)
+    solved = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)
     u0, w = solved.split([v.shape[-1], k.shape[-1]], -1)
     last = rows[..., -1:, :]  # (B, H, T, 1, 1 | D): the chunk's total log-decay
-    kt = (kc * _exp(last - rows, kc)).transpose(-1, -2)  # (B, H, T, D, C): K~ = K e^{G_C - G_j}
+    kt = (kc * (last - rows).exp().to(kc.dtype)).transpose(-1, -2)  # (B, H, T, D, C): K~ = K e^{G_C - G_j}
     # the state entering the next chunk is affine in the state entering this one:
     # S_{c+1} = diag(e^G_C) S_c + K~_c^T (U_c - W_c S_c) = A_c S_c + B_c, with A_c = diag(e^G_C) -
     # K~_c^T W_c and B_c = K~_c^T U_c for every chunk at once; the sequential part is one product per chunk
     # (B, H, T, D, D)
-    step = _exp(last.transpose(-1, -2), kc) * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w
-    starts, s = lay.scan(lay.initial(state, q, v), step, kt @ u0, matrix=True)
-    out = (qc * _exp(rows, qc)) @ starts + _products(qc, kc, cum_log_decay, 0, decay) @ (u0 - w @ starts)
+    step = last.transpose(-1, -2).exp().to(kc.dtype) * torch.eye(k.shape[-1], dtype=q.dtype, device=q.device) - kt @ w
+    starts, s = lay.scan(state, step, kt @ u0, matrix=True)
+    out = (qc * rows.exp().to(qc.dtype)) @ starts + _products(qc, kc, cum_log_decay, 0, decay) @ (u0 - w @ starts)
     return lay.positions(out), s
 
 

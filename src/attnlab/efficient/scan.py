@@ -3,7 +3,7 @@
 share (:class:`Pass`), and one segment of positions from a state (:class:`ScanSegment`:
 convolution, features, rotation, gates, padding, then the recurrence of
 :mod:`attnlab.efficient.recurrence` in one of its forms). :class:`attnlab.efficient.GatedRecurrence`
-runs them; :func:`~attnlab.efficient.recurrence.segmented` calls a :class:`ScanSegment` per segment."""
+runs them; :func:`~attnlab.efficient.chunking.segmented` calls a :class:`ScanSegment` per segment."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import torch
 from ..core.amp import upcast
 from . import recurrence
 
-__all__ = ["DELTA_FORMS", "GATED_FORMS", "Cut", "Pass", "Pieces", "ScanView", "ScanSegment", "conv_heads",
-           "scan_positions"]
+__all__ = ["DELTA_FORMS", "GATED_FORMS", "Cut", "Pass", "Pieces", "ScanView", "ScanSegment", "scan_positions"]
 
 DELTA_FORMS = {"chunk": recurrence.chunk_delta, "parallel": recurrence.parallel_delta,
                "recurrent": recurrence.recurrent_delta}
@@ -35,27 +34,25 @@ def scan_positions(t: torch.Tensor, a: int, b: int, dim: int, reverse: bool) -> 
 
 
 class Cut:
-    """Tensors cut once at the positions ``points`` (:meth:`cut`: one
-    ``torch.split``, whose backward gathers the pieces' gradients in one concatenation, where a
-    slice per segment would give autograd a full-size zero gradient per segment)."""
+    """Where tensors of ``n`` positions are cut once, at the positions ``points``: ``t.split(cut.sizes, dim)``
+    gives the pieces between them (one ``torch.split``, whose backward gathers the pieces' gradients in one
+    concatenation, where a slice per segment would give autograd a full-size zero gradient per segment)."""
 
     def __init__(self, n: int, points):
         self.n = n
         self.points = sorted({0, n, *(min(max(p, 0), n) for p in points)})
         self.index = {p: i for i, p in enumerate(self.points)}
-
-    def cut(self, t: torch.Tensor, dim: int) -> list[torch.Tensor]:
-        """``t``'s pieces between the points along ``dim``, its positions (views)."""
-        return list(t.split([b - a for a, b in zip(self.points, self.points[1:])], dim))
+        self.sizes = [b - a for a, b in zip(self.points, self.points[1:])]
 
 
+@dataclass(frozen=True)
 class ScanView:
     """A scan's view of a :class:`Cut`: ``reverse``, from the last position to the first."""
 
-    def __init__(self, cut: Cut, reverse: bool):
-        self.cut, self.reverse = cut, reverse
+    cut: Cut
+    reverse: bool
 
-    def read(self, pieces: list[torch.Tensor], a: int, b: int, dim: int = 2) -> torch.Tensor:
+    def read(self, pieces: tuple[torch.Tensor, ...], a: int, b: int, dim: int = 2) -> torch.Tensor:
         """Positions ``[a, b)`` of the scan from a tensor's ``pieces`` (where the cut has points),
         its positions along ``dim``."""
         cut = self.cut
@@ -63,7 +60,7 @@ class ScanView:
             a, b = cut.n - b, cut.n - a
         parts = pieces[cut.index[a]:cut.index[b]]
         if self.reverse:
-            parts = [t.flip(dim) for t in reversed(parts)]
+            parts = tuple(t.flip(dim) for t in reversed(parts))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
 
 
@@ -88,23 +85,26 @@ class Pass:
 class Pieces:
     """q, k, v and the input x cut at a :class:`Cut`'s points (lists of views)."""
 
-    q: list
-    k: list
-    v: list
-    x: list
+    q: tuple
+    k: tuple
+    v: tuple
+    x: tuple
 
 
+@dataclass(frozen=True)
 class ScanSegment:
     """Positions ``[a, b)`` of one scan from a state (``step(a, b, state, cu_part)``, what
-    :func:`~attnlab.efficient.recurrence.segmented` calls per segment): convolution, features,
-    rotation, scaling, gates, padding silenced, then the recurrence in the pass's form."""
+    :func:`~attnlab.efficient.chunking.segmented` calls per segment): convolution, features,
+    rotation, scaling, gates, padding silenced, then the recurrence in the pass's form. ``before``: the
+    convolution's inputs before the first position (a cache's), or None; ``cu``: the packed documents' offsets in the
+    scan's order, or None."""
 
-    def __init__(self, mixer, scan: ScanView, pieces: Pieces, run: Pass, before, cu):
-        self.mixer, self.scan, self.pieces, self.run, self.before, self.cu = mixer, scan, pieces, run, before, cu
-        forms = DELTA_FORMS if mixer.delta else GATED_FORMS
-        self.fn = forms[run.mode]
-        pe = mixer.positional
-        self.rotation = pe if pe is not None and pe.kind == "rotation" else None
+    mixer: Any
+    scan: ScanView
+    pieces: Pieces
+    run: Pass
+    before: torch.Tensor | None
+    cu: torch.Tensor | None
 
     def __call__(self, a: int, b: int, state, cu_part):
         m, scan, p, run = self.mixer, self.scan, self.pieces, self.run
@@ -113,9 +113,10 @@ class ScanSegment:
         else:
             qs, ks, vs = (scan.read(t, a, b) for t in (p.q, p.k, p.v))
         qs, ks = m.features(qs, ks)
-        if self.rotation is not None:
+        pe = m.positional
+        if pe is not None and pe.kind == "rotation":
             at = scan_positions(run.positions, a, b, run.positions.dim() - 1, scan.reverse)
-            qs, ks = self.rotation.rotate(qs, ks, at, at)
+            qs, ks = pe.rotate(qs, ks, at, at)
         if m.q_scale:
             qs = qs * m.head_dim ** -0.5
         gs, bs = m.gates(scan.read(p.x, a, b, 1))
@@ -131,16 +132,8 @@ class ScanSegment:
         extra = {"chunk": run.chunk, "cu_seqlens": cu_part, "segment": None} if run.mode == "chunk" else {}
         # the recurrence in at least float32, as softmax's statistics (the gates were computed so: never rounded to
         # bfloat16)
+        form = (DELTA_FORMS if m.delta else GATED_FORMS)[run.mode]
         with torch.autocast(qs.device.type, enabled=False):
-            out, state = self.fn(*(None if t is None else upcast(t) for t in args),
-                                 state=None if state is None else upcast(state), **extra)
+            out, state = form(*(None if t is None else upcast(t) for t in args),
+                              state=None if state is None else upcast(state), **extra)
         return (out, state, vs) if m.finish_reads_values else (out, state)
-
-
-
-
-
-def conv_heads(mixed, widths, heads):
-    """``(B, N, C)`` back to q, k, v ``(B, H, N, D)``."""
-    b, n = mixed.shape[:2]
-    return tuple(part.view(b, n, h, -1).transpose(1, 2) for part, h in zip(mixed.split(widths, -1), heads))
