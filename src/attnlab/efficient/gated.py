@@ -172,10 +172,13 @@ class GatedRecurrence(SequenceMixer):
         tokens.check_heads(self.name, q, k, v)
         docs = tokens.documents
         if tokens.cache is None and docs is not None and self._mode != "chunk":
-            def run(q, k, v, x):  # the reference forms: each document alone
-                return self.mix(q, k, v, Tokens(x, torch.arange(x.shape[1], device=x.device))).output
+            # the reference forms: each document alone, at its tokens' positions (sliced as the heads are)
+            at = tokens.positions.expand(tokens.x.shape[:2])[:, None, :, None]
 
-            return AttentionResult(per_document(self, run, docs, (q, k, v), tokens.x))
+            def run(q, k, at, v, x):
+                return self.mix(q, k, v, Tokens(x, at[:, 0, :, 0])).output
+
+            return AttentionResult(per_document(self, run, docs, (q, k, at, v), tokens.x))
         out = self.recur(q, k, v, tokens, both_ways=not self.causal)
         if tokens.cache is not None:
             tokens.cache.seen += q.shape[2]
@@ -189,7 +192,7 @@ class GatedRecurrence(SequenceMixer):
         x, state, docs = tokens.x, tokens.cache, tokens.documents
         b, n = x.shape[0], x.shape[1]
         if state is None and docs is not None:
-            return self._packed(q, k, v, x, docs, both_ways)
+            return self._packed(q, k, v, Tokens(x, tokens.positions, docs), both_ways)
         valid = tokens.key_padding(self.name)
         # looked at until it warns once: no host sync after that, no graph break
         if valid is not None and self.conv is not None and state is None \
@@ -234,16 +237,17 @@ class GatedRecurrence(SequenceMixer):
             out = out + outs[1][0].flip(2)
         return out, vf
 
-    def _packed(self, q, k, v, x, docs, both_ways: bool):
-        """Packed documents in one call: every document of every row laid end to end in one row,
-        the short convolution and the recurrence told where each starts (``cu_seqlens``), rope at
-        the positions within each document; positions outside the documents give zeros."""
+    def _packed(self, q, k, v, tokens: Tokens, both_ways: bool):
+        """Packed documents (``tokens.mask``) in one call: every document of every row laid end to end in one row,
+        the short convolution and the recurrence told where each starts (``cu_seqlens``), rope at the tokens'
+        positions (by default the mask's: within each document); positions outside the documents give zeros."""
+        x, docs = tokens.x, tokens.mask
         check_documents(self, docs)
         b, n = x.shape[:2]
         segments = docs.segments(n)
         lengths = [length for _, _, length in segments]
         where = torch.cat([torch.arange(r * n + s, r * n + s + length, device=x.device) for r, s, length in segments])
-        pos = torch.cat([torch.arange(length, device=x.device) for length in lengths])
+        pos = tokens.positions.expand(b, n).flatten()[where]
         cu = torch.tensor([0, *itertools.accumulate(lengths)], device=x.device)
         pick = lambda t: t.transpose(0, 1).flatten(1, 2)[:, where][None]  # noqa: E731 - (B, H, N, D) -> (1, H, M, D)
         xs = x.flatten(0, 1)[where][None]
