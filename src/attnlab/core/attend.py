@@ -219,7 +219,9 @@ def attend(
         raise ArgumentTypeError("score_mod must be a callable (score, b, h, q_idx, kv_idx) -> score, got "
                                 f"{_describe(score_mod)}")
     call = _Call(score_fn, norm_fn, mask, score_mod, bias, dropout_p, return_weights, backend, block_size)
-    use_flex = _use_flex(q, k, v, call)
+    # FlexAttention when asked for, or under "auto" on a device it serves
+    served = backend == "flex" or (backend == "auto" and q.device.type in flex.SERVED_ON)
+    use_flex = served and _use_flex(q, k, v, call)
     fast = not use_flex and _fast_path(q, call, n, m)
     if k.shape[1] not in (h, 0) and not ((fast or use_flex) and _grouped_fused(score_fn, mask, bias)):
         # grouped keys / values, repeated to H heads: key head g serves query heads g r .. g r + r - 1
@@ -279,11 +281,10 @@ class _Call:
 
 def _use_flex(q, k, v, call: _Call) -> bool:
     """Whether FlexAttention computes this call: asked for (``backend="flex"``; refused with the
-    reason where it cannot), or on CUDA under ``"auto"`` where it applies and :data:`FLEX` serves."""
+    reason where it cannot), or, under ``"auto"`` on a device FlexAttention serves (CUDA; :func:`attend` asks only
+    there), where it applies and :data:`FLEX` serves."""
     score_fn, norm_fn, mask, score_mod, backend = call.score_fn, call.norm_fn, call.mask, call.score_mod, call.backend
     bias, dropout_p, return_weights, block_size = call.bias, call.dropout_p, call.return_weights, call.block_size
-    if backend not in ("auto", "flex") or (backend == "auto" and q.device.type not in flex.SERVED_ON):
-        return False
     why = flex.unfit(q, v, dot=_sdpa_scale(score_fn, norm_fn, 1, False) is not None, mask=mask, score_mod=score_mod,
                      bias=bias, dropout_p=dropout_p, return_weights=return_weights, block_size=block_size,
                      auto=backend == "auto")
