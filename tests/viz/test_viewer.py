@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import pretrained
+from attnlab import efficient, pretrained
 from attnlab.models import Encoder
 from attnlab.viz.trace import capture, stack_captured
 from attnlab.viz.viewer import ViewerData, checkpoint_view, pretrained_view, rollout, viewer_data, write_viewer
@@ -81,6 +81,31 @@ def test_an_efficient_variant_has_no_weights_to_show(tiny_bert):
     m = pretrained.load(tiny_bert, attention="linear")
     with pytest.raises(ValueError, match="model.encoder.layers.0.attn: the 'linear' attention never builds the N x M weights"):
         pretrained_view(m, "attention is all you need")
+
+
+def test_a_mixer_that_forms_scores_is_captured_with_its_weights_and_heads():
+    """FoX (a sequence mixer) inside a model: its weights are the ones its forward returns, its heads its projections;
+    no steps panel (its scores add the forget gate's decay)."""
+    torch.manual_seed(0)
+    fox = efficient.create("fox", embed_dim=16, num_heads=2, causal=True).double()
+    model = torch.nn.Sequential(fox)
+    x = torch.randn(1, 6, 16, dtype=torch.float64)
+    with capture(model) as records, torch.no_grad():
+        model(x)
+    (r,) = records
+    with torch.no_grad():
+        assert torch.equal(r.weights, fox(x, return_weights=True).weights)
+        q, k, v = fox.heads(x, torch.arange(6))
+    assert r.name == "0" and torch.equal(r.q, q) and torch.equal(r.v, v) and r.scale is None and "'fox'" in r.why
+    assert torch.allclose(r.weights.sum(-1), torch.ones(1, 2, 6, dtype=torch.float64))
+    assert torch.equal(r.weights.triu(1), torch.zeros_like(r.weights))  # causal
+
+
+def test_a_mixer_that_forms_no_scores_has_no_weights_to_show():
+    model = torch.nn.Sequential(efficient.create("gated_deltanet", embed_dim=16, num_heads=2, causal=True))
+    with pytest.raises(ValueError, match="0: the 'gated_deltanet' attention never builds the N x M weights"):
+        with capture(model), torch.no_grad():
+            model(torch.randn(1, 5, 16))
 
 
 def test_a_checkpoint_of_a_token_task_is_shown_on_words_of_its_vocabulary():

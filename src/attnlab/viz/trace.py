@@ -1,8 +1,10 @@
 """Read what every self-attention layer of a model computes on one input: weights, q, k, v.
 
-:func:`capture` hooks every :class:`attnlab.MultiHeadAttention` in a model; each self-attention
-call records the heads it attended with (:meth:`attnlab.MultiHeadAttention.project`) and its
-weights (exact attention only: an efficient variant never builds them).
+:func:`capture` hooks every :class:`attnlab.MultiHeadAttention` and every sequence mixer
+(:class:`attnlab.layers.mixer.SequenceMixer`) in a model; each self-attention call records the heads it attended
+with (:meth:`attnlab.MultiHeadAttention.project`; a mixer's projected heads,
+:meth:`~attnlab.layers.mixer.SequenceMixer.heads`) and its weights (exact attention, and a mixer that forms scores
+such as FoX: an efficient variant never builds them).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from torch import nn
 
 from ..core.normalize import resolve_normalizer, softmax
+from ..layers.mixer import SequenceMixer
 from ..layers.multihead import MultiHeadAttention
 
 __all__ = ["Captured", "capture", "stack_captured"]
@@ -51,10 +54,10 @@ def _scale(mod: MultiHeadAttention, mask, bias, score_mod=None) -> tuple[float |
 
 @contextmanager
 def capture(model: nn.Module) -> Iterator[list[Captured]]:
-    """While open, every self-attention call of a :class:`attnlab.MultiHeadAttention` inside
+    """While open, every self-attention call of a :class:`attnlab.MultiHeadAttention` or a sequence mixer inside
     ``model`` appends a :class:`Captured` to the list it yields (cross-attention is skipped).
-    Raises ``ValueError`` for a layer that builds no weights (an efficient variant refuses
-    ``return_weights``)."""
+    Raises ``ValueError`` for a layer that builds no weights (an efficient variant or a mixer that forms no scores
+    refuses ``return_weights``)."""
     records: list[Captured] = []
     names = {m: n for n, m in model.named_modules()}
 
@@ -64,6 +67,9 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
         if key is not None and key is not query:
             return
         mask, bias = kwargs.get("mask"), kwargs.get("bias")
+        if isinstance(mod, SequenceMixer):
+            records.append(_mixer_call(mod, names.get(mod) or type(mod).__name__, query, kwargs, output))
+            return
         with torch.no_grad():
             q, k, v, score_mod = mod.project(query, positions=kwargs.get("positions"),
                                              key_positions=kwargs.get("key_positions"))
@@ -80,12 +86,32 @@ def capture(model: nn.Module) -> Iterator[list[Captured]]:
         records.append(Captured(names.get(mod, ""), weights, q, k, v, scale, why))
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules()
-               if isinstance(m, MultiHeadAttention)]
+               if isinstance(m, (MultiHeadAttention, SequenceMixer))]
     try:
         yield records
     finally:
         for h in handles:
             h.remove()
+
+
+def _mixer_call(mod: SequenceMixer, name: str, query, kwargs: dict, output) -> Captured:
+    """A sequence mixer's call: its weights (a mixer that forms scores; computed again with ``return_weights`` by its
+    ``forward``, which runs no hooks, where the call did not ask for them) and its projected heads, before any short
+    convolution or rotation; no ``scale``: its scores are its own (FoX adds its forget gate's decay)."""
+    mask, positions = kwargs.get("mask"), kwargs.get("positions")
+    with torch.no_grad():
+        weights = output.weights
+        if weights is None:
+            try:
+                weights = mod.forward(query, mask=mask, bias=kwargs.get("bias"), positions=positions,
+                                      return_weights=True).weights
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        tokens = mod.tokens(query, mask, positions, kwargs.get("key_positions"), None, None)
+        q, k, v = mod.heads(tokens.x, tokens.positions)
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))  # grouped: one per query head
+    why = f"the {mod.name!r} mixer's scores are its own (not a plain dot product of its projections)"
+    return Captured(name, weights, q, k, v, None, why)
 
 
 def stack_captured(records: list[Captured], index: int = 0) -> dict:
