@@ -298,13 +298,13 @@ def chunk_gated(q, k, v, g=None, *, chunk: int = CHUNK, state=None, cu_seqlens=N
             return served
     c, state = chunk_length(chunk, q.shape[2], g), _initial(state, q, v, cu_seqlens)
     if segment is None:
-        return _chunk_gated(q, k, v, g, state, cu_seqlens, c)
-    run = lambda a, b, s, cu, q, k, v, g: _chunk_gated(q, k, v, g, s, cu, c)  # noqa: E731
+        return _chunk_gated(q, k, v, g, state=state, cu_seqlens=cu_seqlens, chunk=c)
+    run = lambda a, b, s, cu, *pieces: _chunk_gated(*pieces, state=s, cu_seqlens=cu, chunk=c)  # noqa: E731
     return segmented(run, q.shape[2], chunk=c, state=state, cu_seqlens=cu_seqlens, segment=segment, split=(q, k, v, g))
 
 
-def _chunk_gated(q, k, v, g, state, cu_seqlens, c):
-    lay = ChunkLayout(cu_seqlens, q.shape[2], c, q.device)
+def _chunk_gated(q, k, v, g, *, state, cu_seqlens, chunk):
+    lay = ChunkLayout(cu_seqlens, q.shape[2], chunk, q.device)
     qc, kc, vc = lay.chunks(q), lay.chunks(k), lay.chunks(v)  # (B, H, T, C, D)
     # G within each chunk, (B, H, T, C) per head, (B, H, T, C, D) per channel
     cum_log_decay = None if g is None else lay.chunks(g).cumsum(3)
@@ -335,14 +335,14 @@ def chunk_delta(q, k, v, beta, g=None, *, chunk: int = CHUNK, state=None, cu_seq
             return served
     c, state = chunk_length(chunk, q.shape[2], g), _initial(state, q, v, cu_seqlens)
     if segment is None:
-        return _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c, read=read)
-    run = lambda a, b, s, cu, q, k, v, beta, g, p: _chunk_delta(q, k, v, beta, g, s, cu, c, read=p)  # noqa: E731
+        return _chunk_delta(q, k, v, beta, g, read, state=state, cu_seqlens=cu_seqlens, chunk=c)
+    run = lambda a, b, s, cu, *pieces: _chunk_delta(*pieces, state=s, cu_seqlens=cu, chunk=c)  # noqa: E731
     return segmented(run, q.shape[2], chunk=c, state=state, cu_seqlens=cu_seqlens, segment=segment,
                      split=(q, k, v, beta, g, read))
 
 
-def _chunk_delta(q, k, v, beta, g, state, cu_seqlens, c, *, read=None):
-    lay = ChunkLayout(cu_seqlens, q.shape[2], c, q.device)
+def _chunk_delta(q, k, v, beta, g, read, *, state, cu_seqlens, chunk):
+    lay = ChunkLayout(cu_seqlens, q.shape[2], chunk, q.device)
     qc, kc, vc, bc = lay.chunks(q), lay.chunks(k), lay.chunks(v), lay.chunks(beta)
     pc = kc if read is None else lay.chunks(read)  # the read keys P (Comba), else K
     # G within each chunk; a decay per head, (B, H, N), accumulated and exponentiated in float64 and rounded once
