@@ -108,20 +108,20 @@ def test_bad_input_raises_clear_errors(call, exc, words):
     assert words in str(info.value)
 
 
-def test_key_padding_flags_shapes_and_errors():
-    from attnlab.masks import key_padding_flags, padding
+def test_valid_key_flags_shapes_and_errors():
+    from attnlab.masks import padding, valid_key_flags
 
-    flags = key_padding_flags(padding([3, 1]), 2, 4)
+    flags = valid_key_flags(padding([3, 1]), 2, 4)
     assert flags.tolist() == [[True, True, True, False], [True, False, False, False]]
-    assert key_padding_flags(padding([3, 1]).dense(4, 4), 2, 4).tolist() == flags.tolist()
-    assert key_padding_flags(torch.tensor([[True, False]]), 3, 2).shape == (3, 2)  # one row broadcast to the batch
-    assert key_padding_flags(None, 2, 4) is None
+    assert valid_key_flags(padding([3, 1]).dense(4, 4), 2, 4).tolist() == flags.tolist()
+    assert valid_key_flags(torch.tensor([[True, False]]), 3, 2).shape == (3, 2)  # one row broadcast to the batch
+    assert valid_key_flags(None, 2, 4) is None
     with pytest.raises(TypeError, match="bool tensor"):
-        key_padding_flags(torch.ones(2, 4), 2, 4)
+        valid_key_flags(torch.ones(2, 4), 2, 4)
     with pytest.raises(ValueError, match=r"\(2, 1, 1, 4\).*got shape \(4, 4\); use it otherwise"):
-        key_padding_flags(torch.ones(4, 4, dtype=torch.bool), 2, 4, refuse="use it otherwise")
+        valid_key_flags(torch.ones(4, 4, dtype=torch.bool), 2, 4, refuse="use it otherwise")
     with pytest.raises(ValueError, match="key-padding mask.*causal.*use it otherwise"):
-        key_padding_flags(masks.causal(), 2, 4, refuse="use it otherwise")
+        valid_key_flags(masks.causal(), 2, 4, refuse="use it otherwise")
 
 
 def test_a_mask_function_that_returns_integers_is_refused_wherever_it_is_evaluated():

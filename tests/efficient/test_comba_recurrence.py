@@ -55,10 +55,10 @@ def test_each_form_with_a_read_key_equals_fla_naive_recurrent_comba(form, kw, wi
     close(final, ref_final, what=f"{form} {kw} final state")
 
 
-def test_delta_step_with_a_read_key_equals_fla_naive_recurrent_comba():
+def test_delta_token_with_a_read_key_equals_fla_naive_recurrent_comba():
     x = inputs(n=1)
     ref_out, ref_final = reference(x, x["s0"])
-    out, final = recurrence.delta_step(*(x[n][:, :, 0] for n in ("q", "k", "v", "beta", "g")), x["s0"],
+    out, final = recurrence.delta_token(*(x[n][:, :, 0] for n in ("q", "k", "v", "beta", "g")), x["s0"],
                                        read=x["p"][:, :, 0])
     close(out, ref_out[:, :, 0], what="step output")
     close(final, ref_final, what="step state")
@@ -85,10 +85,10 @@ def test_read_k_is_the_delta_rule_bit_for_bit(form, kw, gate):
         assert all(torch.equal(a, b) for a, b in zip(got, without)), f"{form} {kw} {gate}"
 
 
-def test_delta_step_with_read_k_is_the_delta_step_bit_for_bit():
+def test_delta_token_with_read_k_is_the_delta_token_bit_for_bit():
     x = inputs(n=1)
     args = [x[n][:, :, 0] for n in ("q", "k", "v", "beta", "g")] + [x["s0"]]
-    got, want = recurrence.delta_step(*args, read=x["k"][:, :, 0].clone()), recurrence.delta_step(*args)
+    got, want = recurrence.delta_token(*args, read=x["k"][:, :, 0].clone()), recurrence.delta_token(*args)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
@@ -136,8 +136,8 @@ def test_a_read_key_of_the_wrong_shape_is_refused(form, bad):
         delta(form, x, x["g"], bad)
 
 
-def test_delta_step_refuses_a_read_key_of_the_wrong_shape():
+def test_delta_token_refuses_a_read_key_of_the_wrong_shape():
     x = inputs(n=1)
     args = [x[n][:, :, 0] for n in ("q", "k", "v", "beta", "g")] + [x["s0"]]
     with pytest.raises(ValueError, match="read"):
-        recurrence.delta_step(*args, read=torch.zeros(B, H, D + 1, dtype=torch.float64))
+        recurrence.delta_token(*args, read=torch.zeros(B, H, D + 1, dtype=torch.float64))

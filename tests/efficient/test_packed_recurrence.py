@@ -155,7 +155,7 @@ def test_one_decoding_step_is_one_token_of_the_recurrent_form(gate):
     s0 = x["s0"]
     pick = lambda t: None if t is None else t[:, :, 0]  # noqa: E731 - the first token, (B, H, ...)
     g = None if gate is None else x[gate]
-    pairs = ((recurrence.delta_step, recurrence.recurrent_delta, (x["beta"],)), (recurrence.gated_step, recurrence.recurrent_gated, ()))
+    pairs = ((recurrence.delta_token, recurrence.recurrent_delta, (x["beta"],)), (recurrence.gated_token, recurrence.recurrent_gated, ()))
     for step, form, extra in pairs:
         ref, ref_s = form(x["q"][:, :, :1], x["k"][:, :, :1], x["v"][:, :, :1], *(t[:, :, :1] for t in extra),
                           None if g is None else g[:, :, :1], state=s0)
@@ -167,13 +167,13 @@ def test_a_decoding_step_names_inputs_that_do_not_fit():
     x = packed_inputs([3])
     q, k, v, beta, s0 = (x[n][:, :, 0] if n != "s0" else x[n] for n in ("q", "k", "v", "beta", "s0"))
     with pytest.raises(ValueError, match="a decoding step needs the state"):
-        recurrence.delta_step(q, k, v, beta, None, None)
+        recurrence.delta_token(q, k, v, beta, None, None)
     with pytest.raises(ValueError, match=r"state must have shape \(B, H, D, Dv\) = \(1, 2, 4, 3\), got \(1, 2, 3, 3\)"):
-        recurrence.gated_step(q, k, v, None, s0[:, :, :3])
+        recurrence.gated_token(q, k, v, None, s0[:, :, :3])
     with pytest.raises(ValueError, match=r"beta must have shape \(B, H, N\) = \(1, 2, 1\)"):
-        recurrence.delta_step(q, k, v, beta[:, :1], None, s0)
+        recurrence.delta_token(q, k, v, beta[:, :1], None, s0)
     with pytest.raises(ValueError, match=r"q, k, v must be \(B, H, N, D\) tensors"):
-        recurrence.gated_step(q[0], k, v, None, s0)
+        recurrence.gated_token(q[0], k, v, None, s0)
 
 
 def test_the_short_convolution_refuses_offsets_that_do_not_describe_the_sequence():

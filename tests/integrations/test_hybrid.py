@@ -35,7 +35,7 @@ def build(family, **kwargs):
 def calls(monkeypatch):
     """How many times each of attnlab's forms ran."""
     counts = {}
-    for name in ("chunk_delta", "recurrent_delta", "delta_step", "chunk_gated", "recurrent_gated", "gated_step"):
+    for name in ("chunk_delta", "recurrent_delta", "delta_token", "chunk_gated", "recurrent_gated", "gated_token"):
         original = getattr(recurrence, name)
 
         def counted(*a, _name=name, _fn=original, **kw):
@@ -103,7 +103,7 @@ def test_greedy_generation_of_50_tokens_is_identical(family, calls):
     assert out.shape == (1, 62)
     assert torch.equal(out, ref)
     kind = "gated" if family in ("mamba2", "falcon_h1") else "delta"
-    assert calls[f"{kind}_step"] == LINEAR[family] * 49  # each new token after the prefill, one step of the recurrent form per layer
+    assert calls[f"{kind}_token"] == LINEAR[family] * 49  # each new token after the prefill, one step of the recurrent form per layer
 
 
 def test_attention_layers_keep_attnlabs_attention_implementation():

@@ -45,7 +45,7 @@ from .maskfn import (
     or_masks,
 )
 
-__all__ = ["Mask", "as_mask", "and_masks", "or_masks", "key_padding_flags", "padding_tensor_hint"]
+__all__ = ["Mask", "as_mask", "and_masks", "or_masks", "valid_key_flags", "padding_tensor_hint"]
 
 LIBRARY: Registry = Registry("mask")
 """Every mask builder of the library by name (what the property tests and ``attnlab bench masks``
@@ -400,7 +400,7 @@ def padding_tensor_hint(shape: tuple[int, ...], b: int, m: int) -> str:
             "key_padding_mask is True = padding: valid_keys(~key_padding_mask))")
 
 
-def key_padding_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key-padding mask") -> torch.Tensor | None:
+def valid_key_flags(mask, b: int, m: int, device=None, *, refuse: str = "a key-padding mask") -> torch.Tensor | None:
     """The ``(B, M)`` "key is real" flags of a key-padding mask, or None for no mask: a mask that
     depends on the key alone (:func:`padding`, :func:`valid_keys`), or a bool tensor that does
     once broadcast to ``(B, H, N, M)``, as every attention reads a tensor: ``(B, 1, 1, M)``,

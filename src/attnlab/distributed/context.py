@@ -105,7 +105,7 @@ class RingContext:
             positions = torch.zeros(0, dtype=torch.int64)
         elif key_valid is not None and (not isinstance(key_valid, torch.Tensor) or key_valid.dtype != torch.bool
                                         or key_valid.dim() != 2 or key_valid.shape[1] != positions.shape[0]):
-            problem = (f"key_padding must be a bool tensor (B, c) = (B, {positions.shape[0]}), True = a real key; got "
+            problem = (f"key_valid must be a bool tensor (B, c) = (B, {positions.shape[0]}), True = a real key; got "
                        f"{tuple(key_valid.shape) if isinstance(key_valid, torch.Tensor) else type(key_valid).__name__}"
                        + (f" of dtype {key_valid.dtype}" if isinstance(key_valid, torch.Tensor) else ""))
         c = positions.shape[0]
@@ -115,13 +115,13 @@ class RingContext:
         bad = [r for r in range(world) if meta[r, 2]]
         if bad:
             raise ValueError(problem
-                             or f"rank(s) {bad} of the sequence's group gave positions or key_padding that do not fit")
+                             or f"rank(s) {bad} of the sequence's group gave positions or key_valid that do not fit")
         if bool((meta[:, 0] != c).any()):
             raise ValueError(f"every rank must hold the same number of positions; they hold {meta[:, 0].tolist()} "
                              "(pad the sequence to a multiple of the ranks: attnlab.distributed.plan_layout(pad=True))")
         batches = {int(x) for x in meta[:, 1] if x >= 0}
         if len(batches) > 1:
-            raise ValueError(f"the ranks' key_padding disagree on the batch size: {sorted(batches)}")
+            raise ValueError(f"the ranks' key_valid disagree on the batch size: {sorted(batches)}")
         pos = gather_all(positions.to(torch.int64), group, world)
         valid = None
         if batches:

@@ -325,7 +325,7 @@ def ring_attend(
     *,
     group=None,
     positions: torch.Tensor | None = None,
-    key_padding: torch.Tensor | None = None,
+    key_valid: torch.Tensor | None = None,
     causal: bool = False,
     window: int | None = None,
     score: str | Score = "scaled_dot",
@@ -351,7 +351,7 @@ def ring_attend(
         group: the process group of the sequence's shards (None: the default group).
         positions: ``(c,)`` the positions this rank holds (default: the contiguous layout,
             ``rank c .. rank c + c - 1``); see :class:`attnlab.distributed.SequenceLayout`.
-        key_padding: ``(B, c)`` bool, True = a real key (False keys are never attended).
+        key_valid: ``(B, c)`` bool, True = a real key (False keys are never attended).
         causal: query i attends to keys j <= i (by position).
         window: attend only to keys with ``|i - j| <= window`` (``0 <= i - j <= window`` when
             causal).
@@ -362,7 +362,7 @@ def ring_attend(
         normalize: must be ``"softmax"``: the shards merge by log-sum-exp.
         dropout_p: must be 0 (no dropout on the weights under sequence parallelism).
         context: a :class:`RingContext` built once for many calls (then ``group``,
-            ``positions`` and ``key_padding`` come from it).
+            ``positions`` and ``key_valid`` come from it).
         block_size: the tile of the block maps (default :data:`attnlab.masks.DEFAULT_BLOCK`). A
             dot-product score runs on PyTorch's fused CPU kernel; other scores write their scores
             out one chunk at a time.
@@ -408,9 +408,9 @@ def ring_attend(
         rank, world, _ = check_group(group, q.device)
         if positions is None:
             positions = torch.arange(rank * c, (rank + 1) * c, device=q.device)
-        context = RingContext.build(positions, key_padding, group=group)
-    elif positions is not None or key_padding is not None:
-        raise ValueError("give positions and key_padding to RingContext.build, not with context=")
+        context = RingContext.build(positions, key_valid, group=group)
+    elif positions is not None or key_valid is not None:
+        raise ValueError("give positions and key_valid to RingContext.build, not with context=")
     else:
         check_group(context.group, q.device)
     if context.world > 1 and q.device.type != "cpu" and backend_of(context.group, q.device) == "gloo":
@@ -419,7 +419,7 @@ def ring_attend(
     if problem is None and context.positions.shape[1] != c:
         problem = f"the ring context holds {context.positions.shape[1]} positions per rank, but q holds {c}"
     if problem is None and context.key_valid is not None and context.key_valid.shape[1] != b:
-        problem = f"key_padding has batch {context.key_valid.shape[1]}, q has {b}"
+        problem = f"key_valid has batch {context.key_valid.shape[1]}, q has {b}"
     code = _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1
     meta = torch.tensor([problem is not None, b, h, g, c, q.shape[3], k.shape[3], v.shape[3], code, bool(causal),
                          -1 if window is None else window, len(repr(rule)), score_mod is not None], dtype=torch.int64)

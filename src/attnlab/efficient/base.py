@@ -111,11 +111,11 @@ class EfficientStep(AttentionStep):
         b, _, n, _ = q.shape
         m = k.shape[2]
         if call.state is not None:  # decoding with the declared state: the new tokens' key padding only
-            return AttentionResult(self.decode(q, k, v, call.state, call.key_padding(b, m, self.name, q.device)))
+            return AttentionResult(self.decode(q, k, v, call.state, call.valid_keys(b, m, self.name, q.device)))
         if call.documents is not None:
             return AttentionResult(per_document(self, lambda q, k, v, _: self.compute(q, k, v, None), call.documents,
                                                 (q, k, v)))
-        valid = call.key_padding(b, m, self.name, q.device)
+        valid = call.valid_keys(b, m, self.name, q.device)
         if n == 0 or m == 0:
             return AttentionResult(q.new_zeros(b, q.shape[1], n, v.shape[-1]))
         if valid is not None:  # padded keys and values: zeroed, so that NaN there cannot leak

@@ -128,7 +128,7 @@ class DeltaProductAttention(GatedRecurrence):
                 return self.mix(q, k, v, Tokens(x, torch.arange(x.shape[1], device=x.device))).output
 
             return AttentionResult(per_document(self, run, docs, (q, k, v), x))
-        valid = tokens.key_padding(self.name)
+        valid = tokens.valid_keys(self.name)
         if x.shape[1] == 0:
             return AttentionResult(q.new_zeros(q.shape))
         if valid is not None:

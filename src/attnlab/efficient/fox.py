@@ -65,7 +65,7 @@ class ForgettingAttention(SequenceMixer):
     mask, dropout, grouped keys; ``return_weights`` gives the weights), and equal to the
     causal ``dense`` layer in the limit ``f -> 1``.
 
-    Masks: any. A padded token (one no query may see: :meth:`attnlab.layers.mixer.Tokens.hidden`) does not forget
+    Masks: any. A padded token (one no query may see: :meth:`attnlab.layers.mixer.Tokens.hidden_keys`) does not forget
     (``log f = 0`` there), so padding anywhere in a row, even between real tokens, changes nothing
     for the real ones. The decay counts the tokens between key and query in the row, not their
     position values: packed documents (:class:`attnlab.masks.Documents`, positions restarting)
@@ -150,7 +150,7 @@ class ForgettingAttention(SequenceMixer):
             return self.decode_heads(q, k, v, tokens, return_weights=return_weights)
         call = StepCall(mask=tokens.mask)
         mask = call.combined(masks.causal(), q) if self.causal else call.combined(None, q)
-        c = self.log_forget(tokens.x, tokens.hidden()).cumsum(-1)  # (B, H, N)
+        c = self.log_forget(tokens.x, tokens.hidden_keys()).cumsum(-1)  # (B, H, N)
         pos = tokens.positions
         q, k = self._rotate(q, k, pos)
         mod = compose(self._score_mod(pos, pos), forget_decay(c, causal=self.causal))
@@ -168,7 +168,7 @@ class ForgettingAttention(SequenceMixer):
         cache = tokens.cache
         assert isinstance(cache, ForgetKVCache)  # checked: the cache its declaration names
         n = q.shape[2]
-        valid = tokens.key_padding(self.name)
+        valid = tokens.valid_keys(self.name)
         log_f = self.log_forget(tokens.x, None if valid is None else ~valid)  # (B, H, n)
         pos = tokens.positions
         q, k = self._rotate(q, k, pos)  # the keys enter the cache rotated, as a KVCache's

@@ -193,7 +193,7 @@ class GatedRecurrence(SequenceMixer):
         b, n = x.shape[0], x.shape[1]
         if state is None and docs is not None:
             return self._packed(q, k, v, Tokens(x, tokens.positions, docs), both_ways)
-        valid = tokens.key_padding(self.name)
+        valid = tokens.valid_keys(self.name)
         # looked at until it warns once: no host sync after that, no graph break
         if valid is not None and self.conv is not None and state is None \
                 and not getattr(self, "_warned_padding", False) and not torch.compiler.is_compiling():

@@ -55,8 +55,8 @@ from ..validate import positive_int
 from . import fla_ops
 from .chunking import SEGMENT, ChunkLayout, segmented
 
-__all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_step",
-           "gated_step", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
+__all__ = ["CHANNEL_CHUNK", "CHUNK", "causal_conv", "chunk_delta", "chunk_gated", "chunk_length", "delta_token",
+           "gated_token", "parallel_delta", "parallel_gated", "recurrent_delta", "recurrent_gated"]
 
 CHUNK = 64
 """Positions per chunk of the chunkwise form."""
@@ -180,20 +180,20 @@ def recurrent_gated(q, k, v, g=None, *, state=None):
     _check(q, k, v, g, state=state)
     s, outs = _initial(state, q, v), []
     for t in range(q.shape[2]):
-        o, s = _gated_step(q[:, :, t], k[:, :, t], v[:, :, t], None if g is None else g[:, :, t], s)
+        o, s = _gated_token(q[:, :, t], k[:, :, t], v[:, :, t], None if g is None else g[:, :, t], s)
         outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
 
 
-def gated_step(q, k, v, g, s):
+def gated_token(q, k, v, g, s):
     """One token of :func:`recurrent_gated` (decoding): ``q``, ``k`` ``(B, H, D)``, ``v`` ``(B, H,
     Dv)``, ``g`` ``(B, H)``, ``(B, H, D)`` or None, the state ``s`` ``(B, H, D, Dv)``; returns the
     output ``(B, H, Dv)`` and the new state."""
     _check(*map(_one_token, (q, k, v, g)), state=_needed(s))
-    return _gated_step(q, k, v, g, s)
+    return _gated_token(q, k, v, g, s)
 
 
-def _gated_step(q, k, v, g, s):
+def _gated_token(q, k, v, g, s):
     if g is not None:
         s = (g[..., None, None] if g.dim() == 2 else g[..., None]).exp() * s
     s = s + k[..., None] * v[:, :, None, :]
@@ -207,22 +207,22 @@ def recurrent_delta(q, k, v, beta, g=None, *, state=None, read=None):
     _check(q, k, v, g, beta, state, delta=True, read=read)
     s, outs = _initial(state, q, v), []
     for t in range(q.shape[2]):
-        o, s = _delta_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s,
+        o, s = _delta_token(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s,
                            read=None if read is None else read[:, :, t])
         outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
 
 
-def delta_step(q, k, v, beta, g, s, *, read=None):
+def delta_token(q, k, v, beta, g, s, *, read=None):
     """One token of :func:`recurrent_delta` (decoding): ``q``, ``k`` ``(B, H, D)``, ``v`` ``(B, H,
     Dv)``, ``beta`` ``(B, H)``, ``g`` ``(B, H)`` (per head), ``(B, H, D)`` (per channel) or None,
     the state ``s`` ``(B, H, D, Dv)``, ``read`` the read key ``(B, H, D)`` or None (``k``); returns
     the output ``(B, H, Dv)`` and the new state."""
     _check(*map(_one_token, (q, k, v, g, beta)), _needed(s), delta=True, read=_one_token(read))
-    return _delta_step(q, k, v, beta, g, s, read=read)
+    return _delta_token(q, k, v, beta, g, s, read=read)
 
 
-def _delta_step(q, k, v, beta, g, s, *, read=None):
+def _delta_token(q, k, v, beta, g, s, *, read=None):
     if g is not None:  # per head: one factor; per channel (KDA): the state's rows
         s = (g[..., None, None] if g.dim() == 2 else g[..., None]).exp() * s
     p = k if read is None else read

@@ -61,7 +61,7 @@ def refuse_packed_state(fn: str, cu, initial_state, output_final_state) -> None:
 def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
     """The gated delta rule (per head: Gated DeltaNet; per channel: KDA) with fla's and transformers' arguments,
     ``(B, T, H, D)`` tensors, served by attnlab's chunkwise form (or one step of the recurrent one,
-    :func:`~attnlab.efficient.recurrence.delta_step`, for a token decoded from a state); ``l2norm`` is the modeling
+    :func:`~attnlab.efficient.recurrence.delta_token`, for a token decoded from a state); ``l2norm`` is the modeling
     module's own, so that the normalisation rounds as transformers' does. Value heads may outnumber key heads (Qwen's
     grouped values)."""
 
@@ -81,7 +81,7 @@ def delta_rule(l2norm: Callable, name: str = "delta_rule") -> Callable:
             q, k = (t.repeat_interleave(v.shape[1] // k.shape[1], dim=1) for t in (q, k))
         q = q * (q.shape[-1] ** -0.5 if scale is None else scale)
         if step:
-            o, s = recurrence.delta_step(q, k, v, b, gd, state)
+            o, s = recurrence.delta_token(q, k, v, b, gd, state)
             return o[:, None].to(dtype), (s if output_final_state else None)
         o, s = recurrence.chunk_delta(q, k, v, b, gd, state=state, cu_seqlens=cu)
         return o.transpose(1, 2).to(dtype), (s if output_final_state else None)

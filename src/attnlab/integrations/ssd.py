@@ -51,14 +51,14 @@ def ssd_scan(hidden_states, dt, A, B, C, chunk_size=256, D=None, dt_bias=None, i
 def ssd_step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None, **kwargs):
     """One decoding step of Mamba-2 (mamba-ssm's ``selective_state_update``): ``x`` ``(B, H, P)``, ``dt``, ``dt_bias``
     and ``D`` repeated over P and ``A`` over ``(P, N)`` as the mixers give them, ``B``/``C`` ``(B, G, N)``; ``state``
-    ``(B, H, P, N)`` updated in place; served by :func:`~attnlab.efficient.recurrence.gated_step`."""
+    ``(B, H, P, N)`` updated in place; served by :func:`~attnlab.efficient.recurrence.gated_token`."""
     refuse_unserved("selective_state_update", kwargs)
     x, heads = widened(hidden_states, hidden_states), hidden_states.shape[1]
     dt = dt[..., 0] + (0 if dt_bias is None else dt_bias[:, 0].to(dt.dtype))
     dt = widened(F.softplus(dt) if dt_softplus else dt, hidden_states)  # (B, H)
     q, k = (widened(t, hidden_states).repeat_interleave(heads // t.shape[1], dim=1) for t in (C, B))
     a = widened(A[:, 0, 0], hidden_states)
-    o, s = recurrence.gated_step(q, k, x * dt[..., None], a * dt, widened(state, hidden_states).transpose(-1, -2))
+    o, s = recurrence.gated_token(q, k, x * dt[..., None], a * dt, widened(state, hidden_states).transpose(-1, -2))
     state.copy_(s.transpose(-1, -2).to(state.dtype))
     out = o + (0 if D is None else x * widened(D, hidden_states))
     if z is not None:

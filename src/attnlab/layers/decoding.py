@@ -21,7 +21,7 @@ import torch
 
 from ..core import spanning
 from ..core.attend import AttentionResult
-from ..core.masks import key_padding_flags, positions_of
+from ..core.masks import positions_of, valid_key_flags
 from ..validate import ArgumentTypeError
 from .cache import KVCache, StaticKV
 from .padding import silence_padding
@@ -74,7 +74,7 @@ def new_tokens(layer, query, key, value, mask, positions, key_positions, bias, r
     if layer.kdim != layer.embed_dim or layer.vdim != layer.embed_dim:
         raise ValueError("cached self-attention needs kdim = vdim = embed_dim")
     b, n, _ = query.shape
-    return key_padding_flags(mask, b, n, query.device, refuse=refuse)
+    return valid_key_flags(mask, b, n, query.device, refuse=refuse)
 
 
 def begin(layer, cache, query, key, value, *, mask, positions, key_positions, bias, return_weights) -> LayerInputs:

@@ -63,13 +63,13 @@ class Tokens:
         """The packed documents the mask is (each mixed alone), or None."""
         return self.mask if isinstance(self.mask, Documents) else None
 
-    def key_padding(self, name: str) -> torch.Tensor | None:
+    def valid_keys(self, name: str) -> torch.Tensor | None:
         """The ``(B, N)`` "token is real" flags of a key-padding mask, or None; another mask is
         refused, naming ``name``."""
         if self.mask is None:
             return None
         b, n = self.x.shape[:2]
-        return StepCall(mask=self.mask).key_padding(b, n, name, self.x.device)  # a step's reading, its refusal
+        return StepCall(mask=self.mask).valid_keys(b, n, name, self.x.device)  # a step's reading, its refusal
 
     def check_heads(self, name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Refuse heads that are not these tokens' (a mixer is self-attention: its input and its heads share B and N),
@@ -80,7 +80,7 @@ class Tokens:
                              f"share B and N, got input {tuple(self.x.shape)}, q {tuple(q.shape)}, "
                              f"k {tuple(k.shape)}, v {tuple(v.shape)}")
 
-    def hidden(self) -> torch.Tensor | None:
+    def hidden_keys(self) -> torch.Tensor | None:
         """``(B, N)`` True for the tokens no query may see (padding), or None when the mask does not say."""
         b, n = self.x.shape[:2]
         return StepCall(mask=self.mask).hidden_keys(b, n, self.x.device)

@@ -12,7 +12,7 @@ the docs' tables: :func:`attnlab.efficient.select`).
 
 What one call of a step receives besides the heads is one typed value, :class:`StepCall`: the
 mask, a score bias, a score function, whether to return the weights and a decoding state. The
-call reads the mask for the step (:meth:`StepCall.key_padding`, :meth:`StepCall.documents`), so
+call reads the mask for the step (:meth:`StepCall.valid_keys`, :meth:`StepCall.documents`), so
 no step dispatches on the mask's type.
 """
 
@@ -33,7 +33,7 @@ from ..core.blockmap import BlockMap
 from ..core.documents import Documents
 from ..core.maskfn import as_mask
 from ..core.masks import causal as causal_mask
-from ..core.masks import key_padding_flags
+from ..core.masks import valid_key_flags
 from ..validate import ArgumentTypeError, positive_int
 
 __all__ = ["CACHES", "CAUSAL_FORMS", "AttentionStep", "Capabilities", "MASK_KINDS", "StepCall", "check_call",
@@ -112,7 +112,7 @@ class StepCall:
     Attributes:
         mask: True = may attend: a mask function (:mod:`attnlab.masks`), a block map, a bool
             tensor broadcastable to ``(B, H, N, M)``, or None. A step reads it through the call
-            (:meth:`key_padding`, :meth:`documents`), never by its type.
+            (:meth:`valid_keys`, :meth:`documents`), never by its type.
         bias: float, broadcastable to ``(B, H, N, M)``, added to the scores (or None).
         score_mod: a score function ``(score, b, h, q_idx, kv_idx) -> score`` (a bias encoding's), or None.
         return_weights: also return the ``(B, H, N, M)`` weights.
@@ -154,10 +154,10 @@ class StepCall:
         hidden = as_mask(self.mask.mask if isinstance(self.mask, BlockMap) else self.mask).hidden_keys(n, device)
         return None if hidden is None else hidden.to(device).expand(b, n)
 
-    def key_padding(self, b: int, m: int, name: str, device) -> torch.Tensor | None:
+    def valid_keys(self, b: int, m: int, name: str, device) -> torch.Tensor | None:
         """The ``(B, M)`` "key is real" flags of a key-padding mask, or None for no mask; a mask
         that depends on the query (causal, window, graph) is refused, naming the step ``name``."""
-        return key_padding_flags(self.mask, b, m, device, refuse=(
+        return valid_key_flags(self.mask, b, m, device, refuse=(
             f"the {name!r} attention takes key-padding masks only (attnlab.masks.padding makes them); for causal "
             "attention create it with causal=True, for any other mask use the 'dense' attention"))
 
@@ -197,7 +197,7 @@ def check_call(step: AttentionStep, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if step.causal and call.state is None and q.shape[2] != k.shape[2]:
         raise ValueError(f"causal {name!r} attention needs as many queries as keys, got N={q.shape[2]}, M={k.shape[2]}")
     if caps.masks == "key_padding" and call.state is None and call.mask is not None and call.documents is None:
-        call.key_padding(q.shape[0], k.shape[2], name, q.device)  # refuses a mask that depends on the query
+        call.valid_keys(q.shape[0], k.shape[2], name, q.device)  # refuses a mask that depends on the query
 
 
 class AttentionStep(nn.Module):
