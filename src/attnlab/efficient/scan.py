@@ -83,7 +83,7 @@ class Pass:
 
 @dataclass
 class Pieces:
-    """q, k, v and the input x cut at a :class:`Cut`'s points (lists of views)."""
+    """q, k, v and the input x cut at a :class:`Cut`'s points (tuples of views)."""
 
     q: tuple
     k: tuple
@@ -91,7 +91,7 @@ class Pieces:
     x: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ScanSegment:
     """Positions ``[a, b)`` of one scan from a state (``step(a, b, state, cu_part)``, what
     :func:`~attnlab.efficient.chunking.segmented` calls per segment): convolution, features,
