@@ -149,7 +149,7 @@ def test_bad_input_raises_clear_errors(build, exc, words):
 
 
 def test_silence_padding_zeroes_only_non_finite_entries_of_hidden_rows():
-    from attnlab.layers.multihead import silence_padding
+    from attnlab.layers.padding import silence_padding
 
     x = torch.randn(2, 5, 3, dtype=torch.float64)
     x[1, 3, 0], x[1, 4, 2], x[0, 1, 1] = float("nan"), float("inf"), float("nan")  # row (0, 1) is a real position

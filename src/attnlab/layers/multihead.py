@@ -18,11 +18,10 @@ from ..validate import positive_int
 from . import checks, decoding, interop, migration, projection
 from .cache import KVCache, StaticKV
 from .exact import DenseStep
-from .padding import silence_padding
 from .state import RecurrentState, check_kind, make_cache
 from .step import AttentionStep, Capabilities
 
-__all__ = ["MultiHeadAttention", "silence_padding"]
+__all__ = ["MultiHeadAttention"]
 
 HeadMode = Literal["split", "project"]
 
