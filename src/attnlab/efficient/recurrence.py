@@ -208,7 +208,7 @@ def recurrent_delta(q, k, v, beta, g=None, *, state=None, read=None):
     s, outs = _initial(state, q, v), []
     for t in range(q.shape[2]):
         o, s = _delta_token(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], None if g is None else g[:, :, t], s,
-                           read=None if read is None else read[:, :, t])
+                            read=None if read is None else read[:, :, t])
         outs.append(o)
     return (torch.stack(outs, 2) if outs else v.new_zeros(*q.shape[:3], v.shape[-1])), s
 
