@@ -120,13 +120,14 @@ def test_a_gated_layer_attends_packed_documents_in_one_call(name, causal, monkey
     assert torch.equal(out[1, 10:], torch.zeros_like(out[1, 10:]))  # the gap after the documents
 
 
-@pytest.mark.parametrize("mode", ["chunk", "parallel"])
-def test_a_gated_layer_with_packed_documents_rotates_at_the_positions_given(mode):
+@pytest.mark.parametrize(("name", "mode"), [("gated_deltanet", "chunk"), ("gated_deltanet", "parallel"),
+                                           ("deltaproduct", "chunk")])
+def test_a_gated_layer_with_packed_documents_rotates_at_the_positions_given(name, mode):
     """Packed documents with positions given: rope rotates at those positions (here twice the
     within-document ones, which a relative encoding does not take for the default), in the
-    chunkwise form as in the reference form run per document."""
+    chunkwise form as in the reference form run per document (DeltaProduct: always per document)."""
     torch.manual_seed(0)
-    m = efficient.create("gated_deltanet", embed_dim=16, num_heads=2, causal=True, positional="rope", chunk=4,
+    m = efficient.create(name, embed_dim=16, num_heads=2, causal=True, positional="rope", chunk=4,
                          mode=mode).double()
     x = torch.randn(1, 11, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     docs = masks.Documents([[5, 6]], causal=True)
@@ -134,7 +135,7 @@ def test_a_gated_layer_with_packed_documents_rotates_at_the_positions_given(mode
     out = m(x, mask=docs, positions=given).output
     for start, length in ((0, 5), (5, 6)):
         alone = m(x[:, start : start + length], positions=2 * torch.arange(length)).output
-        assert_close_rel(out[:, start : start + length], alone, 1e-10, f"{mode} document at {start}")
+        assert_close_rel(out[:, start : start + length], alone, 1e-10, f"{name} {mode} document at {start}")
     default = m(x, mask=docs).output
     assert (out - default).abs().max() > 1e-3  # the positions given are not the default's
 

@@ -66,12 +66,13 @@ def check_documents(step, docs) -> None:
 
 
 def per_document(step, run: Callable, docs, heads: tuple[torch.Tensor, ...],
-                 x: torch.Tensor | None = None) -> torch.Tensor:
+                 x: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
     """Packed documents, each alone: ``run(*heads, x)`` on every document's positions (documents of
     one length stacked into one call), padding left at zero. ``heads``: ``(B, ., N, .)`` tensors
     (the first is the queries, the last the values: the output has the values' heads, as many as
     ``run`` returns, where the queries may come in fewer, grouped); ``x``: ``(B, N, .)`` or None,
-    sliced alike."""
+    sliced alike; ``positions``: the tokens' ``(N,)`` or ``(B, N)`` positions, sliced alike and passed after ``x``
+    (``run(*heads, x, positions)``), or None."""
     check_documents(step, docs)
     q = heads[0]
     out = None
@@ -82,7 +83,8 @@ def per_document(step, run: Callable, docs, heads: tuple[torch.Tensor, ...],
         def take(t, dim, n=n, where=where):
             return torch.stack([t.narrow(dim - 1, s, n)[r] for r, s in where])
 
-        res = run(*(take(t, 3) for t in heads), None if x is None else take(x, 2))
+        given = () if positions is None else (take(positions.expand(q.shape[0], q.shape[2]), 2),)
+        res = run(*(take(t, 3) for t in heads), None if x is None else take(x, 2), *given)
         if out is None:
             out = q.new_zeros(q.shape[0], res.shape[1], q.shape[2], res.shape[-1])
         for j, (r, s) in enumerate(where):

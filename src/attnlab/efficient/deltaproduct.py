@@ -124,10 +124,10 @@ class DeltaProductAttention(GatedRecurrence):
         tokens.check_heads(self.name, q, k, v)
         docs, x = tokens.documents, tokens.x
         if tokens.cache is None and docs is not None:  # each document alone
-            def run(q, k, v, x):
-                return self.mix(q, k, v, Tokens(x, torch.arange(x.shape[1], device=x.device))).output
+            def run(q, k, v, x, at):  # at its tokens' positions
+                return self.mix(q, k, v, Tokens(x, at)).output
 
-            return AttentionResult(per_document(self, run, docs, (q, k, v), x))
+            return AttentionResult(per_document(self, run, docs, (q, k, v), x, tokens.positions))
         valid = tokens.valid_keys(self.name)
         if x.shape[1] == 0:
             return AttentionResult(q.new_zeros(q.shape))

@@ -172,13 +172,10 @@ class GatedRecurrence(SequenceMixer):
         tokens.check_heads(self.name, q, k, v)
         docs = tokens.documents
         if tokens.cache is None and docs is not None and self._mode != "chunk":
-            # the reference forms: each document alone, at its tokens' positions (sliced as the heads are)
-            at = tokens.positions.expand(tokens.x.shape[:2])[:, None, :, None]
+            def run(q, k, v, x, at):  # the reference forms: each document alone, at its tokens' positions
+                return self.mix(q, k, v, Tokens(x, at)).output
 
-            def run(q, k, at, v, x):
-                return self.mix(q, k, v, Tokens(x, at[:, 0, :, 0])).output
-
-            return AttentionResult(per_document(self, run, docs, (q, k, at, v), tokens.x))
+            return AttentionResult(per_document(self, run, docs, (q, k, v), tokens.x, tokens.positions))
         out = self.recur(q, k, v, tokens, both_ways=not self.causal)
         if tokens.cache is not None:
             tokens.cache.seen += q.shape[2]
