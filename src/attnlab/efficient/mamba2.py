@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.amp import upcast
+from ..layers.projection import init_projections
 from ..validate import positive_int
 from .base import Budget, register
 from .gated import GatedRecurrence, HeadNorm, time_step_bias
@@ -80,10 +81,7 @@ class Mamba2Attention(GatedRecurrence):
         self.query_heads = self.ngroups  # C and B come in ngroups heads
         self.q_proj = nn.Linear(self.embed_dim, self.ngroups * self.state_size, bias=bias)
         self.k_proj = nn.Linear(self.embed_dim, self.ngroups * self.state_size, bias=bias)
-        for lin in (self.q_proj, self.k_proj):
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
+        init_projections(self.q_proj, self.k_proj)
 
     @property
     def grouped_bc(self) -> bool:

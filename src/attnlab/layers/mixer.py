@@ -34,7 +34,7 @@ from ..positional.base import check_positions
 from ..validate import ArgumentTypeError, positive_int
 from . import checks, migration, projection
 from .budget import Budget
-from .decoding import new_tokens
+from .decoding import new_tokens, seen_positions
 from .padding import silence_padding
 from .state import check_kind, make_cache
 from .step import Capabilities, StepCall
@@ -157,10 +157,7 @@ class SequenceMixer(nn.Module):
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
-        for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
+        projection.init_projections(self.q_proj, self.k_proj, self.v_proj, self.out_proj)
 
     def extra_repr(self) -> str:
         """The mixer's name and causal form, in its ``repr``."""
@@ -212,7 +209,7 @@ class SequenceMixer(nn.Module):
             valid = new_tokens(self, query, None, None, mask, positions, key_positions, bias, refuse=(
                 "with a cache, mask is the new tokens' key padding (causal order is the cache's)"))
             self.check_cache(cache)
-            at = torch.arange(cache.seen, cache.seen + query.shape[1], device=query.device)
+            at = seen_positions(cache.seen, query.shape[1], query.device)
             mask = None if valid is None else valid[:, None, None, :]
             return Tokens(silence_padding(query, None, None, mask)[0], at, mask, cache)
         if mask is not None and spanning.spans(mask) and not self.capabilities.exact:
@@ -258,10 +255,7 @@ class SequenceMixer(nn.Module):
         outputs ``(B, H, N, Dv)`` (and the weights, for a mixer that forms scores)."""
         raise NotImplementedError
 
-    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
-        """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
-        b, _, n, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
+    merge_heads = projection.merge_heads
 
     def check_input(self, name: str, x, width: int, batch: int | None) -> None:
         """Refuse an input that is not a ``(B, N, width)`` tensor of this layer's dtype."""

@@ -144,10 +144,7 @@ class MultiHeadAttention(nn.Module):
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections and zero biases, as ``torch.nn.MultiheadAttention``."""
-        for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
+        projection.init_projections(self.q_proj, self.k_proj, self.v_proj, self.out_proj)
         if self.head_mode == "project":
             bound = 1.0 / math.sqrt(self.embed_dim)
             for w in (self.head_q, self.head_k, self.head_v):
@@ -351,10 +348,7 @@ class MultiHeadAttention(nn.Module):
         registered on)."""
         self.step.clear_hooks()
 
-    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
-        """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``."""
-        b, _, n, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
+    merge_heads = projection.merge_heads
 
     # ---------------------------------------------------------------- interop (attnlab.layers.interop)
     def grouped(self, num_kv_heads: int) -> MultiHeadAttention:

@@ -1,13 +1,30 @@
 """What both kinds of layer (:class:`attnlab.MultiHeadAttention`, :class:`attnlab.layers.mixer.SequenceMixer`) do
-with their input before their method: check it, and project it to the heads in one product."""
+around their method: draw their projections, check the input, project it to the heads in one product, and merge the
+heads' outputs through ``W^o``."""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ..validate import ArgumentTypeError
 
-__all__ = ["check_input", "fused_weights"]
+__all__ = ["check_input", "fused_weights", "init_projections", "merge_heads"]
+
+
+def init_projections(*linears: nn.Linear) -> None:
+    """Xavier-uniform weights and zero biases, as ``torch.nn.MultiheadAttention`` draws its projections (in the order
+    given: a seeded layer's weights depend on it)."""
+    for lin in linears:
+        nn.init.xavier_uniform_(lin.weight)
+        if lin.bias is not None:
+            nn.init.zeros_(lin.bias)
+
+
+def merge_heads(layer, out: torch.Tensor) -> torch.Tensor:
+    """``W^o concat(heads)``: ``(B, H, N, D)`` -> ``(B, N, E)``, through ``layer.out_proj``."""
+    b, _, n, _ = out.shape
+    return layer.out_proj(out.transpose(1, 2).reshape(b, n, layer.embed_dim))
 
 
 def check_input(self, name: str, x, width: int, batch: int | None) -> None:
