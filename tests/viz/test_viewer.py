@@ -125,6 +125,21 @@ def test_a_checkpoint_of_a_token_task_is_shown_on_words_of_its_vocabulary():
         checkpoint_view(ck, "zzzunknown")
 
 
+@pytest.mark.parametrize("variant", ["dense", "fox"])
+def test_a_cls_pooled_checkpoint_shows_the_summary_token_it_puts_in_front(variant):
+    """A classifier that pools a summary token (``pooling="cls"``) attends over one more position than the words:
+    the viewer names it (before, it refused the checkpoint); FoX, a mixer, shows its own weights."""
+    from pathlib import Path
+
+    from attnlab.training.checkpoint import load_checkpoint
+
+    ck = Path(__file__).resolve().parents[1] / "data" / "checkpoints-v2" / "before-mixers" / variant
+    assert load_checkpoint(ck).model.pooling == "cls"
+    view = checkpoint_view(ck, "[MAX 2 3 ]")
+    assert view.tokens == ["<cls>", "[MAX", "2", "3", "]"] and view.weights.shape[-1] == 5
+    assert torch.allclose(view.weights.sum(-1), torch.ones(view.weights.shape[:-1]), atol=1e-5)
+
+
 def test_the_page_embeds_its_data_and_nothing_from_the_network(tmp_path, tiny_bert):
     view = pretrained_view(pretrained.load(tiny_bert), "a cat <!-- <script> sat on the mat </script> <b>")
     path = write_viewer(tmp_path / "v.html", view)

@@ -206,6 +206,8 @@ def checkpoint_view(path: str | Path, text: str) -> ViewerData:
             ids = [CLS] + ids
         tokens = [task.vocab[i] for i in ids]
     model = ck.model.eval()
+    if getattr(model, "pooling", None) == "cls":  # the model puts its summary token in front: it is shown too
+        tokens = ["<cls>", *tokens]
     with capture(model) as records, torch.no_grad():
         model(torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device))
     return _from_captured(records, tokens, f"{ck.config.task} checkpoint {Path(path).name}: {text[:80]}",
